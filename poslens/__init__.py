@@ -1,0 +1,30 @@
+"""poslens: where does absolute position come from in RoPE decoder-only transformers?
+
+The public API, re-exported here:
+
+>>> import poslens
+>>> model = poslens.load_model("smollm2-135m")                      # doctest: +SKIP
+>>> corpus = poslens.make_corpus(model, "docs", n_seqs=8, seq_len=128)  # doctest: +SKIP
+>>> result = poslens.measure(model, corpus)                          # doctest: +SKIP
+>>> result.to_frame().query("metric == 'c_res'")                     # doctest: +SKIP
+"""
+
+from poslens.corpus import Corpus, make_corpus
+from poslens.models import ModelNotSupportedError, PosModel, load_model
+from poslens.registry import REGISTRY, registry_names
+from poslens.variants import Variant, parse_variant
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Corpus",
+    "ModelNotSupportedError",
+    "PosModel",
+    "REGISTRY",
+    "Variant",
+    "__version__",
+    "load_model",
+    "make_corpus",
+    "parse_variant",
+    "registry_names",
+]
