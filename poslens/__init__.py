@@ -10,8 +10,10 @@ The public API, re-exported here:
 """
 
 from poslens.corpus import Corpus, make_corpus
+from poslens.measure import measure
 from poslens.models import ModelNotSupportedError, PosModel, load_model
 from poslens.registry import REGISTRY, registry_names
+from poslens.results import Result
 from poslens.variants import Variant, parse_variant
 
 __version__ = "0.1.0"
@@ -23,8 +25,10 @@ __all__ = [
     "REGISTRY",
     "Variant",
     "__version__",
+    "Result",
     "load_model",
     "make_corpus",
+    "measure",
     "parse_variant",
     "registry_names",
 ]

@@ -1,0 +1,232 @@
+"""Hooks that reduce each layer's attention scores to cell sums while the forward runs.
+
+For one layer the hook sees scores s [batch, head, T, T] (masked entries at the
+dtype minimum). Per head it computes, in float64: log Z_i (logsumexp over the
+visible keys), row sums of s, s² and j·s, the row features of METHOD §3.3 and,
+from one cumulative sum along keys, the sum of s over each row's offset bins.
+Those O(T × bins) pieces are folded into query bins with a one-hot matrix and
+added to :class:`poslens.sums.CellSums`; nothing of size T² outlives the hook.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from poslens import hooks as hook_names
+from poslens.binning import Binning
+from poslens.sums import CellSums, FEATURES, WINDOWS
+
+
+class MaskMismatchError(RuntimeError):
+    """The scores' masked entries are not the ones poslens expects for this layer."""
+
+
+class NonFiniteScoresError(FloatingPointError):
+    """NaN or inf among the visible attention scores (e.g. float16 overflow)."""
+
+
+@dataclass
+class LayerStructure:
+    """What is fixed about a layer's visible pairs at length T (causal, maybe windowed).
+
+    Example:
+        >>> st = LayerStructure.build(Binning(8), window=None)
+        >>> st.n_visible.tolist()
+        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    """
+
+    valid: torch.Tensor  # [T, T] bool
+    n_visible: torch.Tensor  # [T] |V_i|
+    per_bin: torch.Tensor  # [T, B] visible pairs of row i in offset bin b
+    lo: torch.Tensor  # [T, B] gather index into the zero-padded cumsum
+    hi: torch.Tensor  # [T, B]
+    key_sum: torch.Tensor  # [T] Σ_{j∈V_i} j
+    key_sq_sum: torch.Tensor  # [T] Σ_{j∈V_i} j²
+
+    @classmethod
+    def build(cls, binning: Binning, window: int | None) -> "LayerStructure":
+        t = binning.seq_len
+        i = torch.arange(t)[:, None]
+        j = torch.arange(t)[None, :]
+        valid = j <= i
+        if window is not None:
+            valid &= (i - j) < window
+        first = torch.clamp(i[:, 0] - (window - 1), min=0) if window is not None else torch.zeros(t, dtype=torch.long)
+        edges = torch.tensor(binning.offset_edges)
+        # offsets Δ in [e_b, e_{b+1}) are keys j in (i − e_{b+1}, i − e_b]
+        j_hi = i - edges[None, :-1]  # inclusive
+        j_lo = i - edges[None, 1:] + 1
+        j_lo = torch.maximum(j_lo, first[:, None])
+        empty = j_hi < j_lo
+        hi = torch.where(empty, 0, j_hi + 1)
+        lo = torch.where(empty, 0, j_lo)
+        per_bin = (hi - lo).double()
+        valid_d = valid.double()
+        jj = torch.arange(t, dtype=torch.float64)
+        return cls(
+            valid=valid,
+            n_visible=valid_d.sum(-1),
+            per_bin=per_bin,
+            lo=lo,
+            hi=hi,
+            key_sum=valid_d @ jj,
+            key_sq_sum=valid_d @ (jj * jj),
+        )
+
+
+class LeakageCapture:
+    """Accumulates :class:`CellSums` for a model from hooks on every layer's scores.
+
+    Set :attr:`group` before each forward pass; every sequence of one pass
+    belongs to that group.
+
+    Example:
+        >>> capture = LeakageCapture(model, Binning(64), groups=4)  # doctest: +SKIP
+        >>> capture.group = 0  # doctest: +SKIP
+        >>> run_with_hooks(model, tokens, capture.hooks())  # doctest: +SKIP
+    """
+
+    def __init__(self, model: Any, binning: Binning, groups: int, probe: bool = True, check_mask: bool = True) -> None:
+        self.model = model
+        self.binning = binning
+        self.probe = probe
+        self.check_mask = check_mask
+        self.sums = CellSums.zeros(groups, model.n_layers, model.n_heads, binning)
+        self.group = 0
+        self._structures: dict[int | None, LayerStructure] = {}
+        self._checked: set[int] = set()
+        t = binning.seq_len
+        qbin = torch.as_tensor(binning.query_bin)
+        self._fold = torch.zeros(binning.n_query_bins, t, dtype=torch.float64)
+        self._fold[qbin, torch.arange(t)] = 1.0  # one-hot query bins, [C, T]
+        self._positions = torch.arange(t, dtype=torch.float64)
+        windows = binning.windows
+        q_of_row = binning.query_bin
+        self._window_rows = {
+            w: torch.as_tensor(windows[w][q_of_row]) for w in WINDOWS
+        }  # [T] bool: row i in window w
+
+    def structure(self, layer: int) -> LayerStructure:
+        window = self.model.window[layer]
+        if window is not None and window >= self.binning.seq_len:
+            window = None  # a window wider than the sequence changes nothing
+        if window not in self._structures:
+            self._structures[window] = LayerStructure.build(self.binning, window)
+        return self._structures[window]
+
+    def hooks(self) -> list[tuple[str, Any]]:
+        """One hook per layer on ``blocks.{l}.attn.hook_attn_scores``."""
+        return [(hook_names.attn_scores(layer), self._make_hook(layer)) for layer in range(self.model.n_layers)]
+
+    def _make_hook(self, layer: int):
+        def hook(scores: torch.Tensor, hook: Any) -> torch.Tensor:
+            self.reduce(layer, scores)
+            return scores
+
+        return hook
+
+    def add_structure(self, batch: int) -> None:
+        """Add the structural (data-free) sums of ``batch`` sequences to the current group."""
+        a, g, fold = self.sums.arrays, self.group, self._fold
+        pos = self._positions
+        for layer in range(self.model.n_layers):
+            st = self.structure(layer)
+            count = torch.log(st.n_visible)
+            a["n"][g, layer] += batch * (fold @ st.per_bin).numpy()
+            a["c1"][g, layer] += batch * (fold @ (count[:, None] * st.per_bin)).numpy()
+            a["nq"][g, layer] += batch * (fold @ st.n_visible).numpy()
+            a["c2"][g, layer] += batch * (fold @ (count**2 * st.n_visible)).numpy()
+            a["i1"][g, layer] += batch * (fold @ (pos * st.n_visible)).numpy()
+            a["ii"][g, layer] += batch * (fold @ (pos**2 * st.n_visible)).numpy()
+            a["j1"][g, layer] += batch * (fold @ st.key_sum).numpy()
+            a["jj"][g, layer] += batch * (fold @ st.key_sq_sum).numpy()
+            a["ij"][g, layer] += batch * (fold @ (pos * st.key_sum)).numpy()
+        a["rows"][g] += batch * fold.sum(-1).numpy()
+        self.sums.group_sizes[g] += batch
+        self.sums.row_count += batch
+
+    def reduce(self, layer: int, scores: torch.Tensor) -> None:
+        """Fold one layer's scores [batch, head, T, T] into the sums of the current group."""
+        batch, heads, t_q, t_k = scores.shape
+        if t_q != t_k or t_q != self.binning.seq_len:
+            raise ValueError(f"expected scores of {self.binning.seq_len}×{self.binning.seq_len}, got {t_q}×{t_k}")
+        st = self.structure(layer)
+        valid = st.valid.to(scores.device)
+        if self.check_mask and layer not in self._checked:
+            self._check_mask(layer, scores, valid)
+            self._checked.add(layer)
+        a, g, fold = self.sums.arrays, self.group, self._fold
+        pos = self._positions
+        b_count = self.binning.n_offset_bins
+        lo = st.lo.to(scores.device).expand(batch, t_q, b_count)
+        hi = st.hi.to(scores.device).expand(batch, t_q, b_count)
+        keys = pos.to(scores.device)
+        features = torch.empty(batch, t_q, heads, len(FEATURES), dtype=torch.float64, device=scores.device)
+        for head in range(heads):
+            s = scores[:, head].double()  # [batch, T, T]
+            log_z = torch.logsumexp(s, dim=-1)  # masked entries underflow to 0
+            visible = s.masked_fill(~valid, 0.0)
+            row_sum = visible.sum(-1)
+            if not torch.isfinite(row_sum).all() or not torch.isfinite(log_z).all():
+                raise NonFiniteScoresError(
+                    f"NaN or inf in the attention scores of layer {layer}, head {head} "
+                    "(in float16 this is usually overflow: use --dtype float32 or bfloat16)"
+                )
+            row_sq = (visible * visible).sum(-1)
+            row_js = visible @ keys
+            padded = torch.nn.functional.pad(visible.cumsum(-1), (1, 0))
+            bin_sums = padded.gather(-1, hi) - padded.gather(-1, lo)  # [batch, T, B]
+            weights = torch.exp(s - log_z[..., None])
+            features[..., head, 0] = weights[..., 0]
+            features[..., head, 1] = log_z - (weights * visible).sum(-1)
+            features[..., head, 2] = torch.diagonal(weights, dim1=-2, dim2=-1)
+            features[..., head, 3] = weights.amax(-1)
+            del s, visible, padded, weights
+            z_sum = log_z.sum(0).cpu()
+            a["s1"][g, layer, head] += (fold @ bin_sums.sum(0).cpu()).numpy()
+            a["z1"][g, layer, head] += (fold @ (z_sum[:, None] * st.per_bin)).numpy()
+            a["s2"][g, layer, head] += (fold @ row_sq.sum(0).cpu()).numpy()
+            a["z2"][g, layer, head] += (fold @ ((log_z**2).sum(0).cpu() * st.n_visible)).numpy()
+            a["sz"][g, layer, head] += (fold @ (log_z * row_sum).sum(0).cpu()).numpy()
+            a["si"][g, layer, head] += (fold @ (pos * row_sum.sum(0).cpu())).numpy()
+            a["sj"][g, layer, head] += (fold @ row_js.sum(0).cpu()).numpy()
+        features = features.cpu()
+        per_row = features.sum(0)  # [T, H, F]
+        a["feat"][g, layer] += torch.einsum("ct,thf->hfc", fold, per_row).numpy()
+        self.sums.row_features[layer] += per_row.permute(1, 2, 0).numpy()
+        if self.probe:
+            self._add_probe(layer, features)
+
+    def _add_probe(self, layer: int, features: torch.Tensor) -> None:
+        a, g = self.sums.arrays, self.group
+        batch, t, heads, n_feat = features.shape
+        x = torch.cat([torch.ones(batch, t, 1, dtype=torch.float64), features.reshape(batch, t, heads * n_feat)], -1)
+        y = torch.log1p(self._positions)[None, :].expand(batch, t)
+        for w_index, window in enumerate(WINDOWS):
+            rows = self._window_rows[window]
+            xs, ys = x[:, rows].reshape(-1, x.shape[-1]), y[:, rows].reshape(-1)
+            a["xtx"][g, layer, w_index] += (xs.T @ xs).numpy()
+            a["xty"][g, layer, w_index] += (xs.T @ ys).numpy()
+            a["y1"][g, layer, w_index] += float(ys.sum())
+            a["yy"][g, layer, w_index] += float((ys * ys).sum())
+            a["pn"][g, layer, w_index] += ys.numel()
+
+    def _check_mask(self, layer: int, scores: torch.Tensor, valid: torch.Tensor) -> None:
+        lowest = torch.finfo(scores.dtype).min
+        masked = scores[..., ~valid]
+        shown = scores[..., valid]
+        if masked.numel() and (masked > lowest / 2).any():
+            raise MaskMismatchError(
+                f"layer {layer}: keys poslens treats as invisible (window={self.model.window[layer]}) carry finite "
+                "scores; the model's mask differs from the one recorded on the model"
+            )
+        if (shown <= lowest / 2).any():
+            raise MaskMismatchError(
+                f"layer {layer}: keys poslens treats as visible are masked in the scores "
+                f"(window={self.model.window[layer]}); padding is not supported, use equal-length sequences"
+            )
+

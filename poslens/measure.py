@@ -1,0 +1,193 @@
+"""``poslens.measure``: one streaming pass over a corpus, then the fits, as a tidy result."""
+
+from __future__ import annotations
+
+import platform
+import time
+from datetime import datetime, timezone
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from poslens.binning import Binning
+from poslens.capture import LeakageCapture
+from poslens.corpus import Corpus
+from poslens.hooks import Hook, run_with_hooks
+from poslens.metrics import metrics_with_intervals
+from poslens.results import COLUMNS, Result
+from poslens.sums import WINDOWS, CellSums
+
+
+class Intervention(Protocol):
+    """What ``measure`` needs of an intervention: a label, hooks and a description."""
+
+    label: str
+
+    def hooks(self, model: Any, tokens: torch.Tensor) -> list[Hook]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+def group_of(n_seqs: int, groups: int) -> np.ndarray:
+    """Group index of each sequence: contiguous, near-equal blocks.
+
+    Example:
+        >>> group_of(10, 4).tolist()
+        [0, 0, 0, 1, 1, 2, 2, 2, 3, 3]
+    """
+    if groups < 2:
+        raise ValueError(f"groups must be ≥ 2 for intervals, got {groups}")
+    if n_seqs < groups:
+        raise ValueError(f"{n_seqs} sequences cannot fill {groups} groups; use at least {groups} sequences or fewer groups")
+    return (np.arange(n_seqs) * groups) // n_seqs
+
+
+def batches(n_seqs: int, groups: int, batch_size: int) -> list[tuple[int, np.ndarray]]:
+    """(group, sequence indices) for each forward pass; a batch never spans two groups.
+
+    Example:
+        >>> [(g, idx.tolist()) for g, idx in batches(6, 2, 2)]
+        [(0, [0, 1]), (0, [2]), (1, [3, 4]), (1, [5])]
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
+    assignment = group_of(n_seqs, groups)
+    out = []
+    for g in range(groups):
+        members = np.nonzero(assignment == g)[0]
+        out.extend((g, members[k : k + batch_size]) for k in range(0, len(members), batch_size))
+    return out
+
+
+def collect_sums(
+    model: Any,
+    corpus: Corpus,
+    groups: int = 8,
+    early: int = 32,
+    batch_size: int = 4,
+    interventions: Sequence[Intervention] = (),
+    probe: bool = True,
+    progress: bool = True,
+    description: str = "measuring",
+) -> CellSums:
+    """Run the model over the corpus with capture hooks and return the grouped cell sums.
+
+    Example:
+        >>> sums = collect_sums(model, corpus, groups=4)  # doctest: +SKIP
+    """
+    if corpus.seq_len > (model.max_context or corpus.seq_len):
+        raise ValueError(f"sequence length {corpus.seq_len} exceeds {model.name}'s context of {model.max_context} tokens")
+    capture = LeakageCapture(model, Binning(corpus.seq_len, early=early), groups, probe=probe)
+    plan = batches(corpus.n_seqs, groups, batch_size)
+    for group, index in tqdm(plan, desc=description, unit="batch", disable=not progress, leave=False):
+        tokens = corpus.tokens[index]
+        extra: list[Hook] = [h for iv in interventions for h in iv.hooks(model, tokens)]
+        capture.group = group
+        capture.add_structure(len(index))
+        run_with_hooks(model, tokens, extra + capture.hooks())
+    return capture.sums
+
+
+def tidy(values: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], model: str, variant: str, intervention: str) -> pd.DataFrame:
+    """Turn metric arrays [window, layer + 1, head + 1] into the tidy table (NaN cells dropped).
+
+    Example:
+        >>> v = np.zeros((2, 2, 2)); t = tidy({"c_res": (v, v, v)}, "m", "base", "none")
+        >>> len(t), sorted(t["layer"].unique().tolist())
+        (8, [-1, 0])
+    """
+    frames = []
+    for metric, (value, low, high) in values.items():
+        w_idx, l_idx, h_idx = np.nonzero(~np.isnan(value))
+        n_layers, n_heads = value.shape[1] - 1, value.shape[2] - 1
+        frames.append(
+            pd.DataFrame(
+                {
+                    "layer": np.where(l_idx == n_layers, -1, l_idx),
+                    "head": np.where(h_idx == n_heads, -1, h_idx),
+                    "query_window": np.array(WINDOWS)[w_idx],
+                    "metric": metric,
+                    "value": value[w_idx, l_idx, h_idx],
+                    "ci_low": low[w_idx, l_idx, h_idx],
+                    "ci_high": high[w_idx, l_idx, h_idx],
+                }
+            )
+        )
+    table = pd.concat(frames, ignore_index=True)
+    table.insert(0, "intervention", intervention)
+    table.insert(0, "variant", variant)
+    table.insert(0, "model", model)
+    return table[COLUMNS]
+
+
+def run_metadata(model: Any, corpus: Corpus, settings: dict[str, Any]) -> dict[str, Any]:
+    """Provenance of a run: model, corpus, settings and software versions.
+
+    Example:
+        >>> run_metadata(model, corpus, {"groups": 8})["settings"]["groups"]  # doctest: +SKIP
+        8
+    """
+    import transformer_lens
+    import transformers
+
+    import poslens
+
+    return {
+        "poslens_version": poslens.__version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": model.describe(),
+        "corpus": corpus.describe(),
+        "settings": settings,
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "transformer_lens": getattr(transformer_lens, "__version__", "?"),
+            "numpy": np.__version__,
+        },
+    }
+
+
+def measure(
+    model: Any,
+    corpus: Corpus,
+    groups: int = 8,
+    early: int = 32,
+    batch_size: int = 4,
+    interventions: Sequence[Intervention] = (),
+    probe: bool = True,
+    progress: bool = True,
+) -> Result:
+    """Measure absolute-position leakage and its mask / residual-stream decomposition.
+
+    Runs ``model`` over ``corpus`` once, reducing every layer's attention
+    scores to cell sums as the forward goes, then fits METHOD §3–§5 with 95%
+    intervals over ``groups`` groups of sequences. ``early`` is Q, the bound of
+    the early query window 1 ≤ i < Q. ``interventions`` add hooks to the same
+    forward pass and are recorded in the ``intervention`` column.
+
+    Example:
+        >>> import poslens
+        >>> model = poslens.load_model("smollm2-135m")                              # doctest: +SKIP
+        >>> corpus = poslens.make_corpus(model, "docs", n_seqs=16, seq_len=128)     # doctest: +SKIP
+        >>> result = poslens.measure(model, corpus)                                  # doctest: +SKIP
+        >>> result.select("c_res", "early", head=-1)[["layer", "value", "ci_low", "ci_high"]]  # doctest: +SKIP
+    """
+    start = time.perf_counter()
+    sums = collect_sums(model, corpus, groups, early, batch_size, interventions, probe, progress)
+    forward_seconds = time.perf_counter() - start
+    label = "+".join(iv.label for iv in interventions) or "none"
+    table = tidy(metrics_with_intervals(sums), model.name, model.variant_name, label)
+    settings = {
+        "groups": groups,
+        "early": early,
+        "batch_size": batch_size,
+        "probe": probe,
+        "interventions": [iv.describe() for iv in interventions],
+    }
+    meta = run_metadata(model, corpus, settings)
+    meta["timings"] = {"forward_seconds": forward_seconds, "total_seconds": time.perf_counter() - start}
+    return Result(table, meta, sums)

@@ -1,0 +1,248 @@
+"""Every figure of a measurement, from cell sums, with 95% intervals over groups.
+
+Arrays are indexed [window, layer, head] with one extra layer index (the last,
+layer = −1 in tables: the mean over layers ≥ 1) and one extra head index
+(the last, head = −1: the mean over heads). Shares (ρ, count_share) of an
+aggregate are ratios of aggregated components, so C_res + C_mask =
+leakage_pattern holds for aggregates too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from poslens.binning import Binning
+from poslens.decompose import decompose
+from poslens.stats import (
+    fold_interval,
+    held_out_r2,
+    jackknife_interval,
+    linear_r2_gain,
+    project,
+    ridge_fit,
+    total_sum_of_squares,
+    weighted_inner,
+)
+from poslens.sums import FEATURES, WINDOWS, CellSums
+
+ADDITIVE = (
+    "leakage_pattern",
+    "leakage_logit",
+    "leakage_pattern_saturated",
+    "leakage_logit_saturated",
+    "leakage_linear",
+    "leakage_count",
+    "c_res",
+    "c_mask",
+    "c_count",
+) + FEATURES
+RATIOS = {"rho_res": ("c_res", "leakage_pattern"), "rho_mask": ("c_mask", "leakage_pattern"), "count_share": ("c_count", "c_mask")}
+HELD_OUT = ("leakage_pattern_heldout", "leakage_logit_heldout")
+
+
+def _window_cells(p: dict[str, np.ndarray], layer: int, mask: np.ndarray):
+    counts = p["n"][layer][mask]
+    return counts, p["s1"][layer][:, mask], p["z1"][layer][:, mask], p["c1"][layer][mask]
+
+
+def head_metrics(p: dict[str, np.ndarray], binning: Binning) -> dict[str, np.ndarray]:
+    """All per-head metrics [window, layer, head] from pooled sums ``p``.
+
+    Example:
+        >>> m = head_metrics(sums.pooled(), sums.binning)  # doctest: +SKIP
+        >>> m["c_res"].shape  # doctest: +SKIP
+        (2, 30, 9)
+    """
+    n_layers, n_heads = p["s1"].shape[:2]
+    out = {name: np.full((len(WINDOWS), n_layers, n_heads), np.nan) for name in ADDITIVE + tuple(RATIOS)}
+    for w, window in enumerate(WINDOWS):
+        mask = binning.windows[window]
+        for layer in range(n_layers):
+            counts, y_s, y_z, y_c = _window_cells(p, layer, mask)
+            total = counts.sum()
+            if total == 0:
+                continue
+            proj_s, proj_z, proj_c = project(y_s, counts), project(y_z, counts), project(y_c, counts)
+            n = proj_s.counts
+            s_tot, z_tot, c_tot = y_s.sum((-2, -1)), y_z.sum((-2, -1)), y_c.sum()
+            s2 = p["s2"][layer][:, mask].sum(-1)
+            z2 = p["z2"][layer][:, mask].sum(-1)
+            sz = p["sz"][layer][:, mask].sum(-1)
+            sst_s = total_sum_of_squares(s2, s_tot, total)
+            sst_a = total_sum_of_squares(s2 - 2 * sz + z2, s_tot - z_tot, total)
+            sst_c = total_sum_of_squares(p["c2"][layer][mask].sum(), c_tot, total)
+            p_s, p_z, p_c = proj_s.absolute, proj_z.absolute, proj_c.absolute
+            p_a = p_s - p_z
+            sat_s = proj_s.saturated - proj_s.relative
+            sat_a = sat_s - (proj_z.saturated - proj_z.relative)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                leak_a = weighted_inner(p_a, p_a, n) / sst_a
+                out["leakage_pattern"][w, layer] = leak_a
+                out["leakage_logit"][w, layer] = weighted_inner(p_s, p_s, n) / sst_s
+                out["leakage_pattern_saturated"][w, layer] = weighted_inner(sat_a, sat_a, n) / sst_a
+                out["leakage_logit_saturated"][w, layer] = weighted_inner(sat_s, sat_s, n) / sst_s
+                out["leakage_count"][w, layer] = weighted_inner(p_c, p_c, n) / sst_c
+            moments = {k: p[k][layer][mask].sum() for k in ("i1", "j1", "ii", "jj", "ij")}
+            moments.update(n=total, y1=s_tot, yi=p["si"][layer][:, mask].sum(-1), yj=p["sj"][layer][:, mask].sum(-1))
+            out["leakage_linear"][w, layer] = linear_r2_gain(moments, sst_s)
+            parts = decompose(p_s, p_z, p_c, n, leak_a)
+            out["c_res"][w, layer], out["c_mask"][w, layer], out["c_count"][w, layer] = parts.c_res, parts.c_mask, parts.c_count
+            out["rho_res"][w, layer], out["rho_mask"][w, layer] = parts.rho_res, parts.rho_mask
+            out["count_share"][w, layer] = parts.count_share
+            rows = p["rows"][mask].sum()
+            feats = p["feat"][layer][:, :, mask].sum(-1) / rows  # [H, F]
+            for f, name in enumerate(FEATURES):
+                out[name][w, layer] = feats[:, f]
+    return out
+
+
+def aggregate(per_head: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Add the head = −1 (mean over heads) and layer = −1 (mean over layers ≥ 1) entries.
+
+    Example:
+        >>> agg = aggregate({"c_res": np.ones((2, 3, 4)), "c_mask": np.ones((2, 3, 4)),
+        ...                  "leakage_pattern": 2 * np.ones((2, 3, 4))})
+        >>> agg["c_res"].shape, float(agg["rho_res"][0, -1, -1])
+        ((2, 4, 5), 0.5)
+    """
+    out: dict[str, np.ndarray] = {}
+    for name, values in per_head.items():
+        if name in RATIOS:
+            continue
+        w, n_layers, n_heads = values.shape
+        full = np.full((w, n_layers + 1, n_heads + 1), np.nan)
+        full[:, :n_layers, :n_heads] = values
+        with np.errstate(invalid="ignore"):
+            full[:, :n_layers, n_heads] = np.nanmean(values, axis=2) if n_heads else np.nan
+            later = full[:, 1:n_layers, n_heads] if n_layers > 1 else full[:, :n_layers, n_heads]
+            full[:, n_layers, n_heads] = np.nanmean(later, axis=1)
+        out[name] = full
+    for name, (num, den) in RATIOS.items():
+        if num in out and den in out:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out[name] = out[num] / out[den]
+    return out
+
+
+def all_metrics(p: dict[str, np.ndarray], binning: Binning) -> dict[str, np.ndarray]:
+    """Per-head metrics with their aggregates, from pooled sums."""
+    return aggregate(head_metrics(p, binning))
+
+
+def held_out_metrics(sums: CellSums) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Cross-fitted ΔR²: fit on all groups but g, score on g (METHOD §5's bias check).
+
+    Returns (pooled values, per-fold values [G, ...]) for leakage_pattern_heldout
+    and leakage_logit_heldout, aggregated like :func:`aggregate`; the pooled
+    value is Σ_g (SSE_R − SSE_F) / Σ_g SST over folds g.
+    """
+    g_count = sums.n_groups
+    binning = sums.binning
+    n_layers, n_heads = sums.n_layers, sums.n_heads
+    gain = {k: np.full((g_count, len(WINDOWS), n_layers, n_heads), np.nan) for k in HELD_OUT}
+    sst = {k: np.full((g_count, len(WINDOWS), n_layers, n_heads), np.nan) for k in HELD_OUT}
+    for g in range(g_count):
+        train, test = sums.leave_out(g), sums.group(g)
+        for w, window in enumerate(WINDOWS):
+            mask = binning.windows[window]
+            for layer in range(n_layers):
+                counts, y_s, y_z, _ = _window_cells(train, layer, mask)
+                t_counts, t_s, t_z, _ = _window_cells(test, layer, mask)
+                if counts.sum() == 0 or t_counts.sum() == 0:
+                    continue
+                cells = counts > 0
+                proj_s, proj_z = project(y_s, counts), project(y_z, counts)
+                n_test = t_counts[cells]
+                total = t_counts.sum()
+                s2 = test["s2"][layer][:, mask].sum(-1)
+                z2 = test["z2"][layer][:, mask].sum(-1)
+                sz = test["sz"][layer][:, mask].sum(-1)
+                for key, rel, add, y_test, sq, tot in (
+                    ("leakage_logit_heldout", proj_s.relative, proj_s.additive, t_s[:, cells], s2, t_s.sum((-2, -1))),
+                    (
+                        "leakage_pattern_heldout",
+                        proj_s.relative - proj_z.relative,
+                        proj_s.additive - proj_z.additive,
+                        t_s[:, cells] - t_z[:, cells],
+                        s2 - 2 * sz + z2,
+                        (t_s - t_z).sum((-2, -1)),
+                    ),
+                ):
+                    sse_gap = -2 * ((rel - add) * y_test).sum(-1) + (n_test * (rel**2 - add**2)).sum(-1)
+                    gain[key][g, w, layer] = sse_gap
+                    sst[key][g, w, layer] = total_sum_of_squares(sq, tot, total)
+    pooled, folds = {}, {}
+    for key in HELD_OUT:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_fold = aggregate({key: (gain[key] / sst[key]).reshape(-1, n_layers, n_heads)})[key]
+            folds[key] = per_fold.reshape(g_count, len(WINDOWS), n_layers + 1, n_heads + 1)
+            head_pooled = np.nansum(gain[key], 0) / np.nansum(sst[key], 0)
+        pooled[key] = aggregate({key: head_pooled})[key]
+    return pooled, folds
+
+
+def probe_metrics(sums: CellSums, penalty: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
+    """Held-out R² of a ridge probe from one layer's head features to log(i + 1).
+
+    Features per query row: a_i0, entropy, a_ii and max_j a_ij of every head.
+    Fold g trains on the other groups and scores on g. Returns (pooled R²,
+    per-fold R² [G, ...]), both [window, layer + 1] (last = mean over layers ≥ 1).
+    """
+    g_count, n_layers = sums.n_groups, sums.n_layers
+    sse = np.zeros((g_count, len(WINDOWS), n_layers))
+    sst = np.zeros_like(sse)
+    for g in range(g_count):
+        train, test = sums.leave_out(g), sums.group(g)
+        for w in range(len(WINDOWS)):
+            for layer in range(n_layers):
+                if train["pn"][layer, w] < 2 or test["pn"][layer, w] < 2:
+                    sse[g, w, layer] = sst[g, w, layer] = np.nan
+                    continue
+                theta = ridge_fit(train["xtx"][layer, w], train["xty"][layer, w], train["y1"][layer, w], train["pn"][layer, w], penalty)
+                sse[g, w, layer], sst[g, w, layer] = held_out_r2(
+                    theta, test["xtx"][layer, w], test["xty"][layer, w], test["yy"][layer, w], test["y1"][layer, w], test["pn"][layer, w]
+                )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        folds = 1 - sse / sst
+        pooled = 1 - np.nansum(sse, 0) / np.nansum(sst, 0)
+
+    def with_mean(x: np.ndarray) -> np.ndarray:
+        later = x[..., 1:] if n_layers > 1 else x
+        return np.concatenate([x, np.nanmean(later, axis=-1, keepdims=True)], axis=-1)
+
+    return with_mean(pooled), with_mean(folds)
+
+
+def metrics_with_intervals(sums: CellSums) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every metric as (value, ci_low, ci_high) arrays [window, layer + 1, head + 1].
+
+    In-sample metrics get delete-one-group jackknife intervals; held-out ones
+    (``*_heldout``, ``probe_r2``) intervals from their per-fold spread;
+    ``leakage_pattern_bias`` is in-sample minus held-out, jackknifed per fold.
+    """
+    if sums.n_groups < 2:
+        raise ValueError("intervals need at least 2 groups of sequences")
+    estimate = all_metrics(sums.pooled(), sums.binning)
+    replicates = [all_metrics(sums.leave_out(g), sums.binning) for g in range(sums.n_groups)]
+    result = {}
+    for name, value in estimate.items():
+        low, high = jackknife_interval(value, np.stack([r[name] for r in replicates]))
+        result[name] = (value, low, high)
+    pooled, folds = held_out_metrics(sums)
+    for name in HELD_OUT:
+        low, high = fold_interval(pooled[name], folds[name])
+        result[name] = (pooled[name], low, high)
+    bias = estimate["leakage_pattern"] - pooled["leakage_pattern_heldout"]
+    low, high = fold_interval(bias, estimate["leakage_pattern"][None] - folds["leakage_pattern_heldout"])
+    result["leakage_pattern_bias"] = (bias, low, high)
+    probe, probe_folds = probe_metrics(sums)
+    low, high = fold_interval(probe, probe_folds)
+    shape = estimate["c_res"].shape
+    for name, values in (("probe_r2", (probe, low, high)),):
+        arrays = []
+        for v in values:
+            full = np.full(shape, np.nan)
+            full[:, :, -1] = v
+            arrays.append(full)
+        result[name] = tuple(arrays)
+    return result

@@ -1,0 +1,112 @@
+"""Results: a tidy table plus provenance, saved to and loaded from Parquet.
+
+The table has one row per number: ``model, variant, intervention, layer, head,
+query_window, metric, value, ci_low, ci_high`` (head = −1: aggregate over
+heads; layer = −1: aggregate over layers ≥ 1). The provenance dict travels in
+the Parquet file's schema metadata; the cell sums, when kept, in a sibling
+``.sums.npz`` file so a result can be refit or merged later.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from poslens.sums import CellSums
+
+COLUMNS = ["model", "variant", "intervention", "layer", "head", "query_window", "metric", "value", "ci_low", "ci_high"]
+META_KEY = b"poslens"
+
+
+@dataclass
+class Result:
+    """A tidy table of figures with the provenance of the run that made them.
+
+    Example:
+        >>> import pandas as pd
+        >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=0, head=-1,
+        ...            query_window="all", metric="c_res", value=0.1, ci_low=0.0, ci_high=0.2)]), {"seed": 0})
+        >>> r.value("c_res", layer=0)
+        0.1
+    """
+
+    table: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+    sums: CellSums | None = None
+
+    def to_frame(self) -> pd.DataFrame:
+        """The tidy table (a copy)."""
+        return self.table.copy()
+
+    def select(self, metric: str, query_window: str | None = None, layer: int | None = None, head: int | None = None) -> pd.DataFrame:
+        """Rows of one metric, optionally for one window, layer and head.
+
+        Example:
+            >>> result.select("c_res", "early", head=-1)  # doctest: +SKIP
+        """
+        t = self.table[self.table["metric"] == metric]
+        for column, wanted in (("query_window", query_window), ("layer", layer), ("head", head)):
+            if wanted is not None:
+                t = t[t[column] == wanted]
+        return t
+
+    def value(self, metric: str, query_window: str = "all", layer: int = -1, head: int = -1) -> float:
+        """One figure (model aggregate by default).
+
+        Example:
+            >>> result.value("c_res", "early")  # doctest: +SKIP
+            0.012...
+        """
+        rows = self.select(metric, query_window, layer, head)
+        if len(rows) != 1:
+            raise KeyError(f"{len(rows)} rows for metric={metric!r}, window={query_window!r}, layer={layer}, head={head}")
+        return float(rows["value"].iloc[0])
+
+    def save(self, path: str | Path, csv: bool = True) -> Path:
+        """Write ``path`` (Parquet with provenance), a ``.csv`` twin and, if present, ``.sums.npz``.
+
+        Example:
+            >>> result.save("out/leakage.parquet")  # doctest: +SKIP
+        """
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pandas(self.table, preserve_index=False)
+        meta = dict(table.schema.metadata or {})
+        meta[META_KEY] = json.dumps(self.meta, default=str).encode()
+        pq.write_table(table.replace_schema_metadata(meta), path)
+        if csv:
+            self.table.to_csv(path.with_suffix(".csv"), index=False)
+        if self.sums is not None:
+            self.sums.save(path.with_suffix(".sums.npz"))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Result":
+        """Read a result written by :meth:`save` (with its sums if they were saved).
+
+        Example:
+            >>> Result.load("out/leakage.parquet").meta["model"]["model"]  # doctest: +SKIP
+            'smollm2-135m'
+        """
+        path = Path(path)
+        table = pq.read_table(path)
+        raw = (table.schema.metadata or {}).get(META_KEY)
+        meta = json.loads(raw) if raw else {}
+        sums_path = path.with_suffix(".sums.npz")
+        sums = CellSums.load(sums_path) if sums_path.exists() else None
+        return cls(table.to_pandas(), meta, sums)
+
+
+def concat(results: list[Result]) -> Result:
+    """Stack several results' tables; provenance is kept as a list under ``parts``.
+
+    Example:
+        >>> concat([result_a, result_b]).table.shape  # doctest: +SKIP
+    """
+    return Result(pd.concat([r.table for r in results], ignore_index=True), {"parts": [r.meta for r in results]})

@@ -1,0 +1,150 @@
+"""Per-group sufficient statistics: the only thing a measurement keeps of the forward pass.
+
+Every array has the group axis first and is a plain float64 sum over
+(sequence, query, key) pairs, so sums from batches, groups and processes add.
+Cells are indexed ``[query_bin, offset_bin]``. Shapes (G groups, L layers,
+H heads, C query bins, B offset bins, F = 4 row features, W = 2 windows,
+D = 4H + 1 probe features):
+
+========== ================== =====================================================
+name       shape              sum over pairs (or rows) of
+========== ================== =====================================================
+n          G, L, C, B         1 (pair count; structural)
+c1         G, L, C, B         count term c_i = log|V_i|
+s1         G, L, H, C, B      logit s_ij
+z1         G, L, H, C, B      log Z_i
+nq         G, L, C            1, per query bin
+c2         G, L, C            c_i²
+s2         G, L, H, C         s_ij²
+z2         G, L, H, C         (log Z_i)²
+sz         G, L, H, C         s_ij · log Z_i
+si, sj     G, L, H, C         s_ij · i,  s_ij · j
+i1, j1     G, L, C            i, j
+ii, jj, ij G, L, C            i², j², i·j
+rows       G, C               1 per query row (not per pair)
+feat       G, L, H, F, C      row features a_i0, entropy, a_ii, max_j a_ij
+xtx        G, L, W, D, D      probe design [1, features of all heads]ᵀ[…]
+xty, y1    G, L, W, D / —     probe targets log(i+1)
+yy, pn     G, L, W            Σ y², row count
+========== ================== =====================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from poslens.binning import Binning
+
+FEATURES = ("key0_mass", "entropy", "self_mass", "max_mass")
+WINDOWS = ("early", "all")
+
+
+def empty_arrays(groups: int, layers: int, heads: int, binning: Binning) -> dict[str, np.ndarray]:
+    """Zeroed arrays for every statistic in the table above.
+
+    Example:
+        >>> a = empty_arrays(2, 3, 4, Binning(32))
+        >>> a["s1"].shape
+        (2, 3, 4, 20, 20)
+    """
+    g, l, h = groups, layers, heads
+    c, b, f, w, d = binning.n_query_bins, binning.n_offset_bins, len(FEATURES), len(WINDOWS), len(FEATURES) * heads + 1
+    shapes = {
+        "n": (g, l, c, b), "c1": (g, l, c, b),
+        "s1": (g, l, h, c, b), "z1": (g, l, h, c, b),
+        "nq": (g, l, c), "c2": (g, l, c),
+        "s2": (g, l, h, c), "z2": (g, l, h, c), "sz": (g, l, h, c), "si": (g, l, h, c), "sj": (g, l, h, c),
+        "i1": (g, l, c), "j1": (g, l, c), "ii": (g, l, c), "jj": (g, l, c), "ij": (g, l, c),
+        "rows": (g, c),
+        "feat": (g, l, h, f, c),
+        "xtx": (g, l, w, d, d), "xty": (g, l, w, d), "y1": (g, l, w), "yy": (g, l, w), "pn": (g, l, w),
+    }
+    return {name: np.zeros(shape, dtype=np.float64) for name, shape in shapes.items()}
+
+
+@dataclass
+class CellSums:
+    """Grouped sums of one measurement, with what is needed to fit them.
+
+    ``row_features`` [L, H, F, T] holds per-query sums over all sequences (for
+    curves); ``row_count`` [T] the number of sequences that contributed.
+
+    Example:
+        >>> sums = CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16))
+        >>> sums.pooled()["s1"].shape
+        (1, 1, 16, 16)
+    """
+
+    binning: Binning
+    arrays: dict[str, np.ndarray]
+    row_features: np.ndarray
+    row_count: np.ndarray
+    group_sizes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @classmethod
+    def zeros(cls, groups: int, layers: int, heads: int, binning: Binning) -> "CellSums":
+        return cls(
+            binning=binning,
+            arrays=empty_arrays(groups, layers, heads, binning),
+            row_features=np.zeros((layers, heads, len(FEATURES), binning.seq_len)),
+            row_count=np.zeros(binning.seq_len),
+            group_sizes=np.zeros(groups),
+        )
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.arrays["n"].shape[0])
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.arrays["n"].shape[1])
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.arrays["s1"].shape[2])
+
+    def pooled(self) -> dict[str, np.ndarray]:
+        """Sums over all groups (the group axis removed)."""
+        return {k: v.sum(axis=0) for k, v in self.arrays.items()}
+
+    def leave_out(self, group: int) -> dict[str, np.ndarray]:
+        """Sums over all groups but ``group`` (a jackknife replicate)."""
+        return {k: v.sum(axis=0) - v[group] for k, v in self.arrays.items()}
+
+    def group(self, group: int) -> dict[str, np.ndarray]:
+        """Sums of one group."""
+        return {k: v[group] for k, v in self.arrays.items()}
+
+    def __add__(self, other: "CellSums") -> "CellSums":
+        if self.binning != other.binning or self.arrays["s1"].shape != other.arrays["s1"].shape:
+            raise ValueError("cannot add sums of different shapes or binnings")
+        return CellSums(
+            self.binning,
+            {k: v + other.arrays[k] for k, v in self.arrays.items()},
+            self.row_features + other.row_features,
+            self.row_count + other.row_count,
+            self.group_sizes + other.group_sizes,
+        )
+
+    def save(self, path: str | Path) -> None:
+        """Write the sums to a ``.npz`` file (reload with :meth:`load`)."""
+        np.savez_compressed(
+            path,
+            seq_len=self.binning.seq_len,
+            early=self.binning.early,
+            row_features=self.row_features,
+            row_count=self.row_count,
+            group_sizes=self.group_sizes,
+            **{f"a_{k}": v for k, v in self.arrays.items()},
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CellSums":
+        """Read sums written by :meth:`save`."""
+        with np.load(path) as data:
+            binning = Binning(int(data["seq_len"]), early=int(data["early"]))
+            arrays = {k[2:]: data[k] for k in data.files if k.startswith("a_")}
+            return cls(binning, arrays, data["row_features"], data["row_count"], data["group_sizes"])
