@@ -166,26 +166,34 @@ class LeakageCapture:
         hi = st.hi.to(scores.device).expand(batch, t_q, b_count)
         keys = pos.to(scores.device)
         features = torch.empty(batch, t_q, heads, len(FEATURES), dtype=torch.float64, device=scores.device)
+        key_weights = torch.stack([torch.ones_like(keys), keys], dim=-1)  # [T, 2]
+        lo_used, hi_used = lo > 0, hi > 0
+        lo_at, hi_at = (lo - 1).clamp(min=0), (hi - 1).clamp(min=0)
         for head in range(heads):
-            s = scores[:, head].double()  # [batch, T, T]
-            log_z = torch.logsumexp(s, dim=-1)  # masked entries underflow to 0
-            visible = s.masked_fill(~valid, 0.0)
-            row_sum = visible.sum(-1)
+            s = scores[:, head].to(torch.float64, copy=True)  # [batch, T, T], ours to modify
+            row_max = s.amax(-1, keepdim=True)
+            # one exp pass gives log Z, the weights and the entropy; masked entries underflow to 0
+            exp_s = torch.exp(s - row_max)
+            partition = exp_s.sum(-1)
+            log_z = row_max[..., 0] + torch.log(partition)
+            visible = s.masked_fill_(~valid, 0.0)  # reuses s's memory
+            moments = visible @ key_weights  # row sums of s and of j·s
+            row_sum, row_js = moments[..., 0], moments[..., 1]
             if not torch.isfinite(row_sum).all() or not torch.isfinite(log_z).all():
                 raise NonFiniteScoresError(
                     f"NaN or inf in the attention scores of layer {layer}, head {head} "
                     "(in float16 this is usually overflow: use --dtype float32 or bfloat16)"
                 )
-            row_sq = (visible * visible).sum(-1)
-            row_js = visible @ keys
-            padded = torch.nn.functional.pad(visible.cumsum(-1), (1, 0))
-            bin_sums = padded.gather(-1, hi) - padded.gather(-1, lo)  # [batch, T, B]
-            weights = torch.exp(s - log_z[..., None])
-            features[..., head, 0] = weights[..., 0]
-            features[..., head, 1] = log_z - (weights * visible).sum(-1)
-            features[..., head, 2] = torch.diagonal(weights, dim1=-2, dim2=-1)
-            features[..., head, 3] = weights.amax(-1)
-            del s, visible, padded, weights
+            row_sq = torch.linalg.vecdot(visible, visible)
+            mean_logit = torch.linalg.vecdot(exp_s, visible) / partition  # Σ_j a_ij s_ij
+            features[..., head, 0] = exp_s[..., 0] / partition
+            features[..., head, 1] = log_z - mean_logit
+            features[..., head, 2] = torch.diagonal(exp_s, dim1=-2, dim2=-1) / partition
+            features[..., head, 3] = 1.0 / partition  # the row maximum has exp_s = 1
+            del exp_s
+            running = visible.cumsum_(-1)  # in place: visible is not needed any more
+            bin_sums = running.gather(-1, hi_at) * hi_used - running.gather(-1, lo_at) * lo_used  # [batch, T, B]
+            del s, visible, running
             z_sum = log_z.sum(0).cpu()
             a["s1"][g, layer, head] += (fold @ bin_sums.sum(0).cpu()).numpy()
             a["z1"][g, layer, head] += (fold @ (z_sum[:, None] * st.per_bin)).numpy()

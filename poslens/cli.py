@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -39,3 +41,41 @@ def models() -> None:
             entry.attention, entry.rope_bases, entry.size, installed,
         )
     Console(width=max(console.width, 130)).print(table)
+
+
+def _print_frame(frame, title: str) -> None:
+    table = Table(title=title)
+    table.add_column(frame.index.name or "")
+    for column in frame.columns:
+        table.add_column(str(column))
+    for index, row in frame.iterrows():
+        table.add_row("all ≥1" if index == -1 else str(index), *[str(v) for v in row])
+    Console(width=max(console.width, 150)).print(table)
+
+
+def _quantized_note(model) -> str:
+    return f" — weights {model.quantized}" if model.quantized else ""
+
+
+@app.command()
+def leakage(
+    model: str = typer.Option(..., help="Registry name, local model folder, or a model id in the local HF cache."),
+    n_seqs: int = typer.Option(32, help="Number of sequences N."),
+    seq_len: int = typer.Option(256, help="Tokens per sequence T (position 0 included)."),
+    variant: str = typer.Option("base", help="Inference-time variant: ntk:<a>, window:<W>, rope-base:<θ>, joined by '+'."),
+    bos: str = typer.Option("bos", help="Position 0: bos, none, or token:<id or string>."),
+    corpus: str = typer.Option("docs", help="docs, random, repeat, or a path to .txt/.jsonl/folder."),
+    seed: int = typer.Option(0, help="Seed of the corpus sampling."),
+    groups: int = typer.Option(8, help="Groups of sequences for the intervals."),
+    early: int = typer.Option(32, help="Q: the early window is 1 ≤ i < Q."),
+    batch_size: int = typer.Option(4, help="Sequences per forward pass."),
+    out: Path = typer.Option(..., help="Output folder: leakage.parquet and leakage.csv are written there."),
+) -> None:
+    """Measure position leakage and its mask / residual-stream decomposition (METHOD §3–§5)."""
+    loaded = poslens.load_model(model, variant=variant)
+    tokens = poslens.make_corpus(loaded, corpus, n_seqs=n_seqs, seq_len=seq_len, position0=bos, seed=seed)
+    result = poslens.measure(loaded, tokens, groups=groups, early=early, batch_size=batch_size)
+    path = result.save(Path(out) / "leakage.parquet")
+    for window in ("early", "all"):
+        _print_frame(result.summary(window), f"{loaded.name} [{loaded.variant_name}], {window} queries, head mean, 95% CI{_quantized_note(loaded)}")
+    console.print(f"wrote {path} and {path.with_suffix('.csv')}")

@@ -9,6 +9,8 @@ leakage_pattern holds for aggregates too.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from poslens.binning import Binning
@@ -112,7 +114,8 @@ def aggregate(per_head: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         w, n_layers, n_heads = values.shape
         full = np.full((w, n_layers + 1, n_heads + 1), np.nan)
         full[:, :n_layers, :n_heads] = values
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # mean of all-NaN slices stays NaN
             full[:, :n_layers, n_heads] = np.nanmean(values, axis=2) if n_heads else np.nan
             later = full[:, 1:n_layers, n_heads] if n_layers > 1 else full[:, :n_layers, n_heads]
             full[:, n_layers, n_heads] = np.nanmean(later, axis=1)
@@ -208,7 +211,9 @@ def probe_metrics(sums: CellSums, penalty: float = 1e-3) -> tuple[np.ndarray, np
 
     def with_mean(x: np.ndarray) -> np.ndarray:
         later = x[..., 1:] if n_layers > 1 else x
-        return np.concatenate([x, np.nanmean(later, axis=-1, keepdims=True)], axis=-1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.concatenate([x, np.nanmean(later, axis=-1, keepdims=True)], axis=-1)
 
     return with_mean(pooled), with_mean(folds)
 

@@ -139,7 +139,7 @@ def load_model(
         >>> import poslens
         >>> model = poslens.load_model("smollm2-135m", variant="ntk:2")  # doctest: +SKIP
         >>> model.rope_base[0]  # doctest: +SKIP
-        203278.0...
+        204522.28...
     """
     start = time.perf_counter()
     parsed = parse_variant(variant)
@@ -237,8 +237,10 @@ def _build(
     dtype: torch.dtype,
 ) -> PosModel:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
     from transformer_lens.model_bridge import TransformerBridge
 
+    hf_logging.disable_progress_bar()  # poslens shows its own progress
     config = AutoConfig.from_pretrained(folder, local_files_only=True)
     _check_supported(config, name)
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config

@@ -68,6 +68,18 @@ class Result:
             raise KeyError(f"{len(rows)} rows for metric={metric!r}, window={query_window!r}, layer={layer}, head={head}")
         return float(rows["value"].iloc[0])
 
+    def summary(self, query_window: str = "early", metrics: tuple[str, ...] = ("leakage_pattern", "c_res", "c_mask", "key0_mass", "probe_r2")) -> pd.DataFrame:
+        """Per-layer aggregates (head = −1) of a few metrics, one column each, formatted ``value [low, high]``.
+
+        Example:
+            >>> print(result.summary("early"))  # doctest: +SKIP
+        """
+        rows = self.table[(self.table["head"] == -1) & (self.table["query_window"] == query_window) & self.table["metric"].isin(metrics)]
+        cells = rows.assign(text=[f"{v:.4f} [{lo:.4f}, {hi:.4f}]" for v, lo, hi in zip(rows["value"], rows["ci_low"], rows["ci_high"])])
+        wide = cells.pivot_table(index="layer", columns="metric", values="text", aggfunc="first")
+        order = sorted(wide.index, key=lambda layer: (layer < 0, layer))
+        return wide.reindex(index=order, columns=[m for m in metrics if m in wide.columns])
+
     def save(self, path: str | Path, csv: bool = True) -> Path:
         """Write ``path`` (Parquet with provenance), a ``.csv`` twin and, if present, ``.sums.npz``.
 

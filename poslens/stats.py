@@ -16,6 +16,7 @@ L(y) = ‖P(y)‖² / SST(y) needs only Σy² over the window for SST.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -193,7 +194,9 @@ def jackknife_interval(estimate: np.ndarray, replicates: np.ndarray, level: floa
         (0.776, 1.224)
     """
     g = replicates.shape[0]
-    centred = replicates - np.nanmean(replicates, axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN cells (undefined figures) stay NaN
+        centred = replicates - np.nanmean(replicates, axis=0)
     se = np.sqrt((g - 1) / g * np.nansum(centred**2, axis=0))
     half = t_quantile(g, level) * se
     return estimate - half, estimate + half
@@ -208,6 +211,8 @@ def fold_interval(pooled: np.ndarray, per_fold: np.ndarray, level: float = 0.95)
         0.497
     """
     g = per_fold.shape[0]
-    sd = np.nanstd(per_fold, axis=0, ddof=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        sd = np.nanstd(per_fold, axis=0, ddof=1)
     half = t_quantile(g, level) * sd / np.sqrt(g)
     return pooled - half, pooled + half
