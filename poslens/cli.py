@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import poslens
@@ -44,7 +45,7 @@ def models() -> None:
 
 
 def _print_frame(frame, title: str) -> None:
-    table = Table(title=title)
+    table = Table(title=escape(title))
     table.add_column(frame.index.name or "")
     for column in frame.columns:
         table.add_column(str(column))
@@ -77,5 +78,5 @@ def leakage(
     result = poslens.measure(loaded, tokens, groups=groups, early=early, batch_size=batch_size)
     path = result.save(Path(out) / "leakage.parquet")
     for window in ("early", "all"):
-        _print_frame(result.summary(window), f"{loaded.name} [{loaded.variant_name}], {window} queries, head mean, 95% CI{_quantized_note(loaded)}")
+        _print_frame(result.summary(window), f"{loaded.name} ({loaded.variant_name}), {window} queries, head mean, 95% CI{_quantized_note(loaded)}")
     console.print(f"wrote {path} and {path.with_suffix('.csv')}")
