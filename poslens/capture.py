@@ -90,8 +90,11 @@ class LeakageCapture:
         >>> run_with_hooks(model, tokens, capture.hooks())  # doctest: +SKIP
     """
 
-    def __init__(self, model: Any, binning: Binning, groups: int, probe: bool = True, check_mask: bool = True) -> None:
+    def __init__(
+        self, model: Any, binning: Binning, groups: int, probe: bool = True, check_mask: bool = True, chunk_elements: int = 1 << 22
+    ) -> None:
         self.model = model
+        self.chunk_elements = chunk_elements  # float64 elements per head step (32 MiB per copy)
         self.binning = binning
         self.probe = probe
         self.check_mask = check_mask
@@ -162,47 +165,55 @@ class LeakageCapture:
         a, g, fold = self.sums.arrays, self.group, self._fold
         pos = self._positions
         b_count = self.binning.n_offset_bins
-        lo = st.lo.to(scores.device).expand(batch, t_q, b_count)
-        hi = st.hi.to(scores.device).expand(batch, t_q, b_count)
+        lo = st.lo.to(scores.device)[None].expand(batch, t_q, b_count)
+        hi = st.hi.to(scores.device)[None].expand(batch, t_q, b_count)
         keys = pos.to(scores.device)
-        features = torch.empty(batch, t_q, heads, len(FEATURES), dtype=torch.float64, device=scores.device)
+        features = torch.empty(batch, heads, t_q, len(FEATURES), dtype=torch.float64, device=scores.device)
         key_weights = torch.stack([torch.ones_like(keys), keys], dim=-1)  # [T, 2]
         lo_used, hi_used = lo > 0, hi > 0
         lo_at, hi_at = (lo - 1).clamp(min=0), (hi - 1).clamp(min=0)
-        for head in range(heads):
-            s = scores[:, head].to(torch.float64, copy=True)  # [batch, T, T], ours to modify
+        invisible = ~valid
+        fold_d = fold.to(scores.device)
+        per_bin, n_visible = st.per_bin.to(scores.device), st.n_visible.to(scores.device)
+        chunk = max(1, self.chunk_elements // (batch * t_q * t_k))  # heads per step, bounding float64 copies
+        for h0 in range(0, heads, chunk):
+            h1 = min(heads, h0 + chunk)
+            s = scores[:, h0:h1].to(torch.float64, copy=True)  # [batch, h, T, T], ours to modify
             row_max = s.amax(-1, keepdim=True)
             # one exp pass gives log Z, the weights and the entropy; masked entries underflow to 0
             exp_s = torch.exp(s - row_max)
             partition = exp_s.sum(-1)
             log_z = row_max[..., 0] + torch.log(partition)
-            visible = s.masked_fill_(~valid, 0.0)  # reuses s's memory
+            visible = s.masked_fill_(invisible, 0.0)  # reuses s's memory
             moments = visible @ key_weights  # row sums of s and of j·s
             row_sum, row_js = moments[..., 0], moments[..., 1]
             if not torch.isfinite(row_sum).all() or not torch.isfinite(log_z).all():
+                bad = h0 + int(torch.nonzero(~(torch.isfinite(row_sum) & torch.isfinite(log_z)))[0, 1])
                 raise NonFiniteScoresError(
-                    f"NaN or inf in the attention scores of layer {layer}, head {head} "
+                    f"NaN or inf in the attention scores of layer {layer}, head {bad} "
                     "(in float16 this is usually overflow: use --dtype float32 or bfloat16)"
                 )
             row_sq = torch.linalg.vecdot(visible, visible)
             mean_logit = torch.linalg.vecdot(exp_s, visible) / partition  # Σ_j a_ij s_ij
-            features[..., head, 0] = exp_s[..., 0] / partition
-            features[..., head, 1] = log_z - mean_logit
-            features[..., head, 2] = torch.diagonal(exp_s, dim1=-2, dim2=-1) / partition
-            features[..., head, 3] = 1.0 / partition  # the row maximum has exp_s = 1
+            features[:, h0:h1, :, 0] = exp_s[..., 0] / partition
+            features[:, h0:h1, :, 1] = log_z - mean_logit
+            features[:, h0:h1, :, 2] = torch.diagonal(exp_s, dim1=-2, dim2=-1) / partition
+            features[:, h0:h1, :, 3] = 1.0 / partition  # the row maximum has exp_s = 1
             del exp_s
             running = visible.cumsum_(-1)  # in place: visible is not needed any more
-            bin_sums = running.gather(-1, hi_at) * hi_used - running.gather(-1, lo_at) * lo_used  # [batch, T, B]
+            n = h1 - h0
+            hi_i, lo_i = hi_at[:, None].expand(batch, n, t_q, b_count), lo_at[:, None].expand(batch, n, t_q, b_count)
+            bin_sums = (running.gather(-1, hi_i) * hi_used[:, None] - running.gather(-1, lo_i) * lo_used[:, None]).sum(0)
             del s, visible, running
-            z_sum = log_z.sum(0).cpu()
-            a["s1"][g, layer, head] += (fold @ bin_sums.sum(0).cpu()).numpy()
-            a["z1"][g, layer, head] += (fold @ (z_sum[:, None] * st.per_bin)).numpy()
-            a["s2"][g, layer, head] += (fold @ row_sq.sum(0).cpu()).numpy()
-            a["z2"][g, layer, head] += (fold @ ((log_z**2).sum(0).cpu() * st.n_visible)).numpy()
-            a["sz"][g, layer, head] += (fold @ (log_z * row_sum).sum(0).cpu()).numpy()
-            a["si"][g, layer, head] += (fold @ (pos * row_sum.sum(0).cpu())).numpy()
-            a["sj"][g, layer, head] += (fold @ row_js.sum(0).cpu()).numpy()
-        features = features.cpu()
+            z_sum = log_z.sum(0)  # [h, T]
+            a["s1"][g, layer, h0:h1] += torch.einsum("ct,htb->hcb", fold_d, bin_sums).cpu().numpy()
+            a["z1"][g, layer, h0:h1] += torch.einsum("ct,ht,tb->hcb", fold_d, z_sum, per_bin).cpu().numpy()
+            a["s2"][g, layer, h0:h1] += (row_sq.sum(0) @ fold_d.T).cpu().numpy()
+            a["z2"][g, layer, h0:h1] += (((log_z**2).sum(0) * n_visible) @ fold_d.T).cpu().numpy()
+            a["sz"][g, layer, h0:h1] += ((log_z * row_sum).sum(0) @ fold_d.T).cpu().numpy()
+            a["si"][g, layer, h0:h1] += ((row_sum.sum(0) * keys) @ fold_d.T).cpu().numpy()
+            a["sj"][g, layer, h0:h1] += (row_js.sum(0) @ fold_d.T).cpu().numpy()
+        features = features.permute(0, 2, 1, 3).cpu()  # [batch, T, H, F]
         per_row = features.sum(0)  # [T, H, F]
         a["feat"][g, layer] += torch.einsum("ct,thf->hfc", fold, per_row).numpy()
         self.sums.row_features[layer] += per_row.permute(1, 2, 0).numpy()

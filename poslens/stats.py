@@ -80,11 +80,33 @@ def project(sums: np.ndarray, counts: np.ndarray) -> Projection:
     bin_sum = y @ offset_onehot
     bin_n = n @ offset_onehot
     relative = bin_sum[..., b_idx] / bin_n[b_idx]
-    gram = a.T @ (a * n[:, None])
+    used = a.any(axis=0)  # bins with no cell in this window carry no parameter
+    a = a[:, used]
     rhs = y @ a  # [..., p]: Aᵀ Y with Y cell sums (= Aᵀ W ȳ)
-    coef = rhs @ np.linalg.pinv(gram, hermitian=True)  # gram is symmetric
+    coef = rhs @ _gram_inverse(a, n)
     additive = coef @ a.T
     return Projection(counts=n, relative=relative, additive=additive, saturated=y / n)
+
+
+def _gram_inverse(a: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """(Aᵀ diag(n) A)⁻¹, cached: counts differ between layers, windows and jackknife
+    replicates only through the window and a common scale, so few distinct ones occur."""
+    scale = n.sum()
+    key = (a.shape, a.tobytes(), (n / scale).round(12).tobytes())
+    inverse = _GRAM_CACHE.get(key)
+    if inverse is None:
+        gram = a.T @ (a * (n / scale)[:, None])
+        try:
+            inverse = np.linalg.inv(gram)
+        except np.linalg.LinAlgError:
+            inverse = np.linalg.pinv(gram, hermitian=True)
+        if len(_GRAM_CACHE) > 256:
+            _GRAM_CACHE.clear()
+        _GRAM_CACHE[key] = inverse
+    return inverse / scale
+
+
+_GRAM_CACHE: dict[tuple, np.ndarray] = {}
 
 
 def weighted_inner(x: np.ndarray, y: np.ndarray, counts: np.ndarray) -> np.ndarray:
