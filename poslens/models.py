@@ -246,7 +246,11 @@ def _build(
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     n_heads = text_config.num_attention_heads
     d_head = getattr(text_config, "head_dim", None) or text_config.hidden_size // n_heads
-    rotary_dim = int(d_head * float(getattr(text_config, "partial_rotary_factor", 1.0) or 1.0))
+    # transformers ≥ 5 keeps partial_rotary_factor inside rope_parameters (GPT-NeoX, Phi, StableLM).
+    factor = getattr(text_config, "partial_rotary_factor", None)
+    if factor is None:
+        factor = next((p["partial_rotary_factor"] for p in rope_parameter_dicts(text_config) if "partial_rotary_factor" in p), None)
+    rotary_dim = int(d_head * float(factor or 1.0))
     apply_rope_variant(text_config, variant, rotary_dim)
     try:
         hf = AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=dtype, local_files_only=True)
