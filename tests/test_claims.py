@@ -1,0 +1,449 @@
+"""Verdict rules of poslens.claims on small hand-built tidy tables.
+
+The numbers below are constructed inputs, chosen to put each rule on each of
+its three outcomes; no model runs here.
+"""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import poslens.claims as claims
+from poslens.claims import (
+    CLAIM_COLUMNS,
+    INCONCLUSIVE,
+    NOT_SUPPORTED,
+    STATEMENTS,
+    SUPPORTED,
+    claim_c1,
+    claim_c2,
+    claim_c3,
+    claim_c4,
+    claim_c5,
+    claim_c6,
+    depth_slope,
+    evaluate,
+    figure_row,
+    label_cases,
+)
+from poslens.results import COLUMNS, Result
+
+row = figure_row
+
+
+def frame(*rows: dict) -> pd.DataFrame:
+    return pd.DataFrame(list(rows), columns=COLUMNS)
+
+
+def verdicts(rows: list[dict]) -> set[str]:
+    return {r["verdict"] for r in rows}
+
+
+def only_verdict(rows: list[dict]) -> str:
+    found = verdicts(rows)
+    assert len(found) == 1, found
+    return found.pop()
+
+
+# --------------------------------------------------------------------------- C1
+
+
+def c1_table(leak: tuple, probe: tuple, **kw) -> pd.DataFrame:
+    return frame(row("leakage_pattern_heldout", *leak, **kw), row("probe_r2", *probe, **kw))
+
+
+@pytest.mark.parametrize(
+    "leak, probe, expected",
+    [
+        ((0.05, 0.04, 0.06), (0.6, 0.5, 0.7), SUPPORTED),
+        ((0.05, 0.04, 0.06), (-0.2, -0.3, 0.0), NOT_SUPPORTED),  # ci_high = 0 counts as <= 0
+        ((-0.01, -0.02, -0.001), (0.6, 0.5, 0.7), NOT_SUPPORTED),
+        ((0.05, 0.04, 0.06), (0.2, -0.1, 0.5), INCONCLUSIVE),
+        ((0.01, 0.0, 0.02), (0.6, 0.5, 0.7), INCONCLUSIVE),  # ci_low = 0 is not > 0
+    ],
+)
+def test_c1_three_verdicts(leak, probe, expected):
+    rows = claim_c1(c1_table(leak, probe))
+    assert len(rows) == 2
+    assert only_verdict(rows) == expected
+    assert [r["figure"] for r in rows] == [leak[0], probe[0]]
+    assert all(r["statement"] == STATEMENTS["C1"] for r in rows)
+    assert "ci_low > 0" in rows[0]["rule"] and "ci_high <= 0" in rows[0]["rule"]
+    assert "leakage_pattern_heldout" in rows[0]["rule"] and "probe_r2" in rows[1]["rule"]
+
+
+def test_c1_ignores_other_windows_and_interventions_and_splits_models():
+    t = pd.concat(
+        [
+            c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7), model="a"),
+            c1_table((-0.05, -0.06, -0.04), (0.6, 0.5, 0.7), model="b", variant="ntk:4"),
+            c1_table((-1, -1, -1), (-1, -1, -1), model="a", query_window="early"),
+            c1_table((-1, -1, -1), (-1, -1, -1), model="a", intervention="bos:zero"),
+            c1_table((-1, -1, -1), (-1, -1, -1), model="a", layer=3),
+        ]
+    )
+    rows = claim_c1(t)
+    by_model = {r["model"]: r["verdict"] for r in rows}
+    assert by_model == {"a": SUPPORTED, "b (ntk:4)": NOT_SUPPORTED}
+
+
+def test_c1_nan_interval_is_inconclusive():
+    assert only_verdict(claim_c1(c1_table((0.05, np.nan, np.nan), (0.6, 0.5, 0.7)))) == INCONCLUSIVE
+
+
+def test_c1_missing_row_names_metric_layer_window():
+    t = frame(row("leakage_pattern_heldout", 0.05, 0.04, 0.06))
+    with pytest.raises(ValueError, match=r"probe_r2.*layer -1.*head -1.*window 'all'"):
+        claim_c1(t)
+
+
+def test_duplicate_row_is_an_error():
+    t = c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7))
+    with pytest.raises(ValueError, match="expected exactly one"):
+        claim_c1(pd.concat([t, t.iloc[[1]]]))
+
+
+def test_accepts_result_objects_and_rejects_other_types():
+    t = c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7))
+    assert only_verdict(claim_c1(Result(t, {}))) == SUPPORTED
+    with pytest.raises(TypeError):
+        claim_c1([1, 2, 3])
+    with pytest.raises(ValueError, match="lacks column"):
+        claim_c1(t.drop(columns=["ci_low"]))
+
+
+# --------------------------------------------------------------------------- C2
+
+
+def c2_table(mask: tuple, res: tuple, share: tuple = (0.9, 0.8, 1.0)) -> pd.DataFrame:
+    return frame(
+        row("c_mask", *mask, layer=0),
+        row("c_res", *res, layer=0),
+        row("count_share", *share, layer=0),
+        row("c_mask", -1, -1, -1, layer=-1),  # the model aggregate must not be used
+        row("c_res", 1, 1, 1, layer=1),
+    )
+
+
+@pytest.mark.parametrize(
+    "mask, res, expected",
+    [
+        ((0.02, 0.01, 0.03), (0.0, -0.001, 0.001), SUPPORTED),
+        ((0.02, 0.01, 0.03), (0.0, 0.0, 0.0), SUPPORTED),  # an interval [0, 0] contains 0
+        ((-0.02, -0.03, -0.01), (0.0, -0.001, 0.001), NOT_SUPPORTED),
+        ((0.0, -0.01, 0.0), (0.0, -0.001, 0.001), NOT_SUPPORTED),
+        ((0.02, 0.01, 0.03), (0.01, 0.005, 0.015), INCONCLUSIVE),  # C_res clearly non-zero at layer 0
+        ((0.02, -0.01, 0.05), (0.0, -0.001, 0.001), INCONCLUSIVE),
+    ],
+)
+def test_c2_three_verdicts(mask, res, expected):
+    rows = claim_c2(c2_table(mask, res))
+    assert len(rows) == 3
+    assert only_verdict(rows) == expected
+    assert [r["figure"] for r in rows] == [mask[0], res[0], 0.9]
+    assert "c_mask ci_low > 0" in rows[0]["rule"] and "contains 0" in rows[0]["rule"]
+    assert "layer 0" in rows[0]["rule"] and "count_share" in rows[2]["rule"]
+
+
+def test_c2_missing_count_share_is_an_error():
+    t = frame(row("c_mask", 0.02, 0.01, 0.03, layer=0), row("c_res", 0, -1, 1, layer=0))
+    with pytest.raises(ValueError, match=r"count_share.*layer 0.*window 'all'"):
+        claim_c2(t)
+
+
+# --------------------------------------------------------------------------- C3
+
+
+def c3_tables(res: tuple, red: tuple, label: str = "sink-ablation:0.3") -> tuple[pd.DataFrame, pd.DataFrame]:
+    leak = frame(row("c_res", *res, query_window="early"), row("c_res", -9, -9, -9, query_window="all"))
+    abl = frame(row("reduction", *red, query_window="early", intervention=label))
+    return leak, abl
+
+
+@pytest.mark.parametrize(
+    "res, red, expected",
+    [
+        ((0.01, 0.005, 0.015), (0.3, 0.1, 0.5), SUPPORTED),
+        ((0.01, 0.005, 0.015), (-0.1, -0.2, -0.05), NOT_SUPPORTED),
+        ((-0.01, -0.02, -0.005), (0.3, 0.1, 0.5), NOT_SUPPORTED),
+        ((0.01, 0.005, 0.015), (0.1, -0.1, 0.3), INCONCLUSIVE),
+        ((0.01, -0.005, 0.025), (0.3, 0.1, 0.5), INCONCLUSIVE),
+    ],
+)
+def test_c3_three_verdicts(res, red, expected):
+    rows = claim_c3(*c3_tables(res, red))
+    assert len(rows) == 2
+    assert only_verdict(rows) == expected
+    assert [r["figure"] for r in rows] == [res[0], red[0]]
+    assert "reduction ci_low > 0" in rows[0]["rule"] and "window 'early'" in rows[0]["rule"]
+    assert "sink-ablation:0.3" in rows[1]["rule"]
+
+
+def test_c3_one_evaluation_per_ablation_label():
+    leak, abl = c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))
+    abl = pd.concat([abl, frame(row("reduction", -0.1, -0.2, -0.05, query_window="early", intervention="sink-ablation:0.5"))])
+    rows = claim_c3(leak, abl)
+    assert [r["verdict"] for r in rows] == [SUPPORTED, SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED]
+
+
+def test_c3_missing_rows_are_errors():
+    leak, abl = c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))
+    with pytest.raises(ValueError, match=r"leakage: no row for metric 'c_res', layer -1, head -1, window 'early'"):
+        claim_c3(leak[leak["query_window"] == "all"], abl)
+    with pytest.raises(ValueError, match="sink-ablation"):
+        claim_c3(leak, abl.assign(intervention="none"))
+
+
+# --------------------------------------------------------------------------- C4
+
+
+STANDARD = ("smollm2-135m", "base")
+STD_CI = (0.010, 0.008, 0.012)
+RISING = [(1, 0.01), (2, 0.02), (3, 0.035), (4, 0.04), (5, 0.05)]
+
+
+def c4_table(ntk: tuple, sliding: tuple, per_layer=RISING) -> pd.DataFrame:
+    rows = [
+        row("c_res", *STD_CI, model=STANDARD[0], variant=STANDARD[1], query_window="early"),
+        row("c_res", *ntk, model="smollm2-135m", variant="ntk:4", query_window="early"),
+        row("c_res", *sliding, model="gemma3-270m", variant="base", query_window="early"),
+        row("c_res", 0.5, 0.5, 0.5, model="gemma3-270m", layer=0, query_window="early"),  # layer 0 is left out of the slope
+    ]
+    rows += [row("c_res", v, v - 0.005, v + 0.005, model="gemma3-270m", layer=layer, query_window="early") for layer, v in per_layer]
+    rows += [row("c_res", 9, 9, 9, model="gemma3-270m", layer=layer, head=0, query_window="early") for layer, _ in per_layer]
+    return label_cases(frame(*rows))
+
+
+@pytest.mark.parametrize(
+    "ntk, sliding, expected",
+    [
+        ((0.002, 0.001, 0.003), (0.03, 0.02, 0.04), SUPPORTED),
+        ((0.02, 0.015, 0.025), (0.03, 0.02, 0.04), NOT_SUPPORTED),  # NTK wholly above the standard
+        ((0.002, 0.001, 0.003), (0.003, 0.002, 0.004), NOT_SUPPORTED),  # sliding wholly below
+        ((0.009, 0.005, 0.009), (0.03, 0.02, 0.04), INCONCLUSIVE),  # NTK overlaps
+        ((0.002, 0.001, 0.003), (0.013, 0.012, 0.02), INCONCLUSIVE),  # touching at 0.012 is not "wholly above"
+    ],
+)
+def test_c4_three_verdicts(ntk, sliding, expected):
+    rows = claim_c4(c4_table(ntk, sliding))
+    comparisons = [r for r in rows if " vs " in r["model"]]
+    assert [r["model"] for r in comparisons] == ["smollm2-135m (ntk:4) vs smollm2-135m", "gemma3-270m vs smollm2-135m"]
+    assert only_verdict(comparisons) == expected
+    assert [r["figure"] for r in comparisons] == [ntk[0], sliding[0]]
+    assert "wholly below" in comparisons[0]["rule"] and "c_res (standard) = 0.01 [0.008, 0.012]" in comparisons[0]["rule"]
+    assert "c_res (ntk) = " in comparisons[0]["rule"] and "c_res (sliding) = " in comparisons[1]["rule"]
+
+
+def test_c4_window_parameter_selects_rows():
+    t = c4_table((0.002, 0.001, 0.003), (0.03, 0.02, 0.04))
+    with pytest.raises(ValueError, match="window 'all'"):
+        claim_c4(t, query_window="all")
+    flipped = t.assign(query_window="all")
+    assert only_verdict([r for r in claim_c4(flipped, "all") if " vs " in r["model"]]) == SUPPORTED
+
+
+@pytest.mark.parametrize(
+    "per_layer, expected",
+    [
+        (RISING, SUPPORTED),
+        ([(1, 0.05), (2, 0.04), (3, 0.035), (4, 0.02), (5, 0.01)], NOT_SUPPORTED),
+        ([(1, 0.01), (2, 0.05), (3, 0.0), (4, 0.04), (5, 0.012)], INCONCLUSIVE),
+    ],
+)
+def test_c4_depth_slope_three_verdicts(per_layer, expected):
+    rows = claim_c4(c4_table((0.002, 0.001, 0.003), (0.03, 0.02, 0.04), per_layer))
+    (slope,) = [r for r in rows if "slope" in r["model"]]
+    layers, values = zip(*per_layer)
+    assert slope["figure"] == pytest.approx(np.polyfit(layers, values, 1)[0])
+    assert slope["ci_low"] <= slope["figure"] <= slope["ci_high"]
+    assert slope["verdict"] == expected
+    assert "jackknife" in slope["rule"] and "95%" in slope["rule"] and "layers 1..5" in slope["rule"]
+
+
+def test_depth_slope_jackknife_matches_hand_formula():
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    y = np.array([0.0, 0.3, 0.1, 0.5])
+    s, lo, hi = depth_slope(x, y)
+    reps = np.array([np.polyfit(np.delete(x, k), np.delete(y, k), 1)[0] for k in range(4)])
+    se = np.sqrt(3 / 4 * np.sum((reps - reps.mean()) ** 2))
+    from scipy import stats
+
+    t = stats.t.ppf(0.975, 3)
+    assert (s, lo, hi) == pytest.approx((np.polyfit(x, y, 1)[0], s - t * se, s + t * se))
+    with pytest.raises(ValueError, match="at least 3"):
+        depth_slope(x[:2], y[:2])
+
+
+def test_c4_needs_every_case_and_enough_layers():
+    t = c4_table((0.002, 0.001, 0.003), (0.03, 0.02, 0.04))
+    with pytest.raises(ValueError, match="case 'ntk'"):
+        claim_c4(t[t["case"] != "ntk"])
+    with pytest.raises(ValueError, match="exactly one .* 'standard'"):
+        claim_c4(t[t["case"] != "standard"])
+    with pytest.raises(ValueError, match="case"):
+        claim_c4(t.drop(columns=["case"]))
+    few = t[~((t["model"] == "gemma3-270m") & (t["layer"] >= 3))]
+    with pytest.raises(ValueError, match="at least 3"):
+        claim_c4(few)
+
+
+def test_label_cases():
+    t = frame(
+        *[
+            row("c_res", 0, 0, 0, model=m, variant=v)
+            for m, v in [
+                ("smollm2-135m", "base"),
+                ("smollm2-135m", "ntk:2"),
+                ("smollm2-135m", "window:64"),
+                ("smollm2-135m", "ntk:2+window:64"),
+                ("gemma3-270m", "base"),
+                ("other", "base"),
+            ]
+        ]
+    )
+    assert label_cases(t)["case"].tolist() == ["standard", "ntk", "sliding", None, "sliding", None]
+    assert label_cases(t, standard=("other", "base"))["case"].tolist()[-1] == "standard"
+    assert "case" not in t.columns  # a copy
+
+
+# --------------------------------------------------------------------------- C5
+
+
+@pytest.mark.parametrize(
+    "red, expected",
+    [
+        ((0.4, 0.35, 0.45), SUPPORTED),
+        ((0.2, 0.1, 0.5), SUPPORTED),
+        ((0.1, 0.05, 0.25), NOT_SUPPORTED),  # ci_high < 0.3
+        ((0.7, 0.55, 0.8), NOT_SUPPORTED),  # ci_low > 0.5
+        ((0.25, 0.2, 0.35), INCONCLUSIVE),  # below 0.4 but reaching into the band
+        ((0.6, 0.45, 0.75), INCONCLUSIVE),
+        ((0.4, -0.1, 0.9), INCONCLUSIVE),  # contains 0.4 but also 0
+    ],
+)
+def test_c5_three_verdicts(red, expected):
+    t = frame(row("reduction", *red, intervention="bos:mean", query_window="early"))
+    (r,) = claim_c5(t)
+    assert r["verdict"] == expected
+    assert r["model"] == "m, bos:mean"
+    for threshold in ("0.4", "0.1", "0.3", "0.5"):
+        assert threshold in r["rule"]
+
+
+def test_c5_one_row_per_kind_and_custom_thresholds():
+    kinds = ["bos:mean", "bos:zero", "bos:noise", "bos:token:the"]
+    t = frame(*[row("reduction", 0.4, 0.35, 0.45, intervention=k, query_window="early") for k in kinds])
+    t = pd.concat([t, frame(row("reduction", 9, 9, 9, intervention="sink-ablation:0.3", query_window="early"))])
+    rows = claim_c5(t)
+    assert sorted(r["model"].split(", ")[1] for r in rows) == sorted(kinds)
+    assert verdicts(rows) == {SUPPORTED}
+    moved = claim_c5(t, target=0.8, band=0.2)
+    assert verdicts(moved) == {NOT_SUPPORTED}
+    assert "0.8" in moved[0]["rule"] and "0.6" in moved[0]["rule"] and "1" in moved[0]["rule"]
+    with pytest.raises(ValueError, match="band"):
+        claim_c5(t, band=-0.1)
+
+
+def test_c5_missing_rows():
+    with pytest.raises(ValueError, match="bos:"):
+        claim_c5(frame(row("reduction", 0.4, 0.35, 0.45, query_window="early")))
+    with pytest.raises(ValueError, match=r"reduction.*window 'early'.*bos:mean"):
+        claim_c5(frame(row("reduction", 0.4, 0.35, 0.45, intervention="bos:mean", query_window="all")))
+
+
+# --------------------------------------------------------------------------- C6
+
+
+def c6_table(bos=(0.0, 0.0, 1e-7), none=(0.2, 0.1, 0.3), acc=(0.9, 0.8, 1.0), chance=0.1) -> pd.DataFrame:
+    rows = [row("dispersion", v, v, v, intervention="position0:bos", layer=layer) for layer, v in enumerate(bos)]
+    rows += [
+        row("dispersion", 0.0, 0.0, 0.0, intervention="position0:bos", layer=-1),
+        row("dispersion", *none, intervention="position0:none"),
+        row("dispersion", 0.3, 0.2, 0.4, intervention="position0:none", layer=2),
+        row("readout_accuracy", *acc, intervention="position0:varied"),
+        row("readout_chance", chance, chance, chance, intervention="position0:varied"),
+    ]
+    return frame(*rows)
+
+
+@pytest.mark.parametrize(
+    "kw, expected",
+    [
+        ({}, SUPPORTED),
+        ({"bos": (0.0, 0.0, 1e-3)}, NOT_SUPPORTED),  # fingerprint not constant with BOS
+        ({"none": (-0.01, -0.02, 0.0)}, NOT_SUPPORTED),
+        ({"acc": (0.1, 0.05, 0.1)}, NOT_SUPPORTED),  # ci_high at chance
+        ({"none": (0.05, -0.01, 0.1)}, INCONCLUSIVE),
+        ({"acc": (0.2, 0.05, 0.4)}, INCONCLUSIVE),
+        ({"bos": (0.0, np.nan, 0.0)}, INCONCLUSIVE),
+    ],
+)
+def test_c6_three_verdicts(kw, expected):
+    rows = claim_c6(c6_table(**kw))
+    assert len(rows) == 3
+    assert only_verdict(rows) == expected
+    assert "1e-05" in rows[0]["rule"] and "readout_chance = 0.1" in rows[0]["rule"]
+
+
+def test_c6_reports_the_maximum_bos_dispersion_and_tolerance_is_a_parameter():
+    rows = claim_c6(c6_table(bos=(0.0, 3e-6, 1e-7)))
+    assert rows[0]["figure"] == 3e-6 and "at layer 1" in rows[0]["rule"]
+    assert rows[1]["figure"] == 0.2 and rows[2]["figure"] == 0.9
+    assert only_verdict(claim_c6(c6_table(bos=(0.0, 3e-6, 1e-7)), tolerance=1e-6)) == NOT_SUPPORTED
+    assert "1e-06" in claim_c6(c6_table(), tolerance=1e-6)[0]["rule"]
+
+
+def test_c6_missing_rows():
+    t = c6_table()
+    with pytest.raises(ValueError, match=r"readout_chance.*layer -1.*position0:varied"):
+        claim_c6(t[t["metric"] != "readout_chance"])
+    with pytest.raises(ValueError, match=r"dispersion.*position0:none"):
+        claim_c6(t[~((t["intervention"] == "position0:none") & (t["layer"] == -1))])
+    with pytest.raises(ValueError, match="per-layer"):
+        claim_c6(t[~((t["intervention"] == "position0:bos") & (t["layer"] >= 0))])
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+def test_evaluate_columns_and_not_measured():
+    out = evaluate()
+    assert list(out.columns) == CLAIM_COLUMNS == ["claim", "statement", "model", "figure", "ci_low", "ci_high", "rule", "verdict"]
+    assert out["claim"].tolist() == ["C1", "C2", "C3", "C4", "C5", "C6"]
+    assert set(out["verdict"]) == {INCONCLUSIVE} and set(out["rule"]) == {"not measured"}
+    assert out["statement"].tolist() == list(STATEMENTS.values())
+
+
+def test_evaluate_everything():
+    leakage = pd.concat([c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)), c2_table((0.02, 0.01, 0.03), (0, -1e-3, 1e-3)), c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[0]])
+    ablation = c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[1]
+    bos_swap = frame(row("reduction", 0.4, 0.35, 0.45, intervention="bos:mean", query_window="early"))
+    comparison = c4_table((0.002, 0.001, 0.003), (0.03, 0.02, 0.04))
+    out = evaluate(Result(leakage, {}), Result(ablation, {}), bos_swap, comparison, c6_table())
+    assert list(out.columns) == CLAIM_COLUMNS
+    assert set(out["claim"]) == set(STATEMENTS)
+    assert set(out["verdict"]) == {SUPPORTED}
+    assert out["figure"].dtype == float and out["rule"].str.len().min() > 20
+    # C3 without its ablation table is not measured; C1 and C2 still evaluate.
+    partial = evaluate(leakage=leakage)
+    assert partial.set_index("claim").loc["C3", "rule"] == "not measured"
+    assert set(partial[partial["claim"].isin(["C1", "C2"])]["verdict"]) == {SUPPORTED}
+    # Thresholds pass through.
+    moved = evaluate(bos_swap=bos_swap, claims=["C5"], c5_target=0.8)
+    assert moved["verdict"].tolist() == [NOT_SUPPORTED]
+
+
+def test_evaluate_propagates_missing_rows_and_rejects_unknown_claims():
+    with pytest.raises(ValueError, match="c_mask"):
+        evaluate(leakage=c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)))
+    with pytest.raises(ValueError, match="unknown claim"):
+        evaluate(claims=["C7"])
+
+
+def test_docstring_examples_run():
+    result = doctest.testmod(claims, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 10 and result.failed == 0
