@@ -80,3 +80,96 @@ def leakage(
     for window in ("early", "all"):
         _print_frame(result.summary(window), f"{loaded.name} ({loaded.variant_name}), {window} queries, head mean, 95% CI{_quantized_note(loaded)}")
     console.print(f"wrote {path} and {path.with_suffix('.csv')}")
+
+
+def _study(model: str, n_seqs: int, seq_len: int, groups: int, seed: int, corpus: str, out: Path, **extra) -> "Study":
+    from poslens.study import Settings, Study
+
+    settings = Settings(model=model, n_seqs=n_seqs, seq_len=seq_len, groups=groups, seed=seed, corpus=corpus, **extra)
+    return Study(settings, out, log=lambda message: console.print(escape(message)))
+
+
+_MODEL = typer.Option("smollm2-135m", help="Registry name, local model folder, or a model id in the local HF cache.")
+_N_SEQS = typer.Option(16, help="Number of sequences N.")
+_SEQ_LEN = typer.Option(128, help="Tokens per sequence T.")
+_GROUPS = typer.Option(8, help="Groups of sequences for the intervals.")
+_SEED = typer.Option(0, help="Seed of the corpus sampling.")
+_CORPUS = typer.Option("docs", help="docs, random, repeat, or a path to .txt/.jsonl/folder.")
+_OUT = typer.Option(..., help="Output folder.")
+
+
+def _show(result, metric: str, title: str) -> None:
+    rows = result.table[(result.table["metric"] == metric) & (result.table["head"] == -1)]
+    Console(width=max(console.width, 130)).print(
+        escape(title), rows[["intervention", "layer", "query_window", "value", "ci_low", "ci_high"]].to_string(index=False)
+    )
+
+
+@app.command()
+def sinks(model: str = _MODEL, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, groups: int = _GROUPS, seed: int = _SEED,
+          corpus: str = _CORPUS, tau: float = typer.Option(0.3, help="Sink-reading threshold τ."), out: Path = _OUT) -> None:
+    """Sink score of every head and sink-reading head counts per layer (METHOD §6)."""
+    result = _study(model, n_seqs, seq_len, groups, seed, corpus, out, tau=tau).sinks()
+    counts = result.table[result.table["metric"] == "sink_heads"]
+    console.print(counts[["layer", "value", "ci_low", "ci_high"]].to_string(index=False))
+
+
+@app.command("bos-swap")
+def bos_swap(model: str = _MODEL, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, groups: int = _GROUPS, seed: int = _SEED,
+             corpus: str = _CORPUS,
+             replacement: list[str] = typer.Option(["mean"], help="mean, zero, noise or token:<id or string>; repeat for several."),
+             out: Path = _OUT) -> None:
+    """Replace the BOS embedding and report the reduction of C_res (METHOD §7)."""
+    result = _study(model, n_seqs, seq_len, groups, seed, corpus, out, replacements=tuple(replacement)).bos_swap()
+    _show(result, "reduction", "reduction of C_res = 1 − C_res(after)/C_res(before)")
+
+
+@app.command("ablate-sinks")
+def ablate_sinks(model: str = _MODEL, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, groups: int = _GROUPS, seed: int = _SEED,
+                 corpus: str = _CORPUS, tau: float = typer.Option(0.3, help="Sink-reading threshold τ."), out: Path = _OUT) -> None:
+    """Ablate the sink path of sink-reading heads and report the reduction of C_res (METHOD §7)."""
+    result = _study(model, n_seqs, seq_len, groups, seed, corpus, out, tau=tau).ablate_sinks()
+    _show(result, "reduction", "reduction of C_res under sink-path ablation")
+
+
+@app.command()
+def fingerprint(model: str = _MODEL, n_seqs: int = typer.Option(16, help="Sequences per setting."),
+                seq_len: int = typer.Option(48, help="Tokens per sequence."), groups: int = _GROUPS, seed: int = _SEED,
+                tau: float = typer.Option(0.3, help="Sink-reading threshold τ."), out: Path = _OUT) -> None:
+    """Position-0 fingerprint: dispersion with and without BOS, trajectory similarity, readout (METHOD §8)."""
+    study = _study(model, n_seqs, 128, groups, seed, "docs", out, tau=tau, fingerprint_seqs=n_seqs, fingerprint_len=seq_len)
+    result = study.fingerprint()
+    rows = result.table[(result.table["layer"] == -1)]
+    console.print(rows[["intervention", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
+
+
+@app.command("compare")
+def compare_command(n_seqs: int = typer.Option(8, help="Sequences per case."),
+                    seq_len: int = typer.Option(640, help="Tokens per sequence (beyond gemma3's 512 window by default)."),
+                    groups: int = _GROUPS, seed: int = _SEED, corpus: str = _CORPUS,
+                    full: bool = typer.Option(False, help="All NTK α ∈ {2,4,8} and windows {64,128}, not one of each."),
+                    out: Path = _OUT) -> None:
+    """C_res and C_mask by layer for standard RoPE, NTK and sliding-window cases (C4)."""
+    study = _study("smollm2-135m", 16, 128, groups, seed, corpus, out, compare_seqs=n_seqs, compare_len=seq_len, compare_quick=not full)
+    result = study.compare()
+    rows = result.table[(result.table["layer"] == -1) & (result.table["head"] == -1) & result.table["metric"].isin(["c_res", "c_mask"])]
+    console.print(rows[["model", "variant", "query_window", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
+    console.print("variants other than 'base' are inference-time changes of smollm2-135m; weights are 4-bit quantized")
+
+
+@app.command()
+def claims(out: Path = typer.Option(..., help="Folder holding the parts written by the other commands.")) -> None:
+    """Compute the verdicts C1–C6 from the tables in a folder; writes claims.csv."""
+    from poslens.results import Result
+    from poslens.study import Settings, Study
+
+    parts = {}
+    for name in ("leakage", "bos-swap", "ablate-sinks", "compare", "fingerprint"):
+        path = Path(out) / f"{name}.parquet"
+        if path.exists():
+            parts[name] = Result.load(path)
+    if not parts:
+        raise typer.BadParameter(f"{out} holds none of leakage/bos-swap/ablate-sinks/compare/fingerprint .parquet; run those commands first")
+    table = Study(Settings(), out).claims(parts)
+    console.print(table[["claim", "model", "figure", "ci_low", "ci_high", "verdict"]].to_string(index=False))
+    console.print(f"wrote {Path(out) / 'claims.csv'}")
