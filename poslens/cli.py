@@ -173,3 +173,72 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
     table = Study(Settings(), out).claims(parts)
     console.print(table[["claim", "model", "figure", "ci_low", "ci_high", "verdict"]].to_string(index=False))
     console.print(f"wrote {Path(out) / 'claims.csv'}")
+
+
+def _calibrate_seconds_per_token(model_name: str) -> float:
+    """Time one short forward with capture hooks, to estimate a run's duration."""
+    import time as _time
+
+    from poslens.measure import collect_sums
+
+    model = poslens.load_model(model_name)
+    corpus = poslens.make_corpus(model, "random", n_seqs=2, seq_len=256, position0="bos", seed=0)
+    start = _time.perf_counter()
+    collect_sums(model, corpus, groups=2, batch_size=2, progress=False)
+    return (_time.perf_counter() - start) / (2 * 256)
+
+
+@app.command()
+def report(
+    out: Path = typer.Option(Path("results/quick"), help="Output folder (reruns reuse finished parts)."),
+    quick: bool = typer.Option(True, "--quick/--full", help="--quick: minutes on a laptop CPU; --full: the settings a paper would use."),
+    model: str = typer.Option("smollm2-135m", help="Model for the baseline parts (leakage, sinks, interventions, fingerprint)."),
+    skip_compare: bool = typer.Option(False, help="Skip the architecture comparison (it loads gemma3-270m)."),
+) -> None:
+    """Run the whole study and write report.html, every table (Parquet + CSV), claims.csv and run.json."""
+    import json
+    import time as _time
+
+    from poslens.report import build_report
+    from poslens.study import Settings, Study
+
+    settings = Settings.quick(model=model) if quick else Settings.full(model=model)
+    study = Study(settings, out, log=lambda message: console.print(escape(message)))
+    if not quick:
+        per_token = _calibrate_seconds_per_token(model)
+        s = settings
+        tokens = s.n_seqs * s.seq_len * (1 + 1 + len(s.replacements)) * (1 + s.seq_len / 1024)
+        tokens += 2 * s.fingerprint_seqs * s.fingerprint_len + 6 * s.compare_seqs * s.compare_len * (1 + s.compare_len / 1024) * 2
+        console.print(f"--full: expecting roughly {tokens * per_token / 60:.0f} minutes on this machine "
+                      f"(calibrated at {per_token * 1e3:.1f} ms per token; gemma3-270m costs more per token)")
+    plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint"] + ([] if skip_compare else ["compare"])
+    parts, timings = {}, {}
+    for number, name in enumerate(plan, start=1):
+        console.rule(escape(f"part {number}/{len(plan)}: {name}"))
+        start = _time.perf_counter()
+        parts[name] = getattr(study, name.replace("-", "_"))()
+        timings[name] = _time.perf_counter() - start
+    claims_table = study.claims(parts)
+    settings_dict = {k: v for k, v in settings.__dict__.items() if k != "cases"}
+    page = build_report(parts, claims_table, settings_dict, Path(out) / "report.html")
+    models = {}
+    for result in parts.values():
+        for meta in [result.meta] + result.meta.get("parts", []):
+            if "model" in meta and isinstance(meta["model"], dict):
+                described = meta["model"]
+                models[f"{described['model']} ({described['variant']})"] = {
+                    "source": described.get("source"), "sha256": described.get("source_sha256"), "quantized": described.get("quantized")}
+    leakage_meta = parts["leakage"].meta
+    run = {
+        "poslens_version": poslens.__version__,
+        "preset": "quick" if quick else "full",
+        "settings": settings_dict,
+        "models": models,
+        "corpus": leakage_meta.get("corpus"),
+        "versions": leakage_meta.get("versions"),
+        "timings_seconds": timings,
+        "parts": {name: f"{name}.parquet" for name in parts},
+    }
+    (Path(out) / "run.json").write_text(json.dumps(run, indent=1, default=str))
+    console.print(claims_table[["claim", "model", "verdict"]].to_string(index=False))
+    console.print(f"wrote {page}, {Path(out) / 'claims.csv'}, {Path(out) / 'run.json'}")

@@ -1,0 +1,11 @@
+"""C4: NTK suppresses the residual source, sliding windows let it accumulate, standard RoPE sits in between."""
+
+from _common import show, study_from_args
+
+from poslens import plots
+from poslens.claims import evaluate, label_cases
+
+study = study_from_args(__doc__)
+comparison = study.compare()
+plots.sources_by_layer(comparison.table, "early").write_html(study.out / "c4_architectures.html")
+show(evaluate(comparison=label_cases(comparison.table), claims=["C4"]))

@@ -1,0 +1,107 @@
+"""Wall time and peak memory of poslens.measure against a plain forward and the naive route.
+
+Usage:
+    python benchmarks/bench_measure.py [--model smollm2-135m] [--lengths 256 512 1024] [--n-seqs 2]
+
+For each length T, three routes run on the same tokens, each in a fresh
+subprocess so its peak resident memory (ru_maxrss) is its own:
+
+(a) plain: a bridge forward with no hooks;
+(b) poslens: ``poslens.measure`` (streaming cell sums, then fits with intervals);
+(c) naive: ``bridge.run_with_cache`` keeping every layer's scores and pattern,
+    then the same reduction and fits applied to the cached tensors.
+
+Peak memory is reported whole and as the increase over the process's resident
+memory after the model was loaded. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def child(route: str, model_name: str, seq_len: int, n_seqs: int) -> dict:
+    import torch
+
+    import poslens
+    from poslens.binning import Binning
+    from poslens.capture import LeakageCapture
+    from poslens.hooks import attn_pattern, attn_scores, run_with_hooks
+    from poslens.metrics import metrics_with_intervals
+
+    torch.manual_seed(0)
+    model = poslens.load_model(model_name)
+    corpus = poslens.make_corpus(model, "random", n_seqs=n_seqs, seq_len=seq_len, position0="bos", seed=0)
+    run_with_hooks(model, corpus.tokens[:1, :16])  # warm-up
+    loaded = rss_mb()
+    start = time.perf_counter()
+    if route == "plain":
+        for k in range(n_seqs):
+            run_with_hooks(model, corpus.tokens[k : k + 1])
+    elif route == "poslens":
+        poslens.measure(model, corpus, groups=n_seqs, batch_size=1, probe=False, progress=False)
+    elif route == "naive":
+        capture = LeakageCapture(model, Binning(seq_len), groups=n_seqs, probe=False)
+        wanted = {attn_scores(l) for l in range(model.n_layers)} | {attn_pattern(l) for l in range(model.n_layers)}
+        for k in range(n_seqs):
+            with torch.inference_mode():
+                _, cache = model.bridge.run_with_cache(corpus.tokens[k : k + 1], names_filter=lambda name: name in wanted)
+            capture.group = k
+            capture.add_structure(1)
+            for layer in range(model.n_layers):
+                capture.reduce(layer, cache[attn_scores(layer)])
+            del cache
+        metrics_with_intervals(capture.sums)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"route": route, "seq_len": seq_len, "seconds": seconds, "peak_mb": peak, "loaded_mb": loaded}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024])
+    parser.add_argument("--n-seqs", type=int, default=2)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        route, seq_len, n_seqs = args.child[0], int(args.child[1]), int(args.child[2])
+        print(json.dumps(child(route, args.model, seq_len, n_seqs)))
+        return
+    rows = []
+    for seq_len in args.lengths:
+        for route in ("plain", "poslens", "naive"):
+            out = subprocess.run(
+                [sys.executable, __file__, "--model", args.model, "--child", route, str(seq_len), str(args.n_seqs)],
+                capture_output=True, text=True, check=True,
+            )
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            print(f"  {route:8s} T={seq_len}: {rows[-1]['seconds']:.1f} s, peak {rows[-1]['peak_mb']:.0f} MB", file=sys.stderr)
+    print(f"model {args.model}, {args.n_seqs} sequences per route, batch 1, float32\n")
+    print("| T | route | time (s) | time / plain | peak RSS (MB) | peak / plain | peak − loaded (MB) |")
+    print("|---|---|---|---|---|---|---|")
+    for seq_len in args.lengths:
+        by = {r["route"]: r for r in rows if r["seq_len"] == seq_len}
+        for route in ("plain", "poslens", "naive"):
+            r = by[route]
+            print(
+                f"| {seq_len} | {route} | {r['seconds']:.1f} | {r['seconds'] / by['plain']['seconds']:.2f} | "
+                f"{r['peak_mb']:.0f} | {r['peak_mb'] / by['plain']['peak_mb']:.2f} | {r['peak_mb'] - r['loaded_mb']:.0f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
