@@ -9,7 +9,9 @@ The public API, re-exported here:
 >>> result.to_frame().query("metric == 'c_res'")                     # doctest: +SKIP
 """
 
+from poslens import claims, effects, interventions, sinks
 from poslens.corpus import Corpus, make_corpus
+from poslens.fingerprint import fingerprint
 from poslens.measure import measure
 from poslens.models import ModelNotSupportedError, PosModel, load_model
 from poslens.registry import REGISTRY, registry_names
@@ -25,6 +27,11 @@ __all__ = [
     "REGISTRY",
     "Variant",
     "__version__",
+    "claims",
+    "effects",
+    "fingerprint",
+    "interventions",
+    "sinks",
     "Result",
     "load_model",
     "make_corpus",

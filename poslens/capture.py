@@ -208,6 +208,8 @@ class LeakageCapture:
             z_sum = log_z.sum(0)  # [h, T]
             a["s1"][g, layer, h0:h1] += torch.einsum("ct,htb->hcb", fold_d, bin_sums).cpu().numpy()
             a["z1"][g, layer, h0:h1] += torch.einsum("ct,ht,tb->hcb", fold_d, z_sum, per_bin).cpu().numpy()
+            mean_sum = (row_sum / n_visible).sum(0)  # Σ over sequences of m_i, [h, T]
+            a["m1"][g, layer, h0:h1] += torch.einsum("ct,ht,tb->hcb", fold_d, mean_sum, per_bin).cpu().numpy()
             a["s2"][g, layer, h0:h1] += (row_sq.sum(0) @ fold_d.T).cpu().numpy()
             a["z2"][g, layer, h0:h1] += (((log_z**2).sum(0) * n_visible) @ fold_d.T).cpu().numpy()
             a["sz"][g, layer, h0:h1] += ((log_z * row_sum).sum(0) @ fold_d.T).cpu().numpy()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
@@ -194,6 +195,13 @@ def report(
     quick: bool = typer.Option(True, "--quick/--full", help="--quick: minutes on a laptop CPU; --full: the settings a paper would use."),
     model: str = typer.Option("smollm2-135m", help="Model for the baseline parts (leakage, sinks, interventions, fingerprint)."),
     skip_compare: bool = typer.Option(False, help="Skip the architecture comparison (it loads gemma3-270m)."),
+    n_seqs: Optional[int] = typer.Option(None, help="Override the preset's number of sequences."),
+    seq_len: Optional[int] = typer.Option(None, help="Override the preset's sequence length."),
+    groups: Optional[int] = typer.Option(None, help="Override the preset's number of groups."),
+    fingerprint_seqs: Optional[int] = typer.Option(None, help="Override the fingerprint's sequences per setting."),
+    fingerprint_len: Optional[int] = typer.Option(None, help="Override the fingerprint's sequence length."),
+    compare_seqs: Optional[int] = typer.Option(None, help="Override the comparison's sequences per case."),
+    compare_len: Optional[int] = typer.Option(None, help="Override the comparison's sequence length."),
 ) -> None:
     """Run the whole study and write report.html, every table (Parquet + CSV), claims.csv and run.json."""
     import json
@@ -202,7 +210,10 @@ def report(
     from poslens.report import build_report
     from poslens.study import Settings, Study
 
-    settings = Settings.quick(model=model) if quick else Settings.full(model=model)
+    overrides = {k: v for k, v in dict(n_seqs=n_seqs, seq_len=seq_len, groups=groups, fingerprint_seqs=fingerprint_seqs,
+                                        fingerprint_len=fingerprint_len, compare_seqs=compare_seqs, compare_len=compare_len).items()
+                 if v is not None}
+    settings = Settings.quick(model=model, **overrides) if quick else Settings.full(model=model, **overrides)
     study = Study(settings, out, log=lambda message: console.print(escape(message)))
     if not quick:
         per_token = _calibrate_seconds_per_token(model)

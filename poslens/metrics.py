@@ -37,14 +37,28 @@ ADDITIVE = (
     "c_res",
     "c_mask",
     "c_count",
+    "c_res_centered",
+    "c_mask_centered",
 ) + FEATURES
-RATIOS = {"rho_res": ("c_res", "leakage_pattern"), "rho_mask": ("c_mask", "leakage_pattern"), "count_share": ("c_count", "c_mask")}
+RATIOS = {
+    "rho_res": ("c_res", "leakage_pattern"),
+    "rho_mask": ("c_mask", "leakage_pattern"),
+    "count_share": ("c_count", "c_mask"),
+    "rho_res_centered": ("c_res_centered", "leakage_pattern"),
+}
 HELD_OUT = ("leakage_pattern_heldout", "leakage_logit_heldout")
 
 
 def _window_cells(p: dict[str, np.ndarray], layer: int, mask: np.ndarray):
     counts = p["n"][layer][mask]
     return counts, p["s1"][layer][:, mask], p["z1"][layer][:, mask], p["c1"][layer][mask]
+
+
+def _ratio(numerator: np.ndarray, total_ss: np.ndarray, sum_sq: np.ndarray) -> np.ndarray:
+    """ΔR² numerator / SST, NaN where y is constant (SST at rounding level of Σy²)."""
+    constant = total_ss <= 1e-12 * np.maximum(sum_sq, 1e-300)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(constant, np.nan, numerator / total_ss)
 
 
 def head_metrics(p: dict[str, np.ndarray], binning: Binning) -> dict[str, np.ndarray]:
@@ -77,18 +91,21 @@ def head_metrics(p: dict[str, np.ndarray], binning: Binning) -> dict[str, np.nda
             p_a = p_s - p_z
             sat_s = proj_s.saturated - proj_s.relative
             sat_a = sat_s - (proj_z.saturated - proj_z.relative)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                leak_a = weighted_inner(p_a, p_a, n) / sst_a
-                out["leakage_pattern"][w, layer] = leak_a
-                out["leakage_logit"][w, layer] = weighted_inner(p_s, p_s, n) / sst_s
-                out["leakage_pattern_saturated"][w, layer] = weighted_inner(sat_a, sat_a, n) / sst_a
-                out["leakage_logit_saturated"][w, layer] = weighted_inner(sat_s, sat_s, n) / sst_s
-                out["leakage_count"][w, layer] = weighted_inner(p_c, p_c, n) / sst_c
+            sq_a = s2 - 2 * sz + z2
+            leak_a = _ratio(weighted_inner(p_a, p_a, n), sst_a, sq_a)
+            out["leakage_pattern"][w, layer] = leak_a
+            out["leakage_logit"][w, layer] = _ratio(weighted_inner(p_s, p_s, n), sst_s, s2)
+            out["leakage_pattern_saturated"][w, layer] = _ratio(weighted_inner(sat_a, sat_a, n), sst_a, sq_a)
+            out["leakage_logit_saturated"][w, layer] = _ratio(weighted_inner(sat_s, sat_s, n), sst_s, s2)
+            out["leakage_count"][w, layer] = _ratio(weighted_inner(p_c, p_c, n), sst_c, p["c2"][layer][mask].sum())
             moments = {k: p[k][layer][mask].sum() for k in ("i1", "j1", "ii", "jj", "ij")}
             moments.update(n=total, y1=s_tot, yi=p["si"][layer][:, mask].sum(-1), yj=p["sj"][layer][:, mask].sum(-1))
             out["leakage_linear"][w, layer] = linear_r2_gain(moments, sst_s)
-            parts = decompose(p_s, p_z, p_c, n, leak_a)
+            p_m = project(p["m1"][layer][:, mask], counts).absolute
+            parts = decompose(p_s, p_z, p_c, n, leak_a, p_row_mean=p_m)
             out["c_res"][w, layer], out["c_mask"][w, layer], out["c_count"][w, layer] = parts.c_res, parts.c_mask, parts.c_count
+            out["c_res_centered"][w, layer], out["c_mask_centered"][w, layer] = parts.c_res_centered, parts.c_mask_centered
+            out["rho_res_centered"][w, layer] = parts.rho_res_centered
             out["rho_res"][w, layer], out["rho_mask"][w, layer] = parts.rho_res, parts.rho_mask
             out["count_share"][w, layer] = parts.count_share
             rows = p["rows"][mask].sum()

@@ -165,7 +165,8 @@ class Study:
             base = self.leakage()
             heads = sinks.sink_reading_heads(base, self.settings.tau)
             if not heads:
-                raise RuntimeError(f"no head has sink score ≥ τ = {self.settings.tau}; nothing to ablate")
+                self.log(f"[ablate-sinks] no head has sink score ≥ τ = {self.settings.tau}: nothing to ablate")
+                return Result(base.table.iloc[0:0], {**base.meta, "ablation": {"heads": [], "note": "no sink-reading head"}})
             ablation = SinkAblation(sinks.key0_means(base, heads))
             after = self._measure([ablation], probe=False)
             tables = [reduction(base, after, "c_res", w) for w in ("early", "all")]
@@ -204,9 +205,12 @@ class Study:
         from poslens.claims import evaluate, label_cases
 
         comparison = parts.get("compare")
+        ablation = parts.get("ablate-sinks")
+        if ablation is not None and ablation.table.empty:
+            ablation = None  # no sink-reading head: C3's ablation was not measured
         table = evaluate(
             leakage=parts.get("leakage"),
-            ablation=parts.get("ablate-sinks"),
+            ablation=ablation,
             bos_swap=parts.get("bos-swap"),
             comparison=label_cases(comparison.table) if comparison is not None else None,
             fingerprint=parts.get("fingerprint"),

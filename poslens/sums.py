@@ -13,6 +13,7 @@ n          G, L, C, B         1 (pair count; structural)
 c1         G, L, C, B         count term c_i = log|V_i|
 s1         G, L, H, C, B      logit s_ij
 z1         G, L, H, C, B      log Z_i
+m1         G, L, H, C, B      row mean of the visible logits m_i = mean_{j∈V_i} s_ij
 nq         G, L, C            1, per query bin
 c2         G, L, C            c_i²
 s2         G, L, H, C         s_ij²
@@ -54,7 +55,7 @@ def empty_arrays(groups: int, layers: int, heads: int, binning: Binning) -> dict
     c, b, f, w, d = binning.n_query_bins, binning.n_offset_bins, len(FEATURES), len(WINDOWS), len(FEATURES) * heads + 1
     shapes = {
         "n": (g, l, c, b), "c1": (g, l, c, b),
-        "s1": (g, l, h, c, b), "z1": (g, l, h, c, b),
+        "s1": (g, l, h, c, b), "z1": (g, l, h, c, b), "m1": (g, l, h, c, b),
         "nq": (g, l, c), "c2": (g, l, c),
         "s2": (g, l, h, c), "z2": (g, l, h, c), "sz": (g, l, h, c), "si": (g, l, h, c), "sj": (g, l, h, c),
         "i1": (g, l, c), "j1": (g, l, c), "ii": (g, l, c), "jj": (g, l, c), "ij": (g, l, c),

@@ -1,0 +1,397 @@
+"""The position-0 fingerprint (METHOD §8, claim C6).
+
+Under a causal mask position 0 attends only to itself, so its residual stream
+is a deterministic function of its one token. :func:`position0_trajectories`
+records it, :func:`dispersion` measures its spread across inputs (zero with a
+constant BOS), :func:`trajectory_similarity` compares first tokens,
+:func:`readout` decodes the position-0 token from sink-reading heads' outputs at
+later positions, and :func:`fingerprint` runs all of it into one tidy Result.
+
+Layer index l < L means "entering block l" (``blocks.l.hook_resid_pre``;
+l = 0 is the embedding); l = L means "leaving the last block". In tables,
+layer −1 is the mean over layers 1..L for per-layer figures, and "all heads
+read together" for the readout (whose layer l rows read layer l's heads).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from jaxtyping import Float
+
+from poslens import hooks
+from poslens.corpus import Corpus, make_corpus
+from poslens.measure import group_of, measure, run_metadata
+from poslens.results import COLUMNS, Result
+from poslens.sinks import DEFAULT_TAU, sink_reading_heads, sink_table
+from poslens.stats import fold_interval, jackknife_interval
+
+Interval = tuple[np.ndarray, np.ndarray, np.ndarray]
+BOS_TOLERANCE = 1e-5  # METHOD §8 built-in check: relative dispersion with a constant BOS must be this small
+
+
+def position0_trajectories(model: Any, tokens: torch.Tensor, batch_size: int = 8) -> Float[torch.Tensor, "n layer d_model"]:
+    """Residual stream at position 0 entering every block plus leaving the last: [N, L + 1, d_model].
+
+    Hooks copy only ``x[:, 0]``; nothing else is kept. Returned in float32 on the CPU.
+
+    Example:
+        >>> x = position0_trajectories(model, corpus.tokens)  # doctest: +SKIP
+        >>> x.shape  # doctest: +SKIP
+        torch.Size([32, 31, 576])
+    """
+    n_layers = model.n_layers
+    names = [hooks.resid_pre(layer) for layer in range(n_layers)] + [hooks.resid_post(n_layers - 1)]
+    out = []
+    for start in range(0, tokens.shape[0], batch_size):
+        seen: list[torch.Tensor | None] = [None] * len(names)
+
+        def keep(index: int) -> Callable[..., None]:
+            def hook(x: torch.Tensor, hook: Any) -> None:
+                seen[index] = x[:, 0].detach().float().cpu().clone()
+
+            return hook
+
+        hooks.run_with_hooks(model, tokens[start : start + batch_size], [(name, keep(k)) for k, name in enumerate(names)])
+        missing = [names[k] for k, x in enumerate(seen) if x is None]
+        if missing:
+            raise RuntimeError(f"hooks {missing} never fired; the bridge does not expose them for {model.name}")
+        out.append(torch.stack(seen, dim=1))  # type: ignore[arg-type]
+    return torch.cat(out)
+
+
+def _relative_dispersion(x: np.ndarray) -> np.ndarray:
+    """mean_n ||x_n − x̄|| / ||x̄|| per layer, for x [N, L + 1, d]."""
+    centre = x.mean(axis=0)
+    return np.linalg.norm(x - centre, axis=-1).mean(axis=0) / np.linalg.norm(centre, axis=-1)
+
+
+def _jackknife(statistic: Callable[[np.ndarray], np.ndarray], x: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Estimate on all of ``x`` and delete-one-group replicates [G, ...] (groups label axis 0 of ``x``)."""
+    estimate = statistic(x)
+    replicates = np.stack([statistic(x[group != g]) for g in np.unique(group)])
+    return estimate, replicates
+
+
+def _with_layer_mean(estimate: np.ndarray, replicates: np.ndarray) -> Interval:
+    """Values and jackknife intervals for layers 0..L followed by the mean over layers 1..L."""
+    estimate = np.append(estimate, estimate[1:].mean())
+    replicates = np.concatenate([replicates, replicates[:, 1:].mean(axis=1, keepdims=True)], axis=1)
+    low, high = jackknife_interval(estimate, replicates)
+    return estimate, low, high
+
+
+def dispersion(trajectories: torch.Tensor | np.ndarray, groups: int = 8) -> Interval:
+    """Relative dispersion per layer, mean_n ||x_n − x̄|| / ||x̄||, with a 95% delete-one-group jackknife interval.
+
+    ``trajectories`` is [N, L + 1, d] (from :func:`position0_trajectories`);
+    inputs are split into ``groups`` contiguous groups (:func:`poslens.measure.group_of`).
+    Returns (value, ci_low, ci_high), each [L + 1]. Computed in float64.
+
+    Example:
+        >>> x = np.ones((4, 2, 3)); x[:, 1] += np.arange(4)[:, None]
+        >>> value, low, high = dispersion(x, groups=2)
+        >>> value.round(3).tolist()
+        [0.0, 0.4]
+    """
+    x = np.asarray(trajectories, dtype=np.float64)
+    estimate, replicates = _jackknife(_relative_dispersion, x, group_of(x.shape[0], groups))
+    return (estimate, *jackknife_interval(estimate, replicates))
+
+
+def _mean_pairwise_cosine(x: np.ndarray) -> np.ndarray:
+    """Mean over pairs a < b of cos(x_a, x_b) per layer, for x [K, L + 1, d]."""
+    unit = x / np.linalg.norm(x, axis=-1, keepdims=True)
+    cos = np.einsum("ald,bld->lab", unit, unit)
+    a, b = np.triu_indices(x.shape[0], k=1)
+    return cos[:, a, b].mean(axis=1)
+
+
+def _cosine_jackknife(trajectories: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(trajectories, dtype=np.float64)
+    if x.shape[0] < 3:
+        raise ValueError(f"trajectory similarity needs at least 3 distinct first tokens for an interval, got {x.shape[0]}")
+    return _jackknife(_mean_pairwise_cosine, x, np.arange(x.shape[0]))
+
+
+def trajectory_similarity(model: Any, token_ids: Sequence[int]) -> Interval:
+    """Mean pairwise cosine similarity of the position-0 trajectories of different first tokens, per layer.
+
+    Each token is run as a one-token input: position 0 sees only itself, so
+    this is its trajectory in any sequence. The 95% interval is a
+    delete-one-token jackknife (the tokens are a sample of possible first
+    tokens). Returns (value, ci_low, ci_high), each [L + 1].
+
+    Example:
+        >>> value, low, high = trajectory_similarity(model, [13, 28, 30, 253])  # doctest: +SKIP
+        >>> value[-1]  # cosine after the last block  # doctest: +SKIP
+    """
+    if len(set(token_ids)) != len(token_ids):
+        raise ValueError(f"token_ids must be distinct, got {list(token_ids)}")
+    x = position0_trajectories(model, torch.tensor(list(token_ids), dtype=torch.long)[:, None])
+    estimate, replicates = _cosine_jackknife(x)
+    return (estimate, *jackknife_interval(estimate, replicates))
+
+
+@dataclass
+class Readout:
+    """Held-out readout accuracy against three chance levels (see :func:`centroid_readout`)."""
+
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    chance: float
+    chance_ci_low: float
+    chance_ci_high: float
+    permuted_chance: float
+    permuted_low: float
+    permuted_high: float
+    p_value: float
+    uniform_chance: float
+    n_classes: int
+    n_seqs: int
+
+
+def _fold_hits(x: np.ndarray, y: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sequence hits of nearest-centroid and of majority-class prediction, trained on the other groups."""
+    hits, majority_hits = np.zeros(len(y)), np.zeros(len(y))
+    for g in np.unique(group):
+        train, test = group != g, group == g
+        classes, counts = np.unique(y[train], return_counts=True)
+        centroids = np.stack([x[train][y[train] == c].mean(axis=0) for c in classes])
+        distance = ((x[test][:, None, :] - centroids[None]) ** 2).sum(-1)
+        hits[test] = classes[distance.argmin(axis=1)] == y[test]
+        majority_hits[test] = y[test] == classes[counts.argmax()]  # ties: smallest label
+    return hits, majority_hits
+
+
+def centroid_readout(features: np.ndarray, labels: Sequence[int], groups: int = 8, n_permutations: int = 200, seed: int = 0) -> Readout:
+    """Nearest-class-centroid accuracy, trained on all groups but g and tested on group g.
+
+    Accuracy is pooled over folds (correct / N) with :func:`poslens.stats.fold_interval`
+    clipped to [0, 1]; a test class absent from training counts as an error. Chance levels:
+
+    - ``chance``: always predict the majority training class (same folds). Leaving
+      a group out makes its classes rarer in training, so this can fall below 1/K;
+    - ``permuted_chance``: mean accuracy of the same classifier on
+      ``n_permutations`` seeded label permutations, with the null's central 95%
+      range as its interval; ``p_value`` = (1 + #{null ≥ accuracy}) / (1 + n);
+    - ``uniform_chance``: 1/K.
+
+    Example:
+        >>> r = centroid_readout(np.eye(2)[[0, 1] * 4], [0, 1] * 4, groups=2)
+        >>> r.accuracy, r.uniform_chance
+        (1.0, 0.5)
+    """
+    x = np.asarray(features, dtype=np.float64)
+    y = np.asarray(labels)
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"{x.shape[0]} feature rows but {y.shape[0]} labels")
+    group = group_of(len(y), groups)
+    hits, majority_hits = _fold_hits(x, y, group)
+    fold_acc, fold_chance = (np.array([h[group == g].mean() for g in range(groups)]) for h in (hits, majority_hits))
+    accuracy, chance = hits.mean(), majority_hits.mean()
+    low, high = np.clip(fold_interval(np.array(accuracy), fold_acc), 0.0, 1.0)  # accuracies live in [0, 1]
+    c_low, c_high = np.clip(fold_interval(np.array(chance), fold_chance), 0.0, 1.0)
+    rng = np.random.default_rng(seed)
+    null = np.array([_fold_hits(x, rng.permutation(y), group)[0].mean() for _ in range(n_permutations)])
+    p_value = (1 + np.sum(null >= accuracy - 1e-12)) / (1 + n_permutations)
+    k = len(np.unique(y))
+    return Readout(float(accuracy), float(low), float(high), float(chance), float(c_low), float(c_high), float(null.mean()),
+                   float(np.quantile(null, 0.025)), float(np.quantile(null, 0.975)), float(p_value), 1.0 / k, k, len(y))
+
+
+def readout_features(
+    model: Any, tokens: torch.Tensor, heads: Sequence[tuple[int, int]], positions: Sequence[int] | None = None, batch_size: int = 8
+) -> np.ndarray:
+    """Per sequence, the mean over ``positions`` (default: all i ≥ 1) of the concatenated ``hook_z`` of ``heads``.
+
+    Returns [N, len(heads) · d_head] in float64; heads in the order given.
+
+    Example:
+        >>> readout_features(model, corpus.tokens, [(3, 0), (5, 2)]).shape  # doctest: +SKIP
+        (32, 128)
+    """
+    if not heads:
+        raise ValueError("no heads to read; give at least one (layer, head)")
+    index = list(range(1, tokens.shape[1])) if positions is None else list(positions)
+    if not index or min(index) < 1 or max(index) >= tokens.shape[1]:
+        raise ValueError(f"positions must lie in 1..{tokens.shape[1] - 1}, got {index[:5]}...")
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(int(layer), []).append(int(head))
+    out = []
+    for start in range(0, tokens.shape[0], batch_size):
+        seen: dict[tuple[int, int], torch.Tensor] = {}
+
+        def keep(layer: int) -> Callable[..., None]:
+            def hook(z: torch.Tensor, hook: Any) -> None:  # [batch, pos, head, d_head]
+                for head in by_layer[layer]:
+                    seen[(layer, head)] = z[:, index, head].double().mean(dim=1).cpu()
+
+            return hook
+
+        hooks.run_with_hooks(model, tokens[start : start + batch_size], [(hooks.attn_z(l), keep(l)) for l in by_layer])
+        out.append(torch.cat([seen[(int(l), int(h))] for l, h in heads], dim=1))
+    return torch.cat(out).numpy()
+
+
+def readout(
+    model: Any, corpus: Corpus, heads: Sequence[tuple[int, int]], positions: Sequence[int] | None = None, groups: int = 8,
+    n_permutations: int = 200, seed: int = 0,
+) -> Readout:
+    """How well the position-0 token of each sequence can be decoded from later positions' outputs of ``heads``.
+
+    Features: :func:`readout_features`; labels: ``corpus.position0_token_ids``;
+    classifier and chance: :func:`centroid_readout`.
+
+    Example:
+        >>> r = readout(model, varied_corpus, [(3, 0), (5, 2)], groups=4)  # doctest: +SKIP
+        >>> r.accuracy, r.chance, r.uniform_chance  # doctest: +SKIP
+    """
+    features = readout_features(model, corpus.tokens, heads, positions)
+    return centroid_readout(features, corpus.position0_token_ids, groups, n_permutations, seed)
+
+
+def varied_corpus(model: Any, n_seqs: int, seq_len: int, n_first_tokens: int, seed: int = 0) -> Corpus:
+    """'docs' text after a position-0 slot holding one of K frequent tokens: sequence k gets the (k mod K)-th.
+
+    The K tokens are the most frequent non-special tokens of the sampled text
+    (ties: smaller id). The text windows are those of ``position0='bos'`` with
+    the same seed, so the two corpora differ only at position 0.
+
+    Example:
+        >>> c = varied_corpus(model, 16, 48, 8)  # doctest: +SKIP
+        >>> c.position0, c.meta["first_token_ids"][:2]  # doctest: +SKIP
+    """
+    base = make_corpus(model, "docs", n_seqs, seq_len, position0="token:0", seed=seed)
+    special = set(getattr(model.tokenizer, "all_special_ids", []) or [])
+    counts = Counter(t for t in base.tokens[:, 1:].flatten().tolist() if t not in special)
+    first = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n_first_tokens]]
+    if len(first) < n_first_tokens:
+        raise ValueError(f"the sampled text holds only {len(first)} distinct tokens; ask for fewer first tokens")
+    tokens = base.tokens.clone()
+    tokens[:, 0] = torch.tensor([first[k % len(first)] for k in range(n_seqs)])
+    ids = tokens[:, 0].tolist()
+    strings = model.tokenizer.convert_ids_to_tokens(first)
+    meta = {**base.meta, "first_token_ids": first, "first_tokens": strings, "first_token_rule": "k-th sequence gets token k mod K"}
+    return Corpus(tokens, base.source, seed, "varied", ids, model.tokenizer.convert_ids_to_tokens(ids), meta)
+
+
+def _row(model: Any, intervention: str, metric: str, layer: int, value: float, low: float, high: float) -> dict[str, Any]:
+    return dict(model=model.name, variant=model.variant_name, intervention=intervention, layer=int(layer), head=-1,
+                query_window="all", metric=metric, value=float(value), ci_low=float(low), ci_high=float(high))
+
+
+def _readout_by_layer(
+    features: np.ndarray, labels: Sequence[int], heads: Sequence[tuple[int, int]], groups: int, seed: int
+) -> dict[int, Readout]:
+    """Readout from all ``heads`` together (key −1) and from each layer's heads alone (key = layer)."""
+    out = {-1: centroid_readout(features, labels, groups, seed=seed)}
+    width = features.shape[1] // len(heads)
+    for layer in sorted({l for l, _ in heads}):
+        columns = np.concatenate([np.arange(k * width, (k + 1) * width) for k, (l, _) in enumerate(heads) if l == layer])
+        out[layer] = centroid_readout(features[:, columns], labels, groups, seed=seed)
+    return out
+
+
+def _heads_to_read(sink_result: Result, tau: float) -> tuple[list[tuple[int, int]], str]:
+    """Sink-reading heads (score ≥ τ), or the 3 highest-scoring heads if none reaches τ, with the rule used."""
+    heads = sink_reading_heads(sink_result, tau)
+    if heads:
+        return heads, f"sink score >= tau = {tau}"
+    scores = sink_table(sink_result, tau).query("metric == 'sink_score'").sort_values("value", ascending=False, kind="stable")
+    top = sorted((int(l), int(h)) for l, h in zip(scores["layer"][:3], scores["head"][:3]))
+    return top, f"no head reached tau = {tau}: the 3 heads with the highest sink score"
+
+
+def fingerprint(
+    model: Any,
+    n_seqs: int = 32,
+    seq_len: int = 64,
+    n_first_tokens: int = 8,
+    groups: int = 8,
+    seed: int = 0,
+    tau: float = DEFAULT_TAU,
+    sink_result: Result | None = None,
+) -> Result:
+    """METHOD §8 in one call: dispersion, trajectory similarity and readout, as a tidy table.
+
+    Rows (query_window ``all``, head −1; layer 0..L per layer, −1 = mean over 1..L):
+
+    - ``dispersion`` per layer, intervention ``position0:bos`` (docs text after
+      BOS) and ``position0:none`` (position 0 = first text token);
+    - ``trajectory_cosine`` per layer, ``position0:varied``: the K first tokens
+      run as one-token inputs (interval: delete-one-token jackknife);
+    - ``readout_accuracy``, ``readout_chance`` (majority training class),
+      ``readout_chance_permuted`` (label-permutation null: mean, central 95%),
+      ``readout_chance_uniform`` (1/K) and ``readout_p_value`` (permutation
+      test; interval = value), layer −1, for ``position0:varied``
+      (sequence k starts with the (k mod K)-th most frequent text token) and
+      ``position0:bos``, where the label is constant: one class, so accuracy
+      and chance are both 1 by construction: nothing varies to be read.
+      Layer −1 reads all heads together (as concatenated features, heads with
+      large text-driven outputs can swamp the rest); layer l reads only the
+      heads of layer l.
+
+    The heads read are ``sink_reading_heads(sink_result, tau)``; without
+    ``sink_result``, ``poslens.measure`` is run on the BOS corpus to get them.
+    If no head reaches τ, the 3 heads with the highest sink score are read
+    (``meta['heads_rule']`` says which). ``meta['bos_check']`` records the
+    built-in check that BOS dispersion is ≤ ``BOS_TOLERANCE`` (a warning if not).
+
+    Example:
+        >>> result = fingerprint(poslens.load_model("smollm2-135m"), n_seqs=16, seq_len=48, groups=4)  # doctest: +SKIP
+        >>> result.select("dispersion")[["intervention", "layer", "value"]]  # doctest: +SKIP
+    """
+    bos = make_corpus(model, "docs", n_seqs, seq_len, position0="bos", seed=seed)
+    none = make_corpus(model, "docs", n_seqs, seq_len, position0="none", seed=seed)
+    varied = varied_corpus(model, n_seqs, seq_len, n_first_tokens, seed)
+    sink_source = "given sink_result" if sink_result is not None else "poslens.measure on the position0:bos corpus"
+    if sink_result is None:
+        sink_result = measure(model, bos, groups=groups, probe=False, progress=False)
+    heads, rule = _heads_to_read(sink_result, tau)
+    layers, rows = list(range(model.n_layers + 1)) + [-1], []
+    for label, corpus in (("position0:bos", bos), ("position0:none", none)):
+        x = np.asarray(position0_trajectories(model, corpus.tokens), dtype=np.float64)
+        values = _with_layer_mean(*_jackknife(_relative_dispersion, x, group_of(n_seqs, groups)))
+        rows += [_row(model, label, "dispersion", *row) for row in zip(layers, *values)]
+        if label == "position0:bos":
+            worst = float(values[0][:-1].max())
+            bos_check = dict(max_dispersion=worst, tolerance=BOS_TOLERANCE, passed=worst <= BOS_TOLERANCE)
+            if worst > BOS_TOLERANCE:
+                warnings.warn(f"position-0 dispersion with BOS is {worst:.2e} > {BOS_TOLERANCE:g}: position 0 is not "
+                              "a closed system in this forward pass (check hooks, padding or masks)", stacklevel=2)
+    first = varied.meta["first_token_ids"]
+    values = _with_layer_mean(*_cosine_jackknife(position0_trajectories(model, torch.tensor(first)[:, None])))
+    rows += [_row(model, "position0:varied", "trajectory_cosine", *row) for row in zip(layers, *values)]
+    readouts = {}
+    for label, corpus in (("position0:varied", varied), ("position0:bos", bos)):
+        readouts[label] = _readout_by_layer(readout_features(model, corpus.tokens, heads), corpus.position0_token_ids, heads, groups, seed)
+        for layer, r in readouts[label].items():
+            rows += [_row(model, label, metric, layer, *figures) for metric, figures in (
+                ("readout_accuracy", (r.accuracy, r.ci_low, r.ci_high)),
+                ("readout_chance", (r.chance, r.chance_ci_low, r.chance_ci_high)),
+                ("readout_chance_permuted", (r.permuted_chance, r.permuted_low, r.permuted_high)),
+                ("readout_chance_uniform", (r.uniform_chance,) * 3),
+                ("readout_p_value", (r.p_value,) * 3),
+            )]
+    meta = run_metadata(model, bos, dict(n_seqs=n_seqs, seq_len=seq_len, n_first_tokens=n_first_tokens, groups=groups, seed=seed, tau=tau))
+    meta.update(
+        corpora={"position0:bos": bos.describe(), "position0:none": none.describe(), "position0:varied": varied.describe()},
+        first_token_ids=first,
+        first_tokens=varied.meta["first_tokens"],
+        heads=[list(h) for h in heads],
+        head_sink_scores=[float(sink_result.select("key0_mass", "all", l, h)["value"].iloc[0]) for l, h in heads],
+        heads_rule=rule,
+        sink_source=sink_source,
+        bos_check=bos_check,
+        readout={label: vars(r[-1]) for label, r in readouts.items()},
+    )
+    return Result(pd.DataFrame(rows, columns=COLUMNS), meta)

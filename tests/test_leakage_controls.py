@@ -1,0 +1,345 @@
+"""Built-in controls of METHOD §4 and the additivity of the streamed cell sums (§3.1).
+
+- additivity: batch size and the order of sequences inside a group change nothing;
+- a head with constant logits: C_res = 0, count share 1, L(log a) = L(count term);
+- a per-query shift of the logits leaves every pattern figure unchanged;
+- an explicit absolute-position signal written into the residual stream after
+  layer 0 raises C_res in the layer that reads it, and leaves layer 0 alone;
+- on a real model with natural text, C_res ≈ 0 at layer 0 while C_mask > 0.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import poslens
+from poslens.hooks import attn_scores, resid_post
+from poslens.testing import save_tiny_model
+
+sys.path.insert(0, str(Path(__file__).parent))
+import naive_reference as nr  # noqa: E402
+
+SEQ_LEN, GROUPS, EARLY = 40, 4, 16
+KEY = ["layer", "head", "query_window", "metric"]
+
+
+def frame(result: poslens.Result) -> pd.DataFrame:
+    return result.to_frame().sort_values(KEY).set_index(KEY)[["value", "ci_low", "ci_high"]]
+
+
+def assert_tables_equal(a: pd.DataFrame, b: pd.DataFrame, atol: float, what: str) -> None:
+    assert a.index.equals(b.index), f"{what}: different rows"
+    diff = (a - b).abs().to_numpy()
+    worst = np.nanmax(diff)
+    assert np.array_equal(np.isnan(a.to_numpy()), np.isnan(b.to_numpy())), f"{what}: NaNs differ"
+    assert worst <= atol, f"{what}: largest difference {worst:.3g} at {a.index[np.nanargmax(diff.max(1))]}"
+
+
+def row(result: poslens.Result, metric: str, window: str, layer: int, head: int = -1) -> tuple[float, float, float]:
+    r = result.select(metric, window, layer, head)
+    assert len(r) == 1, (metric, window, layer, head)
+    return float(r["value"].iloc[0]), float(r["ci_low"].iloc[0]), float(r["ci_high"].iloc[0])
+
+
+# -- interventions ------------------------------------------------------------
+
+
+class ConstantLogits:
+    """Set the visible logits of one head to a constant (masked entries stay at the minimum)."""
+
+    def __init__(self, layer: int, head: int, value: float = 0.25):
+        self.layer, self.head, self.value = layer, head, value
+        self.label = f"constant-logits-L{layer}H{head}"
+
+    def hooks(self, model: Any, tokens: torch.Tensor) -> list:
+        def fn(scores: torch.Tensor, hook: Any) -> torch.Tensor:
+            out = scores.clone()
+            head = out[:, self.head]
+            out[:, self.head] = torch.where(head > torch.finfo(head.dtype).min / 2, torch.full_like(head, self.value), head)
+            return out
+
+        return [(attn_scores(self.layer), fn)]
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "constant-logits", "layer": self.layer, "head": self.head, "value": self.value}
+
+
+class QueryShift:
+    """Add γ·log(1+i) to every visible logit of row i of one head: the softmax cannot see it."""
+
+    def __init__(self, layer: int, head: int, gamma: float = 2.0):
+        self.layer, self.head, self.gamma = layer, head, gamma
+        self.label = f"query-shift-L{layer}H{head}"
+
+    def hooks(self, model: Any, tokens: torch.Tensor) -> list:
+        def fn(scores: torch.Tensor, hook: Any) -> torch.Tensor:
+            out = scores.clone()
+            head = out[:, self.head]
+            shift = self.gamma * torch.log1p(torch.arange(head.shape[-2], dtype=head.dtype))[:, None]
+            out[:, self.head] = torch.where(head > torch.finfo(head.dtype).min / 2, head + shift, head)
+            return out
+
+        return [(attn_scores(self.layer), fn)]
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "query-shift", "layer": self.layer, "head": self.head, "gamma": self.gamma}
+
+
+class KeyPositionSignal:
+    """Write an explicit absolute-position signal into the residual stream after block 0.
+
+    x_i += A·(v + ε·log(1+i)·w). v is a unit vector in the null space of layer
+    1's key projection, so it reaches layer 1 only through its queries, as a
+    constant query component q(v). w is chosen so that W_K w points along −q(v)
+    in the slowest rotary pairs (which barely rotate over T = 40 positions):
+    every layer-1 head then gains a logit ≈ −γ·log(1+j) that depends on the
+    *absolute* position of the key j. At fixed offset, the logit falls with i,
+    in step with the mask's −log(i+1), so C_res > 0 to first order in ε.
+    A is large, so RMSNorm makes the token content a small part of q and k.
+    """
+
+    label = "key-position-signal"
+
+    def __init__(self, model: Any, scale: float = 10.0, eps: float = 0.2, layer: int = 1, slow_pairs: tuple[int, ...] = (5, 6, 7)):
+        attn = model.hf_model.model.layers[layer].self_attn
+        w_q = attn.q_proj.weight.detach().double()
+        w_k = attn.k_proj.weight.detach().double()
+        n_heads, n_kv, d_head = model.n_heads, model.n_kv_heads, model.d_head
+        v = torch.linalg.svd(w_k).Vh[-1]  # W_K v ≈ 0
+        q_v = (w_q @ v).view(n_heads, d_head)
+        dims = list(slow_pairs) + [d + d_head // 2 for d in slow_pairs]  # rotate_half pairs (d, d + d_head/2)
+        target = torch.zeros(n_kv, d_head, dtype=torch.float64)
+        for h in range(n_heads):
+            target[h // (n_heads // n_kv), dims] -= q_v[h, dims]
+        w = torch.linalg.lstsq(w_k, target.reshape(-1, 1)).solution[:, 0]
+        w = w - (w @ v) * v
+        self.coupling = [float(q_v[h, dims] @ (w_k @ w).view(n_kv, d_head)[h // (n_heads // n_kv), dims]) for h in range(n_heads)]
+        self.v, self.w = v.float(), (w / w.norm()).float()
+        self.scale, self.eps = scale, eps
+
+    def hooks(self, model: Any, tokens: torch.Tensor) -> list:
+        def fn(x: torch.Tensor, hook: Any) -> torch.Tensor:
+            ell = torch.log1p(torch.arange(x.shape[1], dtype=x.dtype))[:, None]
+            return x + self.scale * (self.v + self.eps * ell * self.w)[None]
+
+        return [(resid_post(0), fn)]
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "key-position-signal", "scale": self.scale, "eps": self.eps}
+
+
+class SinusoidSignal:
+    """A random-direction sinusoidal code of absolute position added after block 0."""
+
+    label = "sinusoid-signal"
+
+    def __init__(self, d_model: int, scale: float = 1.0, seed: int = 1):
+        g = torch.Generator().manual_seed(seed)
+        self.proj = torch.randn(d_model, 6, generator=g) / np.sqrt(6)
+        self.scale = scale
+
+    def hooks(self, model: Any, tokens: torch.Tensor) -> list:
+        def fn(x: torch.Tensor, hook: Any) -> torch.Tensor:
+            i = torch.arange(x.shape[1], dtype=x.dtype)[:, None]
+            freq = torch.tensor([0.5, 1.0, 2.0], dtype=x.dtype) * np.pi / SEQ_LEN
+            code = torch.cat([torch.sin(i * freq), torch.cos(i * freq)], -1)
+            return x + self.scale * (code @ self.proj.T)[None]
+
+        return [(resid_post(0), fn)]
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "sinusoid-signal", "scale": self.scale}
+
+
+# -- fixtures -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory):
+    return poslens.load_model(save_tiny_model(tmp_path_factory.mktemp("controls_llama"), "llama"))
+
+
+@pytest.fixture(scope="module")
+def bos_corpus(llama):
+    return poslens.make_corpus(llama, "random", n_seqs=8, seq_len=SEQ_LEN, position0="bos", seed=5)
+
+
+@pytest.fixture(scope="module")
+def baseline(llama, bos_corpus):
+    return poslens.measure(llama, bos_corpus, groups=GROUPS, early=EARLY, progress=False)
+
+
+# -- (b) additivity -----------------------------------------------------------
+
+
+def test_tables_do_not_depend_on_batching_or_order_within_groups(llama):
+    n, groups = 6, 2
+    corpus = poslens.make_corpus(llama, "random", n_seqs=n, seq_len=SEQ_LEN, position0="bos", seed=7)
+    group = nr.group_of(n, groups)
+    assert group.tolist() == [0, 0, 0, 1, 1, 1]
+    # reverse the order inside every group block: the grouping is unchanged
+    perm = np.concatenate([np.nonzero(group == g)[0][::-1] for g in range(groups)])
+    assert not np.array_equal(perm, np.arange(n)) and np.array_equal(group[perm], group)
+    kw = dict(groups=groups, early=EARLY, progress=False)
+    reference = frame(poslens.measure(llama, corpus, batch_size=1, **kw))
+    # 2 splits each group of 3 into batches of 2 and 1; n puts each whole group in one batch
+    for batch_size in (2, n):
+        other = frame(poslens.measure(llama, corpus, batch_size=batch_size, **kw))
+        assert_tables_equal(reference, other, 1e-10, f"batch_size={batch_size} vs 1")
+    permuted = frame(poslens.measure(llama, corpus.subset(perm.tolist()), batch_size=2, **kw))
+    assert_tables_equal(reference, permuted, 1e-10, "sequences permuted within groups")
+
+
+# -- (c) constant logits ------------------------------------------------------
+
+
+def test_constant_logit_head_has_no_residual_component(llama, bos_corpus, baseline):
+    layer, head = 1, 0
+    iv = ConstantLogits(layer, head)
+    result = poslens.measure(llama, bos_corpus, groups=GROUPS, early=EARLY, interventions=[iv], progress=False)
+    assert set(result.table["intervention"]) == {iv.label}
+    assert result.meta["settings"]["interventions"] == [iv.describe()]
+    for window in ("early", "all"):
+        c_res, low, high = row(result, "c_res", window, layer, head)
+        assert abs(c_res) < 1e-10 and abs(low) < 1e-10 and abs(high) < 1e-10, (window, c_res, low, high)
+        assert abs(row(result, "rho_res", window, layer, head)[0]) < 1e-8
+        assert row(result, "count_share", window, layer, head)[0] == pytest.approx(1.0, abs=1e-8)
+        pattern = row(result, "leakage_pattern", window, layer, head)[0]
+        count = row(result, "leakage_count", window, layer, head)[0]
+        assert pattern == pytest.approx(count, abs=1e-9), window
+        assert row(result, "c_mask", window, layer, head)[0] == pytest.approx(count, abs=1e-9)
+        assert row(result, "c_count", window, layer, head)[0] == pytest.approx(count, abs=1e-9)
+        # uniform attention over i+1 keys
+        q = np.arange(1, EARLY if window == "early" else SEQ_LEN)
+        assert row(result, "key0_mass", window, layer, head)[0] == pytest.approx(np.mean(1 / (q + 1)), abs=1e-9)
+        assert row(result, "entropy", window, layer, head)[0] == pytest.approx(np.mean(np.log(q + 1)), abs=1e-6)
+    # the hook changes only that head's scores: layer 0 and the other layer-1 heads are untouched ...
+    def untouched(t: pd.DataFrame) -> pd.DataFrame:
+        lay, hd = t.index.get_level_values("layer"), t.index.get_level_values("head")
+        return t[(lay == 0) | ((lay == layer) & (hd >= 0) & (hd != head))]
+
+    a, b = frame(baseline), frame(result)
+    assert_tables_equal(untouched(a), untouched(b), 1e-12, "rows the intervention cannot reach")
+    # ... and it does reach the forward pass: layer 2 changes
+    later_a, later_b = (t[t.index.get_level_values("layer") == 2] for t in (a, b))
+    shared = later_a.index.intersection(later_b.index)
+    assert np.nanmax((later_a.loc[shared] - later_b.loc[shared]).abs().to_numpy()) > 1e-6
+
+
+def test_constant_logit_head_keeps_figures_finite(llama, bos_corpus):
+    """L(s) of a constant-logit head is 0/0: it may be absent (NaN) or 0, never ±inf,
+    and it must not turn the layer and model aggregates into inf."""
+    layer, head = 1, 0
+    result = poslens.measure(llama, bos_corpus, groups=GROUPS, early=EARLY, interventions=[ConstantLogits(layer, head)], progress=False)
+    table = result.to_frame()
+    infinite = table[~np.isfinite(table[["value", "ci_low", "ci_high"]]).all(axis=1)]
+    assert infinite.empty, "non-finite figures:\n" + infinite[["layer", "head", "query_window", "metric", "value"]].to_string()
+
+
+# -- a per-query logit shift is invisible to the pattern -------------------------
+
+
+def test_per_query_logit_shift_leaves_pattern_figures_unchanged(llama, bos_corpus, baseline):
+    """log a is invariant to s_ij → s_ij + f(i); every figure of the pattern must be too."""
+    layer, head = 1, 0
+    shifted = poslens.measure(llama, bos_corpus, groups=GROUPS, early=EARLY, interventions=[QueryShift(layer, head)], progress=False)
+    for window in ("early", "all"):
+        for metric in ("leakage_pattern", "leakage_pattern_saturated", "leakage_pattern_heldout", "leakage_count",
+                       "key0_mass", "entropy", "self_mass", "max_mass"):
+            before = row(baseline, metric, window, layer, head)[0]
+            after = row(shifted, metric, window, layer, head)[0]
+            assert after == pytest.approx(before, abs=1e-5), (window, metric, before, after)
+        c_res, c_mask = row(shifted, "c_res", window, layer, head)[0], row(shifted, "c_mask", window, layer, head)[0]
+        assert c_res + c_mask == pytest.approx(row(shifted, "leakage_pattern", window, layer, head)[0], abs=1e-10)
+        # the logits themselves now carry absolute position
+        assert row(shifted, "leakage_logit", window, layer, head)[0] > 10 * row(baseline, "leakage_logit", window, layer, head)[0]
+
+
+def test_per_query_logit_shift_moves_c_res_but_not_the_centred_split(llama, bos_corpus, baseline):
+    """METHOD §4 as written: P(s) includes per-query offsets f(i) that the softmax removes, so a shift
+    s_ij + f(i) leaves the pattern (and L(log a)) unchanged but moves L(log a) between C_res and C_mask.
+    The row-centred split (c_res_centered) is built to be immune to it."""
+    shifted = poslens.measure(llama, bos_corpus, groups=GROUPS, early=EARLY, interventions=[QueryShift(1, 0)], progress=False)
+    for window in ("early", "all"):
+        assert row(shifted, "leakage_pattern", window, 1, 0)[0] == pytest.approx(row(baseline, "leakage_pattern", window, 1, 0)[0], abs=1e-6)  # float32 shift
+        assert abs(row(shifted, "c_res", window, 1, 0)[0] - row(baseline, "c_res", window, 1, 0)[0]) > 0.1
+        assert row(shifted, "c_res_centered", window, 1, 0)[0] == pytest.approx(
+            row(baseline, "c_res_centered", window, 1, 0)[0], abs=1e-6
+        )
+
+
+# -- (d) explicit position signal -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plain_corpus(llama):
+    # random tokens, no BOS: nothing but the model itself marks position
+    return poslens.make_corpus(llama, "random", n_seqs=16, seq_len=SEQ_LEN, position0="none", seed=11)
+
+
+@pytest.fixture(scope="module")
+def plain_baseline(llama, plain_corpus):
+    return poslens.measure(llama, plain_corpus, groups=GROUPS, early=EARLY, progress=False)
+
+
+def test_explicit_position_signal_raises_c_res_in_the_layer_that_reads_it(llama, plain_corpus, plain_baseline):
+    signal = KeyPositionSignal(llama)
+    assert all(c < 0 for c in signal.coupling), signal.coupling  # every head gets −γ·log(1+j), γ > 0
+    result = poslens.measure(llama, plain_corpus, groups=GROUPS, early=EARLY, interventions=[signal], progress=False)
+    a, b = (t[t.index.get_level_values("layer") == 0] for t in (frame(plain_baseline), frame(result)))
+    assert_tables_equal(a, b, 1e-12, "layer 0 (before the signal)")
+    for window in ("early", "all"):
+        base, base_low, base_high = row(plain_baseline, "c_res", window, 1)
+        assert base_low < 0 < base_high, (window, base, base_low, base_high)
+        with_signal, low, high = row(result, "c_res", window, 1)
+        assert low > 0, (window, with_signal, low, high)
+        assert low > base_high, (window, (low, high), (base_low, base_high))
+        assert with_signal > 5 * abs(base), (window, with_signal, base)
+        for head in range(llama.n_heads):
+            assert row(result, "c_res", window, 1, head)[1] > 0, (window, head)
+        # the logits carry absolute position where they did not
+        assert row(result, "leakage_logit", window, 1)[0] > 10 * row(plain_baseline, "leakage_logit", window, 1)[0]
+
+
+def test_random_position_code_puts_position_into_later_logits(llama, plain_corpus, plain_baseline):
+    """A position code in a random direction: L(s) rises in every later layer; C_res's sign is not fixed."""
+    result = poslens.measure(llama, plain_corpus, groups=GROUPS, early=EARLY, interventions=[SinusoidSignal(llama.hf_model.config.hidden_size)], progress=False)
+    for window in ("early", "all"):
+        for layer in range(1, llama.n_layers):
+            before = row(plain_baseline, "leakage_logit", window, layer)
+            after = row(result, "leakage_logit", window, layer)
+            assert after[1] > 0 and after[0] > 5 * before[0], (window, layer, before, after)
+        assert row(result, "c_res", window, 0) == row(plain_baseline, "c_res", window, 0)
+
+
+# -- (e) the real model at layer 0 --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smollm2_model(request):
+    try:
+        return request.getfixturevalue("smollm2")
+    except pytest.FixtureLookupError:
+        from poslens.registry import REGISTRY
+
+        if not REGISTRY["smollm2-135m"].installed():
+            pytest.skip("embedded model smollm2-135m is not installed")
+        return poslens.load_model("smollm2-135m")
+
+
+@pytest.mark.embedded
+def test_smollm2_layer0_has_mask_leakage_but_no_residual_component(smollm2_model):
+    corpus = poslens.make_corpus(smollm2_model, "docs", n_seqs=16, seq_len=64, position0="bos", seed=0)
+    result = poslens.measure(smollm2_model, corpus, groups=8, batch_size=2, progress=False)
+    for window in ("early", "all"):
+        c_res, low, high = row(result, "c_res", window, 0)
+        assert low <= 0 <= high, f"layer-0 C_res {c_res:.4g} [{low:.4g}, {high:.4g}] ({window}) excludes 0"
+        c_mask, low, high = row(result, "c_mask", window, 0)
+        assert c_mask > 0 and low > 0, f"layer-0 C_mask {c_mask:.4g} [{low:.4g}, {high:.4g}] ({window})"

@@ -1,0 +1,243 @@
+"""poslens' leakage figures against a naive, independent reference (METHOD §3–§5).
+
+The reference (``naive_reference.py``) captures every layer's full scores,
+builds the pair-level dataset in numpy float64 and fits explicit one-hot
+designs with ``np.linalg.lstsq``. poslens streams cell sums and solves normal
+equations; the two must agree to 1e-8 on every per-head figure, every layer,
+both query windows, for a full-causal, a sliding-window and a mixed-window
+model, and for an imposed ``window:W`` variant. Aggregates, jackknife intervals
+and the cross-fitted ΔR² are recomputed from their written definitions.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import poslens
+from poslens.binning import Binning
+from poslens.testing import save_tiny_model
+
+sys.path.insert(0, str(Path(__file__).parent))
+import naive_reference as nr  # noqa: E402
+
+N_SEQS, SEQ_LEN, GROUPS, EARLY, WIDTH = 8, 40, 4, 16, 8
+TOL = 1e-8
+WINDOWS = ("early", "all")
+# Additive figures: their layer aggregate is the mean over heads.
+ADDITIVE = (
+    "leakage_pattern",
+    "leakage_logit",
+    "leakage_pattern_saturated",
+    "leakage_logit_saturated",
+    "leakage_linear",
+    "leakage_count",
+    "c_res",
+    "c_mask",
+    "c_count",
+    "key0_mass",
+    "entropy",
+    "self_mass",
+    "max_mass",
+)
+CASES = ("llama", "mistral", "gemma3", "llama-window8")
+
+
+class Case:
+    """One model measured by poslens and by the naive reference, on the same batches."""
+
+    def __init__(self, folder: Path, variant: str | None):
+        self.model = poslens.load_model(folder, variant=variant)
+        self.corpus = poslens.make_corpus(self.model, "random", n_seqs=N_SEQS, seq_len=SEQ_LEN, position0="bos", seed=3)
+        # batch_size = group size, so poslens and the reference run identical forward passes.
+        self.result = poslens.measure(self.model, self.corpus, groups=GROUPS, early=EARLY, batch_size=N_SEQS // GROUPS, progress=False)
+        self.table = nr.lookup(self.result.to_frame())
+        self.binning = Binning(SEQ_LEN, early=EARLY)
+        self.scores = nr.capture_scores(self.model, self.corpus.tokens, GROUPS)
+        self.naive = nr.naive_table(self.scores, self.binning)
+
+    def got(self, layer: int, head: int, window: str, metric: str, part: int = 0) -> float:
+        key = (layer, head, window, metric)
+        if key not in self.table:
+            raise AssertionError(f"poslens' table has no row for {key}")
+        return float(self.table[key][part])
+
+
+@pytest.fixture(scope="module")
+def tiny_folders(tmp_path_factory: pytest.TempPathFactory):
+    made: dict[str, Path] = {}
+
+    def folder(kind: str) -> Path:
+        if kind not in made:
+            # seed 1 for Mistral, so that it is not the seed-0 Llama under another window
+            made[kind] = save_tiny_model(tmp_path_factory.mktemp(f"ref_{kind}"), kind, seed=int(kind == "mistral"))
+        return made[kind]
+
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cases(tiny_folders):
+    """Measured cases, built once per module and shared by every test that names them."""
+    made: dict[str, Case] = {}
+
+    def get(name: str) -> Case:
+        if name not in made:
+            kind, _, variant = name.partition("-")
+            made[name] = Case(tiny_folders(kind), f"window:{WIDTH}" if variant == "window8" else None)
+        return made[name]
+
+    return get
+
+
+@pytest.fixture(params=CASES)
+def case(request, cases) -> Case:
+    return cases(request.param)
+
+
+def test_per_head_figures_match_naive_reference(case: Case):
+    assert [s.shape for s in case.scores] == [(N_SEQS, case.model.n_heads, SEQ_LEN, SEQ_LEN)] * case.model.n_layers
+    bad = []
+    for (layer, window), figures in case.naive.items():
+        for metric in nr.PER_HEAD:
+            for head, want in enumerate(figures[metric]):
+                got = case.got(layer, head, window, metric)
+                if not abs(got - want) <= TOL:
+                    bad.append(f"L{layer} h{head} {window} {metric}: poslens {got!r} vs naive {want!r} (Δ={got - want:.3g})")
+    assert not bad, f"{len(bad)} figures differ from the naive reference:\n" + "\n".join(bad[:30])
+
+
+def test_figures_are_sane(case: Case):
+    """Ranges that hold by construction, so a sign or normalisation slip shows at once."""
+    for (layer, window), f in case.naive.items():
+        for metric in ("leakage_pattern", "leakage_logit", "leakage_count", "leakage_pattern_saturated"):
+            assert np.all(f[metric] >= -1e-12) and np.all(f[metric] <= 1 + 1e-12), (layer, window, metric)
+        assert np.all(f["leakage_pattern_saturated"] >= f["leakage_pattern"] - 1e-12)
+        np.testing.assert_allclose(f["rho_res"] + f["rho_mask"], 1.0, atol=1e-10)
+        np.testing.assert_allclose(f["c_res"] + f["c_mask"], f["leakage_pattern"], atol=1e-12)
+        for head in range(case.model.n_heads):
+            got = [case.got(layer, head, window, m) for m in ("c_res", "c_mask", "leakage_pattern")]
+            assert abs(got[0] + got[1] - got[2]) < 1e-10
+
+
+def test_aggregates_are_means_over_heads_and_layers(case: Case):
+    n_layers, n_heads = case.model.n_layers, case.model.n_heads
+    for window in WINDOWS:
+        for metric in ADDITIVE:
+            layer_agg = []
+            for layer in range(n_layers):
+                per_head = case.naive[(layer, window)][metric]
+                got = case.got(layer, -1, window, metric)
+                assert got == pytest.approx(per_head.mean(), abs=TOL), (layer, window, metric)
+                # and the aggregate is the mean of poslens' own per-head rows
+                own = np.mean([case.got(layer, h, window, metric) for h in range(n_heads)])
+                assert got == pytest.approx(own, abs=1e-12), (layer, window, metric)
+                layer_agg.append(got)
+            model_agg = case.got(-1, -1, window, metric)
+            assert model_agg == pytest.approx(np.mean(layer_agg[1:]), abs=1e-12), (window, metric)
+        # shares of an aggregate are ratios of aggregated components
+        for layer in list(range(n_layers)) + [-1]:
+            def g(m):
+                return case.got(layer, -1, window, m)
+
+            assert g("rho_res") == pytest.approx(g("c_res") / g("leakage_pattern"), abs=1e-10)
+            assert g("rho_mask") == pytest.approx(g("c_mask") / g("leakage_pattern"), abs=1e-10)
+            assert g("count_share") == pytest.approx(g("c_count") / g("c_mask"), abs=1e-10)
+            assert g("c_res") + g("c_mask") == pytest.approx(g("leakage_pattern"), abs=1e-10)
+
+
+@pytest.mark.parametrize("case", ["llama", "gemma3"], indirect=True)
+def test_jackknife_intervals_match_leave_one_group_out_refits(case: Case):
+    """θ̂ ± t_{0.975,G−1}·sqrt((G−1)/G Σ(θ_(g) − θ̄)²), θ_(g) refit naively without group g."""
+    group = nr.group_of(N_SEQS, GROUPS)
+    assert group.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    n_layers, n_heads = case.model.n_layers, case.model.n_heads
+    for window in WINDOWS:
+        reps = {
+            layer: [nr.layer_metrics(nr.PairData(case.scores[layer][group != g], case.binning, window), saturated=False) for g in range(GROUPS)]
+            for layer in range(1, n_layers)
+        }
+        for layer in range(1, n_layers):
+            full = case.naive[(layer, window)]
+            for metric in ("leakage_pattern", "c_res", "rho_res", "leakage_linear", "key0_mass"):
+                for head in range(n_heads):
+                    rep = np.array([r[metric][head] for r in reps[layer]])
+                    low, high = nr.jackknife(full[metric][head], rep)
+                    assert case.got(layer, head, window, metric, 1) == pytest.approx(low, abs=TOL), (layer, head, window, metric)
+                    assert case.got(layer, head, window, metric, 2) == pytest.approx(high, abs=TOL), (layer, head, window, metric)
+            # layer aggregate of a share: ratio of the head-means in every replicate
+            rep_rho = np.array([r["c_res"].mean() / r["leakage_pattern"].mean() for r in reps[layer]])
+            low, high = nr.jackknife(full["c_res"].mean() / full["leakage_pattern"].mean(), rep_rho)
+            assert case.got(layer, -1, window, "rho_res", 1) == pytest.approx(low, abs=TOL)
+            assert case.got(layer, -1, window, "rho_res", 2) == pytest.approx(high, abs=TOL)
+        # model aggregate (mean over layers ≥ 1 of head-means)
+        rep_model = np.array([np.mean([reps[l][g]["c_res"].mean() for l in range(1, n_layers)]) for g in range(GROUPS)])
+        est = np.mean([case.naive[(l, window)]["c_res"].mean() for l in range(1, n_layers)])
+        low, high = nr.jackknife(est, rep_model)
+        assert case.got(-1, -1, window, "c_res", 1) == pytest.approx(low, abs=TOL)
+        assert case.got(-1, -1, window, "c_res", 2) == pytest.approx(high, abs=TOL)
+
+
+@pytest.mark.parametrize("case", ["llama"], indirect=True)
+def test_heldout_delta_r2_matches_explicit_cross_fit(case: Case):
+    """Fit R and F on all groups but g by lstsq, score on g; Σ_g ΔSSE_g / Σ_g SST_g."""
+    t = stats.t.ppf(0.975, GROUPS - 1)
+    for layer, head in ((1, 2), (2, 0)):
+        for window in WINDOWS:
+            data = nr.PairData(case.scores[layer], case.binning, window)
+            for which, metric in (("loga", "leakage_pattern_heldout"), ("s", "leakage_logit_heldout")):
+                value, folds = nr.heldout_leakage(data, GROUPS, N_SEQS, head, which)
+                half = t * folds.std(ddof=1) / np.sqrt(GROUPS)
+                where = (layer, head, window, metric)
+                assert case.got(*where) == pytest.approx(value, abs=TOL), where
+                assert case.got(*where, part=1) == pytest.approx(value - half, abs=TOL), where
+                assert case.got(*where, part=2) == pytest.approx(value + half, abs=TOL), where
+                if which == "loga":
+                    in_sample = case.naive[(layer, window)]["leakage_pattern"][head]
+                    where = (layer, head, window, "leakage_pattern_bias")
+                    assert case.got(*where) == pytest.approx(in_sample - value, abs=TOL), where
+                    assert case.got(*where, part=1) == pytest.approx(in_sample - value - half, abs=TOL), where
+                    assert case.got(*where, part=2) == pytest.approx(in_sample - value + half, abs=TOL), where
+    # held-out aggregates are means over heads, then over layers ≥ 1
+    n_layers, n_heads = case.model.n_layers, case.model.n_heads
+    for window in WINDOWS:
+        for metric in ("leakage_pattern_heldout", "leakage_logit_heldout"):
+            layer_agg = [case.got(l, -1, window, metric) for l in range(n_layers)]
+            for layer in range(n_layers):
+                heads = [case.got(layer, h, window, metric) for h in range(n_heads)]
+                assert layer_agg[layer] == pytest.approx(np.mean(heads), abs=1e-12), (layer, window, metric)
+            assert case.got(-1, -1, window, metric) == pytest.approx(np.mean(layer_agg[1:]), abs=1e-12)
+
+
+@pytest.mark.parametrize("case", ["llama-window8"], indirect=True)
+def test_window_variant_count_term_saturates(case: Case):
+    """Under ``window:W`` the count term is c_i = log min(i+1, W): constant once i ≥ W − 1."""
+    assert case.model.variant.window == WIDTH
+    positions = np.arange(SEQ_LEN)
+    c = np.log(np.minimum(positions + 1, WIDTH))
+    assert np.all(c[WIDTH - 1 :] == c[WIDTH - 1]) and np.all(np.diff(c[:WIDTH]) > 0)
+    # the variant really imposes the window: visible keys per query = min(i+1, W) in every layer and head
+    for scores in case.scores:
+        visible = (scores > nr.FMIN32 / 2).sum(-1)
+        assert np.all(visible == np.minimum(positions + 1, WIDTH))
+
+    def count_fn(i):
+        return np.log(np.minimum(i + 1, WIDTH))
+
+    def causal_fn(i):
+        return np.log(i + 1.0)
+
+    for layer in range(case.model.n_layers):
+        for window in WINDOWS:
+            windowed = nr.layer_metrics(nr.PairData(case.scores[layer], case.binning, window, count=count_fn))
+            causal = nr.layer_metrics(nr.PairData(case.scores[layer], case.binning, window, count=causal_fn))
+            want, wrong = windowed["leakage_count"][0], causal["leakage_count"][0]
+            assert abs(want - wrong) > 1e-3  # the check can tell the two count terms apart
+            for head in range(case.model.n_heads):
+                assert case.got(layer, head, window, "leakage_count") == pytest.approx(want, abs=TOL), (layer, head, window)
+                c_count = case.got(layer, head, window, "c_count")
+                assert c_count == pytest.approx(windowed["c_count"][head], abs=TOL), (layer, head, window)
