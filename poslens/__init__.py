@@ -9,9 +9,8 @@ The public API, re-exported here:
 >>> result.to_frame().query("metric == 'c_res'")                     # doctest: +SKIP
 """
 
-from poslens import claims, effects, interventions, sinks
+from poslens import claims, effects, fingerprint, interventions, sinks
 from poslens.corpus import Corpus, make_corpus
-from poslens.fingerprint import fingerprint
 from poslens.measure import measure
 from poslens.models import ModelNotSupportedError, PosModel, load_model
 from poslens.registry import REGISTRY, registry_names
