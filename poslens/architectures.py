@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import pandas as pd
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from poslens.measure import measure
 from poslens.models import load_model

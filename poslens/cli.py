@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import poslens
+from poslens import distributed
 from poslens.registry import REGISTRY
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Where does absolute position come from in RoPE transformers?")
@@ -71,12 +72,19 @@ def leakage(
     groups: int = typer.Option(8, help="Groups of sequences for the intervals."),
     early: int = typer.Option(32, help="Q: the early window is 1 ≤ i < Q."),
     batch_size: int = typer.Option(4, help="Sequences per forward pass."),
+    dtype: str = typer.Option("float32", help="Weights' dtype: float32, bfloat16 or float16 (sums stay float64)."),
+    device_map: Optional[str] = typer.Option(None, help="transformers device map, e.g. 'auto' to spread a large model over GPUs."),
     out: Path = typer.Option(..., help="Output folder: leakage.parquet and leakage.csv are written there."),
 ) -> None:
-    """Measure position leakage and its mask / residual-stream decomposition (METHOD §3–§5)."""
-    loaded = poslens.load_model(model, variant=variant)
+    """Measure position leakage and its mask / residual-stream decomposition (METHOD §3–§5).
+
+    Runs unchanged under `torchrun --nproc_per_node=K` (sequences sharded, sums all-reduced, rank 0 writes).
+    """
+    loaded = poslens.load_model(model, variant=variant, dtype=dtype, device_map=device_map)
     tokens = poslens.make_corpus(loaded, corpus, n_seqs=n_seqs, seq_len=seq_len, position0=bos, seed=seed)
     result = poslens.measure(loaded, tokens, groups=groups, early=early, batch_size=batch_size)
+    if not distributed.is_main():
+        return  # under torchrun, rank 0 prints and writes
     path = result.save(Path(out) / "leakage.parquet")
     for window in ("early", "all"):
         _print_frame(result.summary(window), f"{loaded.name} ({loaded.variant_name}), {window} queries, head mean, 95% CI{_quantized_note(loaded)}")

@@ -17,7 +17,7 @@ from poslens.stats import jackknife_interval
 
 
 def reduction(before: Result, after: Result, metric: str = "c_res", query_window: str = "early") -> pd.DataFrame:
-    """1 − metric(after) / metric(before), per layer (head = −1) and over layers ≥ 1 (layer = −1).
+    """1 − metric(after) / metric(before), per layer ≥ 1 (head = −1) and over layers ≥ 1 (layer = −1).
 
     Rows use the tidy schema with metric ``reduction``, the window asked for,
     and ``after``'s intervention label. Both results must keep their sums and
@@ -47,6 +47,7 @@ def reduction(before: Result, after: Result, metric: str = "c_res", query_window
     low, high = jackknife_interval(estimate, replicates)
     layer_only = np.full_like(estimate, np.nan)
     layer_only[:, -1] = estimate[:, -1]  # head = −1 aggregates only
+    layer_only[0, -1] = np.nan  # layer 0: C_res ≈ 0 by construction, the ratio is noise over noise
     arrays = [np.stack([x if i == w else np.full_like(x, np.nan) for i in range(2)]) for x in (layer_only, low, high)]
     model = after.meta.get("model", {})
     label = after.table["intervention"].iloc[0] if len(after.table) else "?"

@@ -10,8 +10,9 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
+from poslens import distributed
 from poslens.binning import Binning
 from poslens.capture import LeakageCapture
 from poslens.corpus import Corpus
@@ -75,20 +76,25 @@ def collect_sums(
 ) -> CellSums:
     """Run the model over the corpus with capture hooks and return the grouped cell sums.
 
+    Under torchrun each rank runs every K-th batch and the sums are all-reduced
+    (see :mod:`poslens.distributed`), so every rank returns the whole corpus's sums.
+
     Example:
         >>> sums = collect_sums(model, corpus, groups=4)  # doctest: +SKIP
     """
     if corpus.seq_len > (model.max_context or corpus.seq_len):
         raise ValueError(f"sequence length {corpus.seq_len} exceeds {model.name}'s context of {model.max_context} tokens")
     capture = LeakageCapture(model, Binning(corpus.seq_len, early=early), groups, probe=probe)
-    plan = batches(corpus.n_seqs, groups, batch_size)
-    for group, index in tqdm(plan, desc=description, unit="batch", disable=not progress, leave=False):
+    distributed.init_from_env()
+    plan = batches(corpus.n_seqs, groups, batch_size)[distributed.rank() :: distributed.world_size()]
+    show = progress and distributed.is_main()
+    for group, index in tqdm(plan, desc=description, unit="batch", disable=not show, leave=False):
         tokens = corpus.tokens[index]
         extra: list[Hook] = [h for iv in interventions for h in iv.hooks(model, tokens)]
         capture.group = group
         capture.add_structure(len(index))
         run_with_hooks(model, tokens, extra + capture.hooks())
-    return capture.sums
+    return distributed.all_reduce_sums(capture.sums)
 
 
 def tidy(values: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], model: str, variant: str, intervention: str) -> pd.DataFrame:
@@ -188,6 +194,7 @@ def measure(
         "probe": probe,
         "interventions": [iv.describe() for iv in interventions],
     }
+    settings["world_size"] = distributed.world_size()
     meta = run_metadata(model, corpus, settings)
     meta["timings"] = {"forward_seconds": forward_seconds, "total_seconds": time.perf_counter() - start}
     return Result(table, meta, sums)

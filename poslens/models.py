@@ -126,7 +126,8 @@ def load_model(
     name_or_path: str | os.PathLike,
     variant: str | Variant | None = None,
     device: str | torch.device | None = None,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | str = torch.float32,
+    device_map: str | dict | None = None,
 ) -> PosModel:
     """Load a causal RoPE model as a TransformerLens bridge, with no network access.
 
@@ -134,6 +135,12 @@ def load_model(
     Hugging Face model folder, or a model id already in the local Hugging Face
     cache. ``variant`` is an inference-time variant such as ``"ntk:4"``,
     ``"window:64"`` or ``"rope-base:1e6"`` (see :mod:`poslens.variants`).
+    ``dtype`` is the weights' dtype (``"bfloat16"``, ``"float16"`` or
+    ``"float32"``; statistics are accumulated in float64 whatever it is).
+    ``device`` defaults to this process's GPU when CUDA is available (under
+    torchrun, ``cuda:$LOCAL_RANK``), else the CPU. ``device_map`` (e.g.
+    ``"auto"``) is passed to transformers to spread a model too large for one
+    device over several; the hooks work unchanged.
 
     Example:
         >>> import poslens
@@ -143,6 +150,9 @@ def load_model(
     """
     start = time.perf_counter()
     parsed = parse_variant(variant)
+    dtype = _parse_dtype(dtype)
+    if device is None and device_map is None and torch.cuda.is_available():
+        device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
     name = str(name_or_path)
     entry = REGISTRY.get(name)
     if entry is not None:
@@ -152,7 +162,7 @@ def load_model(
         folder, source = _local_folder(name)
         sha = None
         quantized = None
-    model = _build(folder, name, source, sha, quantized, parsed, device, dtype)
+    model = _build(folder, name, source, sha, quantized, parsed, device, dtype, device_map)
     model.load_seconds = time.perf_counter() - start
     return model
 
@@ -210,6 +220,17 @@ def _local_folder(name: str) -> tuple[Path, str]:
     )
 
 
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _parse_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
 def _check_supported(config: Any, label: str) -> None:
     model_type = getattr(config, "model_type", "?")
     if getattr(config, "is_encoder_decoder", False) or model_type in _NON_CAUSAL or getattr(
@@ -235,6 +256,7 @@ def _build(
     variant: Variant,
     device: str | torch.device | None,
     dtype: torch.dtype,
+    device_map: str | dict | None = None,
 ) -> PosModel:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -253,11 +275,13 @@ def _build(
     rotary_dim = int(d_head * float(factor or 1.0))
     apply_rope_variant(text_config, variant, rotary_dim)
     try:
-        hf = AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=dtype, local_files_only=True)
+        hf = AutoModelForCausalLM.from_pretrained(
+            folder, config=config, dtype=dtype, local_files_only=True, **({"device_map": device_map} if device_map else {})
+        )
     except ValueError as error:
         raise ModelNotSupportedError(f"{name} cannot be loaded as a causal language model: {error}") from error
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    if device is not None:
+    if device is not None and device_map is None:
         hf = hf.to(device)
     hf.eval()
     bridge = TransformerBridge.boot_transformers(name, hf_model=hf, tokenizer=tokenizer, dtype=dtype)

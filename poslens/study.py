@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from poslens import sinks
+from poslens import distributed, sinks
 from poslens.architectures import Case, compare, default_cases
 from poslens.corpus import make_corpus
 from poslens.effects import reduction
@@ -96,7 +96,8 @@ def cached_part(out: Path, name: str, key: str, compute: Callable[[], Result], l
     result = compute()
     result.meta["settings_key"] = key
     result.meta["part_seconds"] = time.perf_counter() - start
-    result.save(path)
+    if distributed.is_main():  # under torchrun, rank 0 writes
+        result.save(path)
     log(f"[{name}] done in {result.meta['part_seconds']:.0f} s -> {path}")
     return result
 
