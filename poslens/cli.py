@@ -261,3 +261,7 @@ def report(
     (Path(out) / "run.json").write_text(json.dumps(run, indent=1, default=str))
     console.print(claims_table[["claim", "model", "verdict"]].to_string(index=False))
     console.print(f"wrote {page}, {Path(out) / 'claims.csv'}, {Path(out) / 'run.json'}")
+
+
+if __name__ == "__main__":
+    app()
