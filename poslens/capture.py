@@ -29,6 +29,13 @@ class NonFiniteScoresError(FloatingPointError):
     """NaN or inf among the visible attention scores (e.g. float16 overflow)."""
 
 
+def _non_finite(layer: int, head: int) -> NonFiniteScoresError:
+    return NonFiniteScoresError(
+        f"NaN or inf in the attention scores of layer {layer}, head {head} "
+        "(in float16 this is usually overflow: use --dtype float32 or bfloat16)"
+    )
+
+
 @dataclass
 class LayerStructure:
     """What is fixed about a layer's visible pairs at length T (causal, maybe windowed).
@@ -189,10 +196,7 @@ class LeakageCapture:
             row_sum, row_js = moments[..., 0], moments[..., 1]
             if not torch.isfinite(row_sum).all() or not torch.isfinite(log_z).all():
                 bad = h0 + int(torch.nonzero(~(torch.isfinite(row_sum) & torch.isfinite(log_z)))[0, 1])
-                raise NonFiniteScoresError(
-                    f"NaN or inf in the attention scores of layer {layer}, head {bad} "
-                    "(in float16 this is usually overflow: use --dtype float32 or bfloat16)"
-                )
+                raise _non_finite(layer, bad)
             row_sq = torch.linalg.vecdot(visible, visible)
             mean_logit = torch.linalg.vecdot(exp_s, visible) / partition  # Σ_j a_ij s_ij
             features[:, h0:h1, :, 0] = exp_s[..., 0] / partition
@@ -237,6 +241,11 @@ class LeakageCapture:
             a["pn"][g, layer, w_index] += ys.numel()
 
     def _check_mask(self, layer: int, scores: torch.Tensor, valid: torch.Tensor) -> None:
+        # NaN or +inf anywhere (an overflowed score plus the mask stays +inf), or −inf on a visible key:
+        # report the overflow itself rather than a mask mismatch.
+        bad = torch.isnan(scores) | torch.isposinf(scores) | (torch.isneginf(scores) & valid)
+        if bad.any():
+            raise _non_finite(layer, int(torch.nonzero(bad)[0, 1]))
         lowest = torch.finfo(scores.dtype).min
         masked = scores[..., ~valid]
         shown = scores[..., valid]

@@ -14,7 +14,7 @@ import poslens
 from poslens import distributed
 from poslens.registry import REGISTRY
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Where does absolute position come from in RoPE transformers?")
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Where does absolute position come from in RoPE transformers?")
 console = Console()
 
 
@@ -56,6 +56,25 @@ def _print_frame(frame, title: str) -> None:
     Console(width=max(console.width, 150)).print(table)
 
 
+def _writable_dir(path: Path) -> Path:
+    """The output folder, created and checked for writing before any model is loaded."""
+    from poslens.results import OutputNotWritableError, ensure_writable_dir
+
+    try:
+        return ensure_writable_dir(path)
+    except OutputNotWritableError as error:
+        raise typer.BadParameter(str(error), param_hint="'--out'") from error
+
+
+def _variant_option(value: str) -> str:
+    """Check ``--variant`` when the command line is parsed, before any model is loaded."""
+    try:
+        poslens.parse_variant(value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+    return value
+
+
 def _quantized_note(model) -> str:
     return f" — weights {model.quantized}" if model.quantized else ""
 
@@ -65,7 +84,8 @@ def leakage(
     model: str = typer.Option(..., help="Registry name, local model folder, or a model id in the local HF cache."),
     n_seqs: int = typer.Option(32, help="Number of sequences N."),
     seq_len: int = typer.Option(256, help="Tokens per sequence T (position 0 included)."),
-    variant: str = typer.Option("base", help="Inference-time variant: ntk:<a>, window:<W>, rope-base:<θ>, joined by '+'."),
+    variant: str = typer.Option("base", callback=_variant_option,
+                                help="Inference-time variant: ntk:<a>, window:<W>, rope-base:<θ>, joined by '+'."),
     bos: str = typer.Option("bos", help="Position 0: bos, none, or token:<id or string>."),
     corpus: str = typer.Option("docs", help="docs, random, repeat, or a path to .txt/.jsonl/folder."),
     seed: int = typer.Option(0, help="Seed of the corpus sampling."),
@@ -80,6 +100,7 @@ def leakage(
 
     Runs unchanged under `torchrun --nproc_per_node=K` (sequences sharded, sums all-reduced, rank 0 writes).
     """
+    _writable_dir(out)
     loaded = poslens.load_model(model, variant=variant, dtype=dtype, device_map=device_map)
     tokens = poslens.make_corpus(loaded, corpus, n_seqs=n_seqs, seq_len=seq_len, position0=bos, seed=seed)
     result = poslens.measure(loaded, tokens, groups=groups, early=early, batch_size=batch_size)
@@ -218,6 +239,7 @@ def report(
     from poslens.report import build_report
     from poslens.study import Settings, Study
 
+    _writable_dir(out)
     overrides = {k: v for k, v in dict(n_seqs=n_seqs, seq_len=seq_len, groups=groups, fingerprint_seqs=fingerprint_seqs,
                                         fingerprint_len=fingerprint_len, compare_seqs=compare_seqs, compare_len=compare_len).items()
                  if v is not None}
@@ -263,5 +285,17 @@ def report(
     console.print(f"wrote {page}, {Path(out) / 'claims.csv'}, {Path(out) / 'run.json'}")
 
 
+def run() -> None:
+    """Entry point of the ``poslens`` command: known failures print one line, not a traceback."""
+    from poslens.capture import MaskMismatchError, NonFiniteScoresError
+
+    known = (ValueError, KeyError, FileNotFoundError, ModuleNotFoundError, MemoryError, OSError,
+             NonFiniteScoresError, MaskMismatchError, RuntimeError)
+    try:
+        app()  # click handles usage errors and Ctrl-C itself
+    except known as error:
+        console.print(f"[bold red]error:[/] {escape(str(error))}")
+        raise SystemExit(1)
+
 if __name__ == "__main__":
-    app()
+    run()

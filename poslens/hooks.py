@@ -115,7 +115,8 @@ def run_with_hooks(model: Any, tokens: torch.Tensor, hooks: Sequence[Hook] = (),
         raise ValueError(f"tokens must be [batch, position], got shape {tuple(tokens.shape)}")
     if model.max_context and tokens.shape[1] > model.max_context:
         raise ValueError(
-            f"sequence length {tokens.shape[1]} exceeds {model.name}'s context of {model.max_context} tokens"
+            f"sequence length {tokens.shape[1]} exceeds {model.name}'s context of {model.max_context} tokens; "
+            f"use sequences of at most {model.max_context} tokens"
         )
     device = next(model.hf_model.parameters()).device
     all_hooks = list(model.variant_hooks()) + list(hooks)

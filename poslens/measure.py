@@ -83,7 +83,10 @@ def collect_sums(
         >>> sums = collect_sums(model, corpus, groups=4)  # doctest: +SKIP
     """
     if corpus.seq_len > (model.max_context or corpus.seq_len):
-        raise ValueError(f"sequence length {corpus.seq_len} exceeds {model.name}'s context of {model.max_context} tokens")
+        raise ValueError(
+            f"sequence length {corpus.seq_len} exceeds {model.name}'s context of {model.max_context} tokens; "
+            f"use sequences of at most {model.max_context} tokens"
+        )
     capture = LeakageCapture(model, Binning(corpus.seq_len, early=early), groups, probe=probe)
     distributed.init_from_env()
     plan = batches(corpus.n_seqs, groups, batch_size)[distributed.rank() :: distributed.world_size()]

@@ -284,7 +284,11 @@ def _build(
     if device is not None and device_map is None:
         hf = hf.to(device)
     hf.eval()
+    declared_bos = tokenizer.bos_token
     bridge = TransformerBridge.boot_transformers(name, hf_model=hf, tokenizer=tokenizer, dtype=dtype)
+    if declared_bos is None and tokenizer.bos_token is not None:
+        # TransformerLens fills a missing BOS with EOS; poslens must not silently put EOS at position 0.
+        tokenizer.bos_token = None
     n_layers = text_config.num_hidden_layers
     windows = _layer_windows(text_config, n_layers)
     if variant.window is not None:

@@ -10,9 +10,12 @@ the Parquet file's schema metadata; the cell sums, when kept, in a sibling
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 import pyarrow as pa
@@ -22,6 +25,48 @@ from poslens.sums import CellSums
 
 COLUMNS = ["model", "variant", "intervention", "layer", "head", "query_window", "metric", "value", "ci_low", "ci_high"]
 META_KEY = b"poslens"
+
+
+class OutputNotWritableError(OSError):
+    """The output folder cannot be created or written to."""
+
+
+def ensure_writable_dir(folder: str | Path) -> Path:
+    """Create ``folder`` if needed and check that a file can be written in it.
+
+    Raises :class:`OutputNotWritableError` naming the folder and the reason.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> ensure_writable_dir(pathlib.Path(tempfile.mkdtemp()) / "out").is_dir()
+        True
+    """
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        if error.filename and Path(error.filename) != folder:
+            reason += f" ({error.filename})"
+        raise OutputNotWritableError(
+            f"cannot write results to {folder}: {reason}; choose an output folder you can write to"
+        ) from error
+    return folder
+
+
+def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """Write ``path`` through a temporary sibling and one ``os.replace``: never a half file."""
+    # Not mkstemp: its files are private (0600); the writer creates this one with the usual permissions.
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp{path.suffix}"
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @dataclass
@@ -83,19 +128,27 @@ class Result:
     def save(self, path: str | Path, csv: bool = True) -> Path:
         """Write ``path`` (Parquet with provenance), a ``.csv`` twin and, if present, ``.sums.npz``.
 
+        Each file is written under a temporary name and moved into place with
+        ``os.replace``; the Parquet file comes last, so an interrupted save
+        never leaves a half file, and never a new Parquet file without its sums.
+        An unwritable folder raises :class:`OutputNotWritableError`.
+
         Example:
             >>> result.save("out/leakage.parquet")  # doctest: +SKIP
         """
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_writable_dir(path.parent)
         table = pa.Table.from_pandas(self.table, preserve_index=False)
         meta = dict(table.schema.metadata or {})
         meta[META_KEY] = json.dumps(self.meta, default=str).encode()
-        pq.write_table(table.replace_schema_metadata(meta), path)
-        if csv:
-            self.table.to_csv(path.with_suffix(".csv"), index=False)
+        sums_path = path.with_suffix(".sums.npz")
         if self.sums is not None:
-            self.sums.save(path.with_suffix(".sums.npz"))
+            _write_atomically(sums_path, self.sums.save)
+        else:
+            sums_path.unlink(missing_ok=True)  # stale sums of an earlier result would be loaded with this table
+        if csv:
+            _write_atomically(path.with_suffix(".csv"), lambda tmp: self.table.to_csv(tmp, index=False))
+        _write_atomically(path, lambda tmp: pq.write_table(table.replace_schema_metadata(meta), tmp))
         return path
 
     @classmethod

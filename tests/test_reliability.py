@@ -1,0 +1,370 @@
+"""The bad-input tour and determinism (listed, with the messages users see, in docs/reliability.md).
+
+Bad inputs already covered elsewhere are not repeated here:
+
+- unknown model, missing model package, folder without config.json, BERT
+  folder, GPT-2 folder, sequence past the context: ``tests/test_models.py``;
+- malformed variant strings (``parse_variant`` and ``load_model``): ``tests/test_variants.py``;
+- corpus too small, position 0 without BOS on an in-memory tokenizer: ``tests/test_corpus.py``;
+- corrupted and concurrently built cache entries: ``tests/test_cache.py``.
+
+Everything here uses real objects: tiny Llama folders saved to disk, the
+``poslens`` command through typer's CliRunner or as a subprocess. The only
+stand-in is a simulated interrupt inside pyarrow's writer, to check that an
+interrupted save never leaves a half file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import poslens
+from poslens.capture import NonFiniteScoresError
+from poslens.cli import app
+from poslens.hooks import attn_scores, run_with_hooks
+from poslens.model_cache import cached_folder, entry_is_valid
+from poslens.results import OutputNotWritableError, Result
+from poslens.testing import byte_tokenizer, save_tiny_model
+
+runner = CliRunner()
+
+
+def flat(text: str) -> str:
+    """CLI output with rich's box drawing removed and whitespace collapsed (panels wrap long lines)."""
+    return " ".join(re.sub(r"[│╭╮╰╯─]", " ", text).split())
+
+
+def small_measure(model, n_seqs: int = 8, seq_len: int = 24, groups: int = 4, **kwargs) -> Result:
+    corpus = poslens.make_corpus(model, "random", n_seqs=n_seqs, seq_len=seq_len, seed=3)
+    return poslens.measure(model, corpus, groups=groups, batch_size=2, progress=False, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def short_context_dir(tmp_path_factory) -> Path:
+    """A tiny Llama whose context is 32 tokens."""
+    return save_tiny_model(tmp_path_factory.mktemp("ctx32"), "llama", max_position_embeddings=32)
+
+
+@pytest.fixture(scope="module")
+def no_bos_dir(tmp_path_factory) -> Path:
+    """A tiny Llama saved with a tokenizer that declares no BOS token."""
+    folder = save_tiny_model(tmp_path_factory.mktemp("nobos"), "llama")
+    tokenizer = byte_tokenizer()
+    tokenizer.bos_token = None
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_llama_dir):
+    return poslens.load_model(tiny_llama_dir)
+
+
+@pytest.fixture
+def blocked_dir(tmp_path) -> Path:
+    """A folder path that cannot be created, even by root: its parent is a regular file."""
+    file = tmp_path / "file.txt"
+    file.write_text("not a folder")
+    return file / "sub"
+
+
+# ---------------------------------------------------------------- 1. unknown model (CLI)
+
+
+def test_cli_unknown_model_fails_with_the_known_names(tmp_path):
+    result = runner.invoke(app, ["leakage", "--model", "no-such-model-xyz", "--out", str(tmp_path / "out")])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, ValueError)
+    message = str(result.exception)
+    assert "unknown model 'no-such-model-xyz'" in message and "smollm2-135m, gemma3-270m" in message
+
+
+# ---------------------------------------------------------------- 4. T larger than the context
+
+
+def test_sequence_longer_than_context_is_refused_naming_both_numbers(short_context_dir):
+    model = poslens.load_model(short_context_dir)
+    assert model.max_context == 32
+    corpus = poslens.make_corpus(model, "random", n_seqs=4, seq_len=48)
+    with pytest.raises(ValueError) as info:
+        poslens.measure(model, corpus, groups=2, progress=False)
+    assert re.search(r"\b48\b", str(info.value)) and re.search(r"\b32\b", str(info.value))
+    with pytest.raises(ValueError) as info:
+        run_with_hooks(model, corpus.tokens, [])
+    message = str(info.value)
+    assert "sequence length 48 exceeds" in message and "context of 32 tokens" in message
+    assert "at most 32 tokens" in message
+    # At the limit it runs.
+    at_limit = poslens.make_corpus(model, "random", n_seqs=2, seq_len=32)
+    assert len(poslens.measure(model, at_limit, groups=2, progress=False).table) > 0
+
+
+# ---------------------------------------------------------------- 5. corpus too small for N × T
+
+
+def test_fewer_sequences_than_groups_is_refused(tiny):
+    corpus = poslens.make_corpus(tiny, "random", n_seqs=3, seq_len=16)
+    with pytest.raises(ValueError, match=re.escape("3 sequences cannot fill 4 groups; use at least 4 sequences or fewer groups")):
+        poslens.measure(tiny, corpus, groups=4, progress=False)
+
+
+def test_cli_corpus_too_small_names_the_numbers(tiny_llama_dir, tmp_path):
+    text = tmp_path / "short.txt"
+    text.write_text("x" * 50)  # 50 byte tokens + EOS
+    result = runner.invoke(app, ["leakage", "--model", str(tiny_llama_dir), "--corpus", str(text), "--n-seqs", "6",
+                                 "--seq-len", "11", "--groups", "2", "--out", str(tmp_path / "out")])
+    assert result.exit_code != 0
+    message = str(result.exception)
+    assert "has 51 tokens: 5 non-overlapping windows of 10, but 6 sequences were asked for" in message
+    assert not (tmp_path / "out" / "leakage.parquet").exists()
+
+
+# ---------------------------------------------------------------- 6. position 0 without BOS
+
+
+def test_missing_bos_is_not_silently_replaced(no_bos_dir, tmp_path):
+    model = poslens.load_model(no_bos_dir)
+    # TransformerLens sets a missing BOS to EOS on the tokenizer it is given; poslens undoes that.
+    assert model.bos_token_id is None and model.bos_token is None
+    assert model.tokenizer.eos_token == "</s>"
+    with pytest.raises(ValueError, match=re.escape("position0='bos' but this tokenizer has no BOS token")):
+        poslens.make_corpus(model, "docs", n_seqs=2, seq_len=16, position0="bos")
+    # --bos none on the same model is fine, end to end.
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["leakage", "--model", str(no_bos_dir), "--bos", "none", "--corpus", "random", "--n-seqs", "4",
+                                 "--seq-len", "16", "--groups", "2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    saved = Result.load(out / "leakage.parquet")
+    assert saved.meta["corpus"]["position0"] == "none" and saved.meta["model"]["bos_token_id"] is None
+    # and --bos bos fails with the message.
+    result = runner.invoke(app, ["leakage", "--model", str(no_bos_dir), "--corpus", "random", "--n-seqs", "4",
+                                 "--seq-len", "16", "--groups", "2", "--out", str(tmp_path / "out2")])
+    assert result.exit_code != 0 and "no BOS token" in str(result.exception)
+
+
+# ---------------------------------------------------------------- 7. malformed variants through the CLI
+
+
+@pytest.mark.parametrize(
+    "spec, hint",
+    [
+        ("ntk:0", "variant 'ntk:0': alpha must be > 0"),
+        ("ntk:-1", "variant 'ntk:-1': alpha must be > 0"),
+        ("window:0", "variant 'window:0': W must be a whole number ≥ 1"),
+        ("rope-base:abc", "variant 'rope-base:abc': 'abc' is not a number"),
+    ],
+)
+def test_cli_bad_variant_is_a_usage_error(spec, hint, tmp_path):
+    # The model does not exist: the variant is refused when the command line is parsed, before any loading.
+    result = runner.invoke(app, ["leakage", "--model", "no-such-model-xyz", "--variant", spec, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    text = flat(result.output)
+    assert "Invalid value for '--variant'" in text and hint in text
+    assert "ntk:<alpha>" in text and "window:<W>" in text  # the accepted forms
+    assert "unknown model" not in text and not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- 8. NaN / inf in attention scores
+
+
+class PoisonHead:
+    """An intervention that writes NaN into one head's visible scores, on the ``on_call``-th forward pass."""
+
+    label = "poison"
+
+    def __init__(self, layer: int, head: int, on_call: int = 1) -> None:
+        self.layer, self.head, self.on_call, self.calls = layer, head, on_call, 0
+
+    def hooks(self, model, tokens):
+        self.calls += 1
+        if self.calls != self.on_call:
+            return []
+
+        def poison(scores, hook):
+            t = scores.shape[-1]
+            visible = torch.ones(t, t, dtype=torch.bool, device=scores.device).tril()
+            scores = scores.clone()
+            scores[:, self.head, visible] = float("nan")
+            return scores
+
+        return [(attn_scores(self.layer), poison)]
+
+    def describe(self):
+        return {"kind": "poison", "layer": self.layer, "head": self.head}
+
+
+@pytest.mark.parametrize("on_call", [1, 2], ids=["first-batch", "later-batch"])
+def test_nan_scores_are_reported_with_layer_and_head(tiny, on_call):
+    with pytest.raises(NonFiniteScoresError) as info:
+        small_measure(tiny, n_seqs=4, seq_len=16, groups=2, interventions=[PoisonHead(1, 2, on_call)])
+    assert str(info.value) == (
+        "NaN or inf in the attention scores of layer 1, head 2 "
+        "(in float16 this is usually overflow: use --dtype float32 or bfloat16)"
+    )
+
+
+def test_float16_overflow_is_reported_as_such(tmp_path, tiny_llama_dir):
+    # Layer 1's query and key weights scaled up: its scores reach ~5e5, past float16's 65504.
+    from safetensors.torch import load_file
+
+    weights = load_file(str(tiny_llama_dir / "model.safetensors"))
+    for name in weights:
+        if "layers.1.self_attn.q_proj" in name or "layers.1.self_attn.k_proj" in name:
+            weights[name] = weights[name] * 1500
+    folder = save_tiny_model(tmp_path / "hot", "llama", state_dict=weights)
+    assert len(small_measure(poslens.load_model(folder), n_seqs=2, seq_len=16, groups=2).table) > 0  # float32 is fine
+    half = poslens.load_model(folder, dtype=torch.float16)
+    with pytest.raises(NonFiniteScoresError, match=r"layer 1, head \d.*use --dtype float32 or bfloat16"):
+        small_measure(half, n_seqs=2, seq_len=16, groups=2)
+
+
+# ---------------------------------------------------------------- 9. output folder not writable
+
+
+def test_result_save_to_unwritable_folder(tiny, blocked_dir):
+    result = small_measure(tiny)
+    with pytest.raises(OutputNotWritableError) as info:
+        result.save(blocked_dir / "leakage.parquet")
+    assert isinstance(info.value, OSError)
+    assert str(info.value) == f"cannot write results to {blocked_dir}: Not a directory; choose an output folder you can write to"
+
+
+@pytest.mark.parametrize("command", [["leakage", "--model", "no-such-model-xyz"], ["report", "--quick"]])
+def test_cli_checks_the_output_folder_before_loading(command, blocked_dir):
+    # leakage names a model that does not exist, report the default embedded one: neither is loaded.
+    start = time.perf_counter()
+    result = runner.invoke(app, command + ["--out", str(blocked_dir)])
+    assert result.exit_code == 2, result.output
+    text = flat(result.output)
+    assert "Invalid value for '--out'" in text
+    assert f"cannot write results to {blocked_dir}: Not a directory; choose an output folder you can write to" in text
+    assert "unknown model" not in text
+    assert time.perf_counter() - start < 5
+
+
+# ---------------------------------------------------------------- 10. corrupted model cache, end to end
+
+
+def test_corrupted_cache_entry_is_rebuilt_and_the_model_is_restored(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSLENS_CACHE", str(tmp_path / "cache"))
+    built = []
+
+    def build(tmp: Path) -> None:
+        built.append(tmp)
+        save_tiny_model(tmp, "llama", seed=5)
+
+    tokens = torch.randint(4, 260, (1, 12), generator=torch.Generator().manual_seed(0))
+    folder = cached_folder("tiny-e2e", build)
+    before = run_with_hooks(poslens.load_model(folder), tokens, logits=True)
+    weights = folder / "model.safetensors"
+    with open(weights, "r+b") as handle:  # one byte of tensor data, same size: the file still loads
+        handle.seek(weights.stat().st_size - 100)
+        byte = handle.read(1)
+        handle.seek(-1, os.SEEK_CUR)
+        handle.write(bytes([byte[0] ^ 0x40]))
+    damaged = run_with_hooks(poslens.load_model(folder), tokens, logits=True)
+    assert not torch.equal(damaged, before)  # silently different weights: why entries are hashed
+    assert not entry_is_valid(folder)
+    again = cached_folder("tiny-e2e", build)
+    assert len(built) == 2 and again == folder and entry_is_valid(again)
+    assert torch.equal(run_with_hooks(poslens.load_model(again), tokens, logits=True), before)
+
+
+# ---------------------------------------------------------------- 12. interrupted saves and an interrupted report
+
+
+def test_interrupted_save_keeps_the_previous_file(tiny, tmp_path, monkeypatch):
+    import poslens.results as results
+
+    path = tmp_path / "leakage.parquet"
+    first = small_measure(tiny)
+    first.save(path)
+    second = Result(first.table.assign(value=first.table["value"] + 1.0), {"run": "second"}, first.sums)
+    real_write = results.pq.write_table
+
+    def interrupted_write(table, where, **kwargs):  # a Ctrl-C halfway through pyarrow's write
+        real_write(table, where, **kwargs)
+        size = Path(where).stat().st_size
+        with open(where, "r+b") as handle:
+            handle.truncate(size // 2)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(results.pq, "write_table", interrupted_write)
+    with pytest.raises(KeyboardInterrupt):
+        second.save(path)
+    monkeypatch.undo()
+    kept = Result.load(path)
+    pd.testing.assert_frame_equal(kept.table, first.table, check_exact=True)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left behind
+    # A result without sums does not inherit an older result's sums file.
+    Result(first.table, {}).save(path)
+    assert Result.load(path).sums is None and not path.with_suffix(".sums.npz").exists()
+
+
+def _report_command(model: Path, out: Path) -> list[str]:
+    return [str(Path(sys.executable).parent / "poslens"), "report", "--quick", "--skip-compare", "--model", str(model),
+            "--n-seqs", "8", "--seq-len", "24", "--groups", "4", "--fingerprint-seqs", "8", "--fingerprint-len", "16",
+            "--out", str(out)]
+
+
+def test_ctrl_c_during_report_then_rerun_resumes(tiny_llama_dir, tmp_path):
+    out = tmp_path / "report"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "400"}  # no wrapped log lines
+    log = tmp_path / "first.log"
+    with open(log, "w") as handle:
+        process = subprocess.Popen(_report_command(tiny_llama_dir, out), stdout=handle, stderr=subprocess.STDOUT, env=env)
+        leakage = out / "leakage.parquet"
+        deadline = time.monotonic() + 120
+        while not leakage.exists():
+            assert process.poll() is None, f"report ended before writing leakage.parquet:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "leakage.parquet did not appear within 120 s"
+            time.sleep(0.02)
+        assert process.poll() is None, "report finished before it could be interrupted"
+        process.send_signal(signal.SIGINT)
+        returncode = process.wait(timeout=60)
+    assert returncode != 0, log.read_text()[-3000:]
+    assert not (out / "report.html").exists()
+    # The part written before the interrupt is complete: table, provenance and sums.
+    first = Result.load(leakage)
+    assert first.meta["settings_key"] and first.sums is not None and len(first.table) > 0
+    assert [p.name for p in out.iterdir() if p.name.startswith(".") and not p.name.startswith(".write-check")] == []
+    digest = hashlib.sha256(leakage.read_bytes()).hexdigest()
+
+    rerun = subprocess.run(_report_command(tiny_llama_dir, out), capture_output=True, text=True, env=env, timeout=180)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    said = flat(rerun.stdout)
+    assert f"[leakage] reusing {leakage}" in said and "[leakage] computing" not in said
+    assert hashlib.sha256(leakage.read_bytes()).hexdigest() == digest
+    assert (out / "report.html").exists() and (out / "run.json").exists()
+
+
+# ---------------------------------------------------------------- determinism
+
+
+def test_same_inputs_same_tables_on_cpu(tiny_llama_dir):
+    runs = []
+    for _ in range(2):
+        model = poslens.load_model(tiny_llama_dir)  # a fresh load each time
+        runs.append(small_measure(model))
+    pd.testing.assert_frame_equal(runs[0].table, runs[1].table, check_exact=True)
+    for name, array in runs[0].sums.arrays.items():
+        assert np.array_equal(array, runs[1].sums.arrays[name]), name
+
+
+def test_same_inputs_same_tables_smollm2(smollm2):
+    first = small_measure(smollm2, n_seqs=4, seq_len=16, groups=2)
+    second = small_measure(smollm2, n_seqs=4, seq_len=16, groups=2)
+    pd.testing.assert_frame_equal(first.table, second.table, check_exact=True)
