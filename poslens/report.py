@@ -64,11 +64,12 @@ def build_report(parts: dict[str, Result], claims: pd.DataFrame, settings: dict[
     if "compare" in parts:
         c = parts["compare"]
         sections.append((
-            plots.sources_by_layer(c.table, "early", "C_res and C_mask by layer across architectures (early queries)"),
+            plots.sources_by_layer(c.table, "all", "C_res and C_mask by layer across architectures (all queries)"),
             "Each panel is one case: standard RoPE (smollm2-135m base), NTK-scaled RoPE and imposed windows "
             "(inference-time variants of smollm2-135m, labelled by their variant) and gemma3-270m's native sliding window. "
             "C_res is the part of the pattern's absolute-position leakage ΔR² carried by the logits (residual stream); "
-            "C_mask the part carried by the softmax normalization. "
+            "C_mask the part carried by the softmax normalization. All queries 1 ≤ i < T: a window of W changes nothing "
+            "for queries i < W, so early queries cannot tell the cases apart. "
             f"{settings.get('compare_seqs')} sequences × {settings.get('compare_len')} tokens per case. {quantized}",
         ))
     elif "leakage" in parts:
