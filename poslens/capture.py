@@ -188,7 +188,7 @@ class LeakageCapture:
             s = scores[:, h0:h1].to(torch.float64, copy=True)  # [batch, h, T, T], ours to modify
             row_max = s.amax(-1, keepdim=True)
             # one exp pass gives log Z, the weights and the entropy; masked entries underflow to 0
-            exp_s = torch.exp(s - row_max)
+            exp_s = torch.sub(s, row_max).exp_()
             partition = exp_s.sum(-1)
             log_z = row_max[..., 0] + torch.log(partition)
             visible = s.masked_fill_(invisible, 0.0)  # reuses s's memory
