@@ -18,6 +18,19 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 console = Console()
 
 
+def _memory_option(value: str) -> str:
+    """Check ``--max-memory`` when the command line is parsed."""
+    if value.lower() in ("free", "auto"):
+        return value
+    from poslens.memory import parse_bytes
+
+    try:
+        parse_bytes(value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+    return value
+
+
 def _version(value: bool) -> None:
     if value:
         console.print(f"poslens {poslens.__version__}")
@@ -91,7 +104,12 @@ def leakage(
     seed: int = typer.Option(0, help="Seed of the corpus sampling."),
     groups: int = typer.Option(8, help="Groups of sequences for the intervals."),
     early: int = typer.Option(32, help="Q: the early window is 1 ≤ i < Q."),
-    batch_size: int = typer.Option(4, help="Sequences per forward pass."),
+    batch_size: Optional[int] = typer.Option(
+        None, help="Sequences per forward pass; default: the largest that fits --max-memory (at most one group)."),
+    max_memory: str = typer.Option(
+        "free", "--max-memory", callback=lambda v: _memory_option(v),
+        help="Memory budget for the whole process, e.g. 8GB or 512MiB; 'free' (default): 80% of the memory free now, "
+             "for the forward pass. Picks the batch size, or stops with the numbers and the longest --seq-len that fits."),
     dtype: str = typer.Option("float32", help="Weights' dtype: float32, bfloat16 or float16 (sums stay float64)."),
     device_map: Optional[str] = typer.Option(None, help="transformers device map, e.g. 'auto' to spread a large model over GPUs."),
     out: Path = typer.Option(..., help="Output folder: leakage.parquet and leakage.csv are written there."),
@@ -103,7 +121,7 @@ def leakage(
     _writable_dir(out)
     loaded = poslens.load_model(model, variant=variant, dtype=dtype, device_map=device_map)
     tokens = poslens.make_corpus(loaded, corpus, n_seqs=n_seqs, seq_len=seq_len, position0=bos, seed=seed)
-    result = poslens.measure(loaded, tokens, groups=groups, early=early, batch_size=batch_size)
+    result = poslens.measure(loaded, tokens, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory)
     if not distributed.is_main():
         return  # under torchrun, rank 0 prints and writes
     path = result.save(Path(out) / "leakage.parquet")

@@ -121,5 +121,11 @@ def run_with_hooks(model: Any, tokens: torch.Tensor, hooks: Sequence[Hook] = (),
     device = next(model.hf_model.parameters()).device
     all_hooks = list(model.variant_hooks()) + list(hooks)
     with torch.inference_mode():
-        out = model.bridge.run_with_hooks(tokens.to(device), fwd_hooks=all_hooks, return_type="logits" if logits else None)
+        if logits:
+            out = model.bridge.run_with_hooks(tokens.to(device), fwd_hooks=all_hooks, return_type="logits")
+        else:
+            # measurements need no logits and no KV cache: keep only the last position's logits
+            out = model.bridge.run_with_hooks(
+                tokens.to(device), fwd_hooks=all_hooks, return_type=None, use_cache=False, logits_to_keep=1
+            )
     return out if logits else None

@@ -17,6 +17,7 @@ from poslens.binning import Binning
 from poslens.capture import LeakageCapture
 from poslens.corpus import Corpus
 from poslens.hooks import Hook, run_with_hooks
+from poslens.memory import choose_batch_size
 from poslens.metrics import metrics_with_intervals
 from poslens.results import COLUMNS, Result
 from poslens.sums import WINDOWS, CellSums
@@ -68,16 +69,20 @@ def collect_sums(
     corpus: Corpus,
     groups: int = 8,
     early: int = 32,
-    batch_size: int = 4,
+    batch_size: int | None = 4,
     interventions: Sequence[Intervention] = (),
     probe: bool = True,
     progress: bool = True,
     description: str = "measuring",
+    max_memory: int | str | None = None,
 ) -> CellSums:
     """Run the model over the corpus with capture hooks and return the grouped cell sums.
 
     Under torchrun each rank runs every K-th batch and the sums are all-reduced
     (see :mod:`poslens.distributed`), so every rank returns the whole corpus's sums.
+    ``max_memory`` picks the batch size: ``"free"`` plans against the memory free
+    now, a size such as ``"8GB"`` against that budget for the whole process;
+    ``batch_size`` is then an upper bound. See :func:`poslens.memory.choose_batch_size`.
 
     Example:
         >>> sums = collect_sums(model, corpus, groups=4)  # doctest: +SKIP
@@ -89,6 +94,7 @@ def collect_sums(
         )
     capture = LeakageCapture(model, Binning(corpus.seq_len, early=early), groups, probe=probe)
     distributed.init_from_env()
+    batch_size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)
     plan = batches(corpus.n_seqs, groups, batch_size)[distributed.rank() :: distributed.world_size()]
     show = progress and distributed.is_main()
     for group, index in tqdm(plan, desc=description, unit="batch", disable=not show, leave=False):
@@ -165,10 +171,11 @@ def measure(
     corpus: Corpus,
     groups: int = 8,
     early: int = 32,
-    batch_size: int = 4,
+    batch_size: int | None = 4,
     interventions: Sequence[Intervention] = (),
     probe: bool = True,
     progress: bool = True,
+    max_memory: int | str | None = None,
 ) -> Result:
     """Measure absolute-position leakage and its mask / residual-stream decomposition.
 
@@ -186,6 +193,8 @@ def measure(
         >>> result.select("c_res", "early", head=-1)[["layer", "value", "ci_low", "ci_high"]]  # doctest: +SKIP
     """
     start = time.perf_counter()
+    distributed.init_from_env()
+    batch_size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)
     sums = collect_sums(model, corpus, groups, early, batch_size, interventions, probe, progress)
     forward_seconds = time.perf_counter() - start
     label = "+".join(iv.label for iv in interventions) or "none"
@@ -194,6 +203,7 @@ def measure(
         "groups": groups,
         "early": early,
         "batch_size": batch_size,
+        "max_memory": None if max_memory is None else str(max_memory),
         "probe": probe,
         "interventions": [iv.describe() for iv in interventions],
     }

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 API_MODULES = (
     "models", "registry", "variants", "corpus", "measure", "results", "hooks", "capture", "sums", "binning",
     "stats", "decompose", "metrics", "sinks", "interventions", "effects", "architectures", "fingerprint",
-    "claims", "study", "testing",
+    "claims", "study", "testing", "distributed", "memory", "plots", "report", "model_cache",
 )
 
 
