@@ -109,6 +109,7 @@ class LeakageCapture:
         self.group = 0
         self._structures: dict[int | None, LayerStructure] = {}
         self._checked: set[int] = set()
+        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
         t = binning.seq_len
         qbin = torch.as_tensor(binning.query_bin)
         self._fold = torch.zeros(binning.n_query_bins, t, dtype=torch.float64)
@@ -119,6 +120,12 @@ class LeakageCapture:
         self._window_rows = {
             w: torch.as_tensor(windows[w][q_of_row]) for w in WINDOWS
         }  # [T] bool: row i in window w
+
+    def _workspace(self, batch: int, heads: int, t_q: int, t_k: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (batch, heads, t_q, t_k)
+        if self._buffers is None or self._buffers[0].shape != shape or self._buffers[0].device != device:
+            self._buffers = tuple(torch.empty(shape, dtype=torch.float64, device=device) for _ in range(2))
+        return self._buffers
 
     def structure(self, layer: int) -> LayerStructure:
         window = self.model.window[layer]
@@ -167,7 +174,7 @@ class LeakageCapture:
         st = self.structure(layer)
         valid = st.valid.to(scores.device)
         if self.check_mask and layer not in self._checked:
-            self._check_mask(layer, scores, valid)
+            self._check_mask(layer, scores[:1], valid)  # the first sequence; later NaNs are caught per chunk
             self._checked.add(layer)
         a, g, fold = self.sums.arrays, self.group, self._fold
         pos = self._positions
@@ -185,10 +192,12 @@ class LeakageCapture:
         chunk = max(1, self.chunk_elements // (batch * t_q * t_k))  # heads per step, bounding float64 copies
         for h0 in range(0, heads, chunk):
             h1 = min(heads, h0 + chunk)
-            s = scores[:, h0:h1].to(torch.float64, copy=True)  # [batch, h, T, T], ours to modify
+            # two reused float64 work buffers: fresh 32 MiB allocations cost page faults on every call
+            s, exp_s = self._workspace(scores.shape[0], h1 - h0, t_q, t_k, scores.device)
+            s.copy_(scores[:, h0:h1])  # [batch, h, T, T], ours to modify
             row_max = s.amax(-1, keepdim=True)
             # one exp pass gives log Z, the weights and the entropy; masked entries underflow to 0
-            exp_s = torch.sub(s, row_max).exp_()
+            torch.sub(s, row_max, out=exp_s).exp_()
             partition = exp_s.sum(-1)
             log_z = row_max[..., 0] + torch.log(partition)
             visible = s.masked_fill_(invisible, 0.0)  # reuses s's memory
@@ -197,8 +206,8 @@ class LeakageCapture:
             if not torch.isfinite(row_sum).all() or not torch.isfinite(log_z).all():
                 bad = h0 + int(torch.nonzero(~(torch.isfinite(row_sum) & torch.isfinite(log_z)))[0, 1])
                 raise _non_finite(layer, bad)
-            row_sq = torch.linalg.vecdot(visible, visible)
-            mean_logit = torch.linalg.vecdot(exp_s, visible) / partition  # Σ_j a_ij s_ij
+            row_sq = torch.einsum("...j,...j->...", visible, visible)  # einsum: no full-size temporary
+            mean_logit = torch.einsum("...j,...j->...", exp_s, visible) / partition  # Σ_j a_ij s_ij
             features[:, h0:h1, :, 0] = exp_s[..., 0] / partition
             features[:, h0:h1, :, 1] = log_z - mean_logit
             features[:, h0:h1, :, 2] = torch.diagonal(exp_s, dim1=-2, dim2=-1) / partition
@@ -208,7 +217,7 @@ class LeakageCapture:
             n = h1 - h0
             hi_i, lo_i = hi_at[:, None].expand(batch, n, t_q, b_count), lo_at[:, None].expand(batch, n, t_q, b_count)
             bin_sums = (running.gather(-1, hi_i) * hi_used[:, None] - running.gather(-1, lo_i) * lo_used[:, None]).sum(0)
-            del s, visible, running
+            del visible, running
             z_sum = log_z.sum(0)  # [h, T]
             a["s1"][g, layer, h0:h1] += torch.einsum("ct,htb->hcb", fold_d, bin_sums).cpu().numpy()
             a["z1"][g, layer, h0:h1] += torch.einsum("ct,ht,tb->hcb", fold_d, z_sum, per_bin).cpu().numpy()
@@ -247,14 +256,13 @@ class LeakageCapture:
         if bad.any():
             raise _non_finite(layer, int(torch.nonzero(bad)[0, 1]))
         lowest = torch.finfo(scores.dtype).min
-        masked = scores[..., ~valid]
-        shown = scores[..., valid]
-        if masked.numel() and (masked > lowest / 2).any():
+        finite = scores > lowest / 2
+        if (finite & ~valid).any():
             raise MaskMismatchError(
                 f"layer {layer}: keys poslens treats as invisible (window={self.model.window[layer]}) carry finite "
                 "scores; the model's mask differs from the one recorded on the model"
             )
-        if (shown <= lowest / 2).any():
+        if (valid & ~finite).any():
             raise MaskMismatchError(
                 f"layer {layer}: keys poslens treats as visible are masked in the scores "
                 f"(window={self.model.window[layer]}); padding is not supported, use equal-length sequences"
