@@ -252,3 +252,14 @@ def test_tokens_must_be_two_dimensional(tiny_llama_dir):
     model = poslens.load_model(tiny_llama_dir)
     with pytest.raises(ValueError, match="batch, position"):
         run_with_hooks(model, torch.arange(4, 10), [])
+
+
+def test_device_map_and_bfloat16_pass_through(tiny_llama_dir):
+    model = poslens.load_model(tiny_llama_dir, device_map="cpu", dtype="bfloat16")
+    assert next(model.hf_model.parameters()).dtype == torch.bfloat16
+    corpus = poslens.make_corpus(model, "docs", n_seqs=4, seq_len=32)
+    result = poslens.measure(model, corpus, groups=2, progress=False)
+    table = result.to_frame()
+    assert table["value"].notna().all() and len(table) > 100  # sums stay float64 whatever the weights' dtype
+    with pytest.raises(ValueError, match="dtype 'float8'"):
+        poslens.load_model(tiny_llama_dir, dtype="float8")
