@@ -130,7 +130,7 @@ def leakage(
     console.print(f"wrote {path} and {path.with_suffix('.csv')}")
 
 
-def _study(model: str, n_seqs: int, seq_len: int, groups: int, seed: int, corpus: str, out: Path, **extra) -> "Study":
+def _study(model: str, n_seqs: int, seq_len: int, groups: int, seed: int, corpus: str, out: Path, **extra):
     from poslens.study import Settings, Study
 
     settings = Settings(model=model, n_seqs=n_seqs, seq_len=seq_len, groups=groups, seed=seed, corpus=corpus, **extra)

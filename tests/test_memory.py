@@ -34,7 +34,6 @@ from poslens.memory import (
     InsufficientMemoryError,
     estimate_peak_bytes,
     measure_in_subprocess,
-    measured_peak_bytes,
     parse_bytes,
     plan_batch,
 )

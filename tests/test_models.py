@@ -16,24 +16,13 @@ import pytest
 import torch
 
 import poslens
+from parity import bridge_log_probs, native_log_probs
 from poslens.hooks import attn_scores, run_with_hooks
 from poslens.registry import REGISTRY
 
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the woods."
 
 
-def native_log_probs(folder: str | Path, tokens: torch.Tensor) -> torch.Tensor:
-    """Log-probs from a plain transformers model loaded from ``folder``: no bridge involved."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
-    model.eval()
-    with torch.no_grad():
-        return model(tokens).logits.log_softmax(-1)
-
-
-def bridge_log_probs(model: poslens.PosModel, tokens: torch.Tensor) -> torch.Tensor:
-    return run_with_hooks(model, tokens, [], logits=True).log_softmax(-1)
 
 
 def hf_log_probs(model: poslens.PosModel, tokens: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import poslens
+from parity import bridge_log_probs, native_log_probs
 from poslens.hooks import attn_pattern, attn_scores, run_with_hooks
 from poslens.testing import save_tiny_model
 from poslens.variants import Variant, ntk_base, parse_variant
@@ -20,17 +21,6 @@ TINY_D = 16  # head_dim of the tiny Llama: hidden 64 / 4 heads; the whole head i
 TOL = 1e-5
 
 
-def native_log_probs(folder, tokens: torch.Tensor) -> torch.Tensor:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
-    model.eval()
-    with torch.no_grad():
-        return model(tokens).logits.log_softmax(-1)
-
-
-def bridge_log_probs(model: poslens.PosModel, tokens: torch.Tensor) -> torch.Tensor:
-    return run_with_hooks(model, tokens, [], logits=True).log_softmax(-1)
 
 
 def native_state_dict(folder) -> dict:
