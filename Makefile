@@ -36,7 +36,7 @@ report: $(STAMP)
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
-	$(VENV)/bin/mkdocs build --strict -q
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs serve
