@@ -66,6 +66,11 @@ def decompose(
     P(c) over K cells with ``counts`` [K]; ``leakage_pattern`` is L(log a).
     ``p_row_mean`` is P(m), m_i the row's mean visible logit, for the
     row-centred shares.
+
+    Example:
+        >>> d = decompose(np.array([0.0, 0.0]), np.array([1.0, -1.0]), np.array([1.0, -1.0]), np.ones(2), 0.3)
+        >>> float(d.rho_mask), float(d.count_share)  # constant logits: all mask, all count term
+        (1.0, 1.0)
     """
     p_pattern = p_logit - p_log_z
     norm = weighted_inner(p_pattern, p_pattern, counts)

@@ -145,7 +145,11 @@ def aggregate(per_head: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def all_metrics(p: dict[str, np.ndarray], binning: Binning) -> dict[str, np.ndarray]:
-    """Per-head metrics with their aggregates, from pooled sums."""
+    """Per-head metrics with their aggregates, from pooled sums.
+
+    Example:
+        >>> all_metrics(sums.pooled(), sums.binning)["c_res"].shape  # doctest: +SKIP
+        (2, 31, 10)"""
     return aggregate(head_metrics(p, binning))
 
 
@@ -155,6 +159,11 @@ def held_out_metrics(sums: CellSums) -> tuple[dict[str, np.ndarray], dict[str, n
     Returns (pooled values, per-fold values [G, ...]) for leakage_pattern_heldout
     and leakage_logit_heldout, aggregated like :func:`aggregate`; the pooled
     value is Σ_g (SSE_R − SSE_F) / Σ_g SST over folds g.
+
+    Example:
+        >>> pooled, folds = held_out_metrics(sums)  # doctest: +SKIP
+        >>> folds["leakage_pattern_heldout"].shape[0] == sums.n_groups  # doctest: +SKIP
+        True
     """
     g_count = sums.n_groups
     binning = sums.binning
@@ -207,6 +216,11 @@ def probe_metrics(sums: CellSums, penalty: float = 1e-3) -> tuple[np.ndarray, np
     Features per query row: a_i0, entropy, a_ii and max_j a_ij of every head.
     Fold g trains on the other groups and scores on g. Returns (pooled R²,
     per-fold R² [G, ...]), both [window, layer + 1] (last = mean over layers ≥ 1).
+
+    Example:
+        >>> r2, per_fold = probe_metrics(sums)  # doctest: +SKIP
+        >>> r2.shape  # doctest: +SKIP
+        (2, 31)
     """
     g_count, n_layers = sums.n_groups, sums.n_layers
     sse = np.zeros((g_count, len(WINDOWS), n_layers))
@@ -241,6 +255,9 @@ def metrics_with_intervals(sums: CellSums) -> dict[str, tuple[np.ndarray, np.nda
     In-sample metrics get delete-one-group jackknife intervals; held-out ones
     (``*_heldout``, ``probe_r2``) intervals from their per-fold spread;
     ``leakage_pattern_bias`` is in-sample minus held-out, jackknifed per fold.
+
+    Example:
+        >>> value, low, high = metrics_with_intervals(sums)["c_res"]  # doctest: +SKIP
     """
     if sums.n_groups < 2:
         raise ValueError("intervals need at least 2 groups of sequences")
