@@ -1,7 +1,10 @@
 """Hooks that reduce each layer's attention scores to cell sums while the forward runs.
 
 For one layer the hook sees scores s [batch, head, T, T] (masked entries at the
-dtype minimum). Per head it computes, in float64: log Z_i (logsumexp over the
+dtype minimum). It works through blocks of query rows, each with only the key
+span its rows can see (keys up to the block's last row, and from the window's
+start on a sliding-window layer), so that on CPU a block's float64 copies stay
+in cache across the passes over them. Per row it computes, in float64: log Z_i (logsumexp over the
 visible keys), row sums of s, s² and j·s, the row features of METHOD §3.3 and,
 from one cumulative sum along keys, the sum of s over each row's offset bins.
 Those O(T × bins) pieces are folded into query bins with a one-hot matrix and
@@ -13,11 +16,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from poslens import hooks as hook_names
 from poslens.binning import Binning
 from poslens.sums import CellSums, FEATURES, WINDOWS
+
+
+CPU_BLOCK_ELEMENTS = 1 << 17  # float64 elements per work buffer on CPU: 1 MiB, blocks stay in cache
+CUDA_BLOCK_ELEMENTS = 1 << 25  # on CUDA: 256 MiB, few large launches
+
+
+MASKED_BELOW = 0.5  # a score below this fraction of the dtype's minimum counts as masked
+
+
+def default_block_elements(device: str | torch.device) -> int:
+    """Float64 elements per row-block work buffer on ``device``.
+
+    On CPU a block small enough to stay in cache while the ~10 passes over it
+    run; on CUDA a large one, so that a layer takes few kernel launches.
+
+    Example:
+        >>> default_block_elements("cpu") == CPU_BLOCK_ELEMENTS
+        True
+    """
+    return CUDA_BLOCK_ELEMENTS if torch.device(device).type == "cuda" else CPU_BLOCK_ELEMENTS
 
 
 class MaskMismatchError(RuntimeError):
@@ -45,6 +69,7 @@ class LayerStructure:
         [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
     """
 
+    window: int | None
     valid: torch.Tensor  # [T, T] bool
     n_visible: torch.Tensor  # [T] |V_i|
     per_bin: torch.Tensor  # [T, B] visible pairs of row i in offset bin b
@@ -74,6 +99,7 @@ class LayerStructure:
         valid_d = valid.double()
         jj = torch.arange(t, dtype=torch.float64)
         return cls(
+            window=window,
             valid=valid,
             n_visible=valid_d.sum(-1),
             per_bin=per_bin,
@@ -81,6 +107,73 @@ class LayerStructure:
             hi=hi,
             key_sum=valid_d @ jj,
             key_sq_sum=valid_d @ (jj * jj),
+        )
+
+    def key_start(self, row: int) -> int:
+        """The first key visible from query ``row``."""
+        return 0 if self.window is None else max(0, row - self.window + 1)
+
+    def row_blocks(self, elements: int) -> list[tuple[int, int]]:
+        """Split the query rows into blocks [r0, r1) whose visible key span × rows stays within ``elements``.
+
+        A block holds the keys from ``key_start(r0)`` to ``r1 − 1``; every block has at least one row.
+
+        Example:
+            >>> LayerStructure.build(Binning(8), window=None).row_blocks(12)
+            [(0, 3), (3, 5), (5, 6), (6, 7), (7, 8)]
+        """
+        t, blocks, r0 = self.valid.shape[0], [], 0
+        while r0 < t:
+            offset = r0 - self.key_start(r0)  # keys before the block's first row
+            rows = 1
+            while r0 + rows < t and (rows + 1) * (offset + rows + 1) <= elements:
+                rows += 1
+            blocks.append((r0, r0 + rows))
+            r0 += rows
+        return blocks
+
+
+@dataclass
+class RowBlock:
+    """Query rows [r0, r1) of one layer with their key span [k0, r1) and the gather indices of their offset bins.
+
+    Example:
+        >>> st = LayerStructure.build(Binning(8), window=4)
+        >>> block = RowBlock.build(st, 4, 6, torch.device("cpu"))
+        >>> block.k0, block.invisible.shape
+        (1, torch.Size([2, 5]))
+    """
+
+    r0: int
+    r1: int
+    k0: int
+    visible: torch.Tensor  # [r1 − r0, r1 − k0] bool
+    invisible: torch.Tensor  # its complement
+    hi_at: torch.Tensor  # [r1 − r0, B] index of the running sum that ends a bin
+    hi_used: torch.Tensor  # [r1 − r0, B] float: 0 where the bin is empty
+    lo_at: torch.Tensor  # [r1 − r0, B] index of the running sum just before a bin
+    lo_used: torch.Tensor  # [r1 − r0, B] float: 0 where nothing precedes the bin in the span
+
+    @property
+    def size(self) -> int:
+        """Elements of one head's block of scores: rows × key span."""
+        return (self.r1 - self.r0) * (self.r1 - self.k0)
+
+    @classmethod
+    def build(cls, st: LayerStructure, r0: int, r1: int, device: torch.device) -> "RowBlock":
+        k0 = st.key_start(r0)
+        lo, hi = st.lo[r0:r1] - k0, st.hi[r0:r1] - k0  # relative to the span; empty bins go ≤ 0
+        visible = st.valid[r0:r1, k0:r1].to(device)
+        return cls(
+            r0=r0,
+            r1=r1,
+            k0=k0,
+            visible=visible,
+            invisible=~visible,
+            hi_at=(hi - 1).clamp(min=0).to(device),
+            hi_used=(hi > 0).double().to(device),
+            lo_at=(lo - 1).clamp(min=0).to(device),
+            lo_used=(lo > 0).double().to(device),
         )
 
 
@@ -97,10 +190,16 @@ class LeakageCapture:
     """
 
     def __init__(
-        self, model: Any, binning: Binning, groups: int, probe: bool = True, check_mask: bool = True, chunk_elements: int = 1 << 22
+        self,
+        model: Any,
+        binning: Binning,
+        groups: int,
+        probe: bool = True,
+        check_mask: bool = True,
+        block_elements: int | None = None,
     ) -> None:
         self.model = model
-        self.chunk_elements = chunk_elements  # float64 elements per head step (32 MiB per copy)
+        self.block_elements = block_elements  # float64 elements per work buffer; None: by device
         self.binning = binning
         self.probe = probe
         self.check_mask = check_mask
@@ -109,6 +208,9 @@ class LeakageCapture:
         self._structures: dict[int | None, LayerStructure] = {}
         self._checked: set[int] = set()
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._block_cache: dict[tuple, list[RowBlock]] = {}
+        self._device_cache: dict[tuple, tuple[torch.Tensor, ...]] = {}
+        self._structure_cache: dict[int | None, dict[str, np.ndarray]] = {}
         t = binning.seq_len
         qbin = torch.as_tensor(binning.query_bin)
         self._fold = torch.zeros(binning.n_query_bins, t, dtype=torch.float64)
@@ -120,11 +222,30 @@ class LeakageCapture:
             w: torch.as_tensor(windows[w][q_of_row]) for w in WINDOWS
         }  # [T] bool: row i in window w
 
-    def _workspace(self, batch: int, heads: int, t_q: int, t_k: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        shape = (batch, heads, t_q, t_k)
-        if self._buffers is None or self._buffers[0].shape != shape or self._buffers[0].device != device:
-            self._buffers = tuple(torch.empty(shape, dtype=torch.float64, device=device) for _ in range(2))
+    def _work_buffers(self, size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        # two reused flat float64 buffers; fresh allocations would cost page faults on every call
+        if self._buffers is None or self._buffers[0].device != device or self._buffers[0].numel() < size:
+            self._buffers = tuple(torch.empty(size, dtype=torch.float64, device=device) for _ in range(2))
         return self._buffers
+
+    def _block_elements(self, device: torch.device) -> int:
+        return self.block_elements or default_block_elements(device)
+
+    def _key_weights(self, device: torch.device) -> torch.Tensor:
+        key = ("key_weights", str(device))
+        if key not in self._device_cache:
+            keys = self._positions.to(device)
+            self._device_cache[key] = (torch.stack([torch.ones_like(keys), keys], dim=-1),)
+        return self._device_cache[key][0]
+
+    def _blocks(self, st: "LayerStructure", rows_per_query: int, device: torch.device) -> list["RowBlock"]:
+        key = (st.window, rows_per_query, str(device))
+        if key not in self._block_cache:
+            self._block_cache[key] = [
+                RowBlock.build(st, r0, r1, device)
+                for r0, r1 in st.row_blocks(max(1, self._block_elements(device) // rows_per_query))
+            ]
+        return self._block_cache[key]
 
     def structure(self, layer: int) -> LayerStructure:
         window = self.model.window[layer]
@@ -147,92 +268,120 @@ class LeakageCapture:
 
     def add_structure(self, batch: int) -> None:
         """Add the structural (data-free) sums of ``batch`` sequences to the current group."""
-        a, g, fold = self.sums.arrays, self.group, self._fold
-        pos = self._positions
+        a, g = self.sums.arrays, self.group
         for layer in range(self.model.n_layers):
-            st = self.structure(layer)
-            count = torch.log(st.n_visible)
-            a["n"][g, layer] += batch * (fold @ st.per_bin).numpy()
-            a["c1"][g, layer] += batch * (fold @ (count[:, None] * st.per_bin)).numpy()
-            a["nq"][g, layer] += batch * (fold @ st.n_visible).numpy()
-            a["c2"][g, layer] += batch * (fold @ (count**2 * st.n_visible)).numpy()
-            a["i1"][g, layer] += batch * (fold @ (pos * st.n_visible)).numpy()
-            a["ii"][g, layer] += batch * (fold @ (pos**2 * st.n_visible)).numpy()
-            a["j1"][g, layer] += batch * (fold @ st.key_sum).numpy()
-            a["jj"][g, layer] += batch * (fold @ st.key_sq_sum).numpy()
-            a["ij"][g, layer] += batch * (fold @ (pos * st.key_sum)).numpy()
-        a["rows"][g] += batch * fold.sum(-1).numpy()
+            for name, per_sequence in self._structure_sums(self.structure(layer)).items():
+                a[name][g, layer] += batch * per_sequence
+        a["rows"][g] += batch * self._fold.sum(-1).numpy()
         self.sums.group_sizes[g] += batch
         self.sums.row_count += batch
+
+    def _structure_sums(self, st: LayerStructure) -> dict[str, np.ndarray]:
+        """One sequence's structural sums for a layer of structure ``st``, computed once per structure."""
+        if st.window not in self._structure_cache:
+            fold, pos = self._fold, self._positions
+            count = torch.log(st.n_visible)
+            sums = {
+                "n": fold @ st.per_bin,
+                "c1": fold @ (count[:, None] * st.per_bin),
+                "nq": fold @ st.n_visible,
+                "c2": fold @ (count**2 * st.n_visible),
+                "i1": fold @ (pos * st.n_visible),
+                "ii": fold @ (pos**2 * st.n_visible),
+                "j1": fold @ st.key_sum,
+                "jj": fold @ st.key_sq_sum,
+                "ij": fold @ (pos * st.key_sum),
+            }
+            self._structure_cache[st.window] = {name: value.numpy() for name, value in sums.items()}
+        return self._structure_cache[st.window]
 
     def reduce(self, layer: int, scores: torch.Tensor) -> None:
         """Fold one layer's scores [batch, head, T, T] into the sums of the current group."""
         batch, heads, t_q, t_k = scores.shape
-        if t_q != t_k or t_q != self.binning.seq_len:
-            raise ValueError(f"expected scores of {self.binning.seq_len}×{self.binning.seq_len}, got {t_q}×{t_k}")
+        t = self.binning.seq_len
+        if t_q != t_k or t_q != t:
+            raise ValueError(f"expected scores of {t}×{t}, got {t_q}×{t_k}")
         st = self.structure(layer)
-        valid = st.valid.to(scores.device)
-        if self.check_mask and layer not in self._checked:
-            self._check_mask(layer, scores[:1], valid)  # the first sequence; later NaNs are caught per chunk
-            self._checked.add(layer)
-        a, g, fold = self.sums.arrays, self.group, self._fold
-        pos = self._positions
-        b_count = self.binning.n_offset_bins
-        lo = st.lo.to(scores.device)[None].expand(batch, t_q, b_count)
-        hi = st.hi.to(scores.device)[None].expand(batch, t_q, b_count)
-        keys = pos.to(scores.device)
-        features = torch.empty(batch, heads, t_q, len(FEATURES), dtype=torch.float64, device=scores.device)
-        key_weights = torch.stack([torch.ones_like(keys), keys], dim=-1)  # [T, 2]
-        lo_used, hi_used = lo > 0, hi > 0
-        lo_at, hi_at = (lo - 1).clamp(min=0), (hi - 1).clamp(min=0)
-        invisible = ~valid
-        fold_d = fold.to(scores.device)
-        per_bin, n_visible = st.per_bin.to(scores.device), st.n_visible.to(scores.device)
-        chunk = max(1, self.chunk_elements // (batch * t_q * t_k))  # heads per step, bounding float64 copies
-        for h0 in range(0, heads, chunk):
-            h1 = min(heads, h0 + chunk)
-            # two reused float64 work buffers: fresh 32 MiB allocations cost page faults on every call
-            s, exp_s = self._workspace(scores.shape[0], h1 - h0, t_q, t_k, scores.device)
-            s.copy_(scores[:, h0:h1])  # [batch, h, T, T], ours to modify
+        device = scores.device
+        checking = self.check_mask and layer not in self._checked  # the first sequence of the first batch
+        f64 = {"dtype": torch.float64, "device": device}
+        log_z, row_sum, row_js, row_sq = (torch.empty(batch, heads, t, **f64) for _ in range(4))
+        features = torch.empty(batch, heads, t, len(FEATURES), **f64)
+        bin_sums = torch.empty(heads, t, self.binning.n_offset_bins, **f64)
+        blocks = self._blocks(st, batch * heads, device)
+        work_s, work_e = self._work_buffers(max(batch * heads * b.size for b in blocks), device)
+        key_weights = self._key_weights(device)  # [T, 2]: 1 and j
+        for block in blocks:
+            r0, r1, k0 = block.r0, block.r1, block.k0
+            rows, shape = slice(r0, r1), (batch, heads, r1 - r0, r1 - k0)
+            size = batch * heads * block.size
+            s, exp_s = work_s[:size].view(shape), work_e[:size].view(shape)
+            s.copy_(scores[:, :, r0:r1, k0:r1])  # keys beyond r1 or before k0 are masked for every row here
             row_max = s.amax(-1, keepdim=True)
             # one exp pass gives log Z, the weights and the entropy; masked entries underflow to 0
             torch.sub(s, row_max, out=exp_s).exp_()
             partition = exp_s.sum(-1)
-            log_z = row_max[..., 0] + torch.log(partition)
-            visible = s.masked_fill_(invisible, 0.0)  # reuses s's memory
-            moments = visible @ key_weights  # row sums of s and of j·s
-            row_sum, row_js = moments[..., 0], moments[..., 1]
-            if not torch.isfinite(row_sum).all() or not torch.isfinite(log_z).all():
-                bad = h0 + int(torch.nonzero(~(torch.isfinite(row_sum) & torch.isfinite(log_z)))[0, 1])
-                raise _non_finite(layer, bad)
-            row_sq = torch.einsum("...j,...j->...", visible, visible)  # einsum: no full-size temporary
+            block_log_z = row_max[..., 0] + torch.log(partition)
+            if checking:
+                self._check_block_mask(layer, scores[:1], s[:1], block, st)
+            visible = s.masked_fill_(block.invisible, 0.0)  # reuses s's memory
+            moments = visible @ key_weights[k0:r1]  # row sums of s and of j·s
+            row_sum[:, :, rows], row_js[:, :, rows] = moments[..., 0], moments[..., 1]
+            row_sq[:, :, rows] = torch.einsum("...j,...j->...", visible, visible)  # einsum: no full-size temporary
             mean_logit = torch.einsum("...j,...j->...", exp_s, visible) / partition  # Σ_j a_ij s_ij
-            features[:, h0:h1, :, 0] = exp_s[..., 0] / partition
-            features[:, h0:h1, :, 1] = log_z - mean_logit
-            features[:, h0:h1, :, 2] = torch.diagonal(exp_s, dim1=-2, dim2=-1) / partition
-            features[:, h0:h1, :, 3] = 1.0 / partition  # the row maximum has exp_s = 1
-            del exp_s
+            log_z[:, :, rows] = block_log_z
+            features[:, :, rows, 0] = exp_s[..., 0] / partition if k0 == 0 else 0.0
+            features[:, :, rows, 1] = block_log_z - mean_logit
+            features[:, :, rows, 2] = torch.diagonal(exp_s, offset=r0 - k0, dim1=-2, dim2=-1) / partition
+            features[:, :, rows, 3] = 1.0 / partition  # the row maximum has exp_s = 1
             running = visible.cumsum_(-1)  # in place: visible is not needed any more
-            n = h1 - h0
-            hi_i, lo_i = hi_at[:, None].expand(batch, n, t_q, b_count), lo_at[:, None].expand(batch, n, t_q, b_count)
-            bin_sums = (running.gather(-1, hi_i) * hi_used[:, None] - running.gather(-1, lo_i) * lo_used[:, None]).sum(0)
-            del visible, running
-            z_sum = log_z.sum(0)  # [h, T]
-            a["s1"][g, layer, h0:h1] += torch.einsum("ct,htb->hcb", fold_d, bin_sums).cpu().numpy()
-            a["z1"][g, layer, h0:h1] += torch.einsum("ct,ht,tb->hcb", fold_d, z_sum, per_bin).cpu().numpy()
-            mean_sum = (row_sum / n_visible).sum(0)  # Σ over sequences of m_i, [h, T]
-            a["m1"][g, layer, h0:h1] += torch.einsum("ct,ht,tb->hcb", fold_d, mean_sum, per_bin).cpu().numpy()
-            a["s2"][g, layer, h0:h1] += (row_sq.sum(0) @ fold_d.T).cpu().numpy()
-            a["z2"][g, layer, h0:h1] += (((log_z**2).sum(0) * n_visible) @ fold_d.T).cpu().numpy()
-            a["sz"][g, layer, h0:h1] += ((log_z * row_sum).sum(0) @ fold_d.T).cpu().numpy()
-            a["si"][g, layer, h0:h1] += ((row_sum.sum(0) * keys) @ fold_d.T).cpu().numpy()
-            a["sj"][g, layer, h0:h1] += (row_js.sum(0) @ fold_d.T).cpu().numpy()
-        features = features.permute(0, 2, 1, 3).cpu()  # [batch, T, H, F]
+            index_shape = (batch, heads, r1 - r0, self.binning.n_offset_bins)
+            upper = running.gather(-1, block.hi_at.expand(index_shape)) * block.hi_used
+            lower = running.gather(-1, block.lo_at.expand(index_shape)) * block.lo_used
+            bin_sums[:, rows] = (upper - lower).sum(0)
+        finite = torch.isfinite(row_sum) & torch.isfinite(log_z)
+        if not finite.all():
+            raise _non_finite(layer, int(torch.nonzero(~finite)[0, 1]))
+        self._checked.add(layer)
+        self._accumulate(layer, st, log_z, row_sum, row_js, row_sq, bin_sums, features)
+
+    def _accumulate(self, layer, st, log_z, row_sum, row_js, row_sq, bin_sums, features) -> None:
+        """Fold one layer's per-row pieces into query bins and add them to the current group."""
+        a, g = self.sums.arrays, self.group
+        fold, keys, per_bin, n_visible = self._on_device(st, log_z.device)
+        z_sum = log_z.sum(0)  # [H, T]
+        mean_sum = (row_sum / n_visible).sum(0)  # Σ over sequences of m_i, [H, T]
+        parts = {
+            "s1": torch.einsum("ct,htb->hcb", fold, bin_sums),
+            "z1": torch.einsum("ct,ht,tb->hcb", fold, z_sum, per_bin),
+            "m1": torch.einsum("ct,ht,tb->hcb", fold, mean_sum, per_bin),
+            "s2": row_sq.sum(0) @ fold.T,
+            "z2": ((log_z**2).sum(0) * n_visible) @ fold.T,
+            "sz": (log_z * row_sum).sum(0) @ fold.T,
+            "si": (row_sum.sum(0) * keys) @ fold.T,
+            "sj": row_js.sum(0) @ fold.T,
+            "features": features.permute(0, 2, 1, 3),  # [batch, T, H, F]
+        }
+        # one device-to-host copy per layer: on a GPU each copy waits for the queue to drain
+        flat = torch.cat([part.reshape(-1) for part in parts.values()]).cpu()
+        pieces = dict(zip(parts, flat.split([part.numel() for part in parts.values()])))
+        for name in ("s1", "z1", "m1", "s2", "z2", "sz", "si", "sj"):
+            a[name][g, layer] += pieces[name].view(parts[name].shape).numpy()
+        features = pieces["features"].view(parts["features"].shape)
         per_row = features.sum(0)  # [T, H, F]
-        a["feat"][g, layer] += torch.einsum("ct,thf->hfc", fold, per_row).numpy()
+        a["feat"][g, layer] += torch.einsum("ct,thf->hfc", self._fold, per_row).numpy()
         self.sums.row_features[layer] += per_row.permute(1, 2, 0).numpy()
         if self.probe:
             self._add_probe(layer, features)
+
+    def _on_device(self, st: LayerStructure, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """The fold matrix, key positions, per-bin and visible counts of ``st``, copied to ``device`` once."""
+        key = (st.window, str(device))
+        if key not in self._device_cache:
+            self._device_cache[key] = tuple(
+                x.to(device) for x in (self._fold, self._positions, st.per_bin, st.n_visible)
+            )
+        return self._device_cache[key]
 
     def _add_probe(self, layer: int, features: torch.Tensor) -> None:
         a, g = self.sums.arrays, self.group
@@ -248,22 +397,31 @@ class LeakageCapture:
             a["yy"][g, layer, w_index] += float((ys * ys).sum())
             a["pn"][g, layer, w_index] += ys.numel()
 
-    def _check_mask(self, layer: int, scores: torch.Tensor, valid: torch.Tensor) -> None:
+    def _check_block_mask(self, layer: int, scores: torch.Tensor, block_scores: torch.Tensor, block: "RowBlock", st) -> None:
+        # Within the block's key span the unmasked keys must be exactly the visible ones; the keys outside
+        # it (after the block's last row, before the window) must all be masked. Written as "not ≤" so
+        # that a NaN there fails too.
+        threshold = MASKED_BELOW * torch.finfo(scores.dtype).min
+        rows = scores[:, :, block.r0 : block.r1]
+        outside = [rows[..., block.r1 :], rows[..., : block.k0]]
+        if bool(torch.ne(block_scores > threshold, block.visible).any()) or any(
+            part.numel() and not bool(part.amax() <= threshold) for part in outside
+        ):
+            self._explain_mask_failure(layer, scores, st.valid.to(scores.device))
+
+    def _explain_mask_failure(self, layer: int, scores: torch.Tensor, valid: torch.Tensor) -> None:
         # NaN or +inf anywhere (an overflowed score plus the mask stays +inf), or −inf on a visible key:
         # report the overflow itself rather than a mask mismatch.
         bad = torch.isnan(scores) | torch.isposinf(scores) | (torch.isneginf(scores) & valid)
         if bad.any():
             raise _non_finite(layer, int(torch.nonzero(bad)[0, 1]))
-        lowest = torch.finfo(scores.dtype).min
-        finite = scores > lowest / 2
-        if (finite & ~valid).any():
+        unmasked = scores > MASKED_BELOW * torch.finfo(scores.dtype).min
+        if (unmasked & ~valid).any():
             raise MaskMismatchError(
                 f"layer {layer}: keys poslens treats as invisible (window={self.model.window[layer]}) carry finite "
                 "scores; the model's mask differs from the one recorded on the model"
             )
-        if (valid & ~finite).any():
-            raise MaskMismatchError(
-                f"layer {layer}: keys poslens treats as visible are masked in the scores "
-                f"(window={self.model.window[layer]}); padding is not supported, use equal-length sequences"
-            )
-
+        raise MaskMismatchError(
+            f"layer {layer}: keys poslens treats as visible are masked in the scores "
+            f"(window={self.model.window[layer]}); padding is not supported, use equal-length sequences"
+        )

@@ -19,6 +19,7 @@ import pytest
 from scipy import stats
 
 import poslens
+from poslens import capture as capture_module
 from poslens.binning import Binning
 from poslens.testing import save_tiny_model
 
@@ -45,6 +46,20 @@ ADDITIVE = (
     "max_mass",
 )
 CASES = ("llama", "mistral", "gemma3", "llama-window8")
+# Per-head float64 work budget for the capture's row blocks: at T = 40 this gives blocks of 1 to 12 rows,
+# with key spans that start after 0 on the sliding-window layers, so the block bookkeeping is under test.
+BLOCK_PER_HEAD = 150
+
+
+def measure_in_blocks(model, corpus, per_head: int | None, **kwargs):
+    """poslens.measure with the capture's CPU row-block budget set to ``per_head`` × batch × heads elements."""
+    saved = capture_module.CPU_BLOCK_ELEMENTS
+    batch = kwargs.get("batch_size") or 1
+    capture_module.CPU_BLOCK_ELEMENTS = per_head * batch * model.n_heads if per_head else 1 << 40
+    try:
+        return poslens.measure(model, corpus, progress=False, **kwargs)
+    finally:
+        capture_module.CPU_BLOCK_ELEMENTS = saved
 
 
 class Case:
@@ -54,7 +69,8 @@ class Case:
         self.model = poslens.load_model(folder, variant=variant)
         self.corpus = poslens.make_corpus(self.model, "random", n_seqs=N_SEQS, seq_len=SEQ_LEN, position0="bos", seed=3)
         # batch_size = group size, so poslens and the reference run identical forward passes.
-        self.result = poslens.measure(self.model, self.corpus, groups=GROUPS, early=EARLY, batch_size=N_SEQS // GROUPS, progress=False)
+        self.settings = {"groups": GROUPS, "early": EARLY, "batch_size": N_SEQS // GROUPS}
+        self.result = measure_in_blocks(self.model, self.corpus, BLOCK_PER_HEAD, **self.settings)
         self.table = nr.lookup(self.result.to_frame())
         self.binning = Binning(SEQ_LEN, early=EARLY)
         self.scores = nr.capture_scores(self.model, self.corpus.tokens, GROUPS)
@@ -109,6 +125,15 @@ def test_per_head_figures_match_naive_reference(case: Case):
                 if not abs(got - want) <= TOL:
                     bad.append(f"L{layer} h{head} {window} {metric}: poslens {got!r} vs naive {want!r} (Δ={got - want:.3g})")
     assert not bad, f"{len(bad)} figures differ from the naive reference:\n" + "\n".join(bad[:30])
+
+
+@pytest.mark.parametrize("case", ["llama", "llama-window8"], indirect=True)
+@pytest.mark.parametrize("per_head", [1, None], ids=["one-row-blocks", "one-block"])
+def test_row_blocks_do_not_change_results(case: Case, per_head: int | None):
+    other = measure_in_blocks(case.model, case.corpus, per_head, **case.settings).to_frame()
+    mine = case.result.to_frame()
+    assert len(other) == len(mine)
+    np.testing.assert_allclose(other[["value", "ci_low", "ci_high"]], mine[["value", "ci_low", "ci_high"]], rtol=0, atol=1e-10)
 
 
 def test_figures_are_sane(case: Case):

@@ -32,7 +32,7 @@ import torch
 from typer.testing import CliRunner
 
 import poslens
-from poslens.capture import NonFiniteScoresError
+from poslens.capture import MaskMismatchError, NonFiniteScoresError
 from poslens.cli import app
 from poslens.hooks import attn_scores, run_with_hooks
 from poslens.model_cache import cached_folder, entry_is_valid
@@ -229,6 +229,22 @@ def test_float16_overflow_is_reported_as_such(tmp_path, tiny_llama_dir):
     half = poslens.load_model(folder, dtype=torch.float16)
     with pytest.raises(NonFiniteScoresError, match=r"layer 1, head \d.*use --dtype float32 or bfloat16"):
         small_measure(half, n_seqs=2, seq_len=16, groups=2)
+
+
+def test_mask_wider_than_recorded_is_reported(tiny_llama_dir):
+    # A full-causal model recorded as windowed: keys poslens treats as invisible carry finite scores.
+    model = poslens.load_model(tiny_llama_dir)
+    model.window = [4] * model.n_layers
+    with pytest.raises(MaskMismatchError, match=r"^layer 0: keys poslens treats as invisible \(window=4\) carry finite"):
+        small_measure(model, n_seqs=2, seq_len=16, groups=2)
+
+
+def test_mask_narrower_than_recorded_is_reported(tiny_llama_dir):
+    # A window:4 variant recorded as full causal: keys poslens treats as visible are masked.
+    model = poslens.load_model(tiny_llama_dir, variant="window:4")
+    model.window = [None] * model.n_layers
+    with pytest.raises(MaskMismatchError, match=r"^layer 0: keys poslens treats as visible are masked in the scores"):
+        small_measure(model, n_seqs=2, seq_len=16, groups=2)
 
 
 # ---------------------------------------------------------------- 9. output folder not writable
