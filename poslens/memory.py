@@ -11,8 +11,9 @@ The formula
 -----------
 B sequences of T tokens; L layers, H query heads, K key/value heads of width d,
 model width D, MLP width F, vocabulary V; ``e`` bytes per element of the model
-dtype; C = ``chunk_elements`` (the float64 elements one head-chunk of
-:class:`poslens.capture.LeakageCapture` may use, 4 Mi by default)::
+dtype; C = ``block_elements`` (the float64 elements of one work buffer of
+:class:`poslens.capture.LeakageCapture`'s row blocks: 128 Ki on CPU, 32 Mi
+on CUDA by default); N offset bins::
 
     weights     = Σ numel × element size of hf_model's parameters and buffers
     runtime     = resident memory besides the weights (Python, torch, tokenizer,
@@ -25,11 +26,10 @@ dtype; C = ``chunk_elements`` (the float64 elements one head-chunk of
                   + 8 MiB                     first-pass allocations (workspaces, objects)
     scores      = e·B·H·T²                    one layer's attention scores
     attention   = B·H·T²·(e + 4 + [e≠4]·e)    scores + float32 softmax (+ its cast back)
-    capture     = max(chunks, check) + 64·B·H·T     poslens's transients, made while the scores live
-      chunks    = 3 · 8·h·B·T²,  h = min(H, max(1, ⌊C/(B·T²)⌋))  float64 head-chunk s, exp(s − max)
-                                                                and one temporary of their size
-      check     = B·H·T²·(e + 1.5) + 9·T²     first-batch mask check: masked and visible score
-                                              copies, three boolean maps, index tensors
+    capture     = 3·8·W + 64·B·H·T + 8·H·T·N  poslens's transients, made while the scores live:
+      W         = min(max(C, B·H·T), B·H·T²)  the two float64 row-block buffers (s, exp(s − max))
+                                              and the temporaries of one block; per-row float64
+                                              results; the per-row offset-bin sums
     logits      = e·B·T·V                     computed by the bridge even with return_type=None
     peak        = runtime + weights + activations
                   + max(slack·attention, slack·(scores + capture), logits)
@@ -52,20 +52,22 @@ slack 1 (:data:`CUDA_SLACK`); the allocator's reserve and the CUDA context
 are not counted, and no GPU measurement has checked the formula yet.
 
 Calibration (CPU, float32, ``python -m poslens.memory --measure``: VmHWM of a
-fresh process minus its resident memory after loading, weights paged in):
-within ±22% of the measured increase for tiny Llama, Mistral and Gemma 3
-models at batch 1–16 and T 64–1024, within 16% for SmolLM2-135M (seen after the
-measuring forward stopped computing full logits). tests/test_memory.py checks the whole peak within 25% and the increase
-over the loaded model (noisier: a difference of two resident-memory readings) within 40%.
+fresh process minus its resident memory after loading, weights paged in; last
+run after the capture moved to row blocks): the estimated increase was
+0.70–1.22× the measured one for tiny Llama, Mistral and Gemma 3 models at
+batch 1–16 and T 64–1024, and 0.97–1.23× for SmolLM2-135M at batch 1–4 and
+T 256–1024; the estimated whole peak was 0.95–1.04× the measured one.
+tests/test_memory.py checks the whole peak within 25% and the increase over
+the loaded model (noisier: a difference of two resident-memory readings) within 40%.
 
 Example:
     >>> import poslens
     >>> from poslens.memory import estimate_peak_bytes, plan_batch
     >>> model = poslens.load_model("smollm2-135m")                  # doctest: +SKIP
     >>> print(estimate_peak_bytes(model, 2, 512).describe())        # doctest: +SKIP
-    batch 2 × T=512: peak 804.6 MiB = weights 513.3 + runtime 0.0 + activations 99.2 + max(1.45 × attention 36.0, 1.45 × (scores + capture) 114.6, logits 192.0)
+    batch 2 × T=512: peak 619.8 MiB = weights 513.3 + runtime 0.0 + activations 54.2 + max(1.45 × attention 36.0, 1.45 × (scores + capture) 22.7, logits 0.4)
     >>> plan_batch(model, seq_len=512, n_seqs=64, budget_bytes="2GiB")  # whole process, ≈ 0.6 GiB runtime  # doctest: +SKIP
-    6
+    19
 """
 
 from __future__ import annotations
@@ -81,6 +83,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import torch
+
+from poslens.binning import Binning
+from poslens.capture import default_block_elements
 
 MiB = 1 << 20
 
@@ -259,7 +264,7 @@ def _element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def _estimate(shape: _Shape, batch: int, t: int, chunk_elements: int, runtime: int, slack: float) -> MemoryEstimate:
+def _estimate(shape: _Shape, batch: int, t: int, block_elements: int, runtime: int, slack: float) -> MemoryEstimate:
     e = _element_size(shape.dtype)
     b, h, k, d = batch, shape.n_heads, shape.n_kv_heads, shape.d_head
     activations = (
@@ -274,9 +279,8 @@ def _estimate(shape: _Shape, batch: int, t: int, chunk_elements: int, runtime: i
         + FIXED_OVERHEAD
     )
     square = b * t * t  # one head's [B, T, T]
-    heads_per_chunk = min(h, max(1, chunk_elements // square))
-    chunks = 3 * 8 * heads_per_chunk * square
-    check = int(h * square * (e + 1.5)) + 9 * t * t
+    work = min(max(block_elements, b * h * t), h * square)
+    capture = 3 * 8 * work + 64 * b * h * t + 8 * h * t * Binning(t).n_offset_bins
     return MemoryEstimate(
         batch_size=batch,
         seq_len=t,
@@ -285,7 +289,7 @@ def _estimate(shape: _Shape, batch: int, t: int, chunk_elements: int, runtime: i
         activations=int(activations),
         scores=e * h * square,
         attention=h * square * (e + 4 + (e if e != 4 else 0)),
-        capture=max(chunks, check) + 64 * b * h * t,
+        capture=capture,
         logits=e * b * (t if FULL_LOGITS else 1) * shape.vocab,
         slack=slack,
     )
@@ -300,15 +304,16 @@ def estimate_peak_bytes(
     batch_size: int,
     seq_len: int,
     dtype: torch.dtype | None = None,
-    chunk_elements: int = 1 << 22,
+    block_elements: int | None = None,
     runtime_bytes: int = 0,
     device: str | torch.device | None = None,
 ) -> MemoryEstimate:
     """Estimate the peak memory of one capture forward pass of ``batch_size`` × ``seq_len`` tokens.
 
     ``model`` is a :class:`poslens.models.PosModel`. ``dtype`` is the model
-    dtype to plan for (default: the dtype its weights have); ``chunk_elements``
-    the capture's float64 chunk bound (:class:`poslens.capture.LeakageCapture`);
+    dtype to plan for (default: the dtype its weights have); ``block_elements``
+    the capture's float64 row-block buffer (default: the device's, see
+    :class:`poslens.capture.LeakageCapture`);
     ``runtime_bytes`` the resident memory besides the weights (see
     :func:`runtime_bytes`), added to the total; ``device`` picks the allocator
     slack (default: the model's device). The formula is in the module docstring.
@@ -318,17 +323,18 @@ def estimate_peak_bytes(
         >>> from poslens.testing import save_tiny_model
         >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
         >>> est = estimate_peak_bytes(model, batch_size=4, seq_len=512)
-        >>> est.capture > est.attention > est.logits   # a tiny vocabulary: the float64 chunks dominate
+        >>> est.attention > est.capture > est.logits   # the model's softmax phase is the largest here
         True
         >>> round(est.increase / 2**20)
-        186
+        68
         >>> estimate_peak_bytes(model, 8, 512).increase > est.increase
         True
     """
     if batch_size < 1 or seq_len < 1:
         raise ValueError(f"batch_size and seq_len must be ≥ 1, got {batch_size} and {seq_len}")
-    slack = _default_slack(device if device is not None else _model_device(model))
-    return _estimate(_shape(model, dtype), batch_size, seq_len, chunk_elements, runtime_bytes, slack)
+    device = torch.device(device if device is not None else _model_device(model))
+    block = block_elements or default_block_elements(device)
+    return _estimate(_shape(model, dtype), batch_size, seq_len, block, runtime_bytes, _default_slack(device))
 
 
 # ----------------------------------------------------------------------------- memory on the machine
@@ -493,8 +499,8 @@ def _largest(fits: Callable[[int], bool], necessary: Callable[[int], bool], hi: 
 
     ``necessary`` is monotone (true up to some x, false after) and true
     wherever ``fits`` is: bisection finds its last x, then a short scan down
-    finds the last that fits (the capture's head-chunking makes ``fits`` step
-    a little, so it is not itself monotone).
+    finds the last that fits (a guard: should ``fits`` ever step rather than
+    grow monotonically, the scan still finds the largest fit).
     """
     lo, top = 0, hi
     while lo < top:
@@ -514,7 +520,7 @@ def plan_batch(
     device: str | torch.device | None = None,
     *,
     dtype: torch.dtype | None = None,
-    chunk_elements: int = 1 << 22,
+    block_elements: int | None = None,
     runtime: int | None = None,
 ) -> int:
     """The largest batch size ≤ ``n_seqs`` whose estimated peak fits the memory budget.
@@ -552,6 +558,7 @@ def plan_batch(
     device = torch.device(device or _model_device(model))
     shape = _shape(model, dtype)
     slack = _default_slack(device)
+    block = block_elements or default_block_elements(device)
     whole = budget_bytes is not None
     if whole:
         budget = parse_bytes(budget_bytes)
@@ -564,19 +571,19 @@ def plan_batch(
         source = f"{budget / MiB:.1f} MiB may be used ({FREE_SHARE:.0%} of the {free / MiB:.1f} MiB free on {device.type})"
 
     def need(b: int, t: int) -> int:
-        est = _estimate(shape, b, t, chunk_elements, base, slack)
+        est = _estimate(shape, b, t, block, base, slack)
         return est.total if whole else est.increase
 
     def necessary(b: int, t: int) -> bool:
-        # the estimate without the capture's chunk term: monotone in b and t, and never above need
-        est = _estimate(shape, b, t, chunk_elements, base, slack)
+        # the estimate without the capture's term: monotone in b and t, and never above need
+        est = _estimate(shape, b, t, block, base, slack)
         floor = est.activations + int(max(slack * est.attention, est.logits))
         return (est.total - est.increase if whole else 0) + floor <= budget
 
     best = _largest(lambda b: need(b, seq_len) <= budget, lambda b: necessary(b, seq_len), n_seqs)
     if best:
         return best
-    one = _estimate(shape, 1, seq_len, chunk_elements, base, slack)
+    one = _estimate(shape, 1, seq_len, block, base, slack)
     cost = need(1, seq_len)
     max_t = _largest(lambda t: need(1, t) <= budget, lambda t: necessary(1, t), seq_len - 1)
     max_t = max_t if max_t >= 2 else 0
@@ -638,11 +645,8 @@ def choose_batch_size(
     if chosen == 0:
         if error is not None:
             raise error
-        raise InsufficientMemoryError(
-            "another rank cannot fit one sequence in its memory budget; see its message", _estimate(
-                _shape(model, None), 1, seq_len, 1 << 22, 0, _default_slack(device or _model_device(model))
-            ), 0, 0, 0,
-        )
+        one = estimate_peak_bytes(model, 1, seq_len, device=device)
+        raise InsufficientMemoryError("another rank cannot fit one sequence in its memory budget; see its message", one, 0, 0, 0)
     return chosen
 
 
@@ -734,7 +738,7 @@ def measure_run(model_name: str, batch_size: int, seq_len: int, dtype: str = "fl
 
     start = time.perf_counter()
     dev = torch.device(device)
-    model = poslens.load_model(model_name, dtype=dtype, device=None if dev.type == "cpu" else dev)
+    model = poslens.load_model(model_name, dtype=dtype, device=dev)  # never the default: it picks CUDA where there is one
     corpus = make_corpus(model, "random", n_seqs=max(2, 2 * batch_size - 1), seq_len=seq_len, seed=0)
     weights = weight_bytes(model)
     if dev.type == "cuda":
