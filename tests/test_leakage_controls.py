@@ -82,7 +82,7 @@ class QueryShift:
         def fn(scores: torch.Tensor, hook: Any) -> torch.Tensor:
             out = scores.clone()
             head = out[:, self.head]
-            shift = self.gamma * torch.log1p(torch.arange(head.shape[-2], dtype=head.dtype))[:, None]
+            shift = self.gamma * torch.log1p(torch.arange(head.shape[-2], dtype=head.dtype, device=head.device))[:, None]
             out[:, self.head] = torch.where(head > torch.finfo(head.dtype).min / 2, head + shift, head)
             return out
 
@@ -109,8 +109,8 @@ class KeyPositionSignal:
 
     def __init__(self, model: Any, scale: float = 10.0, eps: float = 0.2, layer: int = 1, slow_pairs: tuple[int, ...] = (5, 6, 7)):
         attn = model.hf_model.model.layers[layer].self_attn
-        w_q = attn.q_proj.weight.detach().double()
-        w_k = attn.k_proj.weight.detach().double()
+        w_q = attn.q_proj.weight.detach().double().cpu()
+        w_k = attn.k_proj.weight.detach().double().cpu()
         n_heads, n_kv, d_head = model.n_heads, model.n_kv_heads, model.d_head
         v = torch.linalg.svd(w_k).Vh[-1]  # W_K v ≈ 0
         q_v = (w_q @ v).view(n_heads, d_head)
@@ -126,8 +126,8 @@ class KeyPositionSignal:
 
     def hooks(self, model: Any, tokens: torch.Tensor) -> list:
         def fn(x: torch.Tensor, hook: Any) -> torch.Tensor:
-            ell = torch.log1p(torch.arange(x.shape[1], dtype=x.dtype))[:, None]
-            return x + self.scale * (self.v + self.eps * ell * self.w)[None]
+            ell = torch.log1p(torch.arange(x.shape[1], dtype=x.dtype, device=x.device))[:, None]
+            return x + self.scale * (self.v.to(x.device) + self.eps * ell * self.w.to(x.device))[None]
 
         return [(resid_post(0), fn)]
 
@@ -147,10 +147,10 @@ class SinusoidSignal:
 
     def hooks(self, model: Any, tokens: torch.Tensor) -> list:
         def fn(x: torch.Tensor, hook: Any) -> torch.Tensor:
-            i = torch.arange(x.shape[1], dtype=x.dtype)[:, None]
-            freq = torch.tensor([0.5, 1.0, 2.0], dtype=x.dtype) * np.pi / SEQ_LEN
+            i = torch.arange(x.shape[1], dtype=x.dtype, device=x.device)[:, None]
+            freq = torch.tensor([0.5, 1.0, 2.0], dtype=x.dtype, device=x.device) * np.pi / SEQ_LEN
             code = torch.cat([torch.sin(i * freq), torch.cos(i * freq)], -1)
-            return x + self.scale * (code @ self.proj.T)[None]
+            return x + self.scale * (code @ self.proj.T.to(x.device))[None]
 
         return [(resid_post(0), fn)]
 
