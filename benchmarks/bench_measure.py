@@ -1,21 +1,26 @@
 """Wall time and peak memory of poslens.measure against a plain forward and the naive route.
 
 Usage:
-    python benchmarks/bench_measure.py [--model smollm2-135m] [--lengths 256 512 1024] [--n-seqs 2]
+    python benchmarks/bench_measure.py [--model smollm2-135m] [--lengths 256 512 1024] [--n-seqs 2] [--device cpu|cuda]
 
-For each length T, three routes run on the same tokens, each in a fresh
-subprocess so its peak resident memory (ru_maxrss) is its own:
+For each length T, four routes run on the same tokens (``--n-seqs`` random
+sequences, one per forward):
 
 (a) plain: a bridge forward with no hooks;
 (b) poslens: ``poslens.measure`` (streaming cell sums, then fits with intervals);
+(b') capture: the forwards with the capture hooks only (``collect_sums``), that is
+    (b) without its fits, which cost the same at every T;
 (c) naive: ``bridge.run_with_cache`` keeping every layer's scores and pattern,
     then the same reduction and fits applied to the cached tensors.
 
-Each route is timed twice in its process and the faster run is reported
-(the first pays one-off costs); run it on an otherwise idle machine.
+Each route is timed twice and the faster run is reported (the first pays
+one-off costs); run it on an otherwise idle machine.
 
-Peak memory is reported whole and as the increase over the process's resident
-memory after the model was loaded. Prints a Markdown table.
+Memory: on CPU each route runs in a fresh subprocess so that its peak resident
+memory (ru_maxrss) is its own; on CUDA all routes share one process and the
+peak is ``torch.cuda.max_memory_allocated`` since the route started. Peak memory
+is reported whole and as the increase over the memory held once the model was
+loaded. Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import subprocess
 import sys
 import time
 
+ROUTES = ("plain", "poslens", "capture", "naive")
+
 
 def rss_mb() -> float:
     with open("/proc/self/status") as handle:
@@ -36,20 +43,52 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def child(route: str, model_name: str, seq_len: int, n_seqs: int, repeats: int = 2) -> dict:
+def load(model_name: str, device: str):
     import torch
 
     import poslens
     from poslens.hooks import run_with_hooks
 
     torch.manual_seed(0)
-    model = poslens.load_model(model_name)
-    corpus = poslens.make_corpus(model, "random", n_seqs=n_seqs, seq_len=seq_len, position0="bos", seed=0)
-    run_with_hooks(model, corpus.tokens[:1, :16])  # warm-up
+    model = poslens.load_model(model_name, device=device)
+    run_with_hooks(model, torch.ones(1, 16, dtype=torch.long))  # warm-up
+    return model
+
+
+def corpus_for(model, seq_len: int, n_seqs: int):
+    import poslens
+
+    return poslens.make_corpus(model, "random", n_seqs=n_seqs, seq_len=seq_len, position0="bos", seed=0)
+
+
+def run_cpu_route(route: str, model_name: str, seq_len: int, n_seqs: int, repeats: int = 2) -> dict:
+    """One route in this (fresh) process: peak resident memory is this route's."""
+    model = load(model_name, "cpu")
+    corpus = corpus_for(model, seq_len, n_seqs)
     loaded = rss_mb()
     seconds = min(_timed(route, model, corpus, seq_len, n_seqs) for _ in range(repeats))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"route": route, "seq_len": seq_len, "seconds": seconds, "peak_mb": peak, "loaded_mb": loaded}
+
+
+def run_cuda_routes(model_name: str, lengths: list[int], n_seqs: int, device: str, repeats: int = 2) -> list[dict]:
+    """Every route and length in one process: CUDA's allocator statistics give each route's own peak."""
+    import torch
+
+    model = load(model_name, device)
+    rows = []
+    for seq_len in lengths:
+        corpus = corpus_for(model, seq_len, n_seqs)
+        for route in ROUTES:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            loaded = torch.cuda.memory_allocated() / 2**20
+            torch.cuda.reset_peak_memory_stats()
+            seconds = min(_timed(route, model, corpus, seq_len, n_seqs) for _ in range(repeats))
+            peak = torch.cuda.max_memory_allocated() / 2**20
+            rows.append({"route": route, "seq_len": seq_len, "seconds": seconds, "peak_mb": peak, "loaded_mb": loaded})
+            print(f"  {route:8s} T={seq_len}: {seconds:.3f} s, peak {peak:.0f} MB", file=sys.stderr, flush=True)
+    return rows
 
 
 def _timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
@@ -59,58 +98,76 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
     from poslens.binning import Binning
     from poslens.capture import LeakageCapture
     from poslens.hooks import attn_pattern, attn_scores, run_with_hooks
+    from poslens.measure import collect_sums
     from poslens.metrics import metrics_with_intervals
 
+    device = next(model.hf_model.parameters()).device
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
     start = time.perf_counter()
     if route == "plain":
         for k in range(n_seqs):
             run_with_hooks(model, corpus.tokens[k : k + 1])
     elif route == "poslens":
         poslens.measure(model, corpus, groups=n_seqs, batch_size=1, probe=False, progress=False)
+    elif route == "capture":
+        collect_sums(model, corpus, groups=n_seqs, batch_size=1, probe=False, progress=False)
     elif route == "naive":
         capture = LeakageCapture(model, Binning(seq_len), groups=n_seqs, probe=False)
         wanted = {attn_scores(l) for l in range(model.n_layers)} | {attn_pattern(l) for l in range(model.n_layers)}
         for k in range(n_seqs):
             with torch.inference_mode():
-                _, cache = model.bridge.run_with_cache(corpus.tokens[k : k + 1], names_filter=lambda name: name in wanted)
+                _, cache = model.bridge.run_with_cache(corpus.tokens[k : k + 1].to(device), names_filter=lambda name: name in wanted)
             capture.group = k
             capture.add_structure(1)
             for layer in range(model.n_layers):
                 capture.reduce(layer, cache[attn_scores(layer)])
             del cache
         metrics_with_intervals(capture.sums)
+    if cuda:
+        torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--model", default="smollm2-135m", help="registry name or local model folder")
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024])
     parser.add_argument("--n-seqs", type=int, default=2)
+    parser.add_argument("--device", default=None, help="cpu or cuda[:n] (default: cuda when available)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         route, seq_len, n_seqs = args.child[0], int(args.child[1]), int(args.child[2])
-        print(json.dumps(child(route, args.model, seq_len, n_seqs)))
+        print(json.dumps(run_cpu_route(route, args.model, seq_len, n_seqs)))
         return
-    rows = []
-    for seq_len in args.lengths:
-        for route in ("plain", "poslens", "naive"):
-            out = subprocess.run(
-                [sys.executable, __file__, "--model", args.model, "--child", route, str(seq_len), str(args.n_seqs)],
-                capture_output=True, text=True, check=True,
-            )
-            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(f"  {route:8s} T={seq_len}: {rows[-1]['seconds']:.1f} s, peak {rows[-1]['peak_mb']:.0f} MB", file=sys.stderr)
-    print(f"model {args.model}, {args.n_seqs} sequences per route, batch 1, float32\n")
-    print("| T | route | time (s) | time / plain | peak RSS (MB) | peak / plain | peak − loaded (MB) |")
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        rows = run_cuda_routes(args.model, args.lengths, args.n_seqs, device)
+        memory = "peak CUDA memory allocated"
+    else:
+        rows = []
+        for seq_len in args.lengths:
+            for route in ROUTES:
+                out = subprocess.run(
+                    [sys.executable, __file__, "--model", args.model, "--child", route, str(seq_len), str(args.n_seqs)],
+                    capture_output=True, text=True, check=True,
+                )
+                rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                print(f"  {route:8s} T={seq_len}: {rows[-1]['seconds']:.1f} s, peak {rows[-1]['peak_mb']:.0f} MB", file=sys.stderr)
+        memory = "peak RSS"
+    print(f"model {args.model}, {args.n_seqs} sequences per route, batch 1, float32, device {device}\n")
+    print(f"| T | route | time (s) | time / plain | {memory} (MB) | peak / plain | peak − loaded (MB) |")
     print("|---|---|---|---|---|---|---|")
     for seq_len in args.lengths:
         by = {r["route"]: r for r in rows if r["seq_len"] == seq_len}
-        for route in ("plain", "poslens", "naive"):
+        for route in ROUTES:
             r = by[route]
             print(
-                f"| {seq_len} | {route} | {r['seconds']:.1f} | {r['seconds'] / by['plain']['seconds']:.2f} | "
+                f"| {seq_len} | {route} | {r['seconds']:.3f} | {r['seconds'] / by['plain']['seconds']:.2f} | "
                 f"{r['peak_mb']:.0f} | {r['peak_mb'] / by['plain']['peak_mb']:.2f} | {r['peak_mb'] - r['loaded_mb']:.0f} |"
             )
 

@@ -52,14 +52,15 @@ BLOCK_PER_HEAD = 150
 
 
 def measure_in_blocks(model, corpus, per_head: int | None, **kwargs):
-    """poslens.measure with the capture's CPU row-block budget set to ``per_head`` × batch × heads elements."""
-    saved = capture_module.CPU_BLOCK_ELEMENTS
+    """poslens.measure with the capture's row-block budget (CPU and CUDA) set to ``per_head`` × batch × heads elements."""
+    saved = capture_module.CPU_BLOCK_ELEMENTS, capture_module.CUDA_BLOCK_ELEMENTS
     batch = kwargs.get("batch_size") or 1
-    capture_module.CPU_BLOCK_ELEMENTS = per_head * batch * model.n_heads if per_head else 1 << 40
+    budget = per_head * batch * model.n_heads if per_head else 1 << 40
+    capture_module.CPU_BLOCK_ELEMENTS = capture_module.CUDA_BLOCK_ELEMENTS = budget
     try:
         return poslens.measure(model, corpus, progress=False, **kwargs)
     finally:
-        capture_module.CPU_BLOCK_ELEMENTS = saved
+        capture_module.CPU_BLOCK_ELEMENTS, capture_module.CUDA_BLOCK_ELEMENTS = saved
 
 
 class Case:
