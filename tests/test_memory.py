@@ -44,6 +44,9 @@ TOLERANCE = 0.25  # the issue's bound, on the whole peak
 #: of tens of MiB glibc's reuse of freed blocks moves it by ±20% from run to run (seen: 0.75–1.24×
 #: on the same tiny-model settings), so it gets a looser bound.
 INCREASE_TOLERANCE = 0.40
+#: Part of that noise does not scale with the run: the same tiny run (B=1, T=256, estimate 15.7 MiB)
+#: measured 15.9 MiB in one process and 27.9 MiB in another. Small increases get this absolute slack.
+INCREASE_FLOOR = 16 * MiB
 TINY_RUNS = [(1, 256), (4, 512), (2, 1024)]
 SMOLLM2_RUNS = [(2, 512), (1, 256)]  # the longer first, so the short ones fill the other core
 
@@ -83,7 +86,8 @@ def _check(results: list[dict]) -> None:
         e = r["estimate"]
         assert r["weights"] == e["weights"]
         assert r["runtime"] == e["runtime"] > 100 * MiB, "the runtime baseline is Python + torch + transformers"
-        assert abs(e["increase"] - r["increase"]) <= INCREASE_TOLERANCE * r["increase"], f"increase off by more than 40%:\n{table}"
+        allowed = max(INCREASE_TOLERANCE * r["increase"], INCREASE_FLOOR)
+        assert abs(e["increase"] - r["increase"]) <= allowed, f"increase off by more than 40% (or 16 MiB):\n{table}"
         assert abs(e["total"] - r["peak"]) <= TOLERANCE * r["peak"], f"peak off by more than 25%:\n{table}"
 
 
