@@ -29,22 +29,10 @@ import naive_reference as nr  # noqa: E402
 N_SEQS, SEQ_LEN, GROUPS, EARLY, WIDTH = 8, 40, 4, 16, 8
 TOL = 1e-8
 WINDOWS = ("early", "all")
-# Additive figures: their layer aggregate is the mean over heads.
-ADDITIVE = (
-    "leakage_pattern",
-    "leakage_logit",
-    "leakage_pattern_saturated",
-    "leakage_logit_saturated",
-    "leakage_linear",
-    "leakage_count",
-    "c_res",
-    "c_mask",
-    "c_count",
-    "key0_mass",
-    "entropy",
-    "self_mass",
-    "max_mass",
-)
+# Shares: an aggregate's share is the ratio of aggregated components (checked below).
+SHARES = ("rho_res", "rho_mask", "count_share", "rho_res_centered")
+# Every other per-head figure is additive: its layer aggregate is the mean over heads.
+ADDITIVE = tuple(metric for metric in nr.PER_HEAD if metric not in SHARES)
 CASES = ("llama", "mistral", "gemma3", "llama-window8")
 # Per-head float64 work budget for the capture's row blocks: at T = 40 this gives blocks of 1 to 12 rows,
 # with key spans that start after 0 on the sliding-window layers, so the block bookkeeping is under test.
@@ -173,6 +161,7 @@ def test_aggregates_are_means_over_heads_and_layers(case: Case):
             assert g("rho_res") == pytest.approx(g("c_res") / g("leakage_pattern"), abs=1e-10)
             assert g("rho_mask") == pytest.approx(g("c_mask") / g("leakage_pattern"), abs=1e-10)
             assert g("count_share") == pytest.approx(g("c_count") / g("c_mask"), abs=1e-10)
+            assert g("rho_res_centered") == pytest.approx(g("c_res_centered") / g("leakage_pattern"), abs=1e-10)
             assert g("c_res") + g("c_mask") == pytest.approx(g("leakage_pattern"), abs=1e-10)
 
 
