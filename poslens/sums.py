@@ -48,8 +48,8 @@ def empty_arrays(groups: int, layers: int, heads: int, binning: Binning) -> dict
 
     Example:
         >>> a = empty_arrays(2, 3, 4, Binning(32))
-        >>> a["s1"].shape
-        (2, 3, 4, 20, 20)
+        >>> a["s1"].shape   # groups, layers, heads, query bins, offset bins
+        (2, 3, 4, 19, 19)
     """
     g, l, h = groups, layers, heads
     c, b, f, w, d = binning.n_query_bins, binning.n_offset_bins, len(FEATURES), len(WINDOWS), len(FEATURES) * heads + 1
