@@ -80,6 +80,12 @@ class LayerStructure:
 
     @classmethod
     def build(cls, binning: Binning, window: int | None) -> "LayerStructure":
+        """The visible pairs, their counts and offset-bin gather indices at ``binning``'s length.
+
+        Example:
+            >>> LayerStructure.build(Binning(8), window=3).n_visible.tolist()
+            [1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]
+        """
         t = binning.seq_len
         i = torch.arange(t)[:, None]
         j = torch.arange(t)[None, :]
@@ -110,7 +116,12 @@ class LayerStructure:
         )
 
     def key_start(self, row: int) -> int:
-        """The first key visible from query ``row``."""
+        """The first key visible from query ``row``.
+
+        Example:
+            >>> LayerStructure.build(Binning(8), window=3).key_start(5)
+            3
+        """
         return 0 if self.window is None else max(0, row - self.window + 1)
 
     def row_blocks(self, elements: int) -> list[tuple[int, int]]:
@@ -156,11 +167,22 @@ class RowBlock:
 
     @property
     def size(self) -> int:
-        """Elements of one head's block of scores: rows × key span."""
+        """Elements of one head's block of scores: rows × key span.
+
+        Example:
+            >>> RowBlock.build(LayerStructure.build(Binning(8), window=None), 4, 6, torch.device("cpu")).size
+            12
+        """
         return (self.r1 - self.r0) * (self.r1 - self.k0)
 
     @classmethod
     def build(cls, st: LayerStructure, r0: int, r1: int, device: torch.device) -> "RowBlock":
+        """The block of rows [r0, r1) of a layer with structure ``st``, its index tensors on ``device``.
+
+        Example:
+            >>> RowBlock.build(LayerStructure.build(Binning(8), window=None), 0, 2, torch.device("cpu")).invisible.tolist()
+            [[False, True], [False, False]]
+        """
         k0 = st.key_start(r0)
         lo, hi = st.lo[r0:r1] - k0, st.hi[r0:r1] - k0  # relative to the span; empty bins go ≤ 0
         visible = st.valid[r0:r1, k0:r1].to(device)
