@@ -43,17 +43,16 @@ FEATURES = ("key0_mass", "entropy", "self_mass", "max_mass")
 WINDOWS = ("early", "all")
 
 
-def empty_arrays(groups: int, layers: int, heads: int, binning: Binning) -> dict[str, np.ndarray]:
-    """Zeroed arrays for every statistic in the table above.
+def array_shapes(groups: int, layers: int, heads: int, binning: Binning) -> dict[str, tuple[int, ...]]:
+    """The shape of every statistic in the table above.
 
     Example:
-        >>> a = empty_arrays(2, 3, 4, Binning(32))
-        >>> a["s1"].shape   # groups, layers, heads, query bins, offset bins
+        >>> array_shapes(2, 3, 4, Binning(32))["s1"]   # groups, layers, heads, query bins, offset bins
         (2, 3, 4, 19, 19)
     """
     g, l, h = groups, layers, heads
     c, b, f, w, d = binning.n_query_bins, binning.n_offset_bins, len(FEATURES), len(WINDOWS), len(FEATURES) * heads + 1
-    shapes = {
+    return {
         "n": (g, l, c, b), "c1": (g, l, c, b),
         "s1": (g, l, h, c, b), "z1": (g, l, h, c, b), "m1": (g, l, h, c, b),
         "nq": (g, l, c), "c2": (g, l, c),
@@ -63,7 +62,34 @@ def empty_arrays(groups: int, layers: int, heads: int, binning: Binning) -> dict
         "feat": (g, l, h, f, c),
         "xtx": (g, l, w, d, d), "xty": (g, l, w, d), "y1": (g, l, w), "yy": (g, l, w), "pn": (g, l, w),
     }
-    return {name: np.zeros(shape, dtype=np.float64) for name, shape in shapes.items()}
+
+
+def empty_arrays(groups: int, layers: int, heads: int, binning: Binning) -> dict[str, np.ndarray]:
+    """Zeroed arrays for every statistic in the table above.
+
+    Example:
+        >>> a = empty_arrays(2, 3, 4, Binning(32))
+        >>> a["s1"].shape   # groups, layers, heads, query bins, offset bins
+        (2, 3, 4, 19, 19)
+    """
+    return {name: np.zeros(shape, dtype=np.float64) for name, shape in array_shapes(groups, layers, heads, binning).items()}
+
+
+def sums_bytes(groups: int, layers: int, heads: int, binning: Binning) -> int:
+    """Bytes that :meth:`CellSums.zeros` allocates for these sizes, without allocating them.
+
+    The accumulators live for the whole capture run; at the default 8 groups
+    they are tens of MiB for a 30-layer model (see :mod:`poslens.memory`).
+
+    Example:
+        >>> s = CellSums.zeros(groups=2, layers=3, heads=4, binning=Binning(32))
+        >>> held = [*s.arrays.values(), s.row_features, s.row_count, s.group_sizes]
+        >>> sums_bytes(2, 3, 4, Binning(32)) == sum(a.nbytes for a in held)
+        True
+    """
+    elements = sum(int(np.prod(shape)) for shape in array_shapes(groups, layers, heads, binning).values())
+    elements += layers * heads * len(FEATURES) * binning.seq_len + binning.seq_len + groups  # row_features, row_count, group_sizes
+    return 8 * elements
 
 
 @dataclass
