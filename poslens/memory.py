@@ -21,7 +21,7 @@ on CUDA by default); N offset bins::
     activations = e·( 4·B·T·D                 hidden states (residual, norm, outputs)
                     + B·T·d·(5·H + 8·K)       q, k, v, rotated q/k, GQA-expanded k/v, z
                     + 3·B·T·F                 MLP gate, up and their product
-                    + 2·L·B·T·K·d             the KV cache HF builds even for one pass
+                    + 2·L·B·T·K·d             HF's KV cache, 0 while run_with_hooks asks for none
                     + M·B·T² )                4-D additive mask, one per kind of layer (M)
                   + 8 MiB                     first-pass allocations (workspaces, objects)
     scores      = e·B·H·T²                    one layer's attention scores
@@ -30,8 +30,10 @@ on CUDA by default); N offset bins::
       W         = min(max(C, B·H·T), B·H·T²)  the two float64 row-block buffers (s, exp(s − max))
                                               and the temporaries of one block; per-row float64
                                               results; the per-row offset-bin sums
-    logits      = e·B·T·V                     computed by the bridge even with return_type=None
-    peak        = runtime + weights + activations
+    logits      = e·B·1·V                     run_with_hooks keeps the last position's logits only
+    sums        = poslens.sums.sums_bytes     the float64 accumulators of G groups, held all run;
+                                              mostly 3·8·G·L·H·c·b for c query and b offset bins
+    peak        = runtime + weights + activations + sums
                   + max(slack·attention, slack·(scores + capture), logits)
 
 The three terms of the ``max`` are phases that never overlap: the model's
@@ -51,29 +53,30 @@ PyTorch's caching allocator hands out (``torch.cuda.max_memory_allocated``),
 slack 1 (:data:`CUDA_SLACK`); the allocator's reserve and the CUDA context
 are not counted, and no GPU measurement has checked the formula yet.
 
-Calibration (CPU, float32, ``python -m poslens.memory --measure``: VmHWM of a
-fresh process minus its resident memory after loading, weights paged in; last
-run after the capture moved to row blocks): the estimated increase was
-0.70–1.22× the measured one for tiny Llama, Mistral and Gemma 3 models at
-batch 1–16 and T 64–1024, and 0.97–1.23× for SmolLM2-135M at batch 1–4 and
-T 256–1024; the estimated whole peak was 0.95–1.04× the measured one.
-tests/test_memory.py checks the whole peak within 25% and the increase over
-the loaded model (noisier: a difference of two resident-memory readings) within
-40%, or 16 MiB for small runs.
+Calibration (CPU, float32; ``python benchmarks/memory_calibration.py``, each
+setting a fresh ``python -m poslens.memory --measure`` process: VmHWM minus the
+resident memory after loading, with the weights paged in and the heap's free
+pages handed back first, :func:`release_free_heap`): the estimated increase
+was 0.80–1.22× the measured one for tiny Llama, Mistral and Gemma 3 models at
+batch 1–16 and T 64–1024, and 0.89–1.15× for SmolLM2-135M at batch 1–4 and
+T 256–1024; the estimated whole peak was 0.97–1.04×. Repeats of one setting
+agree within 3%. The table is in docs/benchmarks.md. tests/test_memory.py
+checks the whole peak within 25% and the increase within 40% (or 8 MiB).
 
 Example:
     >>> import poslens
     >>> from poslens.memory import estimate_peak_bytes, plan_batch
     >>> model = poslens.load_model("smollm2-135m")                  # doctest: +SKIP
     >>> print(estimate_peak_bytes(model, 2, 512).describe())        # doctest: +SKIP
-    batch 2 × T=512: peak 619.8 MiB = weights 513.3 + runtime 0.0 + activations 54.2 + max(1.45 × attention 36.0, 1.45 × (scores + capture) 22.7, logits 0.4)
-    >>> plan_batch(model, seq_len=512, n_seqs=64, budget_bytes="2GiB")  # whole process, ≈ 0.6 GiB runtime  # doctest: +SKIP
-    19
+    batch 2 × T=512: peak 688.7 MiB = weights 513.3 + runtime 0.0 + activations 54.2 + sums 68.9 + max(1.45 × attention 36.0, 1.45 × (scores + capture) 22.7, logits 0.4)
+    >>> plan_batch(model, seq_len=512, n_seqs=64, budget_bytes="2GiB")  # whole process, ≈ 0.5 GiB runtime  # doctest: +SKIP
+    18
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -87,6 +90,7 @@ import torch
 
 from poslens.binning import Binning
 from poslens.capture import default_block_elements
+from poslens.sums import sums_bytes
 
 MiB = 1 << 20
 
@@ -96,6 +100,10 @@ CPU_SLACK = 1.45
 CUDA_SLACK = 1.0
 #: First-pass allocations that do not scale with the shapes (measured at B=1, T=64 on a tiny model).
 FIXED_OVERHEAD = 8 * MiB
+#: Groups a run accumulates when none are given (as poslens.measure.measure's default).
+DEFAULT_GROUPS = 8
+#: Groups of a measuring run (measure_run): two, the fewest that give an interval.
+MEASURE_GROUPS = 2
 #: Share of the free memory that the default budget (no --max-memory) plans for.
 FREE_SHARE = 0.8
 #: Whether a hooked forward (poslens.hooks.run_with_hooks, logits=False) still makes the logits
@@ -125,17 +133,17 @@ class InsufficientMemoryError(MemoryError):
 class MemoryEstimate:
     """Estimated peak memory of one capture forward pass, in bytes, by component.
 
-    ``total = runtime + weights + activations + max(slack·attention, slack·(scores + capture), logits)``
+    ``total = runtime + weights + activations + sums + max(slack·attention, slack·(scores + capture), logits)``
     (the module docstring explains each term); ``increase`` is the part above
     the loaded model, ``total - runtime - weights``.
 
     Example:
         >>> e = MemoryEstimate(1, 8, weights=100 * MiB, runtime=0, activations=MiB, scores=MiB,
-        ...                    attention=2 * MiB, capture=4 * MiB, logits=3 * MiB, slack=1.0)
+        ...                    attention=2 * MiB, capture=4 * MiB, logits=3 * MiB, sums=2 * MiB, slack=1.0)
         >>> e.total // MiB, e.increase // MiB
-        (106, 6)
+        (108, 8)
         >>> print(e.describe())
-        batch 1 × T=8: peak 106.0 MiB = weights 100.0 + runtime 0.0 + activations 1.0 + max(1 × attention 2.0, 1 × (scores + capture) 5.0, logits 3.0)
+        batch 1 × T=8: peak 108.0 MiB = weights 100.0 + runtime 0.0 + activations 1.0 + sums 2.0 + max(1 × attention 2.0, 1 × (scores + capture) 5.0, logits 3.0)
     """
 
     batch_size: int
@@ -147,6 +155,7 @@ class MemoryEstimate:
     attention: int
     capture: int
     logits: int
+    sums: int = 0
     slack: float = CPU_SLACK
 
     @property
@@ -156,8 +165,8 @@ class MemoryEstimate:
 
     @property
     def increase(self) -> int:
-        """Bytes above the loaded model: the activations and the largest phase."""
-        return self.activations + self.transient
+        """Bytes above the loaded model: the activations, the sums and the largest phase."""
+        return self.activations + self.sums + self.transient
 
     @property
     def total(self) -> int:
@@ -173,7 +182,7 @@ class MemoryEstimate:
         s = f"{self.slack:g}"
         return (
             f"batch {self.batch_size} × T={self.seq_len}: peak {m(self.total)} MiB = weights {m(self.weights)} "
-            f"+ runtime {m(self.runtime)} + activations {m(self.activations)} + max({s} × attention {m(self.attention)}, "
+            f"+ runtime {m(self.runtime)} + activations {m(self.activations)} + sums {m(self.sums)} + max({s} × attention {m(self.attention)}, "
             f"{s} × (scores + capture) {m(self.scores + self.capture)}, logits {m(self.logits)})"
         )
 
@@ -265,7 +274,7 @@ def _element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def _estimate(shape: _Shape, batch: int, t: int, block_elements: int, runtime: int, slack: float) -> MemoryEstimate:
+def _estimate(shape: _Shape, batch: int, t: int, block_elements: int, runtime: int, slack: float, groups: int) -> MemoryEstimate:
     e = _element_size(shape.dtype)
     b, h, k, d = batch, shape.n_heads, shape.n_kv_heads, shape.d_head
     activations = (
@@ -292,6 +301,7 @@ def _estimate(shape: _Shape, batch: int, t: int, block_elements: int, runtime: i
         attention=h * square * (e + 4 + (e if e != 4 else 0)),
         capture=capture,
         logits=e * b * (t if FULL_LOGITS else 1) * shape.vocab,
+        sums=sums_bytes(groups, shape.n_layers, shape.n_heads, Binning(t)),
         slack=slack,
     )
 
@@ -308,6 +318,7 @@ def estimate_peak_bytes(
     block_elements: int | None = None,
     runtime_bytes: int = 0,
     device: str | torch.device | None = None,
+    groups: int = DEFAULT_GROUPS,
 ) -> MemoryEstimate:
     """Estimate the peak memory of one capture forward pass of ``batch_size`` × ``seq_len`` tokens.
 
@@ -317,7 +328,9 @@ def estimate_peak_bytes(
     :class:`poslens.capture.LeakageCapture`);
     ``runtime_bytes`` the resident memory besides the weights (see
     :func:`runtime_bytes`), added to the total; ``device`` picks the allocator
-    slack (default: the model's device). The formula is in the module docstring.
+    slack (default: the model's device); ``groups`` the number of groups the
+    run accumulates (its sums are held for the whole run). The formula is in
+    the module docstring.
 
     Example:
         >>> import tempfile, poslens
@@ -327,7 +340,7 @@ def estimate_peak_bytes(
         >>> est.attention > est.capture > est.logits   # the model's softmax phase is the largest here
         True
         >>> round(est.increase / 2**20)
-        68
+        71
         >>> estimate_peak_bytes(model, 8, 512).increase > est.increase
         True
     """
@@ -335,7 +348,9 @@ def estimate_peak_bytes(
         raise ValueError(f"batch_size and seq_len must be ≥ 1, got {batch_size} and {seq_len}")
     device = torch.device(device if device is not None else _model_device(model))
     block = block_elements or default_block_elements(device)
-    return _estimate(_shape(model, dtype), batch_size, seq_len, block, runtime_bytes, _default_slack(device))
+    if groups < 1:
+        raise ValueError(f"groups must be ≥ 1, got {groups}")
+    return _estimate(_shape(model, dtype), batch_size, seq_len, block, runtime_bytes, _default_slack(device), groups)
 
 
 # ----------------------------------------------------------------------------- memory on the machine
@@ -476,8 +491,9 @@ def _touch_weights(model: Any) -> None:
 def runtime_bytes(model: Any, device: str | torch.device | None = None) -> int:
     """Memory this process holds on ``device`` besides the model's weights, in bytes.
 
-    CPU: resident memory, after paging in mmapped weights, minus the weight
-    bytes (Python, torch, transformers, tokenizer, corpus: about 0.6 GiB with
+    CPU: resident memory, after paging in mmapped weights and handing the
+    heap's free pages back (:func:`release_free_heap`), minus the weight
+    bytes (Python, torch, transformers, tokenizer, corpus: about 0.5 GiB with
     poslens imported). CUDA: allocated bytes minus the weights on the device.
 
     Example:
@@ -489,6 +505,8 @@ def runtime_bytes(model: Any, device: str | torch.device | None = None) -> int:
     if device.type == "cuda":
         return max(0, int(torch.cuda.memory_allocated(device)) - weights)
     _touch_weights(model)
+    gc.collect()
+    release_free_heap()
     return max(0, resident_bytes() - weights)
 
 
@@ -523,6 +541,7 @@ def plan_batch(
     dtype: torch.dtype | None = None,
     block_elements: int | None = None,
     runtime: int | None = None,
+    groups: int = DEFAULT_GROUPS,
 ) -> int:
     """The largest batch size ≤ ``n_seqs`` whose estimated peak fits the memory budget.
 
@@ -572,19 +591,19 @@ def plan_batch(
         source = f"{budget / MiB:.1f} MiB may be used ({FREE_SHARE:.0%} of the {free / MiB:.1f} MiB free on {device.type})"
 
     def need(b: int, t: int) -> int:
-        est = _estimate(shape, b, t, block, base, slack)
+        est = _estimate(shape, b, t, block, base, slack, groups)
         return est.total if whole else est.increase
 
     def necessary(b: int, t: int) -> bool:
         # the estimate without the capture's term: monotone in b and t, and never above need
-        est = _estimate(shape, b, t, block, base, slack)
-        floor = est.activations + int(max(slack * est.attention, est.logits))
+        est = _estimate(shape, b, t, block, base, slack, groups)
+        floor = est.activations + est.sums + int(max(slack * est.attention, est.logits))
         return (est.total - est.increase if whole else 0) + floor <= budget
 
     best = _largest(lambda b: need(b, seq_len) <= budget, lambda b: necessary(b, seq_len), n_seqs)
     if best:
         return best
-    one = _estimate(shape, 1, seq_len, block, base, slack)
+    one = _estimate(shape, 1, seq_len, block, base, slack, groups)
     cost = need(1, seq_len)
     max_t = _largest(lambda t: need(1, t) <= budget, lambda t: necessary(1, t), seq_len - 1)
     max_t = max_t if max_t >= 2 else 0
@@ -639,14 +658,14 @@ def choose_batch_size(
     budget = None if max_memory is None or (isinstance(max_memory, str) and max_memory.lower() in ("free", "auto")) else max_memory
     error: InsufficientMemoryError | None = None
     try:
-        chosen = plan_batch(model, seq_len, cap, budget, device)
+        chosen = plan_batch(model, seq_len, cap, budget, device, groups=groups)
     except InsufficientMemoryError as e:
         chosen, error = 0, e
     chosen = _smallest_over_ranks(chosen)
     if chosen == 0:
         if error is not None:
             raise error
-        one = estimate_peak_bytes(model, 1, seq_len, device=device)
+        one = estimate_peak_bytes(model, 1, seq_len, device=device, groups=groups)
         raise InsufficientMemoryError("another rank cannot fit one sequence in its memory budget; see its message", one, 0, 0, 0)
     return chosen
 
@@ -666,6 +685,27 @@ def _smallest_over_ranks(value: int) -> int:
 
 
 # ----------------------------------------------------------------------------- measuring
+
+
+def release_free_heap() -> bool:
+    """Hand the C heap's free pages back to the system (glibc ``malloc_trim(0)``).
+
+    Memory that the process freed earlier (while loading a model, say) stays
+    resident in the allocator's arenas; a later allocation can reuse it without
+    the resident set growing, so a peak measured as a rise in resident memory
+    would miss it. Trimming first makes every page a run touches count.
+    Returns False where the C library has no ``malloc_trim`` (not glibc).
+
+    Example:
+        >>> isinstance(release_free_heap(), bool)
+        True
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim(0)
+        return True
+    except (OSError, AttributeError):
+        return False
 
 
 def reset_peak_resident() -> bool:
@@ -689,7 +729,8 @@ def reset_peak_resident() -> bool:
 def measured_peak_bytes(fn: Callable[[], Any], device: str | torch.device | None = None) -> int:
     """Run ``fn()`` and return its peak memory increase on ``device`` (default CPU), in bytes.
 
-    CPU: VmHWM after the run minus VmRSS before it, VmHWM reset first
+    CPU: VmHWM after the run minus VmRSS before it, the heap's free pages
+    released (:func:`release_free_heap`) and VmHWM reset first
     (:func:`reset_peak_resident`). Where it cannot be reset the lifetime peak
     counts, so measure in a fresh process (:func:`measure_in_subprocess`).
     CUDA: ``torch.cuda.max_memory_allocated`` after a reset, minus the bytes
@@ -709,6 +750,7 @@ def measured_peak_bytes(fn: Callable[[], Any], device: str | torch.device | None
         torch.cuda.synchronize(device)
         return int(torch.cuda.max_memory_allocated(device) - before)
     gc.collect()
+    release_free_heap()
     before = resident_bytes()
     reset_peak_resident()
     fn()
@@ -748,11 +790,13 @@ def measure_run(model_name: str, batch_size: int, seq_len: int, dtype: str = "fl
     else:
         _touch_weights(model)
         gc.collect()
+        release_free_heap()
         after_load = resident_bytes()
         reset = reset_peak_resident()
-    increase = measured_peak_bytes(lambda: collect_sums(model, corpus, groups=2, batch_size=batch_size, progress=False), dev)
+    run = lambda: collect_sums(model, corpus, groups=MEASURE_GROUPS, batch_size=batch_size, progress=False)  # noqa: E731
+    increase = measured_peak_bytes(run, dev)
     runtime = max(0, after_load - weights)
-    estimate = estimate_peak_bytes(model, batch_size, seq_len, runtime_bytes=runtime, device=dev)
+    estimate = estimate_peak_bytes(model, batch_size, seq_len, runtime_bytes=runtime, device=dev, groups=MEASURE_GROUPS)
     return {
         "model": model_name,
         "batch_size": batch_size,

@@ -2,14 +2,17 @@
 
 Each measurement is a fresh ``python -m poslens.memory --measure MODEL B T``
 process (``OMP_NUM_THREADS=1``): it loads the model, pages its weights in,
-records its resident memory, resets the peak (VmHWM) and runs one capture pass
-through ``collect_sums``. Two numbers are compared with the estimate:
+hands the heap's free pages back (``malloc_trim``), records its resident
+memory, resets the peak (VmHWM) and runs one capture pass through
+``collect_sums``. Without the trim, the hundreds of MiB that dequantizing a
+GGUF file frees stay resident and the pass reuses them unseen: on a cold model
+cache SmolLM2 at B=2, T=512 measured a 7 MiB increase for an estimated 106. Two numbers are compared with the estimate:
 
 - the increase over the loaded model (peak − resident after load) against
   ``estimate.increase`` (activations and the largest phase): the real test;
 - the whole peak against ``estimate.total``. The estimate's runtime term is the
   measured runtime baseline (resident after load − weight bytes: Python,
-  torch, tokenizer, ≈ 0.6 GiB), so both sides count the same process; this
+  torch, tokenizer, ≈ 0.5 GiB), so both sides count the same process; this
   comparison is looser by construction, as that baseline dominates.
 
 The subprocesses run two at a time (2 CPU cores); all of them take about a
@@ -18,6 +21,7 @@ minute, the SmolLM2 ones most of it.
 
 from __future__ import annotations
 
+import inspect
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -40,13 +44,12 @@ from poslens.memory import (
 from poslens.registry import REGISTRY
 
 TOLERANCE = 0.25  # the bound, on the whole peak
-#: The increase over the loaded model is a difference of two resident-memory readings; for increases
-#: of tens of MiB glibc's reuse of freed blocks moves it by ±20% from run to run (seen: 0.75–1.24×
-#: on the same tiny-model settings), so it gets a looser bound.
+#: The increase over the loaded model: estimates were 0.80–1.22× the measured increase (repeat runs
+#: of one setting within 3% of each other), the allocator's share being the least certain term.
 INCREASE_TOLERANCE = 0.40
-#: Part of that noise does not scale with the run: the same tiny run (B=1, T=256, estimate 15.7 MiB)
-#: measured 15.9 MiB in one process and 27.9 MiB in another. Small increases get this absolute slack.
-INCREASE_FLOOR = 16 * MiB
+#: First-pass allocations (thread pools, oneDNN primitives) are a few MiB that may differ between
+#: machines; the smallest run's increase is 17 MiB.
+INCREASE_FLOOR = 8 * MiB
 TINY_RUNS = [(1, 256), (4, 512), (2, 1024)]
 SMOLLM2_RUNS = [(2, 512), (1, 256)]  # the longer first, so the short ones fill the other core
 
@@ -87,7 +90,7 @@ def _check(results: list[dict]) -> None:
         assert r["weights"] == e["weights"]
         assert r["runtime"] == e["runtime"] > 100 * MiB, "the runtime baseline is Python + torch + transformers"
         allowed = max(INCREASE_TOLERANCE * r["increase"], INCREASE_FLOOR)
-        assert abs(e["increase"] - r["increase"]) <= allowed, f"increase off by more than 40% (or 16 MiB):\n{table}"
+        assert abs(e["increase"] - r["increase"]) <= allowed, f"increase off by more than 40% (or 8 MiB):\n{table}"
         assert abs(e["total"] - r["peak"]) <= TOLERANCE * r["peak"], f"peak off by more than 25%:\n{table}"
 
 
@@ -113,8 +116,8 @@ def tiny(tiny_llama_dir):
     return poslens.load_model(tiny_llama_dir, device="cpu")  # the planning tests are CPU figures, also on a GPU machine
 
 
-def _need(model, b: int, t: int) -> int:
-    return estimate_peak_bytes(model, b, t).total  # runtime 0, as plan_batch(runtime=0) counts it
+def _need(model, b: int, t: int, groups: int = memory.DEFAULT_GROUPS) -> int:
+    return estimate_peak_bytes(model, b, t, groups=groups).total  # runtime 0, as plan_batch(runtime=0) counts it
 
 
 def test_plan_batch_smaller_budget_smaller_batch(tiny):
@@ -185,7 +188,7 @@ def test_estimate_terms(tiny):
     assert est.scores == e * 2 * h * 256 * 256
     assert est.attention == 2 * est.scores  # float32: scores + softmax
     assert est.logits == e * 2 * 1 * tiny.hf_model.config.vocab_size  # only the last position (logits_to_keep=1)
-    assert est.total == est.weights + est.runtime + est.activations + est.transient
+    assert est.total == est.weights + est.runtime + est.activations + est.sums + est.transient
     half = estimate_peak_bytes(tiny, 2, 256, dtype=torch.bfloat16)
     assert half.scores == est.scores // 2 and half.weights < est.weights
     assert half.attention == 2 * h * 256 * 256 * (2 + 4 + 2)  # bf16 scores, float32 softmax, its bf16 cast
@@ -216,6 +219,34 @@ def test_free_memory_and_measured_peak():
     assert 60 * MiB <= grown <= 200 * MiB
 
 
+def test_measured_peak_counts_reused_heap():
+    # 1000 freed 64 KiB holes in the C heap, pinned between live blocks so that glibc cannot trim them
+    # itself: an allocation of the same size fits in them without the resident set growing, unless
+    # measured_peak_bytes hands them back first.
+    code = (
+        "import numpy as np; from poslens.memory import measured_peak_bytes\n"
+        "keep, drop = [], []\n"
+        "for i in range(2000): (keep if i % 2 else drop).append(np.ones(8192))\n"
+        "del drop\n"
+        "print(measured_peak_bytes(lambda: [np.ones(8192) for _ in range(1000)]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    grown = int(done.stdout.strip().splitlines()[-1])
+    assert grown >= 50 * MiB  # 62.5 MiB allocated; 0 MiB measured before the trim
+
+
+def test_sums_are_counted_per_group(tiny):
+    from poslens.binning import Binning
+    from poslens.measure import collect_sums
+    from poslens.sums import CellSums
+
+    two, eight = estimate_peak_bytes(tiny, 2, 256, groups=2), estimate_peak_bytes(tiny, 2, 256, groups=8)
+    held = CellSums.zeros(groups=8, layers=tiny.n_layers, heads=tiny.n_heads, binning=Binning(256))
+    assert eight.sums == sum(a.nbytes for a in [*held.arrays.values(), held.row_features, held.row_count, held.group_sizes])
+    assert eight.increase - two.increase == eight.sums - two.sums > 0
+    assert memory.DEFAULT_GROUPS == inspect.signature(collect_sums).parameters["groups"].default
+
+
 def test_choose_batch_size(tiny, monkeypatch):
     from poslens.memory import choose_batch_size
 
@@ -223,7 +254,7 @@ def test_choose_batch_size(tiny, monkeypatch):
     monkeypatch.setattr(memory, "free_memory_bytes", lambda device=None: 1 << 40)
     assert choose_batch_size(tiny, 128, n_seqs=32, groups=8) == 4  # a batch never spans two groups of 4
     assert choose_batch_size(tiny, 128, n_seqs=30, groups=4, batch_size=6, max_memory="free") == 6
-    budget = (_need(tiny, 3, 128) + _need(tiny, 4, 128)) // 2 + memory.runtime_bytes(tiny)  # runtime re-measured inside
+    budget = (_need(tiny, 3, 128, groups=2) + _need(tiny, 4, 128, groups=2)) // 2 + memory.runtime_bytes(tiny)  # runtime re-measured inside
     assert choose_batch_size(tiny, 128, n_seqs=64, groups=2, batch_size=16, max_memory=budget) == 3
     with pytest.raises(InsufficientMemoryError):
         choose_batch_size(tiny, 128, n_seqs=64, groups=2, max_memory="1MiB")
