@@ -16,9 +16,12 @@ sequences, one per forward):
 Each route is timed twice and the faster run is reported (the first pays
 one-off costs); run it on an otherwise idle machine.
 
-Memory: on CPU each route runs in a fresh subprocess so that its peak resident
-memory (ru_maxrss) is its own; on CUDA all routes share one process and the
-peak is ``torch.cuda.max_memory_allocated`` since the route started. Peak memory
+Memory: on CPU each route runs in a fresh subprocess. Once the model is loaded,
+the heap's free pages are handed back (``malloc_trim``: loading frees tens to
+hundreds of MiB that a route would otherwise reuse unseen) and the peak
+resident memory (VmHWM) is reset, so the peak is the route's own and not the
+loader's. On CUDA all routes share one process and the peak is
+``torch.cuda.max_memory_allocated`` since the route started. Peak memory
 is reported whole and as the increase over the memory held once the model was
 loaded. Prints a Markdown table.
 """
@@ -35,12 +38,17 @@ import time
 ROUTES = ("plain", "poslens", "capture", "naive")
 
 
-def rss_mb() -> float:
+def status_mb(field: str) -> float:
+    """A memory field of /proc/self/status (VmRSS, VmHWM) in MiB."""
     with open("/proc/self/status") as handle:
         for line in handle:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def rss_mb() -> float:
+    return status_mb("VmRSS")
 
 
 def load(model_name: str, device: str):
@@ -63,11 +71,18 @@ def corpus_for(model, seq_len: int, n_seqs: int):
 
 def run_cpu_route(route: str, model_name: str, seq_len: int, n_seqs: int, repeats: int = 2) -> dict:
     """One route in this (fresh) process: peak resident memory is this route's."""
+    import gc
+
+    from poslens.memory import release_free_heap, reset_peak_resident
+
     model = load(model_name, "cpu")
     corpus = corpus_for(model, seq_len, n_seqs)
+    gc.collect()
+    release_free_heap()
     loaded = rss_mb()
+    reset = reset_peak_resident()
     seconds = min(_timed(route, model, corpus, seq_len, n_seqs) for _ in range(repeats))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = status_mb("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"route": route, "seq_len": seq_len, "seconds": seconds, "peak_mb": peak, "loaded_mb": loaded}
 
 
