@@ -51,45 +51,54 @@ def row(result: poslens.Result, metric: str, window: str, layer: int, head: int 
 # -- interventions ------------------------------------------------------------
 
 
-class ConstantLogits:
-    """Set the visible logits of one head to a constant (masked entries stay at the minimum)."""
+class VisibleLogitEdit:
+    """Replace the visible logits of one head by ``edit(logits)``; masked entries stay at the minimum."""
+
+    kind = "visible-logit-edit"
+
+    def __init__(self, layer: int, head: int, **setting: float):
+        self.layer, self.head, self.setting = layer, head, setting
+        self.label = f"{self.kind}-L{layer}H{head}"
+
+    def edit(self, logits: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def hooks(self, model: Any, tokens: torch.Tensor) -> list:
+        def fn(scores: torch.Tensor, hook: Any) -> torch.Tensor:
+            out = scores.clone()
+            head = out[:, self.head]
+            out[:, self.head] = torch.where(head > torch.finfo(head.dtype).min / 2, self.edit(head), head)
+            return out
+
+        return [(attn_scores(self.layer), fn)]
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "layer": self.layer, "head": self.head, **self.setting}
+
+
+class ConstantLogits(VisibleLogitEdit):
+    """Set the visible logits of one head to a constant."""
+
+    kind = "constant-logits"
 
     def __init__(self, layer: int, head: int, value: float = 0.25):
-        self.layer, self.head, self.value = layer, head, value
-        self.label = f"constant-logits-L{layer}H{head}"
+        super().__init__(layer, head, value=value)
 
-    def hooks(self, model: Any, tokens: torch.Tensor) -> list:
-        def fn(scores: torch.Tensor, hook: Any) -> torch.Tensor:
-            out = scores.clone()
-            head = out[:, self.head]
-            out[:, self.head] = torch.where(head > torch.finfo(head.dtype).min / 2, torch.full_like(head, self.value), head)
-            return out
-
-        return [(attn_scores(self.layer), fn)]
-
-    def describe(self) -> dict[str, Any]:
-        return {"kind": "constant-logits", "layer": self.layer, "head": self.head, "value": self.value}
+    def edit(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(logits, self.setting["value"])
 
 
-class QueryShift:
+class QueryShift(VisibleLogitEdit):
     """Add γ·log(1+i) to every visible logit of row i of one head: the softmax cannot see it."""
 
+    kind = "query-shift"
+
     def __init__(self, layer: int, head: int, gamma: float = 2.0):
-        self.layer, self.head, self.gamma = layer, head, gamma
-        self.label = f"query-shift-L{layer}H{head}"
+        super().__init__(layer, head, gamma=gamma)
 
-    def hooks(self, model: Any, tokens: torch.Tensor) -> list:
-        def fn(scores: torch.Tensor, hook: Any) -> torch.Tensor:
-            out = scores.clone()
-            head = out[:, self.head]
-            shift = self.gamma * torch.log1p(torch.arange(head.shape[-2], dtype=head.dtype, device=head.device))[:, None]
-            out[:, self.head] = torch.where(head > torch.finfo(head.dtype).min / 2, head + shift, head)
-            return out
-
-        return [(attn_scores(self.layer), fn)]
-
-    def describe(self) -> dict[str, Any]:
-        return {"kind": "query-shift", "layer": self.layer, "head": self.head, "gamma": self.gamma}
+    def edit(self, logits: torch.Tensor) -> torch.Tensor:
+        rows = torch.arange(logits.shape[-2], dtype=logits.dtype, device=logits.device)
+        return logits + self.setting["gamma"] * torch.log1p(rows)[:, None]
 
 
 class KeyPositionSignal:
