@@ -34,6 +34,12 @@ class Case:
 
     @property
     def inference_time(self) -> bool:
+        """Whether the case is an inference-time variant rather than the model as trained.
+
+        Example:
+            >>> Case("smollm2-135m", "ntk:4", "ntk").inference_time, Case("gemma3-270m", "base", "sliding").inference_time
+            (True, False)
+        """
         return self.variant not in ("", "base")
 
 

@@ -54,25 +54,53 @@ class Binning:
 
     @property
     def n_offset_bins(self) -> int:
+        """Number of offset bins b(Δ).
+
+        Example:
+            >>> Binning(64).n_offset_bins   # 16 exact bins, then 20, 25, 32, 40, 50, 63, 64
+            23
+        """
         return len(self.offset_edges) - 1
 
     @property
     def n_query_bins(self) -> int:
+        """Number of query bins c(i); one more than the offset bins when Q is not already an edge.
+
+        Example:
+            >>> Binning(64, early=32).n_query_bins, Binning(64, early=30).n_query_bins
+            (23, 24)
+        """
         return len(self.query_edges) - 1
 
     @property
     def offset_bin(self) -> np.ndarray:
-        """b(Δ) for Δ = 0..T−1."""
+        """b(Δ) for Δ = 0..T−1.
+
+        Example:
+            >>> Binning(64).offset_bin[[0, 15, 16, 19, 20, 63]].tolist()
+            [0, 15, 16, 16, 17, 22]
+        """
         return np.searchsorted(self.offset_edges, np.arange(self.seq_len), side="right") - 1
 
     @property
     def query_bin(self) -> np.ndarray:
-        """c(i) for i = 0..T−1."""
+        """c(i) for i = 0..T−1.
+
+        Example:
+            >>> Binning(64, early=30).query_bin[[25, 29, 30, 31, 32]].tolist()   # Q = 30 starts a bin
+            [18, 18, 19, 19, 20]
+        """
         return np.searchsorted(self.query_edges, np.arange(self.seq_len), side="right") - 1
 
     @property
     def windows(self) -> dict[str, np.ndarray]:
-        """Boolean masks over query bins: ``early`` (1 ≤ i < Q) and ``all`` (1 ≤ i < T); query 0 is never in."""
+        """Boolean masks over query bins: ``early`` (1 ≤ i < Q) and ``all`` (1 ≤ i < T); query 0 is never in.
+
+        Example:
+            >>> w = Binning(64, early=32).windows
+            >>> int(w["early"].sum()), int(w["all"].sum()), bool(w["all"][0])   # bins in each window
+            (18, 22, False)
+        """
         lower = np.array(self.query_edges[:-1])
         upper = np.array(self.query_edges[1:])
         return {"early": (lower >= 1) & (upper <= self.early), "all": lower >= 1}

@@ -41,10 +41,23 @@ class Corpus:
 
     @property
     def n_seqs(self) -> int:
+        """Number of sequences N (rows of ``tokens``).
+
+        Example:
+            >>> c = Corpus(torch.zeros(3, 8, dtype=torch.long), "random", 0, "none", [0, 0, 0], ["a", "a", "a"])
+            >>> c.n_seqs, c.subset([0, 2]).n_seqs
+            (3, 2)
+        """
         return int(self.tokens.shape[0])
 
     @property
     def seq_len(self) -> int:
+        """Sequence length T in tokens, position 0 included.
+
+        Example:
+            >>> Corpus(torch.zeros(3, 8, dtype=torch.long), "random", 0, "none", [0, 0, 0], ["a", "a", "a"]).seq_len
+            8
+        """
         return int(self.tokens.shape[1])
 
     def describe(self) -> dict[str, Any]:

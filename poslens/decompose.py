@@ -47,7 +47,13 @@ class Decomposition:
 
     @property
     def count_share(self) -> np.ndarray:
-        """The count term's part of the mask component, C_count / C_mask."""
+        """The count term's part of the mask component, C_count / C_mask.
+
+        Example:
+            >>> d = decompose(np.array([0.5, -0.5]), np.array([1.0, -1.0]), np.array([0.5, -0.5]), np.ones(2), 0.3)
+            >>> float(d.rho_mask), float(d.rho_count), float(d.count_share)   # half the mask part is the count term
+            (2.0, 1.0, 0.5)
+        """
         with np.errstate(divide="ignore", invalid="ignore"):
             return self.c_count / self.c_mask
 

@@ -28,7 +28,14 @@ META_KEY = b"poslens"
 
 
 class OutputNotWritableError(OSError):
-    """The output folder cannot be created or written to."""
+    """The output folder cannot be created or written to.
+
+    Example:
+        >>> import tempfile, pathlib; taken = pathlib.Path(tempfile.mkdtemp()) / "a-file"; taken.touch()
+        >>> ensure_writable_dir(taken / "out")   # a file stands where the folder should be
+        Traceback (most recent call last):
+        poslens.results.OutputNotWritableError: cannot write results to .../a-file/out: Not a directory...
+    """
 
 
 def ensure_writable_dir(folder: str | Path) -> Path:
@@ -86,7 +93,14 @@ class Result:
     sums: CellSums | None = None
 
     def to_frame(self) -> pd.DataFrame:
-        """The tidy table (a copy)."""
+        """The tidy table (a copy).
+
+        Example:
+            >>> r = Result(pd.DataFrame({"metric": ["c_res"], "value": [0.1]}))
+            >>> frame = r.to_frame(); frame.loc[0, "value"] = 9.0
+            >>> float(r.table.loc[0, "value"])   # editing the copy leaves the result as it was
+            0.1
+        """
         return self.table.copy()
 
     def select(self, metric: str, query_window: str | None = None, layer: int | None = None, head: int | None = None) -> pd.DataFrame:

@@ -28,6 +28,11 @@ class Projection:
     """Fitted cell values of models R, F and saturated for one layer and window.
 
     Arrays are [..., K] over the K non-empty cells; ``counts`` is [K].
+
+    Example:
+        >>> p = project(np.array([[2.0, 3.0], [1.0, 4.0]]), np.array([[2.0, 1.0], [1.0, 2.0]]))
+        >>> p.counts.tolist(), p.saturated.tolist()   # cells in row-major order, saturated = cell means
+        ([2.0, 1.0, 1.0, 2.0], [1.0, 3.0, 1.0, 2.0])
     """
 
     counts: np.ndarray
@@ -37,7 +42,13 @@ class Projection:
 
     @property
     def absolute(self) -> np.ndarray:
-        """P(y) = f_F − f_R per cell."""
+        """P(y) = f_F − f_R per cell.
+
+        Example:
+            >>> p = project(np.array([[2.0, 3.0], [1.0, 4.0]]), np.array([[2.0, 1.0], [1.0, 2.0]]))
+            >>> np.round(p.absolute, 3).tolist()
+            [0.167, 0.333, -0.333, -0.167]
+        """
         return self.additive - self.relative
 
 

@@ -113,6 +113,13 @@ class CellSums:
 
     @classmethod
     def zeros(cls, groups: int, layers: int, heads: int, binning: Binning) -> "CellSums":
+        """Empty sums (all zeros) for ``groups`` groups of a model with ``layers`` × ``heads``.
+
+        Example:
+            >>> s = CellSums.zeros(groups=3, layers=2, heads=4, binning=Binning(16))
+            >>> s.arrays["s1"].shape, s.row_features.shape   # [G, L, H, C, B] and [L, H, F, T]
+            ((3, 2, 4, 16, 16), (2, 4, 4, 16))
+        """
         return cls(
             binning=binning,
             arrays=empty_arrays(groups, layers, heads, binning),
@@ -123,26 +130,65 @@ class CellSums:
 
     @property
     def n_groups(self) -> int:
+        """Number of groups G (the jackknife's units).
+
+        Example:
+            >>> CellSums.zeros(groups=3, layers=2, heads=4, binning=Binning(16)).n_groups
+            3
+        """
         return int(self.arrays["n"].shape[0])
 
     @property
     def n_layers(self) -> int:
+        """Number of layers L.
+
+        Example:
+            >>> CellSums.zeros(groups=3, layers=2, heads=4, binning=Binning(16)).n_layers
+            2
+        """
         return int(self.arrays["n"].shape[1])
 
     @property
     def n_heads(self) -> int:
+        """Number of attention heads H per layer.
+
+        Example:
+            >>> CellSums.zeros(groups=3, layers=2, heads=4, binning=Binning(16)).n_heads
+            4
+        """
         return int(self.arrays["s1"].shape[2])
 
     def pooled(self) -> dict[str, np.ndarray]:
-        """Sums over all groups (the group axis removed)."""
+        """Sums over all groups (the group axis removed).
+
+        Example:
+            >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
+            >>> s.arrays["n"][:, 0, 0, 0] = [1.0, 2.0, 3.0]   # pairs in cell (0, 0) of each group
+            >>> float(s.pooled()["n"][0, 0, 0]), s.pooled()["n"].shape
+            (6.0, (1, 16, 16))
+        """
         return {k: v.sum(axis=0) for k, v in self.arrays.items()}
 
     def leave_out(self, group: int) -> dict[str, np.ndarray]:
-        """Sums over all groups but ``group`` (a jackknife replicate)."""
+        """Sums over all groups but ``group`` (a jackknife replicate).
+
+        Example:
+            >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
+            >>> s.arrays["n"][:, 0, 0, 0] = [1.0, 2.0, 3.0]
+            >>> float(s.leave_out(1)["n"][0, 0, 0])   # 1 + 3
+            4.0
+        """
         return {k: v.sum(axis=0) - v[group] for k, v in self.arrays.items()}
 
     def group(self, group: int) -> dict[str, np.ndarray]:
-        """Sums of one group."""
+        """Sums of one group.
+
+        Example:
+            >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
+            >>> s.arrays["n"][:, 0, 0, 0] = [1.0, 2.0, 3.0]
+            >>> float(s.group(2)["n"][0, 0, 0]), s.group(2)["n"].shape
+            (3.0, (1, 16, 16))
+        """
         return {k: v[group] for k, v in self.arrays.items()}
 
     def __add__(self, other: "CellSums") -> "CellSums":
@@ -157,7 +203,14 @@ class CellSums:
         )
 
     def save(self, path: str | Path) -> None:
-        """Write the sums to a ``.npz`` file (reload with :meth:`load`)."""
+        """Write the sums to a ``.npz`` file (reload with :meth:`load`).
+
+        Example:
+            >>> import tempfile, pathlib; path = pathlib.Path(tempfile.mkdtemp()) / "sums.npz"
+            >>> CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16)).save(path)
+            >>> path.exists()
+            True
+        """
         np.savez_compressed(
             path,
             seq_len=self.binning.seq_len,
@@ -170,7 +223,15 @@ class CellSums:
 
     @classmethod
     def load(cls, path: str | Path) -> "CellSums":
-        """Read sums written by :meth:`save`."""
+        """Read sums written by :meth:`save`.
+
+        Example:
+            >>> import tempfile, pathlib; path = pathlib.Path(tempfile.mkdtemp()) / "sums.npz"
+            >>> CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16, early=8)).save(path)
+            >>> back = CellSums.load(path)
+            >>> back.binning == Binning(16, early=8), back.n_groups, back.arrays["s1"].shape
+            (True, 2, (2, 1, 1, 16, 16))
+        """
         with np.load(path) as data:
             binning = Binning(int(data["seq_len"]), early=int(data["early"]))
             arrays = {k[2:]: data[k] for k in data.files if k.startswith("a_")}

@@ -49,6 +49,12 @@ class Variant:
 
     @property
     def changes_rope(self) -> bool:
+        """Whether the variant changes the RoPE base (``ntk`` or ``rope-base``), i.e. the model's config.
+
+        Example:
+            >>> parse_variant("ntk:4").changes_rope, parse_variant("window:64").changes_rope
+            (True, False)
+        """
         return self.ntk_alpha is not None or self.rope_base is not None
 
 
