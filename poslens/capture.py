@@ -45,11 +45,35 @@ def default_block_elements(device: str | torch.device) -> int:
 
 
 class MaskMismatchError(RuntimeError):
-    """The scores' masked entries are not the ones poslens expects for this layer."""
+    """The scores' masked entries are not the ones poslens expects for this layer.
+
+    Raised by :meth:`LeakageCapture.reduce` on a layer's first batch when keys
+    outside the causal (or sliding-window) mask carry finite scores, or visible
+    keys are masked (e.g. padding).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> capture = LeakageCapture(SimpleNamespace(n_layers=1, n_heads=1, window=[None]), Binning(8), groups=2)
+        >>> capture.reduce(0, torch.zeros(1, 1, 8, 8))  # no causal mask at all
+        Traceback (most recent call last):
+        ...
+        poslens.capture.MaskMismatchError: layer 0: keys poslens treats as invisible (window=None) carry finite scores; ...
+    """
 
 
 class NonFiniteScoresError(FloatingPointError):
-    """NaN or inf among the visible attention scores (e.g. float16 overflow)."""
+    """NaN or inf among the visible attention scores (e.g. float16 overflow).
+
+    Raised by :meth:`LeakageCapture.reduce`; the message names the layer and head.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> capture = LeakageCapture(SimpleNamespace(n_layers=1, n_heads=1, window=[None]), Binning(8), groups=2)
+        >>> capture.reduce(0, torch.full((1, 1, 8, 8), float("nan")))
+        Traceback (most recent call last):
+        ...
+        poslens.capture.NonFiniteScoresError: NaN or inf in the attention scores of layer 0, head 0 ...
+    """
 
 
 def _non_finite(layer: int, head: int) -> NonFiniteScoresError:
@@ -270,6 +294,18 @@ class LeakageCapture:
         return self._block_cache[key]
 
     def structure(self, layer: int) -> LayerStructure:
+        """The :class:`LayerStructure` of ``layer``, built once per window width and shared.
+
+        A window at least as wide as the sequence counts as full causal attention.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> capture = LeakageCapture(SimpleNamespace(n_layers=3, n_heads=1, window=[None, 3, 64]), Binning(8), groups=2)
+            >>> [capture.structure(layer).window for layer in range(3)]   # width 64 ≥ T = 8: full
+            [None, 3, None]
+            >>> capture.structure(1).n_visible.tolist()
+            [1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]
+        """
         window = self.model.window[layer]
         if window is not None and window >= self.binning.seq_len:
             window = None  # a window wider than the sequence changes nothing
@@ -278,7 +314,16 @@ class LeakageCapture:
         return self._structures[window]
 
     def hooks(self) -> list[tuple[str, Any]]:
-        """One hook per layer on ``blocks.{l}.attn.hook_attn_scores``."""
+        """One hook per layer on ``blocks.{l}.attn.hook_attn_scores``.
+
+        Each hook calls :meth:`reduce` and passes the scores on unchanged.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> capture = LeakageCapture(SimpleNamespace(n_layers=2, n_heads=1, window=[None, None]), Binning(8), groups=2)
+            >>> [name for name, _ in capture.hooks()]
+            ['blocks.0.attn.hook_attn_scores', 'blocks.1.attn.hook_attn_scores']
+        """
         return [(hook_names.attn_scores(layer), self._make_hook(layer)) for layer in range(self.model.n_layers)]
 
     def _make_hook(self, layer: int):
@@ -289,7 +334,18 @@ class LeakageCapture:
         return hook
 
     def add_structure(self, batch: int) -> None:
-        """Add the structural (data-free) sums of ``batch`` sequences to the current group."""
+        """Add the structural (data-free) sums of ``batch`` sequences to the current group.
+
+        Call it once per forward pass, with the batch size; it also counts the sequences.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> capture = LeakageCapture(SimpleNamespace(n_layers=1, n_heads=1, window=[None]), Binning(8), groups=2)
+            >>> capture.group = 1
+            >>> capture.add_structure(batch=4)
+            >>> capture.sums.group_sizes.tolist()
+            [0.0, 4.0]
+        """
         a, g = self.sums.arrays, self.group
         for layer in range(self.model.n_layers):
             for name, per_sequence in self._structure_sums(self.structure(layer)).items():
@@ -318,7 +374,18 @@ class LeakageCapture:
         return self._structure_cache[st.window]
 
     def reduce(self, layer: int, scores: torch.Tensor) -> None:
-        """Fold one layer's scores [batch, head, T, T] into the sums of the current group."""
+        """Fold one layer's scores [batch, head, T, T] into the sums of the current group.
+
+        Masked entries must be at the dtype minimum, as in ``hook_attn_scores``.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> capture = LeakageCapture(SimpleNamespace(n_layers=1, n_heads=1, window=[None]), Binning(8), groups=2)
+            >>> scores = torch.zeros(1, 1, 8, 8).masked_fill(torch.ones(8, 8).triu(1).bool(), torch.finfo(torch.float32).min)
+            >>> capture.reduce(0, scores)
+            >>> capture.sums.row_features[0, 0, 0].round(3).tolist()   # key-0 mass of uniform attention: 1/(i+1)
+            [1.0, 0.5, 0.333, 0.25, 0.2, 0.167, 0.143, 0.125]
+        """
         batch, heads, t_q, t_k = scores.shape
         t = self.binning.seq_len
         if t_q != t_k or t_q != t:

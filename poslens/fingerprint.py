@@ -141,7 +141,13 @@ def trajectory_similarity(model: Any, token_ids: Sequence[int]) -> Interval:
 
 @dataclass
 class Readout:
-    """Held-out readout accuracy against three chance levels (see :func:`centroid_readout`)."""
+    """Held-out readout accuracy against three chance levels (see :func:`centroid_readout`).
+
+    Example:
+        >>> r = centroid_readout(np.eye(2)[[0, 1] * 4], [0, 1] * 4, groups=2)
+        >>> r.accuracy, r.chance, r.permuted_chance, r.uniform_chance, r.n_classes, r.n_seqs
+        (1.0, 0.5, 0.495, 0.5, 2, 8)
+    """
 
     accuracy: float
     ci_low: float

@@ -102,13 +102,34 @@ class BosReplacement:
 
     @property
     def label(self) -> str:
+        """The ``intervention`` column's value: ``bos:`` and the kind.
+
+        Example:
+            >>> BosReplacement("token:<s>").label
+            'bos:token:<s>'
+        """
         return f"bos:{self.kind}"
 
     def describe(self) -> dict[str, Any]:
+        """The settings recorded in a result's metadata; ``token_id`` is filled once the token is resolved.
+
+        Example:
+            >>> BosReplacement("noise", seed=3).describe()
+            {'intervention': 'bos-replacement', 'kind': 'noise', 'seed': 3, 'token_id': None}
+        """
         return {"intervention": "bos-replacement", "kind": self.kind, "seed": self.seed, "token_id": self._token}
 
     def replacement(self, model: Any, original: torch.Tensor) -> torch.Tensor:
-        """The vectors [batch, d] that take the place of ``original`` [batch, d]."""
+        """The vectors [batch, d] that take the place of ``original`` [batch, d].
+
+        ``mean`` and ``token:`` are computed once from ``model`` and cached;
+        ``zero`` and ``noise`` do not use it. Noise rows keep the norms of ``original``.
+
+        Example:
+            >>> noise = BosReplacement("noise", seed=1).replacement(None, torch.ones(2, 4))
+            >>> noise.norm(dim=-1).round(decimals=4)   # the norms of the rows it replaces
+            tensor([2., 2.])
+        """
         if self.kind == "zero":
             return torch.zeros_like(original)
         if self.kind == "noise":
@@ -125,6 +146,20 @@ class BosReplacement:
         return self._vector.to(original.device, original.dtype).expand_as(original)
 
     def hooks(self, model: Any, tokens: torch.Tensor) -> list[tuple[str, Any]]:
+        """A hook on ``hook_embed`` that replaces position 0 of every sequence in the batch.
+
+        The replacement vector is computed before the forward pass, which also resolves a ``token:`` spec.
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.testing import save_tiny_model
+            >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
+            >>> swap = BosReplacement("token:<s>")
+            >>> [name for name, _ in swap.hooks(model, torch.tensor([[70, 71, 72]]))]
+            ['hook_embed']
+            >>> swap.describe()["token_id"]
+            1
+        """
         if self.kind in ("mean",) or self.kind.startswith("token:"):
             self.replacement(model, torch.zeros(1, model.bridge.cfg.d_model))  # computed before the forward
 
@@ -155,12 +190,30 @@ class SinkAblation:
     label: str = "sink-ablation"
 
     def describe(self) -> dict[str, Any]:
+        """The settings recorded in a result's metadata: each head as [layer, head, mean], sorted.
+
+        Example:
+            >>> SinkAblation({(2, 0): 0.5, (0, 1): 0.3}).describe()
+            {'intervention': 'sink-path-ablation', 'heads': [[0, 1, 0.3], [2, 0, 0.5]]}
+        """
         return {
             "intervention": "sink-path-ablation",
             "heads": [[layer, head, mean] for (layer, head), mean in sorted(self.key0_mean.items())],
         }
 
     def hooks(self, model: Any, tokens: torch.Tensor) -> list[tuple[str, Any]]:
+        """One hook on ``hook_pattern`` per layer that holds an ablated head.
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.testing import save_tiny_model
+            >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
+            >>> ablate, seen = SinkAblation({(0, 1): 0.3}), []
+            >>> record = (hook_names.attn_pattern(0), lambda pattern, hook: seen.append(pattern[0, 1]))
+            >>> hook_names.run_with_hooks(model, torch.tensor([[1, 70, 71, 72]]), ablate.hooks(model, None) + [record])
+            >>> seen[0][:, 0], seen[0].sum(-1)   # layer 0, head 1: a_i0 = 0.3 for i ≥ 1, rows still sum to 1
+            (tensor([1.0000, 0.3000, 0.3000, 0.3000]), tensor([1.0000, 1.0000, 1.0000, 1.0000]))
+        """
         by_layer: dict[int, dict[int, float]] = {}
         for (layer, head), mean in self.key0_mean.items():
             by_layer.setdefault(layer, {})[head] = mean
@@ -207,13 +260,36 @@ class Position0Transplant:
 
     @property
     def label(self) -> str:
+        """The ``intervention`` column's value: ``transplant:`` and the token, without a ``token:`` prefix.
+
+        Example:
+            >>> Position0Transplant("<s>").label
+            'transplant:<s>'
+        """
         return f"transplant:{self.token.removeprefix('token:')}"
 
     def describe(self) -> dict[str, Any]:
+        """The settings recorded in a result's metadata; ``token_id`` is filled by :meth:`trajectory`.
+
+        Example:
+            >>> Position0Transplant("token:42").describe()
+            {'intervention': 'position0-transplant', 'token': 'token:42', 'token_id': None}
+        """
         return {"intervention": "position0-transplant", "token": self.token, "token_id": self._token_id}
 
     def trajectory(self, model: Any) -> list[torch.Tensor]:
-        """The position-0 residual entering each block for a one-token input."""
+        """The position-0 residual entering each block for a one-token input.
+
+        Computed by one forward pass on first use, then cached.
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.testing import save_tiny_model
+            >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
+            >>> path = Position0Transplant("token:42").trajectory(model)
+            >>> len(path), path[0].shape   # one d_model vector per block
+            (3, torch.Size([64]))
+        """
         if self._trajectory is None:
             self._token_id = _token_id(model, self.token.removeprefix("token:"))
             seen: dict[int, torch.Tensor] = {}
@@ -234,6 +310,16 @@ class Position0Transplant:
         return self._trajectory
 
     def hooks(self, model: Any, tokens: torch.Tensor) -> list[tuple[str, Any]]:
+        """One hook per block on ``hook_resid_pre`` that writes the trajectory into position 0.
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.testing import save_tiny_model
+            >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
+            >>> transplant = Position0Transplant("token:42")
+            >>> [name for name, _ in transplant.hooks(model, torch.tensor([[1, 70, 71]]))]
+            ['blocks.0.hook_resid_pre', 'blocks.1.hook_resid_pre', 'blocks.2.hook_resid_pre']
+        """
         path = self.trajectory(model)
 
         def overwrite(layer: int):

@@ -24,13 +24,42 @@ from poslens.sums import WINDOWS, CellSums
 
 
 class Intervention(Protocol):
-    """What ``measure`` needs of an intervention: a label, hooks and a description."""
+    """What ``measure`` needs of an intervention: a label, hooks and a description.
+
+    The classes in :mod:`poslens.interventions` implement it; ``measure`` joins
+    the labels of several interventions with ``+`` in the ``intervention`` column.
+
+    Example:
+        >>> from poslens.interventions import BosReplacement, Position0Transplant
+        >>> "+".join(iv.label for iv in [BosReplacement("mean"), Position0Transplant("token:42")])
+        'bos:mean+transplant:42'
+    """
 
     label: str
 
-    def hooks(self, model: Any, tokens: torch.Tensor) -> list[Hook]: ...
+    def hooks(self, model: Any, tokens: torch.Tensor) -> list[Hook]:
+        """Forward hooks for one batch ``tokens`` [batch, pos], added before the capture's own hooks.
 
-    def describe(self) -> dict[str, Any]: ...
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.testing import save_tiny_model
+            >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
+            >>> from poslens.interventions import Position0Transplant
+            >>> hooks = Position0Transplant("token:42").hooks(model, torch.tensor([[1, 70, 71]]))
+            >>> [name for name, _ in hooks]   # one per block
+            ['blocks.0.hook_resid_pre', 'blocks.1.hook_resid_pre', 'blocks.2.hook_resid_pre']
+        """
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """The intervention's settings, stored under ``settings["interventions"]`` in the result's metadata.
+
+        Example:
+            >>> from poslens.interventions import BosReplacement
+            >>> BosReplacement("zero").describe()
+            {'intervention': 'bos-replacement', 'kind': 'zero', 'seed': 0, 'token_id': None}
+        """
+        ...
 
 
 def group_of(n_seqs: int, groups: int) -> np.ndarray:

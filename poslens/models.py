@@ -25,7 +25,20 @@ _NON_CAUSAL = {"bert", "roberta", "deberta", "deberta-v2", "electra", "t5", "bar
 
 
 class ModelNotSupportedError(ValueError):
-    """The model loads but is not a causal RoPE decoder, which poslens studies."""
+    """The model loads but is not a causal RoPE decoder, which poslens studies.
+
+    Raised by :func:`load_model` for encoders, encoder-decoders and models
+    without rotary position embeddings, before any weights are read.
+
+    Example:
+        >>> import tempfile, poslens
+        >>> from transformers import BertConfig
+        >>> folder = tempfile.mkdtemp(); BertConfig().save_pretrained(folder)
+        >>> poslens.load_model(folder)
+        Traceback (most recent call last):
+        ...
+        poslens.models.ModelNotSupportedError: ... (bert) is not a causal decoder: ...
+    """
 
 
 @dataclass
@@ -68,11 +81,28 @@ class PosModel:
 
     @property
     def variant_name(self) -> str:
+        """The inference-time variant as a string (the results' ``variant`` column).
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.testing import save_tiny_model
+            >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+            >>> poslens.load_model(folder).variant_name, poslens.load_model(folder, variant="ntk:2+window:4").variant_name
+            ('base', 'ntk:2+window:4')
+        """
         return str(self.variant)
 
     @property
     def attention_kind(self) -> str:
-        """``full``, ``sliding W`` or ``mixed`` (some layers windowed)."""
+        """``full``, ``sliding W`` or ``mixed`` (some layers windowed).
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.testing import save_tiny_model
+            >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+            >>> poslens.load_model(folder).attention_kind, poslens.load_model(folder, variant="window:4").attention_kind
+            ('full', 'sliding 4')
+        """
         widths = set(self.window)
         if widths == {None}:
             return "full"
@@ -81,7 +111,19 @@ class PosModel:
         return "mixed"
 
     def variant_hooks(self) -> list[tuple[str, Any]]:
-        """Hooks that realise an imposed window; run before any measuring hook."""
+        """Hooks that realise an imposed window; run before any measuring hook.
+
+        :func:`poslens.hooks.run_with_hooks` adds them by itself; a model without a window variant has none.
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.testing import save_tiny_model
+            >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+            >>> poslens.load_model(folder).variant_hooks()
+            []
+            >>> [name for name, _ in poslens.load_model(folder, variant="window:4").variant_hooks()]
+            ['blocks.0.attn.hook_attn_scores', 'blocks.1.attn.hook_attn_scores', 'blocks.2.attn.hook_attn_scores']
+        """
         if self.variant.window is None:
             return []
         from poslens.hooks import attn_scores
