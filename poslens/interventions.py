@@ -81,8 +81,8 @@ def _token_id(model: Any, spec: str) -> int:
 class BosReplacement:
     """Replace the embedding at position 0 before the first block.
 
-    ``kind`` is ``mean``, ``zero``, ``noise`` (seeded, each row scaled to the
-    norm of the embedding it replaces) or ``token:<id or string>``.
+    ``kind`` is ``mean``, ``zero``, ``noise`` (one seeded Gaussian direction,
+    scaled to the norm of the embedding it replaces) or ``token:<id or string>``.
 
     Example:
         >>> swap = BosReplacement("mean")
@@ -123,20 +123,25 @@ class BosReplacement:
         """The vectors [batch, d] that take the place of ``original`` [batch, d].
 
         ``mean`` and ``token:`` are computed once from ``model`` and cached;
-        ``zero`` and ``noise`` do not use it. Noise rows keep the norms of ``original``.
+        ``zero`` and ``noise`` do not use it. ``noise`` is one seeded Gaussian
+        direction, the same for every row, scaled to the norm of each row of ``original``.
 
         Example:
             >>> noise = BosReplacement("noise", seed=1).replacement(None, torch.ones(2, 4))
             >>> noise.norm(dim=-1).round(decimals=4)   # the norms of the rows it replaces
             tensor([2., 2.])
+            >>> bool(torch.equal(noise[0], noise[1]))    # the same direction in every row
+            True
         """
         if self.kind == "zero":
             return torch.zeros_like(original)
         if self.kind == "noise":
+            # one seeded direction for every sequence: a draw per row of the batch would make the
+            # replacement, and so the figures, depend on how sequences are batched
             generator = torch.Generator().manual_seed(self.seed)
-            noise = torch.randn(original.shape, generator=generator, dtype=torch.float64)
-            scale = original.double().norm(dim=-1, keepdim=True).cpu() / noise.norm(dim=-1, keepdim=True)
-            return (noise * scale).to(original.dtype).to(original.device)
+            direction = torch.randn(original.shape[-1], generator=generator, dtype=torch.float64)
+            scale = original.double().norm(dim=-1, keepdim=True).cpu() / direction.norm()
+            return (direction * scale).to(original.dtype).to(original.device)
         if self._vector is None:
             if self.kind == "mean":
                 self._vector = mean_embedding(model)

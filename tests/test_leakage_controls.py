@@ -21,6 +21,7 @@ import torch
 
 import poslens
 from poslens.hooks import attn_scores, resid_post
+from poslens.interventions import BosReplacement
 from poslens.testing import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -188,7 +189,9 @@ def baseline(llama, bos_corpus):
 # -- (b) additivity -----------------------------------------------------------
 
 
-def test_tables_do_not_depend_on_batching_or_order_within_groups(llama):
+@pytest.mark.parametrize("spec", [None, "noise"], ids=["no-intervention", "bos-noise"])
+def test_tables_do_not_depend_on_batching_or_order_within_groups(llama, spec):
+    # a seeded intervention must not depend on batching either (bos:noise drew one vector per batch row)
     n, groups = 6, 2
     corpus = poslens.make_corpus(llama, "random", n_seqs=n, seq_len=SEQ_LEN, position0="bos", seed=7)
     group = nr.group_of(n, groups)
@@ -196,7 +199,8 @@ def test_tables_do_not_depend_on_batching_or_order_within_groups(llama):
     # reverse the order inside every group block: the grouping is unchanged
     perm = np.concatenate([np.nonzero(group == g)[0][::-1] for g in range(groups)])
     assert not np.array_equal(perm, np.arange(n)) and np.array_equal(group[perm], group)
-    kw = dict(groups=groups, early=EARLY, progress=False)
+    interventions = [BosReplacement(spec, seed=5)] if spec else []
+    kw = dict(groups=groups, early=EARLY, progress=False, interventions=interventions)
     reference = frame(poslens.measure(llama, corpus, batch_size=1, **kw))
     # 2 splits each group of 3 into batches of 2 and 1; n puts each whole group in one batch
     for batch_size in (2, n):
