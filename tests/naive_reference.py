@@ -7,8 +7,10 @@ the window, every visible key), writes the one-hot design matrices out
 explicitly and fits them with ``scipy.linalg.lstsq`` (LAPACK gelsy). It is slow and uses O(N·T²)
 memory, which is the point: it is the textbook definition, written once more.
 
-Only bin edges (:class:`poslens.binning.Binning`) and hook names / the hooked
-forward pass (:mod:`poslens.hooks`) come from poslens.
+The bins are rebuilt here from METHOD §3.1's words (:class:`ReferenceBins`).
+Only hook names and the hooked forward pass (:mod:`poslens.hooks`) come from
+poslens; ``test_leakage_reference`` checks the captured scores against the
+native Hugging Face model's attention weights.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import numpy as np
 import torch
 from scipy import linalg, stats
 
-from poslens.binning import Binning
 from poslens.hooks import attn_scores, run_with_hooks
 
 FMIN32 = float(torch.finfo(torch.float32).min)
@@ -87,6 +88,32 @@ def capture_scores(
     return [np.concatenate(parts, axis=0) for parts in store]
 
 
+class ReferenceBins:
+    """METHOD §3.1's bins, written out: one bin per value 0..15, then edges growing by 1.25, rounded up, until T.
+
+    Query bins add the early bound Q as an edge, so the early window is whole bins.
+    Integer arithmetic only: ⌈1.25·e⌉ = ⌈5e/4⌉ = (5e + 3) // 4.
+    """
+
+    def __init__(self, seq_len: int, early: int):
+        self.seq_len, self.early = seq_len, early
+        edges = list(range(0, min(16, seq_len) + 1))
+        while edges[-1] < seq_len:
+            edges.append(min(seq_len, (5 * edges[-1] + 3) // 4))
+        query_edges = sorted(set(edges) | ({early} if early < seq_len else set()))
+        self.offset_edges, self.query_edges = edges, query_edges
+        self.n_offset_bins, self.n_query_bins = len(edges) - 1, len(query_edges) - 1
+        self.offset_bin = np.array([self._bin(edges, v) for v in range(seq_len)])
+        self.query_bin = np.array([self._bin(query_edges, v) for v in range(seq_len)])
+
+    @staticmethod
+    def _bin(edges: list[int], value: int) -> int:
+        for k in range(len(edges) - 1):
+            if edges[k] <= value < edges[k + 1]:
+                return k
+        raise ValueError(f"{value} is outside the edges {edges[0]}..{edges[-1]}")
+
+
 def one_hot(codes: np.ndarray, n: int | None = None) -> np.ndarray:
     n = int(codes.max()) + 1 if n is None else n
     out = np.zeros((codes.size, n))
@@ -115,7 +142,7 @@ class PairData:
     features per head.
     """
 
-    def __init__(self, scores: np.ndarray, binning: Binning, window: str, count: Callable[[np.ndarray], np.ndarray] | None = None):
+    def __init__(self, scores: np.ndarray, binning: ReferenceBins, window: str, count: Callable[[np.ndarray], np.ndarray] | None = None):
         n_seq, n_heads, t, _ = scores.shape
         visible = scores > FMIN32 / 2  # [N, H, T, T]
         if not (visible == visible[:, :1]).all():
@@ -270,7 +297,7 @@ def jackknife(estimate: float, replicates: np.ndarray) -> tuple[float, float]:
     return estimate - t * se, estimate + t * se
 
 
-def naive_table(scores: list[np.ndarray], binning: Binning, windows: Sequence[str] = ("early", "all"), count=None) -> dict:
+def naive_table(scores: list[np.ndarray], binning: ReferenceBins, windows: Sequence[str] = ("early", "all"), count=None) -> dict:
     """{(layer, window): {metric: [H]}} for every layer of a captured model."""
     return {
         (layer, w): layer_metrics(PairData(s, binning, w, count))

@@ -6,7 +6,9 @@ designs with ``np.linalg.lstsq``. poslens streams cell sums and solves normal
 equations; the two must agree to 1e-8 on every per-head figure, every layer,
 both query windows, for a full-causal, a sliding-window and a mixed-window
 model, and for an imposed ``window:W`` variant. Aggregates, jackknife intervals
-and the cross-fitted ΔR² are recomputed from their written definitions.
+and the cross-fitted ΔR² are recomputed from their written definitions. The
+reference's bins are rebuilt from METHOD §3.1's rule, and the scores both read
+are checked against the plain Hugging Face model's attention weights.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ from scipy import stats
 import poslens
 from poslens import capture as capture_module
 from poslens.binning import Binning
+from poslens.hooks import attn_scores, run_with_hooks
 from poslens.testing import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import naive_reference as nr  # noqa: E402
 
-N_SEQS, SEQ_LEN, GROUPS, EARLY, WIDTH = 8, 40, 4, 16, 8
+# EARLY = 18 is not one of the bin edges (…, 16, 20, …): the query bins must gain it as an edge.
+N_SEQS, SEQ_LEN, GROUPS, EARLY, WIDTH = 8, 40, 4, 18, 8
 TOL = 1e-8
 WINDOWS = ("early", "all")
 # Shares: an aggregate's share is the ratio of aggregated components (checked below).
@@ -61,7 +65,7 @@ class Case:
         self.settings = {"groups": GROUPS, "early": EARLY, "batch_size": N_SEQS // GROUPS}
         self.result = measure_in_blocks(self.model, self.corpus, BLOCK_PER_HEAD, **self.settings)
         self.table = nr.lookup(self.result.to_frame())
-        self.binning = Binning(SEQ_LEN, early=EARLY)
+        self.binning = nr.ReferenceBins(SEQ_LEN, EARLY)
         self.scores = nr.capture_scores(self.model, self.corpus.tokens, GROUPS)
         self.naive = nr.naive_table(self.scores, self.binning)
 
@@ -102,6 +106,43 @@ def cases(tiny_folders):
 @pytest.fixture(params=CASES)
 def case(request, cases) -> Case:
     return cases(request.param)
+
+
+@pytest.mark.parametrize("seq_len", [1, 5, 16, 17, 40, 64, 100, 257, 1000, 4096])
+@pytest.mark.parametrize("early", [2, 16, 18, 32, 33, 5000])
+def test_bins_match_the_written_rule(seq_len: int, early: int):
+    mine, ref = Binning(seq_len, early=early), nr.ReferenceBins(seq_len, early)
+    assert list(mine.offset_edges) == ref.offset_edges and list(mine.query_edges) == ref.query_edges
+    assert mine.offset_bin.tolist() == ref.offset_bin.tolist() and mine.query_bin.tolist() == ref.query_bin.tolist()
+
+
+def test_bins_by_hand():
+    # METHOD §3.1: one bin per value up to 15, then ⌈1.25·e⌉: 16, 20, 25, 32, 40, 50, 63, 79, …
+    assert nr.ReferenceBins(100, 32).offset_edges == list(range(17)) + [20, 25, 32, 40, 50, 63, 79, 99, 100]
+    assert nr.ReferenceBins(40, 18).query_edges == list(range(17)) + [18, 20, 25, 32, 40]
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "gemma3"])
+def test_captured_scores_are_the_native_models_logits(tiny_folders, kind: str):
+    """softmax(hook_attn_scores) equals the attention weights of the plain HF model (eager attention)."""
+    import torch
+    import transformers
+
+    folder = tiny_folders(kind)
+    model = poslens.load_model(folder)
+    tokens = poslens.make_corpus(model, "random", n_seqs=2, seq_len=SEQ_LEN, position0="bos", seed=3).tokens
+    captured: dict[int, torch.Tensor] = {}
+
+    def keep(layer: int):
+        return lambda scores, hook: captured.__setitem__(layer, scores.detach().double())
+
+    run_with_hooks(model, tokens, [(attn_scores(layer), keep(layer)) for layer in range(model.n_layers)])
+    native = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32)
+    with torch.no_grad():
+        attentions = native(tokens, output_attentions=True).attentions
+    assert len(attentions) == model.n_layers == len(captured)
+    for layer in range(model.n_layers):
+        torch.testing.assert_close(torch.softmax(captured[layer], -1), attentions[layer].double(), rtol=0, atol=1e-5)
 
 
 def test_per_head_figures_match_naive_reference(case: Case):
