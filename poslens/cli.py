@@ -41,12 +41,18 @@ def _version(value: bool) -> None:
 def main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
-    """poslens: attribute absolute position in attention to the causal mask and to position 0."""
+    """poslens: attribute absolute position in attention to the causal mask and to position 0.
+
+    Example: poslens --version
+    """
 
 
 @app.command()
 def models() -> None:
-    """List the embedded registry models and whether their packages are installed."""
+    """List the embedded registry models and whether their packages are installed.
+
+    Example: poslens models
+    """
     table = Table(title="poslens registry models (weights are 4-bit quantized GGUF)")
     for column in ("name", "architecture", "layers", "heads", "attention", "RoPE base(s)", "size", "installed"):
         table.add_column(column)
@@ -117,6 +123,8 @@ def leakage(
     """Measure position leakage and its mask / residual-stream decomposition (METHOD §3–§5).
 
     Runs unchanged under `torchrun --nproc_per_node=K` (sequences sharded, sums all-reduced, rank 0 writes).
+
+    Example: poslens leakage --model smollm2-135m --n-seqs 16 --seq-len 128 --max-memory 4GB --out results/leak
     """
     _writable_dir(out)
     loaded = poslens.load_model(model, variant=variant, dtype=dtype, device_map=device_map)
@@ -156,7 +164,10 @@ def _show(result, metric: str, title: str) -> None:
 @app.command()
 def sinks(model: str = _MODEL, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, groups: int = _GROUPS, seed: int = _SEED,
           corpus: str = _CORPUS, tau: float = typer.Option(0.3, help="Sink-reading threshold τ."), out: Path = _OUT) -> None:
-    """Sink score of every head and sink-reading head counts per layer (METHOD §6)."""
+    """Sink score of every head and sink-reading head counts per layer (METHOD §6).
+
+    Example: poslens sinks --model smollm2-135m --n-seqs 16 --seq-len 128 --tau 0.3 --out results/quick
+    """
     result = _study(model, n_seqs, seq_len, groups, seed, corpus, out, tau=tau).sinks()
     counts = result.table[result.table["metric"] == "sink_heads"]
     console.print(counts[["layer", "value", "ci_low", "ci_high"]].to_string(index=False))
@@ -167,7 +178,10 @@ def bos_swap(model: str = _MODEL, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN
              corpus: str = _CORPUS,
              replacement: list[str] = typer.Option(["mean"], help="mean, zero, noise or token:<id or string>; repeat for several."),
              out: Path = _OUT) -> None:
-    """Replace the BOS embedding and report the reduction of C_res (METHOD §7)."""
+    """Replace the BOS embedding and report the reduction of C_res (METHOD §7).
+
+    Example: poslens bos-swap --model smollm2-135m --replacement mean --replacement zero --out results/quick
+    """
     result = _study(model, n_seqs, seq_len, groups, seed, corpus, out, replacements=tuple(replacement)).bos_swap()
     _show(result, "reduction", "reduction of C_res = 1 − C_res(after)/C_res(before)")
 
@@ -175,7 +189,10 @@ def bos_swap(model: str = _MODEL, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN
 @app.command("ablate-sinks")
 def ablate_sinks(model: str = _MODEL, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, groups: int = _GROUPS, seed: int = _SEED,
                  corpus: str = _CORPUS, tau: float = typer.Option(0.3, help="Sink-reading threshold τ."), out: Path = _OUT) -> None:
-    """Ablate the sink path of sink-reading heads and report the reduction of C_res (METHOD §7)."""
+    """Ablate the sink path of sink-reading heads and report the reduction of C_res (METHOD §7).
+
+    Example: poslens ablate-sinks --model smollm2-135m --tau 0.3 --out results/quick
+    """
     result = _study(model, n_seqs, seq_len, groups, seed, corpus, out, tau=tau).ablate_sinks()
     _show(result, "reduction", "reduction of C_res under sink-path ablation")
 
@@ -184,7 +201,10 @@ def ablate_sinks(model: str = _MODEL, n_seqs: int = _N_SEQS, seq_len: int = _SEQ
 def fingerprint(model: str = _MODEL, n_seqs: int = typer.Option(16, help="Sequences per setting."),
                 seq_len: int = typer.Option(48, help="Tokens per sequence."), groups: int = _GROUPS, seed: int = _SEED,
                 tau: float = typer.Option(0.3, help="Sink-reading threshold τ."), out: Path = _OUT) -> None:
-    """Position-0 fingerprint: dispersion with and without BOS, trajectory similarity, readout (METHOD §8)."""
+    """Position-0 fingerprint: dispersion with and without BOS, trajectory similarity, readout (METHOD §8).
+
+    Example: poslens fingerprint --model smollm2-135m --n-seqs 16 --seq-len 48 --out results/quick
+    """
     study = _study(model, n_seqs, 128, groups, seed, "docs", out, tau=tau, fingerprint_seqs=n_seqs, fingerprint_len=seq_len)
     result = study.fingerprint()
     rows = result.table[(result.table["layer"] == -1)]
@@ -197,7 +217,10 @@ def compare_command(n_seqs: int = typer.Option(8, help="Sequences per case."),
                     groups: int = _GROUPS, seed: int = _SEED, corpus: str = _CORPUS,
                     full: bool = typer.Option(False, help="All NTK α ∈ {2,4,8} and windows {64,128}, not one of each."),
                     out: Path = _OUT) -> None:
-    """C_res and C_mask by layer for standard RoPE, NTK and sliding-window cases (C4)."""
+    """C_res and C_mask by layer for standard RoPE, NTK and sliding-window cases (C4).
+
+    Example: poslens compare --n-seqs 8 --seq-len 640 --out results/quick
+    """
     study = _study("smollm2-135m", 16, 128, groups, seed, corpus, out, compare_seqs=n_seqs, compare_len=seq_len, compare_quick=not full)
     result = study.compare()
     rows = result.table[(result.table["layer"] == -1) & (result.table["head"] == -1) & result.table["metric"].isin(["c_res", "c_mask"])]
@@ -207,7 +230,10 @@ def compare_command(n_seqs: int = typer.Option(8, help="Sequences per case."),
 
 @app.command()
 def claims(out: Path = typer.Option(..., help="Folder holding the parts written by the other commands.")) -> None:
-    """Compute the verdicts C1–C6 from the tables in a folder; writes claims.csv."""
+    """Compute the verdicts C1–C6 from the tables in a folder; writes claims.csv.
+
+    Example: poslens claims --out results/quick
+    """
     from poslens.results import Result
     from poslens.study import Settings, Study
 
@@ -250,7 +276,10 @@ def report(
     compare_seqs: Optional[int] = typer.Option(None, help="Override the comparison's sequences per case."),
     compare_len: Optional[int] = typer.Option(None, help="Override the comparison's sequence length."),
 ) -> None:
-    """Run the whole study and write report.html, every table (Parquet + CSV), claims.csv and run.json."""
+    """Run the whole study and write report.html, every table (Parquet + CSV), claims.csv and run.json.
+
+    Example: poslens report --quick --out results/quick
+    """
     import json
     import time as _time
 
@@ -304,7 +333,11 @@ def report(
 
 
 def run() -> None:
-    """Entry point of the ``poslens`` command: known failures print one line, not a traceback."""
+    """Entry point of the ``poslens`` command: known failures print one line, not a traceback.
+
+    Example: poslens leakage --model no-such-model --out results/x prints
+    ``error: unknown model 'no-such-model'. Known names: ...`` and exits with status 1.
+    """
     from poslens.capture import MaskMismatchError, NonFiniteScoresError
 
     known = (ValueError, KeyError, FileNotFoundError, ModuleNotFoundError, MemoryError, OSError,

@@ -119,6 +119,13 @@ class InsufficientMemoryError(MemoryError):
     Attributes: ``estimate`` (the batch-1 :class:`MemoryEstimate` at the
     requested length), ``budget`` and ``need`` (bytes compared), and
     ``max_seq_len``, the longest sequence that fits at batch 1 (0 if none).
+
+    Example:
+        >>> est = MemoryEstimate(1, 4096, weights=200 * MiB, runtime=0, activations=0, scores=0, attention=0,
+        ...                      capture=0, logits=100 * MiB)
+        >>> error = InsufficientMemoryError("not enough memory", est, need=est.total, budget=256 * MiB, max_seq_len=2048)
+        >>> isinstance(error, MemoryError), error.need // MiB, error.max_seq_len
+        (True, 300, 2048)
     """
 
     def __init__(self, message: str, estimate: "MemoryEstimate", need: int, budget: int, max_seq_len: int) -> None:
@@ -160,21 +167,49 @@ class MemoryEstimate:
 
     @property
     def transient(self) -> int:
-        """The largest of the three phases that never overlap (softmax, capture, logits)."""
+        """The largest of the three phases that never overlap (softmax, capture, logits).
+
+        Example:
+            >>> e = MemoryEstimate(1, 8, weights=0, runtime=0, activations=0, scores=MiB, attention=2 * MiB,
+            ...                    capture=4 * MiB, logits=3 * MiB, slack=1.5)
+            >>> e.transient / MiB  # max(1.5 × 2, 1.5 × (1 + 4), 3)
+            7.5
+        """
         return int(max(self.slack * self.attention, self.slack * (self.scores + self.capture), self.logits))
 
     @property
     def increase(self) -> int:
-        """Bytes above the loaded model: the activations, the sums and the largest phase."""
+        """Bytes above the loaded model: the activations, the sums and the largest phase.
+
+        Example:
+            >>> e = MemoryEstimate(1, 8, weights=100 * MiB, runtime=0, activations=MiB, scores=MiB,
+            ...                    attention=2 * MiB, capture=4 * MiB, logits=3 * MiB, sums=2 * MiB, slack=1.0)
+            >>> e.increase // MiB  # activations 1 + sums 2 + transient 5
+            8
+        """
         return self.activations + self.sums + self.transient
 
     @property
     def total(self) -> int:
-        """Estimated peak: runtime + weights + increase."""
+        """Estimated peak: runtime + weights + increase.
+
+        Example:
+            >>> e = MemoryEstimate(1, 8, weights=100 * MiB, runtime=50 * MiB, activations=MiB, scores=MiB,
+            ...                    attention=2 * MiB, capture=4 * MiB, logits=3 * MiB, sums=2 * MiB, slack=1.0)
+            >>> e.total // MiB, (e.runtime + e.weights + e.increase) // MiB
+            (158, 158)
+        """
         return self.runtime + self.weights + self.increase
 
     def describe(self) -> str:
-        """The sum in one line, in MiB."""
+        """The sum in one line, in MiB.
+
+        Example:
+            >>> e = MemoryEstimate(2, 512, weights=512 * MiB, runtime=0, activations=54 * MiB, scores=18 * MiB,
+            ...                    attention=36 * MiB, capture=4 * MiB, logits=MiB // 2, sums=69 * MiB)
+            >>> print(e.describe())
+            batch 2 × T=512: peak 687.2 MiB = weights 512.0 + runtime 0.0 + activations 54.0 + sums 69.0 + max(1.45 × attention 36.0, 1.45 × (scores + capture) 22.0, logits 0.5)
+        """
 
         def m(x: float) -> str:
             return f"{x / MiB:.1f}"
@@ -839,7 +874,13 @@ def measure_in_subprocess(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m poslens.memory --measure MODEL BATCH T``: print one JSON line (see :func:`measure_run`)."""
+    """``python -m poslens.memory --measure MODEL BATCH T``: print one JSON line (see :func:`measure_run`).
+
+    Example:
+        >>> main(["--measure", "smollm2-135m", "1", "256"])  # doctest: +SKIP
+        {"model": "smollm2-135m", "batch_size": 1, "seq_len": 256, "dtype": "float32", "device": "cpu", "weights": 538256896, "after_load": 1105719296, "runtime": 567462400, "increase": 51765248, ...}
+        0
+    """
     parser = argparse.ArgumentParser(
         prog="python -m poslens.memory",
         description="Measure the peak memory of one poslens capture pass, next to poslens's estimate.",

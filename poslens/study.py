@@ -56,10 +56,24 @@ class Settings:
 
     @classmethod
     def quick(cls, **overrides: Any) -> "Settings":
+        """The quick preset (minutes on a laptop CPU): the defaults, with ``overrides``.
+
+        Example:
+            >>> s = Settings.quick(model="gemma3-270m")
+            >>> s.model, s.n_seqs, s.seq_len, s.compare_quick
+            ('gemma3-270m', 16, 128, True)
+        """
         return cls(**overrides)
 
     @classmethod
     def full(cls, **overrides: Any) -> "Settings":
+        """The full preset (the settings a paper would use), with ``overrides``.
+
+        Example:
+            >>> s = Settings.full(seq_len=256)
+            >>> s.n_seqs, s.seq_len, s.compare_len, s.compare_quick
+            (64, 256, 1024, False)
+        """
         base = dict(
             n_seqs=64, seq_len=512, fingerprint_seqs=64, fingerprint_len=128,
             compare_seqs=32, compare_len=1024, compare_quick=False,
@@ -67,7 +81,14 @@ class Settings:
         return cls(**{**base, **overrides})
 
     def key(self, *names: str) -> str:
-        """A short hash of the named settings (all if none)."""
+        """A short hash of the named settings (all if none).
+
+        Example:
+            >>> Settings().key("model", "n_seqs")
+            'c348ecbb9faf360e'
+            >>> Settings(tau=0.5).key(*MEASURE_KEYS) == Settings().key(*MEASURE_KEYS)  # τ is not a measuring setting
+            True
+        """
         values = asdict(self)
         chosen = {n: values[n] for n in (names or sorted(values))}
         return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -118,11 +139,24 @@ class Study:
         self._corpus = None
 
     def model(self):
+        """The model of ``settings.model`` and ``settings.variant``, loaded on first use.
+
+        Example:
+            >>> model = study.model()  # doctest: +SKIP
+            >>> model.name, model.n_layers, study.model() is model  # doctest: +SKIP
+            ('smollm2-135m', 30, True)
+        """
         if self._model is None:
             self._model = load_model(self.settings.model, variant=self.settings.variant)
         return self._model
 
     def corpus(self):
+        """The corpus of the settings (BOS at position 0), made on first use.
+
+        Example:
+            >>> study.corpus().tokens.shape, study.corpus().position0  # doctest: +SKIP
+            (torch.Size([16, 128]), 'bos')
+        """
         if self._corpus is None:
             s = self.settings
             self._corpus = make_corpus(self.model(), s.corpus, n_seqs=s.n_seqs, seq_len=s.seq_len, position0="bos", seed=s.seed)
@@ -134,17 +168,34 @@ class Study:
                        interventions=interventions, probe=probe)
 
     def leakage(self) -> Result:
-        """Baseline leakage, decomposition and probe (METHOD §3–§5)."""
+        """Baseline leakage, decomposition and probe (METHOD §3–§5).
+
+        Example:
+            >>> result = study.leakage()  # doctest: +SKIP
+            >>> round(result.value("c_res", "early"), 4), round(result.value("c_mask", "early"), 4)  # doctest: +SKIP
+            (0.0436, 0.0158)
+        """
         return cached_part(self.out, "leakage", self.settings.key(*MEASURE_KEYS), self._measure, self.log)
 
     def sinks(self) -> Result:
-        """Sink scores and sink-reading head counts (METHOD §6)."""
+        """Sink scores and sink-reading head counts (METHOD §6).
+
+        Example:
+            >>> study.sinks().value("sink_heads")  # sink-reading heads over all layers  # doctest: +SKIP
+            164.0
+        """
         base = self.leakage()
         key = self.settings.key(*MEASURE_KEYS, "tau")
         return cached_part(self.out, "sinks", key, lambda: Result(sinks.sink_table(base, self.settings.tau), dict(base.meta)), self.log)
 
     def bos_swap(self) -> Result:
-        """Reduction of C_res for each BOS-embedding replacement (METHOD §7)."""
+        """Reduction of C_res for each BOS-embedding replacement (METHOD §7).
+
+        Example:
+            >>> rows = study.bos_swap().select("reduction", "early", layer=-1)  # doctest: +SKIP
+            >>> dict(zip(rows["intervention"], rows["value"].round(3).tolist()))  # doctest: +SKIP
+            {'bos:mean': -0.012, 'bos:zero': 0.226, 'bos:noise': 0.06, 'bos:token:2': -0.036}
+        """
         def compute() -> Result:
             base = self.leakage()
             tables, described = [], []
@@ -161,7 +212,13 @@ class Study:
         return cached_part(self.out, "bos-swap", self.settings.key(*MEASURE_KEYS, "replacements"), compute, self.log)
 
     def ablate_sinks(self) -> Result:
-        """Sink-path ablation of the sink-reading heads and the reduction of C_res (METHOD §7)."""
+        """Sink-path ablation of the sink-reading heads and the reduction of C_res (METHOD §7).
+
+        Example:
+            >>> result = study.ablate_sinks()  # doctest: +SKIP
+            >>> len(result.meta["ablation"]["heads"]), round(result.value("reduction", "early"), 3)  # doctest: +SKIP
+            (164, 0.433)
+        """
         def compute() -> Result:
             base = self.leakage()
             heads = sinks.sink_reading_heads(base, self.settings.tau)
@@ -177,7 +234,13 @@ class Study:
         return cached_part(self.out, "ablate-sinks", self.settings.key(*MEASURE_KEYS, "tau"), compute, self.log)
 
     def fingerprint(self) -> Result:
-        """Position-0 fingerprint: dispersion, trajectory similarity, readout (METHOD §8)."""
+        """Position-0 fingerprint: dispersion, trajectory similarity, readout (METHOD §8).
+
+        Example:
+            >>> rows = study.fingerprint().select("dispersion", layer=-1)  # doctest: +SKIP
+            >>> dict(zip(rows["intervention"], rows["value"].round(3).tolist()))  # doctest: +SKIP
+            {'position0:bos': 0.0, 'position0:none': 0.138}
+        """
         from poslens.fingerprint import fingerprint
 
         s = self.settings
@@ -190,7 +253,13 @@ class Study:
         )
 
     def compare(self) -> Result:
-        """C_res and C_mask by layer across standard, NTK and sliding-window cases (C4)."""
+        """C_res and C_mask by layer across standard, NTK and sliding-window cases (C4).
+
+        Example:
+            >>> rows = study.compare().select("c_res", "all", layer=-1, head=-1)  # doctest: +SKIP
+            >>> list(zip(rows["model"], rows["variant"], rows["value"].round(4).tolist()))  # doctest: +SKIP
+            [('smollm2-135m', 'base', 0.0098), ('smollm2-135m', 'ntk:4', 0.0094), ('smollm2-135m', 'window:64', 0.0137), ('gemma3-270m', 'base', 0.0043)]
+        """
         s = self.settings
         cases = list(s.cases) or default_cases(quick=s.compare_quick)
         key = s.key("compare_seqs", "compare_len", "compare_quick", "cases", "groups", "early", "seed", "corpus")
@@ -202,7 +271,13 @@ class Study:
         )
 
     def claims(self, parts: dict[str, Result]) -> pd.DataFrame:
-        """Verdicts C1–C6 from whichever parts were run; writes ``claims.csv``."""
+        """Verdicts C1–C6 from whichever parts were run; writes ``claims.csv``.
+
+        Example:
+            >>> table = study.claims({"leakage": study.leakage(), "ablate-sinks": study.ablate_sinks()})  # doctest: +SKIP
+            >>> dict(zip(table["claim"], table["verdict"]))  # C4–C6: not measured  # doctest: +SKIP
+            {'C1': 'supported', 'C2': 'supported', 'C3': 'supported', 'C4': 'inconclusive', 'C5': 'inconclusive', 'C6': 'inconclusive'}
+        """
         from poslens.claims import evaluate, label_cases
 
         comparison = parts.get("compare")
@@ -223,4 +298,12 @@ class Study:
         return table
 
     def with_settings(self, **changes: Any) -> "Study":
+        """A study in the same folder with some settings changed (parts whose key changes are recomputed).
+
+        Example:
+            >>> study = Study(Settings.quick(), "results/quick")
+            >>> longer = study.with_settings(seq_len=256)
+            >>> longer.settings.seq_len, longer.out == study.out, study.settings.seq_len
+            (256, True, 128)
+        """
         return Study(replace(self.settings, **changes), self.out, self.log)
