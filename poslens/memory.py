@@ -819,18 +819,11 @@ def measure_run(model_name: str, batch_size: int, seq_len: int, dtype: str = "fl
     model = poslens.load_model(model_name, dtype=dtype, device=dev)  # never the default: it picks CUDA where there is one
     corpus = make_corpus(model, "random", n_seqs=max(2, 2 * batch_size - 1), seq_len=seq_len, seed=0)
     weights = weight_bytes(model)
-    if dev.type == "cuda":
-        after_load = int(torch.cuda.memory_allocated(dev))
-        reset = True
-    else:
-        _touch_weights(model)
-        gc.collect()
-        release_free_heap()
-        after_load = resident_bytes()
-        reset = reset_peak_resident()
+    runtime = runtime_bytes(model, dev)  # on CPU: weights paged in, the heap's free pages handed back
+    after_load = weights + runtime
+    reset = dev.type == "cuda" or reset_peak_resident()
     run = lambda: collect_sums(model, corpus, groups=MEASURE_GROUPS, batch_size=batch_size, progress=False)  # noqa: E731
     increase = measured_peak_bytes(run, dev)
-    runtime = max(0, after_load - weights)
     estimate = estimate_peak_bytes(model, batch_size, seq_len, runtime_bytes=runtime, device=dev, groups=MEASURE_GROUPS)
     return {
         "model": model_name,
