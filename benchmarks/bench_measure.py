@@ -73,7 +73,7 @@ def run_cpu_route(route: str, model_name: str, seq_len: int, n_seqs: int, repeat
     """One route in this (fresh) process: peak resident memory is this route's."""
     import gc
 
-    from poslens.memory import release_free_heap, reset_peak_resident
+    from poslens.process_memory import release_free_heap, reset_peak_resident
 
     model = load(model_name, "cpu")
     corpus = corpus_for(model, seq_len, n_seqs)

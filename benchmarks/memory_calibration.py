@@ -3,8 +3,8 @@
 Usage:
     python benchmarks/memory_calibration.py [--jobs 2] [--no-smollm2] [--out calibration.json]
 
-Each setting is one fresh ``python -m poslens.memory --measure MODEL B T``
-process (:func:`poslens.memory.measure_in_subprocess`, ``OMP_NUM_THREADS=1``):
+Each setting is one fresh ``python -m poslens.process_memory --measure MODEL B T``
+process (:func:`poslens.process_memory.measure_in_subprocess`, ``OMP_NUM_THREADS=1``):
 load the model, page its weights in, hand the heap's free pages back, record
 the resident memory, reset the peak, run one capture pass in two groups, and
 compare the peak with :func:`poslens.memory.estimate_peak_bytes`. The tiny
@@ -34,7 +34,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write every measurement as JSON")
     args = parser.parse_args()
 
-    from poslens.memory import MiB, measure_in_subprocess
+    from poslens.memory import MiB
+    from poslens.process_memory import measure_in_subprocess
     from poslens.registry import REGISTRY
     from poslens.testing import save_tiny_model
 

@@ -155,7 +155,7 @@ def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = 
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
         # building (dequantizing a GGUF file) frees hundreds of MiB that the C heap would keep resident
-        from poslens.memory import release_free_heap
+        from poslens.process_memory import release_free_heap
 
         release_free_heap()
     return folder

@@ -1,6 +1,6 @@
-"""Memory estimates against measured peaks, and batch planning (poslens.memory).
+"""Memory estimates against measured peaks, and batch planning (poslens.memory, poslens.process_memory).
 
-Each measurement is a fresh ``python -m poslens.memory --measure MODEL B T``
+Each measurement is a fresh ``python -m poslens.process_memory --measure MODEL B T``
 process (``OMP_NUM_THREADS=1``): it loads the model, pages its weights in,
 hands the heap's free pages back (``malloc_trim``), records its resident
 memory, resets the peak (VmHWM) and runs one capture pass through
@@ -37,10 +37,10 @@ from poslens.memory import (
     MiB,
     InsufficientMemoryError,
     estimate_peak_bytes,
-    measure_in_subprocess,
     parse_bytes,
     plan_batch,
 )
+from poslens.process_memory import free_memory_bytes, measure_in_subprocess
 from poslens.registry import REGISTRY
 
 TOLERANCE = 0.25  # the issue's bound, on the whole peak
@@ -208,11 +208,11 @@ def test_parse_bytes():
 
 
 def test_free_memory_and_measured_peak():
-    free = memory.free_memory_bytes("cpu")
+    free = free_memory_bytes("cpu")
     assert 0 < free
     # in a fresh process: memory that a long test session freed but kept resident would absorb the allocation
     code = (
-        "import torch; from poslens.memory import measured_peak_bytes; "
+        "import torch; from poslens.process_memory import measured_peak_bytes; "
         "print(measured_peak_bytes(lambda: torch.ones(64 << 20, dtype=torch.uint8)))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -225,7 +225,7 @@ def test_measured_peak_counts_reused_heap():
     # itself: an allocation of the same size fits in them without the resident set growing, unless
     # measured_peak_bytes hands them back first.
     code = (
-        "import numpy as np; from poslens.memory import measured_peak_bytes\n"
+        "import numpy as np; from poslens.process_memory import measured_peak_bytes\n"
         "keep, drop = [], []\n"
         "for i in range(2000): (keep if i % 2 else drop).append(np.ones(8192))\n"
         "del drop\n"
