@@ -12,6 +12,8 @@ import hashlib
 import importlib.util
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -246,9 +248,35 @@ def test_tokens_must_be_two_dimensional(tiny_llama_dir):
 def test_device_map_and_bfloat16_pass_through(tiny_llama_dir):
     model = poslens.load_model(tiny_llama_dir, device_map="cpu", dtype="bfloat16")
     assert next(model.hf_model.parameters()).dtype == torch.bfloat16
-    corpus = poslens.make_corpus(model, "docs", n_seqs=4, seq_len=32)
-    result = poslens.measure(model, corpus, groups=2, progress=False)
-    table = result.to_frame()
-    assert table["value"].notna().all() and len(table) > 100  # sums stay float64 whatever the weights' dtype
+    reference = poslens.load_model(tiny_llama_dir, device_map="cpu", dtype="float32")
+    assert next(reference.hf_model.parameters()).dtype == torch.float32
+    results = {}
+    for name, m in (("bf16", model), ("f32", reference)):
+        corpus = poslens.make_corpus(m, "docs", n_seqs=4, seq_len=32)
+        results[name] = poslens.measure(m, corpus, groups=2, progress=False)
+    bf16, f32 = results["bf16"], results["f32"]
+
+    # The sums stay float64 whatever the weights' dtype.
+    assert bf16.sums is not None
+    assert {k: a.dtype for k, a in bf16.sums.arrays.items()} == {k: np.dtype(np.float64) for k in bf16.sums.arrays}
+    assert bf16.sums.row_features.dtype == bf16.sums.row_count.dtype == np.float64
+    # Counts and positions do not depend on the scores: identical pair/row counts mean the same masks were applied.
+    for key in ("n", "c1", "nq", "c2", "i1", "j1", "ii", "jj", "ij", "rows"):
+        np.testing.assert_array_equal(bf16.sums.arrays[key], f32.sums.arrays[key], err_msg=key)
+    np.testing.assert_array_equal(bf16.sums.row_count, f32.sums.row_count)
+
+    # Same figures as the float32 run, up to bfloat16 rounding. bfloat16 keeps 8 significant bits (relative
+    # rounding ≤ 2⁻⁹ ≈ 0.2%), so each score of size ≲ 3 here is off by ≲ 0.01, but every figure averages
+    # thousands of (query, key) pairs and the errors mostly cancel: measured, the values differ by ≤ 1.1e-3
+    # and the 95% bounds by ≤ 8.6e-3 (with 2 groups the t quantile is 12.7, which magnifies the error in the
+    # standard error). The bounds below leave ~4-5× headroom; bugs exceed them by 8× or more: a corpus from
+    # another seed, random tokens, no BOS, other weights, visible scores with 0.05 noise, or heads in reverse
+    # order all move the values by ≥ 0.039 and the bounds by ≥ 1.0.
+    table, expected = bf16.to_frame(), f32.to_frame()
+    keys = ["model", "variant", "intervention", "layer", "head", "query_window", "metric"]
+    pd.testing.assert_frame_equal(table[keys], expected[keys])
+    assert len(table) > 100 and table["value"].notna().all()
+    np.testing.assert_allclose(table["value"], expected["value"], rtol=0, atol=5e-3)
+    np.testing.assert_allclose(table[["ci_low", "ci_high"]], expected[["ci_low", "ci_high"]], rtol=0, atol=3e-2)
     with pytest.raises(ValueError, match="dtype 'float8'"):
         poslens.load_model(tiny_llama_dir, dtype="float8")

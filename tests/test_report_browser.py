@@ -73,17 +73,32 @@ def test_report_renders_offline_without_console_errors(report_dir):
     page = report_dir / "report.html"
     text = page.read_text()
     assert "<script src=" not in text and "<link" not in text, "the page must not load external scripts or styles"
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
     driver = _driver()
     try:
         driver.get(page.as_uri())
-        driver.implicitly_wait(5)
-        plot_count = driver.execute_script("return document.querySelectorAll('.js-plotly-plot').length")
         expected = text.count('class="plotly-graph-div"')
-        assert plot_count == expected >= 5
-        drawn = driver.execute_script(
+        assert expected >= 5
+        # implicitly_wait does not apply to execute_script: poll until every figure div has become a plotly
+        # plot and each has drawn its elements (traces, heatmap images, points, bars), or give up after 30 s.
+        count_drawn = (
             "return Array.from(document.querySelectorAll('.js-plotly-plot')).map("
             "d => d.querySelectorAll('g.trace, g.hm image, image, path.point, g.bars path').length)"
         )
+        seen: list = []
+
+        def all_drawn(drv) -> bool:
+            seen[:] = [drv.execute_script(count_drawn)]
+            return len(seen[0]) == expected and all(n > 0 for n in seen[0])
+
+        try:
+            WebDriverWait(driver, 30, poll_frequency=0.25).until(all_drawn)
+        except TimeoutException:
+            pytest.fail(f"after 30 s, element counts per plot: {seen[0] if seen else None} (expected {expected} plots, each > 0)")
+        drawn = driver.execute_script(count_drawn)
+        assert len(drawn) == driver.execute_script("return document.querySelectorAll('.js-plotly-plot').length") == expected
         assert all(n > 0 for n in drawn), drawn
         assert driver.execute_script("return document.querySelectorAll('table.claims tr').length") >= 7
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
