@@ -8,7 +8,10 @@ in cache across the passes over them. Per row it computes, in float64: log Z_i (
 visible keys), row sums of s, s² and j·s, the row features of METHOD §3.3 and,
 from one cumulative sum along keys, the sum of s over each row's offset bins.
 Those O(T × bins) pieces are folded into query bins with a one-hot matrix and
-added to :class:`poslens.sums.CellSums`; nothing of size T² outlives the hook.
+added to :class:`poslens.sums.CellSums`. For the counterfactual fit of METHOD
+§4.1 it also keeps, per exact row, Σ_j s_ij and s_i0, and per exact offset Δ the
+sum of s_{i,i−Δ} over the rows of each query window (a diagonal sum, read from a
+skewed strided view of the block); nothing of size T² outlives the hook.
 """
 
 from __future__ import annotations
@@ -249,7 +252,6 @@ class LeakageCapture:
         self.binning = binning
         self.probe = probe
         self.check_mask = check_mask
-        self.sums = CellSums.zeros(groups, model.n_layers, model.n_heads, binning)
         self.group = 0
         self._structures: dict[int | None, LayerStructure] = {}
         self._checked: set[int] = set()
@@ -267,6 +269,10 @@ class LeakageCapture:
         self._window_rows = {
             w: torch.as_tensor(windows[w][q_of_row]) for w in WINDOWS
         }  # [T] bool: row i in window w
+        self.early_rows = min(binning.early, t)  # rows 1 ≤ i < early_rows form the early window
+        layer_windows = tuple(self.structure(layer).window for layer in range(model.n_layers))
+        self.sums = CellSums.zeros(groups, model.n_layers, model.n_heads, binning, layer_windows)
+        self._pad: torch.Tensor | None = None
 
     def _work_buffers(self, size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         # two reused flat float64 buffers; fresh allocations would cost page faults on every call
@@ -351,6 +357,7 @@ class LeakageCapture:
             for name, per_sequence in self._structure_sums(self.structure(layer)).items():
                 a[name][g, layer] += batch * per_sequence
         a["rows"][g] += batch * self._fold.sum(-1).numpy()
+        a["nseq"][g] += batch
         self.sums.group_sizes[g] += batch
         self.sums.row_count += batch
 
@@ -397,6 +404,8 @@ class LeakageCapture:
         log_z, row_sum, row_js, row_sq = (torch.empty(batch, heads, t, **f64) for _ in range(4))
         features = torch.empty(batch, heads, t, len(FEATURES), **f64)
         bin_sums = torch.empty(heads, t, self.binning.n_offset_bins, **f64)
+        key0_logits = torch.zeros(heads, t, **f64)  # Σ over the batch of s_i0
+        offset_sums = torch.zeros(2, heads, t, **f64)  # Σ of s_{i,i−Δ} over the all / early rows
         blocks = self._blocks(st, batch * heads, device)
         work_s, work_e = self._work_buffers(max(batch * heads * b.size for b in blocks), device)
         key_weights = self._key_weights(device)  # [T, 2]: 1 and j
@@ -423,6 +432,9 @@ class LeakageCapture:
             features[:, :, rows, 1] = block_log_z - mean_logit
             features[:, :, rows, 2] = torch.diagonal(exp_s, offset=r0 - k0, dim1=-2, dim2=-1) / partition
             features[:, :, rows, 3] = 1.0 / partition  # the row maximum has exp_s = 1
+            if k0 == 0:
+                key0_logits[:, rows] = visible[..., 0].sum(0)
+            self._add_offset_sums(visible.sum(0), block, offset_sums)
             running = visible.cumsum_(-1)  # in place: visible is not needed any more
             index_shape = (batch, heads, r1 - r0, self.binning.n_offset_bins)
             upper = running.gather(-1, block.hi_at.expand(index_shape)) * block.hi_used
@@ -432,29 +444,56 @@ class LeakageCapture:
         if not finite.all():
             raise _non_finite(layer, int(torch.nonzero(~finite)[0, 1]))
         self._checked.add(layer)
-        self._accumulate(layer, st, log_z, row_sum, row_js, row_sq, bin_sums, features)
+        self._accumulate(layer, st, log_z, row_sum, row_js, row_sq, bin_sums, features, key0_logits, offset_sums)
 
-    def _accumulate(self, layer, st, log_z, row_sum, row_js, row_sq, bin_sums, features) -> None:
+    def _add_offset_sums(self, block_sum: torch.Tensor, block: "RowBlock", out: torch.Tensor) -> None:
+        """Add the diagonal sums of one block's visible logits [H, R, S] (summed over the batch) to
+        ``out`` [2, H, T]: index 0 over rows i ≥ 1, index 1 over the early rows 1 ≤ i < Q.
+
+        The block is copied into rows of width S + R whose last R entries are zero; read
+        with row stride R + S + 1, column c of that view walks the diagonal of offset
+        Δ = S − 1 − c (entries left of a row's start fall in the previous row's zeros).
+        """
+        heads, n_rows, span = block_sum.shape
+        width = span + n_rows
+        size = n_rows + heads * n_rows * width
+        if self._pad is None or self._pad.device != block_sum.device or self._pad.numel() < size:
+            self._pad = torch.zeros(size, dtype=torch.float64, device=block_sum.device)
+        flat = self._pad[:size]
+        flat[:n_rows].zero_()
+        body = flat[n_rows:].view(heads, n_rows, width)
+        body[..., span:].zero_()
+        body[..., :span] = block_sum
+        diagonals = flat.as_strided((heads, span, n_rows), (n_rows * width, 1, width + 1), flat.storage_offset() + 1)
+        first = max(0, 1 - block.r0)  # row 0 is in no window
+        out[0, :, :span] += diagonals[:, :, first:].sum(-1).flip(-1)
+        last = min(n_rows, self.early_rows - block.r0)
+        if last > first:
+            out[1, :, :span] += diagonals[:, :, first:last].sum(-1).flip(-1)
+
+    def _accumulate(self, layer, st, log_z, row_sum, row_js, row_sq, bin_sums, features, key0_logits, offset_sums) -> None:
         """Fold one layer's per-row pieces into query bins and add them to the current group."""
         a, g = self.sums.arrays, self.group
         fold, keys, per_bin, n_visible = self._on_device(st, log_z.device)
         z_sum = log_z.sum(0)  # [H, T]
-        mean_sum = (row_sum / n_visible).sum(0)  # Σ over sequences of m_i, [H, T]
         parts = {
             "s1": torch.einsum("ct,htb->hcb", fold, bin_sums),
             "z1": torch.einsum("ct,ht,tb->hcb", fold, z_sum, per_bin),
-            "m1": torch.einsum("ct,ht,tb->hcb", fold, mean_sum, per_bin),
             "s2": row_sq.sum(0) @ fold.T,
             "z2": ((log_z**2).sum(0) * n_visible) @ fold.T,
             "sz": (log_z * row_sum).sum(0) @ fold.T,
             "si": (row_sum.sum(0) * keys) @ fold.T,
             "sj": row_js.sum(0) @ fold.T,
+            "srow": row_sum.sum(0),
+            "skey0": key0_logits,
+            "soff_all": offset_sums[0],
+            "soff_early": offset_sums[1, :, : self.early_rows],
             "features": features.permute(0, 2, 1, 3),  # [batch, T, H, F]
         }
         # one device-to-host copy per layer: on a GPU each copy waits for the queue to drain
         flat = torch.cat([part.reshape(-1) for part in parts.values()]).cpu()
         pieces = dict(zip(parts, flat.split([part.numel() for part in parts.values()])))
-        for name in ("s1", "z1", "m1", "s2", "z2", "sz", "si", "sj"):
+        for name in ("s1", "z1", "s2", "z2", "sz", "si", "sj", "srow", "skey0", "soff_all", "soff_early"):
             a[name][g, layer] += pieces[name].view(parts[name].shape).numpy()
         features = pieces["features"].view(parts["features"].shape)
         per_row = features.sum(0)  # [T, H, F]

@@ -67,6 +67,21 @@ def is_main() -> bool:
     return rank() == 0
 
 
+def all_reduce_array(array: np.ndarray) -> np.ndarray:
+    """Sum ``array`` over all ranks, in float64 (a copy-free no-op in a single process).
+
+    Example:
+        >>> all_reduce_array(np.ones(3)).tolist()
+        [1.0, 1.0, 1.0]
+    """
+    if world_size() == 1:
+        return array
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float64)).to(device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor.cpu().numpy()
+
+
 def all_reduce_sums(sums: CellSums) -> CellSums:
     """Sum every array of ``sums`` over all ranks, in float64 (a no-op in a single process).
 
@@ -77,17 +92,11 @@ def all_reduce_sums(sums: CellSums) -> CellSums:
     """
     if world_size() == 1:
         return sums
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-
-    def reduce(array: np.ndarray) -> np.ndarray:
-        tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float64)).to(device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-        return tensor.cpu().numpy()
-
     return CellSums(
         binning=sums.binning,
-        arrays={name: reduce(array) for name, array in sums.arrays.items()},
-        row_features=reduce(sums.row_features),
-        row_count=reduce(sums.row_count),
-        group_sizes=reduce(sums.group_sizes),
+        arrays={name: all_reduce_array(array) for name, array in sums.arrays.items()},
+        row_features=all_reduce_array(sums.row_features),
+        row_count=all_reduce_array(sums.row_count),
+        group_sizes=all_reduce_array(sums.group_sizes),
+        layer_windows=sums.layer_windows,
     )

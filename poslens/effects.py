@@ -37,8 +37,8 @@ def reduction(before: Result, after: Result, metric: str = "c_res", query_window
     w = ["early", "all"].index(query_window)
 
     def ratio(pooled_before: dict, pooled_after: dict) -> np.ndarray:
-        b = all_metrics(pooled_before, before.sums.binning)[metric][w]
-        a = all_metrics(pooled_after, after.sums.binning)[metric][w]
+        b = all_metrics(pooled_before, before.sums.binning, before.sums.layer_windows)[metric][w]
+        a = all_metrics(pooled_after, after.sums.binning, after.sums.layer_windows)[metric][w]
         with np.errstate(divide="ignore", invalid="ignore"):
             return 1.0 - a / b
 

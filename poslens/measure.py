@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import time
+from types import SimpleNamespace
 from datetime import datetime, timezone
 from typing import Any, Protocol, Sequence
 
@@ -16,6 +17,8 @@ from poslens import distributed
 from poslens.binning import Binning
 from poslens.capture import LeakageCapture
 from poslens.corpus import Corpus
+from poslens.counterfactual import counterfactual_sums, residuals
+from poslens.counterfactual_capture import CounterfactualCapture
 from poslens.hooks import Hook, run_with_hooks
 from poslens.memory import choose_batch_size
 from poslens.metrics import metrics_with_intervals
@@ -107,8 +110,13 @@ def collect_sums(
 ) -> CellSums:
     """Run the model over the corpus with capture hooks and return the grouped cell sums.
 
-    Under torchrun each rank runs every K-th batch and the sums are all-reduced
-    (see :mod:`poslens.distributed`), so every rank returns the whole corpus's sums.
+    Two passes over the corpus: the first streams every cell sum of METHOD §3
+    and the sums the counterfactual fit needs; the second renormalizes each
+    sequence's logits for the per-sequence counterfactual of METHOD §4.4 (i)
+    (:mod:`poslens.counterfactual_capture`), with each group's absolute
+    component fitted on the other groups. Under torchrun each rank runs every
+    K-th batch and the sums are all-reduced after each pass (see
+    :mod:`poslens.distributed`), so every rank returns the whole corpus's sums.
     ``max_memory`` picks the batch size: ``"free"`` plans against the memory free
     now, a size such as ``"8GB"`` against that budget for the whole process;
     ``batch_size`` is then an upper bound. See :func:`poslens.memory.choose_batch_size`.
@@ -132,7 +140,87 @@ def collect_sums(
         capture.group = group
         capture.add_structure(len(index))
         run_with_hooks(model, tokens, extra + capture.hooks())
-    return distributed.all_reduce_sums(capture.sums)
+    sums = distributed.all_reduce_sums(capture.sums)
+    second = CounterfactualCapture(model, sums.binning, cross_fitted_residuals(sums))
+    for group, index in tqdm(plan, desc=f"{description} (counterfactual)", unit="batch", disable=not show, leave=False):
+        tokens = corpus.tokens[index]
+        extra = [h for iv in interventions for h in iv.hooks(model, tokens)]
+        second.group = group
+        run_with_hooks(model, tokens, extra + second.hooks())
+    add_counterfactual(sums, second)
+    return sums
+
+
+def cross_fitted_residuals(sums: CellSums) -> dict[str, np.ndarray]:
+    """For each window, the absolute component A that group g's sequences remove: fitted without g, [G, L, H, C·B].
+
+    Example:
+        >>> a = cross_fitted_residuals(sums)  # doctest: +SKIP
+        >>> a["all"].shape[0] == sums.n_groups  # doctest: +SKIP
+        True
+    """
+    return {
+        w: np.stack([residuals(sums.leave_out(g), sums.binning, sums.layer_windows, w) for g in range(sums.n_groups)])
+        for w in WINDOWS
+    }
+
+
+def add_counterfactual(sums: CellSums, second: CounterfactualCapture) -> None:
+    """Fill ``sums``' ``cf_*`` arrays from a finished second pass (all-reduced across ranks first).
+
+    Example:
+        >>> add_counterfactual(sums, second_pass)  # doctest: +SKIP
+    """
+    for w in WINDOWS:
+        log_z = distributed.all_reduce_array(second.log_partition[w])
+        for g in range(sums.n_groups):
+            sums.arrays[f"cf_{w}"][g] = counterfactual_sums(
+                sums.group(g), sums.binning, sums.layer_windows, w, second.residuals[w][g], log_z[g]
+            )
+
+
+def measure_scores(
+    layer_scores: Sequence[torch.Tensor], groups: int = 8, early: int = 32, layer_windows: Sequence[int | None] | None = None,
+    name: str = "synthetic",
+) -> Result:
+    """:func:`measure` on attention scores given directly, one [N, H, T, T] tensor per layer (no model).
+
+    Masked entries must hold the dtype's minimum, as in ``hook_attn_scores``;
+    ``layer_windows`` gives each layer's sliding window (None: causal). For
+    synthetic heads, the controls of METHOD §4.4 and the version 1 / version 2
+    comparison (``docs/make_synthetic_comparison.py``).
+
+    Example:
+        >>> t = 24; i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+        >>> logits = (-0.1 * (i - j)).float().masked_fill(j > i, torch.finfo(torch.float32).min)
+        >>> scores = logits.expand(4, 1, t, t)                      # 4 sequences, 1 head: purely relative
+        >>> r = measure_scores([scores], groups=2, early=8)
+        >>> abs(r.value("c_res", "all", layer=0, head=0)) < 1e-10   # the mask explains all of it
+        True
+    """
+    scores = [torch.as_tensor(x) for x in layer_scores]
+    n_seqs, n_heads, t, _ = scores[0].shape
+    windows = list(layer_windows) if layer_windows is not None else [None] * len(scores)
+    model = SimpleNamespace(n_layers=len(scores), n_heads=n_heads, window=windows)
+    capture = LeakageCapture(model, Binning(t, early=early), groups, probe=False)
+    assignment = group_of(n_seqs, groups)
+    for g in range(groups):
+        index = np.nonzero(assignment == g)[0]
+        capture.group = g
+        capture.add_structure(len(index))
+        for layer, x in enumerate(scores):
+            capture.reduce(layer, x[index])
+    sums = capture.sums
+    second = CounterfactualCapture(model, sums.binning, cross_fitted_residuals(sums))
+    for g in range(groups):
+        index = np.nonzero(assignment == g)[0]
+        second.group = g
+        for layer, x in enumerate(scores):
+            second.reduce(layer, x[index])
+    add_counterfactual(sums, second)
+    table = tidy(metrics_with_intervals(sums, probe=False), name, "base", "none")
+    meta = {"model": {"model": name}, "settings": {"groups": groups, "early": early, "layer_windows": windows, "n_seqs": n_seqs}}
+    return Result(table, meta, sums)
 
 
 def tidy(values: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], model: str, variant: str, intervention: str) -> pd.DataFrame:
@@ -227,7 +315,7 @@ def measure(
     sums = collect_sums(model, corpus, groups, early, batch_size, interventions, probe, progress)
     forward_seconds = time.perf_counter() - start
     label = "+".join(iv.label for iv in interventions) or "none"
-    table = tidy(metrics_with_intervals(sums), model.name, model.variant_name, label)
+    table = tidy(metrics_with_intervals(sums, probe=probe), model.name, model.variant_name, label)
     settings = {
         "groups": groups,
         "early": early,

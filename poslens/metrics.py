@@ -14,7 +14,8 @@ import warnings
 import numpy as np
 
 from poslens.binning import Binning
-from poslens.decompose import decompose
+from poslens.counterfactual import meanfield_cells
+from poslens.decompose import share, split
 from poslens.stats import (
     fold_interval,
     held_out_r2,
@@ -37,14 +38,23 @@ ADDITIVE = (
     "c_res",
     "c_mask",
     "c_count",
-    "c_res_centered",
-    "c_mask_centered",
+    "c_res_saturated",
+    "c_mask_saturated",
+    "c_count_saturated",
+    "c_res_meanfield",
+    "c_mask_meanfield",
+    "c_res_logit",
+    "c_mask_logit",
 ) + FEATURES
 RATIOS = {
     "rho_res": ("c_res", "leakage_pattern"),
     "rho_mask": ("c_mask", "leakage_pattern"),
     "count_share": ("c_count", "c_mask"),
-    "rho_res_centered": ("c_res_centered", "leakage_pattern"),
+    "rho_res_saturated": ("c_res_saturated", "leakage_pattern_saturated"),
+    "rho_mask_saturated": ("c_mask_saturated", "leakage_pattern_saturated"),
+    "count_share_saturated": ("c_count_saturated", "c_mask_saturated"),
+    "rho_res_meanfield": ("c_res_meanfield", "leakage_pattern"),
+    "rho_mask_meanfield": ("c_mask_meanfield", "leakage_pattern"),
 }
 HELD_OUT = ("leakage_pattern_heldout", "leakage_logit_heldout")
 
@@ -61,25 +71,32 @@ def _ratio(numerator: np.ndarray, total_ss: np.ndarray, sum_sq: np.ndarray) -> n
         return np.where(constant, np.nan, numerator / total_ss)
 
 
-def head_metrics(p: dict[str, np.ndarray], binning: Binning) -> dict[str, np.ndarray]:
-    """All per-head metrics [window, layer, head] from pooled sums ``p``.
+def head_metrics(p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...]) -> dict[str, np.ndarray]:
+    """All per-head metrics [window, layer, head] from pooled sums ``p`` (ratios are left to :func:`aggregate`).
+
+    ``layer_windows`` is each layer's sliding window (None: causal), as kept in
+    :attr:`poslens.sums.CellSums.layer_windows`.
 
     Example:
-        >>> m = head_metrics(sums.pooled(), sums.binning)  # doctest: +SKIP
+        >>> m = head_metrics(sums.pooled(), sums.binning, sums.layer_windows)  # doctest: +SKIP
         >>> m["c_res"].shape  # doctest: +SKIP
         (2, 30, 9)
     """
     n_layers, n_heads = p["s1"].shape[:2]
-    out = {name: np.full((len(WINDOWS), n_layers, n_heads), np.nan) for name in ADDITIVE + tuple(RATIOS)}
+    out = {name: np.full((len(WINDOWS), n_layers, n_heads), np.nan) for name in ADDITIVE}
     for w, window in enumerate(WINDOWS):
         mask = binning.windows[window]
+        meanfield = meanfield_cells(p, binning, layer_windows, window)
         for layer in range(n_layers):
             counts, y_s, y_z, y_c = _window_cells(p, layer, mask)
             total = counts.sum()
             if total == 0:
                 continue
-            proj_s, proj_z, proj_c = project(y_s, counts), project(y_z, counts), project(y_c, counts)
-            n = proj_s.counts
+            y_cf = p[f"cf_{window}"][layer][:, mask]
+            y_mf = meanfield[layer][:, mask]
+            proj = project(np.stack([y_s, y_z, y_cf, y_mf]), counts)
+            proj_c = project(y_c, counts)
+            n = proj.counts
             s_tot, z_tot, c_tot = y_s.sum((-2, -1)), y_z.sum((-2, -1)), y_c.sum()
             s2 = p["s2"][layer][:, mask].sum(-1)
             z2 = p["z2"][layer][:, mask].sum(-1)
@@ -87,27 +104,32 @@ def head_metrics(p: dict[str, np.ndarray], binning: Binning) -> dict[str, np.nda
             sst_s = total_sum_of_squares(s2, s_tot, total)
             sst_a = total_sum_of_squares(s2 - 2 * sz + z2, s_tot - z_tot, total)
             sst_c = total_sum_of_squares(p["c2"][layer][mask].sum(), c_tot, total)
-            p_s, p_z, p_c = proj_s.absolute, proj_z.absolute, proj_c.absolute
-            p_a = p_s - p_z
-            sat_s = proj_s.saturated - proj_s.relative
-            sat_a = sat_s - (proj_z.saturated - proj_z.relative)
+            p_s, p_z, p_cf, p_mf = proj.absolute
+            sat_s, sat_z, sat_cf, _ = proj.saturated - proj.relative
+            p_c, sat_c = proj_c.absolute, proj_c.saturated - proj_c.relative
+            p_a, sat_a = p_s - p_z, sat_s - sat_z
             sq_a = s2 - 2 * sz + z2
             leak_a = _ratio(weighted_inner(p_a, p_a, n), sst_a, sq_a)
+            leak_sat = _ratio(weighted_inner(sat_a, sat_a, n), sst_a, sq_a)
             out["leakage_pattern"][w, layer] = leak_a
             out["leakage_logit"][w, layer] = _ratio(weighted_inner(p_s, p_s, n), sst_s, s2)
-            out["leakage_pattern_saturated"][w, layer] = _ratio(weighted_inner(sat_a, sat_a, n), sst_a, sq_a)
+            out["leakage_pattern_saturated"][w, layer] = leak_sat
             out["leakage_logit_saturated"][w, layer] = _ratio(weighted_inner(sat_s, sat_s, n), sst_s, s2)
             out["leakage_count"][w, layer] = _ratio(weighted_inner(p_c, p_c, n), sst_c, p["c2"][layer][mask].sum())
             moments = {k: p[k][layer][mask].sum() for k in ("i1", "j1", "ii", "jj", "ij")}
             moments.update(n=total, y1=s_tot, yi=p["si"][layer][:, mask].sum(-1), yj=p["sj"][layer][:, mask].sum(-1))
             out["leakage_linear"][w, layer] = linear_r2_gain(moments, sst_s)
-            p_m = project(p["m1"][layer][:, mask], counts).absolute
-            parts = decompose(p_s, p_z, p_c, n, leak_a, p_row_mean=p_m)
-            out["c_res"][w, layer], out["c_mask"][w, layer], out["c_count"][w, layer] = parts.c_res, parts.c_mask, parts.c_count
-            out["c_res_centered"][w, layer], out["c_mask_centered"][w, layer] = parts.c_res_centered, parts.c_mask_centered
-            out["rho_res_centered"][w, layer] = parts.rho_res_centered
-            out["rho_res"][w, layer], out["rho_mask"][w, layer] = parts.rho_res, parts.rho_mask
-            out["count_share"][w, layer] = parts.count_share
+            for suffix, p_pattern, p_cf_, leak, p_count in (
+                ("", p_a, p_cf, leak_a, p_c),
+                ("_saturated", sat_a, sat_cf, leak_sat, sat_c),
+            ):
+                parts = split(p_pattern, p_cf_, n, leak)
+                out[f"c_res{suffix}"][w, layer], out[f"c_mask{suffix}"][w, layer] = parts.c_res, parts.c_mask
+                out[f"c_count{suffix}"][w, layer] = share(p_pattern, -np.broadcast_to(p_count, p_pattern.shape), n) * leak
+            meanfield_split = split(p_a, p_mf, n, leak_a)
+            out["c_res_meanfield"][w, layer], out["c_mask_meanfield"][w, layer] = meanfield_split.c_res, meanfield_split.c_mask
+            logit_share = share(p_a, p_s, n)
+            out["c_res_logit"][w, layer], out["c_mask_logit"][w, layer] = logit_share * leak_a, (1 - logit_share) * leak_a
             rows = p["rows"][mask].sum()
             feats = p["feat"][layer][:, :, mask].sum(-1) / rows  # [H, F]
             for f, name in enumerate(FEATURES):
@@ -144,13 +166,13 @@ def aggregate(per_head: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def all_metrics(p: dict[str, np.ndarray], binning: Binning) -> dict[str, np.ndarray]:
+def all_metrics(p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...]) -> dict[str, np.ndarray]:
     """Per-head metrics with their aggregates, from pooled sums.
 
     Example:
-        >>> all_metrics(sums.pooled(), sums.binning)["c_res"].shape  # doctest: +SKIP
+        >>> all_metrics(sums.pooled(), sums.binning, sums.layer_windows)["c_res"].shape  # doctest: +SKIP
         (2, 31, 10)"""
-    return aggregate(head_metrics(p, binning))
+    return aggregate(head_metrics(p, binning, layer_windows))
 
 
 def held_out_metrics(sums: CellSums) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -249,10 +271,13 @@ def probe_metrics(sums: CellSums, penalty: float = 1e-3) -> tuple[np.ndarray, np
     return with_mean(pooled), with_mean(folds)
 
 
-def metrics_with_intervals(sums: CellSums) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def metrics_with_intervals(sums: CellSums, probe: bool = True) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Every metric as (value, ci_low, ci_high) arrays [window, layer + 1, head + 1].
 
-    In-sample metrics get delete-one-group jackknife intervals; held-out ones
+    In-sample metrics get delete-one-group jackknife intervals (each replicate
+    refits P and the mean-field counterfactual's g and β without group g; the
+    per-sequence counterfactual's cell sums keep the cross-fitted residual each
+    group used in the second pass); held-out ones
     (``*_heldout``, ``probe_r2``) intervals from their per-fold spread;
     ``leakage_pattern_bias`` is in-sample minus held-out, jackknifed per fold.
 
@@ -261,8 +286,8 @@ def metrics_with_intervals(sums: CellSums) -> dict[str, tuple[np.ndarray, np.nda
     """
     if sums.n_groups < 2:
         raise ValueError("intervals need at least 2 groups of sequences")
-    estimate = all_metrics(sums.pooled(), sums.binning)
-    replicates = [all_metrics(sums.leave_out(g), sums.binning) for g in range(sums.n_groups)]
+    estimate = all_metrics(sums.pooled(), sums.binning, sums.layer_windows)
+    replicates = [all_metrics(sums.leave_out(g), sums.binning, sums.layer_windows) for g in range(sums.n_groups)]
     result = {}
     for name, value in estimate.items():
         low, high = jackknife_interval(value, np.stack([r[name] for r in replicates]))
@@ -274,6 +299,8 @@ def metrics_with_intervals(sums: CellSums) -> dict[str, tuple[np.ndarray, np.nda
     bias = estimate["leakage_pattern"] - pooled["leakage_pattern_heldout"]
     low, high = fold_interval(bias, estimate["leakage_pattern"][None] - folds["leakage_pattern_heldout"])
     result["leakage_pattern_bias"] = (bias, low, high)
+    if not probe:
+        return result
     probe, probe_folds = probe_metrics(sums)
     low, high = fold_interval(probe, probe_folds)
     shape = estimate["c_res"].shape

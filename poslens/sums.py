@@ -13,7 +13,6 @@ n          G, L, C, B         1 (pair count; structural)
 c1         G, L, C, B         count term c_i = log|V_i|
 s1         G, L, H, C, B      logit s_ij
 z1         G, L, H, C, B      log Z_i
-m1         G, L, H, C, B      row mean of the visible logits m_i = mean_{j∈V_i} s_ij
 nq         G, L, C            1, per query bin
 c2         G, L, C            c_i²
 s2         G, L, H, C         s_ij²
@@ -27,7 +26,17 @@ feat       G, L, H, F, C      row features a_i0, entropy, a_ii, max_j a_ij
 xtx        G, L, W, D, D      probe design [1, features of all heads]ᵀ[…]
 xty, y1    G, L, W, D / —     probe targets log(i+1)
 yy, pn     G, L, W            Σ y², row count
+nseq       G                  1 per sequence
+srow       G, L, H, T         Σ_{j∈V_i} s_ij per exact row i (METHOD §4.3)
+skey0      G, L, H, T         s_i0 per exact row (0 where key 0 is not visible)
+soff_all   G, L, H, T         s_{i,i−Δ} per exact offset Δ, rows 1 ≤ i < T
+soff_early G, L, H, Q         the same over the early rows 1 ≤ i < Q (Q capped at T)
+cf_all     G, L, H, C, B      log a'_ij(n) of the per-sequence counterfactual, all-window fit
+cf_early   G, L, H, C, B      the same for the early window's own fit (cells outside it: 0)
 ========== ================== =====================================================
+
+The ``cf_*`` sums come from the second pass (:mod:`poslens.counterfactual_capture`):
+each group's counterfactual uses the fit on the other groups (cross-fitting).
 """
 
 from __future__ import annotations
@@ -50,17 +59,21 @@ def array_shapes(groups: int, layers: int, heads: int, binning: Binning) -> dict
         >>> array_shapes(2, 3, 4, Binning(32))["s1"]   # groups, layers, heads, query bins, offset bins
         (2, 3, 4, 19, 19)
     """
-    g, l, h = groups, layers, heads
+    g, l, h, t = groups, layers, heads, binning.seq_len
     c, b, f, w, d = binning.n_query_bins, binning.n_offset_bins, len(FEATURES), len(WINDOWS), len(FEATURES) * heads + 1
+    q = min(binning.early, t)
     return {
         "n": (g, l, c, b), "c1": (g, l, c, b),
-        "s1": (g, l, h, c, b), "z1": (g, l, h, c, b), "m1": (g, l, h, c, b),
+        "s1": (g, l, h, c, b), "z1": (g, l, h, c, b),
         "nq": (g, l, c), "c2": (g, l, c),
         "s2": (g, l, h, c), "z2": (g, l, h, c), "sz": (g, l, h, c), "si": (g, l, h, c), "sj": (g, l, h, c),
         "i1": (g, l, c), "j1": (g, l, c), "ii": (g, l, c), "jj": (g, l, c), "ij": (g, l, c),
         "rows": (g, c),
         "feat": (g, l, h, f, c),
         "xtx": (g, l, w, d, d), "xty": (g, l, w, d), "y1": (g, l, w), "yy": (g, l, w), "pn": (g, l, w),
+        "nseq": (g,),
+        "srow": (g, l, h, t), "skey0": (g, l, h, t), "soff_all": (g, l, h, t), "soff_early": (g, l, h, q),
+        "cf_all": (g, l, h, c, b), "cf_early": (g, l, h, c, b),
     }
 
 
@@ -97,7 +110,9 @@ class CellSums:
     """Grouped sums of one measurement, with what is needed to fit them.
 
     ``row_features`` [L, H, F, T] holds per-query sums over all sequences (for
-    curves); ``row_count`` [T] the number of sequences that contributed.
+    curves); ``row_count`` [T] the number of sequences that contributed;
+    ``layer_windows`` the sliding window of each layer (None: full causal), which
+    the counterfactual fit of METHOD §4.1 needs.
 
     Example:
         >>> sums = CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16))
@@ -110,9 +125,12 @@ class CellSums:
     row_features: np.ndarray
     row_count: np.ndarray
     group_sizes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    layer_windows: tuple[int | None, ...] = ()
 
     @classmethod
-    def zeros(cls, groups: int, layers: int, heads: int, binning: Binning) -> "CellSums":
+    def zeros(
+        cls, groups: int, layers: int, heads: int, binning: Binning, layer_windows: tuple[int | None, ...] | None = None
+    ) -> "CellSums":
         """Empty sums (all zeros) for ``groups`` groups of a model with ``layers`` × ``heads``.
 
         Example:
@@ -126,6 +144,7 @@ class CellSums:
             row_features=np.zeros((layers, heads, len(FEATURES), binning.seq_len)),
             row_count=np.zeros(binning.seq_len),
             group_sizes=np.zeros(groups),
+            layer_windows=tuple(layer_windows) if layer_windows is not None else (None,) * layers,
         )
 
     @property
@@ -194,12 +213,15 @@ class CellSums:
     def __add__(self, other: "CellSums") -> "CellSums":
         if self.binning != other.binning or self.arrays["s1"].shape != other.arrays["s1"].shape:
             raise ValueError("cannot add sums of different shapes or binnings")
+        if self.layer_windows != other.layer_windows:
+            raise ValueError(f"cannot add sums of layers with different windows: {self.layer_windows} vs {other.layer_windows}")
         return CellSums(
             self.binning,
             {k: v + other.arrays[k] for k, v in self.arrays.items()},
             self.row_features + other.row_features,
             self.row_count + other.row_count,
             self.group_sizes + other.group_sizes,
+            self.layer_windows,
         )
 
     def save(self, path: str | Path) -> None:
@@ -218,6 +240,7 @@ class CellSums:
             row_features=self.row_features,
             row_count=self.row_count,
             group_sizes=self.group_sizes,
+            layer_windows=np.array([-1 if w is None else w for w in self.layer_windows], dtype=np.int64),
             **{f"a_{k}": v for k, v in self.arrays.items()},
         )
 
@@ -235,4 +258,8 @@ class CellSums:
         with np.load(path) as data:
             binning = Binning(int(data["seq_len"]), early=int(data["early"]))
             arrays = {k[2:]: data[k] for k in data.files if k.startswith("a_")}
-            return cls(binning, arrays, data["row_features"], data["row_count"], data["group_sizes"])
+            windows = tuple(None if w < 0 else int(w) for w in data["layer_windows"]) if "layer_windows" in data.files else ()
+            missing = set(array_shapes(1, 1, 1, binning)) - set(arrays)
+            if missing:
+                raise ValueError(f"{path}: sums written by an older poslens lack {sorted(missing)}; measure again")
+            return cls(binning, arrays, data["row_features"], data["row_count"], data["group_sizes"], windows)

@@ -2,7 +2,7 @@
 
 - additivity: batch size and the order of sequences inside a group change nothing;
 - a head with constant logits: C_res = 0, count share 1, L(log a) = L(count term);
-- a per-query shift of the logits leaves every pattern figure unchanged;
+- a per-query shift of the logits leaves every pattern figure unchanged, version 2's split included;
 - an explicit absolute-position signal written into the residual stream after
   layer 0 raises C_res in the layer that reads it, and leaves layer 0 alone;
 - on a real model with natural text, C_res ≈ 0 at layer 0 while C_mask > 0.
@@ -275,17 +275,15 @@ def test_per_query_logit_shift_leaves_pattern_figures_unchanged(llama, bos_corpu
         assert row(shifted, "leakage_logit", window, layer, head)[0] > 10 * row(baseline, "leakage_logit", window, layer, head)[0]
 
 
-def test_per_query_logit_shift_moves_c_res_but_not_the_centred_split(llama, bos_corpus, baseline):
-    """METHOD §4 as written: P(s) includes per-query offsets f(i) that the softmax removes, so a shift
-    s_ij + f(i) leaves the pattern (and L(log a)) unchanged but moves L(log a) between C_res and C_mask.
-    The row-centred split (c_res_centered) is built to be immune to it."""
+def test_per_query_logit_shift_moves_the_logit_split_but_not_version_2(llama, bos_corpus, baseline):
+    """METHOD §4.0: a shift s_ij + f(i) leaves the pattern unchanged. Version 2 (c_res, the counterfactual
+    split) depends on the pattern only, so it does not move; version 1's logit split (c_res_logit) does."""
     shifted = poslens.measure(llama, bos_corpus, groups=GROUPS, early=EARLY, interventions=[QueryShift(1, 0)], progress=False)
     for window in ("early", "all"):
         assert row(shifted, "leakage_pattern", window, 1, 0)[0] == pytest.approx(row(baseline, "leakage_pattern", window, 1, 0)[0], abs=1e-6)  # float32 shift
-        assert abs(row(shifted, "c_res", window, 1, 0)[0] - row(baseline, "c_res", window, 1, 0)[0]) > 0.1
-        assert row(shifted, "c_res_centered", window, 1, 0)[0] == pytest.approx(
-            row(baseline, "c_res_centered", window, 1, 0)[0], abs=1e-6
-        )
+        assert abs(row(shifted, "c_res_logit", window, 1, 0)[0] - row(baseline, "c_res_logit", window, 1, 0)[0]) > 0.1
+        for metric in ("c_res", "c_res_meanfield", "c_res_saturated"):
+            assert row(shifted, metric, window, 1, 0)[0] == pytest.approx(row(baseline, metric, window, 1, 0)[0], abs=1e-6), (window, metric)
 
 
 # -- (d) explicit position signal -----------------------------------------------
@@ -302,7 +300,13 @@ def plain_baseline(llama, plain_corpus):
     return poslens.measure(llama, plain_corpus, groups=GROUPS, early=EARLY, progress=False)
 
 
-def test_explicit_position_signal_raises_c_res_in_the_layer_that_reads_it(llama, plain_corpus, plain_baseline):
+@pytest.mark.xfail(strict=True, reason="open (issue 10, METHOD §4.4 h): on the tiny random Llama this signal leaves the "
+                   "pattern dominated by the count term and a key-0 sink, which the relative + sink counterfactual "
+                   "reproduces (|C_res| < 0.01·L at T = 40 and 96, with or without q/k sharpened); a signal built for "
+                   "version 2 is still to be designed")
+def test_explicit_position_signal_gives_c_res_in_the_layer_that_reads_it(llama, plain_corpus, plain_baseline):
+    """METHOD §4.4 (h): an absolute-position signal in the residual stream gives the reading layer a clear
+    C_res (|C_res| ≥ 0.1·L, interval away from 0, and away from the baseline's). Its sign is a finding."""
     signal = KeyPositionSignal(llama)
     assert all(c < 0 for c in signal.coupling), signal.coupling  # every head gets −γ·log(1+j), γ > 0
     result = poslens.measure(llama, plain_corpus, groups=GROUPS, early=EARLY, interventions=[signal], progress=False)
@@ -310,13 +314,11 @@ def test_explicit_position_signal_raises_c_res_in_the_layer_that_reads_it(llama,
     assert_tables_equal(a, b, 1e-12, "layer 0 (before the signal)")
     for window in ("early", "all"):
         base, base_low, base_high = row(plain_baseline, "c_res", window, 1)
-        assert base_low < 0 < base_high, (window, base, base_low, base_high)
         with_signal, low, high = row(result, "c_res", window, 1)
-        assert low > 0, (window, with_signal, low, high)
-        assert low > base_high, (window, (low, high), (base_low, base_high))
-        assert with_signal > 5 * abs(base), (window, with_signal, base)
-        for head in range(llama.n_heads):
-            assert row(result, "c_res", window, 1, head)[1] > 0, (window, head)
+        leakage = row(result, "leakage_pattern", window, 1)[0]
+        assert abs(with_signal) >= 0.1 * leakage, (window, with_signal, leakage)
+        assert not (low <= 0 <= high), (window, with_signal, low, high)
+        assert low > base_high or high < base_low, (window, (low, high), (base_low, base_high))
         # the logits carry absolute position where they did not
         assert row(result, "leakage_logit", window, 1)[0] > 10 * row(plain_baseline, "leakage_logit", window, 1)[0]
 
