@@ -275,44 +275,74 @@ def claim_c1(leakage: Any) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- C2
 
 
+RHO_HALF = 0.5
+"""C2's threshold on ρ_mask at layer 0: C_mask − C_res = (2ρ_mask − 1)·L, so ρ_mask > 1/2 ⇔ C_mask > C_res when L > 0."""
+
+
 def claim_c2(leakage: Any) -> list[dict[str, Any]]:
-    """C2, the mask source exists by construction: C_mask > 0 at layer 0, where C_res ≈ 0.
+    """C2, the mask source exists by construction: C_mask > 0 at layer 0 and over layers ≥ 1, and C_mask > C_res at layer 0.
 
-    Figures, per (model, variant), from the rows with intervention ``none`` at
-    layer 0, head −1 (mean over heads), window ``all``: ``c_mask``, ``c_res`` and
-    ``count_share`` (C_count / C_mask, the count term's part of the mask source;
-    reported, not used by the rule, but required).
+    Figures, per (model, variant), from the rows with intervention ``none``,
+    head −1 (mean over heads), window ``all``:
 
-    Rule: ``supported`` if c_mask has ci_low > 0 and the c_res interval contains
-    0; ``not supported`` if c_mask has ci_high ≤ 0; ``inconclusive`` otherwise
-    (including c_mask > 0 with c_res clearly non-zero at layer 0).
+    - ``c_mask`` at layer 0 and at layer −1 (the mean over layers ≥ 1);
+    - ``c_res`` at layer 0 (reported);
+    - ``rho_mask`` at layer 0: the mask's share ρ_mask of L(log a). The tables
+      hold no interval for C_mask − C_res, but C_mask + C_res = L, so
+      C_mask − C_res = 2·C_mask − L = (2ρ_mask − 1)·L, and with L > 0 it is
+      positive exactly when ρ_mask > 1/2. When the rule says ``supported``,
+      L = C_mask/ρ_mask > 0 holds as well (both positive), so ρ_mask > 1/2
+      there means C_mask > C_res. The point difference c_mask − c_res is quoted
+      in the rule's note;
+    - ``count_share`` at layer 0 (C_count / C_mask, the count term's part of the
+      mask source; reported, not used by the rule, but required).
 
-    Three rows per model (c_mask, c_res, count_share), with the joint verdict.
+    Rule: ``supported`` if c_mask ci_low > 0 at layer 0 and at layer −1 and
+    rho_mask ci_low > 0.5 at layer 0; ``not supported`` if either c_mask has
+    ci_high ≤ 0 or rho_mask has ci_high < 0.5 at layer 0; ``inconclusive``
+    otherwise. The synthetic controls of METHOD §4.4 (C_res = 0 for
+    mask-only heads, clearly non-zero for absolute ones) are not table rows:
+    the test suite checks them (``tests/test_leakage_controls.py``).
+
+    Five rows per model (c_mask at layer 0, c_mask at layer −1, c_res,
+    rho_mask and count_share at layer 0), with the joint verdict.
 
     Example:
         >>> t = pd.DataFrame([figure_row("c_mask", 0.02, 0.01, 0.03, layer=0),
-        ...                   figure_row("c_res", 0.0, -0.001, 0.001, layer=0),
+        ...                   figure_row("c_mask", 0.01, 0.005, 0.015, layer=-1),
+        ...                   figure_row("c_res", 0.002, -0.001, 0.005, layer=0),
+        ...                   figure_row("rho_mask", 0.9, 0.8, 1.0, layer=0),
         ...                   figure_row("count_share", 0.9, 0.8, 1.0, layer=0)])
-        >>> {r["verdict"] for r in claim_c2(t)}
-        {'supported'}
+        >>> [r["verdict"] for r in claim_c2(t)] == ["supported"] * 5
+        True
     """
     t = _table(leakage, "leakage")
-    base = dict(layer=0, head=-1, query_window="all", intervention="none")
+    base = dict(head=-1, query_window="all", intervention="none")
     rule = (
-        f"supported if c_mask ci_low > {ZERO:g} and the c_res interval contains {ZERO:g} (ci_low <= {ZERO:g} <= ci_high); "
-        f"not supported if c_mask ci_high <= {ZERO:g}; inconclusive otherwise"
+        f"supported if c_mask ci_low > {ZERO:g} at layer 0 and at layer -1 (mean over layers >= 1) and rho_mask ci_low > {RHO_HALF:g} "
+        f"at layer 0 (C_mask - C_res = (2 rho_mask - 1) L, so rho_mask > {RHO_HALF:g} is C_mask > C_res at layer 0 when L > 0, "
+        f"which holds when c_mask and rho_mask are both positive); "
+        f"not supported if c_mask ci_high <= {ZERO:g} at layer 0 or at layer -1, or rho_mask ci_high < {RHO_HALF:g} at layer 0; "
+        f"inconclusive otherwise. c_res and count_share at layer 0 are reported, not used; "
+        f"the synthetic controls of METHOD 4.4 are checked by the test suite (tests/test_leakage_controls.py), not by this table"
     )
     rows = []
     for model, variant in _keys(_select(t, intervention="none"), "leakage", "intervention 'none'"):
-        mask, res, share = (_pick(t, "leakage", metric=m, model=model, variant=variant, **base) for m in ("c_mask", "c_res", "count_share"))
-        if _excludes_zero_above(mask) and _contains_zero(res):
+        def pick(metric: str, layer: int) -> _Fig:
+            label = "layer 0" if layer == 0 else "layers >= 1"
+            return _pick(t, "leakage", f"{metric} ({label})", metric=metric, layer=layer, model=model, variant=variant, **base)
+
+        mask0, mask_deep, res0, rho0, share0 = pick("c_mask", 0), pick("c_mask", -1), pick("c_res", 0), pick("rho_mask", 0), pick("count_share", 0)
+        if _excludes_zero_above(mask0) and _excludes_zero_above(mask_deep) and rho0.low > RHO_HALF:
             verdict = SUPPORTED
-        elif _at_or_below_zero(mask):
+        elif _at_or_below_zero(mask0) or _at_or_below_zero(mask_deep) or rho0.high < RHO_HALF:
             verdict = NOT_SUPPORTED
         else:
             verdict = INCONCLUSIVE
-        for f in (mask, res, share):
-            rows.append(_row("C2", model_label(model, variant), f, _rule_text(f.where, rule, (mask, res, share)), verdict))
+        note = f"C_mask - C_res at layer 0 = {_fmt(mask0.value - res0.value)} (point value; no interval in the table, decided through rho_mask)"
+        figs = (mask0, mask_deep, res0, rho0, share0)
+        for f in figs:
+            rows.append(_row("C2", model_label(model, variant), f, _rule_text(f.where, rule, figs, note), verdict))
     return rows
 
 
@@ -593,7 +623,20 @@ def claim_c5(bos_swap: Any, target: float = 0.4, band: float = 0.1, query_window
 # --------------------------------------------------------------------------- C6
 
 
-def claim_c6(fingerprint: Any, tolerance: float = 1e-5) -> list[dict[str, Any]]:
+def _readout_chance(t: pd.DataFrame, model: str, variant: str) -> tuple[_Fig, int]:
+    """The ``readout_chance`` row and its K; ``ValueError`` unless the value is 1/K for an integer K ≥ 2."""
+    chance = _pick(t, "fingerprint", metric="readout_chance", layer=-1, head=-1, intervention="position0:varied", model=model, variant=variant)
+    k = round(1.0 / chance.value) if np.isfinite(chance.value) and 0.0 < chance.value <= 0.5 else 0
+    if k < 2 or abs(chance.value - 1.0 / k) > 1e-6:  # float32 round trips keep 1/K to ~1e-8
+        raise ValueError(
+            f"fingerprint: readout_chance = {_fmt(chance.value)} for {chance.where} is not 1/K for K >= 2 position-0 tokens; "
+            "a readout whose accuracy cannot exceed chance by design (one class, or a majority-class chance level from an "
+            "earlier fingerprint) cannot be judged: rerun poslens.fingerprint.fingerprint"
+        )
+    return chance, k
+
+
+def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> list[dict[str, Any]]:
     """C6, the position-0 fingerprint is constant with auto-BOS and varies otherwise.
 
     Figures, per (model, variant), from rows with head −1 (any query window,
@@ -604,14 +647,21 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5) -> list[dict[str, Any]]:
       interval);
     - ``dispersion`` with intervention ``position0:none`` at layer −1 (mean over
       layers ≥ 1);
-    - ``readout_accuracy`` and ``readout_chance`` with intervention
-      ``position0:varied`` at layer −1 (chance: its value).
+    - ``readout_accuracy`` with intervention ``position0:varied`` at layer −1
+      (all sink-reading heads read together), judged against
+      ``readout_chance`` = 1/K (which must be 1/K for an integer K ≥ 2, else
+      ``ValueError``: a chance level of 0, or a one-class readout, is never
+      judged) and against the label-permutation null: ``readout_p_value`` and
+      ``readout_chance_permuted`` (its mean and central 95% range, quoted).
 
     Rule: ``supported`` if the maximum bos dispersion ≤ tolerance and the none
-    dispersion has ci_low > 0 and readout accuracy has ci_low > chance;
-    ``not supported`` if the bos dispersion exceeds the tolerance at some layer,
-    or the none dispersion has ci_high ≤ 0, or readout accuracy has
-    ci_high ≤ chance; ``inconclusive`` otherwise.
+    dispersion has ci_low > 0 and readout accuracy has ci_low > 1/K and the
+    permutation p-value ≤ alpha (default 0.05: the accuracy lies above the
+    null's 1 − alpha quantile); ``not supported`` if the bos dispersion exceeds
+    the tolerance at some layer, or the none dispersion has ci_high ≤ 0, or
+    readout accuracy has ci_high ≤ 1/K; ``inconclusive`` otherwise (including
+    an accuracy interval above 1/K that the permutation null does not confirm:
+    the fold interval rests on few folds, the null on the same design).
 
     Three rows per model (bos dispersion maximum, none dispersion, readout
     accuracy), with the joint verdict.
@@ -620,17 +670,22 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5) -> list[dict[str, Any]]:
         >>> t = pd.DataFrame([figure_row("dispersion", 0.0, 0.0, 0.0, intervention="position0:bos", layer=l) for l in (0, 1)]
         ...                  + [figure_row("dispersion", 0.2, 0.1, 0.3, intervention="position0:none"),
         ...                     figure_row("readout_accuracy", 0.9, 0.8, 1.0, intervention="position0:varied"),
-        ...                     figure_row("readout_chance", 0.1, 0.1, 0.1, intervention="position0:varied")])
+        ...                     figure_row("readout_chance", 0.125, 0.125, 0.125, intervention="position0:varied"),
+        ...                     figure_row("readout_chance_permuted", 0.125, 0.09, 0.16, intervention="position0:varied"),
+        ...                     figure_row("readout_p_value", 0.005, 0.005, 0.005, intervention="position0:varied")])
         >>> {r["verdict"] for r in claim_c6(t)}
         {'supported'}
     """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
     t = _table(fingerprint, "fingerprint")
     t = t[t["head"] == -1]
     rule = (
         f"supported if the bos dispersion is <= {tolerance:g} (tolerance) at every layer and the none dispersion "
-        f"(layer -1) has ci_low > {ZERO:g} and readout_accuracy ci_low > readout_chance; "
+        f"(layer -1) has ci_low > {ZERO:g} and readout_accuracy (layer -1, all sink-reading heads) has ci_low > readout_chance "
+        f"= 1/K and readout_p_value <= {alpha:g} (label-permutation test); "
         f"not supported if the bos dispersion is > {tolerance:g} at some layer, or the none dispersion ci_high <= {ZERO:g}, "
-        f"or readout_accuracy ci_high <= readout_chance; inconclusive otherwise"
+        f"or readout_accuracy ci_high <= 1/K; inconclusive otherwise"
     )
     rows = []
     present = t[t["intervention"].astype(str).isin(["position0:bos", "position0:none", "position0:varied"])]
@@ -651,15 +706,18 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5) -> list[dict[str, Any]]:
             f"maximum over layers {int(bos['layer'].min())}..{int(bos['layer'].max())} of {where} (at layer {int(top_row['layer'])})",
         )
         none = _pick(t, "fingerprint", "dispersion (none)", metric="dispersion", layer=-1, head=-1, intervention="position0:none", model=model, variant=variant)
-        acc = _pick(t, "fingerprint", metric="readout_accuracy", layer=-1, head=-1, intervention="position0:varied", model=model, variant=variant)
-        chance = _pick(t, "fingerprint", metric="readout_chance", layer=-1, head=-1, intervention="position0:varied", model=model, variant=variant).value
-        if bos_max <= tolerance and none.low > ZERO and acc.low > chance:
+        varied = dict(layer=-1, head=-1, intervention="position0:varied", model=model, variant=variant)
+        acc = _pick(t, "fingerprint", metric="readout_accuracy", **varied)
+        chance, k = _readout_chance(t, model, variant)
+        null = _pick(t, "fingerprint", "readout_chance_permuted (null mean, central 95%)", metric="readout_chance_permuted", **varied)
+        p_value = _pick(t, "fingerprint", metric="readout_p_value", **varied).value
+        if bos_max <= tolerance and none.low > ZERO and acc.low > chance.value and p_value <= alpha:
             verdict = SUPPORTED
-        elif bos_max > tolerance or none.high <= ZERO or acc.high <= chance:
+        elif bos_max > tolerance or none.high <= ZERO or acc.high <= chance.value:
             verdict = NOT_SUPPORTED
         else:
             verdict = INCONCLUSIVE
-        note = f"readout_chance = {_fmt(chance)}"
+        note = f"readout_chance = {_fmt(chance.value)} (1/K, K = {k}); {null.text()}; readout_p_value = {_fmt(p_value)}"
         for f in (bos_fig, none, acc):
             rows.append(_row("C6", model_label(model, variant), f, _rule_text(f.where, rule, (bos_fig, none, acc), note), verdict))
     return rows
@@ -684,6 +742,7 @@ def evaluate(
     c5_target: float = 0.4,
     c5_band: float = 0.1,
     c6_tolerance: float = 1e-5,
+    c6_alpha: float = 0.05,
 ) -> pd.DataFrame:
     """All claims' verdicts as one DataFrame with columns :data:`CLAIM_COLUMNS`.
 
@@ -693,6 +752,8 @@ def evaluate(
     ``fingerprint`` (C6). A claim whose inputs were not all given gets one row
     with verdict ``inconclusive`` and rule ``not measured``. ``claims`` limits
     which claims are evaluated at all (the others are left out of the table).
+    ``c6_tolerance`` and ``c6_alpha`` pass to :func:`claim_c6` (BOS dispersion
+    bound; level of the readout's permutation test).
     A required row missing from a given table raises ``ValueError``.
 
     Example:
@@ -714,7 +775,7 @@ def evaluate(
         ("C3", (leakage, ablation), lambda: claim_c3(leakage, ablation)),
         ("C4", (comparison,), lambda: claim_c4(comparison, c4_window)),
         ("C5", (bos_swap,), lambda: claim_c5(bos_swap, c5_target, c5_band)),
-        ("C6", (fingerprint,), lambda: claim_c6(fingerprint, c6_tolerance)),
+        ("C6", (fingerprint,), lambda: claim_c6(fingerprint, c6_tolerance, c6_alpha)),
     ]
     rows: list[dict[str, Any]] = []
     for claim, inputs, run in plan:

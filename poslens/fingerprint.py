@@ -5,7 +5,9 @@ is a deterministic function of its one token. :func:`position0_trajectories`
 records it, :func:`dispersion` measures its spread across inputs (zero with a
 constant BOS), :func:`trajectory_similarity` compares first tokens,
 :func:`readout` decodes the position-0 token from sink-reading heads' outputs at
-later positions, and :func:`fingerprint` runs all of it into one tidy Result.
+later positions (K tokens, every token in every group, features standardized
+on the training folds, chance 1/K and a label-permutation null), and
+:func:`fingerprint` runs all of it into one tidy Result.
 
 Layer index l < L means "entering block l" (``blocks.l.hook_resid_pre``;
 l = 0 is the embedding); l = L means "leaving the last block". In tables,
@@ -141,76 +143,161 @@ def trajectory_similarity(model: Any, token_ids: Sequence[int]) -> Interval:
 
 @dataclass
 class Readout:
-    """Held-out readout accuracy against three chance levels (see :func:`centroid_readout`).
+    """Held-out readout accuracy against chance 1/K and a label-permutation null (see :func:`centroid_readout`).
+
+    ``chance`` is 1/K; ``permuted_chance`` is the mean accuracy under the null,
+    [``permuted_low``, ``permuted_high``] its central 95% range, and ``p_value``
+    the permutation p-value (1 + #{null ≥ accuracy}) / (1 + ``n_permutations``).
 
     Example:
-        >>> r = centroid_readout(np.eye(2)[[0, 1] * 4], [0, 1] * 4, groups=2)
-        >>> r.accuracy, r.chance, r.permuted_chance, r.uniform_chance, r.n_classes, r.n_seqs
-        (1.0, 0.5, 0.495, 0.5, 2, 8)
+        >>> r = centroid_readout(np.eye(2)[[0, 1] * 4], [0, 1] * 4, groups=2, n_permutations=99)
+        >>> r.accuracy, r.chance, r.n_classes, r.n_seqs, r.n_features
+        (1.0, 0.5, 2, 8, 2)
     """
 
     accuracy: float
     ci_low: float
     ci_high: float
     chance: float
-    chance_ci_low: float
-    chance_ci_high: float
     permuted_chance: float
     permuted_low: float
     permuted_high: float
     p_value: float
-    uniform_chance: float
     n_classes: int
     n_seqs: int
+    n_permutations: int
+    n_features: int
 
 
-def _fold_hits(x: np.ndarray, y: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-sequence hits of nearest-centroid and of majority-class prediction, trained on the other groups."""
-    hits, majority_hits = np.zeros(len(y)), np.zeros(len(y))
+CONSTANT_FEATURE = 1e-9
+"""A feature whose training-fold sd is ≤ this times its |mean| (or exactly 0) is dropped from that fold."""
+
+
+@dataclass
+class _Fold:
+    """One cross-validation fold in kernel form: Gram matrices of the standardized features."""
+
+    train: np.ndarray  # indices
+    test: np.ndarray  # indices
+    gram_train: np.ndarray  # z_train z_trainᵀ
+    cross: np.ndarray  # z_test z_trainᵀ
+    n_features: int  # features kept after dropping the fold's constant ones
+
+
+def _standardize(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both blocks standardized with the mean and sd (ddof 0) of ``train`` alone; training-constant features dropped.
+
+    Example:
+        >>> a, b = _standardize(np.array([[0.0, 5.0], [2.0, 5.0]]), np.array([[4.0, 7.0]]))
+        >>> a.tolist(), b.tolist()
+        ([[-1.0], [1.0]], [[3.0]])
+    """
+    mean, sd = train.mean(axis=0), train.std(axis=0)
+    keep = sd > np.maximum(CONSTANT_FEATURE * np.abs(mean), 0.0)
+    return (train[:, keep] - mean[keep]) / sd[keep], (test[:, keep] - mean[keep]) / sd[keep]
+
+
+def _make_folds(x: np.ndarray, group: np.ndarray) -> list[_Fold]:
+    folds = []
     for g in np.unique(group):
-        train, test = group != g, group == g
-        classes, counts = np.unique(y[train], return_counts=True)
-        centroids = np.stack([x[train][y[train] == c].mean(axis=0) for c in classes])
-        distance = ((x[test][:, None, :] - centroids[None]) ** 2).sum(-1)
-        hits[test] = classes[distance.argmin(axis=1)] == y[test]
-        majority_hits[test] = y[test] == classes[counts.argmax()]  # ties: smallest label
-    return hits, majority_hits
+        train, test = np.flatnonzero(group != g), np.flatnonzero(group == g)
+        z_train, z_test = _standardize(x[train], x[test])
+        folds.append(_Fold(train, test, z_train @ z_train.T, z_test @ z_train.T, z_train.shape[1]))
+    return folds
+
+
+def _predict(folds: list[_Fold], codes: np.ndarray, k: int) -> np.ndarray:
+    """Nearest standardized class centroid for every sequence, trained on the other groups (class codes 0..K−1).
+
+    ``codes`` is [N] or a batch [P, N] of labelings (e.g. permutations); the result has its shape.
+    With W the training one-hot matrix scaled by 1/n_c, the centroids are Wᵀz_train, so
+    ‖z − c_k‖² = ‖z‖² − 2(z z_trainᵀ W)_k + (Wᵀ z_train z_trainᵀ W)_kk: the Gram matrices
+    of each fold serve every labeling. Ties go to the smaller class code.
+    """
+    batch = np.atleast_2d(codes)
+    predicted = np.empty(batch.shape, dtype=np.int64)
+    for fold in folds:
+        onehot = (batch[:, fold.train, None] == np.arange(k)).astype(np.float64)  # [P, n_train, K]
+        weights = onehot / onehot.sum(axis=1, keepdims=True)  # every class is in every training fold (checked by the caller)
+        centroid_sq = (weights * (fold.gram_train @ weights)).sum(axis=1)  # [P, K]
+        distance = centroid_sq[:, None, :] - 2.0 * (fold.cross @ weights)  # [P, n_test, K]; ‖z‖² dropped: the same for every class
+        predicted[:, fold.test] = distance.argmin(axis=2)
+    return predicted.reshape(np.shape(codes))
+
+
+def permute_within_groups(labels: np.ndarray, group: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The labels shuffled inside each group: every group (hence every fold) keeps its class counts.
+
+    Example:
+        >>> y, g = np.array([0, 1, 0, 1, 2, 2]), np.array([0, 0, 0, 1, 1, 1])
+        >>> p = permute_within_groups(y, g, np.random.default_rng(0))
+        >>> sorted(p[:3].tolist()), sorted(p[3:].tolist())
+        ([0, 0, 1], [1, 2, 2])
+    """
+    out = np.array(labels, copy=True)
+    for g in np.unique(group):
+        index = np.flatnonzero(group == g)
+        out[index] = labels[rng.permutation(index)]
+    return out
 
 
 def centroid_readout(features: np.ndarray, labels: Sequence[int], groups: int = 8, n_permutations: int = 200, seed: int = 0) -> Readout:
-    """Nearest-class-centroid accuracy, trained on all groups but g and tested on group g.
+    """Nearest-class-centroid accuracy on standardized features, trained on all groups but g and tested on group g.
+
+    Groups are contiguous blocks (:func:`poslens.measure.group_of`). For each
+    held-out group the features are standardized with the mean and sd of the
+    training groups alone (the held-out group never enters them); features
+    constant in training (sd ≤ :data:`CONSTANT_FEATURE` · |mean|) are dropped.
+    Each test sequence gets the class whose training centroid is nearest in
+    Euclidean distance on the standardized features, so every feature weighs
+    by its spread, not its raw scale. **Choice:** nearest centroid rather than
+    a logistic or ridge classifier: no tuning parameter, no iterations, and it
+    stays well defined with far more features than training sequences.
 
     Accuracy is pooled over folds (correct / N) with :func:`poslens.stats.fold_interval`
-    clipped to [0, 1]; a test class absent from training counts as an error. Chance levels:
+    clipped to [0, 1]. ``chance`` = 1/K. The null: ``n_permutations`` seeded
+    permutations of the labels **within each group** (each fold keeps its class
+    counts, so the null is that of the same design), each run through the same
+    folds and classifier; its mean, central 95% range and the p-value
+    (1 + #{null ≥ accuracy}) / (1 + n_permutations) are reported.
 
-    - ``chance``: always predict the majority training class (same folds). Leaving
-      a group out makes its classes rarer in training, so this can fall below 1/K;
-    - ``permuted_chance``: mean accuracy of the same classifier on
-      ``n_permutations`` seeded label permutations, with the null's central 95%
-      range as its interval; ``p_value`` = (1 + #{null ≥ accuracy}) / (1 + n);
-    - ``uniform_chance``: 1/K.
+    Raises ``ValueError`` for fewer than two classes (accuracy could not exceed
+    chance) or when a class is missing from a training fold (a class held in a
+    single group): see :func:`varied_corpus` for a design that puts every class
+    in every group.
 
     Example:
-        >>> r = centroid_readout(np.eye(2)[[0, 1] * 4], [0, 1] * 4, groups=2)
-        >>> r.accuracy, r.uniform_chance
-        (1.0, 0.5)
+        >>> r = centroid_readout(np.eye(2)[[0, 1] * 8], [0, 1] * 8, groups=4, n_permutations=99)
+        >>> r.accuracy, r.chance, r.p_value
+        (1.0, 0.5, 0.01)
     """
     x = np.asarray(features, dtype=np.float64)
     y = np.asarray(labels)
-    if x.shape[0] != y.shape[0]:
-        raise ValueError(f"{x.shape[0]} feature rows but {y.shape[0]} labels")
+    if x.ndim != 2 or x.shape[0] != y.shape[0]:
+        raise ValueError(f"features must be [N, n_features] with one label per row; got {x.shape} and {y.shape[0]} labels")
+    if n_permutations < 1:
+        raise ValueError(f"n_permutations must be ≥ 1, got {n_permutations}")
+    classes, codes = np.unique(y, return_inverse=True)
+    k = len(classes)
+    if k < 2:
+        raise ValueError(f"one class ({classes.tolist()}): accuracy equals chance by construction; a readout needs K ≥ 2 classes")
     group = group_of(len(y), groups)
-    hits, majority_hits = _fold_hits(x, y, group)
-    fold_acc, fold_chance = (np.array([h[group == g].mean() for g in range(groups)]) for h in (hits, majority_hits))
-    accuracy, chance = hits.mean(), majority_hits.mean()
+    for g in range(groups):
+        absent = np.setdiff1d(np.arange(k), codes[group != g])
+        if len(absent):
+            raise ValueError(f"class(es) {classes[absent].tolist()} occur only in group {g}, so the fold that holds out group {g} "
+                             "cannot learn them; put every class in at least two groups (varied_corpus puts each in every group)")
+    folds = _make_folds(x, group)
+    hits = _predict(folds, codes, k) == codes
+    accuracy = hits.mean()
+    fold_acc = np.array([hits[group == g].mean() for g in range(groups)])
     low, high = np.clip(fold_interval(np.array(accuracy), fold_acc), 0.0, 1.0)  # accuracies live in [0, 1]
-    c_low, c_high = np.clip(fold_interval(np.array(chance), fold_chance), 0.0, 1.0)
     rng = np.random.default_rng(seed)
-    null = np.array([_fold_hits(x, rng.permutation(y), group)[0].mean() for _ in range(n_permutations)])
+    permuted = np.stack([permute_within_groups(codes, group, rng) for _ in range(n_permutations)])
+    null = np.concatenate([(_predict(folds, chunk, k) == chunk).mean(axis=1) for chunk in np.array_split(permuted, -(-n_permutations // 50))])
     p_value = (1 + np.sum(null >= accuracy - 1e-12)) / (1 + n_permutations)
-    k = len(np.unique(y))
-    return Readout(float(accuracy), float(low), float(high), float(chance), float(c_low), float(c_high), float(null.mean()),
-                   float(np.quantile(null, 0.025)), float(np.quantile(null, 0.975)), float(p_value), 1.0 / k, k, len(y))
+    return Readout(float(accuracy), float(low), float(high), 1.0 / k, float(null.mean()), float(np.quantile(null, 0.025)),
+                   float(np.quantile(null, 0.975)), float(p_value), k, len(y), n_permutations, min(f.n_features for f in folds))
 
 
 def readout_features(
@@ -255,27 +342,59 @@ def readout(
     """How well the position-0 token of each sequence can be decoded from later positions' outputs of ``heads``.
 
     Features: :func:`readout_features`; labels: ``corpus.position0_token_ids``;
-    classifier and chance: :func:`centroid_readout`.
+    classifier, chance (1/K) and permutation null: :func:`centroid_readout`.
 
     Example:
-        >>> r = readout(model, varied_corpus, [(3, 0), (5, 2)], groups=4)  # doctest: +SKIP
-        >>> r.accuracy, r.chance, r.uniform_chance  # doctest: +SKIP
+        >>> r = readout(model, varied_corpus(model, 64, 48, 8, groups=8), [(3, 0), (5, 2)], groups=8)  # doctest: +SKIP
+        >>> r.accuracy, r.chance, r.p_value  # doctest: +SKIP
     """
     features = readout_features(model, corpus.tokens, heads, positions)
     return centroid_readout(features, corpus.position0_token_ids, groups, n_permutations, seed)
 
 
-def varied_corpus(model: Any, n_seqs: int, seq_len: int, n_first_tokens: int, seed: int = 0) -> Corpus:
-    """'docs' text after a position-0 slot holding one of K frequent tokens: sequence k gets the (k mod K)-th.
+def balanced_classes(n_seqs: int, n_classes: int, groups: int) -> np.ndarray:
+    """Class of each sequence such that every group of :func:`poslens.measure.group_of` holds every class.
 
-    The K tokens are the most frequent non-special tokens of the sampled text
-    (ties: smaller id). The text windows are those of ``position0='bos'`` with
-    the same seed, so the two corpora differ only at position 0.
+    Within each contiguous group the j-th sequence gets class j mod K, so each
+    group holds each class ⌊size/K⌋ or ⌈size/K⌉ times. This needs every group
+    to have at least K sequences, i.e. n_seqs ≥ K · groups; otherwise
+    ``ValueError`` naming that minimum.
 
     Example:
-        >>> c = varied_corpus(model, 16, 48, 8)  # doctest: +SKIP
+        >>> balanced_classes(8, 2, 2).tolist()
+        [0, 1, 0, 1, 0, 1, 0, 1]
+        >>> balanced_classes(10, 3, 2).tolist()
+        [0, 1, 2, 0, 1, 0, 1, 2, 0, 1]
+    """
+    if n_classes < 2:
+        raise ValueError(f"need at least 2 classes for a readout, got {n_classes}")
+    if n_seqs < n_classes * groups:
+        raise ValueError(f"{n_seqs} sequences cannot put each of K = {n_classes} position-0 tokens in each of {groups} groups; "
+                         f"use at least K · groups = {n_classes * groups} sequences (or fewer tokens or groups)")
+    group = group_of(n_seqs, groups)
+    start = np.searchsorted(group, group)  # index of the first sequence of each sequence's group
+    return (np.arange(n_seqs) - start) % n_classes
+
+
+def varied_corpus(model: Any, n_seqs: int, seq_len: int, n_first_tokens: int, seed: int = 0, groups: int = 8) -> Corpus:
+    """'docs' text after a position-0 slot holding one of K frequent tokens, every token in every group.
+
+    The K tokens are the most frequent non-special tokens of the sampled text
+    (ties: smaller id). Which sequence gets which token:
+    :func:`balanced_classes` (within each of the ``groups`` contiguous groups,
+    the j-th sequence gets token j mod K), so every token is present in every
+    training fold of :func:`centroid_readout`; ``n_seqs`` must be ≥ K · groups.
+    Each sequence continues with its own text window (windows do not overlap),
+    so each token is followed by n_seqs / K different continuations. The
+    windows are those of ``position0='bos'`` with the same seed (the first
+    n of them for a BOS corpus of n ≤ n_seqs sequences), so the corpora differ
+    only at position 0.
+
+    Example:
+        >>> c = varied_corpus(model, 64, 48, 8, groups=8)  # doctest: +SKIP
         >>> c.position0, c.meta["first_token_ids"][:2]  # doctest: +SKIP
     """
+    classes = balanced_classes(n_seqs, n_first_tokens, groups)  # checks the size before any text is read
     base = make_corpus(model, "docs", n_seqs, seq_len, position0="token:0", seed=seed)
     special = set(getattr(model.tokenizer, "all_special_ids", []) or [])
     counts = Counter(t for t in base.tokens[:, 1:].flatten().tolist() if t not in special)
@@ -283,10 +402,11 @@ def varied_corpus(model: Any, n_seqs: int, seq_len: int, n_first_tokens: int, se
     if len(first) < n_first_tokens:
         raise ValueError(f"the sampled text holds only {len(first)} distinct tokens; ask for fewer first tokens")
     tokens = base.tokens.clone()
-    tokens[:, 0] = torch.tensor([first[k % len(first)] for k in range(n_seqs)])
+    tokens[:, 0] = torch.tensor(first)[torch.from_numpy(classes)]
     ids = tokens[:, 0].tolist()
     strings = model.tokenizer.convert_ids_to_tokens(first)
-    meta = {**base.meta, "first_token_ids": first, "first_tokens": strings, "first_token_rule": "k-th sequence gets token k mod K"}
+    meta = {**base.meta, "first_token_ids": first, "first_tokens": strings, "groups": groups,
+            "first_token_rule": "within each of the contiguous groups, the j-th sequence gets token j mod K: every token in every group"}
     return Corpus(tokens, base.source, seed, "varied", ids, model.tokenizer.convert_ids_to_tokens(ids), meta)
 
 
@@ -296,14 +416,14 @@ def _row(model: Any, intervention: str, metric: str, layer: int, value: float, l
 
 
 def _readout_by_layer(
-    features: np.ndarray, labels: Sequence[int], heads: Sequence[tuple[int, int]], groups: int, seed: int
+    features: np.ndarray, labels: Sequence[int], heads: Sequence[tuple[int, int]], groups: int, n_permutations: int, seed: int
 ) -> dict[int, Readout]:
     """Readout from all ``heads`` together (key −1) and from each layer's heads alone (key = layer)."""
-    out = {-1: centroid_readout(features, labels, groups, seed=seed)}
+    out = {-1: centroid_readout(features, labels, groups, n_permutations, seed)}
     width = features.shape[1] // len(heads)
     for layer in sorted({l for l, _ in heads}):
         columns = np.concatenate([np.arange(k * width, (k + 1) * width) for k, (l, _) in enumerate(heads) if l == layer])
-        out[layer] = centroid_readout(features[:, columns], labels, groups, seed=seed)
+        out[layer] = centroid_readout(features[:, columns], labels, groups, n_permutations, seed)
     return out
 
 
@@ -326,25 +446,30 @@ def fingerprint(
     seed: int = 0,
     tau: float = DEFAULT_TAU,
     sink_result: Result | None = None,
+    readout_seqs: int | None = None,
+    n_permutations: int = 200,
 ) -> Result:
     """METHOD §8 in one call: dispersion, trajectory similarity and readout, as a tidy table.
 
     Rows (query_window ``all``, head −1; layer 0..L per layer, −1 = mean over 1..L):
 
     - ``dispersion`` per layer, intervention ``position0:bos`` (docs text after
-      BOS) and ``position0:none`` (position 0 = first text token);
+      BOS; the built-in check) and ``position0:none`` (position 0 = first text
+      token), ``n_seqs`` sequences each;
     - ``trajectory_cosine`` per layer, ``position0:varied``: the K first tokens
       run as one-token inputs (interval: delete-one-token jackknife);
-    - ``readout_accuracy``, ``readout_chance`` (majority training class),
-      ``readout_chance_permuted`` (label-permutation null: mean, central 95%),
-      ``readout_chance_uniform`` (1/K) and ``readout_p_value`` (permutation
-      test; interval = value), layer −1, for ``position0:varied``
-      (sequence k starts with the (k mod K)-th most frequent text token) and
-      ``position0:bos``, where the label is constant: one class, so accuracy
-      and chance are both 1 by construction: nothing varies to be read.
-      Layer −1 reads all heads together (as concatenated features, heads with
-      large text-driven outputs can swamp the rest); layer l reads only the
-      heads of layer l.
+    - readout, intervention ``position0:varied``, on ``readout_seqs`` sequences
+      (default 4 · K · groups, i.e. 4 sequences per token per group: 256 with the
+      defaults; at least K · groups) whose position-0 token is one of the K most
+      frequent text tokens, every token in every group (:func:`varied_corpus`):
+      ``readout_accuracy`` (held-out, interval over folds), ``readout_chance``
+      = 1/K, ``readout_chance_permuted`` (the within-group label-permutation
+      null: mean and central 95% range) and ``readout_p_value`` (interval =
+      value); classifier: :func:`centroid_readout`. Layer −1 reads all heads
+      together; layer l reads only the heads of layer l. Features are
+      standardized on the training folds, so heads with large outputs do not
+      swamp the rest. There is no readout with BOS: one class, so accuracy could
+      not exceed chance by design; the BOS dispersion is the check there.
 
     The heads read are ``sink_reading_heads(sink_result, tau)``; without
     ``sink_result``, ``poslens.measure`` is run on the BOS corpus to get them.
@@ -354,11 +479,13 @@ def fingerprint(
 
     Example:
         >>> result = fingerprint(poslens.load_model("smollm2-135m"), n_seqs=16, seq_len=48, groups=4)  # doctest: +SKIP
-        >>> result.select("dispersion")[["intervention", "layer", "value"]]  # doctest: +SKIP
+        >>> result.select("readout_accuracy")[["layer", "value", "ci_low", "ci_high"]]  # doctest: +SKIP
     """
+    readout_seqs = 4 * n_first_tokens * groups if readout_seqs is None else readout_seqs
+    balanced_classes(readout_seqs, n_first_tokens, groups)  # fail before any forward pass
     bos = make_corpus(model, "docs", n_seqs, seq_len, position0="bos", seed=seed)
     none = make_corpus(model, "docs", n_seqs, seq_len, position0="none", seed=seed)
-    varied = varied_corpus(model, n_seqs, seq_len, n_first_tokens, seed)
+    varied = varied_corpus(model, readout_seqs, seq_len, n_first_tokens, seed, groups)
     sink_source = "given sink_result" if sink_result is not None else "poslens.measure on the position0:bos corpus"
     if sink_result is None:
         sink_result = measure(model, bos, groups=groups, probe=False, progress=False)
@@ -377,18 +504,18 @@ def fingerprint(
     first = varied.meta["first_token_ids"]
     values = _with_layer_mean(*_cosine_jackknife(position0_trajectories(model, torch.tensor(first)[:, None])))
     rows += [_row(model, "position0:varied", "trajectory_cosine", *row) for row in zip(layers, *values)]
-    readouts = {}
-    for label, corpus in (("position0:varied", varied), ("position0:bos", bos)):
-        readouts[label] = _readout_by_layer(readout_features(model, corpus.tokens, heads), corpus.position0_token_ids, heads, groups, seed)
-        for layer, r in readouts[label].items():
-            rows += [_row(model, label, metric, layer, *figures) for metric, figures in (
-                ("readout_accuracy", (r.accuracy, r.ci_low, r.ci_high)),
-                ("readout_chance", (r.chance, r.chance_ci_low, r.chance_ci_high)),
-                ("readout_chance_permuted", (r.permuted_chance, r.permuted_low, r.permuted_high)),
-                ("readout_chance_uniform", (r.uniform_chance,) * 3),
-                ("readout_p_value", (r.p_value,) * 3),
-            )]
-    meta = run_metadata(model, bos, dict(n_seqs=n_seqs, seq_len=seq_len, n_first_tokens=n_first_tokens, groups=groups, seed=seed, tau=tau))
+    features = readout_features(model, varied.tokens, heads)
+    readouts = _readout_by_layer(features, varied.position0_token_ids, heads, groups, n_permutations, seed)
+    for layer, r in readouts.items():
+        rows += [_row(model, "position0:varied", metric, layer, *figures) for metric, figures in (
+            ("readout_accuracy", (r.accuracy, r.ci_low, r.ci_high)),
+            ("readout_chance", (r.chance,) * 3),
+            ("readout_chance_permuted", (r.permuted_chance, r.permuted_low, r.permuted_high)),
+            ("readout_p_value", (r.p_value,) * 3),
+        )]
+    settings = dict(n_seqs=n_seqs, seq_len=seq_len, n_first_tokens=n_first_tokens, groups=groups, seed=seed, tau=tau,
+                    readout_seqs=readout_seqs, n_permutations=n_permutations)
+    meta = run_metadata(model, bos, settings)
     meta.update(
         corpora={"position0:bos": bos.describe(), "position0:none": none.describe(), "position0:varied": varied.describe()},
         first_token_ids=first,
@@ -398,6 +525,12 @@ def fingerprint(
         heads_rule=rule,
         sink_source=sink_source,
         bos_check=bos_check,
-        readout={label: vars(r[-1]) for label, r in readouts.items()},
+        readout={"position0:varied": vars(readouts[-1])},
+        readout_design=dict(
+            classes=n_first_tokens, groups=groups, n_seqs=readout_seqs, assignment=varied.meta["first_token_rule"],
+            features="per sequence, the mean over positions i >= 1 of each read head's hook_z, concatenated",
+            classifier="nearest class centroid on features standardized with the training groups' mean and sd",
+            chance="1/K", null=f"{n_permutations} label permutations within groups, same folds and classifier",
+        ),
     )
     return Result(pd.DataFrame(rows, columns=COLUMNS), meta)

@@ -119,40 +119,70 @@ def test_accepts_result_objects_and_rejects_other_types():
 # --------------------------------------------------------------------------- C2
 
 
-def c2_table(mask: tuple, res: tuple, share: tuple = (0.9, 0.8, 1.0)) -> pd.DataFrame:
+C2_OK = dict(mask0=(0.02, 0.01, 0.03), mask_deep=(0.01, 0.005, 0.015), res0=(0.002, -0.001, 0.005), rho0=(0.9, 0.8, 1.0))
+
+
+def c2_table(mask0=C2_OK["mask0"], mask_deep=C2_OK["mask_deep"], res0=C2_OK["res0"], rho0=C2_OK["rho0"],
+             share=(0.9, 0.8, 1.0)) -> pd.DataFrame:
     return frame(
-        row("c_mask", *mask, layer=0),
-        row("c_res", *res, layer=0),
+        row("c_mask", *mask0, layer=0),
+        row("c_mask", *mask_deep, layer=-1),
+        row("c_res", *res0, layer=0),
+        row("rho_mask", *rho0, layer=0),
         row("count_share", *share, layer=0),
-        row("c_mask", -1, -1, -1, layer=-1),  # the model aggregate must not be used
-        row("c_res", 1, 1, 1, layer=1),
+        row("c_mask", -1, -1, -1, layer=2),  # other layers, windows and interventions must not be used
+        row("rho_mask", 0.1, 0.0, 0.2, layer=-1),
+        row("c_mask", -1, -1, -1, layer=0, query_window="early"),
+        row("rho_mask", 0.1, 0.0, 0.2, layer=0, intervention="bos:zero"),
     )
 
 
 @pytest.mark.parametrize(
-    "mask, res, expected",
+    "kw, expected",
     [
-        ((0.02, 0.01, 0.03), (0.0, -0.001, 0.001), SUPPORTED),
-        ((0.02, 0.01, 0.03), (0.0, 0.0, 0.0), SUPPORTED),  # an interval [0, 0] contains 0
-        ((-0.02, -0.03, -0.01), (0.0, -0.001, 0.001), NOT_SUPPORTED),
-        ((0.0, -0.01, 0.0), (0.0, -0.001, 0.001), NOT_SUPPORTED),
-        ((0.02, 0.01, 0.03), (0.01, 0.005, 0.015), INCONCLUSIVE),  # C_res clearly non-zero at layer 0
-        ((0.02, -0.01, 0.05), (0.0, -0.001, 0.001), INCONCLUSIVE),
+        ({}, SUPPORTED),
+        ({"res0": (0.05, 0.04, 0.06), "rho0": (0.6, 0.55, 0.65)}, SUPPORTED),  # C_res need not vanish, only be smaller
+        ({"mask0": (-0.02, -0.03, -0.01)}, NOT_SUPPORTED),
+        ({"mask0": (0.0, -0.01, 0.0)}, NOT_SUPPORTED),  # ci_high = 0 counts as <= 0
+        ({"mask_deep": (-0.01, -0.02, 0.0)}, NOT_SUPPORTED),  # no mask source after layer 0
+        ({"rho0": (0.3, 0.2, 0.45)}, NOT_SUPPORTED),  # C_res exceeds C_mask at layer 0
+        ({"mask0": (0.02, -0.01, 0.05)}, INCONCLUSIVE),
+        ({"mask_deep": (0.01, -0.005, 0.02)}, INCONCLUSIVE),
+        ({"rho0": (0.7, 0.5, 0.9)}, INCONCLUSIVE),  # ci_low = 0.5 is not > 0.5
+        ({"rho0": (0.5, 0.4, 0.5)}, INCONCLUSIVE),  # ci_high = 0.5 is not < 0.5
+        ({"rho0": (0.9, np.nan, np.nan)}, INCONCLUSIVE),
+        ({"res0": (0.0, -0.001, 0.001), "share": (np.nan, np.nan, np.nan)}, SUPPORTED),  # reported figures do not decide
     ],
 )
-def test_c2_three_verdicts(mask, res, expected):
-    rows = claim_c2(c2_table(mask, res))
-    assert len(rows) == 3
+def test_c2_three_verdicts(kw, expected):
+    rows = claim_c2(c2_table(**kw))
+    assert len(rows) == 5
     assert only_verdict(rows) == expected
-    assert [r["figure"] for r in rows] == [mask[0], res[0], 0.9]
-    assert "c_mask ci_low > 0" in rows[0]["rule"] and "contains 0" in rows[0]["rule"]
-    assert "layer 0" in rows[0]["rule"] and "count_share" in rows[2]["rule"]
+    figures = {**C2_OK, **kw}
+    assert [r["figure"] for r in rows][:4] == pytest.approx([figures[k][0] for k in ("mask0", "mask_deep", "res0", "rho0")], nan_ok=True)
+    rule = rows[0]["rule"]
+    assert "c_mask ci_low > 0 at layer 0 and at layer -1" in rule and "rho_mask ci_low > 0.5" in rule
+    assert "rho_mask ci_high < 0.5" in rule and "tests/test_leakage_controls.py" in rule
+    assert "c_mask (layers >= 1) = " in rule and "count_share (layer 0) = " in rule
+    assert f"C_mask - C_res at layer 0 = {figures['mask0'][0] - figures['res0'][0]:.4g}" in rule
+    assert "layer 0" in rows[0]["rule"].split(". rule:")[0] and "layer -1" in rows[1]["rule"].split(". rule:")[0]
+    assert "metric 'rho_mask', layer 0" in rows[3]["rule"] and "metric 'count_share', layer 0" in rows[4]["rule"]
 
 
-def test_c2_missing_count_share_is_an_error():
-    t = frame(row("c_mask", 0.02, 0.01, 0.03, layer=0), row("c_res", 0, -1, 1, layer=0))
-    with pytest.raises(ValueError, match=r"count_share.*layer 0.*window 'all'"):
+@pytest.mark.parametrize("metric, layer", [("count_share", 0), ("rho_mask", 0), ("c_mask", -1), ("c_res", 0)])
+def test_c2_missing_rows_are_errors(metric, layer):
+    t = c2_table()
+    t = t[~((t["metric"] == metric) & (t["layer"] == layer) & (t["query_window"] == "all") & (t["intervention"] == "none"))]
+    with pytest.raises(ValueError, match=rf"{metric}.*layer {layer}.*window 'all'"):
         claim_c2(t)
+
+
+def test_c2_rho_rule_matches_the_difference_when_leakage_is_positive():
+    # C_mask − C_res = (2 ρ_mask − 1) L: on consistent figures, the rho_mask rule agrees with the sign of the difference.
+    for leakage, rho in [(0.04, 0.8), (0.04, 0.3), (0.01, 0.55), (0.01, 0.45)]:
+        mask, res = rho * leakage, (1 - rho) * leakage
+        t = c2_table(mask0=(mask, mask * 0.9, mask * 1.1), res0=(res, res * 0.9, res * 1.1), rho0=(rho, rho - 0.01, rho + 0.01))
+        assert only_verdict(claim_c2(t)) == (SUPPORTED if mask > res else NOT_SUPPORTED)
 
 
 # --------------------------------------------------------------------------- C3
@@ -358,14 +388,17 @@ def test_c5_missing_rows():
 # --------------------------------------------------------------------------- C6
 
 
-def c6_table(bos=(0.0, 0.0, 1e-7), none=(0.2, 0.1, 0.3), acc=(0.9, 0.8, 1.0), chance=0.1) -> pd.DataFrame:
+def c6_table(bos=(0.0, 0.0, 1e-7), none=(0.2, 0.1, 0.3), acc=(0.9, 0.8, 1.0), chance=0.125, p_value=0.005) -> pd.DataFrame:
     rows = [row("dispersion", v, v, v, intervention="position0:bos", layer=layer) for layer, v in enumerate(bos)]
     rows += [
         row("dispersion", 0.0, 0.0, 0.0, intervention="position0:bos", layer=-1),
         row("dispersion", *none, intervention="position0:none"),
         row("dispersion", 0.3, 0.2, 0.4, intervention="position0:none", layer=2),
         row("readout_accuracy", *acc, intervention="position0:varied"),
+        row("readout_accuracy", 0.1, 0.0, 0.12, intervention="position0:varied", layer=1),  # per-layer rows are not judged
         row("readout_chance", chance, chance, chance, intervention="position0:varied"),
+        row("readout_chance_permuted", 0.124, 0.09, 0.16, intervention="position0:varied"),
+        row("readout_p_value", p_value, p_value, p_value, intervention="position0:varied"),
     ]
     return frame(*rows)
 
@@ -376,9 +409,13 @@ def c6_table(bos=(0.0, 0.0, 1e-7), none=(0.2, 0.1, 0.3), acc=(0.9, 0.8, 1.0), ch
         ({}, SUPPORTED),
         ({"bos": (0.0, 0.0, 1e-3)}, NOT_SUPPORTED),  # fingerprint not constant with BOS
         ({"none": (-0.01, -0.02, 0.0)}, NOT_SUPPORTED),
-        ({"acc": (0.1, 0.05, 0.1)}, NOT_SUPPORTED),  # ci_high at chance
+        ({"acc": (0.1, 0.05, 0.125)}, NOT_SUPPORTED),  # ci_high at chance 1/K
+        ({"acc": (0.3, 0.2, 0.4), "chance": 0.5, "p_value": 0.6}, NOT_SUPPORTED),  # the same interval, K = 2
         ({"none": (0.05, -0.01, 0.1)}, INCONCLUSIVE),
         ({"acc": (0.2, 0.05, 0.4)}, INCONCLUSIVE),
+        ({"acc": (0.2, 0.125, 0.4)}, INCONCLUSIVE),  # ci_low = 1/K is not > 1/K
+        ({"p_value": 0.2}, INCONCLUSIVE),  # fold interval above 1/K, but the permutation null does not confirm it
+        ({"p_value": 0.05}, SUPPORTED),  # p <= alpha
         ({"bos": (0.0, np.nan, 0.0)}, INCONCLUSIVE),
     ],
 )
@@ -386,7 +423,33 @@ def test_c6_three_verdicts(kw, expected):
     rows = claim_c6(c6_table(**kw))
     assert len(rows) == 3
     assert only_verdict(rows) == expected
-    assert "1e-05" in rows[0]["rule"] and "readout_chance = 0.1" in rows[0]["rule"]
+    chance = kw.get("chance", 0.125)
+    rule = rows[0]["rule"]
+    assert "1e-05" in rule and f"readout_chance = {chance:.4g} (1/K, K = {round(1 / chance)})" in rule
+    assert "readout_p_value <= 0.05" in rule and f"readout_p_value = {kw.get('p_value', 0.005):.4g}" in rule
+    assert "readout_chance_permuted (null mean, central 95%) = 0.124 [0.09, 0.16]" in rule
+    assert [r["figure"] for r in rows][2] == kw.get("acc", (0.9,))[0]
+
+
+def test_c6_alpha_is_a_parameter():
+    assert only_verdict(claim_c6(c6_table(p_value=0.03), alpha=0.01)) == INCONCLUSIVE
+    assert only_verdict(claim_c6(c6_table(p_value=0.03), alpha=0.05)) == SUPPORTED
+    assert "readout_p_value <= 0.01" in claim_c6(c6_table(), alpha=0.01)[0]["rule"]
+    assert evaluate(fingerprint=c6_table(p_value=0.03), claims=["C6"], c6_alpha=0.01)["verdict"].tolist() == [INCONCLUSIVE] * 3
+    with pytest.raises(ValueError, match="alpha"):
+        claim_c6(c6_table(), alpha=0.0)
+
+
+@pytest.mark.parametrize("chance", [0.0, 1.0, 0.3, np.nan, 0.7])
+def test_c6_refuses_a_chance_level_that_is_not_one_over_k(chance):
+    # 0 (majority class absent from training), 1 (one class), 0.3 (not 1/K): never judged.
+    with pytest.raises(ValueError, match="not 1/K"):
+        claim_c6(c6_table(chance=chance))
+
+
+@pytest.mark.parametrize("k", [2, 3, 7, 8])
+def test_c6_accepts_every_one_over_k(k):
+    assert only_verdict(claim_c6(c6_table(chance=1 / k, acc=(0.95, 0.9, 1.0)))) == SUPPORTED
 
 
 def test_c6_reports_the_maximum_bos_dispersion_and_tolerance_is_a_parameter():
@@ -397,10 +460,17 @@ def test_c6_reports_the_maximum_bos_dispersion_and_tolerance_is_a_parameter():
     assert "1e-06" in claim_c6(c6_table(), tolerance=1e-6)[0]["rule"]
 
 
+@pytest.mark.parametrize("metric", ["readout_chance", "readout_p_value", "readout_chance_permuted"])
+def test_c6_missing_readout_rows(metric):
+    t = c6_table()
+    with pytest.raises(ValueError, match=rf"{metric}.*layer -1.*position0:varied"):
+        claim_c6(t[t["metric"] != metric])
+
+
 def test_c6_missing_rows():
     t = c6_table()
-    with pytest.raises(ValueError, match=r"readout_chance.*layer -1.*position0:varied"):
-        claim_c6(t[t["metric"] != "readout_chance"])
+    with pytest.raises(ValueError, match=r"readout_accuracy.*layer -1.*position0:varied"):
+        claim_c6(t[~((t["metric"] == "readout_accuracy") & (t["layer"] == -1))])
     with pytest.raises(ValueError, match=r"dispersion.*position0:none"):
         claim_c6(t[~((t["intervention"] == "position0:none") & (t["layer"] == -1))])
     with pytest.raises(ValueError, match="per-layer"):
@@ -419,7 +489,7 @@ def test_evaluate_columns_and_not_measured():
 
 
 def test_evaluate_everything():
-    leakage = pd.concat([c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)), c2_table((0.02, 0.01, 0.03), (0, -1e-3, 1e-3)), c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[0]])
+    leakage = pd.concat([c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)), c2_table(), c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[0]])
     ablation = c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[1]
     bos_swap = frame(row("reduction", 0.4, 0.35, 0.45, intervention="bos:mean", query_window="early"))
     comparison = c4_table((0.002, 0.001, 0.003), (0.03, 0.02, 0.04))

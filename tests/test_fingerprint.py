@@ -12,7 +12,19 @@ from scipy import stats
 
 import poslens
 from poslens.corpus import Corpus, make_corpus
-from poslens.fingerprint import centroid_readout, dispersion, fingerprint, position0_trajectories, readout, trajectory_similarity
+from poslens.fingerprint import (
+    _make_folds,
+    _predict,
+    balanced_classes,
+    centroid_readout,
+    dispersion,
+    fingerprint,
+    permute_within_groups,
+    position0_trajectories,
+    readout,
+    trajectory_similarity,
+    varied_corpus,
+)
 from poslens.results import COLUMNS, Result
 
 
@@ -99,8 +111,8 @@ def test_readout_separable_and_shuffled(tiny):
     labels = [40 + 7 * (k % 4) for k in range(32)]
     heads = [(1, 0), (2, 3)]
     exact = readout(tiny, repeated_corpus(labels), heads, groups=4)
-    assert exact.accuracy == 1.0 and exact.n_classes == 4 and exact.uniform_chance == 0.25
-    assert exact.chance <= 0.5 and exact.permuted_high < 1.0 and exact.p_value < 0.01
+    assert exact.accuracy == 1.0 and exact.n_classes == 4 and exact.chance == 0.25
+    assert exact.permuted_high < 1.0 and exact.p_value == pytest.approx(1 / 201)
     shuffled = list(np.random.default_rng(1).permutation(labels))
     corpus = repeated_corpus(labels)
     corpus.position0_token_ids = [int(t) for t in shuffled]
@@ -108,34 +120,165 @@ def test_readout_separable_and_shuffled(tiny):
     assert noise.accuracy <= 0.5 and noise.ci_low <= 0.25 and noise.p_value > 0.05
 
 
-def test_centroid_readout_on_constructed_features():
+# --------------------------------------------------------------------------- readout design (METHOD §8)
+
+
+def naive_predictions(x: np.ndarray, y: np.ndarray, groups: int, train_only: bool = True) -> np.ndarray:
+    """Leave-one-group-out nearest centroid on standardized features, written with loops.
+
+    ``train_only=False`` standardizes with every row (the held-out group leaking in): the wrong recipe.
+    """
+    n = len(y)
+    group = np.arange(n) * groups // n
+    predicted = np.empty(n, dtype=y.dtype)
+    classes = sorted(set(y.tolist()))
+    for g in range(groups):
+        train = [i for i in range(n) if group[i] != g]
+        test = [i for i in range(n) if group[i] == g]
+        rows = train if train_only else list(range(n))
+        mean = np.array([np.mean(x[rows, f]) for f in range(x.shape[1])])
+        sd = np.array([np.sqrt(np.mean((x[rows, f] - mean[f]) ** 2)) for f in range(x.shape[1])])
+        keep = [f for f in range(x.shape[1]) if sd[f] > 1e-9 * abs(mean[f]) and sd[f] > 0]
+        z = (x[:, keep] - mean[keep]) / sd[keep]
+        centroid = {c: np.mean([z[i] for i in train if y[i] == c], axis=0) for c in classes}
+        for i in test:
+            predicted[i] = min(classes, key=lambda c: float(np.sum((z[i] - centroid[c]) ** 2)))
+    return predicted
+
+
+def test_standardized_centroid_equals_naive_loops_and_uses_training_folds_only():
+    leaky_differs = 0
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        n, groups = 12, 3
+        y = balanced_classes(n, 2, groups)
+        group = np.arange(n) * groups // n
+        x = np.column_stack([
+            y + rng.normal(size=n),                       # weak signal
+            100.0 * rng.normal(size=n) + 50.0 * group,    # large scale, group-dependent offset: no signal
+            rng.normal(size=n) * (group == 2),            # constant (0) in the fold that holds out group 2
+            np.full(n, 3.0),                              # constant everywhere: dropped
+        ])
+        expected = naive_predictions(x, y, groups)
+        r = centroid_readout(x, y, groups=groups, n_permutations=9)
+        assert r.accuracy == pytest.approx(np.mean(expected == y), abs=1e-12)
+        folds = _make_folds(x, group)
+        np.testing.assert_array_equal(_predict(folds, y, 2), expected)
+        assert [f.n_features for f in folds] == [3, 3, 2] and r.n_features == 2
+        leaky_differs += int(np.any(naive_predictions(x, y, groups, train_only=False) != expected))
+    assert leaky_differs > 0  # the reference can tell training-fold standardization from standardization on all rows
+
+
+def test_large_feature_without_signal_does_not_swamp_the_readout():
     rng = np.random.default_rng(0)
-    labels = np.arange(400) % 4
-    features = np.eye(4)[labels] + 0.05 * rng.normal(size=(400, 4))
-    assert centroid_readout(features, labels, groups=8).accuracy == 1.0
-    shuffled = centroid_readout(features, rng.permutation(labels), groups=8)
-    assert abs(shuffled.accuracy - 0.25) < 0.08 and shuffled.ci_low < 0.25 < shuffled.ci_high
-    assert shuffled.permuted_low <= shuffled.accuracy <= shuffled.permuted_high and shuffled.p_value > 0.025
+    n, k, groups = 160, 4, 8
+    y = balanced_classes(n, k, groups)
+    signal = np.eye(k)[y] + 0.3 * rng.normal(size=(n, k))
+    x = np.column_stack([signal, 1e4 * rng.normal(size=(n, 2))])  # e.g. a head with large, text-driven outputs
+    r = centroid_readout(x, y, groups=groups, n_permutations=50)
+    assert r.accuracy > 0.9 and r.ci_low > 0.8
+    # Without standardization the large columns decide: raw nearest centroid is near chance on the same folds.
+    group = np.arange(n) * groups // n
+    raw = np.empty(n, dtype=int)
+    for g in range(groups):
+        train, test = group != g, group == g
+        centroids = np.stack([x[train & (y == c)].mean(axis=0) for c in range(k)])
+        raw[test] = ((x[test][:, None] - centroids[None]) ** 2).sum(-1).argmin(axis=1)
+    assert np.mean(raw == y) < 0.45
+
+
+@pytest.mark.parametrize("n_seqs, k, groups", [(64, 8, 8), (70, 8, 8), (10, 3, 2), (33, 4, 8), (40, 5, 4)])
+def test_balanced_classes_put_every_class_in_every_group(n_seqs, k, groups):
+    classes = balanced_classes(n_seqs, k, groups)
+    group = np.arange(n_seqs) * groups // n_seqs
+    for g in range(groups):
+        counts = np.bincount(classes[group == g], minlength=k)
+        assert len(counts) == k and counts.min() >= 1 and counts.max() - counts.min() <= 1
+        assert set(classes[group != g]) == set(range(k))  # hence in every training fold
+
+
+def test_too_few_sequences_name_the_minimum(tiny):
+    with pytest.raises(ValueError, match=r"at least K · groups = 64"):
+        balanced_classes(63, 8, 8)
+    with pytest.raises(ValueError, match=r"at least K · groups = 16"):
+        fingerprint(tiny, n_seqs=8, seq_len=12, n_first_tokens=4, groups=4, readout_seqs=15)
+
+
+def test_varied_corpus_every_token_in_every_group(tiny):
+    corpus = varied_corpus(tiny, 24, 12, 3, seed=1, groups=4)
+    first = corpus.meta["first_token_ids"]
+    ids = np.array(corpus.position0_token_ids)
+    group = np.arange(24) * 4 // 24
+    for g in range(4):
+        assert sorted(ids[group == g].tolist()) == sorted(first * 2)
+    assert len({tuple(row) for row in corpus.tokens[:, 1:].tolist()}) == 24  # each sequence its own continuation
+
+
+def test_readout_refuses_designs_that_cannot_succeed():
+    x = np.random.default_rng(0).normal(size=(16, 3))
+    with pytest.raises(ValueError, match="one class"):
+        centroid_readout(x, [7] * 16, groups=4)
+    confined = [0] * 4 + [1] * 12  # class 0 only in group 0: the fold holding it out never sees it
+    with pytest.raises(ValueError, match=r"only in group 0"):
+        centroid_readout(x, confined, groups=4)
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_chance_is_one_over_k_and_null_centres_there(k):
+    rng = np.random.default_rng(k)
+    n, groups = 40 * k, 8
+    y = balanced_classes(n, k, groups)
+    x = rng.normal(size=(n, 6))  # no signal
+    r = centroid_readout(x, y, groups=groups, n_permutations=200, seed=1)
+    assert r.chance == 1 / k and r.n_classes == k
+    assert abs(r.permuted_chance - 1 / k) < 0.02
+    assert r.permuted_low < 1 / k < r.permuted_high
+    assert r.permuted_low <= r.accuracy <= r.permuted_high and r.p_value > 0.025
+
+
+def test_clear_signal_beats_chance_and_the_null():
+    rng = np.random.default_rng(3)
+    n, k, groups = 96, 8, 4
+    y = balanced_classes(n, k, groups)
+    x = rng.normal(size=(n, 16)) + 4.0 * np.eye(k, 16)[y]
+    r = centroid_readout(x, y, groups=groups, n_permutations=99)
+    assert r.accuracy > 0.7 and r.ci_low > 3 * r.chance
+    assert r.p_value == pytest.approx(1 / 100) and r.permuted_high < 0.3
+
+
+def test_permutation_keeps_each_groups_class_counts():
+    y = balanced_classes(50, 4, 5)
+    group = np.arange(50) * 5 // 50
+    rng = np.random.default_rng(0)
+    permuted = [permute_within_groups(y, group, rng) for _ in range(5)]
+    for p in permuted:
+        for g in range(5):
+            assert sorted(p[group == g]) == sorted(y[group == g])
+    assert any(np.any(p != y) for p in permuted)
 
 
 def test_fingerprint_result_schema_and_roundtrip(tiny, tmp_path):
-    result = fingerprint(tiny, n_seqs=8, seq_len=12, n_first_tokens=4, groups=4)
+    result = fingerprint(tiny, n_seqs=8, seq_len=12, n_first_tokens=4, groups=4, n_permutations=99)
     table = result.table
     assert list(table.columns) == COLUMNS
     assert set(table["metric"]) == {
-        "dispersion", "trajectory_cosine", "readout_accuracy", "readout_chance", "readout_chance_permuted",
-        "readout_chance_uniform", "readout_p_value",
+        "dispersion", "trajectory_cosine", "readout_accuracy", "readout_chance", "readout_chance_permuted", "readout_p_value",
     }
     assert set(table["intervention"]) == {"position0:bos", "position0:none", "position0:varied"}
+    readout_rows = table[table["metric"].str.startswith("readout")]
+    assert set(readout_rows["intervention"]) == {"position0:varied"}  # no one-class BOS readout
+    assert (table.query("metric == 'readout_chance'")["value"] == 0.25).all()
     assert table[["value", "ci_low", "ci_high"]].notna().all().all()
     assert (table["query_window"] == "all").all() and (table["head"] == -1).all()
     read_layers = sorted({layer for layer, _ in result.meta["heads"]})
-    assert sorted(result.select("readout_accuracy").query("intervention == 'position0:varied'")["layer"]) == [-1] + read_layers
+    assert sorted(result.select("readout_accuracy")["layer"]) == [-1] + read_layers
     layers = sorted(table.query("metric == 'dispersion'")["layer"].unique())
     assert layers == [-1] + list(range(tiny.n_layers + 1))
     assert result.select("dispersion").query("intervention == 'position0:bos'")["value"].max() <= 1e-6
     assert len(result.meta["heads"]) == 3 and "no head reached" in result.meta["heads_rule"]  # random weights: no sinks
     assert len(result.meta["first_token_ids"]) == 4 and result.meta["bos_check"]["passed"]
+    assert result.meta["readout_design"]["n_seqs"] == 64 == result.meta["corpora"]["position0:varied"]["n_seqs"]  # 4 · K · groups
+    assert result.meta["readout"]["position0:varied"]["n_permutations"] == 99
     loaded = Result.load(result.save(tmp_path / "fingerprint.parquet"))
     assert loaded.table.equals(table)
     assert loaded.meta["heads"] == result.meta["heads"] and loaded.meta["corpora"]["position0:varied"]["position0"] == "varied"
