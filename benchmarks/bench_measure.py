@@ -7,11 +7,14 @@ For each length T, four routes run on the same tokens (``--n-seqs`` random
 sequences, one per forward):
 
 (a) plain: a bridge forward with no hooks;
-(b) poslens: ``poslens.measure`` (streaming cell sums, then fits with intervals);
-(b') capture: the forwards with the capture hooks only (``collect_sums``), that is
-    (b) without its fits, which cost the same at every T;
+(b) poslens: ``poslens.measure`` with the probe off (both passes: the streaming cell
+    sums, then the per-sequence counterfactual's second pass; then every fit with
+    intervals);
+(b'') poslens+probe: the same with the ridge probe of METHOD §3.3 on;
+(b') capture: the two passes with their hooks only (``collect_sums``), that is
+    (b) without its fits;
 (c) naive: ``bridge.run_with_cache`` keeping every layer's scores and pattern,
-    then the same reduction and fits applied to the cached tensors.
+    then the same two reductions and fits applied to the cached tensors.
 
 Each route is timed twice and the faster run is reported (the first pays
 one-off costs); run it on an otherwise idle machine.
@@ -35,7 +38,7 @@ import subprocess
 import sys
 import time
 
-ROUTES = ("plain", "poslens", "capture", "naive")
+ROUTES = ("plain", "poslens", "poslens+probe", "capture", "naive")
 
 
 def status_mb(field: str) -> float:
@@ -113,7 +116,8 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
     from poslens.binning import Binning
     from poslens.capture import LeakageCapture
     from poslens.hooks import attn_pattern, attn_scores, run_with_hooks
-    from poslens.measure import collect_sums
+    from poslens.counterfactual_capture import CounterfactualCapture
+    from poslens.measure import add_counterfactual, collect_sums, cross_fitted_residuals
     from poslens.metrics import metrics_with_intervals
 
     device = next(model.hf_model.parameters()).device
@@ -126,11 +130,14 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
             run_with_hooks(model, corpus.tokens[k : k + 1])
     elif route == "poslens":
         poslens.measure(model, corpus, groups=n_seqs, batch_size=1, probe=False, progress=False)
+    elif route == "poslens+probe":
+        poslens.measure(model, corpus, groups=n_seqs, batch_size=1, probe=True, progress=False)
     elif route == "capture":
         collect_sums(model, corpus, groups=n_seqs, batch_size=1, probe=False, progress=False)
     elif route == "naive":
         capture = LeakageCapture(model, Binning(seq_len), groups=n_seqs, probe=False)
         wanted = {attn_scores(l) for l in range(model.n_layers)} | {attn_pattern(l) for l in range(model.n_layers)}
+        caches = []
         for k in range(n_seqs):
             with torch.inference_mode():
                 _, cache = model.bridge.run_with_cache(corpus.tokens[k : k + 1].to(device), names_filter=lambda name: name in wanted)
@@ -138,8 +145,15 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
             capture.add_structure(1)
             for layer in range(model.n_layers):
                 capture.reduce(layer, cache[attn_scores(layer)])
-            del cache
-        metrics_with_intervals(capture.sums)
+            caches.append(cache)
+        second = CounterfactualCapture(model, capture.sums.binning, cross_fitted_residuals(capture.sums))
+        for k, cache in enumerate(caches):
+            second.group = k
+            for layer in range(model.n_layers):
+                second.reduce(layer, cache[attn_scores(layer)])
+        del caches
+        add_counterfactual(capture.sums, second)
+        metrics_with_intervals(capture.sums, probe=False)
     if cuda:
         torch.cuda.synchronize()
     return time.perf_counter() - start
