@@ -7,15 +7,34 @@ the window, every visible key), writes the one-hot design matrices out
 explicitly and fits them with ``scipy.linalg.lstsq`` (LAPACK gelsy). It is slow and uses O(N·T²)
 memory, which is the point: it is the textbook definition, written once more.
 
+The decomposition is METHOD §4 version 2, written out pair by pair:
+
+- the §4.1 fit (exact offset + key-0 indicator + exact row, one-hot, full
+  column rank) by explicit least squares;
+- the mean-field counterfactual log a' = (g + β[j=0]) − logsumexp over V_i;
+- the per-sequence counterfactual, cross-fitted over the G groups: fit s on
+  the other groups, A = cell mean (query bin × offset bin) of the residual,
+  log a'(n) = log_softmax over V_i of s(n) − A;
+- ρ_mask = ⟨P(log a), P(log a')⟩ / ‖P(log a)‖² with P of §3.1 (additive and saturated);
+- version 1's logit split, kept as ``c_res_logit`` / ``c_mask_logit``.
+
+Jackknife replicates (:func:`layer_replicates`) redo every fit without one
+group, except the per-sequence counterfactual: each remaining sequence keeps
+the log a'(n) its own group's cross-fit gave it, and only P is refit.
+
 The bins are rebuilt here from METHOD §3.1's words (:class:`ReferenceBins`).
 Only hook names and the hooked forward pass (:mod:`poslens.hooks`) come from
 poslens; ``test_leakage_reference`` checks the captured scores against the
-native Hugging Face model's attention weights.
+native Hugging Face model's attention weights. :func:`reference_decomposition`
+and :func:`reference_intervals` take synthetic scores and need no model.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import contextlib
+import ctypes
+import functools
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -33,20 +52,115 @@ PER_HEAD = (
     "leakage_logit_saturated",
     "leakage_linear",
     "leakage_count",
+    # METHOD §4 version 2 with the per-sequence, cross-fitted counterfactual (the headline)
     "c_res",
     "c_mask",
-    "c_count",
     "rho_res",
     "rho_mask",
+    "c_count",
     "count_share",
-    "c_res_centered",
-    "c_mask_centered",
-    "rho_res_centered",
+    "c_res_saturated",
+    "c_mask_saturated",
+    "rho_res_saturated",
+    "rho_mask_saturated",
+    "c_count_saturated",
+    "count_share_saturated",
+    # METHOD §4 version 2 with the mean-field counterfactual (additive P)
+    "c_res_meanfield",
+    "c_mask_meanfield",
+    "rho_res_meanfield",
+    "rho_mask_meanfield",
+    # METHOD §4.5: version 1's logit split, for comparison only
+    "c_res_logit",
+    "c_mask_logit",
     "key0_mass",
     "entropy",
     "self_mass",
     "max_mass",
 )
+# Ratios of components: an aggregate of one is the ratio of aggregated components, not a mean of ratios.
+SHARES = (
+    "rho_res",
+    "rho_mask",
+    "count_share",
+    "rho_res_saturated",
+    "rho_mask_saturated",
+    "count_share_saturated",
+    "rho_res_meanfield",
+    "rho_mask_meanfield",
+)
+# Figures that need the per-sequence counterfactual: NaN when layer_metrics gets neither groups nor log_ap.
+PER_SEQUENCE = (
+    "c_res",
+    "c_mask",
+    "rho_res",
+    "rho_mask",
+    "count_share",
+    "c_res_saturated",
+    "c_mask_saturated",
+    "rho_res_saturated",
+    "rho_mask_saturated",
+    "count_share_saturated",
+)
+# Figures that need the saturated (cell one-hot) fit: NaN under saturated=False.
+SATURATED = tuple(m for m in PER_HEAD if m.endswith("_saturated"))
+
+
+def _openblas_thread_controls() -> list[tuple[Callable, Callable]]:
+    """(set, get) thread-count functions of every OpenBLAS loaded in this process (numpy's and scipy's); [] if none found."""
+    controls = []
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower() and line.split()[-1].startswith("/")})
+    except OSError:
+        return controls
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in ("scipy_openblas", "openblas"):
+            for suffix in ("64_", ""):
+                setter, getter = getattr(lib, f"{name}_set_num_threads{suffix}", None), getattr(lib, f"{name}_get_num_threads{suffix}", None)
+                if setter is not None and getter is not None:
+                    getter.restype = ctypes.c_int
+                    controls.append((setter, getter))
+                    break
+            else:
+                continue
+            break
+    return controls
+
+
+@contextlib.contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """Run OpenBLAS on one thread inside the block, then restore its thread count.
+
+    The reference's many small least-squares fits gain nothing from threads,
+    and on a shared, loaded machine OpenBLAS's threads contend (measured: the
+    reference for one tiny model took 105 s threaded, 4 s on one thread).
+    Results do not depend on it beyond rounding (~1e-15).
+    """
+    controls = _openblas_thread_controls()
+    saved = [get() for _, get in controls]
+    for set_, _ in controls:
+        set_(1)
+    try:
+        yield
+    finally:
+        for (set_, _), n in zip(controls, saved):
+            set_(n)
+
+
+def blas_one_thread(fn: Callable) -> Callable:
+    """Decorator: :func:`single_threaded_blas` around ``fn``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with single_threaded_blas():
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def group_of(n_seqs: int, groups: int) -> np.ndarray:
@@ -133,17 +247,21 @@ def fitted(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     assert np.abs(x.T @ (y - f)).max() <= 1e-10 * scale, "least-squares fit did not converge"
     return f
 
-
 class PairData:
     """The pair-level dataset of one layer and one query window.
 
-    ``y_s``, ``y_loga``: [P, H]; ``y_c``: [P]; ``n``, ``i``, ``j``: [P];
-    ``rows``: (sequence, query) of every row in the window, with the row
-    features per head.
+    ``y_s``, ``y_loga``: [P, H]; ``y_c``: [P]; ``n``, ``i``, ``j``, ``delta`` (= i − j),
+    ``row`` (an id of the row (n, i)): [P]. Every row in the window holds all
+    of its visible keys, so a softmax over a row's pairs is the softmax over V_i.
+    Also the row features per head, averaged over the rows (n, i) in the window.
     """
 
     def __init__(self, scores: np.ndarray, binning: ReferenceBins, window: str, count: Callable[[np.ndarray], np.ndarray] | None = None):
         n_seq, n_heads, t, _ = scores.shape
+        if window not in ("early", "all"):
+            raise ValueError(f"window must be 'early' or 'all', not {window!r}")
+        if binning.seq_len != t:
+            raise ValueError(f"bins for T = {binning.seq_len}, scores with T = {t}")
         visible = scores > FMIN32 / 2  # [N, H, T, T]
         if not (visible == visible[:, :1]).all():
             raise AssertionError("heads of one layer see different keys")
@@ -155,21 +273,24 @@ class PairData:
         n_visible = vis.sum(-1)  # [N, T]
         c_row = np.log(n_visible) if count is None else count(np.arange(t))[None, :].repeat(n_seq, 0)
 
-        q_hi = binning.early if window == "early" else t
+        q_hi = min(binning.early, t) if window == "early" else t
         in_window = np.zeros(t, bool)
         in_window[1:q_hi] = True
         pair = vis & in_window[None, :, None]
         nn, ii, jj = np.nonzero(pair)
         self.n, self.i, self.j = nn, ii, jj
+        self.delta = ii - jj
+        self.row = nn * t + ii
+        self.n_seqs, self.seq_len, self.n_heads = n_seq, t, n_heads
         self.y_s = scores[nn, :, ii, jj]  # [P, H]
         self.y_loga = log_a[nn, :, ii, jj]
         self.y_c = c_row[nn, ii]
-        row_mean = np.where(visible, scores, 0.0).sum(-1) / visible.sum(-1)  # [N, H, T]
-        self.y_m = row_mean[nn, :, ii]  # mean visible logit of the pair's row
         self.offset_bin = binning.offset_bin[ii - jj]
         self.query_bin = binning.query_bin[ii]
         self.n_offset_bins = binning.n_offset_bins
         self.n_query_bins = binning.n_query_bins
+        self.cell = self.query_bin * self.n_offset_bins + self.offset_bin
+        self._exact: tuple | None = None
 
         # Row features: rows (n, i) with i in the window.
         a = np.exp(log_a)  # 0 where masked
@@ -181,7 +302,6 @@ class PairData:
         self.entropy = (-plogp.sum(-1)).mean(axis=(0, 2))
         self.self_mass = rows[:, :, np.arange(len(q_idx)), q_idx].mean(axis=(0, 2))
         self.max_mass = rows.max(-1).mean(axis=(0, 2))
-        self.n_heads = n_heads
 
     # Design matrices, written out with full column rank: bins with no pair in
     # the window are left out, and model F drops the first query bin present
@@ -195,8 +315,7 @@ class PairData:
         return np.hstack([self.design_r(), present(one_hot(self.query_bin, self.n_query_bins))[:, 1:]])
 
     def design_s(self) -> np.ndarray:
-        cell = self.query_bin * self.n_offset_bins + self.offset_bin
-        _, code = np.unique(cell, return_inverse=True)
+        _, code = np.unique(self.cell, return_inverse=True)
         return one_hot(code)
 
     def design_linear(self, full: bool) -> np.ndarray:
@@ -206,6 +325,25 @@ class PairData:
             cols.append(self.i.astype(float))
         return np.column_stack(cols)
 
+    def design_exact(self) -> tuple[np.ndarray, np.ndarray, bool]:
+        """METHOD §4.1's design: [one-hot exact offset, [j = 0], one-hot exact row].
+
+        Offsets and rows with no pair are left out, and so is the first row
+        present (the one null direction: a constant shared by g and the row
+        effects). Returns (X, the offsets of X's first columns, whether the
+        key-0 column is there); X is checked to have full column rank.
+        """
+        if self._exact is None:
+            offsets = one_hot(self.delta, self.seq_len)
+            offset_values = np.nonzero(offsets.sum(0) > 0)[0]
+            key0 = (self.j == 0).astype(float)[:, None]
+            has_key0 = bool(key0.any())
+            rows = present(one_hot(self.i, self.seq_len))[:, 1:]
+            x = np.hstack([offsets[:, offset_values]] + ([key0] if has_key0 else []) + [rows])
+            check_full_rank(x, self.i * self.seq_len + self.j)
+            self._exact = (x, offset_values, has_key0)
+        return self._exact
+
 
 def present(x: np.ndarray) -> np.ndarray:
     """The columns of a one-hot design that have at least one pair."""
@@ -213,33 +351,138 @@ def present(x: np.ndarray) -> np.ndarray:
 
 
 def sst(y: np.ndarray) -> np.ndarray:
-    return ((y - y.mean(0)) ** 2).sum(0)
+    """Total sum of squares per column; NaN for a column that is constant up to rounding (its R² is undefined)."""
+    total = ((y - y.mean(0)) ** 2).sum(0)
+    return np.where(total > 1e-20 * (y**2).sum(0), total, np.nan)
 
 
-def layer_metrics(data: PairData, saturated: bool = True) -> dict[str, np.ndarray]:
+def check_full_rank(x: np.ndarray, key: np.ndarray) -> None:
+    """Assert full column rank; ``key`` [P] identifies (i, j), on which a pair's design row only depends."""
+    _, first = np.unique(key, return_index=True)
+    rank = np.linalg.matrix_rank(x[first])
+    assert rank == x.shape[1], f"§4.1 design has rank {rank} < {x.shape[1]} columns"
+
+
+def row_log_softmax(row: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """log_softmax of x [P, H] within each row id (every row's pairs are all of its visible keys)."""
+    _, r = np.unique(row, return_inverse=True)
+    peak = np.full((r.max() + 1, x.shape[1]), -np.inf)
+    np.maximum.at(peak, r, x)
+    total = np.zeros_like(peak)
+    np.add.at(total, r, np.exp(x - peak[r]))
+    return x - peak[r] - np.log(total[r])
+
+
+def exact_fit(data: PairData, y: np.ndarray, train: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """METHOD §4.1: OLS of y [P, H] on the exact design over the pairs ``train`` (default: all).
+
+    Returns g [T, H] (NaN at offsets with no pair), β [H] (0 if no key-0 pair)
+    and the full fitted values g + β[j=0] + h(i) on every pair [P, H]. g is
+    fixed up to a constant shared with h by dropping the first row column.
+    """
+    x, offset_values, has_key0 = data.design_exact()
+    xt, yt = (x, y) if train is None else (x[train], y[train])
+    if train is not None:
+        check_full_rank(xt, (data.i * data.seq_len + data.j)[train])
+    coef = lstsq(xt, yt)
+    scale = np.abs(xt).sum(0).max() * max(np.abs(yt).max(), 1.0)
+    assert np.abs(xt.T @ (yt - xt @ coef)).max() <= 1e-10 * scale, "§4.1 least squares did not converge"
+    k = len(offset_values)
+    g = np.full((data.seq_len, y.shape[1]), np.nan)
+    g[offset_values] = coef[:k]
+    beta = coef[k] if has_key0 else np.zeros(y.shape[1])
+    return g, beta, x @ coef
+
+
+def relative_part(data: PairData, g: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """g(i − j) + β·[j = 0] on every pair [P, H]."""
+    out = g[data.delta] + beta[None, :] * (data.j == 0)[:, None]
+    assert np.isfinite(out).all(), "a pair's offset has no fitted g"
+    return out
+
+
+def meanfield_log_ap(data: PairData) -> np.ndarray:
+    """METHOD §4.1's mean-field counterfactual: fit log a, then log a' = log_softmax over V_i of g + β[j=0]. [P, H]."""
+    g, beta, _ = exact_fit(data, data.y_loga)
+    return row_log_softmax(data.row, relative_part(data, g, beta))
+
+
+@blas_one_thread
+def perseq_log_ap(data: PairData, groups: int) -> np.ndarray:
+    """The per-sequence counterfactual, cross-fitted over ``groups`` contiguous groups of data's sequences. [P, H].
+
+    For group γ: fit s on the pairs of the other groups (g, β, h_s), take
+    their residual r = s − g − β[j=0] − h_s(i), A_{c,b} = mean of r over
+    those pairs in cell (query bin c, offset bin b); then each sequence n of
+    γ gets log a'_ij(n) = log_softmax over V_i of s_ij(n) − A_{c(i), b(i−j)}.
+    """
+    if groups < 2:
+        raise ValueError("cross-fitting needs at least 2 groups")
+    g_pair = group_of(data.n_seqs, groups)[data.n]
+    n_cells = data.n_query_bins * data.n_offset_bins
+    out = np.full_like(data.y_s, np.nan)
+    for gamma in range(groups):
+        train, test = g_pair != gamma, g_pair == gamma
+        _, _, fit = exact_fit(data, data.y_s, train)
+        resid = data.y_s[train] - fit[train]
+        sums = np.zeros((n_cells, data.n_heads))
+        np.add.at(sums, data.cell[train], resid)
+        counts = np.bincount(data.cell[train], minlength=n_cells)
+        assert (counts[data.cell[test]] > 0).all(), "a held-out pair's cell has no training pair"
+        a_abs = sums / np.maximum(counts, 1)[:, None]
+        out[test] = row_log_softmax(data.row[test], data.y_s[test] - a_abs[data.cell[test]])
+    assert np.isfinite(out).all()
+    return out
+
+
+@blas_one_thread
+def layer_metrics(data: PairData, saturated: bool = True, groups: int | None = None, log_ap: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every per-head figure of one layer and window, from explicit least squares.
 
+    The per-sequence counterfactual is ``log_ap`` [P, H] if given (a jackknife
+    replicate passes the full cross-fit's, restricted to its sequences), else
+    cross-fitted here over ``groups``; with neither, its figures are NaN.
     ``saturated=False`` skips the (largest) cell-one-hot fit; its figures are then NaN.
     """
     h = data.n_heads
-    y = np.column_stack([data.y_s, data.y_loga, data.y_c, data.y_m])  # [P, 3H + 1]
+    if log_ap is None and groups is not None:
+        log_ap = perseq_log_ap(data, groups)
+    has_perseq = log_ap is not None
+    if not has_perseq:
+        log_ap = data.y_loga  # a placeholder fitted alongside; its figures are set to NaN below
+    assert log_ap.shape == data.y_s.shape
+    log_ap_mf = meanfield_log_ap(data)
+    # columns: s [H], log a [H], c [1], log a' per sequence [H], log a' mean-field [H]
+    y = np.column_stack([data.y_s, data.y_loga, data.y_c, log_ap, log_ap_mf])
+    s_, la_, c_, ap_, mf_ = slice(0, h), slice(h, 2 * h), 2 * h, slice(2 * h + 1, 3 * h + 1), slice(3 * h + 1, 4 * h + 1)
     f_r = fitted(data.design_r(), y)
     f_f = fitted(data.design_f(), y)
     f_s = fitted(data.design_s(), y) if saturated else np.full_like(y, np.nan)
     total = sst(y)
-    p = f_f - f_r
-    leak = (p**2).sum(0) / total  # = R²_F − R²_R
+    p = f_f - f_r  # P(y), additive
+    p_sat = f_s - f_r  # P(y), saturated
+    leak = (p**2).sum(0) / total  # = R²_F − R²_R (NaN for a constant y, e.g. the logits of a constant head)
     leak_check = (((y - f_r) ** 2).sum(0) - ((y - f_f) ** 2).sum(0)) / total
-    assert np.allclose(leak, leak_check, atol=1e-11, rtol=0), np.abs(leak - leak_check).max()
-    sat = ((f_s - f_r) ** 2).sum(0) / total
-    p_s, p_la, p_c, p_m = p[:, :h], p[:, h : 2 * h], p[:, 2 * h], p[:, 2 * h + 1 :]
-    p_logz = p_s - p_la
-    norm = (p_la**2).sum(0)
-    rho_res = (p_la * p_s).sum(0) / norm
-    rho_mask = (p_la * -p_logz).sum(0) / norm
-    rho_count = (p_la * -p_c[:, None]).sum(0) / norm
-    rho_centred = (p_la * (p_s - p_m)).sum(0) / norm
-    l_pattern = leak[h : 2 * h]
+    sat = (p_sat**2).sum(0) / total
+    assert np.allclose(leak, leak_check, atol=1e-11, rtol=0, equal_nan=True), np.abs(leak - leak_check).max()
+
+    def shares(pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """ρ_mask (per sequence), ρ_mask (mean-field), ρ_count, ρ_logit under projection pp."""
+        pla = pp[:, la_]
+        norm = (pla**2).sum(0)
+        return (
+            (pla * pp[:, ap_]).sum(0) / norm,
+            (pla * pp[:, mf_]).sum(0) / norm,
+            (pla * -pp[:, [c_]]).sum(0) / norm,
+            (pla * pp[:, s_]).sum(0) / norm,
+        )
+
+    rho_mask, rho_mask_mf, rho_count, rho_logit = shares(p)
+    rho_mask_sat, _, rho_count_sat, _ = shares(p_sat) if saturated else (np.full(h, np.nan),) * 4
+    if not has_perseq:
+        rho_mask = np.full(h, np.nan)
+        rho_mask_sat = np.full(h, np.nan)
+    l_pattern, l_sat = leak[la_], sat[la_]
 
     ys = data.y_s
     r2_full = 1 - ((ys - fitted(data.design_linear(True), ys)) ** 2).sum(0) / sst(ys)
@@ -247,20 +490,29 @@ def layer_metrics(data: PairData, saturated: bool = True) -> dict[str, np.ndarra
 
     return {
         "leakage_pattern": l_pattern,
-        "leakage_logit": leak[:h],
-        "leakage_pattern_saturated": sat[h : 2 * h],
-        "leakage_logit_saturated": sat[:h],
+        "leakage_logit": leak[s_],
+        "leakage_pattern_saturated": l_sat,
+        "leakage_logit_saturated": sat[s_],
         "leakage_linear": r2_full - r2_rel,
-        "leakage_count": np.full(h, leak[2 * h]),
-        "c_res": rho_res * l_pattern,
+        "leakage_count": np.full(h, leak[c_]),
+        "c_res": (1 - rho_mask) * l_pattern,
         "c_mask": rho_mask * l_pattern,
-        "c_count": rho_count * l_pattern,
-        "rho_res": rho_res,
-        "c_res_centered": rho_centred * l_pattern,
-        "c_mask_centered": (1 - rho_centred) * l_pattern,
-        "rho_res_centered": rho_centred,
+        "rho_res": 1 - rho_mask,
         "rho_mask": rho_mask,
+        "c_count": rho_count * l_pattern,
         "count_share": (rho_count * l_pattern) / (rho_mask * l_pattern),
+        "c_res_saturated": (1 - rho_mask_sat) * l_sat,
+        "c_mask_saturated": rho_mask_sat * l_sat,
+        "rho_res_saturated": 1 - rho_mask_sat,
+        "rho_mask_saturated": rho_mask_sat,
+        "c_count_saturated": rho_count_sat * l_sat,
+        "count_share_saturated": (rho_count_sat * l_sat) / (rho_mask_sat * l_sat),
+        "c_res_meanfield": (1 - rho_mask_mf) * l_pattern,
+        "c_mask_meanfield": rho_mask_mf * l_pattern,
+        "rho_res_meanfield": 1 - rho_mask_mf,
+        "rho_mask_meanfield": rho_mask_mf,
+        "c_res_logit": rho_logit * l_pattern,
+        "c_mask_logit": (1 - rho_logit) * l_pattern,
         "key0_mass": data.key0_mass,
         "entropy": data.entropy,
         "self_mass": data.self_mass,
@@ -268,6 +520,46 @@ def layer_metrics(data: PairData, saturated: bool = True) -> dict[str, np.ndarra
     }
 
 
+@blas_one_thread
+def layer_replicates(
+    scores: np.ndarray,
+    binning: ReferenceBins,
+    window: str,
+    groups: int,
+    count: Callable[[np.ndarray], np.ndarray] | None = None,
+    saturated: bool = False,
+    log_ap: np.ndarray | None = None,
+    refit_counterfactual: bool = False,
+) -> list[dict[str, np.ndarray]]:
+    """The G leave-one-group-out replicates of :func:`layer_metrics` for one layer [N, H, T, T] and window.
+
+    Replicate γ' drops group γ' and refits everything (P, the mean-field g
+    and β) on the rest, except the per-sequence counterfactual: the remaining
+    sequences keep the log a'(n) of the full cross-fit (``log_ap``, computed
+    here if not given), and only P is refit on them.
+
+    ``refit_counterfactual=True`` is a diagnostic, not the specified interval:
+    each replicate redoes the cross-fit among its own G − 1 groups, so the
+    interval also carries the estimation noise of A.
+    """
+    full = PairData(scores, binning, window, count)
+    if log_ap is None:
+        log_ap = perseq_log_ap(full, groups)
+    seq_group = group_of(scores.shape[0], groups)
+    reps = []
+    for drop in range(groups):
+        keep_seq = seq_group != drop
+        keep_pair = keep_seq[full.n]
+        sub = PairData(scores[keep_seq], binning, window, count)
+        # the replicate's pairs are the full data's pairs of the kept sequences, in the same order
+        assert np.array_equal(np.nonzero(keep_seq)[0][sub.n], full.n[keep_pair])
+        assert np.array_equal(sub.i, full.i[keep_pair]) and np.array_equal(sub.j, full.j[keep_pair])
+        sub_ap = perseq_log_ap(sub, groups - 1) if refit_counterfactual else log_ap[keep_pair]
+        reps.append(layer_metrics(sub, saturated=saturated, log_ap=sub_ap))
+    return reps
+
+
+@blas_one_thread
 def heldout_leakage(data: PairData, groups: int, n_seqs: int, head: int, which: str = "loga") -> tuple[float, np.ndarray]:
     """Cross-fitted ΔR² of one head: fit R and F on all groups but g, score on g.
 
@@ -297,13 +589,79 @@ def jackknife(estimate: float, replicates: np.ndarray) -> tuple[float, float]:
     return estimate - t * se, estimate + t * se
 
 
-def naive_table(scores: list[np.ndarray], binning: ReferenceBins, windows: Sequence[str] = ("early", "all"), count=None) -> dict:
-    """{(layer, window): {metric: [H]}} for every layer of a captured model."""
+@blas_one_thread
+def naive_table(
+    scores: list[np.ndarray],
+    binning: ReferenceBins,
+    groups: int,
+    windows: Sequence[str] = ("early", "all"),
+    count: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> dict:
+    """{(layer, window): {metric: [H]}} for every layer of a captured model (per-sequence figures cross-fitted over ``groups``)."""
     return {
-        (layer, w): layer_metrics(PairData(s, binning, w, count))
+        (layer, w): layer_metrics(PairData(s, binning, w, count), groups=groups)
         for layer, s in enumerate(scores)
         for w in windows
     }
+
+
+def intervals(full: dict[str, np.ndarray], reps: list[dict[str, np.ndarray]], metrics: Sequence[str] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """{metric: (estimate [H], low [H], high [H])}: per-head jackknife intervals from :func:`layer_replicates`."""
+    out = {}
+    for metric in metrics or full:
+        est = np.asarray(full[metric], float)
+        rep = np.array([r[metric] for r in reps])  # [G, H]
+        bounds = [jackknife(est[k], rep[:, k]) for k in range(est.size)]
+        out[metric] = (est, np.array([b[0] for b in bounds]), np.array([b[1] for b in bounds]))
+    return out
+
+
+@blas_one_thread
+def naive_intervals(
+    scores: list[np.ndarray],
+    binning: ReferenceBins,
+    groups: int,
+    windows: Sequence[str] = ("early", "all"),
+    count: Callable[[np.ndarray], np.ndarray] | None = None,
+    saturated: bool = True,
+) -> dict:
+    """{(layer, window): {metric: (estimate [H], low [H], high [H])}} for every layer of a captured model."""
+    out = {}
+    for layer, s in enumerate(scores):
+        for w in windows:
+            data = PairData(s, binning, w, count)
+            log_ap = perseq_log_ap(data, groups)
+            full = layer_metrics(data, saturated=saturated, log_ap=log_ap)
+            reps = layer_replicates(s, binning, w, groups, count, saturated=saturated, log_ap=log_ap)
+            out[(layer, w)] = intervals(full, reps)
+    return out
+
+
+@blas_one_thread
+def reference_decomposition(
+    scores: np.ndarray,
+    early: int,
+    groups: int,
+    windows: Sequence[str] = ("early", "all"),
+    count: Callable[[np.ndarray], np.ndarray] | None = None,
+    saturated: bool = True,
+) -> dict[str, dict[str, np.ndarray]]:
+    """{window: {metric: [H]}} for one layer's scores [N, H, T, T] (masked entries at :data:`FMIN32`); no model needed."""
+    binning = ReferenceBins(scores.shape[-1], early)
+    return {w: layer_metrics(PairData(scores, binning, w, count), saturated=saturated, groups=groups) for w in windows}
+
+
+@blas_one_thread
+def reference_intervals(
+    scores: np.ndarray,
+    early: int,
+    groups: int,
+    windows: Sequence[str] = ("early", "all"),
+    count: Callable[[np.ndarray], np.ndarray] | None = None,
+    saturated: bool = True,
+) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """{window: {metric: (estimate [H], low [H], high [H])}} for one layer's scores [N, H, T, T]; no model needed."""
+    return {w: v for (_, w), v in naive_intervals([scores], ReferenceBins(scores.shape[-1], early), groups, windows, count, saturated).items()}
 
 
 def lookup(frame) -> dict:
