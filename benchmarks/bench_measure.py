@@ -146,7 +146,7 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
             for layer in range(model.n_layers):
                 capture.reduce(layer, cache[attn_scores(layer)])
             caches.append(cache)
-        second = CounterfactualCapture(model, capture.sums.binning, cross_fitted_residuals(capture.sums))
+        second = CounterfactualCapture(model, capture.sums.binning, cross_fitted_residuals(capture.sums), n_seqs)
         for k, cache in enumerate(caches):
             second.group = k
             for layer in range(model.n_layers):

@@ -6,7 +6,7 @@ import platform
 import time
 from types import SimpleNamespace
 from datetime import datetime, timezone
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -141,7 +141,7 @@ def collect_sums(
         capture.add_structure(len(index))
         run_with_hooks(model, tokens, extra + capture.hooks())
     sums = distributed.all_reduce_sums(capture.sums)
-    second = CounterfactualCapture(model, sums.binning, cross_fitted_residuals(sums))
+    second = CounterfactualCapture(model, sums.binning, cross_fitted_residuals(sums), groups)
     for group, index in tqdm(plan, desc=f"{description} (counterfactual)", unit="batch", disable=not show, leave=False):
         tokens = corpus.tokens[index]
         extra = [h for iv in interventions for h in iv.hooks(model, tokens)]
@@ -151,32 +151,53 @@ def collect_sums(
     return sums
 
 
-def cross_fitted_residuals(sums: CellSums) -> dict[str, np.ndarray]:
-    """For each window, the absolute component A that group g's sequences remove: fitted without g, [G, L, H, C·B].
+def cross_fitted_residuals(sums: CellSums) -> Callable[[int], dict[str, np.ndarray]]:
+    """For the sequences of group g, the absolute components A they remove, per window: [G, L, H, C·B].
+
+    Variant v = g is fitted without group g (the estimate); variant v ≠ g without
+    groups g and v (the jackknife replicate that deletes v refits it). The
+    returned function keeps the last group's arrays: batches come group by group.
 
     Example:
-        >>> a = cross_fitted_residuals(sums)  # doctest: +SKIP
+        >>> a = cross_fitted_residuals(sums)(0)  # doctest: +SKIP
         >>> a["all"].shape[0] == sums.n_groups  # doctest: +SKIP
         True
     """
-    return {
-        w: np.stack([residuals(sums.leave_out(g), sums.binning, sums.layer_windows, w) for g in range(sums.n_groups)])
-        for w in WINDOWS
-    }
+    cache: dict[int, dict[str, np.ndarray]] = {}
+
+    def of(group: int) -> dict[str, np.ndarray]:
+        if group not in cache:
+            cache.clear()
+            left_out = [sums.leave_out_groups({group, variant}) for variant in range(sums.n_groups)]
+            cache[group] = {
+                w: np.stack([residuals(p, sums.binning, sums.layer_windows, w) for p in left_out]) for w in WINDOWS
+            }
+        return cache[group]
+
+    return of
 
 
 def add_counterfactual(sums: CellSums, second: CounterfactualCapture) -> None:
-    """Fill ``sums``' ``cf_*`` arrays from a finished second pass (all-reduced across ranks first).
+    """Fill ``sums``' ``cf_*`` (per group) and ``cf_*_rep`` (per replicate) arrays from a finished second pass.
+
+    The second pass's row sums are all-reduced across ranks first.
 
     Example:
         >>> add_counterfactual(sums, second_pass)  # doctest: +SKIP
     """
+    log_z = {w: distributed.all_reduce_array(second.log_partition[w]) for w in WINDOWS}
     for w in WINDOWS:
-        log_z = distributed.all_reduce_array(second.log_partition[w])
-        for g in range(sums.n_groups):
-            sums.arrays[f"cf_{w}"][g] = counterfactual_sums(
-                sums.group(g), sums.binning, sums.layer_windows, w, second.residuals[w][g], log_z[g]
-            )
+        sums.arrays[f"cf_{w}_rep"][:] = 0.0
+    for group in range(sums.n_groups):
+        residual = second.residuals_of(group)
+        own = sums.group(group)
+        for w in WINDOWS:
+            for variant in range(sums.n_groups):
+                cells = counterfactual_sums(own, sums.binning, sums.layer_windows, w, residual[w][variant], log_z[w][group, variant])
+                if variant == group:
+                    sums.arrays[f"cf_{w}"][group] = cells
+                else:
+                    sums.arrays[f"cf_{w}_rep"][variant] += cells
 
 
 def measure_scores(
@@ -211,7 +232,7 @@ def measure_scores(
         for layer, x in enumerate(scores):
             capture.reduce(layer, x[index])
     sums = capture.sums
-    second = CounterfactualCapture(model, sums.binning, cross_fitted_residuals(sums))
+    second = CounterfactualCapture(model, sums.binning, cross_fitted_residuals(sums), groups)
     for g in range(groups):
         index = np.nonzero(assignment == g)[0]
         second.group = g

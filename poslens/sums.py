@@ -33,10 +33,14 @@ soff_all   G, L, H, T         s_{i,i−Δ} per exact offset Δ, rows 1 ≤ i < T
 soff_early G, L, H, Q         the same over the early rows 1 ≤ i < Q (Q capped at T)
 cf_all     G, L, H, C, B      log a'_ij(n) of the per-sequence counterfactual, all-window fit
 cf_early   G, L, H, C, B      the same for the early window's own fit (cells outside it: 0)
+cf_*_rep   G, L, H, C, B      row g: the jackknife replicate without group g, whole
 ========== ================== =====================================================
 
 The ``cf_*`` sums come from the second pass (:mod:`poslens.counterfactual_capture`):
 each group's counterfactual uses the fit on the other groups (cross-fitting).
+Replicates refit that fit too, so they are not the sum over the other groups:
+:meth:`CellSums.leave_out` takes them from ``cf_*_rep``, and :meth:`CellSums.pooled`
+and :meth:`CellSums.group` leave the ``_rep`` arrays out.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import numpy as np
 from poslens.binning import Binning
 
 FEATURES = ("key0_mass", "entropy", "self_mass", "max_mass")
+REPLICATE = "_rep"  # suffix of arrays that hold whole jackknife replicates, not per-group sums
 WINDOWS = ("early", "all")
 
 
@@ -74,6 +79,7 @@ def array_shapes(groups: int, layers: int, heads: int, binning: Binning) -> dict
         "nseq": (g,),
         "srow": (g, l, h, t), "skey0": (g, l, h, t), "soff_all": (g, l, h, t), "soff_early": (g, l, h, q),
         "cf_all": (g, l, h, c, b), "cf_early": (g, l, h, c, b),
+        "cf_all_rep": (g, l, h, c, b), "cf_early_rep": (g, l, h, c, b),
     }
 
 
@@ -186,7 +192,7 @@ class CellSums:
             >>> float(s.pooled()["n"][0, 0, 0]), s.pooled()["n"].shape
             (6.0, (1, 16, 16))
         """
-        return {k: v.sum(axis=0) for k, v in self.arrays.items()}
+        return {k: v.sum(axis=0) for k, v in self.arrays.items() if not k.endswith(REPLICATE)}
 
     def leave_out(self, group: int) -> dict[str, np.ndarray]:
         """Sums over all groups but ``group`` (a jackknife replicate).
@@ -197,7 +203,21 @@ class CellSums:
             >>> float(s.leave_out(1)["n"][0, 0, 0])   # 1 + 3
             4.0
         """
-        return {k: v.sum(axis=0) - v[group] for k, v in self.arrays.items()}
+        out = {k: v.sum(axis=0) - v[group] for k, v in self.arrays.items() if not k.endswith(REPLICATE)}
+        out.update({k[: -len(REPLICATE)]: v[group] for k, v in self.arrays.items() if k.endswith(REPLICATE)})
+        return out
+
+    def leave_out_groups(self, groups: set[int]) -> dict[str, np.ndarray]:
+        """Sums over all groups but those in ``groups`` (per-group arrays only; no replicate arrays).
+
+        Example:
+            >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
+            >>> s.arrays["n"][:, 0, 0, 0] = [1.0, 2.0, 3.0]
+            >>> float(s.leave_out_groups({0, 2})["n"][0, 0, 0])
+            2.0
+        """
+        keep = [g for g in range(self.n_groups) if g not in groups]
+        return {k: v[keep].sum(axis=0) for k, v in self.arrays.items() if not k.endswith(REPLICATE)}
 
     def group(self, group: int) -> dict[str, np.ndarray]:
         """Sums of one group.
@@ -208,7 +228,7 @@ class CellSums:
             >>> float(s.group(2)["n"][0, 0, 0]), s.group(2)["n"].shape
             (3.0, (1, 16, 16))
         """
-        return {k: v[group] for k, v in self.arrays.items()}
+        return {k: v[group] for k, v in self.arrays.items() if not k.endswith(REPLICATE)}
 
     def __add__(self, other: "CellSums") -> "CellSums":
         if self.binning != other.binning or self.arrays["s1"].shape != other.arrays["s1"].shape:
