@@ -155,8 +155,9 @@ def cross_fitted_residuals(sums: CellSums) -> Callable[[int], dict[str, np.ndarr
     """For the sequences of group g, the absolute components A they remove, per window: [G, L, H, C·B].
 
     Variant v = g is fitted without group g (the estimate); variant v ≠ g without
-    groups g and v (the jackknife replicate that deletes v refits it). The
-    returned function keeps the last group's arrays: batches come group by group.
+    groups g and v (the jackknife replicate that deletes v refits it). With two
+    groups nothing is left to refit on, so the replicate keeps A fitted without g.
+    The returned function keeps the last group's arrays: batches come group by group.
 
     Example:
         >>> a = cross_fitted_residuals(sums)(0)  # doctest: +SKIP
@@ -168,7 +169,8 @@ def cross_fitted_residuals(sums: CellSums) -> Callable[[int], dict[str, np.ndarr
     def of(group: int) -> dict[str, np.ndarray]:
         if group not in cache:
             cache.clear()
-            left_out = [sums.leave_out_groups({group, variant}) for variant in range(sums.n_groups)]
+            drop = [{group, variant} if sums.n_groups > 2 else {group} for variant in range(sums.n_groups)]
+            left_out = [sums.leave_out_groups(groups) for groups in drop]
             cache[group] = {
                 w: np.stack([residuals(p, sums.binning, sums.layer_windows, w) for p in left_out]) for w in WINDOWS
             }

@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 API_MODULES = (
     "models", "registry", "variants", "corpus", "measure", "results", "hooks", "capture", "sums", "binning",
-    "stats", "decompose", "metrics", "sinks", "interventions", "effects", "architectures", "fingerprint",
+    "stats", "counterfactual", "counterfactual_capture", "decompose", "metrics", "sinks", "interventions", "effects", "architectures", "fingerprint",
     "claims", "study", "testing", "distributed", "memory", "plots", "report", "model_cache",
 )
 
