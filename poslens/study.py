@@ -70,18 +70,18 @@ class Settings:
         """The full preset, sized to finish within an hour on 2 CPU cores, with ``overrides``.
 
         Sizes come from the quick run's interval widths (docs/findings.md): twice
-        the sequences and length for the measured parts, four times the sequences
+        the sequences and length for the measured parts, twice the sequences
         for the architecture comparison, and the quick preset's four cases (more
         sequences before more cases: each C4 comparison needs narrow intervals).
 
         Example:
             >>> s = Settings.full(seq_len=512)
             >>> s.n_seqs, s.seq_len, s.compare_seqs, s.compare_len, s.compare_quick
-            (32, 512, 32, 640, True)
+            (32, 512, 16, 640, True)
         """
         base = dict(
             n_seqs=32, seq_len=256, fingerprint_seqs=64, fingerprint_len=64,
-            compare_seqs=32, compare_len=640, compare_quick=True,
+            compare_seqs=16, compare_len=640, compare_quick=True,
         )
         return cls(**{**base, **overrides})
 
