@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import platform
+import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -283,6 +287,8 @@ def report(
     import json
     import time as _time
 
+    import torch
+
     from poslens.report import build_report
     from poslens.study import Settings, Study
 
@@ -323,6 +329,9 @@ def report(
     run = {
         "poslens_version": poslens.__version__,
         "preset": "quick" if quick else "full",
+        "command": "poslens " + " ".join(sys.argv[1:]),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "cuda": torch.cuda.is_available()},
         "settings": settings_dict,
         "models": models,
         "corpus": leakage_meta.get("corpus"),

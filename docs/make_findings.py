@@ -1,0 +1,501 @@
+"""Write the findings page (``docs/findings.md``) from the tables of a ``poslens report`` run folder.
+
+Reads what ``poslens report`` writes into its folder: ``claims.csv``,
+``run.json`` and the parts ``leakage``, ``sinks``, ``bos-swap``,
+``ablate-sinks``, ``fingerprint`` and ``compare`` (``.parquet``: the tidy
+table and its provenance, as :meth:`poslens.results.Result.load` reads them,
+without the cell sums). Every figure on the page is taken from
+those tables; the page only selects and formats them. A part that is missing
+from the folder is named as such on the page instead of failing.
+
+Usage::
+
+    .venv/bin/python docs/make_findings.py [--results results/full] [--out docs/findings.md]
+
+The page is meant for the full run (``poslens report --full --out results/full``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+import os
+import platform
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+import pyarrow.parquet as pq
+
+from poslens.results import META_KEY, Result
+
+PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "compare")
+WINDOW_TEXT = {"early": "early queries (1 ≤ i < Q)", "all": "all queries (1 ≤ i < T)"}
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def decimals(x: float) -> int:
+    """Decimals that show four significant digits of ``x`` (4 for zero, at most 8)."""
+    if x == 0 or not math.isfinite(x):
+        return 4
+    return min(8, max(1, 3 - math.floor(math.log10(abs(x)))))
+
+
+def num(x: Any, places: int | None = None) -> str:
+    """A figure with four significant digits (or ``places`` decimals); missing values as an em dash."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    x = float(x)
+    text = f"{x:.{decimals(x) if places is None else places}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def count(x: Any) -> str:
+    """A count (stored as float in the tidy table)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return str(int(round(float(x))))
+
+
+def with_interval(value: Any, low: Any, high: Any) -> str:
+    """``value [low, high]``, all three with the decimals that show four significant digits of the value."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return f"— [{num(low)}, {num(high)}]"
+    places = decimals(float(value))
+    return f"{num(value, places)} [{num(low, places)}, {num(high, places)}]"
+
+
+def cell(text: Any) -> str:
+    """Text safe inside a Markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(header: list[str], rows: Iterable[list[Any]], align: list[str] | None = None) -> str:
+    """A Markdown table; ``align`` holds ``l`` or ``r`` per column (default: first left, rest right)."""
+    align = align or ["l"] + ["r"] * (len(header) - 1)
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def layer_order(layers: Iterable[int]) -> list[int]:
+    """Layers 0, 1, … then the aggregate −1 last."""
+    return sorted(set(int(x) for x in layers), key=lambda layer: (layer < 0, layer))
+
+
+def layer_name(layer: int) -> str:
+    return "layers ≥ 1 (aggregate)" if layer == -1 else str(layer)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_table(path: Path) -> Result:
+    """A part's tidy table and provenance, without its cell sums.
+
+    :meth:`Result.load` also reads the ``.sums.npz`` twin, which this page never
+    needs and which an older or newer poslens may refuse to read; the table and
+    its metadata are all the page uses.
+    """
+    table = pq.read_table(path)
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    return Result(table.to_pandas(), json.loads(raw) if raw else {})
+
+
+def load_parts(folder: Path) -> dict[str, Result]:
+    """Each part present in ``folder`` as a Result (table and metadata)."""
+    parts = {}
+    for name in PARTS:
+        path = folder / f"{name}.parquet"
+        if path.exists():
+            parts[name] = load_table(path)
+    return parts
+
+
+def rows_of(result: Result, metric: str, **where: Any) -> pd.DataFrame:
+    """Rows of ``metric`` with column == value for each keyword (``query_window``, ``layer``, ``head``, …)."""
+    t = result.table
+    t = t[t["metric"] == metric]
+    for column, wanted in where.items():
+        t = t[t[column] == wanted]
+    return t
+
+
+def missing(name: str) -> str:
+    return f"*`{name}.parquet` is not in this run folder: not measured.*\n"
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def provenance(folder: Path, run: dict[str, Any], parts: dict[str, Result]) -> str:
+    """Command, date, machine, software and models of the run."""
+    lines = ["## The run", ""]
+
+    command = run.get("command")
+    if isinstance(command, list):
+        command = " ".join(str(c) for c in command)
+    if command:
+        lines.append(f"- **Command:** `{command}`")
+    elif run.get("preset"):
+        lines.append(f"- **Command:** `poslens report --{run['preset']} --out {folder}` "
+                     "(reconstructed from the preset recorded in `run.json`, which does not record the command line)")
+    else:
+        lines.append("- **Command:** not recorded in `run.json`")
+
+    date = run.get("date") or run.get("created") or run.get("finished") or run.get("started")
+    if date:
+        lines.append(f"- **Date:** {date}")
+    else:
+        created = sorted({str(p.meta.get("created")) for p in parts.values() if p.meta.get("created")})
+        for p in parts.values():
+            created += [str(m.get("created")) for m in p.meta.get("parts", []) if m.get("created")]
+        created = sorted(set(created))
+        if created:
+            span = created[0] if len(created) == 1 else f"{created[0]} to {created[-1]}"
+            lines.append(f"- **Date:** {span} (the `created` times of the parts' metadata; `run.json` records no date)")
+        else:
+            lines.append("- **Date:** not recorded")
+
+    machine = run.get("machine") or run.get("host") or run.get("platform")
+    if machine:
+        if isinstance(machine, dict):
+            machine = ", ".join(f"{k}: {v}" for k, v in machine.items())
+        lines.append(f"- **Machine:** {machine}")
+    else:
+        gpu = "no CUDA GPU"
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                gpu = f"{torch.cuda.device_count()} CUDA GPU(s): {torch.cuda.get_device_name(0)}"
+        except Exception:  # torch missing or broken: say nothing more than "no CUDA GPU" found
+            pass
+        lines.append(f"- **Machine:** not recorded in `run.json`; the machine that generated this page is "
+                     f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, {gpu} "
+                     "(assumed to be the machine of the run)")
+
+    if run.get("poslens_version"):
+        lines.append(f"- **poslens:** {run['poslens_version']}")
+    versions = run.get("versions") or {}
+    if versions:
+        lines.append("- **Software:** " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    timings = run.get("timings_seconds") or {}
+    if timings:
+        total = sum(float(v) for v in timings.values())
+        lines.append("- **Compute time per part (s):** " + ", ".join(f"{k} {float(v):.0f}" for k, v in timings.items())
+                     + f"; total {total:.0f} s ({total / 3600:.2f} h)")
+    settings = run.get("settings") or {}
+    if settings:
+        shown = {k: v for k, v in settings.items() if k in (
+            "model", "corpus", "n_seqs", "seq_len", "groups", "early", "seed", "tau", "replacements",
+            "fingerprint_seqs", "fingerprint_len", "compare_seqs", "compare_len")}
+        lines.append("- **Settings:** " + ", ".join(f"{k} = {v}" for k, v in shown.items()))
+    corpus = run.get("corpus") or {}
+    if corpus:
+        lines.append("- **Corpus:** " + ", ".join(f"{k} = {v}" for k, v in corpus.items() if not isinstance(v, (list, dict))))
+
+    models = recorded_models(run, parts)
+    if models:
+        lines += ["", "Models" + ("" if run.get("models") else " (from the parts' metadata)") + ":", ""]
+        lines.append(markdown_table(
+            ["model (variant)", "weights", "source sha256"],
+            [[name, info.get("quantized") or "not quantized", (info.get("sha256") or "—")[:16]] for name, info in models.items()],
+            ["l", "l", "l"],
+        ))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def recorded_models(run: dict[str, Any], parts: dict[str, Result]) -> dict[str, dict[str, Any]]:
+    """The models of the run: from ``run.json``, else from the parts' metadata (as ``poslens report`` gathers them)."""
+    if run.get("models"):
+        return run["models"]
+    models = {}
+    for result in parts.values():
+        for meta in [result.meta] + list(result.meta.get("parts", [])):
+            described = meta.get("model")
+            if isinstance(described, dict) and "model" in described:
+                models[f"{described['model']} ({described.get('variant', 'base')})"] = {
+                    "source": described.get("source"), "sha256": described.get("source_sha256"),
+                    "quantized": described.get("quantized")}
+    return models
+
+
+def weights_note(models: dict[str, dict[str, Any]]) -> str:
+    """The note on quantized weights, from the models the run records."""
+    quantized = {name: info.get("quantized") for name, info in models.items() if info.get("quantized")}
+    if not models:
+        return ("Figures come from the 4-bit quantized embedded models (the run records no models, "
+                "so this is the page's default note).")
+    if len(quantized) == len(models):
+        return ("Figures come from the 4-bit quantized embedded models: "
+                + "; ".join(f"{name}: {q}" for name, q in quantized.items()) + ".")
+    plain = [name for name in models if name not in quantized]
+    return ("Figures from " + ", ".join(quantized) + " come from 4-bit quantized weights ("
+            + "; ".join(quantized.values()) + "); " + ", ".join(plain) + " ran unquantized.")
+
+
+def figure_label(rule: str) -> str:
+    """Which figure a claims row reports, shortened from its rule text (``metric, layer, window``); '' if unparsed."""
+    head = rule.split(". rule:", 1)[0] if ". rule:" in rule else ""
+    metric = re.search(r"metric '([^']+)'", head)
+    if not metric:
+        return ""
+    parts = [f"`{metric.group(1)}`"]
+    layer = re.search(r"layer (-?\d+)", head)
+    layers = re.search(r"layers (\d+\.\.\d+)", head)
+    if head.startswith("figure: maximum over layers"):
+        parts.append("max over layers")
+    elif layers:
+        parts.append(f"layers {layers.group(1)}")
+    elif layer:
+        parts.append("layers ≥ 1" if layer.group(1) == "-1" else f"layer {layer.group(1)}")
+    window = re.search(r"window '([^']+)'", head)
+    if window:
+        parts.append(f"{window.group(1)} queries")
+    return ", ".join(parts)
+
+
+def claims_section(folder: Path) -> str:
+    path = folder / "claims.csv"
+    lines = ["## Claims", ""]
+    if not path.exists():
+        return "\n".join(lines + ["*`claims.csv` is not in this run folder.*", ""])
+    claims = pd.read_csv(path)
+    lines.append("Each verdict is computed from the figures by the rule stated with it (METHOD §9); "
+                 "none is written by hand. A claim can rest on several figures, one row each. Intervals are 95%.")
+    lines.append("")
+    rows, seen = [], set()
+    for _, r in claims.iterrows():
+        figure = "—" if pd.isna(r["figure"]) else with_interval(r["figure"], r["ci_low"], r["ci_high"])
+        statement = "" if r["claim"] in seen else r["statement"]
+        seen.add(r["claim"])
+        rows.append([f"**{r['claim']}**" if statement else r["claim"], statement,
+                     r["model"] if not pd.isna(r["model"]) else "—", figure_label(str(r["rule"])), figure,
+                     f"**{r['verdict']}**"])
+    lines.append(markdown_table(["claim", "statement", "model / comparison", "figure", "value [95%]", "verdict"], rows,
+                                ["l", "l", "l", "l", "r", "l"]))
+    # The rule of a claim is shared by its rows: give each distinct rule once. Plain HTML inside
+    # <details>: Markdown in a raw HTML block is not rendered (no md_in_html), HTML is, on the docs
+    # site and on GitHub alike.
+    items = []
+    for claim, part in claims.groupby("claim", sort=False):
+        texts = [str(t) for t in part["rule"]]
+        rules = list(dict.fromkeys(t.split(". rule:", 1)[1].strip() if ". rule:" in t else t for t in texts))
+        items.append(f"<li><b>{html.escape(str(claim))}</b>: " + "<br>".join(html.escape(t) for t in rules) + "</li>")
+    lines += ["", "<details><summary>The rule behind each verdict, with the figures it read</summary><ul>"
+              + "".join(items) + "</ul></details>", ""]
+    return "\n".join(lines)
+
+
+def leakage_section(parts: dict[str, Result]) -> str:
+    lines = ["## Leakage and its decomposition (baseline model)", ""]
+    if "leakage" not in parts:
+        return "\n".join(lines + [missing("leakage")])
+    result = parts["leakage"]
+    model = result.meta.get("model", {})
+    lines.append(f"Model {model.get('model', '?')} ({model.get('variant', 'base')}); aggregates over heads and "
+                 "over layers ≥ 1 (layer −1 of the tables). L(log a) is the binned ΔR² of the pattern (METHOD §3.1); "
+                 "C_res and C_mask are its residual-stream and mask components (METHOD §4, version 2, per-sequence "
+                 "counterfactual); probe R² is held out (METHOD §3.3).")
+    lines.append("")
+    metrics = [("leakage_pattern", "L(log a)"), ("leakage_pattern_heldout", "L(log a), held out"), ("c_res", "C_res"),
+               ("c_mask", "C_mask"), ("rho_res", "ρ_res"), ("c_res_meanfield", "C_res, mean-field"), ("probe_r2", "probe R²")]
+    rows = []
+    for metric, label in metrics:
+        cells = []
+        for window in ("early", "all"):
+            r = rows_of(result, metric, query_window=window, layer=-1, head=-1)
+            cells.append(with_interval(*r[["value", "ci_low", "ci_high"]].iloc[0]) if len(r) else "—")
+        if any(c != "—" for c in cells):
+            rows.append([f"{label} (`{metric}`)"] + cells)
+    lines.append(markdown_table(["figure", WINDOW_TEXT["early"], WINDOW_TEXT["all"]], rows))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def compare_section(parts: dict[str, Result]) -> str:
+    lines = ["## C_res and C_mask by layer, per architecture case (C4)", ""]
+    if "compare" not in parts:
+        return "\n".join(lines + [missing("compare")])
+    result = parts["compare"]
+    cases = {(c.get("model"), c.get("variant")): c for c in result.meta.get("cases", [])}
+    t = result.table
+    t = t[(t["head"] == -1) & (t["query_window"] == "all") & t["metric"].isin(["c_res", "c_mask"])]
+    lines.append("All queries (1 ≤ i < T), aggregated over heads; the last row of each table aggregates over layers ≥ 1. "
+                 "Intervals are 95% (jackknife over groups of sequences). Inference-time variants are labelled as such.")
+    lines.append("")
+    for (model, variant), part in t.groupby(["model", "variant"], sort=False):
+        case = cases.get((model, variant), {})
+        kind = "inference-time variant" if variant not in ("base", "") else "native"
+        title = f"### {model}, {variant}"
+        if case.get("case"):
+            title += f": {case['case']} case ({kind})"
+        lines += [title, ""]
+        rows = []
+        for layer in layer_order(part["layer"]):
+            row = [layer_name(layer)]
+            for metric in ("c_res", "c_mask"):
+                r = part[(part["layer"] == layer) & (part["metric"] == metric)]
+                row.append(with_interval(*r[["value", "ci_low", "ci_high"]].iloc[0]) if len(r) else "—")
+            rows.append(row)
+        lines.append(markdown_table(["layer", "C_res [95%]", "C_mask [95%]"], rows))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def reduction_rows(result: Result) -> list[list[str]]:
+    rows = []
+    t = result.table
+    t = t[(t["metric"] == "reduction") & (t["layer"] == -1) & (t["head"] == -1)]
+    for intervention in dict.fromkeys(t["intervention"]):
+        row = [f"`{intervention}`"]
+        for window in ("early", "all"):
+            r = t[(t["intervention"] == intervention) & (t["query_window"] == window)]
+            row.append(with_interval(*r[["value", "ci_low", "ci_high"]].iloc[0]) if len(r) else "—")
+        rows.append(row)
+    return rows
+
+
+def bos_section(parts: dict[str, Result]) -> str:
+    lines = ["## BOS-embedding replacement (C5)", ""]
+    if "bos-swap" not in parts:
+        return "\n".join(lines + [missing("bos-swap")])
+    result = parts["bos-swap"]
+    lines.append("Reduction = 1 − C_res(after) / C_res(before), aggregated over layers ≥ 1, with 95% paired "
+                 "jackknife intervals (METHOD §7). The replacement is written into the embedding output at "
+                 "position 0 before the first block.")
+    lines.append("")
+    lines.append(markdown_table(["replacement", f"reduction, {WINDOW_TEXT['early']}", f"reduction, {WINDOW_TEXT['all']}"],
+                                reduction_rows(result)))
+    described = result.meta.get("replacements") or []
+    if described:
+        lines += ["", "Replacements as recorded: " + "; ".join(
+            ", ".join(f"{k} = {v}" for k, v in d.items() if v is not None) for d in described) + "."]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def ablation_section(parts: dict[str, Result]) -> str:
+    lines = ["## Sink-path ablation (C3)", ""]
+    if "ablate-sinks" not in parts:
+        return "\n".join(lines + [missing("ablate-sinks")])
+    result = parts["ablate-sinks"]
+    heads = (result.meta.get("ablation") or {}).get("heads")
+    if result.table.empty:
+        return "\n".join(lines + ["*No head reached the sink threshold: nothing was ablated.*", ""])
+    text = ("In every sink-reading head, a_i0 is replaced by the head's mean over queries and the rest of the row "
+            "rescaled (METHOD §7). Reduction of C_res over layers ≥ 1, 95% paired jackknife intervals")
+    text += f"; {len(heads)} heads ablated." if isinstance(heads, list) else "."
+    lines += [text, ""]
+    lines.append(markdown_table(["intervention", f"reduction, {WINDOW_TEXT['early']}", f"reduction, {WINDOW_TEXT['all']}"],
+                                reduction_rows(result)))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def sinks_section(parts: dict[str, Result], run: dict[str, Any]) -> str:
+    lines = ["## Sink-reading heads (METHOD §6)", ""]
+    if "sinks" not in parts:
+        return "\n".join(lines + [missing("sinks")])
+    result = parts["sinks"]
+    t = result.table
+    counts = t[(t["metric"] == "sink_heads") & (t["head"] == -1)]
+    scores = t[(t["metric"] == "sink_score") & (t["head"] >= 0)]
+    model = result.meta.get("model", {})
+    n_heads = model.get("n_heads")
+    tau = (result.meta.get("settings") or {}).get("tau", (run.get("settings") or {}).get("tau"))
+    lines.append(f"Model {model.get('model', '?')} ({model.get('variant', 'base')}). A head is sink-reading if its sink "
+                 "score (mean over queries i ≥ 1 of a_i0) is at least τ"
+                 + (f" = {tau}" if tau is not None else "") + ". Low: heads whose score interval lies wholly above τ; "
+                 "high: heads whose interval reaches τ.")
+    lines.append("")
+    rows = []
+    for layer in layer_order(counts["layer"]):
+        r = counts[counts["layer"] == layer].iloc[0]
+        heads_here = scores[scores["layer"] == layer] if layer >= 0 else scores
+        total = len(heads_here) if len(heads_here) else (n_heads if layer >= 0 else None)
+        name = "all layers" if layer == -1 else str(layer)
+        top = heads_here["value"].max() if len(heads_here) else float("nan")
+        rows.append([name, count(r["value"]), f"[{count(r['ci_low'])}, {count(r['ci_high'])}]",
+                     str(total) if total is not None else "—", num(top)])
+    lines.append(markdown_table(["layer", "sink-reading heads", "interval [low, high]", "heads measured", "highest sink score"], rows))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def fingerprint_section(parts: dict[str, Result]) -> str:
+    lines = ["## Position-0 fingerprint (C6)", ""]
+    if "fingerprint" not in parts:
+        return "\n".join(lines + [missing("fingerprint")])
+    t = parts["fingerprint"].table
+    t = t[(t["layer"] == -1) & (t["head"] == -1)]
+    if t.empty:
+        return "\n".join(lines + ["*The fingerprint table has no layer −1 aggregate rows.*", ""])
+    lines.append("Aggregates over layers (layer −1 of the table), 95% intervals, per setting of position 0 (METHOD §8).")
+    lines.append("")
+    rows = []
+    for (intervention, metric, window), part in t.groupby(["intervention", "metric", "query_window"], sort=False):
+        r = part.iloc[0]
+        rows.append([f"`{intervention}`", f"`{metric}`", window, with_interval(r["value"], r["ci_low"], r["ci_high"])])
+    lines.append(markdown_table(["position 0", "metric", "window", "value [95%]"], rows, ["l", "l", "l", "r"]))
+    lines.append("")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- page
+
+
+def build(folder: Path) -> str:
+    run_path = folder / "run.json"
+    run = json.loads(run_path.read_text()) if run_path.exists() else {}
+    parts = load_parts(folder)
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    head = [
+        "# Findings",
+        "",
+        f"*Generated on {generated} by `.venv/bin/python docs/make_findings.py --results {folder}` from the tables "
+        f"of the run folder `{folder}` ("
+        + ", ".join(f"`{name}`" for name in ["claims.csv", "run.json"] + [f"{p}.parquet" for p in parts] if (folder / name).exists())
+        + "). Every figure below is read from those tables; none is typed in. "
+        + weights_note(recorded_models(run, parts)) + "*",
+        "",
+    ]
+    if not run_path.exists():
+        head += ["*`run.json` is missing from the run folder: the run's provenance is incomplete.*", ""]
+    sections = [
+        claims_section(folder),
+        provenance(folder, run, parts),
+        leakage_section(parts),
+        compare_section(parts),
+        bos_section(parts),
+        ablation_section(parts),
+        sinks_section(parts, run),
+        fingerprint_section(parts),
+    ]
+    return "\n".join(head) + "\n" + "\n".join(sections)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=Path("results/full"), help="run folder written by poslens report")
+    parser.add_argument("--out", type=Path, default=Path("docs/findings.md"), help="Markdown page to write")
+    args = parser.parse_args()
+    if not args.results.is_dir():
+        parser.error(f"{args.results} is not a folder; run `poslens report --full --out {args.results}` first")
+    text = build(args.results)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text, encoding="utf-8")
+    print(f"wrote {args.out} from {args.results}")
+
+
+if __name__ == "__main__":
+    main()
