@@ -307,11 +307,14 @@ def per_sequence_cells(st: Structure, logit_cells: np.ndarray, residual: np.ndar
     return logit_cells - n_seqs * st.pair_cells * residual - _apply(st.to_cells, log_partition_rows[..., : st.rows])
 
 
-def layer_fits(p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...], window: str) -> list[tuple[list[int], WindowFit]]:
+def layer_fits(
+    p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...], window: str, n_seqs: float | None = None
+) -> list[tuple[list[int], WindowFit]]:
     """Fit every layer of pooled sums ``p`` (one replicate) in one query window.
 
     Layers that share a structure are fitted together. Returns
-    ``[(layers, fit)]`` with the fit's arrays [len(layers), H, …].
+    ``[(layers, fit)]`` with the fit's arrays [len(layers), H, …]; ``n_seqs``
+    (default: the sequences in ``p``) scales the sums to one sequence.
 
     Example:
         >>> fits = layer_fits(sums.pooled(), sums.binning, sums.layer_windows, "all")  # doctest: +SKIP
@@ -320,7 +323,7 @@ def layer_fits(p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[
     """
     rows = window_rows(binning, window)
     offsets = p["soff_early" if window == "early" else "soff_all"]
-    n_seqs = float(np.sum(p["nseq"]))
+    n_seqs = float(np.sum(p["nseq"])) if n_seqs is None else n_seqs
     by_window: dict[int | None, list[int]] = {}
     for layer, w in enumerate(layer_windows):
         by_window.setdefault(structure(binning, rows, w).window, []).append(layer)
@@ -347,8 +350,16 @@ def meanfield_cells(p: dict[str, np.ndarray], binning: Binning, layer_windows: t
     return out.reshape(n_layers, n_heads, binning.n_query_bins, binning.n_offset_bins)
 
 
-def residuals(p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...], window: str) -> np.ndarray:
+def residuals(
+    p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...], window: str, per_sequence: bool = True
+) -> np.ndarray:
     """The absolute component A per cell of every head, fitted on ``p``, [L, H, C·B] (0 outside the window).
+
+    The fit is linear in the sums, so with ``per_sequence=False`` this returns
+    N·A in units of the sums: those of several groups add up, and dividing by
+    their sequence count gives A fitted on all of them (how
+    :func:`poslens.measure.cross_fitted_residuals` gets every variant from one
+    fit per group).
 
     Example:
         >>> residuals(sums.leave_out(0), sums.binning, sums.layer_windows, "all").shape  # doctest: +SKIP
@@ -356,9 +367,9 @@ def residuals(p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[i
     """
     n_layers, n_heads = p["srow"].shape[:2]
     out = np.zeros((n_layers, n_heads, binning.n_query_bins * binning.n_offset_bins))
-    n_seqs = float(np.sum(p["nseq"]))
+    n_seqs = float(np.sum(p["nseq"])) if per_sequence else 1.0
     logit_cells = p["s1"].reshape(n_layers, n_heads, -1)
-    for layers, fit in layer_fits(p, binning, layer_windows, window):
+    for layers, fit in layer_fits(p, binning, layer_windows, window, n_seqs):
         out[layers] = fit.residual_cells(logit_cells[layers], n_seqs)
     return out
 

@@ -157,24 +157,32 @@ def cross_fitted_residuals(sums: CellSums) -> Callable[[int], dict[str, np.ndarr
     Variant v = g is fitted without group g (the estimate); variant v ≠ g without
     groups g and v (the jackknife replicate that deletes v refits it). With two
     groups nothing is left to refit on, so the replicate keeps A fitted without g.
-    The returned function keeps the last group's arrays: batches come group by group.
+    One fit per group and window: the fit is linear in the sums.
 
     Example:
         >>> a = cross_fitted_residuals(sums)(0)  # doctest: +SKIP
         >>> a["all"].shape[0] == sums.n_groups  # doctest: +SKIP
         True
     """
-    cache: dict[int, dict[str, np.ndarray]] = {}
+    n_groups = sums.n_groups
+    # A is linear in the sums: fit each group once (in units of its sums), then add groups up
+    per_group = {
+        w: np.stack([residuals(sums.group(g), sums.binning, sums.layer_windows, w, per_sequence=False) for g in range(n_groups)])
+        for w in WINDOWS
+    }
+    total = {w: x.sum(axis=0) for w, x in per_group.items()}
+    n_seqs = np.asarray(sums.arrays["nseq"], dtype=np.float64)
 
     def of(group: int) -> dict[str, np.ndarray]:
-        if group not in cache:
-            cache.clear()
-            drop = [{group, variant} if sums.n_groups > 2 else {group} for variant in range(sums.n_groups)]
-            left_out = [sums.leave_out_groups(groups) for groups in drop]
-            cache[group] = {
-                w: np.stack([residuals(p, sums.binning, sums.layer_windows, w) for p in left_out]) for w in WINDOWS
-            }
-        return cache[group]
+        out = {}
+        for w in WINDOWS:
+            variants = []
+            for variant in range(n_groups):
+                drop = {group, variant} if n_groups > 2 else {group}
+                kept = total[w] - sum(per_group[w][g] for g in drop)
+                variants.append(kept / (n_seqs.sum() - sum(n_seqs[g] for g in drop)))
+            out[w] = np.stack(variants)
+        return out
 
     return of
 
