@@ -19,8 +19,11 @@ The decomposition is METHOD §4 version 2, written out pair by pair:
 - version 1's logit split, kept as ``c_res_logit`` / ``c_mask_logit``.
 
 Jackknife replicates (:func:`layer_replicates`) redo every fit without one
-group, except the per-sequence counterfactual: each remaining sequence keeps
-the log a'(n) its own group's cross-fit gave it, and only P is refit.
+group g', the per-sequence counterfactual included: in replicate g' each
+remaining group γ's sequences get log a'(n) from A^(−γ,−g'), the absolute
+component fitted on the sequences outside both γ and g', and P is refit on
+them. (The point estimate's A^(−γ) is fitted outside γ only.) With G = 2
+nothing is left to refit A on, and a replicate keeps A^(−γ).
 
 The bins are rebuilt here from METHOD §3.1's words (:class:`ReferenceBins`).
 Only hook names and the hooked forward pass (:mod:`poslens.hooks`) come from
@@ -407,21 +410,35 @@ def meanfield_log_ap(data: PairData) -> np.ndarray:
     return row_log_softmax(data.row, relative_part(data, g, beta))
 
 
-@blas_one_thread
-def perseq_log_ap(data: PairData, groups: int) -> np.ndarray:
-    """The per-sequence counterfactual, cross-fitted over ``groups`` contiguous groups of data's sequences. [P, H].
+def sequence_groups(n_seqs: int, groups: int | np.ndarray) -> np.ndarray:
+    """The group label of each of ``n_seqs`` sequences: :func:`group_of` for a count, else the labels given."""
+    if np.ndim(groups) == 0:
+        return group_of(n_seqs, int(groups))
+    labels = np.asarray(groups)
+    if labels.shape != (n_seqs,):
+        raise ValueError(f"{labels.shape[0] if labels.ndim else 0} group labels for {n_seqs} sequences")
+    return labels
 
-    For group γ: fit s on the pairs of the other groups (g, β, h_s), take
-    their residual r = s − g − β[j=0] − h_s(i), A_{c,b} = mean of r over
-    those pairs in cell (query bin c, offset bin b); then each sequence n of
-    γ gets log a'_ij(n) = log_softmax over V_i of s_ij(n) − A_{c(i), b(i−j)}.
+
+@blas_one_thread
+def perseq_log_ap(data: PairData, groups: int | np.ndarray) -> np.ndarray:
+    """The per-sequence counterfactual, cross-fitted over the groups of data's sequences. [P, H].
+
+    ``groups`` is a count G (contiguous groups, :func:`group_of`) or one group
+    label per sequence of ``data`` (a jackknife replicate passes the original
+    labels of the sequences it keeps). For each group γ: fit s on the pairs
+    of the other groups (g, β, h_s), take their residual
+    r = s − g − β[j=0] − h_s(i), A_{c,b} = mean of r over those pairs in cell
+    (query bin c, offset bin b); then each sequence n of γ gets
+    log a'_ij(n) = log_softmax over V_i of s_ij(n) − A_{c(i), b(i−j)}.
     """
-    if groups < 2:
+    labels = sequence_groups(data.n_seqs, groups)
+    if len(np.unique(labels)) < 2:
         raise ValueError("cross-fitting needs at least 2 groups")
-    g_pair = group_of(data.n_seqs, groups)[data.n]
+    g_pair = labels[data.n]
     n_cells = data.n_query_bins * data.n_offset_bins
     out = np.full_like(data.y_s, np.nan)
-    for gamma in range(groups):
+    for gamma in np.unique(labels):
         train, test = g_pair != gamma, g_pair == gamma
         _, _, fit = exact_fit(data, data.y_s, train)
         resid = data.y_s[train] - fit[train]
@@ -436,12 +453,12 @@ def perseq_log_ap(data: PairData, groups: int) -> np.ndarray:
 
 
 @blas_one_thread
-def layer_metrics(data: PairData, saturated: bool = True, groups: int | None = None, log_ap: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def layer_metrics(data: PairData, saturated: bool = True, groups: int | np.ndarray | None = None, log_ap: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every per-head figure of one layer and window, from explicit least squares.
 
-    The per-sequence counterfactual is ``log_ap`` [P, H] if given (a jackknife
-    replicate passes the full cross-fit's, restricted to its sequences), else
-    cross-fitted here over ``groups``; with neither, its figures are NaN.
+    The per-sequence counterfactual is ``log_ap`` [P, H] if given, else
+    cross-fitted here over ``groups`` (a count, or one label per sequence: see
+    :func:`perseq_log_ap`); with neither, its figures are NaN.
     ``saturated=False`` skips the (largest) cell-one-hot fit; its figures are then NaN.
     """
     h = data.n_heads
@@ -528,34 +545,35 @@ def layer_replicates(
     groups: int,
     count: Callable[[np.ndarray], np.ndarray] | None = None,
     saturated: bool = False,
-    log_ap: np.ndarray | None = None,
-    refit_counterfactual: bool = False,
 ) -> list[dict[str, np.ndarray]]:
     """The G leave-one-group-out replicates of :func:`layer_metrics` for one layer [N, H, T, T] and window.
 
-    Replicate γ' drops group γ' and refits everything (P, the mean-field g
-    and β) on the rest, except the per-sequence counterfactual: the remaining
-    sequences keep the log a'(n) of the full cross-fit (``log_ap``, computed
-    here if not given), and only P is refit on them.
+    Replicate g' drops group g' and refits everything on the rest: P, the
+    mean-field g and β, and the per-sequence counterfactual, whose cross-fit
+    is redone inside the replicate over the original groups that remain, so
+    group γ's sequences use A^(−γ,−g') (fitted on the sequences outside γ
+    and g'). The interval thus carries the estimation noise of A.
 
-    ``refit_counterfactual=True`` is a diagnostic, not the specified interval:
-    each replicate redoes the cross-fit among its own G − 1 groups, so the
-    interval also carries the estimation noise of A.
+    With G = 2 a replicate holds one group and nothing to refit A on: its
+    sequences keep the full cross-fit's log a'(n) (A^(−γ)), and only P is refit.
     """
-    full = PairData(scores, binning, window, count)
-    if log_ap is None:
-        log_ap = perseq_log_ap(full, groups)
     seq_group = group_of(scores.shape[0], groups)
+    full_ap = None
+    if groups == 2:
+        full = PairData(scores, binning, window, count)
+        full_ap = perseq_log_ap(full, groups)
     reps = []
     for drop in range(groups):
         keep_seq = seq_group != drop
-        keep_pair = keep_seq[full.n]
         sub = PairData(scores[keep_seq], binning, window, count)
-        # the replicate's pairs are the full data's pairs of the kept sequences, in the same order
-        assert np.array_equal(np.nonzero(keep_seq)[0][sub.n], full.n[keep_pair])
-        assert np.array_equal(sub.i, full.i[keep_pair]) and np.array_equal(sub.j, full.j[keep_pair])
-        sub_ap = perseq_log_ap(sub, groups - 1) if refit_counterfactual else log_ap[keep_pair]
-        reps.append(layer_metrics(sub, saturated=saturated, log_ap=sub_ap))
+        if full_ap is None:
+            reps.append(layer_metrics(sub, saturated=saturated, groups=seq_group[keep_seq]))
+        else:
+            keep_pair = keep_seq[full.n]
+            # the replicate's pairs are the full data's pairs of the kept sequences, in the same order
+            assert np.array_equal(np.nonzero(keep_seq)[0][sub.n], full.n[keep_pair])
+            assert np.array_equal(sub.i, full.i[keep_pair]) and np.array_equal(sub.j, full.j[keep_pair])
+            reps.append(layer_metrics(sub, saturated=saturated, log_ap=full_ap[keep_pair]))
     return reps
 
 
@@ -629,10 +647,8 @@ def naive_intervals(
     out = {}
     for layer, s in enumerate(scores):
         for w in windows:
-            data = PairData(s, binning, w, count)
-            log_ap = perseq_log_ap(data, groups)
-            full = layer_metrics(data, saturated=saturated, log_ap=log_ap)
-            reps = layer_replicates(s, binning, w, groups, count, saturated=saturated, log_ap=log_ap)
+            full = layer_metrics(PairData(s, binning, w, count), saturated=saturated, groups=groups)
+            reps = layer_replicates(s, binning, w, groups, count, saturated=saturated)
             out[(layer, w)] = intervals(full, reps)
     return out
 

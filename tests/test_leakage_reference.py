@@ -33,8 +33,17 @@ import naive_reference as nr  # noqa: E402
 N_SEQS, SEQ_LEN, GROUPS, EARLY, WIDTH = 8, 40, 4, 18, 8
 TOL = 1e-8
 WINDOWS = ("early", "all")
-# Shares: an aggregate's share is the ratio of aggregated components (checked below).
-SHARES = ("rho_res", "rho_mask", "count_share", "rho_res_centered")
+# Shares: an aggregate's share is the ratio of aggregated components (checked below), {share: (numerator, denominator)}.
+SHARES = {
+    "rho_res": ("c_res", "leakage_pattern"),
+    "rho_mask": ("c_mask", "leakage_pattern"),
+    "count_share": ("c_count", "c_mask"),
+    "rho_res_saturated": ("c_res_saturated", "leakage_pattern_saturated"),
+    "rho_mask_saturated": ("c_mask_saturated", "leakage_pattern_saturated"),
+    "count_share_saturated": ("c_count_saturated", "c_mask_saturated"),
+    "rho_res_meanfield": ("c_res_meanfield", "leakage_pattern"),
+    "rho_mask_meanfield": ("c_mask_meanfield", "leakage_pattern"),
+}
 # Every other per-head figure is additive: its layer aggregate is the mean over heads.
 ADDITIVE = tuple(metric for metric in nr.PER_HEAD if metric not in SHARES)
 CASES = ("llama", "mistral", "gemma3", "llama-window8")
@@ -67,7 +76,7 @@ class Case:
         self.table = nr.lookup(self.result.to_frame())
         self.binning = nr.ReferenceBins(SEQ_LEN, EARLY)
         self.scores = nr.capture_scores(self.model, self.corpus.tokens, GROUPS)
-        self.naive = nr.naive_table(self.scores, self.binning)
+        self.naive = nr.naive_table(self.scores, self.binning, GROUPS)
 
     def got(self, layer: int, head: int, window: str, metric: str, part: int = 0) -> float:
         key = (layer, head, window, metric)
@@ -179,6 +188,14 @@ def test_figures_are_sane(case: Case):
             assert abs(got[0] + got[1] - got[2]) < 1e-10
 
 
+def test_share_list_is_the_packages():
+    """The ratios checked here are the ones poslens aggregates as ratios, and the ones the reference reports."""
+    from poslens.metrics import RATIOS
+
+    assert dict(RATIOS) == SHARES
+    assert set(SHARES) == set(nr.SHARES)
+
+
 def test_aggregates_are_means_over_heads_and_layers(case: Case):
     n_layers, n_heads = case.model.n_layers, case.model.n_heads
     for window in WINDOWS:
@@ -199,27 +216,25 @@ def test_aggregates_are_means_over_heads_and_layers(case: Case):
             def g(m):
                 return case.got(layer, -1, window, m)
 
-            assert g("rho_res") == pytest.approx(g("c_res") / g("leakage_pattern"), abs=1e-10)
-            assert g("rho_mask") == pytest.approx(g("c_mask") / g("leakage_pattern"), abs=1e-10)
-            assert g("count_share") == pytest.approx(g("c_count") / g("c_mask"), abs=1e-10)
-            assert g("rho_res_centered") == pytest.approx(g("c_res_centered") / g("leakage_pattern"), abs=1e-10)
-            assert g("c_res") + g("c_mask") == pytest.approx(g("leakage_pattern"), abs=1e-10)
+            for share, (num, den) in SHARES.items():
+                assert g(share) == pytest.approx(g(num) / g(den), abs=1e-10), (layer, window, share)
+            for suffix in ("", "_saturated", "_meanfield"):
+                leak = g("leakage_pattern_saturated" if suffix == "_saturated" else "leakage_pattern")
+                assert g("c_res" + suffix) + g("c_mask" + suffix) == pytest.approx(leak, abs=1e-10), (layer, window, suffix)
 
 
 @pytest.mark.parametrize("case", ["llama", "gemma3"], indirect=True)
 def test_jackknife_intervals_match_leave_one_group_out_refits(case: Case):
-    """θ̂ ± t_{0.975,G−1}·sqrt((G−1)/G Σ(θ_(g) − θ̄)²), θ_(g) refit naively without group g."""
+    """θ̂ ± t_{0.975,G−1}·sqrt((G−1)/G Σ(θ_(g) − θ̄)²), θ_(g) refit naively without group g
+    (the per-sequence counterfactual's cross-fit redone inside the replicate: :func:`naive_reference.layer_replicates`)."""
     group = nr.group_of(N_SEQS, GROUPS)
     assert group.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
     n_layers, n_heads = case.model.n_layers, case.model.n_heads
     for window in WINDOWS:
-        reps = {
-            layer: [nr.layer_metrics(nr.PairData(case.scores[layer][group != g], case.binning, window), saturated=False) for g in range(GROUPS)]
-            for layer in range(1, n_layers)
-        }
+        reps = {layer: nr.layer_replicates(case.scores[layer], case.binning, window, GROUPS) for layer in range(1, n_layers)}
         for layer in range(1, n_layers):
             full = case.naive[(layer, window)]
-            for metric in ("leakage_pattern", "c_res", "rho_res", "leakage_linear", "key0_mass"):
+            for metric in ("leakage_pattern", "c_res", "rho_res", "c_res_meanfield", "leakage_linear", "key0_mass"):
                 for head in range(n_heads):
                     rep = np.array([r[metric][head] for r in reps[layer]])
                     low, high = nr.jackknife(full[metric][head], rep)

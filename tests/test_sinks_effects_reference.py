@@ -13,7 +13,8 @@ The references never call the poslens function under test:
   model's own embedding module and hidden states;
 - the reduction is recomputed by hand from the two results' tables, and its
   paired delete-one-group jackknife from naive leave-one-group-out refits of
-  C_res (``naive_reference``).
+  C_res (``naive_reference``; each replicate redoes the per-sequence
+  counterfactual's cross-fit without the group it drops).
 
 Layer 0 of the tiny models is edited to hold real sink heads of graded
 strength (see :func:`sink_state_dict`), so τ = 0.3 separates heads.
@@ -35,6 +36,7 @@ import poslens
 from poslens import effects, sinks
 from poslens.hooks import attn_pattern, attn_qkv, attn_z, resid_post, resid_pre, run_with_hooks
 from poslens.interventions import BosReplacement, Position0Transplant, SinkAblation
+from poslens.metrics import all_metrics
 from poslens.testing import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -369,10 +371,25 @@ def test_reduction_matches_hand_computation(setups, intervention: str):
         "after": nr.capture_scores(model, setup.tokens, GROUPS, BATCH, interventions=[iv]),
     }
 
-    def c_res(run: str, window: str, keep: np.ndarray) -> np.ndarray:
-        per_layer = [nr.layer_metrics(nr.PairData(s[keep], bins, window), saturated=False)["c_res"].mean() for s in scores[run]]
-        return np.array(per_layer[1:] + [np.mean(per_layer[1:])])  # layers 1.., then the model aggregate
+    def naive(run: str, window: str, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """C_res and L, layers 1.. then the model aggregate (means over heads, then over layers ≥ 1).
 
+        The per-sequence counterfactual is cross-fitted over the groups kept (their original labels):
+        in the replicate without g', group γ's sequences use A fitted on the sequences outside γ and g'."""
+        layers = [nr.layer_metrics(nr.PairData(s[keep], bins, window), saturated=False, groups=group[keep]) for s in scores[run]]
+        out = []
+        for metric in ("c_res", "leakage_pattern"):
+            per_layer = [m[metric].mean() for m in layers]
+            out.append(np.array(per_layer[1:] + [np.mean(per_layer[1:])]))
+        return out[0], out[1]
+
+    def package(result, window: str, g: int | None) -> np.ndarray:
+        """The C_res that effects.reduction divides: from the pooled sums, or from sums.leave_out(g) (replicate g's own refit)."""
+        sums = result.sums
+        m = all_metrics(sums.pooled() if g is None else sums.leave_out(g), sums.binning, sums.layer_windows)
+        return m["c_res"][["early", "all"].index(window), 1:, -1]  # layers 1.., then the model aggregate
+
+    runs = {"before": before, "after": after}
     for window in ("early", "all"):
         # the default window is early, C3's
         table = effects.reduction(before, after) if window == "early" else effects.reduction(before, after, query_window=window)
@@ -383,14 +400,36 @@ def test_reduction_matches_hand_computation(setups, intervention: str):
         for layer in list(range(1, n_layers)) + [-1]:
             want = 1 - after.value("c_res", window, layer) / before.value("c_res", window, layer)
             assert row(table, "reduction", layer, -1)[0] == pytest.approx(want, rel=1e-12, abs=1e-12), (window, layer)
-        # the paired jackknife: each replicate refits both runs without group g
+        # The paired jackknife: each replicate refits both runs without group g. On these layers C_res is
+        # ~1e-6 of L ≈ 0.77 (ρ_res ~ 4e-6), so 1 − C_res(after)/C_res(before) amplifies any rounding
+        # of C_res by ~1/C_res: checked as (1) every C_res it divides, full and per replicate, against
+        # the reference to 1e-8 of L, and (2) the jackknife of the ratios of those C_res to 1e-12.
         everyone = np.ones(N_SEQS, bool)
-        estimate = 1 - c_res("after", window, everyone) / c_res("before", window, everyone)
-        replicates = np.stack([1 - c_res("after", window, group != g) / c_res("before", window, group != g) for g in range(GROUPS)])
+        own = {}
+        for run, result in runs.items():
+            for g in [None] + list(range(GROUPS)):
+                want, leak = naive(run, window, everyone if g is None else group != g)
+                got = package(result, window, g)
+                np.testing.assert_allclose(got, want, rtol=0, atol=1e-8 * leak.min(), err_msg=f"C_res {run} {window} replicate {g}")
+                own[run, g] = got
+        # (1) tells the two jackknife definitions apart here: keeping each sequence's full cross-fit log a'(n)
+        # in the replicates (only P refit) moves some layer's C_res by more than 5× the tolerance, in every replicate
+        full_ap = {layer: nr.perseq_log_ap(nr.PairData(scores["before"][layer], bins, window), GROUPS) for layer in range(1, n_layers)}
+        for g in range(GROUPS):
+            keep = group != g
+            want, leak = naive("before", window, keep)
+            kept = []
+            for layer in range(1, n_layers):
+                s = scores["before"][layer]
+                pair_n = nr.PairData(s, bins, window).n
+                kept.append(nr.layer_metrics(nr.PairData(s[keep], bins, window), saturated=False, log_ap=full_ap[layer][keep[pair_n]])["c_res"].mean())
+            assert np.abs(np.array(kept) - want[:-1]).max() > 5e-8 * leak.min(), (window, g)
+        estimate = 1 - own["after", None] / own["before", None]
+        replicates = np.stack([1 - own["after", g] / own["before", g] for g in range(GROUPS)])
         low, high = jackknife(estimate, replicates)
         for k, layer in enumerate(list(range(1, n_layers)) + [-1]):
             got = row(table, "reduction", layer, -1)
-            np.testing.assert_allclose(got, (estimate[k], low[k], high[k]), rtol=1e-6, atol=1e-8, err_msg=f"{window} layer {layer}")
+            np.testing.assert_allclose(got, (estimate[k], low[k], high[k]), rtol=1e-12, atol=1e-12, err_msg=f"{window} layer {layer}")
         # the aggregate is the ratio of the aggregates, not the mean of the per-layer ratios
         agg = row(table, "reduction", -1, -1)[0]
         assert abs(agg - np.mean(estimate[:-1])) > 1e-6
