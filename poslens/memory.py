@@ -369,7 +369,7 @@ def estimate_peak_bytes(
         >>> est.attention > est.capture > est.logits   # the model's softmax phase is the largest here
         True
         >>> round(est.increase / 2**20)
-        73
+        74
         >>> estimate_peak_bytes(model, 8, 512).increase > est.increase
         True
     """

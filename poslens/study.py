@@ -33,7 +33,7 @@ class Settings:
 
     Example:
         >>> Settings.quick().n_seqs, Settings.full().seq_len
-        (16, 512)
+        (16, 256)
     """
 
     model: str = "smollm2-135m"
