@@ -86,7 +86,7 @@ import torch
 from poslens.binning import Binning
 from poslens.capture import default_block_elements
 from poslens.process_memory import free_memory_bytes, release_free_heap, resident_bytes
-from poslens.sums import sums_bytes
+from poslens.sums import counterfactual_bytes, sums_bytes
 
 MiB = 1 << 20
 
@@ -330,7 +330,7 @@ def _estimate(shape: _Shape, batch: int, t: int, block_elements: int, runtime: i
         attention=h * square * (e + 4 + (e if e != 4 else 0)),
         capture=capture,
         logits=e * b * (t if FULL_LOGITS else 1) * shape.vocab,
-        sums=sums_bytes(groups, shape.n_layers, shape.n_heads, Binning(t)),
+        sums=sums_bytes(groups, shape.n_layers, shape.n_heads, Binning(t)) + counterfactual_bytes(groups, shape.n_layers, shape.n_heads, Binning(t)),
         slack=slack,
     )
 
@@ -369,7 +369,7 @@ def estimate_peak_bytes(
         >>> est.attention > est.capture > est.logits   # the model's softmax phase is the largest here
         True
         >>> round(est.increase / 2**20)
-        74
+        82
         >>> estimate_peak_bytes(model, 8, 512).increase > est.increase
         True
     """

@@ -111,6 +111,20 @@ def sums_bytes(groups: int, layers: int, heads: int, binning: Binning) -> int:
     return 8 * elements
 
 
+def counterfactual_bytes(groups: int, layers: int, heads: int, binning: Binning) -> int:
+    """Bytes the second pass holds besides the sums: per window, the cross-fitted residuals A
+    (per group, per variant of the current group, and as exp(−A) weights, each [G, L, H, C·B]),
+    and Σ log Z' per group, variant, layer, head and row.
+
+    Example:
+        >>> counterfactual_bytes(2, 3, 4, Binning(32)) > 0
+        True
+    """
+    cells = binning.n_query_bins * binning.n_offset_bins
+    rows = binning.seq_len + min(binning.early, binning.seq_len)
+    return 8 * (len(WINDOWS) * 3 * groups * layers * heads * cells + groups * groups * layers * heads * rows)
+
+
 @dataclass
 class CellSums:
     """Grouped sums of one measurement, with what is needed to fit them.

@@ -239,11 +239,18 @@ def test_measured_peak_counts_reused_heap():
 def test_sums_are_counted_per_group(tiny):
     from poslens.binning import Binning
     from poslens.measure import collect_sums
+    from poslens.counterfactual_capture import CounterfactualCapture
+    from poslens.measure import cross_fitted_residuals
     from poslens.sums import CellSums
 
     two, eight = estimate_peak_bytes(tiny, 2, 256, groups=2), estimate_peak_bytes(tiny, 2, 256, groups=8)
-    held = CellSums.zeros(groups=8, layers=tiny.n_layers, heads=tiny.n_heads, binning=Binning(256))
-    assert eight.sums == sum(a.nbytes for a in [*held.arrays.values(), held.row_features, held.row_count, held.group_sizes])
+    held = CellSums.zeros(groups=8, layers=tiny.n_layers, heads=tiny.n_heads, binning=Binning(256), layer_windows=tuple(tiny.window))
+    held.arrays["nseq"][:] = 1.0
+    # the second pass holds per window: A per group, the current group's variants and their exp(−A) weights, and Σ log Z'
+    variants = cross_fitted_residuals(held)(0)
+    second = CounterfactualCapture(tiny, held.binning, lambda g: variants, groups=8)
+    second_pass = sum(3 * a.nbytes for a in variants.values()) + sum(a.nbytes for a in second.log_partition.values())
+    assert eight.sums == sum(a.nbytes for a in [*held.arrays.values(), held.row_features, held.row_count, held.group_sizes]) + second_pass
     assert eight.increase - two.increase == eight.sums - two.sums > 0
     assert memory.DEFAULT_GROUPS == inspect.signature(collect_sums).parameters["groups"].default
 
