@@ -67,8 +67,9 @@ def build_report(parts: dict[str, Result], claims: pd.DataFrame, settings: dict[
             plots.sources_by_layer(c.table, "all", "C_res and C_mask by layer across architectures (all queries)"),
             "Each panel is one case: standard RoPE (smollm2-135m base), NTK-scaled RoPE and imposed windows "
             "(inference-time variants of smollm2-135m, labelled by their variant) and gemma3-270m's native sliding window. "
-            "C_res is the part of the pattern's absolute-position leakage ΔR² carried by the logits (residual stream); "
-            "C_mask the part carried by the softmax normalization. All queries 1 ≤ i < T: a window of W changes nothing "
+            "C_mask is the part of the pattern's absolute-position leakage ΔR² that each head's mask-only counterfactual "
+            "(its relative kernel and a constant sink, renormalized over the visible keys, per sequence) reproduces; "
+            "C_res the rest, which the residual stream supplies (METHOD §4, version 2). All queries 1 ≤ i < T: a window of W changes nothing "
             "for queries i < W, so early queries cannot tell the cases apart. "
             f"{settings.get('compare_seqs')} sequences × {settings.get('compare_len')} tokens per case. {quantized}",
         ))
