@@ -31,8 +31,10 @@ on CUDA by default); N offset bins::
                                               and the temporaries of one block; per-row float64
                                               results; the per-row offset-bin sums
     logits      = e·B·1·V                     run_with_hooks keeps the last position's logits only
-    sums        = poslens.sums.sums_bytes     the float64 accumulators of G groups, held all run;
-                                              mostly 3·8·G·L·H·c·b for c query and b offset bins
+    sums        = poslens.sums.sums_bytes     the float64 accumulators of G groups, held all run
+                  + counterfactual_bytes      (mostly 6·8·G·L·H·c·b for c query and b offset bins),
+                                              plus the second pass's cross-fitted residuals and
+                                              Σ log Z' rows (poslens.sums.counterfactual_bytes)
     peak        = runtime + weights + activations + sums
                   + max(slack·attention, slack·(scores + capture), logits)
 
