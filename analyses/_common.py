@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from poslens.study import Settings, Study
+from poslens.study.parts import Settings, Study
 
 
 def study_from_args(description: str) -> Study:

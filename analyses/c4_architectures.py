@@ -2,8 +2,8 @@
 
 from _common import show, study_from_args
 
-from poslens import plots
-from poslens.claims import evaluate, label_cases
+from poslens.study import plots
+from poslens.study.claims import evaluate, label_cases
 
 study = study_from_args(__doc__)
 comparison = study.compare()

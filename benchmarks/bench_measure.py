@@ -1,4 +1,4 @@
-"""Wall time and peak memory of poslens.measure against a plain forward and the naive route.
+"""Wall time and peak memory of poslens.measurement.pipeline against a plain forward and the naive route.
 
 Usage:
     python benchmarks/bench_measure.py [--model smollm2-135m] [--lengths 256 512 1024] [--n-seqs 2] [--device cpu|cuda]
@@ -58,7 +58,7 @@ def load(model_name: str, device: str):
     import torch
 
     import poslens
-    from poslens.hooks import run_with_hooks
+    from poslens.model.hooks import run_with_hooks
 
     torch.manual_seed(0)
     model = poslens.load_model(model_name, device=device)
@@ -76,7 +76,7 @@ def run_cpu_route(route: str, model_name: str, seq_len: int, n_seqs: int, repeat
     """One route in this (fresh) process: peak resident memory is this route's."""
     import gc
 
-    from poslens.process_memory import release_free_heap, reset_peak_resident
+    from poslens.runtime.process_memory import release_free_heap, reset_peak_resident
 
     model = load(model_name, "cpu")
     corpus = corpus_for(model, seq_len, n_seqs)
@@ -113,12 +113,12 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
     import torch
 
     import poslens
-    from poslens.binning import Binning
-    from poslens.capture import LeakageCapture
-    from poslens.hooks import attn_pattern, attn_scores, run_with_hooks
-    from poslens.counterfactual_capture import CounterfactualCapture
-    from poslens.measure import add_counterfactual, collect_sums, cross_fitted_residuals
-    from poslens.metrics import metrics_with_intervals
+    from poslens.fit.binning import Binning
+    from poslens.capture.leakage_capture import LeakageCapture
+    from poslens.model.hooks import attn_pattern, attn_scores, run_with_hooks
+    from poslens.capture.counterfactual_capture import CounterfactualCapture
+    from poslens.measurement.pipeline import add_counterfactual, collect_sums, cross_fitted_residuals
+    from poslens.fit.metrics import metrics_with_intervals
 
     device = next(model.hf_model.parameters()).device
     cuda = device.type == "cuda"

@@ -1,15 +1,15 @@
-"""Measured against estimated peak memory of capture runs: the figures quoted in poslens.memory.
+"""Measured against estimated peak memory of capture runs: the figures quoted in poslens.runtime.memory.
 
 Usage:
     python benchmarks/memory_calibration.py [--jobs 2] [--no-smollm2] [--out calibration.json]
 
-Each setting is one fresh ``python -m poslens.process_memory --measure MODEL B T``
-process (:func:`poslens.process_memory.measure_in_subprocess`, ``OMP_NUM_THREADS=1``):
+Each setting is one fresh ``python -m poslens.runtime.process_memory --measure MODEL B T``
+process (:func:`poslens.runtime.process_memory.measure_in_subprocess`, ``OMP_NUM_THREADS=1``):
 load the model, page its weights in, hand the heap's free pages back, record
 the resident memory, reset the peak, run one capture pass in two groups, and
-compare the peak with :func:`poslens.memory.estimate_peak_bytes`. The tiny
+compare the peak with :func:`poslens.runtime.memory.estimate_peak_bytes`. The tiny
 models are random Llama, Mistral (sliding window 8) and Gemma 3 (mixed
-windows) from :func:`poslens.testing.save_tiny_model`; SmolLM2-135M is the
+windows) from :func:`poslens.model.tiny.save_tiny_model`; SmolLM2-135M is the
 embedded 4-bit model, dequantized to float32. Prints a Markdown table and the
 range of each ratio.
 """
@@ -34,10 +34,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write every measurement as JSON")
     args = parser.parse_args()
 
-    from poslens.memory import MiB
-    from poslens.process_memory import measure_in_subprocess
-    from poslens.registry import REGISTRY
-    from poslens.testing import save_tiny_model
+    from poslens.runtime.memory import MiB
+    from poslens.runtime.process_memory import measure_in_subprocess
+    from poslens.model.registry import REGISTRY
+    from poslens.model.tiny import save_tiny_model
 
     folder = Path(tempfile.mkdtemp(prefix="poslens-calibration-"))
     jobs = [

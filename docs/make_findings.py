@@ -3,7 +3,7 @@
 Reads what ``poslens report`` writes into its folder: ``claims.csv``,
 ``run.json`` and the parts ``leakage``, ``sinks``, ``bos-swap``,
 ``ablate-sinks``, ``fingerprint`` and ``compare`` (``.parquet``: the tidy
-table and its provenance, as :meth:`poslens.results.Result.load` reads them,
+table and its provenance, as :meth:`poslens.measurement.result.Result.load` reads them,
 without the cell sums). Every figure on the page is taken from
 those tables; the page only selects and formats them. A part that is missing
 from the folder is named as such on the page instead of failing.
@@ -32,7 +32,7 @@ import pandas as pd
 
 import pyarrow.parquet as pq
 
-from poslens.results import META_KEY, Result
+from poslens.measurement.result import META_KEY, Result
 
 PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "compare")
 WINDOW_TEXT = {"early": "early queries (1 ≤ i < Q)", "all": "all queries (1 ≤ i < T)"}

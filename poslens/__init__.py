@@ -9,15 +9,19 @@ The public API, re-exported here:
 >>> result.to_frame().query("metric == 'c_res'")                     # doctest: +SKIP
 """
 
-from poslens import claims, effects, fingerprint, interventions, sinks
-from poslens.corpus import Corpus, make_corpus
-from poslens.measure import measure
-from poslens.models import ModelNotSupportedError, PosModel, load_model
-from poslens.registry import REGISTRY, registry_names
-from poslens.results import Result
-from poslens.variants import Variant, parse_variant
+from poslens.study import claims
+from poslens.mechanisms import effects
+from poslens.mechanisms import fingerprint
+from poslens.mechanisms import interventions
+from poslens.mechanisms import sinks
+from poslens.model.corpus import Corpus, make_corpus
+from poslens.measurement.pipeline import measure
+from poslens.model.loading import ModelNotSupportedError, PosModel, load_model
+from poslens.model.registry import REGISTRY, registry_names
+from poslens.measurement.result import Result
+from poslens.model.variants import Variant, parse_variant
 
-__version__ = "0.1.0"
+from poslens.version import __version__
 
 __all__ = [
     "Corpus",

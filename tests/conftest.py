@@ -5,7 +5,7 @@ once per test session:
 
 - ``tiny_llama_dir``, ``tiny_mistral_dir``, ``tiny_gemma3_dir``: folders holding
   a tiny random Llama, Mistral (sliding window 8) and Gemma 3 (mixed windows),
-  made by :func:`poslens.testing.save_tiny_model`, ready for ``load_model``;
+  made by :func:`poslens.model.tiny.save_tiny_model`, ready for ``load_model``;
 - ``smollm2``, ``gemma3``: the embedded 4-bit models as :class:`poslens.PosModel`.
   Tests that use them are marked ``embedded`` automatically, so
   ``pytest -m "not embedded"`` runs the fast set only.
@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _tiny_dir(tmp_path_factory: pytest.TempPathFactory, kind: str) -> Path:
-    from poslens.testing import save_tiny_model
+    from poslens.model.tiny import save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp(f"tiny_{kind}"), kind)
 
@@ -57,7 +57,7 @@ def tiny_gemma3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _embedded(name: str):
     import poslens
-    from poslens.registry import REGISTRY
+    from poslens.model.registry import REGISTRY
 
     entry = REGISTRY[name]
     if not entry.installed():

@@ -26,7 +26,7 @@ them. (The point estimate's A^(−γ) is fitted outside γ only.) With G = 2
 nothing is left to refit A on, and a replicate keeps A^(−γ).
 
 The bins are rebuilt here from METHOD §3.1's words (:class:`ReferenceBins`).
-Only hook names and the hooked forward pass (:mod:`poslens.hooks`) come from
+Only hook names and the hooked forward pass (:mod:`poslens.model.hooks`) come from
 poslens; ``test_leakage_reference`` checks the captured scores against the
 native Hugging Face model's attention weights. :func:`reference_decomposition`
 and :func:`reference_intervals` take synthetic scores and need no model.
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from scipy import linalg, stats
 
-from poslens.hooks import attn_scores, run_with_hooks
+from poslens.model.hooks import attn_scores, run_with_hooks
 
 FMIN32 = float(torch.finfo(torch.float32).min)
 

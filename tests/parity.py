@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 import poslens
-from poslens.hooks import run_with_hooks
+from poslens.model.hooks import run_with_hooks
 
 
 def native_log_probs(folder: str | Path, tokens: torch.Tensor) -> torch.Tensor:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from poslens import model_cache
-from poslens.model_cache import MANIFEST, cache_root, cached_folder, entry_is_valid, file_sha256
+from poslens.model import cache as model_cache
+from poslens.model.cache import MANIFEST, cache_root, cached_folder, entry_is_valid, file_sha256
 
 PAYLOAD = b"weights" * 1000
 

@@ -1,4 +1,4 @@
-"""Verdict rules of poslens.claims on small hand-built tidy tables.
+"""Verdict rules of poslens.study.claims on small hand-built tidy tables.
 
 The numbers below are constructed inputs, chosen to put each rule on each of
 its three outcomes; no model runs here.
@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import poslens.claims as claims
-from poslens.claims import (
+import poslens.study.claims as claims
+from poslens.study.claims import (
     CLAIM_COLUMNS,
     INCONCLUSIVE,
     NOT_SUPPORTED,
@@ -30,7 +30,7 @@ from poslens.claims import (
     figure_row,
     label_cases,
 )
-from poslens.results import COLUMNS, Result
+from poslens.measurement.result import COLUMNS, Result
 
 row = figure_row
 

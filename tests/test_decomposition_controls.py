@@ -1,7 +1,7 @@
 """METHOD §4.4's controls of the version-2 decomposition, on synthetic heads through the streamed code.
 
 Scores go through the same capture, second pass and fits as a model's
-(``poslens.measure.measure_scores``). Exact-zero cases (a)–(e) must give
+(``poslens.measurement.pipeline.measure_scores``). Exact-zero cases (a)–(e) must give
 C_res = 0 to 1e-8 of L(log a), for the per-sequence counterfactual (``c_res``),
 the mean-field one (``c_res_meanfield``) and the saturated projection, under
 full causal attention, a sliding window and mixed windows across layers.
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from poslens.measure import measure_scores
+from poslens.measurement.pipeline import measure_scores
 
-measure_module = sys.modules["poslens.measure"]
+measure_module = sys.modules["poslens.measurement.pipeline"]
 
 T, N, GROUPS, EARLY = 96, 8, 4, 32
 MASKED = torch.finfo(torch.float64).min

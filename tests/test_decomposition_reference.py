@@ -293,7 +293,7 @@ def test_jackknife_replicates_redo_the_cross_fit():
 
 
 # ---------------------------------------------------------------------------
-# poslens.measure against the reference, on the tiny test models
+# poslens.measurement.pipeline against the reference, on the tiny test models
 # ---------------------------------------------------------------------------
 
 N_SEQS, SEQ_LEN, GROUPS, EARLY = 8, 40, 4, 18
@@ -423,14 +423,14 @@ def test_models_exercise_the_decomposition(model_cases):
 
 @pytest.mark.parametrize("n,groups", [(8, 4), (10, 4), (8, 2)], ids=["equal-groups", "unequal-groups", "two-groups"])
 def test_measure_scores_matches_reference_on_synthetic_heads(n: int, groups: int):
-    """poslens.measure.measure_scores (no model) on noisy synthetic heads, a causal and a window-8 layer: every figure, value and interval ends.
+    """poslens.measurement.pipeline.measure_scores (no model) on noisy synthetic heads, a causal and a window-8 layer: every figure, value and interval ends.
 
     Unequal groups (N = 10, G = 4: sizes 3, 2, 3, 2) check that a replicate redoes the cross-fit over the
     original groups that remain, not over a regrouping of its sequences; with G = 2 a replicate has nothing
     left to refit A on and keeps A^(−γ)."""
     import torch
 
-    from poslens.measure import measure_scores
+    from poslens.measurement.pipeline import measure_scores
 
     heads = [
         lambda i, j, d: kernel_a(d) + 3.0 * (j == 0) + u_key(j),

@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 
 import poslens
-from poslens.results import Result
+from poslens.measurement.result import Result
 
 SCRIPT = """
 import sys, poslens
-from poslens import distributed
+from poslens.runtime import distributed
 model = poslens.load_model(sys.argv[1])
 corpus = poslens.make_corpus(model, "docs", n_seqs=8, seq_len=40, position0="bos", seed=3)
 result = poslens.measure(model, corpus, groups=4, early=16, batch_size=1, progress=False)

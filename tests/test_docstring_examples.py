@@ -16,10 +16,13 @@ import pytest
 
 import poslens
 
-MODULES = sorted(["poslens"] + [f"poslens.{info.name}" for info in pkgutil.iter_modules(poslens.__path__)])
+MODULES = sorted(
+    ["poslens"]
+    + [info.name for info in pkgutil.walk_packages(poslens.__path__, prefix="poslens.") if not info.ispkg]
+)
 #: Modules with no example that runs here: the CLI's examples are shell commands; the others' need a
 #: measured result of an embedded model. Every other module must run at least one example.
-NOTHING_RUNS = {"poslens.cli", "poslens.effects", "poslens.plots", "poslens.sinks"}
+NOTHING_RUNS = {"poslens.study.cli", "poslens.mechanisms.effects", "poslens.study.plots", "poslens.mechanisms.sinks"}
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -11,8 +11,8 @@ from safetensors.torch import load_file
 from scipy import stats
 
 import poslens
-from poslens.corpus import Corpus, make_corpus
-from poslens.fingerprint import (
+from poslens.model.corpus import Corpus, make_corpus
+from poslens.mechanisms.fingerprint import (
     _make_folds,
     _predict,
     balanced_classes,
@@ -25,7 +25,7 @@ from poslens.fingerprint import (
     trajectory_similarity,
     varied_corpus,
 )
-from poslens.results import COLUMNS, Result
+from poslens.measurement.result import COLUMNS, Result
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,9 @@ import pytest
 import torch
 
 import poslens
-from poslens.hooks import attn_scores, resid_post
-from poslens.interventions import BosReplacement
-from poslens.testing import save_tiny_model
+from poslens.model.hooks import attn_scores, resid_post
+from poslens.mechanisms.interventions import BosReplacement
+from poslens.model.tiny import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import naive_reference as nr  # noqa: E402

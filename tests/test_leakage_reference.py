@@ -21,10 +21,10 @@ import pytest
 from scipy import stats
 
 import poslens
-from poslens import capture as capture_module
-from poslens.binning import Binning
-from poslens.hooks import attn_scores, run_with_hooks
-from poslens.testing import save_tiny_model
+from poslens.capture import leakage_capture as capture_module
+from poslens.fit.binning import Binning
+from poslens.model.hooks import attn_scores, run_with_hooks
+from poslens.model.tiny import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import naive_reference as nr  # noqa: E402
@@ -53,7 +53,7 @@ BLOCK_PER_HEAD = 150
 
 
 def measure_in_blocks(model, corpus, per_head: int | None, **kwargs):
-    """poslens.measure with the capture's row-block budget (CPU and CUDA) set to ``per_head`` × batch × heads elements."""
+    """poslens.measurement.pipeline with the capture's row-block budget (CPU and CUDA) set to ``per_head`` × batch × heads elements."""
     saved = capture_module.CPU_BLOCK_ELEMENTS, capture_module.CUDA_BLOCK_ELEMENTS
     batch = kwargs.get("batch_size") or 1
     budget = per_head * batch * model.n_heads if per_head else 1 << 40
@@ -190,7 +190,7 @@ def test_figures_are_sane(case: Case):
 
 def test_share_list_is_the_packages():
     """The ratios checked here are the ones poslens aggregates as ratios, and the ones the reference reports."""
-    from poslens.metrics import RATIOS
+    from poslens.fit.metrics import RATIOS
 
     assert dict(RATIOS) == SHARES
     assert set(SHARES) == set(nr.SHARES)

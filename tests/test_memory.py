@@ -1,6 +1,6 @@
-"""Memory estimates against measured peaks, and batch planning (poslens.memory, poslens.process_memory).
+"""Memory estimates against measured peaks, and batch planning (poslens.runtime.memory, poslens.runtime.process_memory).
 
-Each measurement is a fresh ``python -m poslens.process_memory --measure MODEL B T``
+Each measurement is a fresh ``python -m poslens.runtime.process_memory --measure MODEL B T``
 process (``OMP_NUM_THREADS=1``): it loads the model, pages its weights in,
 hands the heap's free pages back (``malloc_trim``), records its resident
 memory, resets the peak (VmHWM) and runs one capture pass through
@@ -32,16 +32,16 @@ import pytest
 import torch
 
 import poslens
-from poslens import memory
-from poslens.memory import (
+from poslens.runtime import memory
+from poslens.runtime.memory import (
     MiB,
     InsufficientMemoryError,
     estimate_peak_bytes,
     parse_bytes,
     plan_batch,
 )
-from poslens.process_memory import free_memory_bytes, measure_in_subprocess
-from poslens.registry import REGISTRY
+from poslens.runtime.process_memory import free_memory_bytes, measure_in_subprocess
+from poslens.model.registry import REGISTRY
 
 TOLERANCE = 0.25  # the issue's bound, on the whole peak
 #: The increase over the loaded model: estimates were 0.80–1.22× the measured increase (repeat runs
@@ -212,7 +212,7 @@ def test_free_memory_and_measured_peak():
     assert 0 < free
     # in a fresh process: memory that a long test session freed but kept resident would absorb the allocation
     code = (
-        "import torch; from poslens.process_memory import measured_peak_bytes; "
+        "import torch; from poslens.runtime.process_memory import measured_peak_bytes; "
         "print(measured_peak_bytes(lambda: torch.ones(64 << 20, dtype=torch.uint8)))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -225,7 +225,7 @@ def test_measured_peak_counts_reused_heap():
     # itself: an allocation of the same size fits in them without the resident set growing, unless
     # measured_peak_bytes hands them back first.
     code = (
-        "import numpy as np; from poslens.process_memory import measured_peak_bytes\n"
+        "import numpy as np; from poslens.runtime.process_memory import measured_peak_bytes\n"
         "keep, drop = [], []\n"
         "for i in range(2000): (keep if i % 2 else drop).append(np.ones(8192))\n"
         "del drop\n"
@@ -237,11 +237,11 @@ def test_measured_peak_counts_reused_heap():
 
 
 def test_sums_are_counted_per_group(tiny):
-    from poslens.binning import Binning
-    from poslens.measure import collect_sums
-    from poslens.counterfactual_capture import CounterfactualCapture
-    from poslens.measure import cross_fitted_residuals
-    from poslens.sums import CellSums
+    from poslens.fit.binning import Binning
+    from poslens.measurement.pipeline import collect_sums
+    from poslens.capture.counterfactual_capture import CounterfactualCapture
+    from poslens.measurement.pipeline import cross_fitted_residuals
+    from poslens.fit.sums import CellSums
 
     two, eight = estimate_peak_bytes(tiny, 2, 256, groups=2), estimate_peak_bytes(tiny, 2, 256, groups=8)
     held = CellSums.zeros(groups=8, layers=tiny.n_layers, heads=tiny.n_heads, binning=Binning(256), layer_windows=tuple(tiny.window))
@@ -256,7 +256,7 @@ def test_sums_are_counted_per_group(tiny):
 
 
 def test_choose_batch_size(tiny, monkeypatch):
-    from poslens.memory import choose_batch_size
+    from poslens.runtime.memory import choose_batch_size
 
     assert choose_batch_size(tiny, 128, n_seqs=32, groups=8, batch_size=6) == 6  # no budget: unchanged
     monkeypatch.setattr(memory, "free_memory_bytes", lambda device=None: 1 << 40)

@@ -19,8 +19,8 @@ import torch
 
 import poslens
 from parity import bridge_log_probs, native_log_probs
-from poslens.hooks import attn_scores, run_with_hooks
-from poslens.registry import REGISTRY
+from poslens.model.hooks import attn_scores, run_with_hooks
+from poslens.model.registry import REGISTRY
 
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the woods."
 
@@ -182,7 +182,7 @@ def test_missing_package_names_install_command(name, package, command, monkeypat
     def find_spec(module_name, *args, **kwargs):
         return None if module_name == package else real_find_spec(module_name, *args, **kwargs)
 
-    monkeypatch.setattr("poslens.registry.importlib.util.find_spec", find_spec)
+    monkeypatch.setattr("poslens.model.registry.importlib.util.find_spec", find_spec)
     with pytest.raises(ModuleNotFoundError) as info:
         poslens.load_model(name)
     assert command in str(info.value)
@@ -205,7 +205,7 @@ def test_file_instead_of_folder(tmp_path):
 def test_non_rope_model_is_refused(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from poslens.testing import byte_tokenizer
+    from poslens.model.tiny import byte_tokenizer
 
     config = GPT2Config(vocab_size=260, n_positions=64, n_embd=32, n_layer=1, n_head=2, bos_token_id=1, eos_token_id=2)
     GPT2LMHeadModel(config).save_pretrained(tmp_path)
@@ -217,7 +217,7 @@ def test_non_rope_model_is_refused(tmp_path):
 def test_non_causal_model_is_refused(tmp_path):
     from transformers import BertConfig, BertForMaskedLM
 
-    from poslens.testing import byte_tokenizer
+    from poslens.model.tiny import byte_tokenizer
 
     config = BertConfig(
         vocab_size=260, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64

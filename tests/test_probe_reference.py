@@ -40,7 +40,7 @@ import torch
 from scipy import linalg, stats
 
 import poslens
-from poslens.testing import save_tiny_model
+from poslens.model.tiny import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import naive_reference as nr  # noqa: E402

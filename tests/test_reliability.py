@@ -32,12 +32,12 @@ import torch
 from typer.testing import CliRunner
 
 import poslens
-from poslens.capture import MaskMismatchError, NonFiniteScoresError
-from poslens.cli import app
-from poslens.hooks import attn_scores, run_with_hooks
-from poslens.model_cache import cached_folder, entry_is_valid
-from poslens.results import OutputNotWritableError, Result
-from poslens.testing import byte_tokenizer, save_tiny_model
+from poslens.capture.leakage_capture import MaskMismatchError, NonFiniteScoresError
+from poslens.study.cli import app
+from poslens.model.hooks import attn_scores, run_with_hooks
+from poslens.model.cache import cached_folder, entry_is_valid
+from poslens.measurement.result import OutputNotWritableError, Result
+from poslens.model.tiny import byte_tokenizer, save_tiny_model
 
 runner = CliRunner()
 
@@ -303,7 +303,7 @@ def test_corrupted_cache_entry_is_rebuilt_and_the_model_is_restored(tmp_path, mo
 
 
 def test_interrupted_save_keeps_the_previous_file(tiny, tmp_path, monkeypatch):
-    import poslens.results as results
+    import poslens.measurement.result as results
 
     path = tmp_path / "leakage.parquet"
     first = small_measure(tiny)

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from poslens.cli import app
+from poslens.study.cli import app
 
 pytestmark = pytest.mark.embedded
 

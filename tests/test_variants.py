@@ -13,9 +13,9 @@ import torch
 
 import poslens
 from parity import bridge_log_probs, native_log_probs
-from poslens.hooks import attn_pattern, attn_scores, run_with_hooks
-from poslens.testing import save_tiny_model
-from poslens.variants import Variant, ntk_base, parse_variant
+from poslens.model.hooks import attn_pattern, attn_scores, run_with_hooks
+from poslens.model.tiny import save_tiny_model
+from poslens.model.variants import Variant, ntk_base, parse_variant
 
 TINY_D = 16  # head_dim of the tiny Llama: hidden 64 / 4 heads; the whole head is rotary
 TOL = 1e-5
@@ -179,7 +179,7 @@ def llama_window8(tiny_llama_dir):
 def test_window_matches_native_mistral(tmp_path, llama_base, llama_window8, llama_weights, tokens):
     from transformers import AutoModelForCausalLM
 
-    from poslens.testing import tiny_config
+    from poslens.model.tiny import tiny_config
 
     # A Mistral holds exactly the Llama's tensors under the same names.
     mistral_keys = AutoModelForCausalLM.from_config(tiny_config("mistral", sliding_window=8)).state_dict().keys()
@@ -238,7 +238,7 @@ def test_ntk_uses_the_rotary_dimension_of_partial_rope(tmp_path, tokens):
     # Larger random weights than usual make attention sharp enough for the base to matter.
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    from poslens.testing import byte_tokenizer
+    from poslens.model.tiny import byte_tokenizer
 
     def save(folder, theta, state_dict=None):
         config = GPTNeoXConfig(

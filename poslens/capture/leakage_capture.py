@@ -1,0 +1,555 @@
+"""Hooks that reduce each layer's attention scores to cell sums while the forward runs.
+
+For one layer the hook sees scores s [batch, head, T, T] (masked entries at the
+dtype minimum). It works through blocks of query rows, each with only the key
+span its rows can see (keys up to the block's last row, and from the window's
+start on a sliding-window layer), so that on CPU a block's float64 copies stay
+in cache across the passes over them. Per row it computes, in float64: log Z_i (logsumexp over the
+visible keys), row sums of s, s² and j·s, the row features of METHOD §3.3 and,
+from one cumulative sum along keys, the sum of s over each row's offset bins.
+Those O(T × bins) pieces are folded into query bins with a one-hot matrix and
+added to :class:`poslens.fit.sums.CellSums`. For the counterfactual fit of METHOD
+§4.1 it also keeps, per exact row, Σ_j s_ij and s_i0, and per exact offset Δ the
+sum of s_{i,i−Δ} over the rows of each query window (a diagonal sum, read from a
+skewed strided view of the block); nothing of size T² outlives the hook.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from poslens.model import hooks as hook_names
+from poslens.fit.binning import Binning
+from poslens.fit.sums import CellSums, FEATURES, WINDOWS
+
+
+CPU_BLOCK_ELEMENTS = 1 << 17  # float64 elements per work buffer on CPU: 1 MiB, blocks stay in cache
+CUDA_BLOCK_ELEMENTS = 1 << 25  # on CUDA: 256 MiB, few large launches
+
+
+MASKED_BELOW = 0.5  # a score below this fraction of the dtype's minimum counts as masked
+
+
+def default_block_elements(device: str | torch.device) -> int:
+    """Float64 elements per row-block work buffer on ``device``.
+
+    On CPU a block small enough to stay in cache while the ~10 passes over it
+    run; on CUDA a large one, so that a layer takes few kernel launches.
+
+    Example:
+        >>> default_block_elements("cpu") == CPU_BLOCK_ELEMENTS
+        True
+    """
+    return CUDA_BLOCK_ELEMENTS if torch.device(device).type == "cuda" else CPU_BLOCK_ELEMENTS
+
+
+class MaskMismatchError(RuntimeError):
+    """The scores' masked entries are not the ones poslens expects for this layer.
+
+    Raised by :meth:`LeakageCapture.reduce` on a layer's first batch when keys
+    outside the causal (or sliding-window) mask carry finite scores, or visible
+    keys are masked (e.g. padding).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> capture = LeakageCapture(SimpleNamespace(n_layers=1, n_heads=1, window=[None]), Binning(8), groups=2)
+        >>> capture.reduce(0, torch.zeros(1, 1, 8, 8))  # no causal mask at all
+        Traceback (most recent call last):
+        ...
+        poslens.capture.leakage_capture.MaskMismatchError: layer 0: keys poslens treats as invisible (window=None) carry finite scores; ...
+    """
+
+
+class NonFiniteScoresError(FloatingPointError):
+    """NaN or inf among the visible attention scores (e.g. float16 overflow).
+
+    Raised by :meth:`LeakageCapture.reduce`; the message names the layer and head.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> capture = LeakageCapture(SimpleNamespace(n_layers=1, n_heads=1, window=[None]), Binning(8), groups=2)
+        >>> capture.reduce(0, torch.full((1, 1, 8, 8), float("nan")))
+        Traceback (most recent call last):
+        ...
+        poslens.capture.leakage_capture.NonFiniteScoresError: NaN or inf in the attention scores of layer 0, head 0 ...
+    """
+
+
+def _non_finite(layer: int, head: int) -> NonFiniteScoresError:
+    return NonFiniteScoresError(
+        f"NaN or inf in the attention scores of layer {layer}, head {head} "
+        "(in float16 this is usually overflow: use --dtype float32 or bfloat16)"
+    )
+
+
+@dataclass
+class LayerStructure:
+    """What is fixed about a layer's visible pairs at length T (causal, maybe windowed).
+
+    Example:
+        >>> st = LayerStructure.build(Binning(8), window=None)
+        >>> st.n_visible.tolist()
+        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    """
+
+    window: int | None
+    valid: torch.Tensor  # [T, T] bool
+    n_visible: torch.Tensor  # [T] |V_i|
+    per_bin: torch.Tensor  # [T, B] visible pairs of row i in offset bin b
+    lo: torch.Tensor  # [T, B] gather index into the zero-padded cumsum
+    hi: torch.Tensor  # [T, B]
+    key_sum: torch.Tensor  # [T] Σ_{j∈V_i} j
+    key_sq_sum: torch.Tensor  # [T] Σ_{j∈V_i} j²
+
+    @classmethod
+    def build(cls, binning: Binning, window: int | None) -> "LayerStructure":
+        """The visible pairs, their counts and offset-bin gather indices at ``binning``'s length.
+
+        Example:
+            >>> LayerStructure.build(Binning(8), window=3).n_visible.tolist()
+            [1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]
+        """
+        t = binning.seq_len
+        i = torch.arange(t)[:, None]
+        j = torch.arange(t)[None, :]
+        valid = j <= i
+        if window is not None:
+            valid &= (i - j) < window
+        first = torch.clamp(i[:, 0] - (window - 1), min=0) if window is not None else torch.zeros(t, dtype=torch.long)
+        edges = torch.tensor(binning.offset_edges)
+        # offsets Δ in [e_b, e_{b+1}) are keys j in (i − e_{b+1}, i − e_b]
+        j_hi = i - edges[None, :-1]  # inclusive
+        j_lo = i - edges[None, 1:] + 1
+        j_lo = torch.maximum(j_lo, first[:, None])
+        empty = j_hi < j_lo
+        hi = torch.where(empty, 0, j_hi + 1)
+        lo = torch.where(empty, 0, j_lo)
+        per_bin = (hi - lo).double()
+        valid_d = valid.double()
+        jj = torch.arange(t, dtype=torch.float64)
+        return cls(
+            window=window,
+            valid=valid,
+            n_visible=valid_d.sum(-1),
+            per_bin=per_bin,
+            lo=lo,
+            hi=hi,
+            key_sum=valid_d @ jj,
+            key_sq_sum=valid_d @ (jj * jj),
+        )
+
+    def key_start(self, row: int) -> int:
+        """The first key visible from query ``row``.
+
+        Example:
+            >>> LayerStructure.build(Binning(8), window=3).key_start(5)
+            3
+        """
+        return 0 if self.window is None else max(0, row - self.window + 1)
+
+    def row_blocks(self, elements: int) -> list[tuple[int, int]]:
+        """Split the query rows into blocks [r0, r1) whose visible key span × rows stays within ``elements``.
+
+        A block holds the keys from ``key_start(r0)`` to ``r1 − 1``; every block has at least one row.
+
+        Example:
+            >>> LayerStructure.build(Binning(8), window=None).row_blocks(12)
+            [(0, 3), (3, 5), (5, 6), (6, 7), (7, 8)]
+        """
+        t, blocks, r0 = self.valid.shape[0], [], 0
+        while r0 < t:
+            offset = r0 - self.key_start(r0)  # keys before the block's first row
+            rows = 1
+            while r0 + rows < t and (rows + 1) * (offset + rows + 1) <= elements:
+                rows += 1
+            blocks.append((r0, r0 + rows))
+            r0 += rows
+        return blocks
+
+
+@dataclass
+class RowBlock:
+    """Query rows [r0, r1) of one layer with their key span [k0, r1) and the gather indices of their offset bins.
+
+    Example:
+        >>> st = LayerStructure.build(Binning(8), window=4)
+        >>> block = RowBlock.build(st, 4, 6, torch.device("cpu"))
+        >>> block.k0, block.invisible.shape
+        (1, torch.Size([2, 5]))
+    """
+
+    r0: int
+    r1: int
+    k0: int
+    visible: torch.Tensor  # [r1 − r0, r1 − k0] bool
+    invisible: torch.Tensor  # its complement
+    hi_at: torch.Tensor  # [r1 − r0, B] index of the running sum that ends a bin
+    hi_used: torch.Tensor  # [r1 − r0, B] float: 0 where the bin is empty
+    lo_at: torch.Tensor  # [r1 − r0, B] index of the running sum just before a bin
+    lo_used: torch.Tensor  # [r1 − r0, B] float: 0 where nothing precedes the bin in the span
+
+    @property
+    def size(self) -> int:
+        """Elements of one head's block of scores: rows × key span.
+
+        Example:
+            >>> RowBlock.build(LayerStructure.build(Binning(8), window=None), 4, 6, torch.device("cpu")).size
+            12
+        """
+        return (self.r1 - self.r0) * (self.r1 - self.k0)
+
+    @classmethod
+    def build(cls, st: LayerStructure, r0: int, r1: int, device: torch.device) -> "RowBlock":
+        """The block of rows [r0, r1) of a layer with structure ``st``, its index tensors on ``device``.
+
+        Example:
+            >>> RowBlock.build(LayerStructure.build(Binning(8), window=None), 0, 2, torch.device("cpu")).invisible.tolist()
+            [[False, True], [False, False]]
+        """
+        k0 = st.key_start(r0)
+        lo, hi = st.lo[r0:r1] - k0, st.hi[r0:r1] - k0  # relative to the span; empty bins go ≤ 0
+        visible = st.valid[r0:r1, k0:r1].to(device)
+        return cls(
+            r0=r0,
+            r1=r1,
+            k0=k0,
+            visible=visible,
+            invisible=~visible,
+            hi_at=(hi - 1).clamp(min=0).to(device),
+            hi_used=(hi > 0).double().to(device),
+            lo_at=(lo - 1).clamp(min=0).to(device),
+            lo_used=(lo > 0).double().to(device),
+        )
+
+
+class LeakageCapture:
+    """Accumulates :class:`CellSums` for a model from hooks on every layer's scores.
+
+    Set :attr:`group` before each forward pass; every sequence of one pass
+    belongs to that group.
+
+    Example:
+        >>> capture = LeakageCapture(model, Binning(64), groups=4)  # doctest: +SKIP
+        >>> capture.group = 0  # doctest: +SKIP
+        >>> run_with_hooks(model, tokens, capture.hooks())  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        binning: Binning,
+        groups: int,
+        probe: bool = True,
+        check_mask: bool = True,
+        block_elements: int | None = None,
+    ) -> None:
+        self.model = model
+        self.block_elements = block_elements  # float64 elements per work buffer; None: by device
+        self.binning = binning
+        self.probe = probe
+        self.check_mask = check_mask
+        self.group = 0
+        self._structures: dict[int | None, LayerStructure] = {}
+        self._checked: set[int] = set()
+        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._block_cache: dict[tuple, list[RowBlock]] = {}
+        self._device_cache: dict[tuple, tuple[torch.Tensor, ...]] = {}
+        self._structure_cache: dict[int | None, dict[str, np.ndarray]] = {}
+        t = binning.seq_len
+        qbin = torch.as_tensor(binning.query_bin)
+        self._fold = torch.zeros(binning.n_query_bins, t, dtype=torch.float64)
+        self._fold[qbin, torch.arange(t)] = 1.0  # one-hot query bins, [C, T]
+        self._positions = torch.arange(t, dtype=torch.float64)
+        windows = binning.windows
+        q_of_row = binning.query_bin
+        self._window_rows = {
+            w: torch.as_tensor(windows[w][q_of_row]) for w in WINDOWS
+        }  # [T] bool: row i in window w
+        self.early_rows = min(binning.early, t)  # rows 1 ≤ i < early_rows form the early window
+        layer_windows = tuple(self.structure(layer).window for layer in range(model.n_layers))
+        self.sums = CellSums.zeros(groups, model.n_layers, model.n_heads, binning, layer_windows)
+        self._pad: torch.Tensor | None = None
+
+    def _work_buffers(self, size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        # two reused flat float64 buffers; fresh allocations would cost page faults on every call
+        if self._buffers is None or self._buffers[0].device != device or self._buffers[0].numel() < size:
+            self._buffers = tuple(torch.empty(size, dtype=torch.float64, device=device) for _ in range(2))
+        return self._buffers
+
+    def _block_elements(self, device: torch.device) -> int:
+        return self.block_elements or default_block_elements(device)
+
+    def _key_weights(self, device: torch.device) -> torch.Tensor:
+        key = ("key_weights", str(device))
+        if key not in self._device_cache:
+            keys = self._positions.to(device)
+            self._device_cache[key] = (torch.stack([torch.ones_like(keys), keys], dim=-1),)
+        return self._device_cache[key][0]
+
+    def _blocks(self, st: "LayerStructure", rows_per_query: int, device: torch.device) -> list["RowBlock"]:
+        key = (st.window, rows_per_query, str(device))
+        if key not in self._block_cache:
+            self._block_cache[key] = [
+                RowBlock.build(st, r0, r1, device)
+                for r0, r1 in st.row_blocks(max(1, self._block_elements(device) // rows_per_query))
+            ]
+        return self._block_cache[key]
+
+    def structure(self, layer: int) -> LayerStructure:
+        """The :class:`LayerStructure` of ``layer``, built once per window width and shared.
+
+        A window at least as wide as the sequence counts as full causal attention.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> capture = LeakageCapture(SimpleNamespace(n_layers=3, n_heads=1, window=[None, 3, 64]), Binning(8), groups=2)
+            >>> [capture.structure(layer).window for layer in range(3)]   # width 64 ≥ T = 8: full
+            [None, 3, None]
+            >>> capture.structure(1).n_visible.tolist()
+            [1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]
+        """
+        window = self.model.window[layer]
+        if window is not None and window >= self.binning.seq_len:
+            window = None  # a window wider than the sequence changes nothing
+        if window not in self._structures:
+            self._structures[window] = LayerStructure.build(self.binning, window)
+        return self._structures[window]
+
+    def hooks(self) -> list[tuple[str, Any]]:
+        """One hook per layer on ``blocks.{l}.attn.hook_attn_scores``.
+
+        Each hook calls :meth:`reduce` and passes the scores on unchanged.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> capture = LeakageCapture(SimpleNamespace(n_layers=2, n_heads=1, window=[None, None]), Binning(8), groups=2)
+            >>> [name for name, _ in capture.hooks()]
+            ['blocks.0.attn.hook_attn_scores', 'blocks.1.attn.hook_attn_scores']
+        """
+        return [(hook_names.attn_scores(layer), self._make_hook(layer)) for layer in range(self.model.n_layers)]
+
+    def _make_hook(self, layer: int):
+        def hook(scores: torch.Tensor, hook: Any) -> torch.Tensor:
+            self.reduce(layer, scores)
+            return scores
+
+        return hook
+
+    def add_structure(self, batch: int) -> None:
+        """Add the structural (data-free) sums of ``batch`` sequences to the current group.
+
+        Call it once per forward pass, with the batch size; it also counts the sequences.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> capture = LeakageCapture(SimpleNamespace(n_layers=1, n_heads=1, window=[None]), Binning(8), groups=2)
+            >>> capture.group = 1
+            >>> capture.add_structure(batch=4)
+            >>> capture.sums.group_sizes.tolist()
+            [0.0, 4.0]
+        """
+        a, g = self.sums.arrays, self.group
+        for layer in range(self.model.n_layers):
+            for name, per_sequence in self._structure_sums(self.structure(layer)).items():
+                a[name][g, layer] += batch * per_sequence
+        a["rows"][g] += batch * self._fold.sum(-1).numpy()
+        a["nseq"][g] += batch
+        self.sums.group_sizes[g] += batch
+        self.sums.row_count += batch
+
+    def _structure_sums(self, st: LayerStructure) -> dict[str, np.ndarray]:
+        """One sequence's structural sums for a layer of structure ``st``, computed once per structure."""
+        if st.window not in self._structure_cache:
+            fold, pos = self._fold, self._positions
+            count = torch.log(st.n_visible)
+            sums = {
+                "n": fold @ st.per_bin,
+                "c1": fold @ (count[:, None] * st.per_bin),
+                "nq": fold @ st.n_visible,
+                "c2": fold @ (count**2 * st.n_visible),
+                "i1": fold @ (pos * st.n_visible),
+                "ii": fold @ (pos**2 * st.n_visible),
+                "j1": fold @ st.key_sum,
+                "jj": fold @ st.key_sq_sum,
+                "ij": fold @ (pos * st.key_sum),
+            }
+            self._structure_cache[st.window] = {name: value.numpy() for name, value in sums.items()}
+        return self._structure_cache[st.window]
+
+    def reduce(self, layer: int, scores: torch.Tensor) -> None:
+        """Fold one layer's scores [batch, head, T, T] into the sums of the current group.
+
+        Masked entries must be at the dtype minimum, as in ``hook_attn_scores``.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> capture = LeakageCapture(SimpleNamespace(n_layers=1, n_heads=1, window=[None]), Binning(8), groups=2)
+            >>> scores = torch.zeros(1, 1, 8, 8).masked_fill(torch.ones(8, 8).triu(1).bool(), torch.finfo(torch.float32).min)
+            >>> capture.reduce(0, scores)
+            >>> capture.sums.row_features[0, 0, 0].round(3).tolist()   # key-0 mass of uniform attention: 1/(i+1)
+            [1.0, 0.5, 0.333, 0.25, 0.2, 0.167, 0.143, 0.125]
+        """
+        batch, heads, t_q, t_k = scores.shape
+        t = self.binning.seq_len
+        if t_q != t_k or t_q != t:
+            raise ValueError(f"expected scores of {t}×{t}, got {t_q}×{t_k}")
+        st = self.structure(layer)
+        device = scores.device
+        checking = self.check_mask and layer not in self._checked  # the first sequence of the first batch
+        f64 = {"dtype": torch.float64, "device": device}
+        log_z, row_sum, row_js, row_sq = (torch.empty(batch, heads, t, **f64) for _ in range(4))
+        features = torch.empty(batch, heads, t, len(FEATURES), **f64)
+        bin_sums = torch.empty(heads, t, self.binning.n_offset_bins, **f64)
+        key0_logits = torch.zeros(heads, t, **f64)  # Σ over the batch of s_i0
+        offset_sums = torch.zeros(2, heads, t, **f64)  # Σ of s_{i,i−Δ} over the all / early rows
+        blocks = self._blocks(st, batch * heads, device)
+        work_s, work_e = self._work_buffers(max(batch * heads * b.size for b in blocks), device)
+        key_weights = self._key_weights(device)  # [T, 2]: 1 and j
+        for block in blocks:
+            r0, r1, k0 = block.r0, block.r1, block.k0
+            rows, shape = slice(r0, r1), (batch, heads, r1 - r0, r1 - k0)
+            size = batch * heads * block.size
+            s, exp_s = work_s[:size].view(shape), work_e[:size].view(shape)
+            s.copy_(scores[:, :, r0:r1, k0:r1])  # keys beyond r1 or before k0 are masked for every row here
+            row_max = s.amax(-1, keepdim=True)
+            # one exp pass gives log Z, the weights and the entropy; masked entries underflow to 0
+            torch.sub(s, row_max, out=exp_s).exp_()
+            partition = exp_s.sum(-1)
+            block_log_z = row_max[..., 0] + torch.log(partition)
+            if checking:
+                self._check_block_mask(layer, scores[:1], s[:1], block, st)
+            visible = s.masked_fill_(block.invisible, 0.0)  # reuses s's memory
+            moments = visible @ key_weights[k0:r1]  # row sums of s and of j·s
+            row_sum[:, :, rows], row_js[:, :, rows] = moments[..., 0], moments[..., 1]
+            row_sq[:, :, rows] = torch.einsum("...j,...j->...", visible, visible)  # einsum: no full-size temporary
+            mean_logit = torch.einsum("...j,...j->...", exp_s, visible) / partition  # Σ_j a_ij s_ij
+            log_z[:, :, rows] = block_log_z
+            features[:, :, rows, 0] = exp_s[..., 0] / partition if k0 == 0 else 0.0
+            features[:, :, rows, 1] = block_log_z - mean_logit
+            features[:, :, rows, 2] = torch.diagonal(exp_s, offset=r0 - k0, dim1=-2, dim2=-1) / partition
+            features[:, :, rows, 3] = 1.0 / partition  # the row maximum has exp_s = 1
+            if k0 == 0:
+                key0_logits[:, rows] = visible[..., 0].sum(0)
+            self._add_offset_sums(visible.sum(0), block, offset_sums)
+            running = visible.cumsum_(-1)  # in place: visible is not needed any more
+            index_shape = (batch, heads, r1 - r0, self.binning.n_offset_bins)
+            upper = running.gather(-1, block.hi_at.expand(index_shape)) * block.hi_used
+            lower = running.gather(-1, block.lo_at.expand(index_shape)) * block.lo_used
+            bin_sums[:, rows] = (upper - lower).sum(0)
+        finite = torch.isfinite(row_sum) & torch.isfinite(log_z)
+        if not finite.all():
+            raise _non_finite(layer, int(torch.nonzero(~finite)[0, 1]))
+        self._checked.add(layer)
+        self._accumulate(layer, st, log_z, row_sum, row_js, row_sq, bin_sums, features, key0_logits, offset_sums)
+
+    def _add_offset_sums(self, block_sum: torch.Tensor, block: "RowBlock", out: torch.Tensor) -> None:
+        """Add the diagonal sums of one block's visible logits [H, R, S] (summed over the batch) to
+        ``out`` [2, H, T]: index 0 over rows i ≥ 1, index 1 over the early rows 1 ≤ i < Q.
+
+        The block is copied into rows of width S + R whose last R entries are zero; read
+        with row stride R + S + 1, column c of that view walks the diagonal of offset
+        Δ = S − 1 − c (entries left of a row's start fall in the previous row's zeros).
+        """
+        heads, n_rows, span = block_sum.shape
+        width = span + n_rows
+        size = n_rows + heads * n_rows * width
+        if self._pad is None or self._pad.device != block_sum.device or self._pad.numel() < size:
+            self._pad = torch.zeros(size, dtype=torch.float64, device=block_sum.device)
+        flat = self._pad[:size]
+        flat[:n_rows].zero_()
+        body = flat[n_rows:].view(heads, n_rows, width)
+        body[..., span:].zero_()
+        body[..., :span] = block_sum
+        diagonals = flat.as_strided((heads, span, n_rows), (n_rows * width, 1, width + 1), flat.storage_offset() + 1)
+        first = max(0, 1 - block.r0)  # row 0 is in no window
+        out[0, :, :span] += diagonals[:, :, first:].sum(-1).flip(-1)
+        last = min(n_rows, self.early_rows - block.r0)
+        if last > first:
+            out[1, :, :span] += diagonals[:, :, first:last].sum(-1).flip(-1)
+
+    def _accumulate(self, layer, st, log_z, row_sum, row_js, row_sq, bin_sums, features, key0_logits, offset_sums) -> None:
+        """Fold one layer's per-row pieces into query bins and add them to the current group."""
+        a, g = self.sums.arrays, self.group
+        fold, keys, per_bin, n_visible = self._on_device(st, log_z.device)
+        z_sum = log_z.sum(0)  # [H, T]
+        parts = {
+            "s1": torch.einsum("ct,htb->hcb", fold, bin_sums),
+            "z1": torch.einsum("ct,ht,tb->hcb", fold, z_sum, per_bin),
+            "s2": row_sq.sum(0) @ fold.T,
+            "z2": ((log_z**2).sum(0) * n_visible) @ fold.T,
+            "sz": (log_z * row_sum).sum(0) @ fold.T,
+            "si": (row_sum.sum(0) * keys) @ fold.T,
+            "sj": row_js.sum(0) @ fold.T,
+            "srow": row_sum.sum(0),
+            "skey0": key0_logits,
+            "soff_all": offset_sums[0],
+            "soff_early": offset_sums[1, :, : self.early_rows],
+            "features": features.permute(0, 2, 1, 3),  # [batch, T, H, F]
+        }
+        # one device-to-host copy per layer: on a GPU each copy waits for the queue to drain
+        flat = torch.cat([part.reshape(-1) for part in parts.values()]).cpu()
+        pieces = dict(zip(parts, flat.split([part.numel() for part in parts.values()])))
+        for name in ("s1", "z1", "s2", "z2", "sz", "si", "sj", "srow", "skey0", "soff_all", "soff_early"):
+            a[name][g, layer] += pieces[name].view(parts[name].shape).numpy()
+        features = pieces["features"].view(parts["features"].shape)
+        per_row = features.sum(0)  # [T, H, F]
+        a["feat"][g, layer] += torch.einsum("ct,thf->hfc", self._fold, per_row).numpy()
+        self.sums.row_features[layer] += per_row.permute(1, 2, 0).numpy()
+        if self.probe:
+            self._add_probe(layer, features)
+
+    def _on_device(self, st: LayerStructure, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """The fold matrix, key positions, per-bin and visible counts of ``st``, copied to ``device`` once."""
+        key = (st.window, str(device))
+        if key not in self._device_cache:
+            self._device_cache[key] = tuple(
+                x.to(device) for x in (self._fold, self._positions, st.per_bin, st.n_visible)
+            )
+        return self._device_cache[key]
+
+    def _add_probe(self, layer: int, features: torch.Tensor) -> None:
+        a, g = self.sums.arrays, self.group
+        batch, t, heads, n_feat = features.shape
+        x = torch.cat([torch.ones(batch, t, 1, dtype=torch.float64), features.reshape(batch, t, heads * n_feat)], -1)
+        y = torch.log1p(self._positions)[None, :].expand(batch, t)
+        for w_index, window in enumerate(WINDOWS):
+            rows = self._window_rows[window]
+            xs, ys = x[:, rows].reshape(-1, x.shape[-1]), y[:, rows].reshape(-1)
+            a["xtx"][g, layer, w_index] += (xs.T @ xs).numpy()
+            a["xty"][g, layer, w_index] += (xs.T @ ys).numpy()
+            a["y1"][g, layer, w_index] += float(ys.sum())
+            a["yy"][g, layer, w_index] += float((ys * ys).sum())
+            a["pn"][g, layer, w_index] += ys.numel()
+
+    def _check_block_mask(self, layer: int, scores: torch.Tensor, block_scores: torch.Tensor, block: "RowBlock", st) -> None:
+        # Within the block's key span the unmasked keys must be exactly the visible ones; the keys outside
+        # it (after the block's last row, before the window) must all be masked. Written as "not ≤" so
+        # that a NaN there fails too.
+        threshold = MASKED_BELOW * torch.finfo(scores.dtype).min
+        rows = scores[:, :, block.r0 : block.r1]
+        outside = [rows[..., block.r1 :], rows[..., : block.k0]]
+        if bool(torch.ne(block_scores > threshold, block.visible).any()) or any(
+            part.numel() and not bool(part.amax() <= threshold) for part in outside
+        ):
+            self._explain_mask_failure(layer, scores, st.valid.to(scores.device))
+
+    def _explain_mask_failure(self, layer: int, scores: torch.Tensor, valid: torch.Tensor) -> None:
+        # NaN or +inf anywhere (an overflowed score plus the mask stays +inf), or −inf on a visible key:
+        # report the overflow itself rather than a mask mismatch.
+        bad = torch.isnan(scores) | torch.isposinf(scores) | (torch.isneginf(scores) & valid)
+        if bad.any():
+            raise _non_finite(layer, int(torch.nonzero(bad)[0, 1]))
+        unmasked = scores > MASKED_BELOW * torch.finfo(scores.dtype).min
+        if (unmasked & ~valid).any():
+            raise MaskMismatchError(
+                f"layer {layer}: keys poslens treats as invisible (window={self.model.window[layer]}) carry finite "
+                "scores; the model's mask differs from the one recorded on the model"
+            )
+        raise MaskMismatchError(
+            f"layer {layer}: keys poslens treats as visible are masked in the scores "
+            f"(window={self.model.window[layer]}); padding is not supported, use equal-length sequences"
+        )

@@ -1,0 +1,395 @@
+"""The mask-only counterfactual of a head (METHOD §4.1, version 2), fitted from streamed sums.
+
+For one layer and one query window (rows 1 ≤ i < ``rows``), least squares over
+every visible pair fits
+
+    log a_ij ≈ g(i − j) + β·[j = 0] + h(i)
+
+with one g per exact offset, one β for key 0 and one h per exact row. The row
+effects absorb any per-query shift, so g and β are the same whether s or
+log a = s − log Z_i is fitted: the fit needs only three sums of the logits,
+per exact offset, per exact row and per row at key 0. With the row effects
+profiled out, the normal equations' matrix depends only on the structure
+(``rows`` and the layer's window), so it is inverted once per structure
+(:func:`structure`; g(0) = 0 removes its one null direction) and every head,
+layer and jackknife replicate is solved by one matrix product.
+
+Two counterfactual patterns follow from a fit:
+
+- **mean-field**: a'_ij = softmax over V_i of g(i − j) + β·[j = 0], the same for
+  every sequence; its cell sums are structural (:meth:`WindowFit.meanfield_cells`);
+- **per-sequence**: s'_ij(n) = s_ij(n) − A_cb, with A the head's absolute
+  component per (query bin, offset bin) cell of the mean logits after g, β and
+  h (:meth:`WindowFit.residual_cells`). Renormalizing s' needs the sequence's
+  own logits, so a second pass over the model computes it
+  (:mod:`poslens.capture.counterfactual_capture`); this module turns that pass's row
+  sums into cell sums (:func:`per_sequence_cells`).
+
+All arrays are float64 numpy; nothing here touches torch or a model.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse
+
+from poslens.fit.binning import Binning
+
+
+@dataclass(frozen=True, eq=False)
+class Structure:
+    """What is fixed about one window's pairs: the visible offsets of each row and the inverted normal matrix.
+
+    Rows 0..rows−1 are indexed directly; row 0 is never in a window and is all zero.
+
+    Example:
+        >>> st = structure(Binning(8), rows=8, window=None)
+        >>> st.n_offsets, st.visible[3].tolist(), st.key0.tolist()
+        (8, [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+        >>> structure(Binning(8), rows=8, window=3).key0.tolist()   # key 0 drops out once i ≥ W
+        [0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    """
+
+    rows: int
+    window: int | None
+    n_offsets: int
+    visible: np.ndarray  # [rows, D]: row i sees offset Δ
+    n_visible: np.ndarray  # [rows]: |V_i| (1 for row 0, unused)
+    key0: np.ndarray  # [rows]: key 0 visible from row i ≥ 1
+    inverse: np.ndarray  # [D, D]: inverse of the profiled normal matrix over (g_1..g_{D−1}, β)
+    to_cells: scipy.sparse.csr_matrix  # [C·B, rows]: row i's pairs in cell (c(i), b)
+    offsets_to_cells: scipy.sparse.csr_matrix  # [C·B, D]: pairs of offset Δ in cell (c, b)
+    key0_cells: np.ndarray  # [C·B]: key-0 pairs per cell
+    pair_cells: np.ndarray  # [C·B]: pairs per cell (one sequence)
+    query_bin: np.ndarray  # [rows]: c(i)
+    offset_bin: np.ndarray  # [D]: b(Δ)
+    n_offset_bins: int
+
+
+@functools.lru_cache(maxsize=32)
+def structure(binning: Binning, rows: int, window: int | None) -> Structure:
+    """The :class:`Structure` of the rows 1..rows−1 of a layer with sliding window ``window`` (None: causal).
+
+    A window at least ``rows`` wide changes nothing and is treated as causal.
+
+    Example:
+        >>> st = structure(Binning(16, early=8), rows=8, window=None)
+        >>> st.inverse.shape, float(st.pair_cells.sum())   # offsets 1..7 and β; pairs of rows 1..7
+        ((8, 8), 35.0)
+    """
+    if window is not None and window >= rows:
+        window = None
+    t = rows
+    d = t if window is None else window
+    i = np.arange(t)[:, None]
+    delta = np.arange(d)[None, :]
+    visible = ((delta <= i) & (i >= 1)).astype(np.float64)
+    n_visible = np.maximum(visible.sum(1), 1.0)
+    key0 = ((np.arange(t) >= 1) & (np.arange(t) < d)).astype(np.float64)
+    inverse = _profiled_inverse(visible, n_visible, key0)
+
+    n_b = binning.n_offset_bins
+    obin = binning.offset_bin[:d]
+    qbin = binning.query_bin[:t]
+    per_bin = visible @ np.eye(n_b)[obin]  # [rows, B]
+    r_idx, b_idx = np.nonzero(per_bin)
+    shape = (binning.n_query_bins * n_b, t)
+    to_cells = scipy.sparse.csr_matrix((per_bin[r_idx, b_idx], (qbin[r_idx] * n_b + b_idx, r_idx)), shape=shape)
+    r_idx, d_idx = np.nonzero(visible)
+    offsets_to_cells = scipy.sparse.csr_matrix(
+        (np.ones(len(r_idx)), (qbin[r_idx] * n_b + obin[d_idx], d_idx)), shape=(shape[0], d)
+    )  # duplicates add up: rows of one query bin that see Δ
+    key0_cells = np.zeros(shape[0])
+    rows_k0 = np.nonzero(key0)[0]
+    np.add.at(key0_cells, qbin[rows_k0] * n_b + obin[rows_k0], 1.0)
+    pair_cells = np.asarray(to_cells.sum(axis=1)).ravel()
+    return Structure(t, window, d, visible, n_visible, key0, inverse, to_cells, offsets_to_cells, key0_cells, pair_cells, qbin, obin, n_b)
+
+
+def _profiled_inverse(visible: np.ndarray, n_visible: np.ndarray, key0: np.ndarray) -> np.ndarray:
+    """Inverse of Σ_i X_iᵀ(I − 11ᵀ/n_i)X_i over θ = (g_1..g_{D−1}, β), rows i ≥ 1.
+
+    X_i has one row per visible pair of row i: a one-hot of its offset (g_0 dropped:
+    it is the null direction shared with the row effects) and [j = 0]. Falls back
+    to the pseudo-inverse where the structure leaves a direction undetermined
+    (e.g. rows = 2, where offset 1 only ever meets key 0).
+    """
+    d = visible.shape[1]
+    u = np.concatenate([visible[1:, 1:], key0[1:, None]], axis=1)  # X_iᵀ1 per row
+    normal = np.diag(u.sum(0)) - u.T @ (u / n_visible[1:, None])
+    k0_rows = np.nonzero(key0)[0]  # the key-0 pair of row i has offset i: g_i and β meet there
+    normal[k0_rows - 1, d - 1] += 1.0
+    normal[d - 1, k0_rows - 1] += 1.0
+    if d == 1 or not key0.any():
+        normal[d - 1, d - 1] = 1.0  # no key-0 pair: β is not a parameter (its solution is 0)
+    try:
+        factor = scipy.linalg.cho_factor(normal, lower=True)
+        return scipy.linalg.cho_solve(factor, np.eye(d))
+    except np.linalg.LinAlgError:
+        return np.linalg.pinv(normal, hermitian=True)
+
+
+@dataclass
+class WindowFit:
+    """g, β and the row effects h of the logits, for a stack of heads sharing one :class:`Structure`.
+
+    Arrays carry any leading axes (layers, heads, …) before the last.
+
+    Example:
+        >>> st = structure(Binning(8), rows=8, window=None)
+        >>> kernel = -0.3 * np.arange(8.0)
+        >>> logits = kernel[np.subtract.outer(np.arange(8), np.arange(8)).clip(0)]   # a purely relative head
+        >>> fit = fit_logits(st, *structural_sums(st, logits))
+        >>> np.round(fit.g - fit.g[0], 6).tolist() == np.round(kernel - kernel[0], 6).tolist(), abs(round(float(fit.beta), 9))
+        (True, 0.0)
+    """
+
+    structure: Structure
+    g: np.ndarray  # [..., D], g(0) = 0
+    beta: np.ndarray  # [...]
+    h: np.ndarray  # [..., rows], per-sequence row effects of s (row 0: 0)
+
+    def log_partition(self) -> np.ndarray:
+        """log Z'_i = logsumexp over the visible offsets of g(Δ) + β·[Δ = i], [..., rows] (row 0: 0).
+
+        A running log-sum-exp over offsets: O(rows) per head.
+
+        Example:
+            >>> st = structure(Binning(8), rows=8, window=None)
+            >>> fit = WindowFit(st, np.zeros(8), np.array(0.0), np.zeros(8))
+            >>> np.allclose(fit.log_partition()[1:], np.log(np.arange(2, 9)))   # uniform over i + 1 keys
+            True
+        """
+        st = self.structure
+        running = np.logaddexp.accumulate(self.g, axis=-1)  # LSE of g(0..k)
+        rows = np.minimum(np.arange(st.rows), st.n_offsets - 1)  # rows that see key 0 have i < D
+        with_key0 = np.logaddexp(running[..., np.maximum(rows - 1, 0)], self.g[..., rows] + self.beta[..., None])
+        without = np.broadcast_to(running[..., -1:], with_key0.shape)
+        out = np.where(st.key0 > 0, with_key0, without)
+        out[..., 0] = 0.0
+        return out
+
+    def meanfield_cells(self) -> np.ndarray:
+        """Cell sums, for one sequence, of the mean-field log a'_ij = g(i−j) + β·[j = 0] − log Z'_i: [..., C·B].
+
+        Example:
+            >>> st = structure(Binning(8), rows=8, window=None)
+            >>> fit = WindowFit(st, np.zeros(8), np.array(0.0), np.zeros(8))
+            >>> round(float(fit.meanfield_cells().sum()), 6) == round(float(-(np.arange(2, 9) * np.log(np.arange(2, 9))).sum()), 6)
+            True
+        """
+        st = self.structure
+        return self._fitted_cells(with_rows=False) - _apply(st.to_cells, self.log_partition())
+
+    def residual_cells(self, logit_cells: np.ndarray, n_seqs: float) -> np.ndarray:
+        """A_cb: the mean over the pairs of each cell of s − g − β·[j = 0] − h, [..., C·B] (0 in empty cells).
+
+        ``logit_cells`` are the cell sums of s over ``n_seqs`` sequences, [..., C·B].
+
+        Example:
+            >>> st = structure(Binning(8), rows=8, window=None)
+            >>> logits = np.log1p(np.arange(8.0))[None, :] * np.ones((8, 1))   # a key-position term u(j)
+            >>> fit = fit_logits(st, *structural_sums(st, logits))
+            >>> bool(np.abs(fit.residual_cells(structural_cells(st, logits), 1.0)).max() > 0.01)
+            True
+        """
+        st = self.structure
+        fitted = self._fitted_cells(with_rows=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(st.pair_cells > 0, (logit_cells / n_seqs - fitted) / st.pair_cells, 0.0)
+
+    def _fitted_cells(self, with_rows: bool) -> np.ndarray:
+        st = self.structure
+        cells = _apply(st.offsets_to_cells, self.g) + self.beta[..., None] * st.key0_cells
+        return cells + _apply(st.to_cells, self.h) if with_rows else cells
+
+
+def _apply(operator: scipy.sparse.csr_matrix, x: np.ndarray) -> np.ndarray:
+    """operator @ x over the last axis of x, for any leading axes."""
+    flat = x.reshape(-1, x.shape[-1])
+    return np.asarray(operator @ flat.T).T.reshape(*x.shape[:-1], operator.shape[0])
+
+
+def fit_logits(st: Structure, row_sums: np.ndarray, key0_sums: np.ndarray, offset_sums: np.ndarray, n_seqs: float = 1.0) -> WindowFit:
+    """Least-squares g, β, h from sums over ``n_seqs`` sequences of the logits (or of log a: same g, β).
+
+    ``row_sums`` [..., rows]: Σ_j s_ij per row; ``key0_sums`` [..., rows]: s_i0
+    (0 where key 0 is not visible); ``offset_sums`` [..., D]: Σ over the window's
+    rows of s_{i, i−Δ}. Rows outside 1..rows−1 are ignored.
+
+    Example:
+        >>> st = structure(Binning(8), rows=8, window=None)
+        >>> logits = np.zeros((8, 8)); logits[:, 0] = 2.0   # a constant sink bias on key 0
+        >>> fit = fit_logits(st, *structural_sums(st, logits))
+        >>> round(float(fit.beta), 9), float(np.abs(fit.g).max()) < 1e-9
+        (2.0, True)
+    """
+    d = st.n_offsets
+    per_seq_rows = row_sums[..., : st.rows] / n_seqs
+    mean_row = np.where(np.arange(st.rows) >= 1, per_seq_rows / st.n_visible, 0.0)
+    rhs_g = offset_sums[..., 1:d] / n_seqs - mean_row @ st.visible[:, 1:]
+    rhs_beta = ((key0_sums[..., : st.rows] / n_seqs - mean_row) * st.key0).sum(-1)
+    theta = np.concatenate([rhs_g, rhs_beta[..., None]], axis=-1) @ st.inverse
+    g = np.concatenate([np.zeros_like(theta[..., :1]), theta[..., : d - 1]], axis=-1)
+    beta = theta[..., d - 1] if st.key0.any() else np.zeros_like(theta[..., d - 1])
+    fitted_rows = g @ st.visible.T + beta[..., None] * st.key0
+    h = np.where(np.arange(st.rows) >= 1, (per_seq_rows - fitted_rows) / st.n_visible, 0.0)
+    return WindowFit(st, g, beta, h)
+
+
+def structural_sums(st: Structure, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row, key-0 and offset sums of one sequence's dense logits [..., T, T] over the structure's pairs.
+
+    A small dense helper for examples and checks; the streamed sums come from the capture.
+
+    Example:
+        >>> st = structure(Binning(4), rows=4, window=None)
+        >>> rows, key0, offsets = structural_sums(st, np.ones((4, 4)))
+        >>> rows.tolist(), key0.tolist(), offsets.tolist()
+        ([0.0, 2.0, 3.0, 4.0], [0.0, 1.0, 1.0, 1.0], [3.0, 3.0, 2.0, 1.0])
+    """
+    t = st.rows
+    i, j = np.meshgrid(np.arange(t), np.arange(t), indexing="ij")
+    delta = i - j
+    mask = (delta >= 0) & (delta < st.n_offsets) & (i >= 1)
+    x = np.where(mask, logits[..., :t, :t], 0.0)
+    offsets = np.stack([np.where(delta == k, x, 0.0).sum((-2, -1)) for k in range(st.n_offsets)], axis=-1)
+    return x.sum(-1), x[..., :, 0] * st.key0, offsets
+
+
+def structural_cells(st: Structure, logits: np.ndarray) -> np.ndarray:
+    """Cell sums [..., C·B] of one sequence's dense logits over the structure's pairs (a dense helper).
+
+    Example:
+        >>> st = structure(Binning(4), rows=4, window=None)
+        >>> float(structural_cells(st, np.ones((4, 4))).sum())   # 2 + 3 + 4 pairs
+        9.0
+    """
+    t = st.rows
+    i, j = np.meshgrid(np.arange(t), np.arange(t), indexing="ij")
+    delta = i - j
+    mask = (delta >= 0) & (delta < st.n_offsets) & (i >= 1)
+    cell = st.query_bin[i] * st.n_offset_bins + st.offset_bin[np.clip(delta, 0, st.n_offsets - 1)]
+    out = np.zeros((*logits.shape[:-2], st.pair_cells.shape[0]))
+    x = np.where(mask, logits[..., :t, :t], 0.0)
+    for c in np.unique(cell[mask]):
+        out[..., c] = np.where(cell == c, x, 0.0).sum((-2, -1))
+    return out
+
+
+def window_rows(binning: Binning, window: str) -> int:
+    """``rows`` of a query window: Q (capped at T) for ``early``, T for ``all``.
+
+    Example:
+        >>> window_rows(Binning(64, early=32), "early"), window_rows(Binning(16, early=32), "early"), window_rows(Binning(64), "all")
+        (32, 16, 64)
+    """
+    return min(binning.early, binning.seq_len) if window == "early" else binning.seq_len
+
+
+def per_sequence_cells(st: Structure, logit_cells: np.ndarray, residual: np.ndarray, n_seqs: float, log_partition_rows: np.ndarray) -> np.ndarray:
+    """Cell sums of the per-sequence log a'(n) = s − A − log Z'(n) over ``n_seqs`` sequences, [..., C·B].
+
+    ``logit_cells``: cell sums of s; ``residual``: A [..., C·B] (per pair);
+    ``log_partition_rows``: Σ_n log Z'_i(n) per row [..., rows] from the second pass.
+
+    Example:
+        >>> st = structure(Binning(4), rows=4, window=None)
+        >>> cells = per_sequence_cells(st, np.zeros(st.pair_cells.shape), np.zeros(st.pair_cells.shape), 1.0,
+        ...                            np.log([1.0, 2.0, 3.0, 4.0]))
+        >>> round(float(cells.sum()), 6) == round(-float(2 * np.log(2) + 3 * np.log(3) + 4 * np.log(4)), 6)
+        True
+    """
+    return logit_cells - n_seqs * st.pair_cells * residual - _apply(st.to_cells, log_partition_rows[..., : st.rows])
+
+
+def layer_fits(
+    p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...], window: str, n_seqs: float | None = None
+) -> list[tuple[list[int], WindowFit]]:
+    """Fit every layer of pooled sums ``p`` (one replicate) in one query window.
+
+    Layers that share a structure are fitted together. Returns
+    ``[(layers, fit)]`` with the fit's arrays [len(layers), H, …]; ``n_seqs``
+    (default: the sequences in ``p``) scales the sums to one sequence.
+
+    Example:
+        >>> fits = layer_fits(sums.pooled(), sums.binning, sums.layer_windows, "all")  # doctest: +SKIP
+        >>> [(layers, fit.g.shape) for layers, fit in fits]  # doctest: +SKIP
+        [([0, 1, 2], (3, 4, 40))]
+    """
+    rows = window_rows(binning, window)
+    offsets = p["soff_early" if window == "early" else "soff_all"]
+    n_seqs = float(np.sum(p["nseq"])) if n_seqs is None else n_seqs
+    by_window: dict[int | None, list[int]] = {}
+    for layer, w in enumerate(layer_windows):
+        by_window.setdefault(structure(binning, rows, w).window, []).append(layer)
+    out = []
+    for w, layers in by_window.items():
+        st = structure(binning, rows, w)
+        fit = fit_logits(st, p["srow"][layers], p["skey0"][layers], offsets[layers][..., : st.n_offsets], n_seqs)
+        out.append((layers, fit))
+    return out
+
+
+def meanfield_cells(p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...], window: str) -> np.ndarray:
+    """Cell sums of the mean-field log a' over all of ``p``'s sequences, [L, H, C, B] (0 outside the window).
+
+    Example:
+        >>> meanfield_cells(sums.pooled(), sums.binning, sums.layer_windows, "early").shape  # doctest: +SKIP
+        (3, 4, 19, 19)
+    """
+    n_layers, n_heads = p["srow"].shape[:2]
+    out = np.zeros((n_layers, n_heads, binning.n_query_bins * binning.n_offset_bins))
+    n_seqs = float(np.sum(p["nseq"]))
+    for layers, fit in layer_fits(p, binning, layer_windows, window):
+        out[layers] = n_seqs * fit.meanfield_cells()
+    return out.reshape(n_layers, n_heads, binning.n_query_bins, binning.n_offset_bins)
+
+
+def residuals(
+    p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...], window: str, per_sequence: bool = True
+) -> np.ndarray:
+    """The absolute component A per cell of every head, fitted on ``p``, [L, H, C·B] (0 outside the window).
+
+    The fit is linear in the sums, so with ``per_sequence=False`` this returns
+    N·A in units of the sums: those of several groups add up, and dividing by
+    their sequence count gives A fitted on all of them (how
+    :func:`poslens.measurement.pipeline.cross_fitted_residuals` gets every variant from one
+    fit per group).
+
+    Example:
+        >>> residuals(sums.leave_out(0), sums.binning, sums.layer_windows, "all").shape  # doctest: +SKIP
+        (3, 4, 361)
+    """
+    n_layers, n_heads = p["srow"].shape[:2]
+    out = np.zeros((n_layers, n_heads, binning.n_query_bins * binning.n_offset_bins))
+    n_seqs = float(np.sum(p["nseq"])) if per_sequence else 1.0
+    logit_cells = p["s1"].reshape(n_layers, n_heads, -1)
+    for layers, fit in layer_fits(p, binning, layer_windows, window, n_seqs):
+        out[layers] = fit.residual_cells(logit_cells[layers], n_seqs)
+    return out
+
+
+def counterfactual_sums(
+    group_sums: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...], window: str,
+    residual: np.ndarray, log_partition: np.ndarray,
+) -> np.ndarray:
+    """Cell sums of the per-sequence log a'(n) of one group, [L, H, C, B], from its first-pass sums,
+    the residual A it removed ([L, H, C·B]) and its second-pass Σ_n log Z'_i(n) ([L, H, rows]).
+
+    Example:
+        >>> counterfactual_sums(sums.group(0), sums.binning, sums.layer_windows, "all", a[0], log_z[0])  # doctest: +SKIP
+    """
+    n_layers, n_heads = group_sums["srow"].shape[:2]
+    rows = window_rows(binning, window)
+    n_seqs = float(np.sum(group_sums["nseq"]))
+    logit_cells = group_sums["s1"].reshape(n_layers, n_heads, -1)
+    out = np.zeros((n_layers, n_heads, binning.n_query_bins * binning.n_offset_bins))
+    for layer, w in enumerate(layer_windows):
+        st = structure(binning, rows, w)
+        out[layer] = np.where(st.pair_cells > 0, per_sequence_cells(st, logit_cells[layer], residual[layer], n_seqs, log_partition[layer]), 0.0)
+    return out.reshape(n_layers, n_heads, binning.n_query_bins, binning.n_offset_bins)

@@ -1,0 +1,63 @@
+"""Mask versus residual-stream shares of a head's leakage (METHOD §4.2, version 2).
+
+With P the projection of METHOD §3.1 over the cells of one query window and
+inner products weighted by cell pair counts, a head's pattern log a and its
+mask-only counterfactual log a' (:mod:`poslens.fit.counterfactual`) give
+
+    ρ_mask = ⟨P(log a), P(log a')⟩ / ‖P(log a)‖²,   ρ_res = 1 − ρ_mask,
+    C_mask = ρ_mask · L(log a),                      C_res = ρ_res · L(log a).
+
+The count term uses the same share with −P(c), c_i = log|V_i|. Version 1's
+logit split, kept for comparison only (``c_res_logit``), is the share of P(s):
+it is not invariant to per-query shifts of the logits, which the pattern ignores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from poslens.fit.stats import weighted_inner
+
+
+def share(p_pattern: np.ndarray, p_other: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """⟨P(log a), P(other)⟩ / ‖P(log a)‖² over cells (NaN where P(log a) = 0).
+
+    Example:
+        >>> float(share(np.array([1.0, -1.0]), np.array([0.5, -0.5]), np.ones(2)))
+        0.5
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return weighted_inner(p_pattern, p_other, counts) / weighted_inner(p_pattern, p_pattern, counts)
+
+
+@dataclass
+class Split:
+    """A split of L(log a) into a mask part and a residual-stream part.
+
+    Example:
+        >>> s = split(np.array([1.0, -1.0]), np.array([0.25, -0.25]), np.ones(2), leakage=0.2)
+        >>> float(s.rho_mask), float(s.rho_res), round(float(s.c_res), 3)
+        (0.25, 0.75, 0.15)
+    """
+
+    rho_mask: np.ndarray
+    rho_res: np.ndarray
+    c_mask: np.ndarray
+    c_res: np.ndarray
+
+
+def split(p_pattern: np.ndarray, p_counterfactual: np.ndarray, counts: np.ndarray, leakage: np.ndarray) -> Split:
+    """METHOD §4.2: the mask share is the part of P(log a) along P(log a') of the mask-only counterfactual.
+
+    ``p_pattern``, ``p_counterfactual`` [..., K] over K cells with ``counts`` [K];
+    ``leakage`` is L(log a) for the same projection.
+
+    Example:
+        >>> same = np.array([0.5, -0.5])
+        >>> float(split(same, same, np.ones(2), leakage=0.3).c_res)   # the counterfactual explains everything
+        0.0
+    """
+    rho_mask = share(p_pattern, p_counterfactual, counts)
+    return Split(rho_mask=rho_mask, rho_res=1.0 - rho_mask, c_mask=rho_mask * leakage, c_res=(1.0 - rho_mask) * leakage)

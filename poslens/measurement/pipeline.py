@@ -1,0 +1,360 @@
+"""``poslens.measure``: one streaming pass over a corpus, then the fits, as a tidy result."""
+
+from __future__ import annotations
+
+import platform
+import time
+from types import SimpleNamespace
+from datetime import datetime, timezone
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from poslens.version import __version__
+from poslens.runtime import distributed
+from poslens.fit.binning import Binning
+from poslens.capture.leakage_capture import LeakageCapture
+from poslens.model.corpus import Corpus
+from poslens.fit.counterfactual import counterfactual_sums, residuals
+from poslens.capture.counterfactual_capture import CounterfactualCapture
+from poslens.model.hooks import Hook, run_with_hooks
+from poslens.runtime.memory import choose_batch_size
+from poslens.fit.metrics import metrics_with_intervals
+from poslens.measurement.result import COLUMNS, Result
+from poslens.fit.sums import WINDOWS, CellSums
+
+
+class Intervention(Protocol):
+    """What ``measure`` needs of an intervention: a label, hooks and a description.
+
+    The classes in :mod:`poslens.mechanisms.interventions` implement it; ``measure`` joins
+    the labels of several interventions with ``+`` in the ``intervention`` column.
+
+    Example:
+        >>> from poslens.mechanisms.interventions import BosReplacement, Position0Transplant
+        >>> "+".join(iv.label for iv in [BosReplacement("mean"), Position0Transplant("token:42")])
+        'bos:mean+transplant:42'
+    """
+
+    label: str
+
+    def hooks(self, model: Any, tokens: torch.Tensor) -> list[Hook]:
+        """Forward hooks for one batch ``tokens`` [batch, pos], added before the capture's own hooks.
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.model.tiny import save_tiny_model
+            >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
+            >>> from poslens.mechanisms.interventions import Position0Transplant
+            >>> hooks = Position0Transplant("token:42").hooks(model, torch.tensor([[1, 70, 71]]))
+            >>> [name for name, _ in hooks]   # one per block
+            ['blocks.0.hook_resid_pre', 'blocks.1.hook_resid_pre', 'blocks.2.hook_resid_pre']
+        """
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """The intervention's settings, stored under ``settings["interventions"]`` in the result's metadata.
+
+        Example:
+            >>> from poslens.mechanisms.interventions import BosReplacement
+            >>> BosReplacement("zero").describe()
+            {'intervention': 'bos-replacement', 'kind': 'zero', 'seed': 0, 'token_id': None}
+        """
+        ...
+
+
+def group_of(n_seqs: int, groups: int) -> np.ndarray:
+    """Group index of each sequence: contiguous, near-equal blocks.
+
+    Example:
+        >>> group_of(10, 4).tolist()
+        [0, 0, 0, 1, 1, 2, 2, 2, 3, 3]
+    """
+    if groups < 2:
+        raise ValueError(f"groups must be ≥ 2 for intervals, got {groups}")
+    if n_seqs < groups:
+        raise ValueError(f"{n_seqs} sequences cannot fill {groups} groups; use at least {groups} sequences or fewer groups")
+    return (np.arange(n_seqs) * groups) // n_seqs
+
+
+def batches(n_seqs: int, groups: int, batch_size: int) -> list[tuple[int, np.ndarray]]:
+    """(group, sequence indices) for each forward pass; a batch never spans two groups.
+
+    Example:
+        >>> [(g, idx.tolist()) for g, idx in batches(6, 2, 2)]
+        [(0, [0, 1]), (0, [2]), (1, [3, 4]), (1, [5])]
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
+    assignment = group_of(n_seqs, groups)
+    out = []
+    for g in range(groups):
+        members = np.nonzero(assignment == g)[0]
+        out.extend((g, members[k : k + batch_size]) for k in range(0, len(members), batch_size))
+    return out
+
+
+def collect_sums(
+    model: Any,
+    corpus: Corpus,
+    groups: int = 8,
+    early: int = 32,
+    batch_size: int | None = 4,
+    interventions: Sequence[Intervention] = (),
+    probe: bool = True,
+    progress: bool = True,
+    description: str = "measuring",
+    max_memory: int | str | None = None,
+) -> CellSums:
+    """Run the model over the corpus with capture hooks and return the grouped cell sums.
+
+    Two passes over the corpus: the first streams every cell sum of METHOD §3
+    and the sums the counterfactual fit needs; the second renormalizes each
+    sequence's logits for the per-sequence counterfactual of METHOD §4.4 (i)
+    (:mod:`poslens.capture.counterfactual_capture`), with each group's absolute
+    component fitted on the other groups. Under torchrun each rank runs every
+    K-th batch and the sums are all-reduced after each pass (see
+    :mod:`poslens.runtime.distributed`), so every rank returns the whole corpus's sums.
+    ``max_memory`` picks the batch size: ``"free"`` plans against the memory free
+    now, a size such as ``"8GB"`` against that budget for the whole process;
+    ``batch_size`` is then an upper bound. See :func:`poslens.runtime.memory.choose_batch_size`.
+
+    Example:
+        >>> sums = collect_sums(model, corpus, groups=4)  # doctest: +SKIP
+    """
+    if corpus.seq_len > (model.max_context or corpus.seq_len):
+        raise ValueError(
+            f"sequence length {corpus.seq_len} exceeds {model.name}'s context of {model.max_context} tokens; "
+            f"use sequences of at most {model.max_context} tokens"
+        )
+    capture = LeakageCapture(model, Binning(corpus.seq_len, early=early), groups, probe=probe)
+    distributed.init_from_env()
+    batch_size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)
+    plan = batches(corpus.n_seqs, groups, batch_size)[distributed.rank() :: distributed.world_size()]
+    show = progress and distributed.is_main()
+    for group, index in tqdm(plan, desc=description, unit="batch", disable=not show, leave=False):
+        tokens = corpus.tokens[index]
+        extra: list[Hook] = [h for iv in interventions for h in iv.hooks(model, tokens)]
+        capture.group = group
+        capture.add_structure(len(index))
+        run_with_hooks(model, tokens, extra + capture.hooks())
+    sums = distributed.all_reduce_sums(capture.sums)
+    second = CounterfactualCapture(model, sums.binning, cross_fitted_residuals(sums), groups)
+    for group, index in tqdm(plan, desc=f"{description} (counterfactual)", unit="batch", disable=not show, leave=False):
+        tokens = corpus.tokens[index]
+        extra = [h for iv in interventions for h in iv.hooks(model, tokens)]
+        second.group = group
+        run_with_hooks(model, tokens, extra + second.hooks())
+    add_counterfactual(sums, second)
+    return sums
+
+
+def cross_fitted_residuals(sums: CellSums) -> Callable[[int], dict[str, np.ndarray]]:
+    """For the sequences of group g, the absolute components A they remove, per window: [G, L, H, C·B].
+
+    Variant v = g is fitted without group g (the estimate); variant v ≠ g without
+    groups g and v (the jackknife replicate that deletes v refits it). With two
+    groups nothing is left to refit on, so the replicate keeps A fitted without g.
+    One fit per group and window: the fit is linear in the sums.
+
+    Example:
+        >>> a = cross_fitted_residuals(sums)(0)  # doctest: +SKIP
+        >>> a["all"].shape[0] == sums.n_groups  # doctest: +SKIP
+        True
+    """
+    n_groups = sums.n_groups
+    # A is linear in the sums: fit each group once (in units of its sums), then add groups up
+    per_group = {
+        w: np.stack([residuals(sums.group(g), sums.binning, sums.layer_windows, w, per_sequence=False) for g in range(n_groups)])
+        for w in WINDOWS
+    }
+    total = {w: x.sum(axis=0) for w, x in per_group.items()}
+    n_seqs = np.asarray(sums.arrays["nseq"], dtype=np.float64)
+
+    def of(group: int) -> dict[str, np.ndarray]:
+        out = {}
+        for w in WINDOWS:
+            variants = []
+            for variant in range(n_groups):
+                drop = {group, variant} if n_groups > 2 else {group}
+                kept = total[w] - sum(per_group[w][g] for g in drop)
+                variants.append(kept / (n_seqs.sum() - sum(n_seqs[g] for g in drop)))
+            out[w] = np.stack(variants)
+        return out
+
+    return of
+
+
+def add_counterfactual(sums: CellSums, second: CounterfactualCapture) -> None:
+    """Fill ``sums``' ``cf_*`` (per group) and ``cf_*_rep`` (per replicate) arrays from a finished second pass.
+
+    The second pass's row sums are all-reduced across ranks first.
+
+    Example:
+        >>> add_counterfactual(sums, second_pass)  # doctest: +SKIP
+    """
+    log_z = {w: distributed.all_reduce_array(second.log_partition[w]) for w in WINDOWS}
+    for w in WINDOWS:
+        sums.arrays[f"cf_{w}_rep"][:] = 0.0
+    for group in range(sums.n_groups):
+        residual = second.residuals_of(group)
+        own = sums.group(group)
+        for w in WINDOWS:
+            for variant in range(sums.n_groups):
+                cells = counterfactual_sums(own, sums.binning, sums.layer_windows, w, residual[w][variant], log_z[w][group, variant])
+                if variant == group:
+                    sums.arrays[f"cf_{w}"][group] = cells
+                else:
+                    sums.arrays[f"cf_{w}_rep"][variant] += cells
+
+
+def measure_scores(
+    layer_scores: Sequence[torch.Tensor], groups: int = 8, early: int = 32, layer_windows: Sequence[int | None] | None = None,
+    name: str = "synthetic",
+) -> Result:
+    """:func:`measure` on attention scores given directly, one [N, H, T, T] tensor per layer (no model).
+
+    Masked entries must hold the dtype's minimum, as in ``hook_attn_scores``;
+    ``layer_windows`` gives each layer's sliding window (None: causal). For
+    synthetic heads, the controls of METHOD §4.4 and the version 1 / version 2
+    comparison (``docs/make_synthetic_comparison.py``).
+
+    Example:
+        >>> t = 24; i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+        >>> logits = (-0.1 * (i - j)).float().masked_fill(j > i, torch.finfo(torch.float32).min)
+        >>> scores = logits.expand(4, 1, t, t)                      # 4 sequences, 1 head: purely relative
+        >>> r = measure_scores([scores], groups=2, early=8)
+        >>> abs(r.value("c_res", "all", layer=0, head=0)) < 1e-10   # the mask explains all of it
+        True
+    """
+    scores = [torch.as_tensor(x) for x in layer_scores]
+    n_seqs, n_heads, t, _ = scores[0].shape
+    windows = list(layer_windows) if layer_windows is not None else [None] * len(scores)
+    model = SimpleNamespace(n_layers=len(scores), n_heads=n_heads, window=windows)
+    capture = LeakageCapture(model, Binning(t, early=early), groups, probe=False)
+    assignment = group_of(n_seqs, groups)
+    for g in range(groups):
+        index = np.nonzero(assignment == g)[0]
+        capture.group = g
+        capture.add_structure(len(index))
+        for layer, x in enumerate(scores):
+            capture.reduce(layer, x[index])
+    sums = capture.sums
+    second = CounterfactualCapture(model, sums.binning, cross_fitted_residuals(sums), groups)
+    for g in range(groups):
+        index = np.nonzero(assignment == g)[0]
+        second.group = g
+        for layer, x in enumerate(scores):
+            second.reduce(layer, x[index])
+    add_counterfactual(sums, second)
+    table = tidy(metrics_with_intervals(sums, probe=False), name, "base", "none")
+    meta = {"model": {"model": name}, "settings": {"groups": groups, "early": early, "layer_windows": windows, "n_seqs": n_seqs}}
+    return Result(table, meta, sums)
+
+
+def tidy(values: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], model: str, variant: str, intervention: str) -> pd.DataFrame:
+    """Turn metric arrays [window, layer + 1, head + 1] into the tidy table (NaN cells dropped).
+
+    Example:
+        >>> v = np.zeros((2, 2, 2)); t = tidy({"c_res": (v, v, v)}, "m", "base", "none")
+        >>> len(t), sorted(t["layer"].unique().tolist())
+        (8, [-1, 0])
+    """
+    frames = []
+    for metric, (value, low, high) in values.items():
+        w_idx, l_idx, h_idx = np.nonzero(~np.isnan(value))
+        n_layers, n_heads = value.shape[1] - 1, value.shape[2] - 1
+        frames.append(
+            pd.DataFrame(
+                {
+                    "layer": np.where(l_idx == n_layers, -1, l_idx),
+                    "head": np.where(h_idx == n_heads, -1, h_idx),
+                    "query_window": np.array(WINDOWS)[w_idx],
+                    "metric": metric,
+                    "value": value[w_idx, l_idx, h_idx],
+                    "ci_low": low[w_idx, l_idx, h_idx],
+                    "ci_high": high[w_idx, l_idx, h_idx],
+                }
+            )
+        )
+    table = pd.concat(frames, ignore_index=True)
+    table.insert(0, "intervention", intervention)
+    table.insert(0, "variant", variant)
+    table.insert(0, "model", model)
+    return table[COLUMNS]
+
+
+def run_metadata(model: Any, corpus: Corpus, settings: dict[str, Any]) -> dict[str, Any]:
+    """Provenance of a run: model, corpus, settings and software versions.
+
+    Example:
+        >>> run_metadata(model, corpus, {"groups": 8})["settings"]["groups"]  # doctest: +SKIP
+        8
+    """
+    import transformer_lens
+    import transformers
+
+    return {
+        "poslens_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": model.describe(),
+        "corpus": corpus.describe(),
+        "settings": settings,
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "transformer_lens": getattr(transformer_lens, "__version__", "?"),
+            "numpy": np.__version__,
+        },
+    }
+
+
+def measure(
+    model: Any,
+    corpus: Corpus,
+    groups: int = 8,
+    early: int = 32,
+    batch_size: int | None = 4,
+    interventions: Sequence[Intervention] = (),
+    probe: bool = True,
+    progress: bool = True,
+    max_memory: int | str | None = None,
+) -> Result:
+    """Measure absolute-position leakage and its mask / residual-stream decomposition.
+
+    Runs ``model`` over ``corpus`` once, reducing every layer's attention
+    scores to cell sums as the forward goes, then fits METHOD §3–§5 with 95%
+    intervals over ``groups`` groups of sequences. ``early`` is Q, the bound of
+    the early query window 1 ≤ i < Q. ``interventions`` add hooks to the same
+    forward pass and are recorded in the ``intervention`` column.
+
+    Example:
+        >>> import poslens
+        >>> model = poslens.load_model("smollm2-135m")                              # doctest: +SKIP
+        >>> corpus = poslens.make_corpus(model, "docs", n_seqs=16, seq_len=128)     # doctest: +SKIP
+        >>> result = poslens.measure(model, corpus)                                  # doctest: +SKIP
+        >>> result.select("c_res", "early", head=-1)[["layer", "value", "ci_low", "ci_high"]]  # doctest: +SKIP
+    """
+    start = time.perf_counter()
+    distributed.init_from_env()
+    batch_size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)
+    sums = collect_sums(model, corpus, groups, early, batch_size, interventions, probe, progress)
+    forward_seconds = time.perf_counter() - start
+    label = "+".join(iv.label for iv in interventions) or "none"
+    table = tidy(metrics_with_intervals(sums, probe=probe), model.name, model.variant_name, label)
+    settings = {
+        "groups": groups,
+        "early": early,
+        "batch_size": batch_size,
+        "max_memory": None if max_memory is None else str(max_memory),
+        "probe": probe,
+        "interventions": [iv.describe() for iv in interventions],
+    }
+    settings["world_size"] = distributed.world_size()
+    meta = run_metadata(model, corpus, settings)
+    meta["timings"] = {"forward_seconds": forward_seconds, "total_seconds": time.perf_counter() - start}
+    return Result(table, meta, sums)

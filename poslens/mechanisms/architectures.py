@@ -1,0 +1,111 @@
+"""The same measurement across standard-RoPE, NTK-scaled and sliding-window cases (METHOD §9, C4).
+
+A case is a (model, variant) pair. Inference-time variants (``ntk:*``,
+``window:*``, ``rope-base:*``) are labelled as such in the ``kind`` column
+of :func:`case_table`; a natively windowed model (gemma3-270m) is not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pandas as pd
+from tqdm import tqdm
+
+from poslens.measurement.pipeline import measure
+from poslens.model.loading import load_model
+from poslens.model.corpus import make_corpus
+from poslens.measurement.result import Result, concat
+
+
+@dataclass(frozen=True)
+class Case:
+    """One model under one variant, with the architecture class it stands for.
+
+    Example:
+        >>> Case("smollm2-135m", "ntk:4", "ntk").inference_time
+        True
+    """
+
+    model: str
+    variant: str
+    case: str  # standard | ntk | sliding
+
+    @property
+    def inference_time(self) -> bool:
+        """Whether the case is an inference-time variant rather than the model as trained.
+
+        Example:
+            >>> Case("smollm2-135m", "ntk:4", "ntk").inference_time, Case("gemma3-270m", "base", "sliding").inference_time
+            (True, False)
+        """
+        return self.variant not in ("", "base")
+
+
+def default_cases(quick: bool = False) -> list[Case]:
+    """The study's cases: smollm2-135m standard, NTK α ∈ {2, 4, 8}, windows 64 and 128, and gemma3-270m.
+
+    ``quick`` keeps one NTK and one imposed window.
+
+    Example:
+        >>> [c.variant for c in default_cases(quick=True)]
+        ['base', 'ntk:4', 'window:64', 'base']
+    """
+    ntk = [4] if quick else [2, 4, 8]
+    windows = [64] if quick else [64, 128]
+    return (
+        [Case("smollm2-135m", "base", "standard")]
+        + [Case("smollm2-135m", f"ntk:{a}", "ntk") for a in ntk]
+        + [Case("smollm2-135m", f"window:{w}", "sliding") for w in windows]
+        + [Case("gemma3-270m", "base", "sliding")]
+    )
+
+
+def compare(
+    cases: list[Case],
+    n_seqs: int = 16,
+    seq_len: int = 640,
+    groups: int = 8,
+    early: int = 32,
+    seed: int = 0,
+    source: str = "docs",
+    batch_size: int = 2,
+    loader: Callable[[str, str], Any] = lambda name, variant: load_model(name, variant=variant),
+    progress: bool = True,
+) -> Result:
+    """Measure every case on the same text and return one stacked result.
+
+    Each model gets its own tokenization of the same source with the same seed;
+    position 0 is each model's BOS. The default length (640) is beyond
+    gemma3-270m's 512-token window, so its windowed layers differ from full attention.
+
+    Example:
+        >>> result = compare(default_cases(quick=True), n_seqs=8, seq_len=128)  # doctest: +SKIP
+        >>> case_table(result)  # doctest: +SKIP
+    """
+    results = []
+    for case in tqdm(cases, desc="architectures", unit="case", disable=not progress):
+        model = loader(case.model, case.variant)
+        corpus = make_corpus(model, source, n_seqs=n_seqs, seq_len=seq_len, position0="bos", seed=seed)
+        result = measure(model, corpus, groups=groups, early=early, batch_size=batch_size, probe=False, progress=progress)
+        result.meta["case"] = {"case": case.case, "inference_time": case.inference_time}
+        results.append(result)
+    out = concat(results)
+    out.meta["cases"] = [c.__dict__ | {"inference_time": c.inference_time} for c in cases]
+    return out
+
+
+def case_table(result: Result, metrics: tuple[str, ...] = ("c_res", "c_mask", "leakage_pattern")) -> pd.DataFrame:
+    """The comparison's per-layer rows (head = −1) with ``case`` and ``kind`` columns.
+
+    ``kind`` is ``native`` or ``inference-time variant``.
+
+    Example:
+        >>> case_table(result).query("layer == -1 and metric == 'c_res'")  # doctest: +SKIP
+    """
+    cases = {(c["model"], c["variant"]): c for c in result.meta.get("cases", [])}
+    table = result.table[(result.table["head"] == -1) & result.table["metric"].isin(metrics)].copy()
+    table["case"] = [cases.get((m, v), {}).get("case", "?") for m, v in zip(table["model"], table["variant"])]
+    table["kind"] = ["inference-time variant" if v not in ("base", "") else "native" for v in table["variant"]]
+    return table

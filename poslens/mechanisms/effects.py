@@ -1,0 +1,54 @@
+"""Effects of an intervention: the reduction of a figure against a paired baseline (METHOD §7).
+
+Baseline and intervention runs use the same corpus and the same groups, so
+the interval comes from a paired delete-one-group jackknife: each replicate
+refits both runs without group g and takes 1 − after/before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from poslens.measurement.pipeline import tidy
+from poslens.fit.metrics import all_metrics
+from poslens.measurement.result import Result
+from poslens.fit.stats import jackknife_interval
+
+
+def reduction(before: Result, after: Result, metric: str = "c_res", query_window: str = "early") -> pd.DataFrame:
+    """1 − metric(after) / metric(before), per layer ≥ 1 (head = −1) and over layers ≥ 1 (layer = −1).
+
+    Rows use the tidy schema with metric ``reduction``, the window asked for,
+    and ``after``'s intervention label. Both results must keep their sums and
+    come from the same model, corpus and grouping.
+
+    Example:
+        >>> base = poslens.measure(model, corpus)                                            # doctest: +SKIP
+        >>> swap = poslens.measure(model, corpus, interventions=[BosReplacement("mean")])   # doctest: +SKIP
+        >>> reduction(base, swap).query("layer == -1")[["value", "ci_low", "ci_high"]]       # doctest: +SKIP
+    """
+    if before.sums is None or after.sums is None:
+        raise ValueError("both results need their cell sums (poslens.measurement.pipeline keeps them; reload with the .sums.npz file)")
+    if before.sums.arrays["n"].shape != after.sums.arrays["n"].shape or not np.array_equal(before.sums.group_sizes, after.sums.group_sizes):
+        raise ValueError("baseline and intervention runs must share the corpus and the grouping")
+    if before.meta.get("corpus") != after.meta.get("corpus"):
+        raise ValueError("baseline and intervention runs used different corpora")
+    w = ["early", "all"].index(query_window)
+
+    def ratio(pooled_before: dict, pooled_after: dict) -> np.ndarray:
+        b = all_metrics(pooled_before, before.sums.binning, before.sums.layer_windows)[metric][w]
+        a = all_metrics(pooled_after, after.sums.binning, after.sums.layer_windows)[metric][w]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return 1.0 - a / b
+
+    estimate = ratio(before.sums.pooled(), after.sums.pooled())
+    replicates = np.stack([ratio(before.sums.leave_out(g), after.sums.leave_out(g)) for g in range(before.sums.n_groups)])
+    low, high = jackknife_interval(estimate, replicates)
+    layer_only = np.full_like(estimate, np.nan)
+    layer_only[:, -1] = estimate[:, -1]  # head = −1 aggregates only
+    layer_only[0, -1] = np.nan  # layer 0: C_res ≈ 0 by construction, the ratio is noise over noise
+    arrays = [np.stack([x if i == w else np.full_like(x, np.nan) for i in range(2)]) for x in (layer_only, low, high)]
+    model = after.meta.get("model", {})
+    label = after.table["intervention"].iloc[0] if len(after.table) else "?"
+    return tidy({"reduction": tuple(arrays)}, model.get("model", "?"), model.get("variant", "base"), label)

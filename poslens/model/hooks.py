@@ -1,0 +1,131 @@
+"""The one place that knows the bridge's hook names, and the hooked forward pass.
+
+Names follow TransformerLens: ``blocks.{l}.attn.hook_attn_scores`` holds the
+logits fed to the softmax ([batch, head, query, key], masked entries at the
+dtype minimum), ``hook_pattern`` the softmax, and so on. Measurements pass
+hooks that reduce what they see on the spot; nothing is cached whole.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+Hook = tuple[str, Callable[..., Any]]
+
+
+def embed() -> str:
+    """Output of the token embedding (Gemma's √d scaling included).
+
+    Example:
+        >>> embed()
+        'hook_embed'
+    """
+    return "hook_embed"
+
+
+def resid_pre(layer: int) -> str:
+    """Residual stream entering block ``layer``.
+
+    Example:
+        >>> resid_pre(3)
+        'blocks.3.hook_resid_pre'
+    """
+    return f"blocks.{layer}.hook_resid_pre"
+
+
+def resid_mid(layer: int) -> str:
+    """Residual stream between attention and MLP of block ``layer``.
+
+    Example:
+        >>> resid_mid(3)
+        'blocks.3.hook_resid_mid'
+    """
+    return f"blocks.{layer}.hook_resid_mid"
+
+
+def resid_post(layer: int) -> str:
+    """Residual stream leaving block ``layer``.
+
+    Example:
+        >>> resid_post(3)
+        'blocks.3.hook_resid_post'
+    """
+    return f"blocks.{layer}.hook_resid_post"
+
+
+def attn_scores(layer: int) -> str:
+    """Attention logits of ``layer`` as fed to the softmax, [batch, head, query, key].
+
+    Example:
+        >>> attn_scores(0)
+        'blocks.0.attn.hook_attn_scores'
+    """
+    return f"blocks.{layer}.attn.hook_attn_scores"
+
+
+def attn_pattern(layer: int) -> str:
+    """Attention weights (softmax) of ``layer``, [batch, head, query, key].
+
+    Example:
+        >>> attn_pattern(0)
+        'blocks.0.attn.hook_pattern'
+    """
+    return f"blocks.{layer}.attn.hook_pattern"
+
+
+def attn_qkv(layer: int, which: str, rotated: bool = False) -> str:
+    """Query, key or value of ``layer``: ``which`` in ``q``, ``k``, ``v``; ``rotated`` for RoPE'd q/k.
+
+    Example:
+        >>> attn_qkv(2, "q", rotated=True)
+        'blocks.2.attn.hook_rot_q'
+    """
+    if which not in ("q", "k", "v"):
+        raise ValueError(f"which must be 'q', 'k' or 'v', not {which!r}")
+    if rotated:
+        if which == "v":
+            raise ValueError("values are not rotated; use rotated=False for 'v'")
+        return f"blocks.{layer}.attn.hook_rot_{which}"
+    return f"blocks.{layer}.attn.hook_{which}"
+
+
+def attn_z(layer: int) -> str:
+    """Per-head attention output before the output projection, [batch, pos, head, d_head].
+
+    Example:
+        >>> attn_z(1)
+        'blocks.1.attn.hook_z'
+    """
+    return f"blocks.{layer}.attn.hook_z"
+
+
+def run_with_hooks(model: Any, tokens: torch.Tensor, hooks: Sequence[Hook] = (), logits: bool = False) -> Any:
+    """One forward pass of a :class:`poslens.model.loading.PosModel` with hooks, without gradients.
+
+    The model's variant hooks (an imposed window) run first, then ``hooks`` in
+    order. Returns the logits if ``logits`` is true, else ``None``.
+
+    Example:
+        >>> seen = []
+        >>> _ = run_with_hooks(model, tokens, [(attn_scores(0), lambda x, hook: seen.append(x.shape))])  # doctest: +SKIP
+    """
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must be [batch, position], got shape {tuple(tokens.shape)}")
+    if model.max_context and tokens.shape[1] > model.max_context:
+        raise ValueError(
+            f"sequence length {tokens.shape[1]} exceeds {model.name}'s context of {model.max_context} tokens; "
+            f"use sequences of at most {model.max_context} tokens"
+        )
+    device = next(model.hf_model.parameters()).device
+    all_hooks = list(model.variant_hooks()) + list(hooks)
+    with torch.inference_mode():
+        if logits:
+            out = model.bridge.run_with_hooks(tokens.to(device), fwd_hooks=all_hooks, return_type="logits")
+        else:
+            # measurements need no logits and no KV cache: keep only the last position's logits
+            out = model.bridge.run_with_hooks(
+                tokens.to(device), fwd_hooks=all_hooks, return_type=None, use_cache=False, logits_to_keep=1
+            )
+    return out if logits else None

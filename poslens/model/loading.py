@@ -1,0 +1,382 @@
+"""Loading models as TransformerLens bridges, with the facts analyses need.
+
+``load_model`` accepts a registry name (see :mod:`poslens.model.registry`), a local
+Hugging Face model folder, or a name already in the local Hugging Face cache.
+It never downloads: registry models come from installed packages, everything
+else from disk.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from poslens.model import cache as model_cache
+from poslens.model.registry import REGISTRY, RegistryEntry, registry_names
+from poslens.model.variants import Variant, apply_rope_variant, parse_variant, rope_parameter_dicts, window_hook
+
+# Families whose attention is bidirectional or whose positions are not rotary.
+_NON_CAUSAL = {"bert", "roberta", "deberta", "deberta-v2", "electra", "t5", "bart", "mbart", "modernbert", "distilbert"}
+
+
+class ModelNotSupportedError(ValueError):
+    """The model loads but is not a causal RoPE decoder, which poslens studies.
+
+    Raised by :func:`load_model` for encoders, encoder-decoders and models
+    without rotary position embeddings, before any weights are read.
+
+    Example:
+        >>> import tempfile, poslens
+        >>> from transformers import BertConfig
+        >>> folder = tempfile.mkdtemp(); BertConfig().save_pretrained(folder)
+        >>> poslens.load_model(folder)
+        Traceback (most recent call last):
+        ...
+        poslens.model.loading.ModelNotSupportedError: ... (bert) is not a causal decoder: ...
+    """
+
+
+@dataclass
+class PosModel:
+    """A bridged model and the facts about it that every measurement records.
+
+    Attributes are plain values; ``bridge`` is the TransformerLens
+    ``TransformerBridge`` and ``hf_model``/``tokenizer`` the objects under it.
+    ``window[l]`` is the sliding-window width of layer l (None = full causal);
+    ``rope_base[l]`` its RoPE base after any variant.
+
+    Example:
+        >>> import poslens
+        >>> model = poslens.load_model("smollm2-135m")  # doctest: +SKIP
+        >>> model.n_layers, model.n_heads, model.bos_token  # doctest: +SKIP
+        (30, 9, '<|im_start|>')
+    """
+
+    bridge: Any
+    hf_model: Any
+    tokenizer: Any
+    name: str
+    source: str
+    source_sha256: str | None
+    architecture: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    rotary_dim: int
+    rope_base: list[float]
+    window: list[int | None]
+    max_context: int
+    bos_token_id: int | None
+    bos_token: str | None
+    tokenizer_prepends_bos: bool
+    quantized: str | None
+    variant: Variant = field(default_factory=Variant)
+    load_seconds: float = 0.0
+
+    @property
+    def variant_name(self) -> str:
+        """The inference-time variant as a string (the results' ``variant`` column).
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.model.tiny import save_tiny_model
+            >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+            >>> poslens.load_model(folder).variant_name, poslens.load_model(folder, variant="ntk:2+window:4").variant_name
+            ('base', 'ntk:2+window:4')
+        """
+        return str(self.variant)
+
+    @property
+    def attention_kind(self) -> str:
+        """``full``, ``sliding W`` or ``mixed`` (some layers windowed).
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.model.tiny import save_tiny_model
+            >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+            >>> poslens.load_model(folder).attention_kind, poslens.load_model(folder, variant="window:4").attention_kind
+            ('full', 'sliding 4')
+        """
+        widths = set(self.window)
+        if widths == {None}:
+            return "full"
+        if None not in widths and len(widths) == 1:
+            return f"sliding {self.window[0]}"
+        return "mixed"
+
+    def variant_hooks(self) -> list[tuple[str, Any]]:
+        """Hooks that realise an imposed window; run before any measuring hook.
+
+        :func:`poslens.model.hooks.run_with_hooks` adds them by itself; a model without a window variant has none.
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.model.tiny import save_tiny_model
+            >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+            >>> poslens.load_model(folder).variant_hooks()
+            []
+            >>> [name for name, _ in poslens.load_model(folder, variant="window:4").variant_hooks()]
+            ['blocks.0.attn.hook_attn_scores', 'blocks.1.attn.hook_attn_scores', 'blocks.2.attn.hook_attn_scores']
+        """
+        if self.variant.window is None:
+            return []
+        from poslens.model.hooks import attn_scores
+
+        return [(attn_scores(layer), window_hook(self.variant.window)) for layer in range(self.n_layers)]
+
+    def describe(self) -> dict[str, Any]:
+        """Provenance of the model, as stored in every result's metadata.
+
+        Example:
+            >>> model.describe()["n_layers"]  # doctest: +SKIP
+            30
+        """
+        return {
+            "model": self.name,
+            "source": self.source,
+            "source_sha256": self.source_sha256,
+            "architecture": self.architecture,
+            "variant": self.variant_name,
+            "n_layers": self.n_layers,
+            "n_heads": self.n_heads,
+            "n_kv_heads": self.n_kv_heads,
+            "d_head": self.d_head,
+            "rotary_dim": self.rotary_dim,
+            "rope_base": list(self.rope_base),
+            "window": list(self.window),
+            "max_context": self.max_context,
+            "bos_token_id": self.bos_token_id,
+            "bos_token": self.bos_token,
+            "quantized": self.quantized,
+        }
+
+    def __repr__(self) -> str:
+        q = f", {self.quantized}" if self.quantized else ""
+        return (
+            f"PosModel({self.name!r}, variant={self.variant_name!r}, {self.architecture}, "
+            f"{self.n_layers} layers, {self.n_heads}/{self.n_kv_heads} heads, attention={self.attention_kind}{q})"
+        )
+
+
+def load_model(
+    name_or_path: str | os.PathLike,
+    variant: str | Variant | None = None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str = torch.float32,
+    device_map: str | dict | None = None,
+) -> PosModel:
+    """Load a causal RoPE model as a TransformerLens bridge, with no network access.
+
+    ``name_or_path`` is a registry name (``poslens.registry_names()``), a local
+    Hugging Face model folder, or a model id already in the local Hugging Face
+    cache. ``variant`` is an inference-time variant such as ``"ntk:4"``,
+    ``"window:64"`` or ``"rope-base:1e6"`` (see :mod:`poslens.model.variants`).
+    ``dtype`` is the weights' dtype (``"bfloat16"``, ``"float16"`` or
+    ``"float32"``; statistics are accumulated in float64 whatever it is).
+    ``device`` defaults to this process's GPU when CUDA is available (under
+    torchrun, ``cuda:$LOCAL_RANK``), else the CPU. ``device_map`` (e.g.
+    ``"auto"``) is passed to transformers to spread a model too large for one
+    device over several; the hooks work unchanged.
+
+    Example:
+        >>> import poslens
+        >>> model = poslens.load_model("smollm2-135m", variant="ntk:2")  # doctest: +SKIP
+        >>> model.rope_base[0]  # doctest: +SKIP
+        204522.28...
+    """
+    start = time.perf_counter()
+    parsed = parse_variant(variant)
+    dtype = _parse_dtype(dtype)
+    if device is None and device_map is None and torch.cuda.is_available():
+        device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+    name = str(name_or_path)
+    entry = REGISTRY.get(name)
+    if entry is not None:
+        folder, source, sha = _registry_folder(entry)
+        quantized: str | None = entry.quantization
+    else:
+        folder, source = _local_folder(name)
+        sha = None
+        quantized = None
+    model = _build(folder, name, source, sha, quantized, parsed, device, dtype, device_map)
+    model.load_seconds = time.perf_counter() - start
+    return model
+
+
+def _registry_folder(entry: RegistryEntry) -> tuple[Path, str, str]:
+    if not entry.installed():
+        raise ModuleNotFoundError(
+            f"model {entry.name!r} needs the package that carries its weights; install it with:\n"
+            f"    {entry.install_command}"
+        )
+    gguf_file = entry.locate()
+    sha = model_cache.file_sha256(gguf_file)
+    key = f"{entry.name}-{sha[:16]}-float32"
+
+    def build(tmp: Path) -> None:
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+        folder, file = str(gguf_file.parent), gguf_file.name
+        config = AutoConfig.from_pretrained(folder, gguf_file=file)
+        if entry.hf_architecture and not getattr(config, "architectures", None):
+            config.architectures = [entry.hf_architecture]  # Gemma 3's GGUF lacks it
+        hf = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, config=config, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file)
+        # The weights are now plain float32 tensors; drop the GGUF marker so
+        # the folder saves and reloads as an ordinary model.
+        if hasattr(hf.config, "quantization_config"):
+            del hf.config.quantization_config
+        hf.hf_quantizer = None
+        hf.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    folder = model_cache.cached_folder(key, build, extra={"source": str(gguf_file), "source_sha256": sha})
+    return folder, str(gguf_file), sha
+
+
+def _local_folder(name: str) -> tuple[Path, str]:
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"{path} is a folder but holds no config.json: it is not a Hugging Face model folder")
+        return path, str(path.resolve())
+    if path.exists():
+        raise ValueError(f"{path} is a file; poslens loads a model folder (config.json + weights) or a registry name")
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot = snapshot_download(name, local_files_only=True)
+        return Path(snapshot), f"hf-cache:{name}"
+    except Exception:
+        pass
+    raise ValueError(
+        f"unknown model {name!r}. Known names: {', '.join(registry_names())}. "
+        "Otherwise give a local Hugging Face model folder (with config.json), or the id of a model "
+        "already in the local Hugging Face cache (poslens never downloads)."
+    )
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _parse_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def _check_supported(config: Any, label: str) -> None:
+    model_type = getattr(config, "model_type", "?")
+    if getattr(config, "is_encoder_decoder", False) or model_type in _NON_CAUSAL or getattr(
+        config, "use_bidirectional_attention", False
+    ):
+        raise ModelNotSupportedError(
+            f"{label} ({model_type}) is not a causal decoder: poslens measures how the causal mask and "
+            "position 0 carry absolute position, which needs causal attention."
+        )
+    if not rope_parameter_dicts(config):
+        raise ModelNotSupportedError(
+            f"{label} ({model_type}) has no rotary position embeddings: poslens studies RoPE models, where "
+            "logits depend only on offsets; a model with learned or absolute positions carries position by design."
+        )
+
+
+def _build(
+    folder: Path,
+    name: str,
+    source: str,
+    sha: str | None,
+    quantized: str | None,
+    variant: Variant,
+    device: str | torch.device | None,
+    dtype: torch.dtype,
+    device_map: str | dict | None = None,
+) -> PosModel:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+    from transformer_lens.model_bridge import TransformerBridge
+
+    hf_logging.disable_progress_bar()  # poslens shows its own progress
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    _check_supported(config, name)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    n_heads = text_config.num_attention_heads
+    d_head = getattr(text_config, "head_dim", None) or text_config.hidden_size // n_heads
+    # transformers ≥ 5 keeps partial_rotary_factor inside rope_parameters (GPT-NeoX, Phi, StableLM).
+    factor = getattr(text_config, "partial_rotary_factor", None)
+    if factor is None:
+        factor = next((p["partial_rotary_factor"] for p in rope_parameter_dicts(text_config) if "partial_rotary_factor" in p), None)
+    rotary_dim = int(d_head * float(factor or 1.0))
+    apply_rope_variant(text_config, variant, rotary_dim)
+    try:
+        hf = AutoModelForCausalLM.from_pretrained(
+            folder, config=config, dtype=dtype, local_files_only=True, **({"device_map": device_map} if device_map else {})
+        )
+    except ValueError as error:
+        raise ModelNotSupportedError(f"{name} cannot be loaded as a causal language model: {error}") from error
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    if device is not None and device_map is None:
+        hf = hf.to(device)
+    hf.eval()
+    declared_bos = tokenizer.bos_token
+    bridge = TransformerBridge.boot_transformers(name, hf_model=hf, tokenizer=tokenizer, dtype=dtype)
+    if declared_bos is None and tokenizer.bos_token is not None:
+        # TransformerLens fills a missing BOS with EOS; poslens must not silently put EOS at position 0.
+        tokenizer.bos_token = None
+    n_layers = text_config.num_hidden_layers
+    windows = _layer_windows(text_config, n_layers)
+    if variant.window is not None:
+        windows = [variant.window if w is None else min(w, variant.window) for w in windows]
+    bos_id = tokenizer.bos_token_id
+    probe = tokenizer("a").input_ids
+    return PosModel(
+        bridge=bridge,
+        hf_model=hf,
+        tokenizer=tokenizer,
+        name=name,
+        source=source,
+        source_sha256=sha,
+        architecture=text_config.model_type,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=getattr(text_config, "num_key_value_heads", None) or n_heads,
+        d_head=d_head,
+        rotary_dim=rotary_dim,
+        rope_base=_layer_bases(text_config, n_layers),
+        window=windows,
+        max_context=int(getattr(text_config, "max_position_embeddings", 0) or 0),
+        bos_token_id=bos_id,
+        bos_token=tokenizer.bos_token,
+        tokenizer_prepends_bos=bool(bos_id is not None and probe and probe[0] == bos_id),
+        quantized=quantized,
+        variant=variant,
+    )
+
+
+def _layer_types(config: Any, n_layers: int) -> list[str]:
+    types = getattr(config, "layer_types", None)
+    return list(types) if types else ["full_attention"] * n_layers
+
+
+def _layer_windows(config: Any, n_layers: int) -> list[int | None]:
+    width = getattr(config, "sliding_window", None)
+    if not width:
+        return [None] * n_layers
+    if not getattr(config, "layer_types", None):
+        return [int(width)] * n_layers  # e.g. Mistral: every layer windowed
+    return [int(width) if t == "sliding_attention" else None for t in _layer_types(config, n_layers)]
+
+
+def _layer_bases(config: Any, n_layers: int) -> list[float]:
+    params = config.rope_parameters
+    if "rope_theta" in params:
+        return [float(params["rope_theta"])] * n_layers
+    return [float(params[t]["rope_theta"]) for t in _layer_types(config, n_layers)]

@@ -1,0 +1,102 @@
+"""Data-parallel measurement with torch.distributed: shard the batches, all-reduce the sums.
+
+Under ``torchrun --nproc_per_node=K`` (or any launcher that sets RANK and
+WORLD_SIZE) every rank runs the same command; :func:`poslens.measure` gives
+rank r the batches r, r + K, r + 2K, … and then all-reduces every cell sum
+(gloo on CPU, NCCL on GPU), so every rank holds the sums of the whole corpus
+and the fits are identical. Only rank 0 writes files. Outside a launcher
+nothing here does anything.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from poslens.fit.sums import CellSums
+
+
+def init_from_env() -> bool:
+    """Join the process group if a launcher started several processes; return whether distributed.
+
+    Example:
+        >>> init_from_env()  # a plain `python` run
+        False
+    """
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size() > 1
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend=backend)
+    return True
+
+
+def rank() -> int:
+    """This process's rank (0 outside a launcher).
+
+    Example:
+        >>> rank()
+        0
+    """
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    """Number of processes (1 outside a launcher).
+
+    Example:
+        >>> world_size()
+        1
+    """
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def is_main() -> bool:
+    """Whether this process writes results (rank 0).
+
+    Example:
+        >>> is_main()
+        True
+    """
+    return rank() == 0
+
+
+def all_reduce_array(array: np.ndarray) -> np.ndarray:
+    """Sum ``array`` over all ranks, in float64 (a copy-free no-op in a single process).
+
+    Example:
+        >>> all_reduce_array(np.ones(3)).tolist()
+        [1.0, 1.0, 1.0]
+    """
+    if world_size() == 1:
+        return array
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float64)).to(device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor.cpu().numpy()
+
+
+def all_reduce_sums(sums: CellSums) -> CellSums:
+    """Sum every array of ``sums`` over all ranks, in float64 (a no-op in a single process).
+
+    Example:
+        >>> from poslens.fit.binning import Binning
+        >>> all_reduce_sums(CellSums.zeros(2, 1, 1, Binning(8))).n_groups
+        2
+    """
+    if world_size() == 1:
+        return sums
+    return CellSums(
+        binning=sums.binning,
+        arrays={name: all_reduce_array(array) for name, array in sums.arrays.items()},
+        row_features=all_reduce_array(sums.row_features),
+        row_count=all_reduce_array(sums.row_count),
+        group_sizes=all_reduce_array(sums.group_sizes),
+        layer_windows=sums.layer_windows,
+    )

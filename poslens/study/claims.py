@@ -1,0 +1,786 @@
+"""Verdicts on the claims C1–C6 of METHOD §9, computed from tidy tables.
+
+Every verdict is ``supported``, ``not supported`` or ``inconclusive`` and is
+computed here from figures and their 95% intervals in tidy tables (the
+columns of :data:`poslens.measurement.result.COLUMNS`), never written by hand. Each claim
+function returns a list of dict rows with the keys of :data:`CLAIM_COLUMNS`:
+
+- ``claim``: ``"C1"`` … ``"C6"``;
+- ``statement``: the claim as METHOD states it (:data:`STATEMENTS`);
+- ``model``: the model, with its variant in parentheses when it is not
+  ``base`` (:func:`model_label`); C5 appends the replacement kind
+  (``"smollm2-135m, bos:mean"``), C4 comparison rows read
+  ``"<case> vs <standard>"`` and C4 depth rows
+  ``"<case>: slope of c_res over layers >= 1"``;
+- ``figure``, ``ci_low``, ``ci_high``: the number this row reports and its
+  interval;
+- ``rule``: in words, which figure the row shows (metric, layer, head, query
+  window, intervention), the decision rule with the thresholds actually used,
+  and the inputs the rule was applied to;
+- ``verdict``.
+
+Conventions shared by all claims:
+
+- A claim that needs several figures (C1, C2, C3, C6) gives one row per
+  figure, and all rows of one evaluation carry the same, joint verdict.
+- Claims are evaluated per (model, variant) found in the input, except C4,
+  which compares cases with each other.
+- Comparisons are strict where the rule says ``>``/``<`` and an interval
+  "contains 0" when ci_low ≤ 0 ≤ ci_high. A NaN figure or bound makes every
+  comparison false, so it gives ``inconclusive``.
+- A required row that is missing (or present more than once) raises
+  ``ValueError`` naming the metric, layer, head, window and intervention.
+
+:func:`evaluate` collects all six into one DataFrame; a claim whose input
+table was not given gets one ``inconclusive`` row with rule ``not measured``.
+
+Example:
+    >>> rows = [figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
+    ...         figure_row("probe_r2", 0.6, 0.5, 0.7)]
+    >>> out = evaluate(leakage=pd.DataFrame(rows), claims=["C1", "C5"])
+    >>> out[["claim", "verdict", "rule"]].to_dict("records")[-1]
+    {'claim': 'C5', 'verdict': 'inconclusive', 'rule': 'not measured'}
+    >>> out["verdict"].tolist()
+    ['supported', 'supported', 'inconclusive']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from poslens.measurement.result import COLUMNS
+from poslens.fit.stats import jackknife_interval
+
+SUPPORTED = "supported"
+NOT_SUPPORTED = "not supported"
+INCONCLUSIVE = "inconclusive"
+NOT_MEASURED = "not measured"
+
+CLAIM_COLUMNS = ["claim", "statement", "model", "figure", "ci_low", "ci_high", "rule", "verdict"]
+
+STATEMENTS = {
+    "C1": "attention patterns carry absolute position",
+    "C2": "the mask source exists by construction",
+    "C3": "the residual source runs through position 0 and sink-reading heads",
+    "C4": "NTK suppresses, sliding window accumulates, standard in between",
+    "C5": "BOS replacement removes ~40% of C_res at early queries",
+    "C6": "the fingerprint is constant with auto-BOS, varies otherwise",
+}
+
+ZERO = 0.0
+"""The threshold of every sign rule (an interval must clear zero)."""
+
+CONFIDENCE = 0.95
+"""Level of the interval computed here (the C4 slope); the tables carry their own 95% intervals."""
+
+CASES = ("standard", "ntk", "sliding")
+
+_MODEL_AGGREGATE = dict(layer=-1, head=-1)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def figure_row(
+    metric: str,
+    value: float,
+    ci_low: float,
+    ci_high: float,
+    *,
+    model: str = "m",
+    variant: str = "base",
+    intervention: str = "none",
+    layer: int = -1,
+    head: int = -1,
+    query_window: str = "all",
+) -> dict[str, Any]:
+    """One tidy-table row (the columns of :data:`poslens.measurement.result.COLUMNS`), for building inputs by hand.
+
+    Defaults: the model aggregate (layer −1, head −1) over all queries, no intervention.
+
+    Example:
+        >>> figure_row("c_res", 0.01, 0.0, 0.02, layer=3, query_window="early")["layer"]
+        3
+    """
+    return dict(
+        model=model,
+        variant=variant,
+        intervention=intervention,
+        layer=layer,
+        head=head,
+        query_window=query_window,
+        metric=metric,
+        value=value,
+        ci_low=ci_low,
+        ci_high=ci_high,
+    )
+
+
+def model_label(model: str, variant: str | None) -> str:
+    """The ``model`` column of a claim row: the model, and its variant in parentheses unless ``base``.
+
+    Example:
+        >>> model_label("smollm2-135m", "base"), model_label("smollm2-135m", "ntk:4")
+        ('smollm2-135m', 'smollm2-135m (ntk:4)')
+    """
+    if variant is None or (isinstance(variant, float) and np.isnan(variant)) or str(variant) in ("", "base"):
+        return str(model)
+    return f"{model} ({variant})"
+
+
+def _table(x: Any, name: str, extra: Iterable[str] = ()) -> pd.DataFrame:
+    """A tidy DataFrame from a DataFrame or a :class:`poslens.measurement.result.Result`; checks the columns."""
+    table = getattr(x, "table", x)
+    if not isinstance(table, pd.DataFrame):
+        raise TypeError(f"{name}: expected a pandas DataFrame or a poslens Result, got {type(x).__name__}")
+    missing = [c for c in [*COLUMNS, *extra] if c not in table.columns]
+    if missing:
+        raise ValueError(f"{name}: table lacks column(s) {missing}")
+    return table
+
+
+def _fmt(x: float) -> str:
+    return "nan" if x is None or not np.isfinite(x) else f"{x:.4g}"
+
+
+@dataclass(frozen=True)
+class _Fig:
+    """One figure picked from a table, with a description of where it came from."""
+
+    name: str
+    value: float
+    low: float
+    high: float
+    where: str
+
+    def text(self) -> str:
+        return f"{self.name} = {_fmt(self.value)} [{_fmt(self.low)}, {_fmt(self.high)}]"
+
+
+def _where(**filters: Any) -> str:
+    parts = []
+    for key in ("metric", "layer", "head", "query_window", "intervention", "model", "variant"):
+        if key in filters and filters[key] is not None:
+            value = filters[key]
+            label = "window" if key == "query_window" else key
+            parts.append(f"{label} {value!r}" if isinstance(value, str) else f"{label} {value}")
+    return ", ".join(parts)
+
+
+def _select(table: pd.DataFrame, **filters: Any) -> pd.DataFrame:
+    keep = np.ones(len(table), dtype=bool)
+    for column, wanted in filters.items():
+        if wanted is not None:
+            keep &= (table[column] == wanted).to_numpy()
+    return table[keep]
+
+
+def _pick(table: pd.DataFrame, source: str, name: str | None = None, **filters: Any) -> _Fig:
+    """The single row matching ``filters``; ``ValueError`` naming the filters if there is none or several."""
+    rows = _select(table, **filters)
+    where = _where(**filters)
+    if len(rows) == 0:
+        raise ValueError(f"{source}: no row for {where}")
+    if len(rows) > 1:
+        raise ValueError(f"{source}: {len(rows)} rows for {where}; expected exactly one")
+    row = rows.iloc[0]
+    return _Fig(name or filters["metric"], float(row["value"]), float(row["ci_low"]), float(row["ci_high"]), where)
+
+
+def _keys(table: pd.DataFrame, source: str, what: str) -> list[tuple[str, str]]:
+    """The (model, variant) pairs present in ``table``, in order of appearance."""
+    if len(table) == 0:
+        raise ValueError(f"{source}: no rows for {what}")
+    pairs = table[["model", "variant"]].drop_duplicates()
+    return [(str(m), str(v)) for m, v in zip(pairs["model"], pairs["variant"])]
+
+
+def _row(claim: str, model: str, fig: _Fig, rule: str, verdict: str) -> dict[str, Any]:
+    return dict(
+        claim=claim,
+        statement=STATEMENTS[claim],
+        model=model,
+        figure=fig.value,
+        ci_low=fig.low,
+        ci_high=fig.high,
+        rule=rule,
+        verdict=verdict,
+    )
+
+
+def _rule_text(shows: str, rule: str, inputs: Iterable[_Fig], note: str = "") -> str:
+    text = f"figure: {shows}. rule: {rule}. inputs: " + "; ".join(f.text() for f in inputs)
+    return text + (f". {note}" if note else "")
+
+
+def _excludes_zero_above(f: _Fig) -> bool:
+    return f.low > ZERO
+
+
+def _at_or_below_zero(f: _Fig) -> bool:
+    return f.high <= ZERO
+
+
+def _contains_zero(f: _Fig) -> bool:
+    return f.low <= ZERO <= f.high
+
+
+# --------------------------------------------------------------------------- C1
+
+
+def claim_c1(leakage: Any) -> list[dict[str, Any]]:
+    """C1, attention patterns carry absolute position: held-out leakage and probe R².
+
+    Figures, per (model, variant), from the rows with intervention ``none`` at
+    the model aggregate (layer −1, head −1) over all queries (window ``all``):
+    ``leakage_pattern_heldout`` (cross-fitted L(log a), free of the optimism of
+    the extra query-bin parameters) and ``probe_r2`` (held-out ridge probe to
+    log(i + 1)).
+
+    Rule: ``supported`` if both have ci_low > 0; ``not supported`` if either has
+    ci_high ≤ 0; ``inconclusive`` otherwise.
+
+    **Choice:** two rows per model, one per figure, both with the joint verdict.
+
+    Example:
+        >>> t = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
+        ...                   figure_row("probe_r2", 0.3, -0.1, 0.7)])
+        >>> [r["verdict"] for r in claim_c1(t)]
+        ['inconclusive', 'inconclusive']
+    """
+    t = _table(leakage, "leakage")
+    base = dict(layer=-1, head=-1, query_window="all", intervention="none")
+    rule = (
+        f"supported if ci_low > {ZERO:g} for both leakage_pattern_heldout and probe_r2; "
+        f"not supported if either has ci_high <= {ZERO:g}; inconclusive otherwise"
+    )
+    rows = []
+    for model, variant in _keys(_select(t, intervention="none"), "leakage", "intervention 'none'"):
+        figs = [_pick(t, "leakage", metric=m, model=model, variant=variant, **base) for m in ("leakage_pattern_heldout", "probe_r2")]
+        if all(_excludes_zero_above(f) for f in figs):
+            verdict = SUPPORTED
+        elif any(_at_or_below_zero(f) for f in figs):
+            verdict = NOT_SUPPORTED
+        else:
+            verdict = INCONCLUSIVE
+        for f in figs:
+            rows.append(_row("C1", model_label(model, variant), f, _rule_text(f.where, rule, figs), verdict))
+    return rows
+
+
+# --------------------------------------------------------------------------- C2
+
+
+RHO_HALF = 0.5
+"""C2's threshold on ρ_mask at layer 0: C_mask − C_res = (2ρ_mask − 1)·L, so ρ_mask > 1/2 ⇔ C_mask > C_res when L > 0."""
+
+
+def claim_c2(leakage: Any) -> list[dict[str, Any]]:
+    """C2, the mask source exists by construction: C_mask > 0 at layer 0 and over layers ≥ 1, and C_mask > C_res at layer 0.
+
+    Figures, per (model, variant), from the rows with intervention ``none``,
+    head −1 (mean over heads), window ``all``:
+
+    - ``c_mask`` at layer 0 and at layer −1 (the mean over layers ≥ 1);
+    - ``c_res`` at layer 0 (reported);
+    - ``rho_mask`` at layer 0: the mask's share ρ_mask of L(log a). The tables
+      hold no interval for C_mask − C_res, but C_mask + C_res = L, so
+      C_mask − C_res = 2·C_mask − L = (2ρ_mask − 1)·L, and with L > 0 it is
+      positive exactly when ρ_mask > 1/2. When the rule says ``supported``,
+      L = C_mask/ρ_mask > 0 holds as well (both positive), so ρ_mask > 1/2
+      there means C_mask > C_res. The point difference c_mask − c_res is quoted
+      in the rule's note;
+    - ``count_share`` at layer 0 (C_count / C_mask, the count term's part of the
+      mask source; reported, not used by the rule, but required).
+
+    Rule: ``supported`` if c_mask ci_low > 0 at layer 0 and at layer −1 and
+    rho_mask ci_low > 0.5 at layer 0; ``not supported`` if either c_mask has
+    ci_high ≤ 0 or rho_mask has ci_high < 0.5 at layer 0; ``inconclusive``
+    otherwise. The synthetic controls of METHOD §4.4 (C_res = 0 for
+    mask-only heads, clearly non-zero for absolute ones) are not table rows:
+    the test suite checks them (``tests/test_leakage_controls.py``).
+
+    Five rows per model (c_mask at layer 0, c_mask at layer −1, c_res,
+    rho_mask and count_share at layer 0), with the joint verdict.
+
+    Example:
+        >>> t = pd.DataFrame([figure_row("c_mask", 0.02, 0.01, 0.03, layer=0),
+        ...                   figure_row("c_mask", 0.01, 0.005, 0.015, layer=-1),
+        ...                   figure_row("c_res", 0.002, -0.001, 0.005, layer=0),
+        ...                   figure_row("rho_mask", 0.9, 0.8, 1.0, layer=0),
+        ...                   figure_row("count_share", 0.9, 0.8, 1.0, layer=0)])
+        >>> [r["verdict"] for r in claim_c2(t)] == ["supported"] * 5
+        True
+    """
+    t = _table(leakage, "leakage")
+    base = dict(head=-1, query_window="all", intervention="none")
+    rule = (
+        f"supported if c_mask ci_low > {ZERO:g} at layer 0 and at layer -1 (mean over layers >= 1) and rho_mask ci_low > {RHO_HALF:g} "
+        f"at layer 0 (C_mask - C_res = (2 rho_mask - 1) L, so rho_mask > {RHO_HALF:g} is C_mask > C_res at layer 0 when L > 0, "
+        f"which holds when c_mask and rho_mask are both positive); "
+        f"not supported if c_mask ci_high <= {ZERO:g} at layer 0 or at layer -1, or rho_mask ci_high < {RHO_HALF:g} at layer 0; "
+        f"inconclusive otherwise. c_res and count_share at layer 0 are reported, not used; "
+        f"the synthetic controls of METHOD 4.4 are checked by the test suite (tests/test_leakage_controls.py), not by this table"
+    )
+    rows = []
+    for model, variant in _keys(_select(t, intervention="none"), "leakage", "intervention 'none'"):
+        def pick(metric: str, layer: int) -> _Fig:
+            label = "layer 0" if layer == 0 else "layers >= 1"
+            return _pick(t, "leakage", f"{metric} ({label})", metric=metric, layer=layer, model=model, variant=variant, **base)
+
+        mask0, mask_deep, res0, rho0, share0 = pick("c_mask", 0), pick("c_mask", -1), pick("c_res", 0), pick("rho_mask", 0), pick("count_share", 0)
+        if _excludes_zero_above(mask0) and _excludes_zero_above(mask_deep) and rho0.low > RHO_HALF:
+            verdict = SUPPORTED
+        elif _at_or_below_zero(mask0) or _at_or_below_zero(mask_deep) or rho0.high < RHO_HALF:
+            verdict = NOT_SUPPORTED
+        else:
+            verdict = INCONCLUSIVE
+        note = f"C_mask - C_res at layer 0 = {_fmt(mask0.value - res0.value)} (point value; no interval in the table, decided through rho_mask)"
+        figs = (mask0, mask_deep, res0, rho0, share0)
+        for f in figs:
+            rows.append(_row("C2", model_label(model, variant), f, _rule_text(f.where, rule, figs, note), verdict))
+    return rows
+
+
+# --------------------------------------------------------------------------- C3
+
+
+def claim_c3(leakage: Any, ablation: Any, query_window: str = "early") -> list[dict[str, Any]]:
+    """C3, the residual source runs through position 0 and sink-reading heads.
+
+    Figures, per (model, variant) and per sink-ablation intervention found in
+    ``ablation`` (rows whose intervention starts with ``sink-ablation``):
+
+    - ``c_res`` at the model aggregate (layer −1 = mean over layers ≥ 1, head −1),
+      window ``early``, intervention ``none``, from ``leakage``;
+    - ``reduction`` = 1 − C_res(ablated)/C_res(baseline) at layer −1, head −1,
+      window ``early``, from ``ablation``.
+
+    Rule: ``supported`` if c_res ci_low > 0 and reduction ci_low > 0;
+    ``not supported`` if c_res ci_high ≤ 0 or reduction ci_high ≤ 0;
+    ``inconclusive`` otherwise.
+
+    Two rows per (model, ablation), with the joint verdict.
+
+    Example:
+        >>> leak = pd.DataFrame([figure_row("c_res", 0.01, 0.005, 0.015, query_window="early")])
+        >>> abl = pd.DataFrame([figure_row("reduction", 0.3, 0.1, 0.5, query_window="early",
+        ...                                intervention="sink-ablation:0.3")])
+        >>> [r["verdict"] for r in claim_c3(leak, abl)]
+        ['supported', 'supported']
+    """
+    leak = _table(leakage, "leakage")
+    abl = _table(ablation, "ablation")
+    rule = (
+        f"supported if c_res ci_low > {ZERO:g} and reduction ci_low > {ZERO:g}; "
+        f"not supported if c_res ci_high <= {ZERO:g} or reduction ci_high <= {ZERO:g}; inconclusive otherwise"
+    )
+    sink = abl[abl["intervention"].astype(str).str.startswith("sink-ablation")]
+    rows = []
+    for model, variant in _keys(sink, "ablation", "an intervention starting with 'sink-ablation'"):
+        res = _pick(leak, "leakage", metric="c_res", query_window=query_window, intervention="none", model=model, variant=variant, **_MODEL_AGGREGATE)
+        labels = _select(sink, model=model, variant=variant)["intervention"].drop_duplicates()
+        for label in labels:
+            red = _pick(abl, "ablation", metric="reduction", query_window=query_window, intervention=label, model=model, variant=variant, **_MODEL_AGGREGATE)
+            if _excludes_zero_above(res) and _excludes_zero_above(red):
+                verdict = SUPPORTED
+            elif _at_or_below_zero(res) or _at_or_below_zero(red):
+                verdict = NOT_SUPPORTED
+            else:
+                verdict = INCONCLUSIVE
+            for f in (res, red):
+                rows.append(_row("C3", model_label(model, variant), f, _rule_text(f.where, rule, (res, red)), verdict))
+    return rows
+
+
+# --------------------------------------------------------------------------- C4
+
+
+def label_cases(table: Any, standard: tuple[str, str] = ("smollm2-135m", "base")) -> pd.DataFrame:
+    """A copy of ``table`` with a ``case`` column for :func:`claim_c4`.
+
+    - ``standard``: the (model, variant) pair ``standard``;
+    - ``ntk``: a variant with an ``ntk:α`` part;
+    - ``sliding``: a variant with a ``window:W`` part, or model ``gemma3-270m``;
+    - ``None`` (left out of C4) otherwise, and when a row is both NTK and sliding
+      (e.g. ``ntk:2+window:64``, or gemma3-270m with NTK), which would confound
+      the comparison.
+
+    Example:
+        >>> t = pd.DataFrame([figure_row("c_res", 0, 0, 0, model=m, variant=v) for m, v in
+        ...     [("smollm2-135m", "base"), ("smollm2-135m", "ntk:4"), ("smollm2-135m", "window:64"),
+        ...      ("gemma3-270m", "base"), ("gemma3-270m", "ntk:2"), ("other", "base")]])
+        >>> label_cases(t)["case"].tolist()
+        ['standard', 'ntk', 'sliding', 'sliding', None, None]
+    """
+    t = _table(table, "comparison").copy()
+
+    def case(model: str, variant: str) -> str | None:
+        if (model, variant) == tuple(standard):
+            return "standard"
+        parts = str(variant).split("+")
+        ntk = any(p.startswith("ntk:") for p in parts)
+        sliding = any(p.startswith("window:") for p in parts) or model == "gemma3-270m"
+        if ntk and not sliding:
+            return "ntk"
+        if sliding and not ntk:
+            return "sliding"
+        return None
+
+    t["case"] = pd.Series([case(str(m), str(v)) for m, v in zip(t["model"], t["variant"])], index=t.index, dtype=object)
+    return t
+
+
+def depth_slope(layers: np.ndarray, values: np.ndarray, level: float = CONFIDENCE) -> tuple[float, float, float]:
+    """Least-squares slope of ``values`` on ``layers``, with a delete-one-layer jackknife interval.
+
+    The interval is slope ± t_{level, n−1} · se, se² = (n−1)/n · Σ_k (b_(k) − mean b)²,
+    b_(k) the slope without layer k. Needs at least 3 layers.
+
+    Example:
+        >>> s, lo, hi = depth_slope(np.array([1, 2, 3, 4]), np.array([0.1, 0.2, 0.3, 0.4]))
+        >>> round(s, 6), round(lo, 6), round(hi, 6)
+        (0.1, 0.1, 0.1)
+    """
+    x = np.asarray(layers, dtype=float)
+    y = np.asarray(values, dtype=float)
+    if len(x) < 3:
+        raise ValueError(f"a depth slope with a jackknife interval needs at least 3 layers, got {len(x)}")
+
+    def slope(xs: np.ndarray, ys: np.ndarray) -> float:
+        xc = xs - xs.mean()
+        return float(np.dot(xc, ys - ys.mean()) / np.dot(xc, xc))
+
+    estimate = slope(x, y)
+    keep = ~np.eye(len(x), dtype=bool)
+    replicates = np.array([slope(x[k], y[k]) for k in keep])
+    low, high = jackknife_interval(np.array(estimate), replicates, level)
+    return estimate, float(low), float(high)
+
+
+def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any]]:
+    """C4, NTK suppresses, sliding window accumulates, standard in between.
+
+    ``comparison`` is a tidy table of several (model, variant) runs with an
+    extra column ``case`` ∈ {``standard``, ``ntk``, ``sliding``}, added by the
+    caller (e.g. with :func:`label_cases`); rows with another case, or none, are
+    ignored. There must be exactly one standard (model, variant) and at least
+    one NTK and one sliding case. Only intervention ``none`` is used.
+
+    Comparison rows, one per NTK or sliding case: ``c_res`` at the model
+    aggregate (layer −1, head −1) in ``query_window`` (default ``early``),
+    against the standard's. Rule (joint, on every comparison row):
+    ``supported`` if every NTK interval lies wholly below the standard's
+    (ci_high < standard ci_low) and every sliding interval wholly above it
+    (ci_low > standard ci_high); ``not supported`` if any NTK interval lies
+    wholly above the standard's or any sliding interval wholly below;
+    ``inconclusive`` otherwise. Each row's rule text also says how its own
+    comparison came out.
+
+    Depth rows, one per sliding case: the least-squares slope of per-layer
+    ``c_res`` (head −1, same window) on the layer index over layers ≥ 1, in
+    ΔR² per layer, with a 95% **delete-one-layer jackknife** interval (see
+    :func:`depth_slope`; the layers' own intervals are not used, since they
+    share sequences and are not independent). Rule on sign: ``supported`` if
+    ci_low > 0, ``not supported`` if ci_high ≤ 0, ``inconclusive`` otherwise.
+
+    Example:
+        >>> rows = [figure_row("c_res", v, lo, hi, model=m, variant=var, query_window="early", layer=layer)
+        ...         for m, var, layer, v, lo, hi in [
+        ...             ("smollm2-135m", "base", -1, 0.010, 0.008, 0.012),
+        ...             ("smollm2-135m", "ntk:4", -1, 0.002, 0.001, 0.003),
+        ...             ("gemma3-270m", "base", -1, 0.030, 0.020, 0.040),
+        ...             ("gemma3-270m", "base", 1, 0.01, 0.0, 0.02),
+        ...             ("gemma3-270m", "base", 2, 0.03, 0.02, 0.04),
+        ...             ("gemma3-270m", "base", 3, 0.05, 0.04, 0.06)]]
+        >>> out = claim_c4(label_cases(pd.DataFrame(rows)))
+        >>> [(r["model"], r["verdict"]) for r in out]  # doctest: +NORMALIZE_WHITESPACE
+        [('smollm2-135m (ntk:4) vs smollm2-135m', 'supported'),
+         ('gemma3-270m vs smollm2-135m', 'supported'),
+         ('gemma3-270m: slope of c_res over layers >= 1', 'supported')]
+    """
+    t = _table(comparison, "comparison", extra=("case",))
+    t = t[t["case"].isin(CASES) & (t["intervention"] == "none")]
+    pairs = t[["model", "variant", "case"]].drop_duplicates()
+    doubled = pairs[pairs.duplicated(["model", "variant"], keep=False)]
+    if len(doubled):
+        raise ValueError(f"comparison: (model, variant) labelled with more than one case: {sorted(set(zip(doubled['model'], doubled['variant'])))}")
+    by_case = {c: [(str(m), str(v)) for m, v in zip(sub["model"], sub["variant"])] for c, sub in pairs.groupby("case")}
+    standards = by_case.get("standard", [])
+    if len(standards) != 1:
+        raise ValueError(f"comparison: need exactly one (model, variant) with case 'standard' and intervention 'none', found {len(standards)}")
+    for needed in ("ntk", "sliding"):
+        if not by_case.get(needed):
+            raise ValueError(f"comparison: no rows with case {needed!r} and intervention 'none' (metric 'c_res', window {query_window!r})")
+
+    def pick(model: str, variant: str, case: str) -> _Fig:
+        return _pick(t, "comparison", f"c_res ({case})", metric="c_res", query_window=query_window, intervention="none", model=model, variant=variant, **_MODEL_AGGREGATE)
+
+    std_key = standards[0]
+    std = pick(*std_key, "standard")
+    std_label = model_label(*std_key)
+    outcomes: list[tuple[str, tuple[str, str], _Fig, str, str]] = []
+    for case in ("ntk", "sliding"):
+        for key in by_case[case]:
+            f = pick(*key, case)
+            below, above = f.high < std.low, f.low > std.high
+            as_claimed, against = (below, above) if case == "ntk" else (above, below)
+            outcome = SUPPORTED if as_claimed else (NOT_SUPPORTED if against else INCONCLUSIVE)
+            where = "wholly below" if below else ("wholly above" if above else "overlapping")
+            note = f"this comparison: {case} interval {where} the standard's ({'as claimed' if as_claimed else 'against the claim' if against else 'undecided'})"
+            outcomes.append((case, key, f, note, outcome))
+    if all(o[4] == SUPPORTED for o in outcomes):
+        verdict = SUPPORTED
+    elif any(o[4] == NOT_SUPPORTED for o in outcomes):
+        verdict = NOT_SUPPORTED
+    else:
+        verdict = INCONCLUSIVE
+    rule = (
+        "supported if every ntk case's interval lies wholly below the standard's (ntk ci_high < standard ci_low) "
+        "and every sliding case's interval wholly above it (sliding ci_low > standard ci_high); "
+        "not supported if any ntk interval lies wholly above the standard's or any sliding interval wholly below; "
+        "inconclusive otherwise (joint over all comparisons)"
+    )
+    rows = []
+    for case, key, f, note, _ in outcomes:
+        shows = f"{f.where} ({case}) against the standard {std.where}"
+        rows.append(_row("C4", f"{model_label(*key)} vs {std_label}", f, _rule_text(shows, rule, (f, std), note), verdict))
+
+    slope_rule = (
+        f"least-squares slope of per-layer c_res on the layer index over layers >= 1 (delta R^2 per layer), "
+        f"{CONFIDENCE:.0%} delete-one-layer jackknife interval (t quantile, n_layers - 1 df); "
+        f"supported if ci_low > {ZERO:g}; not supported if ci_high <= {ZERO:g}; inconclusive otherwise"
+    )
+    for key in by_case["sliding"]:
+        model, variant = key
+        per_layer = _select(t, metric="c_res", head=-1, query_window=query_window, intervention="none", model=model, variant=variant)
+        per_layer = per_layer[per_layer["layer"] >= 1]
+        where = _where(metric="c_res", head=-1, query_window=query_window, intervention="none", model=model, variant=variant)
+        if per_layer["layer"].duplicated().any():
+            raise ValueError(f"comparison: several rows per layer for {where}")
+        if len(per_layer) < 3:
+            raise ValueError(f"comparison: {len(per_layer)} per-layer rows (layer >= 1) for {where}; the depth slope needs at least 3")
+        per_layer = per_layer.sort_values("layer")
+        s, lo, hi = depth_slope(per_layer["layer"].to_numpy(), per_layer["value"].to_numpy())
+        fig = _Fig("c_res slope per layer", s, lo, hi, f"{where}, layers {int(per_layer['layer'].min())}..{int(per_layer['layer'].max())}")
+        v = SUPPORTED if lo > ZERO else (NOT_SUPPORTED if hi <= ZERO else INCONCLUSIVE)
+        rows.append(_row("C4", f"{model_label(*key)}: slope of c_res over layers >= 1", fig, _rule_text(fig.where, slope_rule, (fig,)), v))
+    return rows
+
+
+# --------------------------------------------------------------------------- C5
+
+
+def claim_c5(bos_swap: Any, target: float = 0.4, band: float = 0.1, query_window: str = "early") -> list[dict[str, Any]]:
+    """C5, BOS replacement removes about 40% of C_res at early queries.
+
+    Figures, per (model, variant) and per replacement kind (intervention
+    starting with ``bos:``, e.g. ``bos:mean``, ``bos:zero``, ``bos:noise``,
+    ``bos:token:…``): ``reduction`` = 1 − C_res(after)/C_res(before) at the
+    model aggregate (layer −1, head −1), window ``early``. One row per kind,
+    each with its own verdict.
+
+    Rule: ``supported`` if ci_low ≤ target ≤ ci_high and ci_low > 0;
+    ``not supported`` if ci_high < target − band or ci_low > target + band;
+    ``inconclusive`` otherwise (default target 0.4, band 0.1).
+
+    Example:
+        >>> t = pd.DataFrame([figure_row("reduction", v, lo, hi, intervention=k, query_window="early")
+        ...                   for k, v, lo, hi in [("bos:mean", 0.4, 0.35, 0.45), ("bos:zero", 0.1, 0.05, 0.15),
+        ...                                        ("bos:noise", 0.6, 0.45, 0.75)]])
+        >>> [(r["model"], r["verdict"]) for r in claim_c5(t)]
+        [('m, bos:mean', 'supported'), ('m, bos:noise', 'inconclusive'), ('m, bos:zero', 'not supported')]
+    """
+    if not band >= 0:
+        raise ValueError(f"band must be >= 0, got {band}")
+    t = _table(bos_swap, "bos_swap")
+    low_edge, high_edge = target - band, target + band
+    rule = (
+        f"supported if ci_low <= {target:g} <= ci_high and ci_low > {ZERO:g}; "
+        f"not supported if ci_high < {low_edge:g} (target {target:g} - band {band:g}) "
+        f"or ci_low > {high_edge:g} (target {target:g} + band {band:g}); inconclusive otherwise"
+    )
+    swaps = t[t["intervention"].astype(str).str.startswith("bos:")]
+    rows = []
+    for model, variant in _keys(swaps, "bos_swap", "an intervention starting with 'bos:'"):
+        kinds = sorted(_select(swaps, model=model, variant=variant)["intervention"].astype(str).unique())
+        for kind in kinds:
+            f = _pick(t, "bos_swap", metric="reduction", query_window=query_window, intervention=kind, model=model, variant=variant, **_MODEL_AGGREGATE)
+            if f.low <= target <= f.high and f.low > ZERO:
+                verdict = SUPPORTED
+            elif f.high < low_edge or f.low > high_edge:
+                verdict = NOT_SUPPORTED
+            else:
+                verdict = INCONCLUSIVE
+            rows.append(_row("C5", f"{model_label(model, variant)}, {kind}", f, _rule_text(f.where, rule, (f,)), verdict))
+    return rows
+
+
+# --------------------------------------------------------------------------- C6
+
+
+def _readout_chance(t: pd.DataFrame, model: str, variant: str) -> tuple[_Fig, int]:
+    """The ``readout_chance`` row and its K; ``ValueError`` unless the value is 1/K for an integer K ≥ 2."""
+    chance = _pick(t, "fingerprint", metric="readout_chance", layer=-1, head=-1, intervention="position0:varied", model=model, variant=variant)
+    k = round(1.0 / chance.value) if np.isfinite(chance.value) and 0.0 < chance.value <= 0.5 else 0
+    if k < 2 or abs(chance.value - 1.0 / k) > 1e-6:  # float32 round trips keep 1/K to ~1e-8
+        raise ValueError(
+            f"fingerprint: readout_chance = {_fmt(chance.value)} for {chance.where} is not 1/K for K >= 2 position-0 tokens; "
+            "a readout whose accuracy cannot exceed chance by design (one class, or a majority-class chance level from an "
+            "earlier fingerprint) cannot be judged: rerun poslens.mechanisms.fingerprint.fingerprint"
+        )
+    return chance, k
+
+
+def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> list[dict[str, Any]]:
+    """C6, the position-0 fingerprint is constant with auto-BOS and varies otherwise.
+
+    Figures, per (model, variant), from rows with head −1 (any query window,
+    but one row per layer):
+
+    - ``dispersion`` with intervention ``position0:bos``, per layer ≥ 0: the
+      maximum over layers of its value (row: that maximum, with that layer's
+      interval);
+    - ``dispersion`` with intervention ``position0:none`` at layer −1 (mean over
+      layers ≥ 1);
+    - ``readout_accuracy`` with intervention ``position0:varied`` at layer −1
+      (all sink-reading heads read together), judged against
+      ``readout_chance`` = 1/K (which must be 1/K for an integer K ≥ 2, else
+      ``ValueError``: a chance level of 0, or a one-class readout, is never
+      judged) and against the label-permutation null: ``readout_p_value`` and
+      ``readout_chance_permuted`` (its mean and central 95% range, quoted).
+
+    Rule: ``supported`` if the maximum bos dispersion ≤ tolerance and the none
+    dispersion has ci_low > 0 and readout accuracy has ci_low > 1/K and the
+    permutation p-value ≤ alpha (default 0.05: the accuracy lies above the
+    null's 1 − alpha quantile); ``not supported`` if the bos dispersion exceeds
+    the tolerance at some layer, or the none dispersion has ci_high ≤ 0, or
+    readout accuracy has ci_high ≤ 1/K; ``inconclusive`` otherwise (including
+    an accuracy interval above 1/K that the permutation null does not confirm:
+    the fold interval rests on few folds, the null on the same design).
+
+    Three rows per model (bos dispersion maximum, none dispersion, readout
+    accuracy), with the joint verdict.
+
+    Example:
+        >>> t = pd.DataFrame([figure_row("dispersion", 0.0, 0.0, 0.0, intervention="position0:bos", layer=l) for l in (0, 1)]
+        ...                  + [figure_row("dispersion", 0.2, 0.1, 0.3, intervention="position0:none"),
+        ...                     figure_row("readout_accuracy", 0.9, 0.8, 1.0, intervention="position0:varied"),
+        ...                     figure_row("readout_chance", 0.125, 0.125, 0.125, intervention="position0:varied"),
+        ...                     figure_row("readout_chance_permuted", 0.125, 0.09, 0.16, intervention="position0:varied"),
+        ...                     figure_row("readout_p_value", 0.005, 0.005, 0.005, intervention="position0:varied")])
+        >>> {r["verdict"] for r in claim_c6(t)}
+        {'supported'}
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    t = _table(fingerprint, "fingerprint")
+    t = t[t["head"] == -1]
+    rule = (
+        f"supported if the bos dispersion is <= {tolerance:g} (tolerance) at every layer and the none dispersion "
+        f"(layer -1) has ci_low > {ZERO:g} and readout_accuracy (layer -1, all sink-reading heads) has ci_low > readout_chance "
+        f"= 1/K and readout_p_value <= {alpha:g} (label-permutation test); "
+        f"not supported if the bos dispersion is > {tolerance:g} at some layer, or the none dispersion ci_high <= {ZERO:g}, "
+        f"or readout_accuracy ci_high <= 1/K; inconclusive otherwise"
+    )
+    rows = []
+    present = t[t["intervention"].astype(str).isin(["position0:bos", "position0:none", "position0:varied"])]
+    for model, variant in _keys(present, "fingerprint", "interventions 'position0:bos', 'position0:none' or 'position0:varied' with head -1"):
+        bos = _select(t, metric="dispersion", intervention="position0:bos", model=model, variant=variant)
+        bos = bos[bos["layer"] >= 0]
+        where = _where(metric="dispersion", head=-1, intervention="position0:bos", model=model, variant=variant)
+        if len(bos) == 0:
+            raise ValueError(f"fingerprint: no per-layer rows (layer >= 0) for {where}")
+        if bos["layer"].duplicated().any():
+            raise ValueError(f"fingerprint: several rows per layer for {where}")
+        values = bos["value"].to_numpy(dtype=float)
+        top = int(np.nanargmax(values)) if np.isfinite(values).any() else 0
+        bos_max = float(np.max(values))  # NaN if any layer is NaN: then neither side of the rule holds
+        top_row = bos.iloc[top]
+        bos_fig = _Fig(
+            "max dispersion (bos)", bos_max, float(top_row["ci_low"]), float(top_row["ci_high"]),
+            f"maximum over layers {int(bos['layer'].min())}..{int(bos['layer'].max())} of {where} (at layer {int(top_row['layer'])})",
+        )
+        none = _pick(t, "fingerprint", "dispersion (none)", metric="dispersion", layer=-1, head=-1, intervention="position0:none", model=model, variant=variant)
+        varied = dict(layer=-1, head=-1, intervention="position0:varied", model=model, variant=variant)
+        acc = _pick(t, "fingerprint", metric="readout_accuracy", **varied)
+        chance, k = _readout_chance(t, model, variant)
+        null = _pick(t, "fingerprint", "readout_chance_permuted (null mean, central 95%)", metric="readout_chance_permuted", **varied)
+        p_value = _pick(t, "fingerprint", metric="readout_p_value", **varied).value
+        if bos_max <= tolerance and none.low > ZERO and acc.low > chance.value and p_value <= alpha:
+            verdict = SUPPORTED
+        elif bos_max > tolerance or none.high <= ZERO or acc.high <= chance.value:
+            verdict = NOT_SUPPORTED
+        else:
+            verdict = INCONCLUSIVE
+        note = f"readout_chance = {_fmt(chance.value)} (1/K, K = {k}); {null.text()}; readout_p_value = {_fmt(p_value)}"
+        for f in (bos_fig, none, acc):
+            rows.append(_row("C6", model_label(model, variant), f, _rule_text(f.where, rule, (bos_fig, none, acc), note), verdict))
+    return rows
+
+
+# --------------------------------------------------------------------------- all
+
+
+def _not_measured(claim: str) -> dict[str, Any]:
+    return dict(claim=claim, statement=STATEMENTS[claim], model=None, figure=np.nan, ci_low=np.nan, ci_high=np.nan, rule=NOT_MEASURED, verdict=INCONCLUSIVE)
+
+
+def evaluate(
+    leakage: Any = None,
+    ablation: Any = None,
+    bos_swap: Any = None,
+    comparison: Any = None,
+    fingerprint: Any = None,
+    *,
+    claims: Iterable[str] = tuple(STATEMENTS),
+    c4_window: str = "early",
+    c5_target: float = 0.4,
+    c5_band: float = 0.1,
+    c6_tolerance: float = 1e-5,
+    c6_alpha: float = 0.05,
+) -> pd.DataFrame:
+    """All claims' verdicts as one DataFrame with columns :data:`CLAIM_COLUMNS`.
+
+    Inputs are tidy DataFrames or :class:`poslens.measurement.result.Result` objects:
+    ``leakage`` (C1, C2, C3), ``ablation`` (C3), ``bos_swap`` (C5),
+    ``comparison`` (C4, with a ``case`` column, see :func:`label_cases`) and
+    ``fingerprint`` (C6). A claim whose inputs were not all given gets one row
+    with verdict ``inconclusive`` and rule ``not measured``. ``claims`` limits
+    which claims are evaluated at all (the others are left out of the table).
+    ``c6_tolerance`` and ``c6_alpha`` pass to :func:`claim_c6` (BOS dispersion
+    bound; level of the readout's permutation test).
+    A required row missing from a given table raises ``ValueError``.
+
+    Example:
+        >>> out = evaluate()
+        >>> list(out.columns) == CLAIM_COLUMNS, set(out["rule"]), set(out["verdict"])
+        (True, {'not measured'}, {'inconclusive'})
+        >>> t = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
+        ...                   figure_row("probe_r2", -0.2, -0.3, -0.1)])
+        >>> evaluate(leakage=t, claims=["C1"])["verdict"].tolist()
+        ['not supported', 'not supported']
+    """
+    wanted = set(claims)
+    unknown = wanted - set(STATEMENTS)
+    if unknown:
+        raise ValueError(f"unknown claim(s) {sorted(unknown)}; known: {list(STATEMENTS)}")
+    plan = [
+        ("C1", (leakage,), lambda: claim_c1(leakage)),
+        ("C2", (leakage,), lambda: claim_c2(leakage)),
+        ("C3", (leakage, ablation), lambda: claim_c3(leakage, ablation)),
+        ("C4", (comparison,), lambda: claim_c4(comparison, c4_window)),
+        ("C5", (bos_swap,), lambda: claim_c5(bos_swap, c5_target, c5_band)),
+        ("C6", (fingerprint,), lambda: claim_c6(fingerprint, c6_tolerance, c6_alpha)),
+    ]
+    rows: list[dict[str, Any]] = []
+    for claim, inputs, run in plan:
+        if claim not in wanted:
+            continue
+        rows.extend(run() if all(x is not None for x in inputs) else [_not_measured(claim)])
+    out = pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+    return out.astype({"figure": float, "ci_low": float, "ci_high": float})
