@@ -71,6 +71,7 @@ def compare(
     seed: int = 0,
     source: str = "docs",
     batch_size: int = 2,
+    max_memory: int | str | None = None,
     loader: Callable[[str, str], Any] = lambda name, variant: load_model(name, variant=variant),
     progress: bool = True,
 ) -> Result:
@@ -79,6 +80,8 @@ def compare(
     Each model gets its own tokenization of the same source with the same seed;
     position 0 is each model's BOS. The default length (640) is beyond
     gemma3-270m's 512-token window, so its windowed layers differ from full attention.
+    ``batch_size`` and ``max_memory`` go to :func:`poslens.measure`, which plans
+    the batch size of each case.
 
     Example:
         >>> result = compare(default_cases(quick=True), n_seqs=8, seq_len=128)  # doctest: +SKIP
@@ -88,7 +91,8 @@ def compare(
     for case in tqdm(cases, desc="architectures", unit="case", disable=not progress):
         model = loader(case.model, case.variant)
         corpus = make_corpus(model, source, n_seqs=n_seqs, seq_len=seq_len, position0="bos", seed=seed)
-        result = measure(model, corpus, groups=groups, early=early, batch_size=batch_size, probe=False, progress=progress)
+        result = measure(model, corpus, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory,
+                         probe=False, progress=progress)
         result.meta["case"] = {"case": case.case, "inference_time": case.inference_time}
         results.append(result)
     out = concat(results)

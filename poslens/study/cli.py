@@ -14,9 +14,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-import poslens
-from poslens.runtime import distributed
+from poslens.measurement.result import OutputNotWritableError, Result, ensure_writable_dir
+from poslens.model.corpus import make_corpus
+from poslens.model.loading import load_model
 from poslens.model.registry import REGISTRY
+from poslens.model.variants import parse_variant
+from poslens.runtime import distributed
+from poslens.runtime.memory import parse_bytes
+from poslens.study.parts import Settings, Study
+from poslens.version import __version__
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Where does absolute position come from in RoPE transformers?")
 console = Console()
@@ -26,8 +32,6 @@ def _memory_option(value: str) -> str:
     """Check ``--max-memory`` when the command line is parsed."""
     if value.lower() in ("free", "auto"):
         return value
-    from poslens.runtime.memory import parse_bytes
-
     try:
         parse_bytes(value)
     except ValueError as error:
@@ -37,7 +41,7 @@ def _memory_option(value: str) -> str:
 
 def _version(value: bool) -> None:
     if value:
-        console.print(f"poslens {poslens.__version__}")
+        console.print(f"poslens {__version__}")
         raise typer.Exit()
 
 
@@ -81,8 +85,6 @@ def _print_frame(frame, title: str) -> None:
 
 def _writable_dir(path: Path) -> Path:
     """The output folder, created and checked for writing before any model is loaded."""
-    from poslens.measurement.result import OutputNotWritableError, ensure_writable_dir
-
     try:
         return ensure_writable_dir(path)
     except OutputNotWritableError as error:
@@ -92,70 +94,40 @@ def _writable_dir(path: Path) -> Path:
 def _variant_option(value: str) -> str:
     """Check ``--variant`` when the command line is parsed, before any model is loaded."""
     try:
-        poslens.parse_variant(value)
+        parse_variant(value)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
     return value
 
 
-def _quantized_note(model) -> str:
-    return f" — weights {model.quantized}" if model.quantized else ""
-
-
-@app.command()
-def leakage(
-    model: str = typer.Option(..., help="Registry name, local model folder, or a model id in the local HF cache."),
-    n_seqs: int = typer.Option(32, help="Number of sequences N."),
-    seq_len: int = typer.Option(256, help="Tokens per sequence T (position 0 included)."),
-    variant: str = typer.Option("base", callback=_variant_option,
-                                help="Inference-time variant: ntk:<a>, window:<W>, rope-base:<θ>, joined by '+'."),
-    bos: str = typer.Option("bos", help="Position 0: bos, none, or token:<id or string>."),
-    corpus: str = typer.Option("docs", help="docs, random, repeat, or a path to .txt/.jsonl/folder."),
-    seed: int = typer.Option(0, help="Seed of the corpus sampling."),
-    groups: int = typer.Option(8, help="Groups of sequences for the intervals."),
-    early: int = typer.Option(32, help="Q: the early window is 1 ≤ i < Q."),
-    batch_size: Optional[int] = typer.Option(
-        None, help="Sequences per forward pass; default: the largest that fits --max-memory (at most one group)."),
-    max_memory: str = typer.Option(
-        "free", "--max-memory", callback=lambda v: _memory_option(v),
-        help="Memory budget for the whole process, e.g. 8GB or 512MiB; 'free' (default): 80% of the memory free now, "
-             "for the forward pass. Picks the batch size, or stops with the numbers and the longest --seq-len that fits."),
-    dtype: str = typer.Option("float32", help="Weights' dtype: float32, bfloat16 or float16 (sums stay float64)."),
-    device_map: Optional[str] = typer.Option(None, help="transformers device map, e.g. 'auto' to spread a large model over GPUs."),
-    out: Path = typer.Option(..., help="Output folder: leakage.parquet and leakage.csv are written there."),
-) -> None:
-    """Measure position leakage and its mask / residual-stream decomposition (METHOD §3–§5).
-
-    Runs unchanged under `torchrun --nproc_per_node=K` (sequences sharded, sums all-reduced, rank 0 writes).
-
-    Example: poslens leakage --model smollm2-135m --n-seqs 16 --seq-len 128 --max-memory 4GB --out results/leak
-    """
-    _writable_dir(out)
-    loaded = poslens.load_model(model, variant=variant, dtype=dtype, device_map=device_map)
-    tokens = poslens.make_corpus(loaded, corpus, n_seqs=n_seqs, seq_len=seq_len, position0=bos, seed=seed)
-    result = poslens.measure(loaded, tokens, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory)
-    if not distributed.is_main():
-        return  # under torchrun, rank 0 prints and writes
-    path = result.save(Path(out) / "leakage.parquet")
-    for window in ("early", "all"):
-        _print_frame(result.summary(window), f"{loaded.name} ({loaded.variant_name}), {window} queries, head mean, 95% CI{_quantized_note(loaded)}")
-    console.print(f"wrote {path} and {path.with_suffix('.csv')}")
-
-
-def _study(model: str, n_seqs: int, seq_len: int, groups: int, seed: int, corpus: str, out: Path, **extra):
-    from poslens.study.parts import Settings, Study
-
-    settings = Settings(model=model, n_seqs=n_seqs, seq_len=seq_len, groups=groups, seed=seed, corpus=corpus, **extra)
-    return Study(settings, out, log=lambda message: console.print(escape(message)))
-
-
+# Options of every measuring command: the settings of the parts (poslens.study.parts.Settings).
+# Their defaults are the quick preset's, so that commands run one after another into one folder agree.
 _MODEL = typer.Option("smollm2-135m", help="Registry name, local model folder, or a model id in the local HF cache.")
-_N_SEQS = typer.Option(16, help="Number of sequences N.")
-_SEQ_LEN = typer.Option(128, help="Tokens per sequence T.")
-_GROUPS = typer.Option(8, help="Groups of sequences for the intervals.")
-_SEED = typer.Option(0, help="Seed of the corpus sampling.")
+_VARIANT = typer.Option("base", callback=_variant_option,
+                        help="Inference-time variant: ntk:<a>, window:<W>, rope-base:<θ>, joined by '+'.")
+_BOS = typer.Option("bos", help="Position 0: bos, none, or token:<id or string>.")
 _CORPUS = typer.Option("docs", help="docs, random, repeat, or a path to .txt/.jsonl/folder.")
-_OUT = typer.Option(..., help="Output folder.")
+_N_SEQS = typer.Option(16, min=1, help="Number of sequences N.")
+_SEQ_LEN = typer.Option(128, min=2, help="Tokens per sequence T (position 0 included).")
+_SEED = typer.Option(0, help="Seed of the corpus sampling.")
+_GROUPS = typer.Option(8, min=2, help="Groups of sequences for the intervals.")
+_EARLY = typer.Option(32, min=2, help="Q: the early window is 1 ≤ i < Q.")
+_BATCH_SIZE = typer.Option(
+    4, min=1, help="Largest number of sequences per forward pass (a setting of the part); --max-memory may lower it.")
+_MAX_MEMORY = typer.Option(
+    "free", "--max-memory", callback=lambda v: _memory_option(v),
+    help="Memory budget for the whole process, e.g. 8GB or 512MiB; 'free' (default): 80% of the memory free now, "
+         "for the forward pass. Lowers the batch size to what fits, or stops with the numbers and the longest --seq-len that fits.")
+_DTYPE = typer.Option("float32", help="Weights' dtype: float32, bfloat16 or float16 (sums stay float64).")
+_DEVICE_MAP = typer.Option(None, help="transformers device map, e.g. 'auto' to spread a large model over GPUs.")
+_TAU = typer.Option(0.3, help="Sink-reading threshold τ.")
+_OUT = typer.Option(..., help="Output folder: <command>.parquet and .csv are written there; parts made with the same settings are reused.")
+
+
+def _study(out: Path, **settings):
+    """The study behind every command: the output folder checked first, then the settings."""
+    _writable_dir(out)
+    return Study(Settings(**settings), out, log=lambda message: console.print(escape(message)))
 
 
 def _show(result, metric: str, title: str) -> None:
@@ -166,67 +138,123 @@ def _show(result, metric: str, title: str) -> None:
 
 
 @app.command()
-def sinks(model: str = _MODEL, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, groups: int = _GROUPS, seed: int = _SEED,
-          corpus: str = _CORPUS, tau: float = typer.Option(0.3, help="Sink-reading threshold τ."), out: Path = _OUT) -> None:
-    """Sink score of every head and sink-reading head counts per layer (METHOD §6).
+def leakage(
+    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, n_seqs: int = _N_SEQS,
+    seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: int = _EARLY, batch_size: int = _BATCH_SIZE,
+    max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP, out: Path = _OUT,
+) -> None:
+    """Measure position leakage and its mask / residual-stream decomposition (METHOD §3–§5).
+
+    Runs unchanged under `torchrun --nproc_per_node=K` (sequences sharded, sums all-reduced, rank 0 writes).
+
+    Example: poslens leakage --model smollm2-135m --n-seqs 16 --seq-len 128 --max-memory 4GB --out results/leak
+    """
+    study = _study(out, model=model, variant=variant, position0=bos, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len,
+                   seed=seed, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
+                   device_map=device_map)
+    result = study.leakage()
+    if not distributed.is_main():
+        return  # under torchrun, rank 0 prints and writes
+    described = result.meta.get("model", {})
+    note = f" — weights {described['quantized']}" if described.get("quantized") else ""
+    for window in ("early", "all"):
+        _print_frame(result.summary(window),
+                     f"{described.get('model', model)} ({described.get('variant', variant)}), {window} queries, head mean, 95% CI{note}")
+    path = Path(out) / "leakage.parquet"
+    console.print(f"wrote {path} and {path.with_suffix('.csv')}")
+
+
+@app.command()
+def sinks(
+    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, n_seqs: int = _N_SEQS,
+    seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: int = _EARLY, batch_size: int = _BATCH_SIZE,
+    max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP, tau: float = _TAU,
+    out: Path = _OUT,
+) -> None:
+    """Sink score of every head and sink-reading head counts per layer (METHOD §6), from the leakage part.
 
     Example: poslens sinks --model smollm2-135m --n-seqs 16 --seq-len 128 --tau 0.3 --out results/quick
     """
-    result = _study(model, n_seqs, seq_len, groups, seed, corpus, out, tau=tau).sinks()
+    result = _study(out, model=model, variant=variant, position0=bos, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len,
+                    seed=seed, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
+                    device_map=device_map, tau=tau).sinks()
     counts = result.table[result.table["metric"] == "sink_heads"]
     console.print(counts[["layer", "value", "ci_low", "ci_high"]].to_string(index=False))
 
 
 @app.command("bos-swap")
-def bos_swap(model: str = _MODEL, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, groups: int = _GROUPS, seed: int = _SEED,
-             corpus: str = _CORPUS,
-             replacement: list[str] = typer.Option(["mean"], help="mean, zero, noise or token:<id or string>; repeat for several."),
-             out: Path = _OUT) -> None:
+def bos_swap(
+    model: str = _MODEL, variant: str = _VARIANT, corpus: str = _CORPUS, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN,
+    seed: int = _SEED, groups: int = _GROUPS, early: int = _EARLY, batch_size: int = _BATCH_SIZE,
+    max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
+    replacement: list[str] = typer.Option(["mean"], help="mean, zero, noise or token:<id or string>; repeat for several."),
+    out: Path = _OUT,
+) -> None:
     """Replace the BOS embedding and report the reduction of C_res (METHOD §7).
 
     Example: poslens bos-swap --model smollm2-135m --replacement mean --replacement zero --out results/quick
     """
-    result = _study(model, n_seqs, seq_len, groups, seed, corpus, out, replacements=tuple(replacement)).bos_swap()
+    result = _study(out, model=model, variant=variant, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len, seed=seed,
+                    groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
+                    device_map=device_map, replacements=tuple(replacement)).bos_swap()
     _show(result, "reduction", "reduction of C_res = 1 − C_res(after)/C_res(before)")
 
 
 @app.command("ablate-sinks")
-def ablate_sinks(model: str = _MODEL, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, groups: int = _GROUPS, seed: int = _SEED,
-                 corpus: str = _CORPUS, tau: float = typer.Option(0.3, help="Sink-reading threshold τ."), out: Path = _OUT) -> None:
+def ablate_sinks(
+    model: str = _MODEL, variant: str = _VARIANT, corpus: str = _CORPUS, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN,
+    seed: int = _SEED, groups: int = _GROUPS, early: int = _EARLY, batch_size: int = _BATCH_SIZE,
+    max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP, tau: float = _TAU,
+    out: Path = _OUT,
+) -> None:
     """Ablate the sink path of sink-reading heads and report the reduction of C_res (METHOD §7).
 
     Example: poslens ablate-sinks --model smollm2-135m --tau 0.3 --out results/quick
     """
-    result = _study(model, n_seqs, seq_len, groups, seed, corpus, out, tau=tau).ablate_sinks()
+    result = _study(out, model=model, variant=variant, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len, seed=seed,
+                    groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
+                    device_map=device_map, tau=tau).ablate_sinks()
     _show(result, "reduction", "reduction of C_res under sink-path ablation")
 
 
 @app.command()
-def fingerprint(model: str = _MODEL, n_seqs: int = typer.Option(16, help="Sequences per setting."),
-                seq_len: int = typer.Option(48, help="Tokens per sequence."), groups: int = _GROUPS, seed: int = _SEED,
-                tau: float = typer.Option(0.3, help="Sink-reading threshold τ."), out: Path = _OUT) -> None:
+def fingerprint(
+    model: str = _MODEL, variant: str = _VARIANT, corpus: str = _CORPUS, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN,
+    seed: int = _SEED, groups: int = _GROUPS, early: int = _EARLY, batch_size: int = _BATCH_SIZE,
+    max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP, tau: float = _TAU,
+    fingerprint_seqs: int = typer.Option(16, min=1, help="Sequences per position-0 setting."),
+    fingerprint_len: int = typer.Option(48, min=2, help="Tokens per fingerprint sequence."),
+    out: Path = _OUT,
+) -> None:
     """Position-0 fingerprint: dispersion with and without BOS, trajectory similarity, readout (METHOD §8).
 
-    Example: poslens fingerprint --model smollm2-135m --n-seqs 16 --seq-len 48 --out results/quick
+    The sink-reading heads come from the leakage part (--n-seqs × --seq-len), measured first if it is not in --out.
+
+    Example: poslens fingerprint --model smollm2-135m --fingerprint-seqs 16 --fingerprint-len 48 --out results/quick
     """
-    study = _study(model, n_seqs, 128, groups, seed, "docs", out, tau=tau, fingerprint_seqs=n_seqs, fingerprint_len=seq_len)
-    result = study.fingerprint()
+    result = _study(out, model=model, variant=variant, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len, seed=seed,
+                    groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
+                    device_map=device_map, tau=tau, fingerprint_seqs=fingerprint_seqs,
+                    fingerprint_len=fingerprint_len).fingerprint()
     rows = result.table[(result.table["layer"] == -1)]
     console.print(rows[["intervention", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
 
 
 @app.command("compare")
-def compare_command(n_seqs: int = typer.Option(8, help="Sequences per case."),
-                    seq_len: int = typer.Option(640, help="Tokens per sequence (beyond gemma3's 512 window by default)."),
-                    groups: int = _GROUPS, seed: int = _SEED, corpus: str = _CORPUS,
-                    full: bool = typer.Option(False, help="All NTK α ∈ {2,4,8} and windows {64,128}, not one of each."),
-                    out: Path = _OUT) -> None:
+def compare_command(
+    compare_seqs: int = typer.Option(8, "--n-seqs", min=1, help="Sequences per case."),
+    compare_len: int = typer.Option(640, "--seq-len", min=2, help="Tokens per sequence (beyond gemma3's 512 window by default)."),
+    groups: int = _GROUPS, early: int = _EARLY, seed: int = _SEED, corpus: str = _CORPUS,
+    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY,
+    full: bool = typer.Option(False, help="All NTK α ∈ {2,4,8} and windows {64,128}, not one of each."),
+    out: Path = _OUT,
+) -> None:
     """C_res and C_mask by layer for standard RoPE, NTK and sliding-window cases (C4).
 
     Example: poslens compare --n-seqs 8 --seq-len 640 --out results/quick
     """
-    study = _study("smollm2-135m", 16, 128, groups, seed, corpus, out, compare_seqs=n_seqs, compare_len=seq_len, compare_quick=not full)
-    result = study.compare()
+    result = _study(out, compare_seqs=compare_seqs, compare_len=compare_len, groups=groups, early=early, seed=seed,
+                    corpus=corpus, batch_size=batch_size, max_memory=max_memory, compare_quick=not full).compare()
     rows = result.table[(result.table["layer"] == -1) & (result.table["head"] == -1) & result.table["metric"].isin(["c_res", "c_mask"])]
     console.print(rows[["model", "variant", "query_window", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
     console.print("variants other than 'base' are inference-time changes of smollm2-135m; weights are 4-bit quantized")
@@ -238,9 +266,6 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
 
     Example: poslens claims --out results/quick
     """
-    from poslens.measurement.result import Result
-    from poslens.study.parts import Settings, Study
-
     parts = {}
     for name in ("leakage", "bos-swap", "ablate-sinks", "compare", "fingerprint"):
         path = Path(out) / f"{name}.parquet"
@@ -259,8 +284,8 @@ def _calibrate_seconds_per_token(model_name: str) -> float:
 
     from poslens.measurement.pipeline import collect_sums
 
-    model = poslens.load_model(model_name)
-    corpus = poslens.make_corpus(model, "random", n_seqs=2, seq_len=256, position0="bos", seed=0)
+    model = load_model(model_name)
+    corpus = make_corpus(model, "random", n_seqs=2, seq_len=256, position0="bos", seed=0)
     start = _time.perf_counter()
     collect_sums(model, corpus, groups=2, batch_size=2, progress=False)
     return (_time.perf_counter() - start) / (2 * 256)
@@ -279,6 +304,8 @@ def report(
     fingerprint_len: Optional[int] = typer.Option(None, help="Override the fingerprint's sequence length."),
     compare_seqs: Optional[int] = typer.Option(None, help="Override the comparison's sequences per case."),
     compare_len: Optional[int] = typer.Option(None, help="Override the comparison's sequence length."),
+    batch_size: Optional[int] = typer.Option(None, min=1, help="Override the preset's largest batch size (4)."),
+    max_memory: str = _MAX_MEMORY,
 ) -> None:
     """Run the whole study and write report.html, every table (Parquet + CSV), claims.csv and run.json.
 
@@ -290,12 +317,13 @@ def report(
     import torch
 
     from poslens.study.report import build_report
-    from poslens.study.parts import Settings, Study
 
     _writable_dir(out)
     overrides = {k: v for k, v in dict(n_seqs=n_seqs, seq_len=seq_len, groups=groups, fingerprint_seqs=fingerprint_seqs,
-                                        fingerprint_len=fingerprint_len, compare_seqs=compare_seqs, compare_len=compare_len).items()
+                                        fingerprint_len=fingerprint_len, compare_seqs=compare_seqs, compare_len=compare_len,
+                                        batch_size=batch_size).items()
                  if v is not None}
+    overrides["max_memory"] = max_memory
     settings = Settings.quick(model=model, **overrides) if quick else Settings.full(model=model, **overrides)
     study = Study(settings, out, log=lambda message: console.print(escape(message)))
     if not quick:
@@ -327,7 +355,7 @@ def report(
                     "source": described.get("source"), "sha256": described.get("source_sha256"), "quantized": described.get("quantized")}
     leakage_meta = parts["leakage"].meta
     run = {
-        "poslens_version": poslens.__version__,
+        "poslens_version": __version__,
         "preset": "quick" if quick else "full",
         "command": "poslens " + " ".join(sys.argv[1:]),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -1,9 +1,18 @@
 """The parts of the study, each a function from settings to a saved tidy table.
 
-Every part writes ``DIR/<part>.parquet`` (and ``.csv``) whose metadata holds a
-key of the settings it depends on; a rerun into the same folder reuses a part
-whose key matches and recomputes one whose settings changed. The CLI commands
-and ``poslens report`` are thin wrappers around these functions.
+Every part writes ``DIR/<part>.parquet`` (and ``.csv``) whose metadata holds
+the settings it depends on (``meta["settings"]``) and a key of them. A rerun
+into the same folder reuses a part whose settings match; a part made with
+other settings is never overwritten: the command stops with
+:class:`SettingsMismatchError`, naming each differing setting. Every CLI
+command and ``poslens report`` go through :class:`Study`.
+
+Batch size, one policy for every command: ``Settings.batch_size`` is an upper
+bound and a setting of the part (float32 forwards can differ in the last bits
+with the batch size); ``Settings.max_memory`` (default ``"free"``) lets
+:func:`poslens.measure` lower it to what fits
+(:func:`poslens.runtime.memory.choose_batch_size`), and the batch size used is
+recorded in the part's metadata. Nothing else picks a batch size.
 """
 
 from __future__ import annotations
@@ -46,6 +55,10 @@ class Settings:
     early: int = 32
     seed: int = 0
     batch_size: int = 4
+    max_memory: str = "free"
+    position0: str = "bos"
+    dtype: str = "float32"
+    device_map: str | None = None
     tau: float = 0.3
     replacements: tuple[str, ...] = ("mean", "zero", "noise", "token:eos")
     fingerprint_seqs: int = 16
@@ -100,28 +113,78 @@ class Settings:
         return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-MEASURE_KEYS = ("model", "variant", "corpus", "n_seqs", "seq_len", "groups", "early", "seed", "batch_size")
+MEASURE_KEYS = ("model", "variant", "corpus", "n_seqs", "seq_len", "groups", "early", "seed", "batch_size", "position0", "dtype")
+
+#: The command-line option of each setting, for messages that tell the user what to type.
+OPTION_NAMES = {
+    "model": "--model", "variant": "--variant", "corpus": "--corpus", "n_seqs": "--n-seqs", "seq_len": "--seq-len",
+    "groups": "--groups", "early": "--early", "seed": "--seed", "batch_size": "--batch-size", "position0": "--bos",
+    "dtype": "--dtype", "tau": "--tau", "replacements": "--replacement", "fingerprint_seqs": "--fingerprint-seqs",
+    "fingerprint_len": "--fingerprint-len", "compare_seqs": "--compare-seqs", "compare_len": "--compare-len",
+    "compare_quick": "--full", "cases": "cases",
+}
 
 
-def cached_part(out: Path, name: str, key: str, compute: Callable[[], Result], log: Callable[[str], None] = print) -> Result:
-    """Load ``out/name.parquet`` if its settings key matches ``key``, else compute and save it.
+class SettingsMismatchError(ValueError):
+    """A saved part was made with other settings than the ones asked for; poslens does not overwrite it."""
+
+
+def _settings_values(settings: Settings, names: tuple[str, ...]) -> dict[str, Any]:
+    values = asdict(settings)
+    return {name: json.loads(json.dumps(values[name], default=str)) for name in names}
+
+
+def mismatch_message(path: Path, saved: dict[str, Any] | None, wanted: dict[str, Any]) -> str:
+    """The message for a part at ``path`` made with ``saved`` settings when ``wanted`` were asked for.
 
     Example:
-        >>> cached_part(Path("results"), "leakage", settings.key(*MEASURE_KEYS), lambda: ...)  # doctest: +SKIP
+        >>> print(mismatch_message(Path("out/leakage.parquet"), {"n_seqs": 32, "seq_len": 256},
+        ...                        {"n_seqs": 16, "seq_len": 256}))
+        out/leakage.parquet was made with other settings: --n-seqs 32 there, 16 now. poslens does not overwrite it: pass the same settings, or choose another --out.
+    """
+    if not saved:
+        differing = "settings this version of poslens cannot read"
+    else:
+        differing = ", ".join(
+            f"{OPTION_NAMES.get(name, name)} {saved.get(name, '(not recorded)')} there, {value} now"
+            for name, value in wanted.items()
+            if saved.get(name) != value
+        )
+    return (f"{path} was made with other settings: {differing}. poslens does not overwrite it: "
+            "pass the same settings, or choose another --out.")
+
+
+def cached_part(
+    out: Path, name: str, settings: Settings, names: tuple[str, ...], compute: Callable[[], Result],
+    log: Callable[[str], None] = print,
+) -> Result:
+    """Load ``out/name.parquet`` if it was made with the same values of the settings ``names``, else compute and save it.
+
+    A part made with other values is not overwritten: :class:`SettingsMismatchError`
+    names each differing setting. An unreadable part (say, a truncated file) is
+    computed again, and the log says so.
+
+    Example:
+        >>> cached_part(Path("results"), "leakage", settings, MEASURE_KEYS, lambda: ...)  # doctest: +SKIP
     """
     path = Path(out) / f"{name}.parquet"
+    key = settings.key(*names)
+    wanted = _settings_values(settings, names)
     if path.exists():
         try:
             previous = Result.load(path)
+        except Exception as error:  # an unreadable part is computed again, loudly
+            log(f"[{name}] {path} cannot be read ({type(error).__name__}: {error}); computing it again")
+        else:
             if previous.meta.get("settings_key") == key:
                 log(f"[{name}] reusing {path}")
                 return previous
-        except Exception:  # an unreadable part is recomputed
-            pass
+            raise SettingsMismatchError(mismatch_message(path, previous.meta.get("settings"), wanted))
     log(f"[{name}] computing")
     start = time.perf_counter()
     result = compute()
     result.meta["settings_key"] = key
+    result.meta["settings"] = wanted
     result.meta["part_seconds"] = time.perf_counter() - start
     if distributed.is_main():  # under torchrun, rank 0 writes
         result.save(path)
@@ -153,11 +216,12 @@ class Study:
             ('smollm2-135m', 30, True)
         """
         if self._model is None:
-            self._model = load_model(self.settings.model, variant=self.settings.variant)
+            s = self.settings
+            self._model = load_model(s.model, variant=s.variant, dtype=s.dtype, device_map=s.device_map)
         return self._model
 
     def corpus(self):
-        """The corpus of the settings (BOS at position 0), made on first use.
+        """The corpus of the settings (position 0 as ``settings.position0`` says), made on first use.
 
         Example:
             >>> study.corpus().tokens.shape, study.corpus().position0  # doctest: +SKIP
@@ -165,13 +229,13 @@ class Study:
         """
         if self._corpus is None:
             s = self.settings
-            self._corpus = make_corpus(self.model(), s.corpus, n_seqs=s.n_seqs, seq_len=s.seq_len, position0="bos", seed=s.seed)
+            self._corpus = make_corpus(self.model(), s.corpus, n_seqs=s.n_seqs, seq_len=s.seq_len, position0=s.position0, seed=s.seed)
         return self._corpus
 
     def _measure(self, interventions=(), probe: bool = True) -> Result:
         s = self.settings
         return measure(self.model(), self.corpus(), groups=s.groups, early=s.early, batch_size=s.batch_size,
-                       interventions=interventions, probe=probe)
+                       max_memory=s.max_memory, interventions=interventions, probe=probe)
 
     def leakage(self) -> Result:
         """Baseline leakage, decomposition and probe (METHOD §3–§5).
@@ -181,7 +245,7 @@ class Study:
             >>> round(result.value("c_res", "early"), 4), round(result.value("c_mask", "early"), 4)  # doctest: +SKIP
             (0.0436, 0.0158)
         """
-        return cached_part(self.out, "leakage", self.settings.key(*MEASURE_KEYS), self._measure, self.log)
+        return cached_part(self.out, "leakage", self.settings, MEASURE_KEYS, self._measure, self.log)
 
     def sinks(self) -> Result:
         """Sink scores and sink-reading head counts (METHOD §6).
@@ -191,8 +255,7 @@ class Study:
             164.0
         """
         base = self.leakage()
-        key = self.settings.key(*MEASURE_KEYS, "tau")
-        return cached_part(self.out, "sinks", key, lambda: Result(sinks.sink_table(base, self.settings.tau), dict(base.meta)), self.log)
+        return cached_part(self.out, "sinks", self.settings, (*MEASURE_KEYS, "tau"), lambda: Result(sinks.sink_table(base, self.settings.tau), dict(base.meta)), self.log)
 
     def bos_swap(self) -> Result:
         """Reduction of C_res for each BOS-embedding replacement (METHOD §7).
@@ -215,7 +278,7 @@ class Study:
                 tables.append(after.table[after.table["metric"].isin(["c_res", "c_mask"]) & (after.table["head"] == -1)])
             return Result(pd.concat(tables, ignore_index=True), {**base.meta, "replacements": described})
 
-        return cached_part(self.out, "bos-swap", self.settings.key(*MEASURE_KEYS, "replacements"), compute, self.log)
+        return cached_part(self.out, "bos-swap", self.settings, (*MEASURE_KEYS, "replacements"), compute, self.log)
 
     def ablate_sinks(self) -> Result:
         """Sink-path ablation of the sink-reading heads and the reduction of C_res (METHOD §7).
@@ -237,7 +300,7 @@ class Study:
             tables.append(after.table[after.table["metric"].isin(["c_res", "c_mask"]) & (after.table["head"] == -1)])
             return Result(pd.concat(tables, ignore_index=True), {**base.meta, "ablation": ablation.describe()})
 
-        return cached_part(self.out, "ablate-sinks", self.settings.key(*MEASURE_KEYS, "tau"), compute, self.log)
+        return cached_part(self.out, "ablate-sinks", self.settings, (*MEASURE_KEYS, "tau"), compute, self.log)
 
     def fingerprint(self) -> Result:
         """Position-0 fingerprint: dispersion, trajectory similarity, readout (METHOD §8).
@@ -250,9 +313,9 @@ class Study:
         from poslens.mechanisms.fingerprint import fingerprint
 
         s = self.settings
-        key = s.key("model", "variant", "fingerprint_seqs", "fingerprint_len", "groups", "seed", "tau", *MEASURE_KEYS)
+        names = ("fingerprint_seqs", "fingerprint_len", "tau", *MEASURE_KEYS)
         return cached_part(
-            self.out, "fingerprint", key,
+            self.out, "fingerprint", s, names,
             lambda: fingerprint(self.model(), n_seqs=s.fingerprint_seqs, seq_len=s.fingerprint_len, groups=s.groups,
                                 seed=s.seed, tau=s.tau, sink_result=self.leakage()),
             self.log,
@@ -268,11 +331,11 @@ class Study:
         """
         s = self.settings
         cases = list(s.cases) or default_cases(quick=s.compare_quick)
-        key = s.key("compare_seqs", "compare_len", "compare_quick", "cases", "groups", "early", "seed", "corpus")
+        names = ("compare_seqs", "compare_len", "compare_quick", "cases", "groups", "early", "seed", "corpus", "batch_size")
         return cached_part(
-            self.out, "compare", key,
+            self.out, "compare", s, names,
             lambda: compare(cases, n_seqs=s.compare_seqs, seq_len=s.compare_len, groups=s.groups, early=s.early,
-                            seed=s.seed, source=s.corpus, batch_size=max(1, s.batch_size // 2)),
+                            seed=s.seed, source=s.corpus, batch_size=s.batch_size, max_memory=s.max_memory),
             self.log,
         )
 
@@ -304,7 +367,7 @@ class Study:
         return table
 
     def with_settings(self, **changes: Any) -> "Study":
-        """A study in the same folder with some settings changed (parts whose key changes are recomputed).
+        """A study in the same folder with some settings changed (a saved part made with other settings is refused, not replaced).
 
         Example:
             >>> study = Study(Settings.quick(), "results/quick")
