@@ -1,44 +1,57 @@
 """poslens: where does absolute position come from in RoPE decoder-only transformers?
 
-The public API, re-exported here:
+The public API, re-exported here (the tutorials use only these names):
+
+- loading and measuring: :func:`load_model`, :func:`make_corpus`, :func:`measure`, :class:`Result`;
+- interventions and their effect: :class:`BosReplacement`, :class:`SinkAblation`, :func:`reduction`;
+- architectures: :class:`Case`, :func:`compare`, :func:`case_table`;
+- the study: :class:`Study`, :class:`Settings`, :mod:`claims` (verdicts C1–C6), :mod:`plots`.
+
+Everything else lives in the layers (``poslens.fit``, ``poslens.model``, ...; see docs/architecture.md).
 
 >>> import poslens
 >>> model = poslens.load_model("smollm2-135m")                      # doctest: +SKIP
 >>> corpus = poslens.make_corpus(model, "docs", n_seqs=8, seq_len=128)  # doctest: +SKIP
 >>> result = poslens.measure(model, corpus)                          # doctest: +SKIP
 >>> result.to_frame().query("metric == 'c_res'")                     # doctest: +SKIP
+>>> sorted(name for name in poslens.__all__ if name[0].isupper())[:3]
+['BosReplacement', 'Case', 'Corpus']
 """
 
-from poslens.study import claims
-from poslens.mechanisms import effects
-from poslens.mechanisms import fingerprint
-from poslens.mechanisms import interventions
-from poslens.mechanisms import sinks
-from poslens.model.corpus import Corpus, make_corpus
 from poslens.measurement.pipeline import measure
+from poslens.measurement.result import Result
+from poslens.mechanisms.architectures import Case, case_table, compare
+from poslens.mechanisms.effects import reduction
+from poslens.mechanisms.interventions import BosReplacement, SinkAblation
+from poslens.model.corpus import Corpus, make_corpus
 from poslens.model.loading import ModelNotSupportedError, PosModel, load_model
 from poslens.model.registry import REGISTRY, registry_names
-from poslens.measurement.result import Result
 from poslens.model.variants import Variant, parse_variant
-
+from poslens.study import claims, plots
+from poslens.study.parts import Settings, Study
 from poslens.version import __version__
 
 __all__ = [
+    "BosReplacement",
+    "Case",
     "Corpus",
     "ModelNotSupportedError",
     "PosModel",
     "REGISTRY",
+    "Result",
+    "Settings",
+    "SinkAblation",
+    "Study",
     "Variant",
     "__version__",
+    "case_table",
     "claims",
-    "effects",
-    "fingerprint",
-    "interventions",
-    "sinks",
-    "Result",
+    "compare",
     "load_model",
     "make_corpus",
     "measure",
     "parse_variant",
+    "plots",
+    "reduction",
     "registry_names",
 ]

@@ -113,3 +113,17 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     source = tmp_path / "x.py"
     source.write_text("def f():\n    from poslens.study.parts import Study\n")
     assert "poslens.study.parts" in _imports(source, "poslens.fit.x")
+
+
+def test_the_api_shadows_no_module():
+    # `poslens.measure` used to be both a function and, underneath it, the module poslens/measure.py
+    import importlib
+
+    import poslens
+
+    for name in poslens.__all__:
+        value = getattr(poslens, name)
+        is_module = type(value).__name__ == "module"
+        on_disk = (PACKAGE / f"{name}.py").exists() or (PACKAGE / name).is_dir()
+        assert is_module or not on_disk, f"poslens.{name} hides the module poslens/{name}"
+    assert importlib.import_module("poslens.measurement.pipeline").measure is poslens.measure
