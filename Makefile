@@ -35,6 +35,7 @@ report: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/poslens report --quick --out $(OUT)
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
 
