@@ -7,30 +7,45 @@ its three outcomes; no model runs here.
 from __future__ import annotations
 
 import doctest
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import poslens.study.claims as claims
+from poslens.fit.stats import depth_slope
+from poslens.measurement.result import COLUMNS, Result
 from poslens.study.claims import (
+    C1_RULE,
+    C2_RULE,
+    C3_RULE,
+    C4_RULES,
+    C4_SLOPE_RULE,
     CLAIM_COLUMNS,
     INCONCLUSIVE,
+    JOINT,
     NOT_SUPPORTED,
     STATEMENTS,
     SUPPORTED,
+    Bound,
+    Condition,
+    Figure,
+    Rule,
+    c5_rule,
+    c6_rule,
     claim_c1,
     claim_c2,
     claim_c3,
     claim_c4,
     claim_c5,
     claim_c6,
-    depth_slope,
     evaluate,
     figure_row,
+    joint,
     label_cases,
+    verdict,
 )
-from poslens.measurement.result import COLUMNS, Result
 
 row = figure_row
 
@@ -161,8 +176,8 @@ def test_c2_three_verdicts(kw, expected):
     figures = {**C2_OK, **kw}
     assert [r["figure"] for r in rows][:4] == pytest.approx([figures[k][0] for k in ("mask0", "mask_deep", "res0", "rho0")], nan_ok=True)
     rule = rows[0]["rule"]
-    assert "c_mask ci_low > 0 at layer 0 and at layer -1" in rule and "rho_mask ci_low > 0.5" in rule
-    assert "rho_mask ci_high < 0.5" in rule and "tests/test_leakage_controls.py" in rule
+    assert "c_mask (layer 0) ci_low > 0 and c_mask (layers >= 1) ci_low > 0" in rule and "rho_mask (layer 0) ci_low > 0.5" in rule
+    assert "rho_mask (layer 0) ci_high < 0.5" in rule and "tests/test_leakage_controls.py" in rule
     assert "c_mask (layers >= 1) = " in rule and "count_share (layer 0) = " in rule
     assert f"C_mask - C_res at layer 0 = {figures['mask0'][0] - figures['res0'][0]:.4g}" in rule
     assert "layer 0" in rows[0]["rule"].split(". rule:")[0] and "layer -1" in rows[1]["rule"].split(". rule:")[0]
@@ -475,6 +490,138 @@ def test_c6_missing_rows():
         claim_c6(t[~((t["intervention"] == "position0:none") & (t["layer"] == -1))])
     with pytest.raises(ValueError, match="per-layer"):
         claim_c6(t[~((t["intervention"] == "position0:bos") & (t["layer"] >= 0))])
+
+
+# --------------------------------------------------------------------------- rules as data
+
+
+RULE = Rule(supported_if=(Condition("r", "ci_low", ">", 0.0),), not_supported_if=(Condition("r", "ci_high", "<=", 0.0),))
+
+
+@pytest.mark.parametrize(
+    "figure, expected",
+    [
+        ((0.3, 0.1, 0.5), SUPPORTED),
+        ((-0.3, -0.5, -0.1), NOT_SUPPORTED),
+        ((0.0, -0.1, 0.0), NOT_SUPPORTED),  # ci_high = 0 is <= 0
+        ((0.1, -0.1, 0.3), INCONCLUSIVE),
+        ((0.1, 0.0, 0.3), INCONCLUSIVE),  # ci_low = 0 is not > 0
+        ((0.3, np.nan, 0.5), INCONCLUSIVE),
+        ((-0.3, -0.5, np.nan), INCONCLUSIVE),  # NaN never refutes either
+        ((np.nan, np.nan, np.nan), INCONCLUSIVE),
+    ],
+)
+def test_verdict_each_branch(figure, expected):
+    assert verdict(RULE, [Figure("r", *figure)]) == expected
+
+
+def test_verdict_needs_every_condition_for_supported_and_one_for_not_supported():
+    rule = Rule(
+        supported_if=(Condition("a", "ci_low", ">", 0.0), Condition("b", "value", "<=", 0.05)),
+        not_supported_if=(Condition("a", "ci_high", "<=", 0.0), Condition("b", "value", ">", 0.5)),
+    )
+    figs = lambda a, b: [Figure("a", *a), Figure("b", b, b, b)]  # noqa: E731
+    assert verdict(rule, figs((1, 0.5, 2), 0.01)) == SUPPORTED
+    assert verdict(rule, figs((1, 0.5, 2), 0.2)) == INCONCLUSIVE  # one supporting condition fails, none refutes
+    assert verdict(rule, figs((1, 0.5, 2), 0.9)) == NOT_SUPPORTED  # one refuting condition is enough
+    assert verdict(rule, figs((1, 0.5, 2), np.nan)) == INCONCLUSIVE
+
+
+def test_condition_against_another_figure_and_nan_threshold():
+    below = Condition("x", "ci_high", "<", Bound("std", "ci_low"), note="wholly below")
+    assert below.text() == "x ci_high < std ci_low (wholly below)"
+    std = Figure("std", 0.01, 0.008, 0.012)
+    assert below.holds({"x": Figure("x", 0.002, 0.001, 0.003), "std": std})
+    assert not below.holds({"x": Figure("x", 0.002, 0.001, 0.009), "std": std})
+    assert not below.holds({"x": Figure("x", 0.002, 0.001, 0.003), "std": Figure("std", 0.01, np.nan, 0.012)})
+
+
+def test_verdict_and_rules_refuse_bad_input():
+    with pytest.raises(ValueError, match=r"reads figure\(s\) \['r'\].*\['s'\]"):
+        verdict(RULE, [Figure("s", 1, 1, 1)])
+    with pytest.raises(ValueError, match="two figures are named 'r'"):
+        verdict(RULE, [Figure("r", 1, 1, 1), Figure("r", 1, 1, 1)])
+    with pytest.raises(ValueError, match="op must be one of"):
+        Condition("r", "ci_low", "=>", 0.0)
+    with pytest.raises(ValueError, match="bound must be one of .*'ci_low'"):
+        Condition("r", "low", ">", 0.0)
+    with pytest.raises(ValueError, match="at least one condition"):
+        Rule(supported_if=(), not_supported_if=RULE.not_supported_if)
+
+
+def _with_threshold(rule: Rule, figure: str, threshold: float) -> Rule:
+    def move(conditions):
+        return tuple(replace(c, threshold=threshold) if c.figure == figure else c for c in conditions)
+
+    return Rule(move(rule.supported_if), move(rule.not_supported_if), rule.remark)
+
+
+def test_a_threshold_changes_text_and_verdict_together():
+    figs = [Figure("c_mask (layer 0)", 0.02, 0.01, 0.03), Figure("c_mask (layers >= 1)", 0.01, 0.005, 0.015),
+            Figure("rho_mask (layer 0)", 0.9, 0.8, 1.0)]
+    assert verdict(C2_RULE, figs) == SUPPORTED
+    assert "rho_mask (layer 0) ci_low > 0.5" in C2_RULE.text() and "rho_mask (layer 0) ci_high < 0.5" in C2_RULE.text()
+    strict = _with_threshold(C2_RULE, "rho_mask (layer 0)", 0.95)
+    assert verdict(strict, figs) == INCONCLUSIVE
+    assert "rho_mask (layer 0) ci_low > 0.95" in strict.text() and "rho_mask (layer 0) ci_high < 0.95" in strict.text()
+    assert "> 0.5" not in strict.text()
+    stricter = _with_threshold(C2_RULE, "rho_mask (layer 0)", 1.5)
+    assert verdict(stricter, figs) == NOT_SUPPORTED and "ci_high < 1.5" in stricter.text()
+
+
+def test_a_claim_reads_its_rule_object_for_text_and_verdict(monkeypatch):
+    t = c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7))
+    assert only_verdict(claim_c1(t)) == SUPPORTED
+    monkeypatch.setattr(claims, "C1_RULE", _with_threshold(C1_RULE, "probe_r2", 0.55))
+    rows = claim_c1(t)
+    assert only_verdict(rows) == INCONCLUSIVE  # probe_r2 ci_low 0.5 is not > 0.55
+    assert "probe_r2 ci_low > 0.55" in rows[0]["rule"] and "probe_r2 ci_high <= 0.55" in rows[1]["rule"]
+
+
+def test_c5_and_c6_rules_carry_their_parameters():
+    rule = c5_rule(0.8, 0.2)
+    assert [c.threshold for c in rule.not_supported_if] == pytest.approx([0.6, 1.0])
+    assert "reduction ci_low <= 0.8 and reduction ci_high >= 0.8" in rule.text()
+    rule = c6_rule(tolerance=1e-6, alpha=0.01)
+    assert "max dispersion (bos) <= 1e-06" in rule.text() and "readout_p_value <= 0.01" in rule.text()
+    with pytest.raises(ValueError, match="band"):
+        c5_rule(band=-0.1)
+    with pytest.raises(ValueError, match="alpha"):
+        c6_rule(alpha=1.0)
+
+
+def test_joint():
+    assert joint([SUPPORTED, SUPPORTED]) == SUPPORTED
+    assert joint([SUPPORTED, INCONCLUSIVE]) == INCONCLUSIVE
+    assert joint([INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED]) == NOT_SUPPORTED
+    with pytest.raises(ValueError, match="no verdicts"):
+        joint([])
+
+
+def rule_part(text: str) -> str:
+    return text.split(". rule: ", 1)[1].split(". inputs: ", 1)[0]
+
+
+def test_every_rule_text_in_the_table_is_its_rule_objects_text():
+    leakage = pd.concat([c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)), c2_table(), c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[0]])
+    out = evaluate(
+        leakage,
+        c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[1],
+        frame(row("reduction", 0.4, 0.35, 0.45, intervention="bos:mean", query_window="early")),
+        c4_table((0.002, 0.001, 0.003), (0.03, 0.02, 0.04)),
+        c6_table(),
+        c5_target=0.5,
+        c6_alpha=0.01,
+    )
+    texts = {claim: set(part["rule"].map(rule_part)) for claim, part in out.groupby("claim")}
+    assert texts["C1"] == {C1_RULE.text()}
+    assert texts["C2"] == {C2_RULE.text()}
+    assert texts["C3"] == {C3_RULE.text()}
+    assert texts["C5"] == {c5_rule(0.5, 0.1).text()}
+    assert texts["C6"] == {c6_rule(1e-5, 0.01).text()}
+    comparison, slope = sorted(texts["C4"], key=len, reverse=True)
+    assert comparison == f"ntk case: {C4_RULES['ntk'].text()}. sliding case: {C4_RULES['sliding'].text()}. all comparisons together: {JOINT}"
+    assert slope.endswith("; " + C4_SLOPE_RULE.text())
 
 
 # --------------------------------------------------------------------------- evaluate

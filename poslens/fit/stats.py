@@ -1,4 +1,4 @@
-"""Nested least squares on cell sums: binned and linear ΔR², held-out ΔR², probes, intervals.
+"""Nested least squares on cell sums: binned and linear ΔR², held-out ΔR², probes, intervals, depth slopes.
 
 All fits take *pooled* sums (a dict of arrays without the group axis, from
 :class:`poslens.fit.sums.CellSums`) and one layer's cells inside a query window.
@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+from jaxtyping import Bool, Float
 from scipy import stats as scipy_stats
 
 
@@ -35,13 +36,13 @@ class Projection:
         ([2.0, 1.0, 1.0, 2.0], [1.0, 3.0, 1.0, 2.0])
     """
 
-    counts: np.ndarray
-    relative: np.ndarray
-    additive: np.ndarray
-    saturated: np.ndarray
+    counts: Float[np.ndarray, " cells"]
+    relative: Float[np.ndarray, "*batch cells"]
+    additive: Float[np.ndarray, "*batch cells"]
+    saturated: Float[np.ndarray, "*batch cells"]
 
     @property
-    def absolute(self) -> np.ndarray:
+    def absolute(self) -> Float[np.ndarray, "*batch cells"]:
         """P(y) = f_F − f_R per cell.
 
         Example:
@@ -52,7 +53,7 @@ class Projection:
         return self.additive - self.relative
 
 
-def design(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def design(counts: Float[np.ndarray, "qbins obins"]) -> tuple[Bool[np.ndarray, "qbins obins"], Float[np.ndarray, "cells params"]]:
     """One-hot design of model F over the non-empty cells of a [C, B] count table.
 
     Returns (cell mask [C, B], design [K, B + C − 1]); offset-bin columns
@@ -73,7 +74,7 @@ def design(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mask, a
 
 
-def project(sums: np.ndarray, counts: np.ndarray) -> Projection:
+def project(sums: Float[np.ndarray, "*batch qbins obins"], counts: Float[np.ndarray, "qbins obins"]) -> Projection:
     """Fit models R, F and saturated to cell sums ``sums`` [..., C, B] with counts [C, B].
 
     Example:
@@ -99,7 +100,7 @@ def project(sums: np.ndarray, counts: np.ndarray) -> Projection:
     return Projection(counts=n, relative=relative, additive=additive, saturated=y / n)
 
 
-def _gram_inverse(a: np.ndarray, n: np.ndarray) -> np.ndarray:
+def _gram_inverse(a: Float[np.ndarray, "cells params"], n: Float[np.ndarray, " cells"]) -> Float[np.ndarray, "params params"]:
     """(Aᵀ diag(n) A)⁻¹, cached: counts differ between layers, windows and jackknife
     replicates only through the window and a common scale, so few distinct ones occur."""
     scale = n.sum()
@@ -120,7 +121,9 @@ def _gram_inverse(a: np.ndarray, n: np.ndarray) -> np.ndarray:
 _GRAM_CACHE: dict[tuple, np.ndarray] = {}
 
 
-def weighted_inner(x: np.ndarray, y: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def weighted_inner(
+    x: Float[np.ndarray, "*batch cells"], y: Float[np.ndarray, "*batch cells"], counts: Float[np.ndarray, " cells"]
+) -> Float[np.ndarray, "*batch"] | float:
     """⟨x, y⟩ = Σ_k n_k x_k y_k over cells.
 
     Example:
@@ -130,7 +133,9 @@ def weighted_inner(x: np.ndarray, y: np.ndarray, counts: np.ndarray) -> np.ndarr
     return (x * y * counts).sum(-1)
 
 
-def total_sum_of_squares(sum_sq: np.ndarray, total: np.ndarray, count: float | np.ndarray) -> np.ndarray:
+def total_sum_of_squares(
+    sum_sq: Float[np.ndarray, "*batch"] | float, total: Float[np.ndarray, "*batch"] | float, count: int | float | Float[np.ndarray, "*batch"]
+) -> Float[np.ndarray, "*batch"] | float:
     """SST = Σy² − (Σy)²/n.
 
     Example:
@@ -140,7 +145,7 @@ def total_sum_of_squares(sum_sq: np.ndarray, total: np.ndarray, count: float | n
     return sum_sq - total**2 / count
 
 
-def linear_r2_gain(m: dict[str, np.ndarray], sst: np.ndarray) -> np.ndarray:
+def linear_r2_gain(m: dict[str, Float[np.ndarray, "*heads"] | float], sst: Float[np.ndarray, "*heads"] | float) -> Float[np.ndarray, "*heads"] | float:
     """METHOD §3.2: R² of y on [i−j, i, j] minus R² on [i−j], from moment sums.
 
     ``m`` holds n, i1, j1, ii, jj, ij (pairs) and y1, yi, yj (sums of y, y·i, y·j);
@@ -172,7 +177,9 @@ def linear_r2_gain(m: dict[str, np.ndarray], sst: np.ndarray) -> np.ndarray:
         return (explained_full - explained_rel) / sst
 
 
-def ridge_fit(xtx: np.ndarray, xty: np.ndarray, y1: float, n: float, penalty: float = 1e-3) -> np.ndarray:
+def ridge_fit(
+    xtx: Float[np.ndarray, "probe probe"], xty: Float[np.ndarray, " probe"], y1: float, n: int | float, penalty: float = 1e-3
+) -> Float[np.ndarray, " probe"]:
     """Ridge regression on standardized features from sums; returns θ = [intercept, weights].
 
     ``xtx`` and ``xty`` are sums over rows of x̃ x̃ᵀ and x̃ y with x̃ = [1, x]. The
@@ -193,7 +200,9 @@ def ridge_fit(xtx: np.ndarray, xty: np.ndarray, y1: float, n: float, penalty: fl
     return np.concatenate([[mean_y - mean_x @ weights], weights])
 
 
-def held_out_r2(theta: np.ndarray, xtx: np.ndarray, xty: np.ndarray, yy: float, y1: float, n: float) -> tuple[float, float]:
+def held_out_r2(
+    theta: Float[np.ndarray, " probe"], xtx: Float[np.ndarray, "probe probe"], xty: Float[np.ndarray, " probe"], yy: float, y1: float, n: int | float
+) -> tuple[float, float]:
     """(SSE, SST) of predictions x̃θ on rows summarized by xtx, xty, yy, y1, n.
 
     Example:
@@ -216,7 +225,9 @@ def t_quantile(groups: int, level: float = 0.95) -> float:
     return float(scipy_stats.t.ppf(0.5 + level / 2, groups - 1))
 
 
-def jackknife_interval(estimate: np.ndarray, replicates: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def jackknife_interval(
+    estimate: Float[np.ndarray, "*shape"], replicates: Float[np.ndarray, " replicates *shape"], level: float = 0.95
+) -> tuple[Float[np.ndarray, "*shape"] | float, Float[np.ndarray, "*shape"] | float]:
     """Delete-one-group jackknife interval: estimate ± t·se, replicates on axis 0.
 
     se² = (G−1)/G · Σ_g (θ_(g) − mean θ_(·))².
@@ -235,7 +246,9 @@ def jackknife_interval(estimate: np.ndarray, replicates: np.ndarray, level: floa
     return estimate - half, estimate + half
 
 
-def fold_interval(pooled: np.ndarray, per_fold: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def fold_interval(
+    pooled: Float[np.ndarray, "*shape"], per_fold: Float[np.ndarray, " folds *shape"], level: float = 0.95
+) -> tuple[Float[np.ndarray, "*shape"] | float, Float[np.ndarray, "*shape"] | float]:
     """Interval for a held-out statistic: pooled value ± t·sd(fold values)/√G.
 
     Example:
@@ -249,3 +262,31 @@ def fold_interval(pooled: np.ndarray, per_fold: np.ndarray, level: float = 0.95)
         sd = np.nanstd(per_fold, axis=0, ddof=1)
     half = t_quantile(g, level) * sd / np.sqrt(g)
     return pooled - half, pooled + half
+
+
+def depth_slope(layers: np.ndarray, values: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
+    """Least-squares slope of ``values`` on ``layers``, with a delete-one-layer jackknife interval.
+
+    The interval is slope ± t_{level, n−1} · se, se² = (n−1)/n · Σ_k (b_(k) − mean b)²,
+    b_(k) the slope without layer k (:func:`jackknife_interval` over the n layers).
+    Needs at least 3 layers.
+
+    Example:
+        >>> s, lo, hi = depth_slope(np.array([1, 2, 3, 4]), np.array([0.1, 0.2, 0.3, 0.4]))
+        >>> round(s, 6), round(lo, 6), round(hi, 6)
+        (0.1, 0.1, 0.1)
+    """
+    x = np.asarray(layers, dtype=float)
+    y = np.asarray(values, dtype=float)
+    if len(x) < 3:
+        raise ValueError(f"a depth slope with a jackknife interval needs at least 3 layers, got {len(x)}")
+
+    def slope(xs: np.ndarray, ys: np.ndarray) -> float:
+        xc = xs - xs.mean()
+        return float(np.dot(xc, ys - ys.mean()) / np.dot(xc, xc))
+
+    estimate = slope(x, y)
+    keep = ~np.eye(len(x), dtype=bool)
+    replicates = np.array([slope(x[k], y[k]) for k in keep])
+    low, high = jackknife_interval(np.array(estimate), replicates, level)
+    return estimate, float(low), float(high)

@@ -2,8 +2,21 @@
 
 Every verdict is ``supported``, ``not supported`` or ``inconclusive`` and is
 computed here from figures and their 95% intervals in tidy tables (the
-columns of :data:`poslens.measurement.result.COLUMNS`), never written by hand. Each claim
-function returns a list of dict rows with the keys of :data:`CLAIM_COLUMNS`:
+columns of :data:`poslens.measurement.result.COLUMNS`), never written by hand.
+
+Rules are data: each claim's decision rule is one :class:`Rule` object
+(:data:`C1_RULE`, :data:`C2_RULE`, :data:`C3_RULE`, :data:`C4_RULES`,
+:data:`C4_SLOPE_RULE`, :func:`c5_rule`, :func:`c6_rule`): ``supported`` if all
+of its ``supported_if`` conditions hold, else ``not supported`` if any of its
+``not_supported_if`` conditions holds, else ``inconclusive``. A
+:class:`Condition` compares one number of a named :class:`Figure` (its value,
+ci_low or ci_high) with a threshold or with another figure's number. The same
+object writes the rule's text (:meth:`Rule.text`, with the thresholds it uses)
+and decides (:func:`verdict`, the one function that turns figures into a
+verdict, for every claim), so the text in the table cannot drift from the
+decision. C4 combines the verdicts of its comparisons with :func:`joint`.
+
+Each claim function returns a list of dict rows with the keys of :data:`CLAIM_COLUMNS`:
 
 - ``claim``: ``"C1"`` … ``"C6"``;
 - ``statement``: the claim as METHOD states it (:data:`STATEMENTS`);
@@ -14,20 +27,21 @@ function returns a list of dict rows with the keys of :data:`CLAIM_COLUMNS`:
   ``"<case>: slope of c_res over layers >= 1"``;
 - ``figure``, ``ci_low``, ``ci_high``: the number this row reports and its
   interval;
-- ``rule``: in words, which figure the row shows (metric, layer, head, query
-  window, intervention), the decision rule with the thresholds actually used,
-  and the inputs the rule was applied to;
+- ``rule``: ``figure: <which figure the row shows: metric, layer, head, query
+  window, intervention>. rule: <the rule's text>. inputs: <the figures the
+  rule was applied to>``, sometimes followed by a note;
 - ``verdict``.
 
 Conventions shared by all claims:
 
 - A claim that needs several figures (C1, C2, C3, C6) gives one row per
-  figure, and all rows of one evaluation carry the same, joint verdict.
+  figure, and all rows of one evaluation carry the same verdict, decided by
+  one rule on all of them.
 - Claims are evaluated per (model, variant) found in the input, except C4,
   which compares cases with each other.
-- Comparisons are strict where the rule says ``>``/``<`` and an interval
-  "contains 0" when ci_low ≤ 0 ≤ ci_high. A NaN figure or bound makes every
-  comparison false, so it gives ``inconclusive``.
+- Comparisons are strict where the rule says ``>``/``<`` and inclusive where
+  it says ``>=``/``<=``. A NaN figure or bound makes every comparison false,
+  so it gives ``inconclusive``.
 - A required row that is missing (or present more than once) raises
   ``ValueError`` naming the metric, layer, head, window and intervention.
 
@@ -35,6 +49,10 @@ Conventions shared by all claims:
 table was not given gets one ``inconclusive`` row with rule ``not measured``.
 
 Example:
+    >>> C3_RULE.text()
+    'supported if c_res ci_low > 0 and reduction ci_low > 0; not supported if c_res ci_high <= 0 or reduction ci_high <= 0; inconclusive otherwise'
+    >>> verdict(C3_RULE, [Figure("c_res", 0.01, 0.005, 0.015), Figure("reduction", 0.3, -0.1, 0.7)])
+    'inconclusive'
     >>> rows = [figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
     ...         figure_row("probe_r2", 0.6, 0.5, 0.7)]
     >>> out = evaluate(leakage=pd.DataFrame(rows), claims=["C1", "C5"])
@@ -46,14 +64,15 @@ Example:
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
+from poslens.fit.stats import depth_slope
 from poslens.measurement.result import COLUMNS
-from poslens.fit.stats import jackknife_interval
 
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
@@ -148,17 +167,204 @@ def _fmt(x: float) -> str:
 
 
 @dataclass(frozen=True)
-class _Fig:
-    """One figure picked from a table, with a description of where it came from."""
+class Figure:
+    """One figure a rule reads: its name in the rule, value, interval, and where it came from.
+
+    Example:
+        >>> Figure("probe_r2", 0.6, 0.5, 0.7).text()
+        'probe_r2 = 0.6 [0.5, 0.7]'
+    """
 
     name: str
     value: float
-    low: float
-    high: float
-    where: str
+    ci_low: float
+    ci_high: float
+    where: str = ""
 
     def text(self) -> str:
-        return f"{self.name} = {_fmt(self.value)} [{_fmt(self.low)}, {_fmt(self.high)}]"
+        """The figure as it is quoted among a rule's inputs: ``name = value [ci_low, ci_high]``.
+
+        Example:
+            >>> Figure("c_res", 0.01, float("nan"), 0.02).text()
+            'c_res = 0.01 [nan, 0.02]'
+        """
+        return f"{self.name} = {_fmt(self.value)} [{_fmt(self.ci_low)}, {_fmt(self.ci_high)}]"
+
+
+BOUNDS = ("value", "ci_low", "ci_high")
+"""The numbers of a figure a condition can compare."""
+
+_OPERATORS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One number of a named figure (its ``value``, ``ci_low`` or ``ci_high``), as a condition's threshold.
+
+    Example:
+        >>> Bound("c_res (standard)", "ci_low").text(), Bound("readout_chance").text()
+        ('c_res (standard) ci_low', 'readout_chance')
+    """
+
+    figure: str
+    bound: str = "value"
+
+    def __post_init__(self) -> None:
+        if self.bound not in BOUNDS:
+            raise ValueError(f"bound must be one of {BOUNDS}, got {self.bound!r}")
+
+    def text(self) -> str:
+        """``figure`` for its value, ``figure ci_low`` / ``figure ci_high`` for a bound of its interval."""
+        return self.figure if self.bound == "value" else f"{self.figure} {self.bound}"
+
+    def of(self, figures: Mapping[str, Figure]) -> float:
+        """This number, read from ``figures`` (keyed by name).
+
+        Example:
+            >>> Bound("c_res", "ci_high").of({"c_res": Figure("c_res", 0.01, 0.0, 0.02)})
+            0.02
+        """
+        if self.figure not in figures:
+            raise ValueError(f"the rule reads figure {self.figure!r}, which is not among the figures given: {list(figures)}")
+        return float(getattr(figures[self.figure], self.bound))
+
+
+@dataclass(frozen=True)
+class Condition:
+    """``figure``'s ``bound`` compared by ``op`` with ``threshold`` (a number, or a :class:`Bound` of another figure).
+
+    The same object renders itself as text (with the threshold it uses) and
+    decides whether it holds on a set of figures. A NaN on either side makes
+    it false, as every comparison with NaN is. ``note`` is an explanation
+    shown in parentheses after the text; it does not take part in the decision.
+
+    Example:
+        >>> c = Condition("c_res", "ci_low", ">", 0.0)
+        >>> c.text(), c.holds({"c_res": Figure("c_res", 0.01, 0.005, 0.015)})
+        ('c_res ci_low > 0', True)
+        >>> Condition("readout_accuracy", "ci_high", "<=", Bound("readout_chance"), note="1/K").text()
+        'readout_accuracy ci_high <= readout_chance (1/K)'
+    """
+
+    figure: str
+    bound: str
+    op: str
+    threshold: float | Bound
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        Bound(self.figure, self.bound)  # checks the bound's name
+        if self.op not in _OPERATORS:
+            raise ValueError(f"op must be one of {list(_OPERATORS)}, got {self.op!r}")
+
+    def text(self) -> str:
+        """The condition in words, e.g. ``rho_mask (layer 0) ci_low > 0.5``."""
+        threshold = self.threshold.text() if isinstance(self.threshold, Bound) else f"{self.threshold:g}"
+        return f"{Bound(self.figure, self.bound).text()} {self.op} {threshold}" + (f" ({self.note})" if self.note else "")
+
+    def holds(self, figures: Mapping[str, Figure]) -> bool:
+        """Whether the condition holds on ``figures`` (keyed by name); ``ValueError`` if a figure it reads is absent.
+
+        Example:
+            >>> Condition("c_res", "ci_high", "<=", 0.0).holds({"c_res": Figure("c_res", 0.0, float("nan"), float("nan"))})
+            False
+        """
+        left = Bound(self.figure, self.bound).of(figures)
+        right = self.threshold.of(figures) if isinstance(self.threshold, Bound) else float(self.threshold)
+        return bool(_OPERATORS[self.op](left, right))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A three-way decision rule: ``supported`` if all of ``supported_if`` hold, else ``not supported`` if
+    any of ``not_supported_if`` holds, else ``inconclusive``.
+
+    :meth:`text` is what the ``rule`` column says; :func:`verdict` applies the
+    same object to figures, so the two cannot disagree. ``remark`` is shown after
+    the rule (figures that are reported but not used, where a check lives).
+
+    Example:
+        >>> rule = Rule(supported_if=(Condition("c_res", "ci_low", ">", 0.0),),
+        ...             not_supported_if=(Condition("c_res", "ci_high", "<=", 0.0),))
+        >>> rule.text()
+        'supported if c_res ci_low > 0; not supported if c_res ci_high <= 0; inconclusive otherwise'
+        >>> rule.figures()
+        ('c_res',)
+    """
+
+    supported_if: tuple[Condition, ...]
+    not_supported_if: tuple[Condition, ...]
+    remark: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.supported_if or not self.not_supported_if:
+            raise ValueError("a rule needs at least one condition for 'supported' and one for 'not supported'")
+
+    def text(self) -> str:
+        """The rule in words, with the thresholds it uses."""
+        text = (
+            "supported if " + " and ".join(c.text() for c in self.supported_if)
+            + "; not supported if " + " or ".join(c.text() for c in self.not_supported_if)
+            + "; inconclusive otherwise"
+        )
+        return text + (f". {self.remark}" if self.remark else "")
+
+    def figures(self) -> tuple[str, ...]:
+        """The names of the figures the rule reads, in order of first use."""
+        names = []
+        for c in (*self.supported_if, *self.not_supported_if):
+            names += [c.figure] + ([c.threshold.figure] if isinstance(c.threshold, Bound) else [])
+        return tuple(dict.fromkeys(names))
+
+
+def verdict(rule: Rule, figures: Iterable[Figure]) -> str:
+    """``supported``, ``not supported`` or ``inconclusive``: ``rule`` applied to ``figures`` (matched by name).
+
+    Every claim decides through this function. A NaN in a figure a condition
+    reads makes that condition false, so NaN alone never gives ``supported`` or
+    ``not supported``. ``ValueError`` if two figures share a name or a figure the
+    rule reads is missing.
+
+    Example:
+        >>> rule = Rule((Condition("r", "ci_low", ">", 0.0),), (Condition("r", "ci_high", "<=", 0.0),))
+        >>> [verdict(rule, [Figure("r", v, lo, hi)]) for v, lo, hi in
+        ...  [(0.3, 0.1, 0.5), (-0.3, -0.5, -0.1), (0.1, -0.1, 0.3), (0.3, float("nan"), 0.5)]]
+        ['supported', 'not supported', 'inconclusive', 'inconclusive']
+    """
+    by_name: dict[str, Figure] = {}
+    for f in figures:
+        if f.name in by_name:
+            raise ValueError(f"two figures are named {f.name!r}; a rule reads figures by name")
+        by_name[f.name] = f
+    missing = [name for name in rule.figures() if name not in by_name]
+    if missing:
+        raise ValueError(f"the rule reads figure(s) {missing}, which are not among the figures given: {list(by_name)}")
+    if all(c.holds(by_name) for c in rule.supported_if):
+        return SUPPORTED
+    if any(c.holds(by_name) for c in rule.not_supported_if):
+        return NOT_SUPPORTED
+    return INCONCLUSIVE
+
+
+JOINT = "supported if every comparison is supported; not supported if any is not supported; inconclusive otherwise"
+"""In words, how :func:`joint` combines the verdicts of several comparisons (C4)."""
+
+
+def joint(verdicts: Iterable[str]) -> str:
+    """The verdict of several comparisons taken together, as :data:`JOINT` says.
+
+    Example:
+        >>> joint(["supported", "supported"]), joint(["supported", "inconclusive"]), joint(["inconclusive", "not supported"])
+        ('supported', 'inconclusive', 'not supported')
+    """
+    verdicts = list(verdicts)
+    if not verdicts:
+        raise ValueError("joint: no verdicts to combine")
+    if all(v == SUPPORTED for v in verdicts):
+        return SUPPORTED
+    if any(v == NOT_SUPPORTED for v in verdicts):
+        return NOT_SUPPORTED
+    return INCONCLUSIVE
 
 
 def _where(**filters: Any) -> str:
@@ -179,7 +385,7 @@ def _select(table: pd.DataFrame, **filters: Any) -> pd.DataFrame:
     return table[keep]
 
 
-def _pick(table: pd.DataFrame, source: str, name: str | None = None, **filters: Any) -> _Fig:
+def _pick(table: pd.DataFrame, source: str, name: str | None = None, **filters: Any) -> Figure:
     """The single row matching ``filters``; ``ValueError`` naming the filters if there is none or several."""
     rows = _select(table, **filters)
     where = _where(**filters)
@@ -188,7 +394,7 @@ def _pick(table: pd.DataFrame, source: str, name: str | None = None, **filters: 
     if len(rows) > 1:
         raise ValueError(f"{source}: {len(rows)} rows for {where}; expected exactly one")
     row = rows.iloc[0]
-    return _Fig(name or filters["metric"], float(row["value"]), float(row["ci_low"]), float(row["ci_high"]), where)
+    return Figure(name or filters["metric"], float(row["value"]), float(row["ci_low"]), float(row["ci_high"]), where)
 
 
 def _keys(table: pd.DataFrame, source: str, what: str) -> list[tuple[str, str]]:
@@ -199,37 +405,32 @@ def _keys(table: pd.DataFrame, source: str, what: str) -> list[tuple[str, str]]:
     return [(str(m), str(v)) for m, v in zip(pairs["model"], pairs["variant"])]
 
 
-def _row(claim: str, model: str, fig: _Fig, rule: str, verdict: str) -> dict[str, Any]:
+def _row(claim: str, model: str, fig: Figure, rule: str, outcome: str) -> dict[str, Any]:
     return dict(
         claim=claim,
         statement=STATEMENTS[claim],
         model=model,
         figure=fig.value,
-        ci_low=fig.low,
-        ci_high=fig.high,
+        ci_low=fig.ci_low,
+        ci_high=fig.ci_high,
         rule=rule,
-        verdict=verdict,
+        verdict=outcome,
     )
 
 
-def _rule_text(shows: str, rule: str, inputs: Iterable[_Fig], note: str = "") -> str:
+def _rule_text(shows: str, rule: str, inputs: Iterable[Figure], note: str = "") -> str:
     text = f"figure: {shows}. rule: {rule}. inputs: " + "; ".join(f.text() for f in inputs)
     return text + (f". {note}" if note else "")
 
 
-def _excludes_zero_above(f: _Fig) -> bool:
-    return f.low > ZERO
-
-
-def _at_or_below_zero(f: _Fig) -> bool:
-    return f.high <= ZERO
-
-
-def _contains_zero(f: _Fig) -> bool:
-    return f.low <= ZERO <= f.high
-
-
 # --------------------------------------------------------------------------- C1
+
+
+C1_RULE = Rule(
+    supported_if=(Condition("leakage_pattern_heldout", "ci_low", ">", ZERO), Condition("probe_r2", "ci_low", ">", ZERO)),
+    not_supported_if=(Condition("leakage_pattern_heldout", "ci_high", "<=", ZERO), Condition("probe_r2", "ci_high", "<=", ZERO)),
+)
+"""C1's rule: both intervals above zero, or either at or below it."""
 
 
 def claim_c1(leakage: Any) -> list[dict[str, Any]]:
@@ -241,8 +442,8 @@ def claim_c1(leakage: Any) -> list[dict[str, Any]]:
     the extra query-bin parameters) and ``probe_r2`` (held-out ridge probe to
     log(i + 1)).
 
-    Rule: ``supported`` if both have ci_low > 0; ``not supported`` if either has
-    ci_high ≤ 0; ``inconclusive`` otherwise.
+    Rule (:data:`C1_RULE`): ``supported`` if both have ci_low > 0; ``not
+    supported`` if either has ci_high ≤ 0; ``inconclusive`` otherwise.
 
     **Choice:** two rows per model, one per figure, both with the joint verdict.
 
@@ -254,21 +455,12 @@ def claim_c1(leakage: Any) -> list[dict[str, Any]]:
     """
     t = _table(leakage, "leakage")
     base = dict(layer=-1, head=-1, query_window="all", intervention="none")
-    rule = (
-        f"supported if ci_low > {ZERO:g} for both leakage_pattern_heldout and probe_r2; "
-        f"not supported if either has ci_high <= {ZERO:g}; inconclusive otherwise"
-    )
     rows = []
     for model, variant in _keys(_select(t, intervention="none"), "leakage", "intervention 'none'"):
         figs = [_pick(t, "leakage", metric=m, model=model, variant=variant, **base) for m in ("leakage_pattern_heldout", "probe_r2")]
-        if all(_excludes_zero_above(f) for f in figs):
-            verdict = SUPPORTED
-        elif any(_at_or_below_zero(f) for f in figs):
-            verdict = NOT_SUPPORTED
-        else:
-            verdict = INCONCLUSIVE
+        outcome = verdict(C1_RULE, figs)
         for f in figs:
-            rows.append(_row("C1", model_label(model, variant), f, _rule_text(f.where, rule, figs), verdict))
+            rows.append(_row("C1", model_label(model, variant), f, _rule_text(f.where, C1_RULE.text(), figs), outcome))
     return rows
 
 
@@ -277,6 +469,25 @@ def claim_c1(leakage: Any) -> list[dict[str, Any]]:
 
 RHO_HALF = 0.5
 """C2's threshold on ρ_mask at layer 0: C_mask − C_res = (2ρ_mask − 1)·L, so ρ_mask > 1/2 ⇔ C_mask > C_res when L > 0."""
+
+C2_RULE = Rule(
+    supported_if=(
+        Condition("c_mask (layer 0)", "ci_low", ">", ZERO),
+        Condition("c_mask (layers >= 1)", "ci_low", ">", ZERO),
+        Condition("rho_mask (layer 0)", "ci_low", ">", RHO_HALF),
+    ),
+    not_supported_if=(
+        Condition("c_mask (layer 0)", "ci_high", "<=", ZERO),
+        Condition("c_mask (layers >= 1)", "ci_high", "<=", ZERO),
+        Condition("rho_mask (layer 0)", "ci_high", "<", RHO_HALF),
+    ),
+    remark=(
+        "C_mask - C_res = (2 rho_mask - 1) L, so rho_mask > 1/2 is C_mask > C_res when L > 0, "
+        "which holds when c_mask and rho_mask are both positive. c_res and count_share at layer 0 are reported, not used; "
+        "the synthetic controls of METHOD 4.4 are checked by the test suite (tests/test_leakage_controls.py), not by this table"
+    ),
+)
+"""C2's rule: the mask source above zero at layer 0 and over layers ≥ 1, and ρ_mask above 1/2 at layer 0."""
 
 
 def claim_c2(leakage: Any) -> list[dict[str, Any]]:
@@ -297,7 +508,7 @@ def claim_c2(leakage: Any) -> list[dict[str, Any]]:
     - ``count_share`` at layer 0 (C_count / C_mask, the count term's part of the
       mask source; reported, not used by the rule, but required).
 
-    Rule: ``supported`` if c_mask ci_low > 0 at layer 0 and at layer −1 and
+    Rule (:data:`C2_RULE`): ``supported`` if c_mask ci_low > 0 at layer 0 and at layer −1 and
     rho_mask ci_low > 0.5 at layer 0; ``not supported`` if either c_mask has
     ci_high ≤ 0 or rho_mask has ci_high < 0.5 at layer 0; ``inconclusive``
     otherwise. The synthetic controls of METHOD §4.4 (C_res = 0 for
@@ -318,35 +529,29 @@ def claim_c2(leakage: Any) -> list[dict[str, Any]]:
     """
     t = _table(leakage, "leakage")
     base = dict(head=-1, query_window="all", intervention="none")
-    rule = (
-        f"supported if c_mask ci_low > {ZERO:g} at layer 0 and at layer -1 (mean over layers >= 1) and rho_mask ci_low > {RHO_HALF:g} "
-        f"at layer 0 (C_mask - C_res = (2 rho_mask - 1) L, so rho_mask > {RHO_HALF:g} is C_mask > C_res at layer 0 when L > 0, "
-        f"which holds when c_mask and rho_mask are both positive); "
-        f"not supported if c_mask ci_high <= {ZERO:g} at layer 0 or at layer -1, or rho_mask ci_high < {RHO_HALF:g} at layer 0; "
-        f"inconclusive otherwise. c_res and count_share at layer 0 are reported, not used; "
-        f"the synthetic controls of METHOD 4.4 are checked by the test suite (tests/test_leakage_controls.py), not by this table"
-    )
     rows = []
     for model, variant in _keys(_select(t, intervention="none"), "leakage", "intervention 'none'"):
-        def pick(metric: str, layer: int) -> _Fig:
+        def pick(metric: str, layer: int) -> Figure:
             label = "layer 0" if layer == 0 else "layers >= 1"
             return _pick(t, "leakage", f"{metric} ({label})", metric=metric, layer=layer, model=model, variant=variant, **base)
 
         mask0, mask_deep, res0, rho0, share0 = pick("c_mask", 0), pick("c_mask", -1), pick("c_res", 0), pick("rho_mask", 0), pick("count_share", 0)
-        if _excludes_zero_above(mask0) and _excludes_zero_above(mask_deep) and rho0.low > RHO_HALF:
-            verdict = SUPPORTED
-        elif _at_or_below_zero(mask0) or _at_or_below_zero(mask_deep) or rho0.high < RHO_HALF:
-            verdict = NOT_SUPPORTED
-        else:
-            verdict = INCONCLUSIVE
-        note = f"C_mask - C_res at layer 0 = {_fmt(mask0.value - res0.value)} (point value; no interval in the table, decided through rho_mask)"
         figs = (mask0, mask_deep, res0, rho0, share0)
+        outcome = verdict(C2_RULE, figs)
+        note = f"C_mask - C_res at layer 0 = {_fmt(mask0.value - res0.value)} (point value; no interval in the table, decided through rho_mask)"
         for f in figs:
-            rows.append(_row("C2", model_label(model, variant), f, _rule_text(f.where, rule, figs, note), verdict))
+            rows.append(_row("C2", model_label(model, variant), f, _rule_text(f.where, C2_RULE.text(), figs, note), outcome))
     return rows
 
 
 # --------------------------------------------------------------------------- C3
+
+
+C3_RULE = Rule(
+    supported_if=(Condition("c_res", "ci_low", ">", ZERO), Condition("reduction", "ci_low", ">", ZERO)),
+    not_supported_if=(Condition("c_res", "ci_high", "<=", ZERO), Condition("reduction", "ci_high", "<=", ZERO)),
+)
+"""C3's rule: C_res and its reduction by sink-path ablation both above zero, or either at or below it."""
 
 
 def claim_c3(leakage: Any, ablation: Any, query_window: str = "early") -> list[dict[str, Any]]:
@@ -360,8 +565,8 @@ def claim_c3(leakage: Any, ablation: Any, query_window: str = "early") -> list[d
     - ``reduction`` = 1 − C_res(ablated)/C_res(baseline) at layer −1, head −1,
       window ``early``, from ``ablation``.
 
-    Rule: ``supported`` if c_res ci_low > 0 and reduction ci_low > 0;
-    ``not supported`` if c_res ci_high ≤ 0 or reduction ci_high ≤ 0;
+    Rule (:data:`C3_RULE`): ``supported`` if c_res ci_low > 0 and reduction
+    ci_low > 0; ``not supported`` if c_res ci_high ≤ 0 or reduction ci_high ≤ 0;
     ``inconclusive`` otherwise.
 
     Two rows per (model, ablation), with the joint verdict.
@@ -375,10 +580,6 @@ def claim_c3(leakage: Any, ablation: Any, query_window: str = "early") -> list[d
     """
     leak = _table(leakage, "leakage")
     abl = _table(ablation, "ablation")
-    rule = (
-        f"supported if c_res ci_low > {ZERO:g} and reduction ci_low > {ZERO:g}; "
-        f"not supported if c_res ci_high <= {ZERO:g} or reduction ci_high <= {ZERO:g}; inconclusive otherwise"
-    )
     sink = abl[abl["intervention"].astype(str).str.startswith("sink-ablation")]
     rows = []
     for model, variant in _keys(sink, "ablation", "an intervention starting with 'sink-ablation'"):
@@ -386,14 +587,9 @@ def claim_c3(leakage: Any, ablation: Any, query_window: str = "early") -> list[d
         labels = _select(sink, model=model, variant=variant)["intervention"].drop_duplicates()
         for label in labels:
             red = _pick(abl, "ablation", metric="reduction", query_window=query_window, intervention=label, model=model, variant=variant, **_MODEL_AGGREGATE)
-            if _excludes_zero_above(res) and _excludes_zero_above(red):
-                verdict = SUPPORTED
-            elif _at_or_below_zero(res) or _at_or_below_zero(red):
-                verdict = NOT_SUPPORTED
-            else:
-                verdict = INCONCLUSIVE
+            outcome = verdict(C3_RULE, (res, red))
             for f in (res, red):
-                rows.append(_row("C3", model_label(model, variant), f, _rule_text(f.where, rule, (res, red)), verdict))
+                rows.append(_row("C3", model_label(model, variant), f, _rule_text(f.where, C3_RULE.text(), (res, red)), outcome))
     return rows
 
 
@@ -435,31 +631,24 @@ def label_cases(table: Any, standard: tuple[str, str] = ("smollm2-135m", "base")
     return t
 
 
-def depth_slope(layers: np.ndarray, values: np.ndarray, level: float = CONFIDENCE) -> tuple[float, float, float]:
-    """Least-squares slope of ``values`` on ``layers``, with a delete-one-layer jackknife interval.
+C4_RULES = {
+    "ntk": Rule(
+        supported_if=(Condition("c_res (ntk)", "ci_high", "<", Bound("c_res (standard)", "ci_low"), note="wholly below"),),
+        not_supported_if=(Condition("c_res (ntk)", "ci_low", ">", Bound("c_res (standard)", "ci_high"), note="wholly above"),),
+    ),
+    "sliding": Rule(
+        supported_if=(Condition("c_res (sliding)", "ci_low", ">", Bound("c_res (standard)", "ci_high"), note="wholly above"),),
+        not_supported_if=(Condition("c_res (sliding)", "ci_high", "<", Bound("c_res (standard)", "ci_low"), note="wholly below"),),
+    ),
+}
+"""C4's rule for one comparison with the standard case, per case: NTK wholly below, sliding wholly above.
+The comparisons' verdicts are combined by :func:`joint`."""
 
-    The interval is slope ± t_{level, n−1} · se, se² = (n−1)/n · Σ_k (b_(k) − mean b)²,
-    b_(k) the slope without layer k. Needs at least 3 layers.
-
-    Example:
-        >>> s, lo, hi = depth_slope(np.array([1, 2, 3, 4]), np.array([0.1, 0.2, 0.3, 0.4]))
-        >>> round(s, 6), round(lo, 6), round(hi, 6)
-        (0.1, 0.1, 0.1)
-    """
-    x = np.asarray(layers, dtype=float)
-    y = np.asarray(values, dtype=float)
-    if len(x) < 3:
-        raise ValueError(f"a depth slope with a jackknife interval needs at least 3 layers, got {len(x)}")
-
-    def slope(xs: np.ndarray, ys: np.ndarray) -> float:
-        xc = xs - xs.mean()
-        return float(np.dot(xc, ys - ys.mean()) / np.dot(xc, xc))
-
-    estimate = slope(x, y)
-    keep = ~np.eye(len(x), dtype=bool)
-    replicates = np.array([slope(x[k], y[k]) for k in keep])
-    low, high = jackknife_interval(np.array(estimate), replicates, level)
-    return estimate, float(low), float(high)
+C4_SLOPE_RULE = Rule(
+    supported_if=(Condition("c_res slope per layer", "ci_low", ">", ZERO),),
+    not_supported_if=(Condition("c_res slope per layer", "ci_high", "<=", ZERO),),
+)
+"""C4's rule on the depth slope of a sliding case (accumulation with depth): its interval above zero."""
 
 
 def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any]]:
@@ -473,20 +662,22 @@ def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any
 
     Comparison rows, one per NTK or sliding case: ``c_res`` at the model
     aggregate (layer −1, head −1) in ``query_window`` (default ``early``),
-    against the standard's. Rule (joint, on every comparison row):
-    ``supported`` if every NTK interval lies wholly below the standard's
-    (ci_high < standard ci_low) and every sliding interval wholly above it
-    (ci_low > standard ci_high); ``not supported`` if any NTK interval lies
-    wholly above the standard's or any sliding interval wholly below;
-    ``inconclusive`` otherwise. Each row's rule text also says how its own
-    comparison came out.
+    against the standard's. Each comparison gets the verdict of its case's rule
+    (:data:`C4_RULES`): an NTK case is ``supported`` if its interval lies wholly
+    below the standard's (ci_high < standard ci_low) and ``not supported`` if
+    wholly above (ci_low > standard ci_high), a sliding case the other way round,
+    ``inconclusive`` otherwise. Every comparison row carries the joint verdict
+    (:func:`joint`): ``supported`` if every comparison is, ``not supported`` if
+    any is not, ``inconclusive`` otherwise. Each row's rule text also says how
+    its own comparison came out.
 
     Depth rows, one per sliding case: the least-squares slope of per-layer
     ``c_res`` (head −1, same window) on the layer index over layers ≥ 1, in
     ΔR² per layer, with a 95% **delete-one-layer jackknife** interval (see
-    :func:`depth_slope`; the layers' own intervals are not used, since they
-    share sequences and are not independent). Rule on sign: ``supported`` if
-    ci_low > 0, ``not supported`` if ci_high ≤ 0, ``inconclusive`` otherwise.
+    :func:`poslens.fit.stats.depth_slope`; the layers' own intervals are not
+    used, since they share sequences and are not independent). Rule on sign
+    (:data:`C4_SLOPE_RULE`): ``supported`` if ci_low > 0, ``not supported`` if
+    ci_high ≤ 0, ``inconclusive`` otherwise.
 
     Example:
         >>> rows = [figure_row("c_res", v, lo, hi, model=m, variant=var, query_window="early", layer=layer)
@@ -517,43 +708,37 @@ def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any
         if not by_case.get(needed):
             raise ValueError(f"comparison: no rows with case {needed!r} and intervention 'none' (metric 'c_res', window {query_window!r})")
 
-    def pick(model: str, variant: str, case: str) -> _Fig:
+    def pick(model: str, variant: str, case: str) -> Figure:
         return _pick(t, "comparison", f"c_res ({case})", metric="c_res", query_window=query_window, intervention="none", model=model, variant=variant, **_MODEL_AGGREGATE)
 
     std_key = standards[0]
     std = pick(*std_key, "standard")
     std_label = model_label(*std_key)
-    outcomes: list[tuple[str, tuple[str, str], _Fig, str, str]] = []
+    said = {SUPPORTED: "as claimed", NOT_SUPPORTED: "against the claim", INCONCLUSIVE: "undecided"}
+    comparisons: list[tuple[str, tuple[str, str], Figure, str, str]] = []
     for case in ("ntk", "sliding"):
+        rule = C4_RULES[case]
         for key in by_case[case]:
             f = pick(*key, case)
-            below, above = f.high < std.low, f.low > std.high
-            as_claimed, against = (below, above) if case == "ntk" else (above, below)
-            outcome = SUPPORTED if as_claimed else (NOT_SUPPORTED if against else INCONCLUSIVE)
-            where = "wholly below" if below else ("wholly above" if above else "overlapping")
-            note = f"this comparison: {case} interval {where} the standard's ({'as claimed' if as_claimed else 'against the claim' if against else 'undecided'})"
-            outcomes.append((case, key, f, note, outcome))
-    if all(o[4] == SUPPORTED for o in outcomes):
-        verdict = SUPPORTED
-    elif any(o[4] == NOT_SUPPORTED for o in outcomes):
-        verdict = NOT_SUPPORTED
-    else:
-        verdict = INCONCLUSIVE
-    rule = (
-        "supported if every ntk case's interval lies wholly below the standard's (ntk ci_high < standard ci_low) "
-        "and every sliding case's interval wholly above it (sliding ci_low > standard ci_high); "
-        "not supported if any ntk interval lies wholly above the standard's or any sliding interval wholly below; "
-        "inconclusive otherwise (joint over all comparisons)"
+            outcome = verdict(rule, (f, std))
+            figures = {f.name: f, std.name: std}
+            # the note of the condition that holds says where this interval lies ("wholly below"/"wholly above")
+            held = [c.note for c in (*rule.supported_if, *rule.not_supported_if) if c.holds(figures)]
+            note = f"this comparison: {case} interval {held[0] if held else 'overlapping'} the standard's ({said[outcome]})"
+            comparisons.append((case, key, f, note, outcome))
+    together = joint(c[4] for c in comparisons)
+    rule_text = (
+        f"ntk case: {C4_RULES['ntk'].text()}. sliding case: {C4_RULES['sliding'].text()}. "
+        f"all comparisons together: {JOINT}"
     )
     rows = []
-    for case, key, f, note, _ in outcomes:
+    for case, key, f, note, _ in comparisons:
         shows = f"{f.where} ({case}) against the standard {std.where}"
-        rows.append(_row("C4", f"{model_label(*key)} vs {std_label}", f, _rule_text(shows, rule, (f, std), note), verdict))
+        rows.append(_row("C4", f"{model_label(*key)} vs {std_label}", f, _rule_text(shows, rule_text, (f, std), note), together))
 
     slope_rule = (
         f"least-squares slope of per-layer c_res on the layer index over layers >= 1 (delta R^2 per layer), "
-        f"{CONFIDENCE:.0%} delete-one-layer jackknife interval (t quantile, n_layers - 1 df); "
-        f"supported if ci_low > {ZERO:g}; not supported if ci_high <= {ZERO:g}; inconclusive otherwise"
+        f"{CONFIDENCE:.0%} delete-one-layer jackknife interval (t quantile, n_layers - 1 df); {C4_SLOPE_RULE.text()}"
     )
     for key in by_case["sliding"]:
         model, variant = key
@@ -565,14 +750,38 @@ def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any
         if len(per_layer) < 3:
             raise ValueError(f"comparison: {len(per_layer)} per-layer rows (layer >= 1) for {where}; the depth slope needs at least 3")
         per_layer = per_layer.sort_values("layer")
-        s, lo, hi = depth_slope(per_layer["layer"].to_numpy(), per_layer["value"].to_numpy())
-        fig = _Fig("c_res slope per layer", s, lo, hi, f"{where}, layers {int(per_layer['layer'].min())}..{int(per_layer['layer'].max())}")
-        v = SUPPORTED if lo > ZERO else (NOT_SUPPORTED if hi <= ZERO else INCONCLUSIVE)
-        rows.append(_row("C4", f"{model_label(*key)}: slope of c_res over layers >= 1", fig, _rule_text(fig.where, slope_rule, (fig,)), v))
+        s, lo, hi = depth_slope(per_layer["layer"].to_numpy(), per_layer["value"].to_numpy(), CONFIDENCE)
+        fig = Figure("c_res slope per layer", s, lo, hi, f"{where}, layers {int(per_layer['layer'].min())}..{int(per_layer['layer'].max())}")
+        outcome = verdict(C4_SLOPE_RULE, (fig,))
+        rows.append(_row("C4", f"{model_label(*key)}: slope of c_res over layers >= 1", fig, _rule_text(fig.where, slope_rule, (fig,)), outcome))
     return rows
 
 
 # --------------------------------------------------------------------------- C5
+
+
+def c5_rule(target: float = 0.4, band: float = 0.1) -> Rule:
+    """C5's rule on one reduction: its interval holds ``target`` and lies above zero, or lies outside target ± band.
+
+    Example:
+        >>> c5_rule().text()  # doctest: +NORMALIZE_WHITESPACE
+        'supported if reduction ci_low <= 0.4 and reduction ci_high >= 0.4 and reduction ci_low > 0;
+         not supported if reduction ci_high < 0.3 (target 0.4 - band 0.1) or reduction ci_low > 0.5
+         (target 0.4 + band 0.1); inconclusive otherwise'
+    """
+    if not band >= 0:
+        raise ValueError(f"band must be >= 0, got {band}")
+    return Rule(
+        supported_if=(
+            Condition("reduction", "ci_low", "<=", target),
+            Condition("reduction", "ci_high", ">=", target),
+            Condition("reduction", "ci_low", ">", ZERO),
+        ),
+        not_supported_if=(
+            Condition("reduction", "ci_high", "<", target - band, note=f"target {target:g} - band {band:g}"),
+            Condition("reduction", "ci_low", ">", target + band, note=f"target {target:g} + band {band:g}"),
+        ),
+    )
 
 
 def claim_c5(bos_swap: Any, target: float = 0.4, band: float = 0.1, query_window: str = "early") -> list[dict[str, Any]]:
@@ -584,9 +793,10 @@ def claim_c5(bos_swap: Any, target: float = 0.4, band: float = 0.1, query_window
     model aggregate (layer −1, head −1), window ``early``. One row per kind,
     each with its own verdict.
 
-    Rule: ``supported`` if ci_low ≤ target ≤ ci_high and ci_low > 0;
-    ``not supported`` if ci_high < target − band or ci_low > target + band;
-    ``inconclusive`` otherwise (default target 0.4, band 0.1).
+    Rule (:func:`c5_rule`): ``supported`` if ci_low ≤ target ≤ ci_high and
+    ci_low > 0; ``not supported`` if ci_high < target − band or
+    ci_low > target + band; ``inconclusive`` otherwise (default target 0.4,
+    band 0.1).
 
     Example:
         >>> t = pd.DataFrame([figure_row("reduction", v, lo, hi, intervention=k, query_window="early")
@@ -595,35 +805,22 @@ def claim_c5(bos_swap: Any, target: float = 0.4, band: float = 0.1, query_window
         >>> [(r["model"], r["verdict"]) for r in claim_c5(t)]
         [('m, bos:mean', 'supported'), ('m, bos:noise', 'inconclusive'), ('m, bos:zero', 'not supported')]
     """
-    if not band >= 0:
-        raise ValueError(f"band must be >= 0, got {band}")
+    rule = c5_rule(target, band)
     t = _table(bos_swap, "bos_swap")
-    low_edge, high_edge = target - band, target + band
-    rule = (
-        f"supported if ci_low <= {target:g} <= ci_high and ci_low > {ZERO:g}; "
-        f"not supported if ci_high < {low_edge:g} (target {target:g} - band {band:g}) "
-        f"or ci_low > {high_edge:g} (target {target:g} + band {band:g}); inconclusive otherwise"
-    )
     swaps = t[t["intervention"].astype(str).str.startswith("bos:")]
     rows = []
     for model, variant in _keys(swaps, "bos_swap", "an intervention starting with 'bos:'"):
         kinds = sorted(_select(swaps, model=model, variant=variant)["intervention"].astype(str).unique())
         for kind in kinds:
             f = _pick(t, "bos_swap", metric="reduction", query_window=query_window, intervention=kind, model=model, variant=variant, **_MODEL_AGGREGATE)
-            if f.low <= target <= f.high and f.low > ZERO:
-                verdict = SUPPORTED
-            elif f.high < low_edge or f.low > high_edge:
-                verdict = NOT_SUPPORTED
-            else:
-                verdict = INCONCLUSIVE
-            rows.append(_row("C5", f"{model_label(model, variant)}, {kind}", f, _rule_text(f.where, rule, (f,)), verdict))
+            rows.append(_row("C5", f"{model_label(model, variant)}, {kind}", f, _rule_text(f.where, rule.text(), (f,)), verdict(rule, (f,))))
     return rows
 
 
 # --------------------------------------------------------------------------- C6
 
 
-def _readout_chance(t: pd.DataFrame, model: str, variant: str) -> tuple[_Fig, int]:
+def _readout_chance(t: pd.DataFrame, model: str, variant: str) -> tuple[Figure, int]:
     """The ``readout_chance`` row and its K; ``ValueError`` unless the value is 1/K for an integer K ≥ 2."""
     chance = _pick(t, "fingerprint", metric="readout_chance", layer=-1, head=-1, intervention="position0:varied", model=model, variant=variant)
     k = round(1.0 / chance.value) if np.isfinite(chance.value) and 0.0 < chance.value <= 0.5 else 0
@@ -634,6 +831,36 @@ def _readout_chance(t: pd.DataFrame, model: str, variant: str) -> tuple[_Fig, in
             "earlier fingerprint) cannot be judged: rerun poslens.mechanisms.fingerprint.fingerprint"
         )
     return chance, k
+
+
+def c6_rule(tolerance: float = 1e-5, alpha: float = 0.05) -> Rule:
+    """C6's rule on the fingerprint: BOS dispersion within ``tolerance``, no-BOS dispersion above zero, readout above chance.
+
+    ``readout_chance`` is 1/K for K position-0 tokens; ``readout_p_value`` is
+    the label-permutation test's p-value, judged at level ``alpha``.
+
+    Example:
+        >>> [c.text() for c in c6_rule(tolerance=1e-6, alpha=0.01).supported_if]  # doctest: +NORMALIZE_WHITESPACE
+        ['max dispersion (bos) <= 1e-06 (tolerance, at every layer)', 'dispersion (none) ci_low > 0',
+         'readout_accuracy ci_low > readout_chance (1/K)', 'readout_p_value <= 0.01 (label-permutation test)']
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    bos, none, accuracy, chance = "max dispersion (bos)", "dispersion (none)", "readout_accuracy", Bound("readout_chance")
+    return Rule(
+        supported_if=(
+            Condition(bos, "value", "<=", tolerance, note="tolerance, at every layer"),
+            Condition(none, "ci_low", ">", ZERO),
+            Condition(accuracy, "ci_low", ">", chance, note="1/K"),
+            Condition("readout_p_value", "value", "<=", alpha, note="label-permutation test"),
+        ),
+        not_supported_if=(
+            Condition(bos, "value", ">", tolerance, note="at some layer"),
+            Condition(none, "ci_high", "<=", ZERO),
+            Condition(accuracy, "ci_high", "<=", chance, note="1/K"),
+        ),
+        remark="dispersion (none) is the mean over layers >= 1; readout_accuracy reads all sink-reading heads together",
+    )
 
 
 def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> list[dict[str, Any]]:
@@ -654,7 +881,7 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> 
       judged) and against the label-permutation null: ``readout_p_value`` and
       ``readout_chance_permuted`` (its mean and central 95% range, quoted).
 
-    Rule: ``supported`` if the maximum bos dispersion ≤ tolerance and the none
+    Rule (:func:`c6_rule`): ``supported`` if the maximum bos dispersion ≤ tolerance and the none
     dispersion has ci_low > 0 and readout accuracy has ci_low > 1/K and the
     permutation p-value ≤ alpha (default 0.05: the accuracy lies above the
     null's 1 − alpha quantile); ``not supported`` if the bos dispersion exceeds
@@ -676,17 +903,9 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> 
         >>> {r["verdict"] for r in claim_c6(t)}
         {'supported'}
     """
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    rule = c6_rule(tolerance, alpha)
     t = _table(fingerprint, "fingerprint")
     t = t[t["head"] == -1]
-    rule = (
-        f"supported if the bos dispersion is <= {tolerance:g} (tolerance) at every layer and the none dispersion "
-        f"(layer -1) has ci_low > {ZERO:g} and readout_accuracy (layer -1, all sink-reading heads) has ci_low > readout_chance "
-        f"= 1/K and readout_p_value <= {alpha:g} (label-permutation test); "
-        f"not supported if the bos dispersion is > {tolerance:g} at some layer, or the none dispersion ci_high <= {ZERO:g}, "
-        f"or readout_accuracy ci_high <= 1/K; inconclusive otherwise"
-    )
     rows = []
     present = t[t["intervention"].astype(str).isin(["position0:bos", "position0:none", "position0:varied"])]
     for model, variant in _keys(present, "fingerprint", "interventions 'position0:bos', 'position0:none' or 'position0:varied' with head -1"):
@@ -701,7 +920,7 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> 
         top = int(np.nanargmax(values)) if np.isfinite(values).any() else 0
         bos_max = float(np.max(values))  # NaN if any layer is NaN: then neither side of the rule holds
         top_row = bos.iloc[top]
-        bos_fig = _Fig(
+        bos_fig = Figure(
             "max dispersion (bos)", bos_max, float(top_row["ci_low"]), float(top_row["ci_high"]),
             f"maximum over layers {int(bos['layer'].min())}..{int(bos['layer'].max())} of {where} (at layer {int(top_row['layer'])})",
         )
@@ -710,16 +929,11 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> 
         acc = _pick(t, "fingerprint", metric="readout_accuracy", **varied)
         chance, k = _readout_chance(t, model, variant)
         null = _pick(t, "fingerprint", "readout_chance_permuted (null mean, central 95%)", metric="readout_chance_permuted", **varied)
-        p_value = _pick(t, "fingerprint", metric="readout_p_value", **varied).value
-        if bos_max <= tolerance and none.low > ZERO and acc.low > chance.value and p_value <= alpha:
-            verdict = SUPPORTED
-        elif bos_max > tolerance or none.high <= ZERO or acc.high <= chance.value:
-            verdict = NOT_SUPPORTED
-        else:
-            verdict = INCONCLUSIVE
-        note = f"readout_chance = {_fmt(chance.value)} (1/K, K = {k}); {null.text()}; readout_p_value = {_fmt(p_value)}"
+        p_value = _pick(t, "fingerprint", metric="readout_p_value", **varied)
+        outcome = verdict(rule, (bos_fig, none, acc, chance, p_value))
+        note = f"readout_chance = {_fmt(chance.value)} (1/K, K = {k}); {null.text()}; readout_p_value = {_fmt(p_value.value)}"
         for f in (bos_fig, none, acc):
-            rows.append(_row("C6", model_label(model, variant), f, _rule_text(f.where, rule, (bos_fig, none, acc), note), verdict))
+            rows.append(_row("C6", model_label(model, variant), f, _rule_text(f.where, rule.text(), (bos_fig, none, acc), note), outcome))
     return rows
 
 
