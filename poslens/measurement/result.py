@@ -9,18 +9,19 @@ the Parquet file's schema metadata; the cell sums, when kept, in a sibling
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import tempfile
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from poslens.files import atomic_write
 from poslens.fit.sums import CellSums
 
 COLUMNS = ["model", "variant", "intervention", "layer", "head", "query_window", "metric", "value", "ci_low", "ci_high"]
@@ -64,18 +65,6 @@ def ensure_writable_dir(folder: str | Path) -> Path:
     return folder
 
 
-def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """Write ``path`` through a temporary sibling and one ``os.replace``: never a half file."""
-    # Not mkstemp: its files are private (0600); the writer creates this one with the usual permissions.
-    tmp = path.parent / f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp{path.suffix}"
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 @dataclass
 class Result:
     """A tidy table of figures with the provenance of the run that made them.
@@ -106,34 +95,88 @@ class Result:
     def select(self, metric: str, query_window: str | None = None, layer: int | None = None, head: int | None = None) -> pd.DataFrame:
         """Rows of one metric, optionally for one window, layer and head.
 
+        A metric, window, layer or head that this table does not hold raises
+        ``ValueError`` naming those it does hold (for the choices made before it).
+
         Example:
-            >>> result.select("c_res", "early", head=-1)  # doctest: +SKIP
+            >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=layer, head=head,
+            ...            query_window=window, metric="c_res", value=0.1, ci_low=0.0, ci_high=0.2)
+            ...            for layer in (-1, 0, 1, 2) for head in (-1, 0, 1) for window in ("early", "all")]))
+            >>> r.select("c_res", "early", head=-1)["layer"].tolist()
+            [-1, 0, 1, 2]
+            >>> r.select("c_rez")
+            Traceback (most recent call last):
+            ValueError: unknown metric 'c_rez' (did you mean 'c_res'?); this table has: c_res
+            >>> r.select("c_res", "early", layer=7)
+            Traceback (most recent call last):
+            ValueError: layer 7 not in this table for metric 'c_res', window 'early'; layers: -1 (all layers ≥ 1), 0 … 2
         """
-        t = self.table[self.table["metric"] == metric]
-        for column, wanted in (("query_window", query_window), ("layer", layer), ("head", head)):
+        t = _rows_with(self.table, "metric", metric, "")
+        context = f" for metric {metric!r}"
+        for column, wanted, label in (("query_window", query_window, "window"), ("layer", layer, "layer"), ("head", head, "head")):
             if wanted is not None:
-                t = t[t[column] == wanted]
+                t = _rows_with(t, column, wanted, context)
+                context += f", {label} {_shown(wanted)}"
         return t
 
     def value(self, metric: str, query_window: str = "all", layer: int = -1, head: int = -1) -> float:
         """One figure (model aggregate by default).
 
+        Unknown choices raise ``ValueError`` as in :meth:`select`; so does a
+        table holding several runs (models, variants or interventions) that
+        all have this figure.
+
         Example:
-            >>> result.value("c_res", "early")  # doctest: +SKIP
-            0.012...
+            >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=-1, head=-1,
+            ...            query_window="early", metric="c_res", value=0.012, ci_low=0.0, ci_high=0.02)]))
+            >>> r.value("c_res", "early")
+            0.012
+            >>> r.value("c_res", "late")
+            Traceback (most recent call last):
+            ValueError: unknown query window 'late' for metric 'c_res'; this table has: early
         """
         rows = self.select(metric, query_window, layer, head)
-        if len(rows) != 1:
-            raise KeyError(f"{len(rows)} rows for metric={metric!r}, window={query_window!r}, layer={layer}, head={head}")
+        if len(rows) != 1:  # select() never returns no rows, so several runs or repeated rows hold this figure
+            runs = rows[["model", "variant", "intervention"]].drop_duplicates()
+            listed = "; ".join("/".join(map(str, run)) for run in runs.itertuples(index=False))
+            where = f"{len(runs)} runs (model/variant/intervention: {listed})" if len(runs) > 1 else "repeated rows"
+            raise ValueError(
+                f"{len(rows)} rows for metric={metric!r}, window={query_window!r}, layer={layer}, head={head} "
+                f"come from {where}; take them all with select(), or keep one run's rows of result.table first"
+            )
         return float(rows["value"].iloc[0])
 
-    def summary(self, query_window: str = "early", metrics: tuple[str, ...] = ("leakage_pattern", "c_res", "c_mask", "key0_mass", "probe_r2")) -> pd.DataFrame:
+    def summary(self, query_window: str = "early", metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
         """Per-layer aggregates (head = −1) of a few metrics, one column each, formatted ``value [low, high]``.
 
+        ``metrics`` defaults to those of ``leakage_pattern, c_res, c_mask,
+        key0_mass, probe_r2`` that the table holds; metrics named explicitly
+        must all be in it. An unknown window or metric raises ``ValueError``
+        naming those the table holds.
+
         Example:
-            >>> print(result.summary("early"))  # doctest: +SKIP
+            >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=layer, head=-1,
+            ...            query_window="early", metric="c_res", value=0.1, ci_low=0.0, ci_high=0.2) for layer in (-1, 0, 1)]))
+            >>> table = r.summary("early")   # metrics the table lacks (c_mask, probe_r2, ...) are left out
+            >>> table.index.tolist(), table.loc[-1, "c_res"]
+            ([0, 1, -1], '0.1000 [0.0000, 0.2000]')
+            >>> r.summary("early", metrics=("c_res", "c_mask"))
+            Traceback (most recent call last):
+            ValueError: unknown metric 'c_mask'; this table has: c_res
         """
-        rows = self.table[(self.table["head"] == -1) & (self.table["query_window"] == query_window) & self.table["metric"].isin(metrics)]
+        table = self.table
+        _rows_with(table, "query_window", query_window, "")
+        if metrics is None:
+            held = set(table["metric"])
+            metrics = tuple(m for m in ("leakage_pattern", "c_res", "c_mask", "key0_mass", "probe_r2") if m in held)
+        for metric in metrics:
+            _rows_with(table, "metric", metric, "")
+        rows = table[(table["head"] == -1) & (table["query_window"] == query_window) & table["metric"].isin(metrics)]
+        if rows.empty:
+            raise ValueError(
+                f"no per-layer rows (head -1) in window {query_window!r} for metrics {', '.join(metrics) or '(none)'}; "
+                f"this table has metrics: {', '.join(sorted(set(table['metric'])))}; pass metrics=(...)"
+            )
         cells = rows.assign(text=[f"{v:.4f} [{lo:.4f}, {hi:.4f}]" for v, lo, hi in zip(rows["value"], rows["ci_low"], rows["ci_high"])])
         wide = cells.pivot_table(index="layer", columns="metric", values="text", aggfunc="first")
         order = sorted(wide.index, key=lambda layer: (layer < 0, layer))
@@ -157,12 +200,12 @@ class Result:
         meta[META_KEY] = json.dumps(self.meta, default=str).encode()
         sums_path = path.with_suffix(".sums.npz")
         if self.sums is not None:
-            _write_atomically(sums_path, self.sums.save)
+            atomic_write(sums_path, self.sums.save)
         else:
             sums_path.unlink(missing_ok=True)  # stale sums of an earlier result would be loaded with this table
         if csv:
-            _write_atomically(path.with_suffix(".csv"), lambda tmp: self.table.to_csv(tmp, index=False))
-        _write_atomically(path, lambda tmp: pq.write_table(table.replace_schema_metadata(meta), tmp))
+            atomic_write(path.with_suffix(".csv"), lambda tmp: self.table.to_csv(tmp, index=False))
+        atomic_write(path, lambda tmp: pq.write_table(table.replace_schema_metadata(meta), tmp))
         return path
 
     @classmethod
@@ -189,3 +232,38 @@ def concat(results: list[Result]) -> Result:
         >>> concat([result_a, result_b]).table.shape  # doctest: +SKIP
     """
     return Result(pd.concat([r.table for r in results], ignore_index=True), {"parts": [r.meta for r in results]})
+
+
+def _rows_with(rows: pd.DataFrame, column: str, wanted: Any, context: str) -> pd.DataFrame:
+    """The rows whose ``column`` equals ``wanted``; if none, ``ValueError`` naming the values ``rows`` holds."""
+    picked = rows[rows[column] == wanted]
+    if len(picked):
+        return picked
+    present = rows[column].drop_duplicates().tolist()
+    if column in ("layer", "head"):
+        raise ValueError(f"{column} {_shown(wanted)} not in this table{context}; {column}s: {_numbers(present, column)}")
+    choices = [str(c) for c in (sorted(present) if column == "metric" else present)]
+    close = difflib.get_close_matches(str(wanted), choices, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    name = "query window" if column == "query_window" else column
+    raise ValueError(f"unknown {name} {wanted!r}{context}{hint}; this table has: {', '.join(choices) or 'no rows'}")
+
+
+def _shown(value: Any) -> str:
+    """A wanted value as the message shows it: strings quoted, numbers plain (also NumPy's)."""
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _numbers(values: list[Any], column: str) -> str:
+    """Layer or head numbers as text: the aggregate −1 first and named, runs of three or more as ``a … b``."""
+    numbers = sorted(int(v) for v in values)
+    parts = [f"-1 (all {'layers ≥ 1' if column == 'layer' else 'heads'})"] if -1 in numbers else []
+    runs: list[list[int]] = []
+    for n in (n for n in numbers if n != -1):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    for run in runs:
+        parts += [f"{run[0]} … {run[-1]}"] if len(run) >= 3 else [str(n) for n in run]
+    return ", ".join(parts) or "none"

@@ -7,6 +7,8 @@ refits both runs without group g and takes 1 − after/before.
 
 from __future__ import annotations
 
+import difflib
+
 import numpy as np
 import pandas as pd
 
@@ -14,6 +16,7 @@ from poslens.measurement.pipeline import tidy
 from poslens.fit.metrics import all_metrics
 from poslens.measurement.result import Result
 from poslens.fit.stats import jackknife_interval
+from poslens.fit.sums import WINDOWS, SumArrays
 
 
 def reduction(before: Result, after: Result, metric: str = "c_res", query_window: str = "early") -> pd.DataFrame:
@@ -21,22 +24,36 @@ def reduction(before: Result, after: Result, metric: str = "c_res", query_window
 
     Rows use the tidy schema with metric ``reduction``, the window asked for,
     and ``after``'s intervention label. Both results must keep their sums and
-    come from the same model, corpus and grouping.
+    come from the same model, corpus and grouping. ``metric`` is one of the
+    figures refitted from the cell sums (:func:`poslens.fit.metrics.all_metrics`;
+    not the held-out or probe figures), ``query_window`` ``early`` or ``all``;
+    anything else raises ``ValueError`` naming the choices.
 
     Example:
         >>> base = poslens.measure(model, corpus)                                            # doctest: +SKIP
         >>> swap = poslens.measure(model, corpus, interventions=[BosReplacement("mean")])   # doctest: +SKIP
         >>> reduction(base, swap).query("layer == -1")[["value", "ci_low", "ci_high"]]       # doctest: +SKIP
     """
+    if query_window not in WINDOWS:
+        raise ValueError(f"unknown query window {query_window!r}; reduction() takes: {', '.join(WINDOWS)}")
     if before.sums is None or after.sums is None:
         raise ValueError("both results need their cell sums (poslens.measurement.pipeline keeps them; reload with the .sums.npz file)")
-    if before.sums.arrays["n"].shape != after.sums.arrays["n"].shape or not np.array_equal(before.sums.group_sizes, after.sums.group_sizes):
+    same_shape = before.sums.per_group.pair_count.shape == after.sums.per_group.pair_count.shape
+    if not same_shape or not np.array_equal(before.sums.group_sizes, after.sums.group_sizes):
         raise ValueError("baseline and intervention runs must share the corpus and the grouping")
     if before.meta.get("corpus") != after.meta.get("corpus"):
         raise ValueError("baseline and intervention runs used different corpora")
-    w = ["early", "all"].index(query_window)
+    reducible = sorted(all_metrics(before.sums.pooled(), before.sums.binning, before.sums.layer_windows))
+    if metric not in reducible:
+        if metric in set(before.table["metric"]):
+            why = f"metric {metric!r} is in the table but is not refitted from the cell sums"
+        else:
+            close = difflib.get_close_matches(str(metric), reducible, n=1)
+            why = f"unknown metric {metric!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+        raise ValueError(f"{why}; reduction() can use: {', '.join(reducible)}")
+    w = WINDOWS.index(query_window)
 
-    def ratio(pooled_before: dict, pooled_after: dict) -> np.ndarray:
+    def ratio(pooled_before: SumArrays, pooled_after: SumArrays) -> np.ndarray:
         b = all_metrics(pooled_before, before.sums.binning, before.sums.layer_windows)[metric][w]
         a = all_metrics(pooled_after, after.sums.binning, after.sums.layer_windows)[metric][w]
         with np.errstate(divide="ignore", invalid="ignore"):

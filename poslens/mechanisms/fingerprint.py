@@ -29,6 +29,7 @@ from jaxtyping import Float
 
 from poslens.model import hooks
 from poslens.model.corpus import Corpus, make_corpus
+from poslens.model.loading import require_pos_model
 from poslens.measurement.pipeline import group_of, measure, run_metadata
 from poslens.measurement.result import COLUMNS, Result
 from poslens.mechanisms.sinks import DEFAULT_TAU, sink_reading_heads, sink_table
@@ -481,6 +482,7 @@ def fingerprint(
         >>> result = fingerprint(poslens.load_model("smollm2-135m"), n_seqs=16, seq_len=48, groups=4)  # doctest: +SKIP
         >>> result.select("readout_accuracy")[["layer", "value", "ci_low", "ci_high"]]  # doctest: +SKIP
     """
+    require_pos_model(model, "fingerprint()")
     readout_seqs = 4 * n_first_tokens * groups if readout_seqs is None else readout_seqs
     balanced_classes(readout_seqs, n_first_tokens, groups)  # fail before any forward pass
     bos = make_corpus(model, "docs", n_seqs, seq_len, position0="bos", seed=seed)

@@ -164,6 +164,50 @@ class PosModel:
         )
 
 
+def require_pos_model(model: Any, where: str) -> None:
+    """Raise ``TypeError`` unless ``model`` is a :class:`PosModel`, saying what was passed and how to load one.
+
+    ``where`` names the caller in the message, e.g. ``"measure()"``. poslens
+    builds its TransformerLens bridge itself (with the window, RoPE and BOS facts
+    every result records), so a bridge or a Hugging Face model made elsewhere
+    cannot be wrapped: the message says which call gives a :class:`PosModel`
+    instead. (TransformerLens ≥ 4, which poslens needs, has no ``HookedTransformer``.)
+
+    Example:
+        >>> import tempfile, poslens
+        >>> from poslens.model.tiny import save_tiny_model
+        >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
+        >>> require_pos_model(model, "measure()")   # a PosModel passes
+        >>> require_pos_model(model.bridge, "measure()")
+        Traceback (most recent call last):
+        TypeError: measure() needs a model loaded by poslens.load_model(...) (a PosModel); got TransformerBridge...
+    """
+    if isinstance(model, PosModel):
+        return
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformers import PreTrainedModel
+
+    kind = type(model).__name__
+    load = "Pass the model's registry name, local folder or cached Hugging Face id to poslens.load_model"
+    if isinstance(model, TransformerBridge):
+        advice = (
+            f"poslens builds its own bridge and cannot wrap an existing one. {load} (for a bridge booted with "
+            "TransformerBridge.boot_transformers(name), pass that name); if the bridge is a PosModel's (model.bridge), "
+            "pass that PosModel"
+        )
+    elif isinstance(model, PreTrainedModel):
+        advice = (
+            f"poslens cannot wrap a Hugging Face model object. {load}; for a model you built or changed, save it "
+            "and its tokenizer with save_pretrained(folder) before any bridge wraps it, then poslens.load_model(folder); "
+            "if it is a PosModel's (model.hf_model), pass that PosModel"
+        )
+    elif isinstance(model, (str, os.PathLike)):
+        advice = f"Load it first: model = poslens.load_model({str(model)!r})"
+    else:
+        advice = f"{load} and pass what it returns"
+    raise TypeError(f"{where} needs a model loaded by poslens.load_model(...) (a PosModel); got {kind}. {advice}.")
+
+
 def load_model(
     name_or_path: str | os.PathLike,
     variant: str | Variant | None = None,
