@@ -14,7 +14,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from poslens.measurement.pipeline import measure
-from poslens.model.loading import load_model
+from poslens.model.loading import load_model, require_pos_model
 from poslens.model.corpus import make_corpus
 from poslens.measurement.result import Result, concat
 
@@ -90,6 +90,7 @@ def compare(
     results = []
     for case in tqdm(cases, desc="architectures", unit="case", disable=not progress):
         model = loader(case.model, case.variant)
+        require_pos_model(model, "compare() (the model its loader returned)")
         corpus = make_corpus(model, source, n_seqs=n_seqs, seq_len=seq_len, position0="bos", seed=seed)
         result = measure(model, corpus, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory,
                          probe=False, progress=progress)
