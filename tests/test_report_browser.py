@@ -69,6 +69,14 @@ def test_rerun_reuses_finished_parts(report_dir):
     assert before == {p.name: p.stat().st_mtime_ns for p in report_dir.glob("*.parquet")}
 
 
+def test_report_notes_the_4bit_weights_of_the_embedded_models(report_dir):
+    text = (report_dir / "report.html").read_text()
+    note = "Figures from smollm2-135m and gemma3-270m come from 4-bit quantized (GGUF) weights dequantized to float32."
+    assert f'<p class="note">{note}</p>' in text
+    # the captions of the four smollm2-only parts (leakage heatmap, sinks, reductions, fingerprint) name smollm2 alone
+    assert text.count("Figures from smollm2-135m come from 4-bit quantized") == 4
+
+
 def test_report_renders_offline_without_console_errors(report_dir):
     page = report_dir / "report.html"
     text = page.read_text()
