@@ -76,7 +76,7 @@ def run_cpu_route(route: str, model_name: str, seq_len: int, n_seqs: int, repeat
     """One route in this (fresh) process: peak resident memory is this route's."""
     import gc
 
-    from poslens.runtime.process_memory import release_free_heap, reset_peak_resident
+    from memory_calibration import release_free_heap, reset_peak_resident  # benchmarks/, this script's folder
 
     model = load(model_name, "cpu")
     corpus = corpus_for(model, seq_len, n_seqs)

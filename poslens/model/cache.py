@@ -4,9 +4,9 @@ Dequantizing a GGUF file to float32 takes tens of seconds; a saved float32
 folder loads in well under a second. Each cache entry is a Hugging Face model
 folder plus ``manifest.json`` with the sha256 of every file in it. Entries are
 built in a temporary folder and moved into place with one ``os.replace``, under
-a file lock, so an interrupted or concurrent build never leaves a half model
-that a later load would accept; an entry whose files no longer match their
-hashes is rebuilt.
+a file lock (:class:`filelock.FileLock`: POSIX and Windows), so an interrupted
+or concurrent build never leaves a half model that a later load would accept;
+an entry whose files no longer match their hashes is rebuilt.
 
 The cache root is ``$POSLENS_CACHE`` if set, else ``$XDG_CACHE_HOME/poslens``,
 else ``~/.cache/poslens``.
@@ -14,15 +14,17 @@ else ``~/.cache/poslens``.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
+
+from filelock import FileLock
+
+from poslens.files import atomic_write_text
 
 MANIFEST = "manifest.json"
 
@@ -67,7 +69,7 @@ def file_sha256(path: str | Path) -> str:
         return memo[key]
     digest = _hash_file(path)
     memo[key] = digest
-    _atomic_write_text(memo_file, json.dumps(memo, indent=0))
+    atomic_write_text(memo_file, json.dumps(memo, indent=0))
     return digest
 
 
@@ -77,24 +79,6 @@ def _hash_file(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 22), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-
-
-@contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def entry_is_valid(folder: Path) -> bool:
@@ -135,7 +119,8 @@ def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = 
     """
     root = cache_root() / "models"
     folder = root / key
-    with _locked(root / f".{key}.lock"):
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(root / f".{key}.lock"):  # one FileLock per call: threads and processes wait alike
         if entry_is_valid(folder):
             return folder
         if folder.exists():
@@ -154,8 +139,4 @@ def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = 
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-        # building (dequantizing a GGUF file) frees hundreds of MiB that the C heap would keep resident
-        from poslens.runtime.process_memory import release_free_heap
-
-        release_free_heap()
     return folder

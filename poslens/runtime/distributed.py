@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from poslens.fit.sums import CellSums
+from poslens.fit.sums import CellSums, SumArrays
 
 
 def init_from_env() -> bool:
@@ -83,7 +83,8 @@ def all_reduce_array(array: np.ndarray) -> np.ndarray:
 
 
 def all_reduce_sums(sums: CellSums) -> CellSums:
-    """Sum every array of ``sums`` over all ranks, in float64 (a no-op in a single process).
+    """Sum every array of ``sums`` (each :class:`poslens.fit.sums.SumArrays` field and the row sums) over all ranks,
+    in float64 (a no-op in a single process).
 
     Example:
         >>> from poslens.fit.binning import Binning
@@ -94,7 +95,7 @@ def all_reduce_sums(sums: CellSums) -> CellSums:
         return sums
     return CellSums(
         binning=sums.binning,
-        arrays={name: all_reduce_array(array) for name, array in sums.arrays.items()},
+        per_group=SumArrays(**{name: all_reduce_array(array) for name, array in sums.per_group.as_dict().items()}),
         row_features=all_reduce_array(sums.row_features),
         row_count=all_reduce_array(sums.row_count),
         group_sizes=all_reduce_array(sums.group_sizes),

@@ -56,16 +56,22 @@ slack 1 (:data:`CUDA_SLACK`); the allocator's reserve and the CUDA context
 are not counted, and no GPU measurement has checked the formula yet.
 
 Calibration (CPU, float32; ``python benchmarks/memory_calibration.py``, each
-setting a fresh ``python -m poslens.runtime.process_memory --measure`` process: VmHWM
-minus the resident memory after loading, with the weights paged in and the
-heap's free pages handed back first,
-:func:`poslens.runtime.process_memory.release_free_heap`): the estimated increase
-was 0.80–1.22× the measured one for tiny Llama, Mistral and Gemma 3 models at
-batch 1–16 and T 64–1024, and 0.89–1.15× for SmolLM2-135M at batch 1–4 and
-T 256–1024; the estimated whole peak was 0.97–1.04×. Repeats of one setting
-agree within 3%. The table is in docs/benchmarks.md. tests/test_memory.py
-checks the increase within 40% (or 8 MiB), which bounds the whole peak well
-within 25%. The readings themselves are :mod:`poslens.runtime.process_memory`'s.
+setting a fresh measuring process: VmHWM minus the resident memory after
+loading, with the weights paged in and the heap's free pages handed back first
+with glibc's ``malloc_trim``): the estimated increase was 0.80–1.22× the
+measured one for tiny Llama, Mistral and Gemma 3 models at batch 1–16 and
+T 64–1024, and 0.89–1.15× for SmolLM2-135M at batch 1–4 and T 256–1024; the
+estimated whole peak was 0.97–1.04×. Repeats of one setting agree within 3%.
+The table is in docs/benchmarks.md. The script checks the increase within 40%
+(or 8 MiB), which bounds the whole peak well within 25%. It measures the
+machine it runs on (allocator, BLAS threads, library versions: another machine
+measured 37 MiB for an estimated 18 on a tiny model at B=1, T=256), so it is a
+calibration run, not a test.
+
+Free and resident memory come from psutil (:func:`free_memory_bytes`,
+:func:`resident_bytes`); the free memory on CPU is also bounded by the room
+left under the process's cgroup memory limit (:func:`cgroup_room_bytes`), as
+in a container.
 
 Example:
     >>> import poslens
@@ -81,13 +87,14 @@ from __future__ import annotations
 
 import gc
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Callable
 
+import psutil
 import torch
 
-from poslens.fit.binning import Binning
 from poslens.capture.leakage_capture import default_block_elements
-from poslens.runtime.process_memory import free_memory_bytes, release_free_heap, resident_bytes
+from poslens.fit.binning import Binning
 from poslens.fit.sums import counterfactual_bytes, sums_bytes
 
 MiB = 1 << 20
@@ -107,6 +114,8 @@ FREE_SHARE = 0.8
 #: from the config); if run_with_hooks passes logits_to_keep=1 / use_cache=False, set these False.
 FULL_LOGITS = False  # hooks.run_with_hooks keeps only the last position's logits
 KV_CACHE = False  # ... and asks for no KV cache
+#: Where the cgroup file systems are mounted (Linux); :func:`cgroup_room_bytes` reads its limits here.
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 class InsufficientMemoryError(MemoryError):
@@ -421,6 +430,88 @@ def parse_bytes(text: str | int) -> int:
     return int(value)
 
 
+def resident_bytes() -> int:
+    """This process's resident memory now (RSS, read through psutil), in bytes.
+
+    Example:
+        >>> resident_bytes() > 0
+        True
+    """
+    return int(psutil.Process().memory_info().rss)
+
+
+def _read_int(path: Path) -> int | None:
+    """The file's content as an int; None for ``max`` (cgroup v2's "no limit")."""
+    text = path.read_text().strip()
+    return None if text == "max" else int(text)
+
+
+def cgroup_room_bytes(root: str | Path | None = None) -> int | None:
+    """Bytes left under the cgroup memory limit, or None where there is no limit.
+
+    cgroup v2: ``memory.max`` − ``memory.current`` in ``root`` (default
+    :data:`CGROUP_ROOT`); where there is no v2 limit file, cgroup v1:
+    ``memory/memory.limit_in_bytes`` − ``memory/memory.usage_in_bytes``.
+    None where neither can be read (macOS, Windows, no cgroup), for v2's
+    ``max`` and for v1's "no limit" value (about 2**63).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> root = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (root / "memory.max").write_text("1073741824\\n")
+        >>> _ = (root / "memory.current").write_text("268435456\\n")
+        >>> cgroup_room_bytes(root) // MiB   # 1 GiB limit, 256 MiB used
+        768
+        >>> _ = (root / "memory.max").write_text("max\\n")
+        >>> print(cgroup_room_bytes(root))
+        None
+    """
+    root = Path(CGROUP_ROOT if root is None else root)
+    for limit_file, usage_file in (
+        (root / "memory.max", root / "memory.current"),
+        (root / "memory" / "memory.limit_in_bytes", root / "memory" / "memory.usage_in_bytes"),
+    ):
+        try:
+            limit = _read_int(limit_file)
+            if limit is None or limit >= 1 << 60:
+                return None
+            return max(0, limit - _read_int(usage_file))
+        except (OSError, ValueError, TypeError):
+            continue
+    return None
+
+
+def free_memory_bytes(device: str | torch.device | None = None, *, cgroup_root: str | Path | None = None) -> int:
+    """Memory available for new allocations on ``device`` (default CPU), in bytes.
+
+    CPU: psutil's ``virtual_memory().available``, and no more than the room
+    left under a cgroup memory limit (:func:`cgroup_room_bytes` of
+    ``cgroup_root``). CUDA: the free bytes of ``torch.cuda.mem_get_info``
+    plus what PyTorch's caching allocator holds unused.
+
+    Example:
+        >>> free_memory_bytes("cpu") > 0
+        True
+        >>> import tempfile, pathlib
+        >>> root = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (root / "memory.max").write_text(str(512 * MiB)); _ = (root / "memory.current").write_text(str(500 * MiB))
+        >>> free_memory_bytes("cpu", cgroup_root=root) // MiB   # a container with 12 MiB left
+        12
+    """
+    device = torch.device(device or "cpu")
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(free + unused)
+    if device.type != "cpu":
+        raise ValueError(
+            f"poslens reads the free memory of cpu and cuda devices, not {device.type}; give a budget (--max-memory)"
+        )
+    available = int(psutil.virtual_memory().available)
+    room = cgroup_room_bytes(cgroup_root)
+    return available if room is None else min(available, room)
+
+
 def _model_device(model: Any) -> torch.device:
     return next(model.hf_model.parameters()).device
 
@@ -441,10 +532,12 @@ def _touch_weights(model: Any) -> None:
 def runtime_bytes(model: Any, device: str | torch.device | None = None) -> int:
     """Memory this process holds on ``device`` besides the model's weights, in bytes.
 
-    CPU: resident memory, after paging in mmapped weights and handing the
-    heap's free pages back (:func:`poslens.runtime.process_memory.release_free_heap`), minus the weight
-    bytes (Python, torch, transformers, tokenizer, corpus: about 0.5 GiB with
-    poslens imported). CUDA: allocated bytes minus the weights on the device.
+    CPU: resident memory (:func:`resident_bytes`), after paging in mmapped
+    weights, minus the weight bytes (Python, torch, transformers, tokenizer,
+    corpus: about 0.5 GiB with poslens imported). Memory that the C heap keeps
+    after a free (dequantizing a GGUF file leaves hundreds of MiB) counts as
+    held, so a plan errs on the safe side. CUDA: allocated bytes minus the
+    weights on the device.
 
     Example:
         >>> runtime_bytes(model) > 100 * 2**20  # doctest: +SKIP
@@ -456,7 +549,6 @@ def runtime_bytes(model: Any, device: str | torch.device | None = None) -> int:
         return max(0, int(torch.cuda.memory_allocated(device)) - weights)
     _touch_weights(model)
     gc.collect()
-    release_free_heap()
     return max(0, resident_bytes() - weights)
 
 
@@ -500,7 +592,7 @@ def plan_batch(
     forward's increase must fit; ``runtime`` is then measured
     (:func:`runtime_bytes`) unless given. Without a budget, the forward's
     increase over the loaded model must fit in :data:`FREE_SHARE` (80%) of
-    what is free now (:func:`poslens.runtime.process_memory.free_memory_bytes`): the weights are already
+    what is free now (:func:`free_memory_bytes`): the weights are already
     resident, and the estimate is good to about ±25%.
 
     Raises :class:`InsufficientMemoryError` when one sequence does not fit,
