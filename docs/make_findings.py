@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
-
 import pyarrow.parquet as pq
 
 from poslens.measurement.result import META_KEY, Result

@@ -9,9 +9,17 @@ once per test session:
 - ``smollm2``, ``gemma3``: the embedded 4-bit models as :class:`poslens.PosModel`.
   Tests that use them are marked ``embedded`` automatically, so
   ``pytest -m "not embedded"`` runs the fast set only.
+
+The jaxtyping shape annotations of :mod:`poslens.fit` and :mod:`poslens.capture`
+are checked at run time (beartype) for the whole session: the import hook is
+installed here, before any test or fixture imports poslens.
 """
 
 from __future__ import annotations
+
+from jaxtyping import install_import_hook
+
+install_import_hook(["poslens.fit", "poslens.capture"], "beartype.beartype")
 
 import os
 from pathlib import Path

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
 import pytest
 import torch
 

@@ -49,5 +49,6 @@ def test_torchrun_two_processes_match_one(tiny_llama_dir, tmp_path):
     pd.testing.assert_frame_equal(a[keys], b[keys])
     for column in ("value", "ci_low", "ci_high"):
         assert np.allclose(a[column], b[column], rtol=0, atol=1e-10, equal_nan=True), column
-    for name, array in single.sums.arrays.items():
-        assert np.allclose(array, parallel.sums.arrays[name], rtol=0, atol=1e-10), name
+    merged = parallel.sums.per_group.as_dict()
+    for name, array in single.sums.per_group.as_dict().items():
+        assert np.allclose(array, merged[name], rtol=0, atol=1e-10), name

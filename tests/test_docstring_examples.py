@@ -28,7 +28,7 @@ NOTHING_RUNS = {"poslens.study.cli", "poslens.mechanisms.effects", "poslens.stud
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name: str) -> None:
     module = importlib.import_module(name)
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS, verbose=False, report=True)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False, report=True)
     assert result.failed == 0, f"{result.failed} of {result.attempted} docstring examples in {name} failed (printed above)"
     if name not in NOTHING_RUNS:
         assert result.attempted > 0, f"no docstring example of {name} runs (all are skipped or there are none)"

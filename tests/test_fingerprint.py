@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from scipy import stats
 
 import poslens
-from poslens.model.corpus import Corpus, make_corpus
+from poslens.measurement.result import COLUMNS, Result
 from poslens.mechanisms.fingerprint import (
     _make_folds,
     _predict,
@@ -25,7 +25,7 @@ from poslens.mechanisms.fingerprint import (
     trajectory_similarity,
     varied_corpus,
 )
-from poslens.measurement.result import COLUMNS, Result
+from poslens.model.corpus import Corpus, make_corpus
 
 
 @pytest.fixture(scope="module")

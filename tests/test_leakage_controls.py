@@ -20,8 +20,8 @@ import pytest
 import torch
 
 import poslens
-from poslens.model.hooks import attn_scores, resid_post
 from poslens.mechanisms.interventions import BosReplacement
+from poslens.model.hooks import attn_scores, resid_post
 from poslens.model.tiny import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from parity import bridge_log_probs, native_log_probs
 
 import poslens
-from parity import bridge_log_probs, native_log_probs
 from poslens.model.hooks import attn_scores, run_with_hooks
 from poslens.model.registry import REGISTRY
 
@@ -258,11 +258,15 @@ def test_device_map_and_bfloat16_pass_through(tiny_llama_dir):
 
     # The sums stay float64 whatever the weights' dtype.
     assert bf16.sums is not None
-    assert {k: a.dtype for k, a in bf16.sums.arrays.items()} == {k: np.dtype(np.float64) for k in bf16.sums.arrays}
+    assert {k: a.dtype for k, a in bf16.sums.per_group.as_dict().items()} == {k: np.dtype(np.float64) for k in bf16.sums.per_group.as_dict()}
     assert bf16.sums.row_features.dtype == bf16.sums.row_count.dtype == np.float64
     # Counts and positions do not depend on the scores: identical pair/row counts mean the same masks were applied.
-    for key in ("n", "c1", "nq", "c2", "i1", "j1", "ii", "jj", "ij", "rows"):
-        np.testing.assert_array_equal(bf16.sums.arrays[key], f32.sums.arrays[key], err_msg=key)
+    structural = (
+        "pair_count", "count_term", "query_pair_count", "count_term_sq", "query_position", "key_position",
+        "query_position_sq", "key_position_sq", "query_x_key_position", "query_row_count",
+    )
+    for key in structural:
+        np.testing.assert_array_equal(getattr(bf16.sums.per_group, key), getattr(f32.sums.per_group, key), err_msg=key)
     np.testing.assert_array_equal(bf16.sums.row_count, f32.sums.row_count)
 
     # Same figures as the float32 run, up to bfloat16 rounding. bfloat16 keeps 8 significant bits (relative

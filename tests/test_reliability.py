@@ -33,11 +33,11 @@ from typer.testing import CliRunner
 
 import poslens
 from poslens.capture.leakage_capture import MaskMismatchError, NonFiniteScoresError
-from poslens.study.cli import app
-from poslens.model.hooks import attn_scores, run_with_hooks
-from poslens.model.cache import cached_folder, entry_is_valid
 from poslens.measurement.result import OutputNotWritableError, Result
+from poslens.model.cache import cached_folder, entry_is_valid
+from poslens.model.hooks import attn_scores, run_with_hooks
 from poslens.model.tiny import byte_tokenizer, save_tiny_model
+from poslens.study.cli import app
 
 runner = CliRunner()
 
@@ -376,8 +376,9 @@ def test_same_inputs_same_tables_on_cpu(tiny_llama_dir):
         model = poslens.load_model(tiny_llama_dir)  # a fresh load each time
         runs.append(small_measure(model))
     pd.testing.assert_frame_equal(runs[0].table, runs[1].table, check_exact=True)
-    for name, array in runs[0].sums.arrays.items():
-        assert np.array_equal(array, runs[1].sums.arrays[name]), name
+    second = runs[1].sums.per_group.as_dict()
+    for name, array in runs[0].sums.per_group.as_dict().items():
+        assert np.array_equal(array, second[name]), name
 
 
 def test_same_inputs_same_tables_smollm2(smollm2):

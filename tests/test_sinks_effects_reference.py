@@ -33,11 +33,10 @@ import transformers
 from scipy import stats
 
 import poslens
-from poslens.mechanisms import effects
-from poslens.mechanisms import sinks
-from poslens.model.hooks import attn_pattern, attn_qkv, attn_z, resid_post, resid_pre, run_with_hooks
-from poslens.mechanisms.interventions import BosReplacement, Position0Transplant, SinkAblation
 from poslens.fit.metrics import all_metrics
+from poslens.mechanisms import effects, sinks
+from poslens.mechanisms.interventions import BosReplacement, Position0Transplant, SinkAblation
+from poslens.model.hooks import attn_pattern, attn_qkv, attn_z, resid_post, resid_pre, run_with_hooks
 from poslens.model.tiny import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))

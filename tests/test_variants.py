@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from parity import bridge_log_probs, native_log_probs
 
 import poslens
-from parity import bridge_log_probs, native_log_probs
 from poslens.model.hooks import attn_pattern, attn_scores, run_with_hooks
 from poslens.model.tiny import save_tiny_model
 from poslens.model.variants import Variant, ntk_base, parse_variant

@@ -19,14 +19,17 @@ carry the noise of A. The hook walks the same row blocks as
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
+from einops import einsum
+from jaxtyping import Float, Int
 
-from poslens.model import hooks as hook_names
 from poslens.capture.leakage_capture import LayerStructure, RowBlock, default_block_elements
 from poslens.fit.sums import WINDOWS
+from poslens.model import hooks as hook_names
 
 
 class CounterfactualCapture:
@@ -48,7 +51,8 @@ class CounterfactualCapture:
         >>> from poslens.fit.binning import Binning
         >>> b = Binning(8, early=4)
         >>> zero = np.zeros((1, 1, 1, b.n_query_bins * b.n_offset_bins))
-        >>> capture = CounterfactualCapture(SimpleNamespace(n_layers=1, n_heads=1, window=[None]), b, lambda g: {"early": zero, "all": zero}, groups=1)
+        >>> model = SimpleNamespace(n_layers=1, n_heads=1, window=[None])
+        >>> capture = CounterfactualCapture(model, b, lambda g: {"early": zero, "all": zero}, groups=1)
         >>> capture.reduce(0, torch.zeros(1, 1, 8, 8).masked_fill(torch.ones(8, 8).triu(1).bool(), torch.finfo(torch.float32).min))
         >>> np.round(np.exp(capture.log_partition["all"][0, 0, 0, 0]), 6).tolist()   # A = 0, uniform logits: Z'_i = i + 1
         [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
@@ -108,7 +112,9 @@ class CounterfactualCapture:
 
         return [(hook_names.attn_scores(layer), make(layer)) for layer in range(self.model.n_layers)]
 
-    def _row_blocks(self, st: LayerStructure, rows_per_query: int, device: torch.device) -> list[tuple[RowBlock, torch.Tensor]]:
+    def _row_blocks(
+        self, st: LayerStructure, rows_per_query: int, device: torch.device
+    ) -> list[tuple[RowBlock, Int[torch.Tensor, "rows obins"]]]:
         """The row blocks of ``st`` with, per block, the flat cell index c(i)·B + b of each row's offset bins [R, B]."""
         key = (st.window, rows_per_query, str(device))
         if key not in self._blocks:
@@ -121,14 +127,14 @@ class CounterfactualCapture:
             ]
         return self._blocks[key]
 
-    def _cell_weights(self, layer: int, device: torch.device) -> dict[str, torch.Tensor]:
+    def _cell_weights(self, layer: int, device: torch.device) -> dict[str, Float[torch.Tensor, "variants heads cells"]]:
         """exp(−A) of the current group's variants for ``layer``, [G, H, C·B] per window, on ``device``."""
         if self._weights is None or self._weights[:2] != (self.group, str(device)):
             residuals = self.residuals_of(self.group)
             self._weights = (self.group, str(device), {w: torch.as_tensor(np.exp(-residuals[w]), device=device) for w in WINDOWS})
         return {w: x[:, layer] for w, x in self._weights[2].items()}
 
-    def reduce(self, layer: int, scores: torch.Tensor) -> None:
+    def reduce(self, layer: int, scores: Float[torch.Tensor, "batch heads query key"]) -> None:
         """Add Σ over the batch of log Z'_i per row and variant of ``layer`` to the current group (see the class).
 
         Example:
@@ -156,7 +162,7 @@ class CounterfactualCapture:
                     continue
                 n = last - r0
                 rows_weights = weights[window][:, :, cells[:n]]  # [variants, H, n, B]
-                z = torch.einsum("bhrk,vhrk->bvhr", per_bin[:, :, :n], rows_weights)
+                z = einsum(per_bin[:, :, :n], rows_weights, "batch head row obin, variant head row obin -> batch variant head row")
                 totals[window][:, :, r0:last] = (torch.log(z) + row_max[:, None, :, :n, 0]).sum(0)
         for window in WINDOWS:  # one device-to-host copy per window and layer
             self.log_partition[window][self.group, :, layer] += totals[window].cpu().numpy()

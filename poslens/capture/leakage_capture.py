@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from einops import einsum, rearrange
+from jaxtyping import Bool, Float, Int
 
-from poslens.model import hooks as hook_names
 from poslens.fit.binning import Binning
-from poslens.fit.sums import CellSums, FEATURES, WINDOWS
-
+from poslens.fit.sums import FEATURES, WINDOWS, CellSums
+from poslens.model import hooks as hook_names
 
 CPU_BLOCK_ELEMENTS = 1 << 17  # float64 elements per work buffer on CPU: 1 MiB, blocks stay in cache
 CUDA_BLOCK_ELEMENTS = 1 << 25  # on CUDA: 256 MiB, few large launches
@@ -97,13 +98,13 @@ class LayerStructure:
     """
 
     window: int | None
-    valid: torch.Tensor  # [T, T] bool
-    n_visible: torch.Tensor  # [T] |V_i|
-    per_bin: torch.Tensor  # [T, B] visible pairs of row i in offset bin b
-    lo: torch.Tensor  # [T, B] gather index into the zero-padded cumsum
-    hi: torch.Tensor  # [T, B]
-    key_sum: torch.Tensor  # [T] Σ_{j∈V_i} j
-    key_sq_sum: torch.Tensor  # [T] Σ_{j∈V_i} j²
+    valid: Bool[torch.Tensor, "seq seq"]
+    n_visible: Float[torch.Tensor, " seq"]  # |V_i|
+    per_bin: Float[torch.Tensor, "seq obins"]  # visible pairs of row i in offset bin b
+    lo: Int[torch.Tensor, "seq obins"]  # gather index into the zero-padded cumsum
+    hi: Int[torch.Tensor, "seq obins"]
+    key_sum: Float[torch.Tensor, " seq"]  # Σ_{j∈V_i} j
+    key_sq_sum: Float[torch.Tensor, " seq"]  # Σ_{j∈V_i} j²
 
     @classmethod
     def build(cls, binning: Binning, window: int | None) -> "LayerStructure":
@@ -185,12 +186,12 @@ class RowBlock:
     r0: int
     r1: int
     k0: int
-    visible: torch.Tensor  # [r1 − r0, r1 − k0] bool
-    invisible: torch.Tensor  # its complement
-    hi_at: torch.Tensor  # [r1 − r0, B] index of the running sum that ends a bin
-    hi_used: torch.Tensor  # [r1 − r0, B] float: 0 where the bin is empty
-    lo_at: torch.Tensor  # [r1 − r0, B] index of the running sum just before a bin
-    lo_used: torch.Tensor  # [r1 − r0, B] float: 0 where nothing precedes the bin in the span
+    visible: Bool[torch.Tensor, "rows span"]  # rows r0..r1 − 1, keys k0..r1 − 1
+    invisible: Bool[torch.Tensor, "rows span"]  # its complement
+    hi_at: Int[torch.Tensor, "rows obins"]  # index of the running sum that ends a bin
+    hi_used: Float[torch.Tensor, "rows obins"]  # 0 where the bin is empty
+    lo_at: Int[torch.Tensor, "rows obins"]  # index of the running sum just before a bin
+    lo_used: Float[torch.Tensor, "rows obins"]  # 0 where nothing precedes the bin in the span
 
     @property
     def size(self) -> int:
@@ -274,7 +275,7 @@ class LeakageCapture:
         self.sums = CellSums.zeros(groups, model.n_layers, model.n_heads, binning, layer_windows)
         self._pad: torch.Tensor | None = None
 
-    def _work_buffers(self, size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def _work_buffers(self, size: int, device: torch.device) -> tuple[Float[torch.Tensor, " buffer"], Float[torch.Tensor, " buffer"]]:
         # two reused flat float64 buffers; fresh allocations would cost page faults on every call
         if self._buffers is None or self._buffers[0].device != device or self._buffers[0].numel() < size:
             self._buffers = tuple(torch.empty(size, dtype=torch.float64, device=device) for _ in range(2))
@@ -283,7 +284,7 @@ class LeakageCapture:
     def _block_elements(self, device: torch.device) -> int:
         return self.block_elements or default_block_elements(device)
 
-    def _key_weights(self, device: torch.device) -> torch.Tensor:
+    def _key_weights(self, device: torch.device) -> Float[torch.Tensor, "seq 2"]:
         key = ("key_weights", str(device))
         if key not in self._device_cache:
             keys = self._positions.to(device)
@@ -352,35 +353,35 @@ class LeakageCapture:
             >>> capture.sums.group_sizes.tolist()
             [0.0, 4.0]
         """
-        a, g = self.sums.arrays, self.group
+        a, g = self.sums.per_group, self.group
         for layer in range(self.model.n_layers):
             for name, per_sequence in self._structure_sums(self.structure(layer)).items():
-                a[name][g, layer] += batch * per_sequence
-        a["rows"][g] += batch * self._fold.sum(-1).numpy()
-        a["nseq"][g] += batch
+                getattr(a, name)[g, layer] += batch * per_sequence
+        a.query_row_count[g] += batch * self._fold.sum(-1).numpy()
+        a.sequence_count[g] += batch
         self.sums.group_sizes[g] += batch
         self.sums.row_count += batch
 
-    def _structure_sums(self, st: LayerStructure) -> dict[str, np.ndarray]:
-        """One sequence's structural sums for a layer of structure ``st``, computed once per structure."""
+    def _structure_sums(self, st: LayerStructure) -> dict[str, Float[np.ndarray, " qbins *obins"]]:
+        """One sequence's structural sums for a layer of structure ``st``, by :class:`SumArrays` field, computed once per structure."""
         if st.window not in self._structure_cache:
             fold, pos = self._fold, self._positions
             count = torch.log(st.n_visible)
             sums = {
-                "n": fold @ st.per_bin,
-                "c1": fold @ (count[:, None] * st.per_bin),
-                "nq": fold @ st.n_visible,
-                "c2": fold @ (count**2 * st.n_visible),
-                "i1": fold @ (pos * st.n_visible),
-                "ii": fold @ (pos**2 * st.n_visible),
-                "j1": fold @ st.key_sum,
-                "jj": fold @ st.key_sq_sum,
-                "ij": fold @ (pos * st.key_sum),
+                "pair_count": fold @ st.per_bin,
+                "count_term": fold @ (count[:, None] * st.per_bin),
+                "query_pair_count": fold @ st.n_visible,
+                "count_term_sq": fold @ (count**2 * st.n_visible),
+                "query_position": fold @ (pos * st.n_visible),
+                "query_position_sq": fold @ (pos**2 * st.n_visible),
+                "key_position": fold @ st.key_sum,
+                "key_position_sq": fold @ st.key_sq_sum,
+                "query_x_key_position": fold @ (pos * st.key_sum),
             }
             self._structure_cache[st.window] = {name: value.numpy() for name, value in sums.items()}
         return self._structure_cache[st.window]
 
-    def reduce(self, layer: int, scores: torch.Tensor) -> None:
+    def reduce(self, layer: int, scores: Float[torch.Tensor, "batch heads query key"]) -> None:
         """Fold one layer's scores [batch, head, T, T] into the sums of the current group.
 
         Masked entries must be at the dtype minimum, as in ``hook_attn_scores``.
@@ -446,7 +447,7 @@ class LeakageCapture:
         self._checked.add(layer)
         self._accumulate(layer, st, log_z, row_sum, row_js, row_sq, bin_sums, features, key0_logits, offset_sums)
 
-    def _add_offset_sums(self, block_sum: torch.Tensor, block: "RowBlock", out: torch.Tensor) -> None:
+    def _add_offset_sums(self, block_sum: Float[torch.Tensor, "heads rows span"], block: "RowBlock", out: Float[torch.Tensor, "2 heads seq"]) -> None:
         """Add the diagonal sums of one block's visible logits [H, R, S] (summed over the batch) to
         ``out`` [2, H, T]: index 0 over rows i ≥ 1, index 1 over the early rows 1 ≤ i < Q.
 
@@ -471,38 +472,53 @@ class LeakageCapture:
         if last > first:
             out[1, :, :span] += diagonals[:, :, first:last].sum(-1).flip(-1)
 
-    def _accumulate(self, layer, st, log_z, row_sum, row_js, row_sq, bin_sums, features, key0_logits, offset_sums) -> None:
+    def _accumulate(
+        self,
+        layer: int,
+        st: LayerStructure,
+        log_z: Float[torch.Tensor, "batch heads seq"],
+        row_sum: Float[torch.Tensor, "batch heads seq"],
+        row_js: Float[torch.Tensor, "batch heads seq"],
+        row_sq: Float[torch.Tensor, "batch heads seq"],
+        bin_sums: Float[torch.Tensor, "heads seq obins"],
+        features: Float[torch.Tensor, "batch heads seq features"],
+        key0_logits: Float[torch.Tensor, "heads seq"],
+        offset_sums: Float[torch.Tensor, "2 heads seq"],
+    ) -> None:
         """Fold one layer's per-row pieces into query bins and add them to the current group."""
-        a, g = self.sums.arrays, self.group
+        a, g = self.sums.per_group, self.group
         fold, keys, per_bin, n_visible = self._on_device(st, log_z.device)
         z_sum = log_z.sum(0)  # [H, T]
-        parts = {
-            "s1": torch.einsum("ct,htb->hcb", fold, bin_sums),
-            "z1": torch.einsum("ct,ht,tb->hcb", fold, z_sum, per_bin),
-            "s2": row_sq.sum(0) @ fold.T,
-            "z2": ((log_z**2).sum(0) * n_visible) @ fold.T,
-            "sz": (log_z * row_sum).sum(0) @ fold.T,
-            "si": (row_sum.sum(0) * keys) @ fold.T,
-            "sj": row_js.sum(0) @ fold.T,
-            "srow": row_sum.sum(0),
-            "skey0": key0_logits,
-            "soff_all": offset_sums[0],
-            "soff_early": offset_sums[1, :, : self.early_rows],
-            "features": features.permute(0, 2, 1, 3),  # [batch, T, H, F]
+        parts = {  # by SumArrays field, but "features", which is folded on the host
+            "logit": einsum(fold, bin_sums, "qbin seq, head seq obin -> head qbin obin"),
+            "log_partition": einsum(fold, z_sum, per_bin, "qbin seq, head seq, seq obin -> head qbin obin"),
+            "logit_sq": row_sq.sum(0) @ fold.T,
+            "log_partition_sq": ((log_z**2).sum(0) * n_visible) @ fold.T,
+            "logit_x_log_partition": (log_z * row_sum).sum(0) @ fold.T,
+            "logit_x_query_position": (row_sum.sum(0) * keys) @ fold.T,
+            "logit_x_key_position": row_js.sum(0) @ fold.T,
+            "logit_by_row": row_sum.sum(0),
+            "key0_logit_by_row": key0_logits,
+            "logit_by_offset_all": offset_sums[0],
+            "logit_by_offset_early": offset_sums[1, :, : self.early_rows],
+            "features": rearrange(features, "batch head seq feature -> batch seq head feature"),
         }
         # one device-to-host copy per layer: on a GPU each copy waits for the queue to drain
         flat = torch.cat([part.reshape(-1) for part in parts.values()]).cpu()
         pieces = dict(zip(parts, flat.split([part.numel() for part in parts.values()])))
-        for name in ("s1", "z1", "s2", "z2", "sz", "si", "sj", "srow", "skey0", "soff_all", "soff_early"):
-            a[name][g, layer] += pieces[name].view(parts[name].shape).numpy()
+        for name, part in parts.items():
+            if name != "features":
+                getattr(a, name)[g, layer] += pieces[name].view(part.shape).numpy()
         features = pieces["features"].view(parts["features"].shape)
         per_row = features.sum(0)  # [T, H, F]
-        a["feat"][g, layer] += torch.einsum("ct,thf->hfc", self._fold, per_row).numpy()
-        self.sums.row_features[layer] += per_row.permute(1, 2, 0).numpy()
+        a.features[g, layer] += einsum(self._fold, per_row, "qbin seq, seq head feature -> head feature qbin").numpy()
+        self.sums.row_features[layer] += rearrange(per_row, "seq head feature -> head feature seq").numpy()
         if self.probe:
             self._add_probe(layer, features)
 
-    def _on_device(self, st: LayerStructure, device: torch.device) -> tuple[torch.Tensor, ...]:
+    def _on_device(self, st: LayerStructure, device: torch.device) -> tuple[
+        Float[torch.Tensor, "qbins seq"], Float[torch.Tensor, " seq"], Float[torch.Tensor, "seq obins"], Float[torch.Tensor, " seq"]
+    ]:
         """The fold matrix, key positions, per-bin and visible counts of ``st``, copied to ``device`` once."""
         key = (st.window, str(device))
         if key not in self._device_cache:
@@ -511,21 +527,29 @@ class LeakageCapture:
             )
         return self._device_cache[key]
 
-    def _add_probe(self, layer: int, features: torch.Tensor) -> None:
-        a, g = self.sums.arrays, self.group
-        batch, t, heads, n_feat = features.shape
-        x = torch.cat([torch.ones(batch, t, 1, dtype=torch.float64), features.reshape(batch, t, heads * n_feat)], -1)
+    def _add_probe(self, layer: int, features: Float[torch.Tensor, "batch seq heads features"]) -> None:
+        """Add the probe's design sums x̃ x̃ᵀ, x̃ y, y, y² and row count of one layer's rows, per window."""
+        a, g = self.sums.per_group, self.group
+        batch, t = features.shape[:2]
+        x = torch.cat([torch.ones(batch, t, 1, dtype=torch.float64), rearrange(features, "batch seq head feature -> batch seq (head feature)")], -1)
         y = torch.log1p(self._positions)[None, :].expand(batch, t)
         for w_index, window in enumerate(WINDOWS):
             rows = self._window_rows[window]
-            xs, ys = x[:, rows].reshape(-1, x.shape[-1]), y[:, rows].reshape(-1)
-            a["xtx"][g, layer, w_index] += (xs.T @ xs).numpy()
-            a["xty"][g, layer, w_index] += (xs.T @ ys).numpy()
-            a["y1"][g, layer, w_index] += float(ys.sum())
-            a["yy"][g, layer, w_index] += float((ys * ys).sum())
-            a["pn"][g, layer, w_index] += ys.numel()
+            xs, ys = rearrange(x[:, rows], "batch row probe -> (batch row) probe"), y[:, rows].reshape(-1)
+            a.probe_gram[g, layer, w_index] += (xs.T @ xs).numpy()
+            a.probe_design_x_target[g, layer, w_index] += (xs.T @ ys).numpy()
+            a.probe_target[g, layer, w_index] += float(ys.sum())
+            a.probe_target_sq[g, layer, w_index] += float((ys * ys).sum())
+            a.probe_row_count[g, layer, w_index] += ys.numel()
 
-    def _check_block_mask(self, layer: int, scores: torch.Tensor, block_scores: torch.Tensor, block: "RowBlock", st) -> None:
+    def _check_block_mask(
+        self,
+        layer: int,
+        scores: Float[torch.Tensor, "1 heads query key"],
+        block_scores: Float[torch.Tensor, "1 heads rows span"],
+        block: "RowBlock",
+        st: LayerStructure,
+    ) -> None:
         # Within the block's key span the unmasked keys must be exactly the visible ones; the keys outside
         # it (after the block's last row, before the window) must all be masked. Written as "not ≤" so
         # that a NaN there fails too.
@@ -537,7 +561,7 @@ class LeakageCapture:
         ):
             self._explain_mask_failure(layer, scores, st.valid.to(scores.device))
 
-    def _explain_mask_failure(self, layer: int, scores: torch.Tensor, valid: torch.Tensor) -> None:
+    def _explain_mask_failure(self, layer: int, scores: Float[torch.Tensor, "1 heads seq seq"], valid: Bool[torch.Tensor, "seq seq"]) -> None:
         # NaN or +inf anywhere (an overflowed score plus the mask stays +inf), or −inf on a visible key:
         # report the overflow itself rather than a mask mismatch.
         bad = torch.isnan(scores) | torch.isposinf(scores) | (torch.isneginf(scores) & valid)

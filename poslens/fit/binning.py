@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from jaxtyping import Bool, Int
 
 
 def geometric_edges(length: int, exact: int = 16, growth: float = 1.25) -> list[int]:
@@ -73,7 +74,7 @@ class Binning:
         return len(self.query_edges) - 1
 
     @property
-    def offset_bin(self) -> np.ndarray:
+    def offset_bin(self) -> Int[np.ndarray, " seq"]:
         """b(Δ) for Δ = 0..T−1.
 
         Example:
@@ -83,7 +84,7 @@ class Binning:
         return np.searchsorted(self.offset_edges, np.arange(self.seq_len), side="right") - 1
 
     @property
-    def query_bin(self) -> np.ndarray:
+    def query_bin(self) -> Int[np.ndarray, " seq"]:
         """c(i) for i = 0..T−1.
 
         Example:
@@ -93,7 +94,7 @@ class Binning:
         return np.searchsorted(self.query_edges, np.arange(self.seq_len), side="right") - 1
 
     @property
-    def windows(self) -> dict[str, np.ndarray]:
+    def windows(self) -> dict[str, Bool[np.ndarray, " qbins"]]:
         """Boolean masks over query bins: ``early`` (1 ≤ i < Q) and ``all`` (1 ≤ i < T); query 0 is never in.
 
         Example:

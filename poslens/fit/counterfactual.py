@@ -36,8 +36,11 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 import scipy.sparse
+from einops import rearrange
+from jaxtyping import Float, Int
 
 from poslens.fit.binning import Binning
+from poslens.fit.sums import SumArrays
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,16 +60,16 @@ class Structure:
     rows: int
     window: int | None
     n_offsets: int
-    visible: np.ndarray  # [rows, D]: row i sees offset Δ
-    n_visible: np.ndarray  # [rows]: |V_i| (1 for row 0, unused)
-    key0: np.ndarray  # [rows]: key 0 visible from row i ≥ 1
-    inverse: np.ndarray  # [D, D]: inverse of the profiled normal matrix over (g_1..g_{D−1}, β)
+    visible: Float[np.ndarray, "rows offsets"]  # row i sees offset Δ
+    n_visible: Float[np.ndarray, " rows"]  # |V_i| (1 for row 0, unused)
+    key0: Float[np.ndarray, " rows"]  # key 0 visible from row i ≥ 1
+    inverse: Float[np.ndarray, "offsets offsets"]  # inverse of the profiled normal matrix over (g_1..g_{D−1}, β)
     to_cells: scipy.sparse.csr_matrix  # [C·B, rows]: row i's pairs in cell (c(i), b)
     offsets_to_cells: scipy.sparse.csr_matrix  # [C·B, D]: pairs of offset Δ in cell (c, b)
-    key0_cells: np.ndarray  # [C·B]: key-0 pairs per cell
-    pair_cells: np.ndarray  # [C·B]: pairs per cell (one sequence)
-    query_bin: np.ndarray  # [rows]: c(i)
-    offset_bin: np.ndarray  # [D]: b(Δ)
+    key0_cells: Float[np.ndarray, " cells"]  # key-0 pairs per cell
+    pair_cells: Float[np.ndarray, " cells"]  # pairs per cell (one sequence)
+    query_bin: Int[np.ndarray, " rows"]  # c(i)
+    offset_bin: Int[np.ndarray, " offsets"]  # b(Δ)
     n_offset_bins: int
 
 
@@ -110,7 +113,9 @@ def structure(binning: Binning, rows: int, window: int | None) -> Structure:
     return Structure(t, window, d, visible, n_visible, key0, inverse, to_cells, offsets_to_cells, key0_cells, pair_cells, qbin, obin, n_b)
 
 
-def _profiled_inverse(visible: np.ndarray, n_visible: np.ndarray, key0: np.ndarray) -> np.ndarray:
+def _profiled_inverse(
+    visible: Float[np.ndarray, "rows offsets"], n_visible: Float[np.ndarray, " rows"], key0: Float[np.ndarray, " rows"]
+) -> Float[np.ndarray, "offsets offsets"]:
     """Inverse of Σ_i X_iᵀ(I − 11ᵀ/n_i)X_i over θ = (g_1..g_{D−1}, β), rows i ≥ 1.
 
     X_i has one row per visible pair of row i: a one-hot of its offset (g_0 dropped:
@@ -149,11 +154,11 @@ class WindowFit:
     """
 
     structure: Structure
-    g: np.ndarray  # [..., D], g(0) = 0
-    beta: np.ndarray  # [...]
-    h: np.ndarray  # [..., rows], per-sequence row effects of s (row 0: 0)
+    g: Float[np.ndarray, "*heads offsets"]  # g(0) = 0
+    beta: Float[np.ndarray, "*heads"] | float
+    h: Float[np.ndarray, "*heads rows"]  # per-sequence row effects of s (row 0: 0)
 
-    def log_partition(self) -> np.ndarray:
+    def log_partition(self) -> Float[np.ndarray, "*heads rows"]:
         """log Z'_i = logsumexp over the visible offsets of g(Δ) + β·[Δ = i], [..., rows] (row 0: 0).
 
         A running log-sum-exp over offsets: O(rows) per head.
@@ -173,7 +178,7 @@ class WindowFit:
         out[..., 0] = 0.0
         return out
 
-    def meanfield_cells(self) -> np.ndarray:
+    def meanfield_cells(self) -> Float[np.ndarray, "*heads cells"]:
         """Cell sums, for one sequence, of the mean-field log a'_ij = g(i−j) + β·[j = 0] − log Z'_i: [..., C·B].
 
         Example:
@@ -185,7 +190,7 @@ class WindowFit:
         st = self.structure
         return self._fitted_cells(with_rows=False) - _apply(st.to_cells, self.log_partition())
 
-    def residual_cells(self, logit_cells: np.ndarray, n_seqs: float) -> np.ndarray:
+    def residual_cells(self, logit_cells: Float[np.ndarray, "*heads cells"], n_seqs: float) -> Float[np.ndarray, "*heads cells"]:
         """A_cb: the mean over the pairs of each cell of s − g − β·[j = 0] − h, [..., C·B] (0 in empty cells).
 
         ``logit_cells`` are the cell sums of s over ``n_seqs`` sequences, [..., C·B].
@@ -202,19 +207,25 @@ class WindowFit:
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(st.pair_cells > 0, (logit_cells / n_seqs - fitted) / st.pair_cells, 0.0)
 
-    def _fitted_cells(self, with_rows: bool) -> np.ndarray:
+    def _fitted_cells(self, with_rows: bool) -> Float[np.ndarray, "*heads cells"]:
         st = self.structure
         cells = _apply(st.offsets_to_cells, self.g) + self.beta[..., None] * st.key0_cells
         return cells + _apply(st.to_cells, self.h) if with_rows else cells
 
 
-def _apply(operator: scipy.sparse.csr_matrix, x: np.ndarray) -> np.ndarray:
+def _apply(operator: scipy.sparse.csr_matrix, x: Float[np.ndarray, "*batch inputs"]) -> Float[np.ndarray, "*batch outputs"]:
     """operator @ x over the last axis of x, for any leading axes."""
     flat = x.reshape(-1, x.shape[-1])
     return np.asarray(operator @ flat.T).T.reshape(*x.shape[:-1], operator.shape[0])
 
 
-def fit_logits(st: Structure, row_sums: np.ndarray, key0_sums: np.ndarray, offset_sums: np.ndarray, n_seqs: float = 1.0) -> WindowFit:
+def fit_logits(
+    st: Structure,
+    row_sums: Float[np.ndarray, "*heads seq"],
+    key0_sums: Float[np.ndarray, "*heads seq"],
+    offset_sums: Float[np.ndarray, "*heads offsets"],
+    n_seqs: float = 1.0,
+) -> WindowFit:
     """Least-squares g, β, h from sums over ``n_seqs`` sequences of the logits (or of log a: same g, β).
 
     ``row_sums`` [..., rows]: Σ_j s_ij per row; ``key0_sums`` [..., rows]: s_i0
@@ -241,7 +252,9 @@ def fit_logits(st: Structure, row_sums: np.ndarray, key0_sums: np.ndarray, offse
     return WindowFit(st, g, beta, h)
 
 
-def structural_sums(st: Structure, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def structural_sums(
+    st: Structure, logits: Float[np.ndarray, "*heads query key"]
+) -> tuple[Float[np.ndarray, "*heads rows"], Float[np.ndarray, "*heads rows"], Float[np.ndarray, "*heads offsets"]]:
     """Row, key-0 and offset sums of one sequence's dense logits [..., T, T] over the structure's pairs.
 
     A small dense helper for examples and checks; the streamed sums come from the capture.
@@ -261,7 +274,7 @@ def structural_sums(st: Structure, logits: np.ndarray) -> tuple[np.ndarray, np.n
     return x.sum(-1), x[..., :, 0] * st.key0, offsets
 
 
-def structural_cells(st: Structure, logits: np.ndarray) -> np.ndarray:
+def structural_cells(st: Structure, logits: Float[np.ndarray, "*heads query key"]) -> Float[np.ndarray, "*heads cells"]:
     """Cell sums [..., C·B] of one sequence's dense logits over the structure's pairs (a dense helper).
 
     Example:
@@ -291,7 +304,13 @@ def window_rows(binning: Binning, window: str) -> int:
     return min(binning.early, binning.seq_len) if window == "early" else binning.seq_len
 
 
-def per_sequence_cells(st: Structure, logit_cells: np.ndarray, residual: np.ndarray, n_seqs: float, log_partition_rows: np.ndarray) -> np.ndarray:
+def per_sequence_cells(
+    st: Structure,
+    logit_cells: Float[np.ndarray, "*heads cells"],
+    residual: Float[np.ndarray, "*heads cells"],
+    n_seqs: float,
+    log_partition_rows: Float[np.ndarray, "*heads seq"],
+) -> Float[np.ndarray, "*heads cells"]:
     """Cell sums of the per-sequence log a'(n) = s − A − log Z'(n) over ``n_seqs`` sequences, [..., C·B].
 
     ``logit_cells``: cell sums of s; ``residual``: A [..., C·B] (per pair);
@@ -308,7 +327,7 @@ def per_sequence_cells(st: Structure, logit_cells: np.ndarray, residual: np.ndar
 
 
 def layer_fits(
-    p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...], window: str, n_seqs: float | None = None
+    p: SumArrays, binning: Binning, layer_windows: tuple[int | None, ...], window: str, n_seqs: float | None = None
 ) -> list[tuple[list[int], WindowFit]]:
     """Fit every layer of pooled sums ``p`` (one replicate) in one query window.
 
@@ -322,37 +341,39 @@ def layer_fits(
         [([0, 1, 2], (3, 4, 40))]
     """
     rows = window_rows(binning, window)
-    offsets = p["soff_early" if window == "early" else "soff_all"]
-    n_seqs = float(np.sum(p["nseq"])) if n_seqs is None else n_seqs
+    offsets = p.logit_by_offset(window)
+    n_seqs = float(np.sum(p.sequence_count)) if n_seqs is None else n_seqs
     by_window: dict[int | None, list[int]] = {}
     for layer, w in enumerate(layer_windows):
         by_window.setdefault(structure(binning, rows, w).window, []).append(layer)
     out = []
     for w, layers in by_window.items():
         st = structure(binning, rows, w)
-        fit = fit_logits(st, p["srow"][layers], p["skey0"][layers], offsets[layers][..., : st.n_offsets], n_seqs)
+        fit = fit_logits(st, p.logit_by_row[layers], p.key0_logit_by_row[layers], offsets[layers][..., : st.n_offsets], n_seqs)
         out.append((layers, fit))
     return out
 
 
-def meanfield_cells(p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...], window: str) -> np.ndarray:
+def meanfield_cells(
+    p: SumArrays, binning: Binning, layer_windows: tuple[int | None, ...], window: str
+) -> Float[np.ndarray, "layers heads qbins obins"]:
     """Cell sums of the mean-field log a' over all of ``p``'s sequences, [L, H, C, B] (0 outside the window).
 
     Example:
         >>> meanfield_cells(sums.pooled(), sums.binning, sums.layer_windows, "early").shape  # doctest: +SKIP
         (3, 4, 19, 19)
     """
-    n_layers, n_heads = p["srow"].shape[:2]
+    n_layers, n_heads = p.logit_by_row.shape[:2]
     out = np.zeros((n_layers, n_heads, binning.n_query_bins * binning.n_offset_bins))
-    n_seqs = float(np.sum(p["nseq"]))
+    n_seqs = float(np.sum(p.sequence_count))
     for layers, fit in layer_fits(p, binning, layer_windows, window):
         out[layers] = n_seqs * fit.meanfield_cells()
-    return out.reshape(n_layers, n_heads, binning.n_query_bins, binning.n_offset_bins)
+    return rearrange(out, "layer head (qbin obin) -> layer head qbin obin", qbin=binning.n_query_bins)
 
 
 def residuals(
-    p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...], window: str, per_sequence: bool = True
-) -> np.ndarray:
+    p: SumArrays, binning: Binning, layer_windows: tuple[int | None, ...], window: str, per_sequence: bool = True
+) -> Float[np.ndarray, "layers heads cells"]:
     """The absolute component A per cell of every head, fitted on ``p``, [L, H, C·B] (0 outside the window).
 
     The fit is linear in the sums, so with ``per_sequence=False`` this returns
@@ -365,31 +386,31 @@ def residuals(
         >>> residuals(sums.leave_out(0), sums.binning, sums.layer_windows, "all").shape  # doctest: +SKIP
         (3, 4, 361)
     """
-    n_layers, n_heads = p["srow"].shape[:2]
+    n_layers, n_heads = p.logit_by_row.shape[:2]
     out = np.zeros((n_layers, n_heads, binning.n_query_bins * binning.n_offset_bins))
-    n_seqs = float(np.sum(p["nseq"])) if per_sequence else 1.0
-    logit_cells = p["s1"].reshape(n_layers, n_heads, -1)
+    n_seqs = float(np.sum(p.sequence_count)) if per_sequence else 1.0
+    logit_cells = rearrange(p.logit, "layer head qbin obin -> layer head (qbin obin)")
     for layers, fit in layer_fits(p, binning, layer_windows, window, n_seqs):
         out[layers] = fit.residual_cells(logit_cells[layers], n_seqs)
     return out
 
 
 def counterfactual_sums(
-    group_sums: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...], window: str,
-    residual: np.ndarray, log_partition: np.ndarray,
-) -> np.ndarray:
+    group_sums: SumArrays, binning: Binning, layer_windows: tuple[int | None, ...], window: str,
+    residual: Float[np.ndarray, "layers heads cells"], log_partition: Float[np.ndarray, "layers heads rows"],
+) -> Float[np.ndarray, "layers heads qbins obins"]:
     """Cell sums of the per-sequence log a'(n) of one group, [L, H, C, B], from its first-pass sums,
     the residual A it removed ([L, H, C·B]) and its second-pass Σ_n log Z'_i(n) ([L, H, rows]).
 
     Example:
         >>> counterfactual_sums(sums.group(0), sums.binning, sums.layer_windows, "all", a[0], log_z[0])  # doctest: +SKIP
     """
-    n_layers, n_heads = group_sums["srow"].shape[:2]
+    n_layers, n_heads = group_sums.logit_by_row.shape[:2]
     rows = window_rows(binning, window)
-    n_seqs = float(np.sum(group_sums["nseq"]))
-    logit_cells = group_sums["s1"].reshape(n_layers, n_heads, -1)
+    n_seqs = float(np.sum(group_sums.sequence_count))
+    logit_cells = rearrange(group_sums.logit, "layer head qbin obin -> layer head (qbin obin)")
     out = np.zeros((n_layers, n_heads, binning.n_query_bins * binning.n_offset_bins))
     for layer, w in enumerate(layer_windows):
         st = structure(binning, rows, w)
         out[layer] = np.where(st.pair_cells > 0, per_sequence_cells(st, logit_cells[layer], residual[layer], n_seqs, log_partition[layer]), 0.0)
-    return out.reshape(n_layers, n_heads, binning.n_query_bins, binning.n_offset_bins)
+    return rearrange(out, "layer head (qbin obin) -> layer head qbin obin", qbin=binning.n_query_bins)

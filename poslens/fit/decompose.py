@@ -17,11 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from jaxtyping import Float
 
 from poslens.fit.stats import weighted_inner
 
 
-def share(p_pattern: np.ndarray, p_other: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def share(
+    p_pattern: Float[np.ndarray, "*heads cells"], p_other: Float[np.ndarray, "*heads cells"], counts: Float[np.ndarray, " cells"]
+) -> Float[np.ndarray, "*heads"] | float:
     """⟨P(log a), P(other)⟩ / ‖P(log a)‖² over cells (NaN where P(log a) = 0).
 
     Example:
@@ -42,13 +45,18 @@ class Split:
         (0.25, 0.75, 0.15)
     """
 
-    rho_mask: np.ndarray
-    rho_res: np.ndarray
-    c_mask: np.ndarray
-    c_res: np.ndarray
+    rho_mask: Float[np.ndarray, "*heads"] | float
+    rho_res: Float[np.ndarray, "*heads"] | float
+    c_mask: Float[np.ndarray, "*heads"] | float
+    c_res: Float[np.ndarray, "*heads"] | float
 
 
-def split(p_pattern: np.ndarray, p_counterfactual: np.ndarray, counts: np.ndarray, leakage: np.ndarray) -> Split:
+def split(
+    p_pattern: Float[np.ndarray, "*heads cells"],
+    p_counterfactual: Float[np.ndarray, "*heads cells"],
+    counts: Float[np.ndarray, " cells"],
+    leakage: Float[np.ndarray, "*heads"] | float,
+) -> Split:
     """METHOD §4.2: the mask share is the part of P(log a) along P(log a') of the mask-only counterfactual.
 
     ``p_pattern``, ``p_counterfactual`` [..., K] over K cells with ``counts`` [K];

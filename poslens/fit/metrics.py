@@ -12,6 +12,8 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from einops import rearrange
+from jaxtyping import Bool, Float
 
 from poslens.fit.binning import Binning
 from poslens.fit.counterfactual import meanfield_cells
@@ -26,7 +28,7 @@ from poslens.fit.stats import (
     total_sum_of_squares,
     weighted_inner,
 )
-from poslens.fit.sums import FEATURES, WINDOWS, CellSums
+from poslens.fit.sums import FEATURES, WINDOWS, CellSums, SumArrays
 
 ADDITIVE = (
     "leakage_pattern",
@@ -59,19 +61,26 @@ RATIOS = {
 HELD_OUT = ("leakage_pattern_heldout", "leakage_logit_heldout")
 
 
-def _window_cells(p: dict[str, np.ndarray], layer: int, mask: np.ndarray):
-    counts = p["n"][layer][mask]
-    return counts, p["s1"][layer][:, mask], p["z1"][layer][:, mask], p["c1"][layer][mask]
+def _window_cells(p: SumArrays, layer: int, mask: Bool[np.ndarray, " qbins"]) -> tuple[
+    Float[np.ndarray, "kept obins"], Float[np.ndarray, "heads kept obins"], Float[np.ndarray, "heads kept obins"], Float[np.ndarray, "kept obins"]
+]:
+    """Pair counts, Σ s, Σ log Z and Σ c of one layer's cells in the ``kept`` query bins of ``mask``."""
+    counts = p.pair_count[layer][mask]
+    return counts, p.logit[layer][:, mask], p.log_partition[layer][:, mask], p.count_term[layer][mask]
 
 
-def _ratio(numerator: np.ndarray, total_ss: np.ndarray, sum_sq: np.ndarray) -> np.ndarray:
+def _ratio(
+    numerator: Float[np.ndarray, "*heads"] | float, total_ss: Float[np.ndarray, "*heads"] | float, sum_sq: Float[np.ndarray, "*heads"] | float
+) -> Float[np.ndarray, "*heads"]:
     """ΔR² numerator / SST, NaN where y is constant (SST at rounding level of Σy²)."""
     constant = total_ss <= 1e-12 * np.maximum(sum_sq, 1e-300)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(constant, np.nan, numerator / total_ss)
 
 
-def head_metrics(p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...]) -> dict[str, np.ndarray]:
+def head_metrics(
+    p: SumArrays, binning: Binning, layer_windows: tuple[int | None, ...]
+) -> dict[str, Float[np.ndarray, "windows layers heads"]]:
     """All per-head metrics [window, layer, head] from pooled sums ``p`` (ratios are left to :func:`aggregate`).
 
     ``layer_windows`` is each layer's sliding window (None: causal), as kept in
@@ -82,7 +91,7 @@ def head_metrics(p: dict[str, np.ndarray], binning: Binning, layer_windows: tupl
         >>> m["c_res"].shape  # doctest: +SKIP
         (2, 30, 9)
     """
-    n_layers, n_heads = p["s1"].shape[:2]
+    n_layers, n_heads = p.logit.shape[:2]
     out = {name: np.full((len(WINDOWS), n_layers, n_heads), np.nan) for name in ADDITIVE}
     for w, window in enumerate(WINDOWS):
         mask = binning.windows[window]
@@ -92,18 +101,18 @@ def head_metrics(p: dict[str, np.ndarray], binning: Binning, layer_windows: tupl
             total = counts.sum()
             if total == 0:
                 continue
-            y_cf = p[f"cf_{window}"][layer][:, mask]
+            y_cf = p.counterfactual(window)[layer][:, mask]
             y_mf = meanfield[layer][:, mask]
             proj = project(np.stack([y_s, y_z, y_cf, y_mf]), counts)
             proj_c = project(y_c, counts)
             n = proj.counts
             s_tot, z_tot, c_tot = y_s.sum((-2, -1)), y_z.sum((-2, -1)), y_c.sum()
-            s2 = p["s2"][layer][:, mask].sum(-1)
-            z2 = p["z2"][layer][:, mask].sum(-1)
-            sz = p["sz"][layer][:, mask].sum(-1)
+            s2 = p.logit_sq[layer][:, mask].sum(-1)
+            z2 = p.log_partition_sq[layer][:, mask].sum(-1)
+            sz = p.logit_x_log_partition[layer][:, mask].sum(-1)
             sst_s = total_sum_of_squares(s2, s_tot, total)
             sst_a = total_sum_of_squares(s2 - 2 * sz + z2, s_tot - z_tot, total)
-            sst_c = total_sum_of_squares(p["c2"][layer][mask].sum(), c_tot, total)
+            sst_c = total_sum_of_squares(p.count_term_sq[layer][mask].sum(), c_tot, total)
             p_s, p_z, p_cf, p_mf = proj.absolute
             sat_s, sat_z, sat_cf, _ = proj.saturated - proj.relative
             p_c, sat_c = proj_c.absolute, proj_c.saturated - proj_c.relative
@@ -115,9 +124,17 @@ def head_metrics(p: dict[str, np.ndarray], binning: Binning, layer_windows: tupl
             out["leakage_logit"][w, layer] = _ratio(weighted_inner(p_s, p_s, n), sst_s, s2)
             out["leakage_pattern_saturated"][w, layer] = leak_sat
             out["leakage_logit_saturated"][w, layer] = _ratio(weighted_inner(sat_s, sat_s, n), sst_s, s2)
-            out["leakage_count"][w, layer] = _ratio(weighted_inner(p_c, p_c, n), sst_c, p["c2"][layer][mask].sum())
-            moments = {k: p[k][layer][mask].sum() for k in ("i1", "j1", "ii", "jj", "ij")}
-            moments.update(n=total, y1=s_tot, yi=p["si"][layer][:, mask].sum(-1), yj=p["sj"][layer][:, mask].sum(-1))
+            out["leakage_count"][w, layer] = _ratio(weighted_inner(p_c, p_c, n), sst_c, p.count_term_sq[layer][mask].sum())
+            moments = {  # the names linear_r2_gain reads
+                "i1": p.query_position[layer][mask].sum(),
+                "j1": p.key_position[layer][mask].sum(),
+                "ii": p.query_position_sq[layer][mask].sum(),
+                "jj": p.key_position_sq[layer][mask].sum(),
+                "ij": p.query_x_key_position[layer][mask].sum(),
+            }
+            moments.update(
+                n=total, y1=s_tot, yi=p.logit_x_query_position[layer][:, mask].sum(-1), yj=p.logit_x_key_position[layer][:, mask].sum(-1)
+            )
             out["leakage_linear"][w, layer] = linear_r2_gain(moments, sst_s)
             for suffix, p_pattern, p_cf_, leak, p_count in (
                 ("", p_a, p_cf, leak_a, p_c),
@@ -130,14 +147,14 @@ def head_metrics(p: dict[str, np.ndarray], binning: Binning, layer_windows: tupl
             out["c_res_meanfield"][w, layer], out["c_mask_meanfield"][w, layer] = meanfield_split.c_res, meanfield_split.c_mask
             logit_share = share(p_a, p_s, n)
             out["c_res_logit"][w, layer], out["c_mask_logit"][w, layer] = logit_share * leak_a, (1 - logit_share) * leak_a
-            rows = p["rows"][mask].sum()
-            feats = p["feat"][layer][:, :, mask].sum(-1) / rows  # [H, F]
+            rows = p.query_row_count[mask].sum()
+            feats = p.features[layer][:, :, mask].sum(-1) / rows  # [H, F]
             for f, name in enumerate(FEATURES):
                 out[name][w, layer] = feats[:, f]
     return out
 
 
-def aggregate(per_head: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def aggregate(per_head: dict[str, Float[np.ndarray, "windows layers heads"]]) -> dict[str, Float[np.ndarray, "windows layers+1 heads+1"]]:
     """Add the head = −1 (mean over heads) and layer = −1 (mean over layers ≥ 1) entries.
 
     Example:
@@ -166,7 +183,9 @@ def aggregate(per_head: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def all_metrics(p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple[int | None, ...]) -> dict[str, np.ndarray]:
+def all_metrics(
+    p: SumArrays, binning: Binning, layer_windows: tuple[int | None, ...]
+) -> dict[str, Float[np.ndarray, "windows layers_and_mean heads_and_mean"]]:
     """Per-head metrics with their aggregates, from pooled sums.
 
     Example:
@@ -175,7 +194,10 @@ def all_metrics(p: dict[str, np.ndarray], binning: Binning, layer_windows: tuple
     return aggregate(head_metrics(p, binning, layer_windows))
 
 
-def held_out_metrics(sums: CellSums) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def held_out_metrics(sums: CellSums) -> tuple[
+    dict[str, Float[np.ndarray, "windows layers_and_mean heads_and_mean"]],
+    dict[str, Float[np.ndarray, "groups windows layers_and_mean heads_and_mean"]],
+]:
     """Cross-fitted ΔR²: fit on all groups but g, score on g (METHOD §5's bias check).
 
     Returns (pooled values, per-fold values [G, ...]) for leakage_pattern_heldout
@@ -205,9 +227,9 @@ def held_out_metrics(sums: CellSums) -> tuple[dict[str, np.ndarray], dict[str, n
                 proj_s, proj_z = project(y_s, counts), project(y_z, counts)
                 n_test = t_counts[cells]
                 total = t_counts.sum()
-                s2 = test["s2"][layer][:, mask].sum(-1)
-                z2 = test["z2"][layer][:, mask].sum(-1)
-                sz = test["sz"][layer][:, mask].sum(-1)
+                s2 = test.logit_sq[layer][:, mask].sum(-1)
+                z2 = test.log_partition_sq[layer][:, mask].sum(-1)
+                sz = test.logit_x_log_partition[layer][:, mask].sum(-1)
                 for key, rel, add, y_test, sq, tot in (
                     ("leakage_logit_heldout", proj_s.relative, proj_s.additive, t_s[:, cells], s2, t_s.sum((-2, -1))),
                     (
@@ -225,14 +247,16 @@ def held_out_metrics(sums: CellSums) -> tuple[dict[str, np.ndarray], dict[str, n
     pooled, folds = {}, {}
     for key in HELD_OUT:
         with np.errstate(divide="ignore", invalid="ignore"):
-            per_fold = aggregate({key: (gain[key] / sst[key]).reshape(-1, n_layers, n_heads)})[key]
-            folds[key] = per_fold.reshape(g_count, len(WINDOWS), n_layers + 1, n_heads + 1)
+            per_fold = aggregate({key: rearrange(gain[key] / sst[key], "group window layer head -> (group window) layer head")})[key]
+            folds[key] = rearrange(per_fold, "(group window) layer head -> group window layer head", group=g_count)
             head_pooled = np.nansum(gain[key], 0) / np.nansum(sst[key], 0)
         pooled[key] = aggregate({key: head_pooled})[key]
     return pooled, folds
 
 
-def probe_metrics(sums: CellSums, penalty: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
+def probe_metrics(
+    sums: CellSums, penalty: float = 1e-3
+) -> tuple[Float[np.ndarray, "windows layers_and_mean"], Float[np.ndarray, "groups windows layers_and_mean"]]:
     """Held-out R² of a ridge probe from one layer's head features to log(i + 1).
 
     Features per query row: a_i0, entropy, a_ii and max_j a_ij of every head.
@@ -251,18 +275,22 @@ def probe_metrics(sums: CellSums, penalty: float = 1e-3) -> tuple[np.ndarray, np
         train, test = sums.leave_out(g), sums.group(g)
         for w in range(len(WINDOWS)):
             for layer in range(n_layers):
-                if train["pn"][layer, w] < 2 or test["pn"][layer, w] < 2:
+                if train.probe_row_count[layer, w] < 2 or test.probe_row_count[layer, w] < 2:
                     sse[g, w, layer] = sst[g, w, layer] = np.nan
                     continue
-                theta = ridge_fit(train["xtx"][layer, w], train["xty"][layer, w], train["y1"][layer, w], train["pn"][layer, w], penalty)
+                theta = ridge_fit(
+                    train.probe_gram[layer, w], train.probe_design_x_target[layer, w], train.probe_target[layer, w],
+                    train.probe_row_count[layer, w], penalty,
+                )
                 sse[g, w, layer], sst[g, w, layer] = held_out_r2(
-                    theta, test["xtx"][layer, w], test["xty"][layer, w], test["yy"][layer, w], test["y1"][layer, w], test["pn"][layer, w]
+                    theta, test.probe_gram[layer, w], test.probe_design_x_target[layer, w], test.probe_target_sq[layer, w],
+                    test.probe_target[layer, w], test.probe_row_count[layer, w],
                 )
     with np.errstate(divide="ignore", invalid="ignore"):
         folds = 1 - sse / sst
         pooled = 1 - np.nansum(sse, 0) / np.nansum(sst, 0)
 
-    def with_mean(x: np.ndarray) -> np.ndarray:
+    def with_mean(x: Float[np.ndarray, "*groups windows layers"]) -> Float[np.ndarray, "*groups windows layers+1"]:
         later = x[..., 1:] if n_layers > 1 else x
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -271,7 +299,14 @@ def probe_metrics(sums: CellSums, penalty: float = 1e-3) -> tuple[np.ndarray, np
     return with_mean(pooled), with_mean(folds)
 
 
-def metrics_with_intervals(sums: CellSums, probe: bool = True) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def metrics_with_intervals(sums: CellSums, probe: bool = True) -> dict[
+    str,
+    tuple[
+        Float[np.ndarray, "windows layers_and_mean heads_and_mean"],
+        Float[np.ndarray, "windows layers_and_mean heads_and_mean"],
+        Float[np.ndarray, "windows layers_and_mean heads_and_mean"],
+    ],
+]:
     """Every metric as (value, ci_low, ci_high) arrays [window, layer + 1, head + 1].
 
     In-sample metrics get delete-one-group jackknife intervals (each replicate

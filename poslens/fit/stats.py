@@ -1,6 +1,6 @@
 """Nested least squares on cell sums: binned and linear ΔR², held-out ΔR², probes, intervals, depth slopes.
 
-All fits take *pooled* sums (a dict of arrays without the group axis, from
+All fits take *pooled* sums (:class:`poslens.fit.sums.SumArrays` without the group axis, from
 :class:`poslens.fit.sums.CellSums`) and one layer's cells inside a query window.
 Both regression models of METHOD §3.1 predict a constant per cell
 (query bin c, offset bin b), so with cell counts n_cb and cell sums Y_cb:
@@ -145,7 +145,9 @@ def total_sum_of_squares(
     return sum_sq - total**2 / count
 
 
-def linear_r2_gain(m: dict[str, Float[np.ndarray, "*heads"] | float], sst: Float[np.ndarray, "*heads"] | float) -> Float[np.ndarray, "*heads"] | float:
+def linear_r2_gain(
+    m: dict[str, Float[np.ndarray, "*heads"] | float], sst: Float[np.ndarray, "*heads"] | float
+) -> Float[np.ndarray, "*heads"] | float:
     """METHOD §3.2: R² of y on [i−j, i, j] minus R² on [i−j], from moment sums.
 
     ``m`` holds n, i1, j1, ii, jj, ij (pairs) and y1, yi, yj (sums of y, y·i, y·j);

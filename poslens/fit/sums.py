@@ -1,97 +1,221 @@
 """Per-group sufficient statistics: the only thing a measurement keeps of the forward pass.
 
-Every array has the group axis first and is a plain float64 sum over
-(sequence, query, key) pairs, so sums from batches, groups and processes add.
-Cells are indexed ``[query_bin, offset_bin]``. Shapes (G groups, L layers,
-H heads, C query bins, B offset bins, F = 4 row features, W = 2 windows,
-D = 4H + 1 probe features):
+:class:`SumArrays` holds every statistic as a named float64 array. In
+:attr:`CellSums.per_group` each array has the group axis first and is a plain
+sum over (sequence, query, key) pairs, so sums from batches, groups and
+processes add; :meth:`CellSums.pooled`, :meth:`CellSums.leave_out`,
+:meth:`CellSums.leave_out_groups` and :meth:`CellSums.group` return the same
+type without the group axis. Cells are indexed ``[query_bin, offset_bin]``.
+Shapes (G groups, L layers, H heads, C query bins, B offset bins, F = 4 row
+features, W = 2 windows, D = 4H + 1 probe features, T positions):
 
-========== ================== =====================================================
-name       shape              sum over pairs (or rows) of
-========== ================== =====================================================
-n          G, L, C, B         1 (pair count; structural)
-c1         G, L, C, B         count term c_i = log|V_i|
-s1         G, L, H, C, B      logit s_ij
-z1         G, L, H, C, B      log Z_i
-nq         G, L, C            1, per query bin
-c2         G, L, C            c_i²
-s2         G, L, H, C         s_ij²
-z2         G, L, H, C         (log Z_i)²
-sz         G, L, H, C         s_ij · log Z_i
-si, sj     G, L, H, C         s_ij · i,  s_ij · j
-i1, j1     G, L, C            i, j
-ii, jj, ij G, L, C            i², j², i·j
-rows       G, C               1 per query row (not per pair)
-feat       G, L, H, F, C      row features a_i0, entropy, a_ii, max_j a_ij
-xtx        G, L, W, D, D      probe design [1, features of all heads]ᵀ[…]
-xty, y1    G, L, W, D / —     probe targets log(i+1)
-yy, pn     G, L, W            Σ y², row count
-nseq       G                  1 per sequence
-srow       G, L, H, T         Σ_{j∈V_i} s_ij per exact row i (METHOD §4.3)
-skey0      G, L, H, T         s_i0 per exact row (0 where key 0 is not visible)
-soff_all   G, L, H, T         s_{i,i−Δ} per exact offset Δ, rows 1 ≤ i < T
-soff_early G, L, H, Q         the same over the early rows 1 ≤ i < Q (Q capped at T)
-cf_all     G, L, H, C, B      log a'_ij(n) of the per-sequence counterfactual, all-window fit
-cf_early   G, L, H, C, B      the same for the early window's own fit (cells outside it: 0)
-cf_*_rep   G, L, H, C, B      row g: the jackknife replicate without group g, whole
-========== ================== =====================================================
+=========================== ================== ==========================================================
+field                       shape              sum over pairs (or rows) of
+=========================== ================== ==========================================================
+pair_count                  G, L, C, B         1 (pair count; structural)
+count_term                  G, L, C, B         count term c_i = log|V_i|
+logit                       G, L, H, C, B      logit s_ij
+log_partition               G, L, H, C, B      log Z_i
+query_pair_count            G, L, C            1, per query bin
+count_term_sq               G, L, C            c_i²
+logit_sq                    G, L, H, C         s_ij²
+log_partition_sq            G, L, H, C         (log Z_i)²
+logit_x_log_partition       G, L, H, C         s_ij · log Z_i
+logit_x_query_position      G, L, H, C         s_ij · i
+logit_x_key_position        G, L, H, C         s_ij · j
+query_position              G, L, C            i
+key_position                G, L, C            j
+query_position_sq           G, L, C            i²
+key_position_sq             G, L, C            j²
+query_x_key_position        G, L, C            i · j
+query_row_count             G, C               1 per query row (not per pair)
+features                    G, L, H, F, C      row features a_i0, entropy, a_ii, max_j a_ij
+probe_gram                  G, L, W, D, D      x̃ x̃ᵀ of the probe design x̃ = [1, features of all heads]
+probe_design_x_target       G, L, W, D         x̃ · y of the probe target y = log(i + 1)
+probe_target                G, L, W            y
+probe_target_sq             G, L, W            y²
+probe_row_count             G, L, W            1 per probe row
+sequence_count              G                  1 per sequence
+logit_by_row                G, L, H, T         Σ_{j∈V_i} s_ij per exact row i (METHOD §4.3)
+key0_logit_by_row           G, L, H, T         s_i0 per exact row (0 where key 0 is not visible)
+logit_by_offset_all         G, L, H, T         s_{i,i−Δ} per exact offset Δ, rows 1 ≤ i < T
+logit_by_offset_early       G, L, H, Q         the same over the early rows 1 ≤ i < Q (Q capped at T)
+counterfactual_all          G, L, H, C, B      log a'_ij(n) of the per-sequence counterfactual, all-window fit
+counterfactual_early        G, L, H, C, B      the same for the early window's own fit (cells outside it: 0)
+counterfactual_*_replicate  G, L, H, C, B      row g: the jackknife replicate without group g, whole
+=========================== ================== ==========================================================
 
-The ``cf_*`` sums come from the second pass (:mod:`poslens.capture.counterfactual_capture`):
-each group's counterfactual uses the fit on the other groups (cross-fitting).
-Replicates refit that fit too, so they are not the sum over the other groups:
-:meth:`CellSums.leave_out` takes them from ``cf_*_rep``, and :meth:`CellSums.pooled`
-and :meth:`CellSums.group` leave the ``_rep`` arrays out.
+The ``counterfactual_*`` sums come from the second pass
+(:mod:`poslens.capture.counterfactual_capture`): each group's counterfactual
+uses the fit on the other groups (cross-fitting). Replicates refit that fit
+too, so they are not the sum over the other groups: :meth:`CellSums.leave_out`
+takes them from ``counterfactual_*_replicate``, and the other reductions leave
+the replicate arrays out (``None``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
+from jaxtyping import Float
 
 from poslens.fit.binning import Binning
 
 FEATURES = ("key0_mass", "entropy", "self_mass", "max_mass")
-REPLICATE = "_rep"  # suffix of arrays that hold whole jackknife replicates, not per-group sums
 WINDOWS = ("early", "all")
+#: Fields that hold whole jackknife replicates (row g: without group g), not per-group sums.
+REPLICATES = ("counterfactual_all_replicate", "counterfactual_early_replicate")
+
+
+@dataclass
+class SumArrays:
+    """Every statistic of the table above, as a named array.
+
+    With the group axis first (``*groups`` = G) in :attr:`CellSums.per_group`;
+    without it (``*groups`` empty) once pooled or reduced. The replicate fields
+    exist only with the group axis; the reductions set them to ``None``.
+
+    Example:
+        >>> a = SumArrays.zeros(groups=2, layers=3, heads=4, binning=Binning(32))
+        >>> a.logit.shape   # groups, layers, heads, query bins, offset bins
+        (2, 3, 4, 19, 19)
+    """
+
+    pair_count: Float[np.ndarray, "*groups layers qbins obins"]
+    count_term: Float[np.ndarray, "*groups layers qbins obins"]
+    logit: Float[np.ndarray, "*groups layers heads qbins obins"]
+    log_partition: Float[np.ndarray, "*groups layers heads qbins obins"]
+    query_pair_count: Float[np.ndarray, "*groups layers qbins"]
+    count_term_sq: Float[np.ndarray, "*groups layers qbins"]
+    logit_sq: Float[np.ndarray, "*groups layers heads qbins"]
+    log_partition_sq: Float[np.ndarray, "*groups layers heads qbins"]
+    logit_x_log_partition: Float[np.ndarray, "*groups layers heads qbins"]
+    logit_x_query_position: Float[np.ndarray, "*groups layers heads qbins"]
+    logit_x_key_position: Float[np.ndarray, "*groups layers heads qbins"]
+    query_position: Float[np.ndarray, "*groups layers qbins"]
+    key_position: Float[np.ndarray, "*groups layers qbins"]
+    query_position_sq: Float[np.ndarray, "*groups layers qbins"]
+    key_position_sq: Float[np.ndarray, "*groups layers qbins"]
+    query_x_key_position: Float[np.ndarray, "*groups layers qbins"]
+    query_row_count: Float[np.ndarray, "*groups qbins"]
+    features: Float[np.ndarray, "*groups layers heads features qbins"]
+    probe_gram: Float[np.ndarray, "*groups layers windows probe probe"]
+    probe_design_x_target: Float[np.ndarray, "*groups layers windows probe"]
+    probe_target: Float[np.ndarray, "*groups layers windows"]
+    probe_target_sq: Float[np.ndarray, "*groups layers windows"]
+    probe_row_count: Float[np.ndarray, "*groups layers windows"]
+    sequence_count: Float[np.ndarray, " *groups"]
+    logit_by_row: Float[np.ndarray, "*groups layers heads seq"]
+    key0_logit_by_row: Float[np.ndarray, "*groups layers heads seq"]
+    logit_by_offset_all: Float[np.ndarray, "*groups layers heads seq"]
+    logit_by_offset_early: Float[np.ndarray, "*groups layers heads early"]
+    counterfactual_all: Float[np.ndarray, "*groups layers heads qbins obins"]
+    counterfactual_early: Float[np.ndarray, "*groups layers heads qbins obins"]
+    counterfactual_all_replicate: Float[np.ndarray, "*groups layers heads qbins obins"] | None = None
+    counterfactual_early_replicate: Float[np.ndarray, "*groups layers heads qbins obins"] | None = None
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The field names, in the order of the table above.
+
+        Example:
+            >>> SumArrays.names()[:3]
+            ('pair_count', 'count_term', 'logit')
+        """
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def zeros(cls, groups: int, layers: int, heads: int, binning: Binning) -> "SumArrays":
+        """Zeroed arrays (with the group axis) for every statistic.
+
+        Example:
+            >>> a = SumArrays.zeros(groups=2, layers=3, heads=4, binning=Binning(32))
+            >>> a.probe_gram.shape   # groups, layers, windows, 4 features × 4 heads + 1
+            (2, 3, 2, 17, 17)
+        """
+        return cls(**{name: np.zeros(shape, dtype=np.float64) for name, shape in array_shapes(groups, layers, heads, binning).items()})
+
+    def as_dict(self) -> dict[str, Float[np.ndarray, "..."]]:
+        """``{field name: array}`` for every field that holds an array (replicates left out when ``None``).
+
+        Example:
+            >>> a = SumArrays.zeros(groups=2, layers=1, heads=1, binning=Binning(8))
+            >>> len(a.as_dict()) == len(SumArrays.names())
+            True
+        """
+        return {name: getattr(self, name) for name in self.names() if getattr(self, name) is not None}
+
+    def counterfactual(self, window: str) -> Float[np.ndarray, "*groups layers heads qbins obins"]:
+        """``counterfactual_early`` or ``counterfactual_all`` by window name.
+
+        Example:
+            >>> a = SumArrays.zeros(groups=2, layers=1, heads=1, binning=Binning(8))
+            >>> a.counterfactual("early") is a.counterfactual_early
+            True
+        """
+        return {"early": self.counterfactual_early, "all": self.counterfactual_all}[_window(window)]
+
+    def counterfactual_replicate(self, window: str) -> Float[np.ndarray, "groups layers heads qbins obins"]:
+        """``counterfactual_early_replicate`` or ``counterfactual_all_replicate`` by window name.
+
+        Example:
+            >>> a = SumArrays.zeros(groups=2, layers=1, heads=1, binning=Binning(8))
+            >>> a.counterfactual_replicate("all") is a.counterfactual_all_replicate
+            True
+        """
+        replicate = {"early": self.counterfactual_early_replicate, "all": self.counterfactual_all_replicate}[_window(window)]
+        if replicate is None:
+            raise ValueError("these sums have no replicate arrays (only the per-group sums of CellSums.per_group do)")
+        return replicate
+
+    def logit_by_offset(self, window: str) -> Float[np.ndarray, "*groups layers heads offsets"]:
+        """``logit_by_offset_early`` or ``logit_by_offset_all`` by window name.
+
+        Example:
+            >>> a = SumArrays.zeros(groups=2, layers=1, heads=1, binning=Binning(64, early=32))
+            >>> a.logit_by_offset("early").shape, a.logit_by_offset("all").shape
+            ((2, 1, 1, 32), (2, 1, 1, 64))
+        """
+        return {"early": self.logit_by_offset_early, "all": self.logit_by_offset_all}[_window(window)]
+
+
+def _window(window: str) -> str:
+    if window not in WINDOWS:
+        raise ValueError(f"unknown query window {window!r}; choose one of: {', '.join(WINDOWS)}")
+    return window
 
 
 def array_shapes(groups: int, layers: int, heads: int, binning: Binning) -> dict[str, tuple[int, ...]]:
-    """The shape of every statistic in the table above.
+    """The shape of every statistic in the table above, by :class:`SumArrays` field name.
 
     Example:
-        >>> array_shapes(2, 3, 4, Binning(32))["s1"]   # groups, layers, heads, query bins, offset bins
+        >>> array_shapes(2, 3, 4, Binning(32))["logit"]   # groups, layers, heads, query bins, offset bins
         (2, 3, 4, 19, 19)
     """
     g, l, h, t = groups, layers, heads, binning.seq_len
     c, b, f, w, d = binning.n_query_bins, binning.n_offset_bins, len(FEATURES), len(WINDOWS), len(FEATURES) * heads + 1
     q = min(binning.early, t)
     return {
-        "n": (g, l, c, b), "c1": (g, l, c, b),
-        "s1": (g, l, h, c, b), "z1": (g, l, h, c, b),
-        "nq": (g, l, c), "c2": (g, l, c),
-        "s2": (g, l, h, c), "z2": (g, l, h, c), "sz": (g, l, h, c), "si": (g, l, h, c), "sj": (g, l, h, c),
-        "i1": (g, l, c), "j1": (g, l, c), "ii": (g, l, c), "jj": (g, l, c), "ij": (g, l, c),
-        "rows": (g, c),
-        "feat": (g, l, h, f, c),
-        "xtx": (g, l, w, d, d), "xty": (g, l, w, d), "y1": (g, l, w), "yy": (g, l, w), "pn": (g, l, w),
-        "nseq": (g,),
-        "srow": (g, l, h, t), "skey0": (g, l, h, t), "soff_all": (g, l, h, t), "soff_early": (g, l, h, q),
-        "cf_all": (g, l, h, c, b), "cf_early": (g, l, h, c, b),
-        "cf_all_rep": (g, l, h, c, b), "cf_early_rep": (g, l, h, c, b),
+        "pair_count": (g, l, c, b), "count_term": (g, l, c, b),
+        "logit": (g, l, h, c, b), "log_partition": (g, l, h, c, b),
+        "query_pair_count": (g, l, c), "count_term_sq": (g, l, c),
+        "logit_sq": (g, l, h, c), "log_partition_sq": (g, l, h, c), "logit_x_log_partition": (g, l, h, c),
+        "logit_x_query_position": (g, l, h, c), "logit_x_key_position": (g, l, h, c),
+        "query_position": (g, l, c), "key_position": (g, l, c), "query_position_sq": (g, l, c),
+        "key_position_sq": (g, l, c), "query_x_key_position": (g, l, c),
+        "query_row_count": (g, c),
+        "features": (g, l, h, f, c),
+        "probe_gram": (g, l, w, d, d), "probe_design_x_target": (g, l, w, d),
+        "probe_target": (g, l, w), "probe_target_sq": (g, l, w), "probe_row_count": (g, l, w),
+        "sequence_count": (g,),
+        "logit_by_row": (g, l, h, t), "key0_logit_by_row": (g, l, h, t),
+        "logit_by_offset_all": (g, l, h, t), "logit_by_offset_early": (g, l, h, q),
+        "counterfactual_all": (g, l, h, c, b), "counterfactual_early": (g, l, h, c, b),
+        "counterfactual_all_replicate": (g, l, h, c, b), "counterfactual_early_replicate": (g, l, h, c, b),
     }
-
-
-def empty_arrays(groups: int, layers: int, heads: int, binning: Binning) -> dict[str, np.ndarray]:
-    """Zeroed arrays for every statistic in the table above.
-
-    Example:
-        >>> a = empty_arrays(2, 3, 4, Binning(32))
-        >>> a["s1"].shape   # groups, layers, heads, query bins, offset bins
-        (2, 3, 4, 19, 19)
-    """
-    return {name: np.zeros(shape, dtype=np.float64) for name, shape in array_shapes(groups, layers, heads, binning).items()}
 
 
 def sums_bytes(groups: int, layers: int, heads: int, binning: Binning) -> int:
@@ -102,7 +226,7 @@ def sums_bytes(groups: int, layers: int, heads: int, binning: Binning) -> int:
 
     Example:
         >>> s = CellSums.zeros(groups=2, layers=3, heads=4, binning=Binning(32))
-        >>> held = [*s.arrays.values(), s.row_features, s.row_count, s.group_sizes]
+        >>> held = [*s.per_group.as_dict().values(), s.row_features, s.row_count, s.group_sizes]
         >>> sums_bytes(2, 3, 4, Binning(32)) == sum(a.nbytes for a in held)
         True
     """
@@ -129,6 +253,7 @@ def counterfactual_bytes(groups: int, layers: int, heads: int, binning: Binning)
 class CellSums:
     """Grouped sums of one measurement, with what is needed to fit them.
 
+    ``per_group`` holds the :class:`SumArrays` with the group axis first;
     ``row_features`` [L, H, F, T] holds per-query sums over all sequences (for
     curves); ``row_count`` [T] the number of sequences that contributed;
     ``layer_windows`` the sliding window of each layer (None: full causal), which
@@ -136,15 +261,15 @@ class CellSums:
 
     Example:
         >>> sums = CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16))
-        >>> sums.pooled()["s1"].shape
+        >>> sums.pooled().logit.shape
         (1, 1, 16, 16)
     """
 
     binning: Binning
-    arrays: dict[str, np.ndarray]
-    row_features: np.ndarray
-    row_count: np.ndarray
-    group_sizes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    per_group: SumArrays
+    row_features: Float[np.ndarray, "layers heads features seq"]
+    row_count: Float[np.ndarray, " seq"]
+    group_sizes: Float[np.ndarray, " groups"] = field(default_factory=lambda: np.zeros(0))
     layer_windows: tuple[int | None, ...] = ()
 
     @classmethod
@@ -155,12 +280,12 @@ class CellSums:
 
         Example:
             >>> s = CellSums.zeros(groups=3, layers=2, heads=4, binning=Binning(16))
-            >>> s.arrays["s1"].shape, s.row_features.shape   # [G, L, H, C, B] and [L, H, F, T]
+            >>> s.per_group.logit.shape, s.row_features.shape   # [G, L, H, C, B] and [L, H, F, T]
             ((3, 2, 4, 16, 16), (2, 4, 4, 16))
         """
         return cls(
             binning=binning,
-            arrays=empty_arrays(groups, layers, heads, binning),
+            per_group=SumArrays.zeros(groups, layers, heads, binning),
             row_features=np.zeros((layers, heads, len(FEATURES), binning.seq_len)),
             row_count=np.zeros(binning.seq_len),
             group_sizes=np.zeros(groups),
@@ -175,7 +300,7 @@ class CellSums:
             >>> CellSums.zeros(groups=3, layers=2, heads=4, binning=Binning(16)).n_groups
             3
         """
-        return int(self.arrays["n"].shape[0])
+        return int(self.per_group.pair_count.shape[0])
 
     @property
     def n_layers(self) -> int:
@@ -185,7 +310,7 @@ class CellSums:
             >>> CellSums.zeros(groups=3, layers=2, heads=4, binning=Binning(16)).n_layers
             2
         """
-        return int(self.arrays["n"].shape[1])
+        return int(self.per_group.pair_count.shape[1])
 
     @property
     def n_heads(self) -> int:
@@ -195,63 +320,71 @@ class CellSums:
             >>> CellSums.zeros(groups=3, layers=2, heads=4, binning=Binning(16)).n_heads
             4
         """
-        return int(self.arrays["s1"].shape[2])
+        return int(self.per_group.logit.shape[2])
 
-    def pooled(self) -> dict[str, np.ndarray]:
+    def _reduce_groups(self, take: Callable[[np.ndarray], np.ndarray]) -> SumArrays:
+        """``take`` (which removes the group axis) applied to every per-group array; replicates left out."""
+        arrays = {name: np.asarray(take(array)) for name, array in self.per_group.as_dict().items() if name not in REPLICATES}
+        return SumArrays(**arrays)
+
+    def pooled(self) -> SumArrays:
         """Sums over all groups (the group axis removed).
 
         Example:
             >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
-            >>> s.arrays["n"][:, 0, 0, 0] = [1.0, 2.0, 3.0]   # pairs in cell (0, 0) of each group
-            >>> float(s.pooled()["n"][0, 0, 0]), s.pooled()["n"].shape
+            >>> s.per_group.pair_count[:, 0, 0, 0] = [1.0, 2.0, 3.0]   # pairs in cell (0, 0) of each group
+            >>> float(s.pooled().pair_count[0, 0, 0]), s.pooled().pair_count.shape
             (6.0, (1, 16, 16))
         """
-        return {k: v.sum(axis=0) for k, v in self.arrays.items() if not k.endswith(REPLICATE)}
+        return self._reduce_groups(lambda a: a.sum(axis=0))
 
-    def leave_out(self, group: int) -> dict[str, np.ndarray]:
-        """Sums over all groups but ``group`` (a jackknife replicate).
+    def leave_out(self, group: int) -> SumArrays:
+        """Sums over all groups but ``group`` (a jackknife replicate); the counterfactual sums are the replicate's own.
 
         Example:
             >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
-            >>> s.arrays["n"][:, 0, 0, 0] = [1.0, 2.0, 3.0]
-            >>> float(s.leave_out(1)["n"][0, 0, 0])   # 1 + 3
+            >>> s.per_group.pair_count[:, 0, 0, 0] = [1.0, 2.0, 3.0]
+            >>> float(s.leave_out(1).pair_count[0, 0, 0])   # 1 + 3
             4.0
         """
-        out = {k: v.sum(axis=0) - v[group] for k, v in self.arrays.items() if not k.endswith(REPLICATE)}
-        out.update({k[: -len(REPLICATE)]: v[group] for k, v in self.arrays.items() if k.endswith(REPLICATE)})
-        return out
+        return replace(
+            self._reduce_groups(lambda a: a.sum(axis=0) - a[group]),
+            counterfactual_all=self.per_group.counterfactual_replicate("all")[group],
+            counterfactual_early=self.per_group.counterfactual_replicate("early")[group],
+        )
 
-    def leave_out_groups(self, groups: set[int]) -> dict[str, np.ndarray]:
+    def leave_out_groups(self, groups: set[int]) -> SumArrays:
         """Sums over all groups but those in ``groups`` (per-group arrays only; no replicate arrays).
 
         Example:
             >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
-            >>> s.arrays["n"][:, 0, 0, 0] = [1.0, 2.0, 3.0]
-            >>> float(s.leave_out_groups({0, 2})["n"][0, 0, 0])
+            >>> s.per_group.pair_count[:, 0, 0, 0] = [1.0, 2.0, 3.0]
+            >>> float(s.leave_out_groups({0, 2}).pair_count[0, 0, 0])
             2.0
         """
         keep = [g for g in range(self.n_groups) if g not in groups]
-        return {k: v[keep].sum(axis=0) for k, v in self.arrays.items() if not k.endswith(REPLICATE)}
+        return self._reduce_groups(lambda a: a[keep].sum(axis=0))
 
-    def group(self, group: int) -> dict[str, np.ndarray]:
+    def group(self, group: int) -> SumArrays:
         """Sums of one group.
 
         Example:
             >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
-            >>> s.arrays["n"][:, 0, 0, 0] = [1.0, 2.0, 3.0]
-            >>> float(s.group(2)["n"][0, 0, 0]), s.group(2)["n"].shape
+            >>> s.per_group.pair_count[:, 0, 0, 0] = [1.0, 2.0, 3.0]
+            >>> float(s.group(2).pair_count[0, 0, 0]), s.group(2).pair_count.shape
             (3.0, (1, 16, 16))
         """
-        return {k: v[group] for k, v in self.arrays.items() if not k.endswith(REPLICATE)}
+        return self._reduce_groups(lambda a: a[group])
 
     def __add__(self, other: "CellSums") -> "CellSums":
-        if self.binning != other.binning or self.arrays["s1"].shape != other.arrays["s1"].shape:
+        if self.binning != other.binning or self.per_group.logit.shape != other.per_group.logit.shape:
             raise ValueError("cannot add sums of different shapes or binnings")
         if self.layer_windows != other.layer_windows:
             raise ValueError(f"cannot add sums of layers with different windows: {self.layer_windows} vs {other.layer_windows}")
+        theirs = other.per_group.as_dict()
         return CellSums(
             self.binning,
-            {k: v + other.arrays[k] for k, v in self.arrays.items()},
+            SumArrays(**{name: array + theirs[name] for name, array in self.per_group.as_dict().items()}),
             self.row_features + other.row_features,
             self.row_count + other.row_count,
             self.group_sizes + other.group_sizes,
@@ -275,25 +408,27 @@ class CellSums:
             row_count=self.row_count,
             group_sizes=self.group_sizes,
             layer_windows=np.array([-1 if w is None else w for w in self.layer_windows], dtype=np.int64),
-            **{f"a_{k}": v for k, v in self.arrays.items()},
+            **{f"a_{name}": array for name, array in self.per_group.as_dict().items()},
         )
 
     @classmethod
     def load(cls, path: str | Path) -> "CellSums":
-        """Read sums written by :meth:`save`.
+        """Read sums written by :meth:`save`; sums written by an older poslens (other array names) raise ``ValueError``.
 
         Example:
             >>> import tempfile, pathlib; path = pathlib.Path(tempfile.mkdtemp()) / "sums.npz"
             >>> CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16, early=8)).save(path)
             >>> back = CellSums.load(path)
-            >>> back.binning == Binning(16, early=8), back.n_groups, back.arrays["s1"].shape
+            >>> back.binning == Binning(16, early=8), back.n_groups, back.per_group.logit.shape
             (True, 2, (2, 1, 1, 16, 16))
         """
         with np.load(path) as data:
             binning = Binning(int(data["seq_len"]), early=int(data["early"]))
-            arrays = {k[2:]: data[k] for k in data.files if k.startswith("a_")}
-            windows = tuple(None if w < 0 else int(w) for w in data["layer_windows"]) if "layer_windows" in data.files else ()
-            missing = set(array_shapes(1, 1, 1, binning)) - set(arrays)
+            stored = {k[2:] for k in data.files if k.startswith("a_")}
+            missing = [name for name in SumArrays.names() if name not in stored]
             if missing:
-                raise ValueError(f"{path}: sums written by an older poslens lack {sorted(missing)}; measure again")
+                shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+                raise ValueError(f"{path}: sums written by an older poslens lack {shown}; measure again")
+            arrays = SumArrays(**{name: data[f"a_{name}"] for name in SumArrays.names()})
+            windows = tuple(None if w < 0 else int(w) for w in data["layer_windows"]) if "layer_windows" in data.files else ()
             return cls(binning, arrays, data["row_features"], data["row_count"], data["group_sizes"], windows)

@@ -18,6 +18,7 @@ from poslens.runtime import distributed
 from poslens.fit.binning import Binning
 from poslens.capture.leakage_capture import LeakageCapture
 from poslens.model.corpus import Corpus
+from poslens.model.loading import require_pos_model
 from poslens.fit.counterfactual import counterfactual_sums, residuals
 from poslens.capture.counterfactual_capture import CounterfactualCapture
 from poslens.model.hooks import Hook, run_with_hooks
@@ -125,6 +126,7 @@ def collect_sums(
     Example:
         >>> sums = collect_sums(model, corpus, groups=4)  # doctest: +SKIP
     """
+    require_pos_model(model, "collect_sums()")
     if corpus.seq_len > (model.max_context or corpus.seq_len):
         raise ValueError(
             f"sequence length {corpus.seq_len} exceeds {model.name}'s context of {model.max_context} tokens; "
@@ -172,7 +174,7 @@ def cross_fitted_residuals(sums: CellSums) -> Callable[[int], dict[str, np.ndarr
         for w in WINDOWS
     }
     total = {w: x.sum(axis=0) for w, x in per_group.items()}
-    n_seqs = np.asarray(sums.arrays["nseq"], dtype=np.float64)
+    n_seqs = np.asarray(sums.per_group.sequence_count, dtype=np.float64)
 
     def of(group: int) -> dict[str, np.ndarray]:
         out = {}
@@ -189,7 +191,7 @@ def cross_fitted_residuals(sums: CellSums) -> Callable[[int], dict[str, np.ndarr
 
 
 def add_counterfactual(sums: CellSums, second: CounterfactualCapture) -> None:
-    """Fill ``sums``' ``cf_*`` (per group) and ``cf_*_rep`` (per replicate) arrays from a finished second pass.
+    """Fill ``sums``' ``counterfactual_*`` (per group) and ``counterfactual_*_replicate`` arrays from a finished second pass.
 
     The second pass's row sums are all-reduced across ranks first.
 
@@ -198,7 +200,7 @@ def add_counterfactual(sums: CellSums, second: CounterfactualCapture) -> None:
     """
     log_z = {w: distributed.all_reduce_array(second.log_partition[w]) for w in WINDOWS}
     for w in WINDOWS:
-        sums.arrays[f"cf_{w}_rep"][:] = 0.0
+        sums.per_group.counterfactual_replicate(w)[:] = 0.0
     for group in range(sums.n_groups):
         residual = second.residuals_of(group)
         own = sums.group(group)
@@ -206,9 +208,9 @@ def add_counterfactual(sums: CellSums, second: CounterfactualCapture) -> None:
             for variant in range(sums.n_groups):
                 cells = counterfactual_sums(own, sums.binning, sums.layer_windows, w, residual[w][variant], log_z[w][group, variant])
                 if variant == group:
-                    sums.arrays[f"cf_{w}"][group] = cells
+                    sums.per_group.counterfactual(w)[group] = cells
                 else:
-                    sums.arrays[f"cf_{w}_rep"][variant] += cells
+                    sums.per_group.counterfactual_replicate(w)[variant] += cells
 
 
 def measure_scores(
@@ -339,6 +341,7 @@ def measure(
         >>> result = poslens.measure(model, corpus)                                  # doctest: +SKIP
         >>> result.select("c_res", "early", head=-1)[["layer", "value", "ci_low", "ci_high"]]  # doctest: +SKIP
     """
+    require_pos_model(model, "measure()")
     start = time.perf_counter()
     distributed.init_from_env()
     batch_size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)

@@ -14,9 +14,9 @@ import pandas as pd
 from tqdm import tqdm
 
 from poslens.measurement.pipeline import measure
-from poslens.model.loading import load_model, require_pos_model
-from poslens.model.corpus import make_corpus
 from poslens.measurement.result import Result, concat
+from poslens.model.corpus import make_corpus
+from poslens.model.loading import load_model, require_pos_model
 
 
 @dataclass(frozen=True)

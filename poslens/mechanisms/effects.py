@@ -12,11 +12,11 @@ import difflib
 import numpy as np
 import pandas as pd
 
-from poslens.measurement.pipeline import tidy
 from poslens.fit.metrics import all_metrics
-from poslens.measurement.result import Result
 from poslens.fit.stats import jackknife_interval
 from poslens.fit.sums import WINDOWS, SumArrays
+from poslens.measurement.pipeline import tidy
+from poslens.measurement.result import Result
 
 
 def reduction(before: Result, after: Result, metric: str = "c_res", query_window: str = "early") -> pd.DataFrame:

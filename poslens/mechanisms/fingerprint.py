@@ -27,13 +27,13 @@ import pandas as pd
 import torch
 from jaxtyping import Float
 
-from poslens.model import hooks
-from poslens.model.corpus import Corpus, make_corpus
-from poslens.model.loading import require_pos_model
+from poslens.fit.stats import fold_interval, jackknife_interval
 from poslens.measurement.pipeline import group_of, measure, run_metadata
 from poslens.measurement.result import COLUMNS, Result
 from poslens.mechanisms.sinks import DEFAULT_TAU, sink_reading_heads, sink_table
-from poslens.fit.stats import fold_interval, jackknife_interval
+from poslens.model import hooks
+from poslens.model.corpus import Corpus, make_corpus
+from poslens.model.loading import require_pos_model
 
 Interval = tuple[np.ndarray, np.ndarray, np.ndarray]
 BOS_TOLERANCE = 1e-5  # METHOD §8 built-in check: relative dispersion with a constant BOS must be this small

@@ -344,9 +344,9 @@ def _build(
     dtype: torch.dtype,
     device_map: str | dict | None = None,
 ) -> PosModel:
+    from transformer_lens.model_bridge import TransformerBridge
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
-    from transformer_lens.model_bridge import TransformerBridge
 
     hf_logging.disable_progress_bar()  # poslens shows its own progress
     config = AutoConfig.from_pretrained(folder, local_files_only=True)

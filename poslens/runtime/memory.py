@@ -78,7 +78,8 @@ Example:
     >>> from poslens.runtime.memory import estimate_peak_bytes, plan_batch
     >>> model = poslens.load_model("smollm2-135m")                  # doctest: +SKIP
     >>> print(estimate_peak_bytes(model, 2, 512).describe())        # doctest: +SKIP
-    batch 2 × T=512: peak 688.7 MiB = weights 513.3 + runtime 0.0 + activations 54.2 + sums 68.9 + max(1.45 × attention 36.0, 1.45 × (scores + capture) 22.7, logits 0.4)
+    batch 2 × T=512: peak 688.7 MiB = weights 513.3 + runtime 0.0 + activations 54.2 + sums 68.9
+    + max(1.45 × attention 36.0, 1.45 × (scores + capture) 22.7, logits 0.4)
     >>> plan_batch(model, seq_len=512, n_seqs=64, budget_bytes="2GiB")  # whole process, ≈ 0.5 GiB runtime  # doctest: +SKIP
     18
 """
@@ -155,7 +156,8 @@ class MemoryEstimate:
         >>> e.total // MiB, e.increase // MiB
         (108, 8)
         >>> print(e.describe())
-        batch 1 × T=8: peak 108.0 MiB = weights 100.0 + runtime 0.0 + activations 1.0 + sums 2.0 + max(1 × attention 2.0, 1 × (scores + capture) 5.0, logits 3.0)
+        batch 1 × T=8: peak 108.0 MiB = weights 100.0 + runtime 0.0 + activations 1.0 + sums 2.0
+        + max(1 × attention 2.0, 1 × (scores + capture) 5.0, logits 3.0)
     """
 
     batch_size: int
@@ -213,7 +215,8 @@ class MemoryEstimate:
             >>> e = MemoryEstimate(2, 512, weights=512 * MiB, runtime=0, activations=54 * MiB, scores=18 * MiB,
             ...                    attention=36 * MiB, capture=4 * MiB, logits=MiB // 2, sums=69 * MiB)
             >>> print(e.describe())
-            batch 2 × T=512: peak 687.2 MiB = weights 512.0 + runtime 0.0 + activations 54.0 + sums 69.0 + max(1.45 × attention 36.0, 1.45 × (scores + capture) 22.0, logits 0.5)
+            batch 2 × T=512: peak 687.2 MiB = weights 512.0 + runtime 0.0 + activations 54.0 + sums 69.0
+            + max(1.45 × attention 36.0, 1.45 × (scores + capture) 22.0, logits 0.5)
         """
 
         def m(x: float) -> str:

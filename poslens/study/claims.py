@@ -586,7 +586,8 @@ def claim_c3(leakage: Any, ablation: Any, query_window: str = "early") -> list[d
         res = _pick(leak, "leakage", metric="c_res", query_window=query_window, intervention="none", model=model, variant=variant, **_MODEL_AGGREGATE)
         labels = _select(sink, model=model, variant=variant)["intervention"].drop_duplicates()
         for label in labels:
-            red = _pick(abl, "ablation", metric="reduction", query_window=query_window, intervention=label, model=model, variant=variant, **_MODEL_AGGREGATE)
+            red = _pick(abl, "ablation", metric="reduction", query_window=query_window, intervention=label,
+                        model=model, variant=variant, **_MODEL_AGGREGATE)
             outcome = verdict(C3_RULE, (res, red))
             for f in (res, red):
                 rows.append(_row("C3", model_label(model, variant), f, _rule_text(f.where, C3_RULE.text(), (res, red)), outcome))
@@ -709,7 +710,8 @@ def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any
             raise ValueError(f"comparison: no rows with case {needed!r} and intervention 'none' (metric 'c_res', window {query_window!r})")
 
     def pick(model: str, variant: str, case: str) -> Figure:
-        return _pick(t, "comparison", f"c_res ({case})", metric="c_res", query_window=query_window, intervention="none", model=model, variant=variant, **_MODEL_AGGREGATE)
+        return _pick(t, "comparison", f"c_res ({case})", metric="c_res", query_window=query_window, intervention="none",
+                     model=model, variant=variant, **_MODEL_AGGREGATE)
 
     std_key = standards[0]
     std = pick(*std_key, "standard")
@@ -812,7 +814,8 @@ def claim_c5(bos_swap: Any, target: float = 0.4, band: float = 0.1, query_window
     for model, variant in _keys(swaps, "bos_swap", "an intervention starting with 'bos:'"):
         kinds = sorted(_select(swaps, model=model, variant=variant)["intervention"].astype(str).unique())
         for kind in kinds:
-            f = _pick(t, "bos_swap", metric="reduction", query_window=query_window, intervention=kind, model=model, variant=variant, **_MODEL_AGGREGATE)
+            f = _pick(t, "bos_swap", metric="reduction", query_window=query_window, intervention=kind,
+                      model=model, variant=variant, **_MODEL_AGGREGATE)
             rows.append(_row("C5", f"{model_label(model, variant)}, {kind}", f, _rule_text(f.where, rule.text(), (f,)), verdict(rule, (f,))))
     return rows
 
@@ -924,7 +927,8 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> 
             "max dispersion (bos)", bos_max, float(top_row["ci_low"]), float(top_row["ci_high"]),
             f"maximum over layers {int(bos['layer'].min())}..{int(bos['layer'].max())} of {where} (at layer {int(top_row['layer'])})",
         )
-        none = _pick(t, "fingerprint", "dispersion (none)", metric="dispersion", layer=-1, head=-1, intervention="position0:none", model=model, variant=variant)
+        none = _pick(t, "fingerprint", "dispersion (none)", metric="dispersion", layer=-1, head=-1,
+                     intervention="position0:none", model=model, variant=variant)
         varied = dict(layer=-1, head=-1, intervention="position0:varied", model=model, variant=variant)
         acc = _pick(t, "fingerprint", metric="readout_accuracy", **varied)
         chance, k = _readout_chance(t, model, variant)
@@ -941,7 +945,8 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> 
 
 
 def _not_measured(claim: str) -> dict[str, Any]:
-    return dict(claim=claim, statement=STATEMENTS[claim], model=None, figure=np.nan, ci_low=np.nan, ci_high=np.nan, rule=NOT_MEASURED, verdict=INCONCLUSIVE)
+    return dict(claim=claim, statement=STATEMENTS[claim], model=None, figure=np.nan, ci_low=np.nan, ci_high=np.nan,
+                rule=NOT_MEASURED, verdict=INCONCLUSIVE)
 
 
 def evaluate(

@@ -24,7 +24,10 @@ from poslens.runtime.memory import parse_bytes
 from poslens.study.parts import Settings, Study
 from poslens.version import __version__
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Where does absolute position come from in RoPE transformers?")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    help="Where does absolute position come from in RoPE transformers?",
+)
 console = Console()
 
 

@@ -26,15 +26,15 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from poslens.runtime import distributed
+from poslens.measurement.pipeline import measure
+from poslens.measurement.result import Result
 from poslens.mechanisms import sinks
 from poslens.mechanisms.architectures import Case, compare, default_cases
-from poslens.model.corpus import make_corpus
 from poslens.mechanisms.effects import reduction
 from poslens.mechanisms.interventions import BosReplacement, SinkAblation
-from poslens.measurement.pipeline import measure
+from poslens.model.corpus import make_corpus
 from poslens.model.loading import load_model
-from poslens.measurement.result import Result
+from poslens.runtime import distributed
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,8 @@ def mismatch_message(path: Path, saved: dict[str, Any] | None, wanted: dict[str,
     Example:
         >>> print(mismatch_message(Path("out/leakage.parquet"), {"n_seqs": 32, "seq_len": 256},
         ...                        {"n_seqs": 16, "seq_len": 256}))
-        out/leakage.parquet was made with other settings: --n-seqs 32 there, 16 now. poslens does not overwrite it: pass the same settings, or choose another --out.
+        out/leakage.parquet was made with other settings: --n-seqs 32 there, 16 now.
+        poslens does not overwrite it: pass the same settings, or choose another --out.
     """
     if not saved:
         differing = "settings this version of poslens cannot read"
@@ -255,7 +256,10 @@ class Study:
             164.0
         """
         base = self.leakage()
-        return cached_part(self.out, "sinks", self.settings, (*MEASURE_KEYS, "tau"), lambda: Result(sinks.sink_table(base, self.settings.tau), dict(base.meta)), self.log)
+        def compute() -> Result:
+            return Result(sinks.sink_table(base, self.settings.tau), dict(base.meta))
+
+        return cached_part(self.out, "sinks", self.settings, (*MEASURE_KEYS, "tau"), compute, self.log)
 
     def bos_swap(self) -> Result:
         """Reduction of C_res for each BOS-embedding replacement (METHOD §7).
@@ -327,7 +331,8 @@ class Study:
         Example:
             >>> rows = study.compare().select("c_res", "all", layer=-1, head=-1)  # doctest: +SKIP
             >>> list(zip(rows["model"], rows["variant"], rows["value"].round(4).tolist()))  # doctest: +SKIP
-            [('smollm2-135m', 'base', 0.0098), ('smollm2-135m', 'ntk:4', 0.0094), ('smollm2-135m', 'window:64', 0.0137), ('gemma3-270m', 'base', 0.0043)]
+            [('smollm2-135m', 'base', 0.0098), ('smollm2-135m', 'ntk:4', 0.0094),
+             ('smollm2-135m', 'window:64', 0.0137), ('gemma3-270m', 'base', 0.0043)]
         """
         s = self.settings
         cases = list(s.cases) or default_cases(quick=s.compare_quick)

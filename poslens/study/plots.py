@@ -67,7 +67,8 @@ def sink_scores(table: pd.DataFrame, tau: float = 0.3) -> go.Figure:
     scores = table[table["metric"] == "sink_score"]
     counts = table[(table["metric"] == "sink_heads") & (table["layer"] >= 0)].sort_values("layer")
     grid = scores.pivot_table(index="layer", columns="head", values="value")
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.7, 0.3], subplot_titles=["sink score a_i0 (mean over i ≥ 1)", f"heads with score ≥ τ = {tau}"])
+    titles = ["sink score a_i0 (mean over i ≥ 1)", f"heads with score ≥ τ = {tau}"]
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.7, 0.3], subplot_titles=titles)
     fig.add_trace(go.Heatmap(z=grid.values, x=grid.columns, y=grid.index, colorscale="Magma", zmin=0, zmax=1, colorbar=dict(x=0.66)), row=1, col=1)
     fig.add_trace(go.Bar(x=counts["value"], y=counts["layer"], orientation="h", name="sink-reading heads",
                          error_x=_errors(counts), showlegend=False), row=1, col=2)

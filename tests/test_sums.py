@@ -1,0 +1,83 @@
+"""CellSums keeps its statistics as named arrays: reductions, addition, saving and loading."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poslens.fit.binning import Binning
+from poslens.fit.sums import REPLICATES, CellSums, SumArrays, array_shapes, sums_bytes
+
+
+def filled(groups: int = 3, seed: int = 0) -> CellSums:
+    """Sums whose every array holds distinct random values."""
+    rng = np.random.default_rng(seed)
+    sums = CellSums.zeros(groups=groups, layers=2, heads=3, binning=Binning(24, early=8), layer_windows=(None, 8))
+    for array in sums.per_group.as_dict().values():
+        array[...] = rng.normal(size=array.shape)
+    sums.group_sizes[:] = 1.0
+    return sums
+
+
+def test_every_field_has_the_shape_of_the_table():
+    sums = filled()
+    shapes = array_shapes(3, 2, 3, sums.binning)
+    assert list(shapes) == list(SumArrays.names())
+    assert {name: a.shape for name, a in sums.per_group.as_dict().items()} == shapes
+    held = [*sums.per_group.as_dict().values(), sums.row_features, sums.row_count, sums.group_sizes]
+    assert sums_bytes(3, 2, 3, sums.binning) == sum(a.nbytes for a in held)
+
+
+def test_reductions_drop_the_group_axis_and_handle_replicates():
+    sums = filled()
+    g = sums.per_group
+    pooled, left, one, rest = sums.pooled(), sums.leave_out(1), sums.group(2), sums.leave_out_groups({0, 2})
+    for reduced in (pooled, left, one, rest):
+        assert isinstance(reduced, SumArrays)
+        assert all(getattr(reduced, name) is None for name in REPLICATES)
+    np.testing.assert_array_equal(pooled.logit, g.logit.sum(axis=0))
+    np.testing.assert_array_equal(left.logit, g.logit.sum(axis=0) - g.logit[1])
+    np.testing.assert_array_equal(one.probe_gram, g.probe_gram[2])
+    np.testing.assert_array_equal(rest.key0_logit_by_row, g.key0_logit_by_row[1])
+    assert pooled.sequence_count.shape == () and float(pooled.sequence_count) == pytest.approx(g.sequence_count.sum())
+    # a replicate's counterfactual is refitted without its group: taken whole, not the sum over the other groups
+    np.testing.assert_array_equal(left.counterfactual_all, g.counterfactual_all_replicate[1])
+    np.testing.assert_array_equal(left.counterfactual("early"), g.counterfactual_early_replicate[1])
+    np.testing.assert_array_equal(pooled.counterfactual("all"), g.counterfactual_all.sum(axis=0))
+
+
+def test_window_accessors_name_the_choices():
+    sums = filled()
+    assert sums.per_group.logit_by_offset("early") is sums.per_group.logit_by_offset_early
+    with pytest.raises(ValueError, match="early, all"):
+        sums.per_group.counterfactual("late")
+    with pytest.raises(ValueError, match="no replicate arrays"):
+        sums.pooled().counterfactual_replicate("all")
+
+
+def test_addition_adds_every_field():
+    a, b = filled(seed=1), filled(seed=2)
+    total = a + b
+    for name, array in total.per_group.as_dict().items():
+        np.testing.assert_array_equal(array, getattr(a.per_group, name) + getattr(b.per_group, name), err_msg=name)
+    np.testing.assert_array_equal(total.group_sizes, 2.0 * np.ones(3))
+    with pytest.raises(ValueError, match="different shapes"):
+        a + filled(groups=4)
+
+
+def test_save_and_load_keep_every_field(tmp_path):
+    sums = filled()
+    sums.save(tmp_path / "sums.npz")
+    back = CellSums.load(tmp_path / "sums.npz")
+    assert back.binning == sums.binning and back.layer_windows == sums.layer_windows
+    for name, array in sums.per_group.as_dict().items():
+        np.testing.assert_array_equal(getattr(back.per_group, name), array, err_msg=name)
+
+
+def test_sums_of_an_older_poslens_are_refused(tmp_path):
+    # the keys version 2 wrote before the arrays had names
+    old = {"a_n": np.zeros((2, 1, 8, 8)), "a_s1": np.zeros((2, 1, 1, 8, 8)), "a_nseq": np.zeros(2)}
+    np.savez(tmp_path / "old.npz", seq_len=8, early=8, row_features=np.zeros((1, 1, 4, 8)), row_count=np.zeros(8),
+             group_sizes=np.zeros(2), **old)
+    with pytest.raises(ValueError, match="written by an older poslens.*measure again"):
+        CellSums.load(tmp_path / "old.npz")
