@@ -113,12 +113,12 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
     import torch
 
     import poslens
-    from poslens.fit.binning import Binning
-    from poslens.capture.leakage_capture import LeakageCapture
-    from poslens.model.hooks import attn_pattern, attn_scores, run_with_hooks
     from poslens.capture.counterfactual_capture import CounterfactualCapture
-    from poslens.measurement.pipeline import add_counterfactual, collect_sums, cross_fitted_residuals
+    from poslens.capture.leakage_capture import LeakageCapture
+    from poslens.fit.binning import Binning
     from poslens.fit.metrics import metrics_with_intervals
+    from poslens.measurement.pipeline import add_counterfactual, collect_sums, cross_fitted_residuals
+    from poslens.model.hooks import attn_pattern, attn_scores, run_with_hooks
 
     device = next(model.hf_model.parameters()).device
     cuda = device.type == "cuda"

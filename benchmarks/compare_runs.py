@@ -61,7 +61,7 @@ def main() -> int:
     args = parser.parse_args()
     names = sorted({p.name for p in args.before.glob("*.parquet")} | {"claims.csv"})
     failed = False
-    print(f"| table | rows | largest absolute difference |\n|---|---:|---:|")
+    print("| table | rows | largest absolute difference |\n|---|---:|---:|")
     for name in names:
         if not (args.after / name).exists():
             print(f"| {name} | missing after | |")

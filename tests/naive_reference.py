@@ -453,7 +453,9 @@ def perseq_log_ap(data: PairData, groups: int | np.ndarray) -> np.ndarray:
 
 
 @blas_one_thread
-def layer_metrics(data: PairData, saturated: bool = True, groups: int | np.ndarray | None = None, log_ap: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def layer_metrics(
+    data: PairData, saturated: bool = True, groups: int | np.ndarray | None = None, log_ap: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """Every per-head figure of one layer and window, from explicit least squares.
 
     The per-sequence counterfactual is ``log_ap`` [P, H] if given, else
@@ -623,7 +625,9 @@ def naive_table(
     }
 
 
-def intervals(full: dict[str, np.ndarray], reps: list[dict[str, np.ndarray]], metrics: Sequence[str] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def intervals(
+    full: dict[str, np.ndarray], reps: list[dict[str, np.ndarray]], metrics: Sequence[str] | None = None
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """{metric: (estimate [H], low [H], high [H])}: per-head jackknife intervals from :func:`layer_replicates`."""
     out = {}
     for metric in metrics or full:

@@ -118,8 +118,10 @@ def test_nonzero_controls(capsys):
     for window, m in out.items():
         for k, name in enumerate(heads):
             leak = m["leakage_pattern"][k]
-            shares = {s: m["c_res" + s][k] / (m["leakage_pattern_saturated"][k] if s == "_saturated" else leak) for s in ("", "_meanfield", "_saturated")}
-            lines.append(f"{window:5s} {name:24s} L={leak:.4f} ρ_res per-seq {shares['']:+.3f} mean-field {shares['_meanfield']:+.3f} saturated {shares['_saturated']:+.3f}")
+            shares = {s: m["c_res" + s][k] / (m["leakage_pattern_saturated"][k] if s == "_saturated" else leak)
+                      for s in ("", "_meanfield", "_saturated")}
+            lines.append(f"{window:5s} {name:24s} L={leak:.4f} ρ_res per-seq {shares['']:+.3f} "
+                         f"mean-field {shares['_meanfield']:+.3f} saturated {shares['_saturated']:+.3f}")
             if name != "a_plus_u_reported_only":
                 assert abs(shares[""]) >= 0.1 and abs(shares["_meanfield"]) >= 0.1, lines[-1]
     with capsys.disabled():
@@ -423,7 +425,8 @@ def test_models_exercise_the_decomposition(model_cases):
 
 @pytest.mark.parametrize("n,groups", [(8, 4), (10, 4), (8, 2)], ids=["equal-groups", "unequal-groups", "two-groups"])
 def test_measure_scores_matches_reference_on_synthetic_heads(n: int, groups: int):
-    """poslens.measurement.pipeline.measure_scores (no model) on noisy synthetic heads, a causal and a window-8 layer: every figure, value and interval ends.
+    """poslens.measurement.pipeline.measure_scores (no model) on noisy synthetic heads, a causal and a window-8 layer:
+    every figure, value and interval ends.
 
     Unequal groups (N = 10, G = 4: sizes 3, 2, 3, 2) check that a replicate redoes the cross-fit over the
     original groups that remain, not over a regrouping of its sequences; with G = 2 a replicate has nothing

@@ -280,7 +280,8 @@ def test_per_query_logit_shift_moves_the_logit_split_but_not_version_2(llama, bo
     split) depends on the pattern only, so it does not move; version 1's logit split (c_res_logit) does."""
     shifted = poslens.measure(llama, bos_corpus, groups=GROUPS, early=EARLY, interventions=[QueryShift(1, 0)], progress=False)
     for window in ("early", "all"):
-        assert row(shifted, "leakage_pattern", window, 1, 0)[0] == pytest.approx(row(baseline, "leakage_pattern", window, 1, 0)[0], abs=1e-6)  # float32 shift
+        baseline_leak = row(baseline, "leakage_pattern", window, 1, 0)[0]
+        assert row(shifted, "leakage_pattern", window, 1, 0)[0] == pytest.approx(baseline_leak, abs=1e-6)  # float32 shift
         assert abs(row(shifted, "c_res_logit", window, 1, 0)[0] - row(baseline, "c_res_logit", window, 1, 0)[0]) > 0.1
         for metric in ("c_res", "c_res_meanfield", "c_res_saturated"):
             assert row(shifted, metric, window, 1, 0)[0] == pytest.approx(row(baseline, metric, window, 1, 0)[0], abs=1e-6), (window, metric)
@@ -341,7 +342,8 @@ def test_explicit_position_signal_gives_c_res_in_the_layer_that_reads_it(sharp_l
 
 def test_random_position_code_puts_position_into_later_logits(llama, plain_corpus, plain_baseline):
     """A position code in a random direction: L(s) rises in every later layer; C_res's sign is not fixed."""
-    result = poslens.measure(llama, plain_corpus, groups=GROUPS, early=EARLY, interventions=[SinusoidSignal(llama.hf_model.config.hidden_size)], progress=False)
+    signal = SinusoidSignal(llama.hf_model.config.hidden_size)
+    result = poslens.measure(llama, plain_corpus, groups=GROUPS, early=EARLY, interventions=[signal], progress=False)
     for window in ("early", "all"):
         for layer in range(1, llama.n_layers):
             before = row(plain_baseline, "leakage_logit", window, layer)

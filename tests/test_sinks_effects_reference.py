@@ -422,7 +422,8 @@ def test_reduction_matches_hand_computation(setups, intervention: str):
             for layer in range(1, n_layers):
                 s = scores["before"][layer]
                 pair_n = nr.PairData(s, bins, window).n
-                kept.append(nr.layer_metrics(nr.PairData(s[keep], bins, window), saturated=False, log_ap=full_ap[layer][keep[pair_n]])["c_res"].mean())
+                kept_data = nr.PairData(s[keep], bins, window)
+                kept.append(nr.layer_metrics(kept_data, saturated=False, log_ap=full_ap[layer][keep[pair_n]])["c_res"].mean())
             assert np.abs(np.array(kept) - want[:-1]).max() > 5e-8 * leak.min(), (window, g)
         estimate = 1 - own["after", None] / own["before", None]
         replicates = np.stack([1 - own["after", g] / own["before", g] for g in range(GROUPS)])

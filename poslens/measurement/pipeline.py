@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import platform
 import time
-from types import SimpleNamespace
 from datetime import datetime, timezone
+from types import SimpleNamespace
 from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
@@ -13,19 +13,19 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from poslens.version import __version__
-from poslens.runtime import distributed
-from poslens.fit.binning import Binning
-from poslens.capture.leakage_capture import LeakageCapture
-from poslens.model.corpus import Corpus
-from poslens.model.loading import require_pos_model
-from poslens.fit.counterfactual import counterfactual_sums, residuals
 from poslens.capture.counterfactual_capture import CounterfactualCapture
-from poslens.model.hooks import Hook, run_with_hooks
-from poslens.runtime.memory import choose_batch_size
+from poslens.capture.leakage_capture import LeakageCapture
+from poslens.fit.binning import Binning
+from poslens.fit.counterfactual import counterfactual_sums, residuals
 from poslens.fit.metrics import metrics_with_intervals
-from poslens.measurement.result import COLUMNS, Result
 from poslens.fit.sums import WINDOWS, CellSums
+from poslens.measurement.result import COLUMNS, Result
+from poslens.model.corpus import Corpus
+from poslens.model.hooks import Hook, run_with_hooks
+from poslens.model.loading import require_pos_model
+from poslens.runtime import distributed
+from poslens.runtime.memory import choose_batch_size
+from poslens.version import __version__
 
 
 class Intervention(Protocol):
