@@ -25,6 +25,7 @@ from poslens.study.claims import (
     CLAIM_COLUMNS,
     INCONCLUSIVE,
     JOINT,
+    NOT_MEASURED,
     NOT_SUPPORTED,
     STATEMENTS,
     SUPPORTED,
@@ -44,6 +45,7 @@ from poslens.study.claims import (
     figure_row,
     joint,
     label_cases,
+    not_measured_summary,
     verdict,
 )
 
@@ -631,8 +633,25 @@ def test_evaluate_columns_and_not_measured():
     out = evaluate()
     assert list(out.columns) == CLAIM_COLUMNS == ["claim", "statement", "model", "figure", "ci_low", "ci_high", "rule", "verdict"]
     assert out["claim"].tolist() == ["C1", "C2", "C3", "C4", "C5", "C6"]
-    assert set(out["verdict"]) == {INCONCLUSIVE} and set(out["rule"]) == {"not measured"}
+    assert set(out["verdict"]) == {NOT_MEASURED} == {"not measured"} and set(out["rule"]) == {"not measured"}
     assert out["statement"].tolist() == list(STATEMENTS.values())
+
+
+def test_only_leakage_leaves_c3_to_c6_not_measured_and_names_their_commands():
+    leakage = pd.concat([c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)), c2_table(), c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[0]])
+    out = evaluate(leakage=leakage)
+    verdicts = out.groupby("claim")["verdict"].agg(set).to_dict()
+    assert verdicts == {"C1": {SUPPORTED}, "C2": {SUPPORTED}, "C3": {NOT_MEASURED}, "C4": {NOT_MEASURED},
+                        "C5": {NOT_MEASURED}, "C6": {NOT_MEASURED}}
+    assert INCONCLUSIVE not in set(out["verdict"])
+    line = not_measured_summary(out, "results/x", present=["leakage"])
+    assert line == ("not measured: C3 (run: poslens ablate-sinks --out results/x), C4 (run: poslens compare --out results/x), "
+                    "C5 (run: poslens bos-swap --out results/x), C6 (run: poslens fingerprint --out results/x)")
+    # with nothing present, C3 names both of its commands, C1 and C2 the leakage command
+    everything = not_measured_summary(evaluate(), "D")
+    assert everything.startswith("not measured: C1 (run: poslens leakage --out D), C2 (run: poslens leakage --out D), "
+                                 "C3 (run: poslens leakage --out D, poslens ablate-sinks --out D), ")
+    assert not_measured_summary(out[out["claim"].isin(["C1", "C2"])], "D") == ""
 
 
 def test_evaluate_everything():
@@ -648,6 +667,7 @@ def test_evaluate_everything():
     # C3 without its ablation table is not measured; C1 and C2 still evaluate.
     partial = evaluate(leakage=leakage)
     assert partial.set_index("claim").loc["C3", "rule"] == "not measured"
+    assert partial.set_index("claim").loc["C3", "verdict"] == NOT_MEASURED
     assert set(partial[partial["claim"].isin(["C1", "C2"])]["verdict"]) == {SUPPORTED}
     # Thresholds pass through.
     moved = evaluate(bos_swap=bos_swap, claims=["C5"], c5_target=0.8)

@@ -1,8 +1,8 @@
 """Verdicts on the claims C1–C6 of METHOD §9, computed from tidy tables.
 
-Every verdict is ``supported``, ``not supported`` or ``inconclusive`` and is
-computed here from figures and their 95% intervals in tidy tables (the
-columns of :data:`poslens.measurement.result.COLUMNS`), never written by hand.
+Every verdict is ``supported``, ``not supported`` or ``inconclusive`` (or
+``not measured`` when a claim's input tables were not given) and is computed
+here from figures and their 95% intervals in tidy tables (the columns of :data:`poslens.measurement.result.COLUMNS`), never written by hand.
 
 Rules are data: each claim's decision rule is one :class:`Rule` object
 (:data:`C1_RULE`, :data:`C2_RULE`, :data:`C3_RULE`, :data:`C4_RULES`,
@@ -46,7 +46,8 @@ Conventions shared by all claims:
   ``ValueError`` naming the metric, layer, head, window and intervention.
 
 :func:`evaluate` collects all six into one DataFrame; a claim whose input
-table was not given gets one ``inconclusive`` row with rule ``not measured``.
+table was not given gets one row with verdict and rule ``not measured``, and
+:func:`not_measured_summary` names the commands that would measure it.
 
 Example:
     >>> C3_RULE.text()
@@ -57,9 +58,9 @@ Example:
     ...         figure_row("probe_r2", 0.6, 0.5, 0.7)]
     >>> out = evaluate(leakage=pd.DataFrame(rows), claims=["C1", "C5"])
     >>> out[["claim", "verdict", "rule"]].to_dict("records")[-1]
-    {'claim': 'C5', 'verdict': 'inconclusive', 'rule': 'not measured'}
+    {'claim': 'C5', 'verdict': 'not measured', 'rule': 'not measured'}
     >>> out["verdict"].tolist()
-    ['supported', 'supported', 'inconclusive']
+    ['supported', 'supported', 'not measured']
 """
 
 from __future__ import annotations
@@ -944,9 +945,43 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> 
 # --------------------------------------------------------------------------- all
 
 
+MEASURED_BY = {
+    "C1": ("leakage",),
+    "C2": ("leakage",),
+    "C3": ("leakage", "ablate-sinks"),
+    "C4": ("compare",),
+    "C5": ("bos-swap",),
+    "C6": ("fingerprint",),
+}
+"""The ``poslens`` commands (and parts) whose tables each claim reads."""
+
+
 def _not_measured(claim: str) -> dict[str, Any]:
     return dict(claim=claim, statement=STATEMENTS[claim], model=None, figure=np.nan, ci_low=np.nan, ci_high=np.nan,
-                rule=NOT_MEASURED, verdict=INCONCLUSIVE)
+                rule=NOT_MEASURED, verdict=NOT_MEASURED)
+
+
+def not_measured_summary(table: pd.DataFrame, out: Any = "DIR", present: Iterable[str] = ()) -> str:
+    """One line naming the claims of ``table`` that were not measured and the commands that would measure them.
+
+    ``present`` names the parts already in ``out``: their commands are not
+    suggested again (a claim whose parts are all present, say C3 when no head
+    reads the sink, names all of them). Empty when every claim was measured.
+
+    Example:
+        >>> leakage = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06), figure_row("probe_r2", 0.6, 0.5, 0.7)])
+        >>> table = evaluate(leakage=leakage, claims=["C1", "C3", "C6"])
+        >>> not_measured_summary(table, "results/quick", present=["leakage"])
+        'not measured: C3 (run: poslens ablate-sinks --out results/quick), C6 (run: poslens fingerprint --out results/quick)'
+        >>> not_measured_summary(table[table["claim"] == "C1"])
+        ''
+    """
+    present = set(present)
+    pieces = []
+    for claim in dict.fromkeys(table.loc[table["verdict"] == NOT_MEASURED, "claim"]):
+        commands = [c for c in MEASURED_BY[claim] if c not in present] or list(MEASURED_BY[claim])
+        pieces.append(f"{claim} (run: " + ", ".join(f"poslens {c} --out {out}" for c in commands) + ")")
+    return "not measured: " + ", ".join(pieces) if pieces else ""
 
 
 def evaluate(
@@ -969,7 +1004,7 @@ def evaluate(
     ``leakage`` (C1, C2, C3), ``ablation`` (C3), ``bos_swap`` (C5),
     ``comparison`` (C4, with a ``case`` column, see :func:`label_cases`) and
     ``fingerprint`` (C6). A claim whose inputs were not all given gets one row
-    with verdict ``inconclusive`` and rule ``not measured``. ``claims`` limits
+    with verdict and rule ``not measured`` (:data:`NOT_MEASURED`). ``claims`` limits
     which claims are evaluated at all (the others are left out of the table).
     ``c6_tolerance`` and ``c6_alpha`` pass to :func:`claim_c6` (BOS dispersion
     bound; level of the readout's permutation test).
@@ -978,7 +1013,7 @@ def evaluate(
     Example:
         >>> out = evaluate()
         >>> list(out.columns) == CLAIM_COLUMNS, set(out["rule"]), set(out["verdict"])
-        (True, {'not measured'}, {'inconclusive'})
+        (True, {'not measured'}, {'not measured'})
         >>> t = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
         ...                   figure_row("probe_r2", -0.2, -0.3, -0.1)])
         >>> evaluate(leakage=t, claims=["C1"])["verdict"].tolist()

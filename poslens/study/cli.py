@@ -21,6 +21,7 @@ from poslens.model.registry import REGISTRY
 from poslens.model.variants import parse_variant
 from poslens.runtime import distributed
 from poslens.runtime.memory import parse_bytes
+from poslens.study.claims import not_measured_summary
 from poslens.study.parts import Settings, Study
 from poslens.version import __version__
 
@@ -267,6 +268,8 @@ def compare_command(
 def claims(out: Path = typer.Option(..., help="Folder holding the parts written by the other commands.")) -> None:
     """Compute the verdicts C1–C6 from the tables in a folder; writes claims.csv.
 
+    Refuses tables made with different settings (claims would mix them); names the commands of claims not measured.
+
     Example: poslens claims --out results/quick
     """
     parts = {}
@@ -277,7 +280,10 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
     if not parts:
         raise typer.BadParameter(f"{out} holds none of leakage/bos-swap/ablate-sinks/compare/fingerprint .parquet; run those commands first")
     table = Study(Settings(), out).claims(parts)
-    console.print(table[["claim", "model", "figure", "ci_low", "ci_high", "verdict"]].to_string(index=False))
+    console.print(escape(table[["claim", "model", "figure", "ci_low", "ci_high", "verdict"]].to_string(index=False)))
+    missing = not_measured_summary(table, out, present=parts)
+    if missing:
+        console.print(escape(missing))
     console.print(f"wrote {Path(out) / 'claims.csv'}")
 
 
@@ -371,7 +377,10 @@ def report(
         "parts": {name: f"{name}.parquet" for name in parts},
     }
     (Path(out) / "run.json").write_text(json.dumps(run, indent=1, default=str))
-    console.print(claims_table[["claim", "model", "verdict"]].to_string(index=False))
+    console.print(escape(claims_table[["claim", "model", "verdict"]].to_string(index=False)))
+    missing = not_measured_summary(claims_table, out, present=parts)
+    if missing:
+        console.print(escape(missing))
     console.print(f"wrote {page}, {Path(out) / 'claims.csv'}, {Path(out) / 'run.json'}")
 
 

@@ -129,6 +129,54 @@ class SettingsMismatchError(ValueError):
     """A saved part was made with other settings than the ones asked for; poslens does not overwrite it."""
 
 
+class MixedSettingsError(ValueError):
+    """Parts given to the claims were made with different settings (or record none); claims would mix them."""
+
+
+def _spelled(settings: dict[str, Any], names: list[str]) -> str:
+    return ", ".join(f"{OPTION_NAMES.get(name, name)} {settings[name]}" for name in names)
+
+
+def check_same_settings(parts: dict[str, Result]) -> None:
+    """Raise :class:`MixedSettingsError` unless every two ``parts`` agree on every setting both record.
+
+    ``parts`` maps part names (``"leakage"``, ``"compare"``, …) to results.
+    Parts depend on different settings (the architecture comparison shares
+    only groups, early, seed, corpus and batch size with the others), so only
+    the names present in both parts' ``meta["settings"]`` are compared. A part
+    without ``meta["settings"]`` (written by an older poslens) is refused.
+
+    Example:
+        >>> import pandas as pd
+        >>> small = Result(pd.DataFrame(), {"settings": {"n_seqs": 2, "seq_len": 32, "tau": 0.3}})
+        >>> large = Result(pd.DataFrame(), {"settings": {"n_seqs": 16, "seq_len": 128, "tau": 0.3}})
+        >>> check_same_settings({"leakage": large, "sinks": large})
+        >>> try:
+        ...     check_same_settings({"leakage": small, "bos-swap": large})
+        ... except MixedSettingsError as error:
+        ...     print(error)
+        leakage.parquet (--n-seqs 2, --seq-len 32) and bos-swap.parquet (--n-seqs 16, --seq-len 128) were made with
+        different settings; claims would mix them. Remeasure one of them into its own --out.
+    """
+    unrecorded = [name for name, part in parts.items() if not part.meta.get("settings")]
+    if unrecorded:
+        listed = ", ".join(f"{name}.parquet" for name in unrecorded)
+        raise MixedSettingsError(
+            f"{listed} record(s) no settings (written by an older poslens), so claims cannot check that they match the "
+            f"other parts. Measure again: " + ", ".join(f"poslens {name}" for name in unrecorded) + " into a new --out.")
+    conflicts = []
+    names = list(parts)
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            a, b = parts[first].meta["settings"], parts[second].meta["settings"]
+            differing = [name for name in a if name in b and a[name] != b[name]]
+            if differing:
+                conflicts.append(f"{first}.parquet ({_spelled(a, differing)}) and {second}.parquet ({_spelled(b, differing)}) "
+                                 "were made with different settings")
+    if conflicts:
+        raise MixedSettingsError("; ".join(conflicts) + "; claims would mix them. Remeasure one of them into its own --out.")
+
+
 def _settings_values(settings: Settings, names: tuple[str, ...]) -> dict[str, Any]:
     values = asdict(settings)
     return {name: json.loads(json.dumps(values[name], default=str)) for name in names}
@@ -347,13 +395,17 @@ class Study:
     def claims(self, parts: dict[str, Result]) -> pd.DataFrame:
         """Verdicts C1–C6 from whichever parts were run; writes ``claims.csv``.
 
+        The parts must agree on every setting they share (:func:`check_same_settings`,
+        else :class:`MixedSettingsError`): a claim never pairs figures of different runs.
+
         Example:
             >>> table = study.claims({"leakage": study.leakage(), "ablate-sinks": study.ablate_sinks()})  # doctest: +SKIP
-            >>> dict(zip(table["claim"], table["verdict"]))  # C4–C6: not measured  # doctest: +SKIP
-            {'C1': 'supported', 'C2': 'supported', 'C3': 'supported', 'C4': 'inconclusive', 'C5': 'inconclusive', 'C6': 'inconclusive'}
+            >>> dict(zip(table["claim"], table["verdict"]))  # doctest: +SKIP
+            {'C1': 'supported', 'C2': 'supported', 'C3': 'supported', 'C4': 'not measured', 'C5': 'not measured', 'C6': 'not measured'}
         """
         from poslens.study.claims import evaluate, label_cases
 
+        check_same_settings(parts)
         comparison = parts.get("compare")
         ablation = parts.get("ablate-sinks")
         if ablation is not None and ablation.table.empty:

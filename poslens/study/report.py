@@ -18,6 +18,7 @@ from markupsafe import Markup
 
 from poslens.measurement.result import Result
 from poslens.study import plots
+from poslens.study.claims import NOT_MEASURED, not_measured_summary
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("poslens.study", "templates"),
@@ -32,13 +33,16 @@ def _claim_rows(claims: pd.DataFrame) -> list[dict[str, str]]:
     rows = []
     for _, r in claims.iterrows():
         figure = "—" if pd.isna(r["figure"]) else f"{r['figure']:.4g} [{r['ci_low']:.4g}, {r['ci_high']:.4g}]"
+        model = "—" if r["verdict"] == NOT_MEASURED and (r["model"] is None or pd.isna(r["model"])) else str(r["model"])
         rows.append(dict(css=str(r["verdict"]).replace(" ", "-"), claim=str(r["claim"]), statement=str(r["statement"]),
-                         model=str(r["model"]), figure=figure, verdict=str(r["verdict"]), rule=str(r["rule"])))
+                         model=model, figure=figure, verdict=str(r["verdict"]), rule=str(r["rule"])))
     return rows
 
 
 def claims_html(claims: pd.DataFrame) -> str:
     """The claims table as HTML, one row per verdict, coloured by verdict; every cell is escaped.
+
+    A claim that was not measured gets the row class ``not-measured``, styled apart from ``inconclusive``.
 
     Example:
         >>> import pandas as pd
@@ -46,6 +50,9 @@ def claims_html(claims: pd.DataFrame) -> str:
         >>> page = claims_html(pd.DataFrame([row]))
         >>> '<tr class="supported">' in page, "<td>&lt;m&gt;</td>" in page
         (True, True)
+        >>> missing = dict(row, model=None, figure=float("nan"), rule="not measured", verdict="not measured")
+        >>> '<tr class="not-measured">' in claims_html(pd.DataFrame([missing]))
+        True
     """
     return _TEMPLATES.get_template("claims.html").render(rows=_claim_rows(claims))
 
@@ -104,6 +111,8 @@ def build_report(parts: dict[str, Result], claims: pd.DataFrame, settings: dict[
 
     The note on 4-bit weights appears only for parts whose model metadata
     records a quantization (the embedded models), never for a user's own model.
+    Below the claims table, a line names the claims that were not measured and
+    the commands that would measure them into the report's folder.
 
     Example:
         >>> build_report({"leakage": result}, claims_table, {"n_seqs": 16}, "out/report.html")  # doctest: +SKIP
@@ -161,6 +170,7 @@ def build_report(parts: dict[str, Result], claims: pd.DataFrame, settings: dict[
     page = _TEMPLATES.get_template("report.html").render(
         note=quantized_note(*parts.values()),
         rows=_claim_rows(claims),
+        not_measured=not_measured_summary(claims, Path(path).parent, present=parts),
         sections=[dict(figure=_figure_div(fig, i == 0), caption=caption) for i, (fig, caption) in enumerate(sections)],
         settings=str(settings),
     )
