@@ -20,7 +20,7 @@ from poslens.fit.counterfactual import counterfactual_sums, residuals
 from poslens.fit.metrics import metrics_with_intervals
 from poslens.fit.sums import WINDOWS, CellSums
 from poslens.measurement.result import COLUMNS, Result
-from poslens.model.corpus import Corpus
+from poslens.model.corpus import Corpus, check_corpus_fits
 from poslens.model.hooks import Hook, run_with_hooks
 from poslens.model.loading import require_pos_model
 from poslens.runtime import distributed
@@ -127,6 +127,7 @@ def collect_sums(
         >>> sums = collect_sums(model, corpus, groups=4)  # doctest: +SKIP
     """
     require_pos_model(model, "collect_sums()")
+    check_corpus_fits(model, corpus)
     if corpus.seq_len > (model.max_context or corpus.seq_len):
         raise ValueError(
             f"sequence length {corpus.seq_len} exceeds {model.name}'s context of {model.max_context} tokens; "
@@ -342,6 +343,7 @@ def measure(
         >>> result.select("c_res", "early", head=-1)[["layer", "value", "ci_low", "ci_high"]]  # doctest: +SKIP
     """
     require_pos_model(model, "measure()")
+    check_corpus_fits(model, corpus)
     start = time.perf_counter()
     distributed.init_from_env()
     batch_size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)

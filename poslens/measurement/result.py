@@ -212,17 +212,68 @@ class Result:
     def load(cls, path: str | Path) -> "Result":
         """Read a result written by :meth:`save` (with its sums if they were saved).
 
+        A missing file raises ``FileNotFoundError``; a ``.csv`` twin, a file
+        that is not Parquet, or a Parquet file poslens did not write (no
+        provenance, or columns missing) raise ``ValueError`` saying what to load.
+
         Example:
             >>> Result.load("out/leakage.parquet").meta["model"]["model"]  # doctest: +SKIP
             'smollm2-135m'
+            >>> import tempfile, pathlib
+            >>> foreign = pathlib.Path(tempfile.mkdtemp()) / "other.parquet"
+            >>> pd.DataFrame({"a": [1]}).to_parquet(foreign)
+            >>> Result.load(foreign)
+            Traceback (most recent call last):
+            ValueError: .../other.parquet was not written by poslens (it has no poslens metadata); ...
         """
         path = Path(path)
-        table = pq.read_table(path)
+        _check_loadable(path)
+        try:
+            table = pq.read_table(path)
+        except (pa.ArrowException, OSError) as error:
+            raise ValueError(
+                f"{path} cannot be read as Parquet ({error}); Result.load reads the .parquet files that "
+                "Result.save and the poslens commands write"
+            ) from error
         raw = (table.schema.metadata or {}).get(META_KEY)
-        meta = json.loads(raw) if raw else {}
+        if raw is None:
+            raise ValueError(
+                f"{path} was not written by poslens (it has no poslens metadata); Result.load reads the .parquet "
+                "files that Result.save and the poslens commands write"
+            )
+        try:
+            meta = json.loads(raw)
+        except ValueError as error:
+            raise ValueError(f"{path}: its poslens metadata is not valid JSON ({error}); the file is damaged") from error
+        missing = [c for c in COLUMNS if c not in table.column_names]
+        if missing:
+            raise ValueError(
+                f"{path} lacks the result columns {', '.join(missing)} (a poslens result has {', '.join(COLUMNS)}; "
+                f"this file has {', '.join(table.column_names) or 'none'})"
+            )
         sums_path = path.with_suffix(".sums.npz")
         sums = CellSums.load(sums_path) if sums_path.exists() else None
         return cls(table.to_pandas(), meta, sums)
+
+
+def _check_loadable(path: Path) -> None:
+    """Raise the error that says what to load when ``path`` is missing, a folder or a ``.csv`` twin."""
+    if path.suffix.lower() == ".csv":
+        twin = path.with_suffix(".parquet")
+        if twin.is_file():
+            raise ValueError(
+                f"{path} is the CSV copy of a result, for reading by eye; Result.load reads the Parquet file, "
+                f"which keeps the provenance and sums: load {twin}"
+            )
+        if path.exists():
+            raise ValueError(
+                f"{path} is a CSV file; Result.load reads the .parquet file that Result.save writes beside the .csv, "
+                f"and there is no {twin.name} beside it"
+            )
+    if not path.exists():
+        raise FileNotFoundError(f"no result file at {path}")
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; give the path of a result's .parquet file in it (e.g. {path / 'leakage.parquet'})")
 
 
 def concat(results: list[Result]) -> Result:

@@ -8,6 +8,7 @@ so no two windows overlap, and N of them are drawn with a seeded generator.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any, Sequence
 import torch
 
 BUILTIN_SOURCES = ("docs", "random", "repeat")
+# Texts whose encodings tell tokenizers apart (with the vocabulary size and BOS/EOS ids).
+_PROBE_TEXTS = ("The quick brown fox jumps over the lazy dog.", "def f(x):\n    return x ** 2  # ünïcode, 12345")
 
 
 @dataclass
@@ -214,6 +217,7 @@ def make_corpus(
         >>> corpus.tokens.shape  # doctest: +SKIP
         torch.Size([4, 64])
     """
+    owner = tokenizer
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
     if n_seqs < 1 or seq_len < 2:
         raise ValueError(f"need n_seqs ≥ 1 and seq_len ≥ 2, got {n_seqs} and {seq_len}")
@@ -221,7 +225,7 @@ def make_corpus(
     body_len = seq_len - (first is not None)
     generator = torch.Generator().manual_seed(seed)
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    meta: dict[str, Any] = {"tokenizer": getattr(tokenizer, "name_or_path", "")}
+    meta: dict[str, Any] = {"tokenizer": getattr(tokenizer, "name_or_path", ""), **tokenizer_record(owner)}
     if source in ("random", "repeat"):
         allowed = torch.tensor([t for t in range(len(tokenizer)) if t not in special])
         if source == "random":
@@ -268,3 +272,81 @@ def _token_stream(tokenizer: Any, texts: list[str]) -> list[int]:
         if eos is not None:
             stream.append(eos)  # documents are separated as in pre-training
     return stream
+
+
+def tokenizer_record(tokenizer: Any) -> dict[str, Any]:
+    """Which tokenizer made a corpus: its owner's name, vocabulary size and a short fingerprint.
+
+    ``tokenizer`` is a Hugging Face tokenizer or a :class:`~poslens.model.loading.PosModel`
+    (then the model's name is recorded). The fingerprint hashes the vocabulary
+    size, the BOS/EOS ids and the encodings of a few probe texts: two loads of
+    one model agree, different tokenizers differ. :func:`make_corpus` stores the
+    record in ``Corpus.meta``; :func:`check_corpus_fits` compares it with a model's.
+
+    Example:
+        >>> from poslens.model.tiny import byte_tokenizer
+        >>> record = tokenizer_record(byte_tokenizer())
+        >>> record["tokenizer_vocab"], record == tokenizer_record(byte_tokenizer())
+        (260, True)
+    """
+    model_name = getattr(tokenizer, "name", None) if hasattr(tokenizer, "tokenizer") else None
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    facts = [
+        len(tokenizer),
+        tokenizer.bos_token_id,
+        tokenizer.eos_token_id,
+        [tokenizer(text, add_special_tokens=False).input_ids for text in _PROBE_TEXTS],
+    ]
+    return {
+        "tokenizer_of": str(model_name or getattr(tokenizer, "name_or_path", "") or "an unnamed tokenizer"),
+        "tokenizer_vocab": len(tokenizer),
+        "tokenizer_fingerprint": hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:12],
+    }
+
+
+def check_corpus_fits(model: Any, corpus: Corpus) -> None:
+    """Raise ``ValueError`` unless ``corpus`` was tokenized for ``model``'s tokenizer and its ids fit the model.
+
+    A corpus from :func:`make_corpus` carries a :func:`tokenizer_record`; it must
+    match the model's. Any corpus, with or without the record (say one built
+    by hand), must hold only ids in ``0 … vocabulary size − 1`` of the model's
+    embedding. ``measure`` and ``collect_sums`` call this first.
+
+    Example:
+        >>> import tempfile, poslens
+        >>> from poslens.model.tiny import save_tiny_model
+        >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
+        >>> check_corpus_fits(model, make_corpus(model, "random", n_seqs=2, seq_len=8))   # fits
+        >>> check_corpus_fits(model, Corpus(torch.full((1, 4), 999), "random", 0, "none", [999], ["?"]))
+        Traceback (most recent call last):
+        ValueError: the corpus holds token id 999 but the model ... has 260 token ids (0 … 259); ...
+    """
+    record = {key: corpus.meta.get(key) for key in ("tokenizer_of", "tokenizer_vocab", "tokenizer_fingerprint")}
+    if record["tokenizer_fingerprint"] is not None:
+        mine = tokenizer_record(model)
+        if record["tokenizer_fingerprint"] != mine["tokenizer_fingerprint"]:
+            same_size = record["tokenizer_vocab"] == mine["tokenizer_vocab"]
+            theirs_id = f", tokenizer {record['tokenizer_fingerprint']}" if same_size else ""
+            mine_id = f", tokenizer {mine['tokenizer_fingerprint']}" if same_size else ""
+            raise ValueError(
+                f"this corpus was tokenized for {record['tokenizer_of']} (vocab {record['tokenizer_vocab']}{theirs_id}) "
+                f"but the model is {model.name} (vocab {mine['tokenizer_vocab']}{mine_id}); "
+                f"make the corpus with poslens.make_corpus(model, ...) for this model"
+            )
+    n_ids = _embedding_size(model)
+    if corpus.tokens.numel() == 0 or n_ids is None:
+        return
+    low, high = int(corpus.tokens.min()), int(corpus.tokens.max())
+    if low < 0 or high >= n_ids:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"the corpus holds token id {bad} but the model {model.name} has {n_ids} token ids (0 … {n_ids - 1}); "
+            f"make the corpus with poslens.make_corpus(model, ...) for this model"
+        )
+
+
+def _embedding_size(model: Any) -> int | None:
+    embeddings = model.hf_model.get_input_embeddings() if hasattr(model.hf_model, "get_input_embeddings") else None
+    if embeddings is not None and hasattr(embeddings, "num_embeddings"):
+        return int(embeddings.num_embeddings)
+    return None

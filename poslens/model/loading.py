@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from poslens.model import cache as model_cache
-from poslens.model.registry import REGISTRY, RegistryEntry, registry_names
+from poslens.model.registry import REGISTRY, RegistryEntry, closest_name, registry_names
 from poslens.model.variants import Variant, apply_rope_variant, parse_variant, rope_parameter_dicts, window_hook
 
 # Families whose attention is bidirectional or whose positions are not rotary.
@@ -299,10 +299,27 @@ def _local_folder(name: str) -> tuple[Path, str]:
         return Path(snapshot), f"hf-cache:{name}"
     except Exception:
         pass
+    if _looks_like_path(name):
+        raise FileNotFoundError(
+            f"no model folder at {path}; give an existing Hugging Face model folder (with config.json) "
+            f"or a registry name: {', '.join(registry_names())}"
+        )
+    close = closest_name(name)
+    hint = f" (did you mean {close}?)" if close else ""
     raise ValueError(
-        f"unknown model {name!r}. Known names: {', '.join(registry_names())}. "
+        f"unknown model {name!r}{hint}. Known names: {', '.join(registry_names())}. "
         "Otherwise give a local Hugging Face model folder (with config.json), or the id of a model "
         "already in the local Hugging Face cache (poslens never downloads)."
+    )
+
+
+def _looks_like_path(name: str) -> bool:
+    """Whether ``name`` is written as a file path rather than a registry name or a Hugging Face id ("org/model")."""
+    return (
+        Path(name).expanduser().is_absolute()
+        or name.startswith((".", "~"))
+        or name.count("/") > 1
+        or "\\" in name
     )
 
 
@@ -311,6 +328,10 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 def _parse_dtype(dtype: torch.dtype | str) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise ValueError(
+                f"dtype {dtype} is not a floating-point type; the weights are loaded as one of {', '.join(_DTYPES)}"
+            )
         return dtype
     if dtype not in _DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(_DTYPES)}")

@@ -7,6 +7,7 @@ file inside it, and what the model is (METHOD §9). Nothing here loads weights:
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,3 +112,14 @@ def registry_names() -> list[str]:
         ['smollm2-135m', 'gemma3-270m']
     """
     return list(REGISTRY)
+
+
+def closest_name(name: str) -> str | None:
+    """The registry name ``name`` most likely meant, ignoring case; None when none is close.
+
+    Example:
+        >>> closest_name("SmolLM2-135M"), closest_name("smolm2-135m"), closest_name("no-such-model-xyz")
+        ('smollm2-135m', 'smollm2-135m', None)
+    """
+    close = difflib.get_close_matches(name.lower(), registry_names(), n=1, cutoff=0.8)
+    return close[0] if close else None
