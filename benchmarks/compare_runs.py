@@ -1,7 +1,7 @@
 """Compare every table of two ``poslens report`` folders, value by value.
 
 Usage:
-    python benchmarks/compare_runs.py BEFORE_DIR AFTER_DIR [--tolerance 1e-12]
+    python benchmarks/compare_runs.py BEFORE_DIR AFTER_DIR [--tolerance 1e-12] [--ignore rule]
 
 Reads each ``*.parquet`` part and ``claims.csv`` in both folders, aligns rows
 on their non-numeric columns, and prints, per table, the number of rows and the
@@ -40,8 +40,9 @@ def compare_tables(before: pd.DataFrame, after: pd.DataFrame) -> tuple[str, floa
     keys = [c for c in before.columns if c not in numeric]
     left = before.sort_values(keys, kind="stable").reset_index(drop=True) if keys else before
     right = after.sort_values(keys, kind="stable").reset_index(drop=True) if keys else after
-    if keys and not left[keys].astype(str).equals(right[keys].astype(str)):
-        return "non-numeric columns differ", np.inf
+    differing = [c for c in keys if not left[c].astype(str).equals(right[c].astype(str))]
+    if differing:
+        return f"non-numeric columns differ: {', '.join(differing)}", np.inf
     worst = 0.0
     for column in numeric:
         x, y = left[column].to_numpy(float), right[column].to_numpy(float)
@@ -58,6 +59,7 @@ def main() -> int:
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
     parser.add_argument("--tolerance", type=float, default=1e-12)
+    parser.add_argument("--ignore", action="append", default=[], help="a text column to leave out (repeat for several)")
     args = parser.parse_args()
     names = sorted({p.name for p in args.before.glob("*.parquet")} | {"claims.csv"})
     failed = False
@@ -68,6 +70,7 @@ def main() -> int:
             failed = True
             continue
         before, after = _read(args.before / name), _read(args.after / name)
+        before, after = before.drop(columns=args.ignore, errors="ignore"), after.drop(columns=args.ignore, errors="ignore")
         problem, worst = compare_tables(before, after)
         failed |= bool(problem) or worst > args.tolerance
         print(f"| {name} | {len(before)} | {problem or f'{worst:.3g}'} |")
