@@ -141,7 +141,7 @@ def test_position0_token_string(tok):
         ("token:ab", "2 tokens"),
         ("token:9999", "outside the vocabulary"),
         ("token:-1", "outside the vocabulary"),
-        ("first", "position0 must be"),
+        ("first", "position0 (--bos) must be"),
     ],
 )
 def test_bad_position0(tok, position0, message):

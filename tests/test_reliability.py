@@ -140,7 +140,7 @@ def test_missing_bos_is_not_silently_replaced(no_bos_dir, tmp_path):
     # TransformerLens sets a missing BOS to EOS on the tokenizer it is given; poslens undoes that.
     assert model.bos_token_id is None and model.bos_token is None
     assert model.tokenizer.eos_token == "</s>"
-    with pytest.raises(ValueError, match=re.escape("position0='bos' but this tokenizer has no BOS token")):
+    with pytest.raises(ValueError, match=re.escape("position0 (--bos) is 'bos' but this tokenizer has no BOS token")):
         poslens.make_corpus(model, "docs", n_seqs=2, seq_len=16, position0="bos")
     # --bos none on the same model is fine, end to end.
     out = tmp_path / "out"
@@ -299,6 +299,38 @@ def test_corrupted_cache_entry_is_rebuilt_and_the_model_is_restored(tmp_path, mo
     assert torch.equal(run_with_hooks(poslens.load_model(again), tokens, logits=True), before)
 
 
+# ---------------------------------------------------------------- 11. waiting on another's cache build
+
+
+def test_waiting_on_another_cache_build_says_so_once(tmp_path, monkeypatch, capsys):
+    import threading
+
+    from filelock import FileLock
+
+    monkeypatch.setenv("POSLENS_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "cache" / "models"
+    root.mkdir(parents=True)
+    other = FileLock(root / ".tiny-wait.lock")  # another process's build, holding the entry's lock
+    other.acquire()
+    found = []
+    waiter = threading.Thread(target=lambda: found.append(cached_folder("tiny-wait", lambda d: (d / "x.txt").write_text("hi"))))
+    waiter.start()
+    said = ""
+    deadline = time.monotonic() + 30
+    while "waiting" not in said and time.monotonic() < deadline:
+        time.sleep(0.05)
+        said += capsys.readouterr().err
+    assert waiter.is_alive() and not found  # still waiting for the lock
+    other.release()
+    waiter.join(timeout=30)
+    said += capsys.readouterr().err
+    assert found == [root / "tiny-wait"] and (found[0] / "x.txt").read_text() == "hi"
+    assert said == f"waiting for another process to finish building or checking the model cache at {root / 'tiny-wait'} ...\n"
+    # With the lock free, nothing is said.
+    cached_folder("tiny-wait", lambda d: None)
+    assert capsys.readouterr().err == ""
+
+
 # ---------------------------------------------------------------- 12. interrupted saves and an interrupted report
 
 
@@ -351,8 +383,12 @@ def test_ctrl_c_during_report_then_rerun_resumes(tiny_llama_dir, tmp_path):
         assert process.poll() is None, "report finished before it could be interrupted"
         process.send_signal(signal.SIGINT)
         returncode = process.wait(timeout=60)
-    assert returncode != 0, log.read_text()[-3000:]
+    assert returncode == 130, log.read_text()[-3000:]
     assert not (out / "report.html").exists()
+    said = flat(log.read_text())
+    assert re.search(rf"interrupted: leakage(, [a-z-]+)* (is|are) complete in {re.escape(str(out))}; "
+                     r"run the same command again to resume", said), said[-2000:]
+    assert "Traceback" not in said and "Aborted" not in said
     # The part written before the interrupt is complete: table, provenance and sums.
     first = Result.load(leakage)
     assert first.meta["settings_key"] and first.sums is not None and len(first.table) > 0
@@ -385,3 +421,56 @@ def test_same_inputs_same_tables_smollm2(smollm2):
     first = small_measure(smollm2, n_seqs=4, seq_len=16, groups=2)
     second = small_measure(smollm2, n_seqs=4, seq_len=16, groups=2)
     pd.testing.assert_frame_equal(first.table, second.table, check_exact=True)
+
+
+# ---------------------------------------------------------------- docs/reliability.md shows what users see
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "reliability.md"
+
+
+def test_docs_show_the_messages_users_see(tiny_llama_dir, tmp_path):
+    """Each scenario's one-line message, as the user sees it, appears verbatim in docs/reliability.md (paths as DIR)."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "model.gguf").write_text("not a model")
+    (tmp_path / "file.txt").write_text("not a folder")
+    (tmp_path / "short.txt").write_text("x" * 50)
+    short_context_dir = save_tiny_model(tmp_path / "ctx32", "llama", max_position_embeddings=32)
+    out = ["--out", str(tmp_path / "out")]
+    scenarios = [
+        ["leakage", "--model", "no-such-model", *out],
+        ["leakage", "--model", str(tmp_path / "nowhere"), *out],
+        ["leakage", "--model", str(tmp_path / "empty"), *out],
+        ["leakage", "--model", str(tmp_path / "model.gguf"), *out],
+        ["leakage", "--model", str(short_context_dir), "--corpus", "random", "--n-seqs", "4", "--seq-len", "48", "--groups", "2", *out],
+        ["leakage", "--model", str(tiny_llama_dir), "--corpus", str(tmp_path / "short.txt"), "--n-seqs", "6", "--seq-len", "11",
+         "--groups", "2", *out],
+        ["leakage", "--model", str(tiny_llama_dir), "--corpus", "random", "--n-seqs", "4", "--seq-len", "16", "--groups", "2",
+         "--bos", "token:99999", *out],
+        ["leakage", "--n-seqs", "3", "--groups", "4", *out],
+        ["report", "--groups", "0", *out],
+        ["leakage", "--bos", "first", *out],
+        ["leakage", "--variant", "ntk:0", *out],
+        ["leakage", "--out", str(tmp_path / "file.txt")],
+        ["leakage", "--out", str(tmp_path / "file.txt" / "sub")],
+    ]
+    page = PAGE.read_text()
+    for args in scenarios:
+        result = runner.invoke(app, args)
+        if result.exit_code == 2:  # an option refused at parse time: the text of typer's error box
+            line = flat(result.output).split(" Error ", 1)[1]
+        else:  # what poslens.study.cli.run prints
+            assert result.exit_code == 1 and result.exception is not None, result.output
+            line = f"error: {result.exception}"
+        line = line.replace(str(tmp_path), "DIR")
+        assert f"`{line}`" in page, f"docs/reliability.md lacks the message of {args[:3]}: {line}"
+        assert not (tmp_path / "out").exists()
+
+
+def test_the_command_prints_one_error_line_and_exits_1(tmp_path):
+    command = [str(Path(sys.executable).parent / "poslens"), "leakage", "--model", "no-such-model", "--out", str(tmp_path / "out")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "1000"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
+    line = done.stdout.strip().splitlines()[-1]  # after the log's "[leakage] computing"
+    assert line.startswith("error: unknown model 'no-such-model'.") and f"`{line}`" in PAGE.read_text()
+    assert not (tmp_path / "out").exists()

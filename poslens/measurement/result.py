@@ -50,6 +50,8 @@ def ensure_writable_dir(folder: str | Path) -> Path:
         True
     """
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise OutputNotWritableError(f"cannot write results to {folder}: it is a file, not a folder; choose an output folder you can write to")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-check-")

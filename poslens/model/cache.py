@@ -18,11 +18,12 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from poslens.files import atomic_write_text
 
@@ -108,7 +109,8 @@ def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = 
 
     ``build`` writes a complete model folder into the temporary folder it is
     given; only after it returns is that folder hashed and moved into place.
-    A process that finds another building the same entry waits for it.
+    A process that finds another building (or checking) the same entry says
+    so once on stderr and waits for it.
 
     Example:
         >>> import os, tempfile
@@ -120,7 +122,14 @@ def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = 
     root = cache_root() / "models"
     folder = root / key
     root.mkdir(parents=True, exist_ok=True)
-    with FileLock(root / f".{key}.lock"):  # one FileLock per call: threads and processes wait alike
+    lock = FileLock(root / f".{key}.lock")  # one FileLock per call: threads and processes wait alike
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"waiting for another process to finish building or checking the model cache at {folder} ...",
+              file=sys.stderr, flush=True)
+        lock.acquire()
+    try:
         if entry_is_valid(folder):
             return folder
         if folder.exists():
@@ -139,4 +148,6 @@ def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = 
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        lock.release()
     return folder

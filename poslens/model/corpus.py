@@ -178,7 +178,7 @@ def _position0(tokenizer: Any, position0: str) -> int | None:
         return None
     if position0 == "bos":
         if tokenizer.bos_token_id is None:
-            raise ValueError("position0='bos' but this tokenizer has no BOS token; use 'none' or 'token:<id>'")
+            raise ValueError("position0 (--bos) is 'bos' but this tokenizer has no BOS token; use 'none' or 'token:<id>'")
         return int(tokenizer.bos_token_id)
     if position0.startswith("token:"):
         value = position0[len("token:"):]
@@ -187,12 +187,12 @@ def _position0(tokenizer: Any, position0: str) -> int | None:
         else:
             ids = tokenizer(value, add_special_tokens=False).input_ids
             if len(ids) != 1:
-                raise ValueError(f"position0={position0!r}: {value!r} is {len(ids)} tokens, not one")
+                raise ValueError(f"position0 (--bos) {position0!r}: {value!r} is {len(ids)} tokens, not one")
             token_id = ids[0]
         if not 0 <= token_id < len(tokenizer):
-            raise ValueError(f"position0 token id {token_id} is outside the vocabulary (0..{len(tokenizer) - 1})")
+            raise ValueError(f"position0 (--bos) token id {token_id} is outside the vocabulary (0..{len(tokenizer) - 1})")
         return token_id
-    raise ValueError(f"position0 must be 'bos', 'none' or 'token:<id or string>', not {position0!r}")
+    raise ValueError(f"position0 (--bos) must be 'bos', 'none' or 'token:<id or string>', not {position0!r}")
 
 
 def make_corpus(

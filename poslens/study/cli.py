@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
@@ -15,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from poslens.measurement.result import OutputNotWritableError, Result, ensure_writable_dir
+from poslens.mechanisms.interventions import BosReplacement
 from poslens.model.corpus import make_corpus
 from poslens.model.loading import load_model
 from poslens.model.registry import REGISTRY
@@ -22,7 +24,7 @@ from poslens.model.variants import parse_variant
 from poslens.runtime import distributed
 from poslens.runtime.memory import parse_bytes
 from poslens.study.claims import not_measured_summary
-from poslens.study.parts import Settings, Study
+from poslens.study.parts import Settings, Study, complete_parts
 from poslens.version import __version__
 
 app = typer.Typer(
@@ -95,6 +97,56 @@ def _writable_dir(path: Path) -> Path:
         raise typer.BadParameter(str(error), param_hint="'--out'") from error
 
 
+@contextmanager
+def _output_folder(out: Path):
+    """``--out``, created and checked before any model is loaded; if the command fails, the folders it created go, when still empty.
+
+    A folder that existed before, or that holds anything, is never removed.
+    """
+    created = []  # deepest first
+    folder = Path(out).absolute()
+    while not folder.exists() and folder != folder.parent:
+        created.append(folder)
+        folder = folder.parent
+    _writable_dir(out)
+    try:
+        yield Path(out)
+    except BaseException:
+        for folder in created:
+            try:
+                folder.rmdir()  # only an empty folder can be removed
+            except OSError:
+                break
+        raise
+
+
+def _check_fill(groups: int, **counts: int) -> None:
+    """Each corpus needs at least one sequence per group; ``counts`` maps option names (``n_seqs`` for ``--n-seqs``) to values."""
+    for name, count in counts.items():
+        option = "--" + name.replace("_", "-")
+        if count < groups:
+            raise typer.BadParameter(f"{count} sequences cannot fill --groups {groups}; use {option} {groups} or more, or fewer --groups",
+                                     param_hint=f"'{option}'")
+
+
+def _bos_option(value: str) -> str:
+    """Check the form of ``--bos`` when the command line is parsed; the token itself is checked against the tokenizer later."""
+    rest = value[len("token:"):] if value.startswith("token:") else None
+    if value in ("bos", "none") or (rest and not (rest.lstrip("-").isdigit() and int(rest) < 0)):
+        return value
+    raise typer.BadParameter(f"{value!r} is not bos, none or token:<id or string> (an id ≥ 0, or a string that is one token)")
+
+
+def _replacement_option(values: list[str]) -> list[str]:
+    """Check each ``--replacement`` when the command line is parsed."""
+    for value in values:
+        try:
+            BosReplacement(value)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from error
+    return values
+
+
 def _variant_option(value: str) -> str:
     """Check ``--variant`` when the command line is parsed, before any model is loaded."""
     try:
@@ -109,7 +161,7 @@ def _variant_option(value: str) -> str:
 _MODEL = typer.Option("smollm2-135m", help="Registry name, local model folder, or a model id in the local HF cache.")
 _VARIANT = typer.Option("base", callback=_variant_option,
                         help="Inference-time variant: ntk:<a>, window:<W>, rope-base:<θ>, joined by '+'.")
-_BOS = typer.Option("bos", help="Position 0: bos, none, or token:<id or string>.")
+_BOS = typer.Option("bos", callback=_bos_option, help="Position 0: bos, none, or token:<id or string>.")
 _CORPUS = typer.Option("docs", help="docs, random, repeat, or a path to .txt/.jsonl/folder.")
 _N_SEQS = typer.Option(16, min=1, help="Number of sequences N.")
 _SEQ_LEN = typer.Option(128, min=2, help="Tokens per sequence T (position 0 included).")
@@ -129,8 +181,7 @@ _OUT = typer.Option(..., help="Output folder: <command>.parquet and .csv are wri
 
 
 def _study(out: Path, **settings):
-    """The study behind every command: the output folder checked first, then the settings."""
-    _writable_dir(out)
+    """The study behind every command (its output folder made by :func:`_output_folder`)."""
     return Study(Settings(**settings), out, log=lambda message: console.print(escape(message)))
 
 
@@ -153,10 +204,11 @@ def leakage(
 
     Example: poslens leakage --model smollm2-135m --n-seqs 16 --seq-len 128 --max-memory 4GB --out results/leak
     """
-    study = _study(out, model=model, variant=variant, position0=bos, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len,
-                   seed=seed, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
-                   device_map=device_map)
-    result = study.leakage()
+    _check_fill(groups, n_seqs=n_seqs)
+    with _output_folder(out):
+        result = _study(out, model=model, variant=variant, position0=bos, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len,
+                        seed=seed, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
+                        device_map=device_map).leakage()
     if not distributed.is_main():
         return  # under torchrun, rank 0 prints and writes
     described = result.meta.get("model", {})
@@ -179,9 +231,11 @@ def sinks(
 
     Example: poslens sinks --model smollm2-135m --n-seqs 16 --seq-len 128 --tau 0.3 --out results/quick
     """
-    result = _study(out, model=model, variant=variant, position0=bos, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len,
-                    seed=seed, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
-                    device_map=device_map, tau=tau).sinks()
+    _check_fill(groups, n_seqs=n_seqs)
+    with _output_folder(out):
+        result = _study(out, model=model, variant=variant, position0=bos, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len,
+                        seed=seed, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
+                        device_map=device_map, tau=tau).sinks()
     counts = result.table[result.table["metric"] == "sink_heads"]
     console.print(counts[["layer", "value", "ci_low", "ci_high"]].to_string(index=False))
 
@@ -191,16 +245,19 @@ def bos_swap(
     model: str = _MODEL, variant: str = _VARIANT, corpus: str = _CORPUS, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN,
     seed: int = _SEED, groups: int = _GROUPS, early: int = _EARLY, batch_size: int = _BATCH_SIZE,
     max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
-    replacement: list[str] = typer.Option(["mean"], help="mean, zero, noise or token:<id or string>; repeat for several."),
+    replacement: list[str] = typer.Option(
+        ["mean"], callback=_replacement_option, help="mean, zero, noise or token:<id or string>; repeat for several."),
     out: Path = _OUT,
 ) -> None:
     """Replace the BOS embedding and report the reduction of C_res (METHOD §7).
 
     Example: poslens bos-swap --model smollm2-135m --replacement mean --replacement zero --out results/quick
     """
-    result = _study(out, model=model, variant=variant, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len, seed=seed,
-                    groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
-                    device_map=device_map, replacements=tuple(replacement)).bos_swap()
+    _check_fill(groups, n_seqs=n_seqs)
+    with _output_folder(out):
+        result = _study(out, model=model, variant=variant, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len, seed=seed,
+                        groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
+                        device_map=device_map, replacements=tuple(replacement)).bos_swap()
     _show(result, "reduction", "reduction of C_res = 1 − C_res(after)/C_res(before)")
 
 
@@ -215,9 +272,11 @@ def ablate_sinks(
 
     Example: poslens ablate-sinks --model smollm2-135m --tau 0.3 --out results/quick
     """
-    result = _study(out, model=model, variant=variant, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len, seed=seed,
-                    groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
-                    device_map=device_map, tau=tau).ablate_sinks()
+    _check_fill(groups, n_seqs=n_seqs)
+    with _output_folder(out):
+        result = _study(out, model=model, variant=variant, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len, seed=seed,
+                        groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
+                        device_map=device_map, tau=tau).ablate_sinks()
     _show(result, "reduction", "reduction of C_res under sink-path ablation")
 
 
@@ -236,10 +295,12 @@ def fingerprint(
 
     Example: poslens fingerprint --model smollm2-135m --fingerprint-seqs 16 --fingerprint-len 48 --out results/quick
     """
-    result = _study(out, model=model, variant=variant, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len, seed=seed,
-                    groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
-                    device_map=device_map, tau=tau, fingerprint_seqs=fingerprint_seqs,
-                    fingerprint_len=fingerprint_len).fingerprint()
+    _check_fill(groups, n_seqs=n_seqs, fingerprint_seqs=fingerprint_seqs)
+    with _output_folder(out):
+        result = _study(out, model=model, variant=variant, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len, seed=seed,
+                        groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
+                        device_map=device_map, tau=tau, fingerprint_seqs=fingerprint_seqs,
+                        fingerprint_len=fingerprint_len).fingerprint()
     rows = result.table[(result.table["layer"] == -1)]
     console.print(rows[["intervention", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
 
@@ -257,8 +318,10 @@ def compare_command(
 
     Example: poslens compare --n-seqs 8 --seq-len 640 --out results/quick
     """
-    result = _study(out, compare_seqs=compare_seqs, compare_len=compare_len, groups=groups, early=early, seed=seed,
-                    corpus=corpus, batch_size=batch_size, max_memory=max_memory, compare_quick=not full).compare()
+    _check_fill(groups, n_seqs=compare_seqs)  # this command's --n-seqs
+    with _output_folder(out):
+        result = _study(out, compare_seqs=compare_seqs, compare_len=compare_len, groups=groups, early=early, seed=seed,
+                        corpus=corpus, batch_size=batch_size, max_memory=max_memory, compare_quick=not full).compare()
     rows = result.table[(result.table["layer"] == -1) & (result.table["head"] == -1) & result.table["metric"].isin(["c_res", "c_mask"])]
     console.print(rows[["model", "variant", "query_window", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
     console.print("variants other than 'base' are inference-time changes of smollm2-135m; weights are 4-bit quantized")
@@ -306,13 +369,13 @@ def report(
     quick: bool = typer.Option(True, "--quick/--full", help="--quick: minutes on a laptop CPU; --full: the settings a paper would use."),
     model: str = typer.Option("smollm2-135m", help="Model for the baseline parts (leakage, sinks, interventions, fingerprint)."),
     skip_compare: bool = typer.Option(False, help="Skip the architecture comparison (it loads gemma3-270m)."),
-    n_seqs: Optional[int] = typer.Option(None, help="Override the preset's number of sequences."),
-    seq_len: Optional[int] = typer.Option(None, help="Override the preset's sequence length."),
-    groups: Optional[int] = typer.Option(None, help="Override the preset's number of groups."),
-    fingerprint_seqs: Optional[int] = typer.Option(None, help="Override the fingerprint's sequences per setting."),
-    fingerprint_len: Optional[int] = typer.Option(None, help="Override the fingerprint's sequence length."),
-    compare_seqs: Optional[int] = typer.Option(None, help="Override the comparison's sequences per case."),
-    compare_len: Optional[int] = typer.Option(None, help="Override the comparison's sequence length."),
+    n_seqs: Optional[int] = typer.Option(None, min=1, help="Override the preset's number of sequences."),
+    seq_len: Optional[int] = typer.Option(None, min=2, help="Override the preset's sequence length."),
+    groups: Optional[int] = typer.Option(None, min=2, help="Override the preset's number of groups."),
+    fingerprint_seqs: Optional[int] = typer.Option(None, min=1, help="Override the fingerprint's sequences per setting."),
+    fingerprint_len: Optional[int] = typer.Option(None, min=2, help="Override the fingerprint's sequence length."),
+    compare_seqs: Optional[int] = typer.Option(None, min=1, help="Override the comparison's sequences per case."),
+    compare_len: Optional[int] = typer.Option(None, min=2, help="Override the comparison's sequence length."),
     batch_size: Optional[int] = typer.Option(None, min=1, help="Override the preset's largest batch size (4)."),
     max_memory: str = _MAX_MEMORY,
 ) -> None:
@@ -320,6 +383,28 @@ def report(
 
     Example: poslens report --quick --out results/quick
     """
+    overrides = {k: v for k, v in dict(n_seqs=n_seqs, seq_len=seq_len, groups=groups, fingerprint_seqs=fingerprint_seqs,
+                                        fingerprint_len=fingerprint_len, compare_seqs=compare_seqs, compare_len=compare_len,
+                                        batch_size=batch_size).items()
+                 if v is not None}
+    overrides["max_memory"] = max_memory
+    settings = Settings.quick(model=model, **overrides) if quick else Settings.full(model=model, **overrides)
+    counts = dict(n_seqs=settings.n_seqs, fingerprint_seqs=settings.fingerprint_seqs)
+    _check_fill(settings.groups, **counts, **({} if skip_compare else dict(compare_seqs=settings.compare_seqs)))
+    study = Study(settings, out, log=lambda message: console.print(escape(message)))
+    plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint"] + ([] if skip_compare else ["compare"])
+    with _output_folder(out):
+        try:
+            _run_report(study, quick, model, plan)
+        except KeyboardInterrupt:
+            done = complete_parts(out, settings, plan)  # from disk: a part saved just before the interrupt counts
+            complete = f"{', '.join(done)} {'is' if len(done) == 1 else 'are'} complete in {out}" if done else "no part is complete yet"
+            console.print(f"interrupted: {escape(complete)}; run the same command again to resume")
+            raise typer.Exit(130) from None
+
+
+def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
+    """The body of ``poslens report``: the parts of ``plan`` in order, then claims, report.html and run.json."""
     import json
     import time as _time
 
@@ -327,14 +412,7 @@ def report(
 
     from poslens.study.report import build_report
 
-    _writable_dir(out)
-    overrides = {k: v for k, v in dict(n_seqs=n_seqs, seq_len=seq_len, groups=groups, fingerprint_seqs=fingerprint_seqs,
-                                        fingerprint_len=fingerprint_len, compare_seqs=compare_seqs, compare_len=compare_len,
-                                        batch_size=batch_size).items()
-                 if v is not None}
-    overrides["max_memory"] = max_memory
-    settings = Settings.quick(model=model, **overrides) if quick else Settings.full(model=model, **overrides)
-    study = Study(settings, out, log=lambda message: console.print(escape(message)))
+    settings, out = study.settings, study.out
     if not quick:
         per_token = _calibrate_seconds_per_token(model)
         s = settings
@@ -345,7 +423,6 @@ def report(
         tokens += 2 * (cases + 1) * s.compare_seqs * s.compare_len * (1 + s.compare_len / 1024)  # gemma3-270m: about twice
         console.print(f"--full: expecting roughly {tokens * per_token / 60:.0f} minutes on this machine "
                       f"(calibrated at {per_token * 1e3:.1f} ms per token; gemma3-270m costs more per token)")
-    plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint"] + ([] if skip_compare else ["compare"])
     parts, timings = {}, {}
     for number, name in enumerate(plan, start=1):
         console.rule(escape(f"part {number}/{len(plan)}: {name}"))

@@ -182,6 +182,25 @@ def _settings_values(settings: Settings, names: tuple[str, ...]) -> dict[str, An
     return {name: json.loads(json.dumps(values[name], default=str)) for name in names}
 
 
+def complete_parts(out: str | Path, settings: Settings, names: list[str]) -> list[str]:
+    """The parts among ``names`` saved in ``out`` with ``settings``: those a rerun would reuse.
+
+    Example:
+        >>> complete_parts("no/such/folder", Settings(), ["leakage", "sinks"])
+        []
+    """
+    complete = []
+    for name in names:
+        path = Path(out) / f"{name}.parquet"
+        try:
+            saved = Result.load(path).meta.get("settings") if path.exists() else None
+        except Exception:  # unreadable: a rerun computes it again
+            saved = None
+        if saved and saved == _settings_values(settings, tuple(saved)):
+            complete.append(name)
+    return complete
+
+
 def mismatch_message(path: Path, saved: dict[str, Any] | None, wanted: dict[str, Any]) -> str:
     """The message for a part at ``path`` made with ``saved`` settings when ``wanted`` were asked for.
 
