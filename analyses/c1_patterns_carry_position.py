@@ -2,7 +2,7 @@
 
 from _common import show, study_from_args
 
-from poslens.study import plots
+from poslens.measurement import plots
 from poslens.study.claims import evaluate
 
 study = study_from_args(__doc__)

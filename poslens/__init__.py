@@ -18,6 +18,7 @@ Everything else lives in the layers (``poslens.fit``, ``poslens.model``, ...; se
 ['BosReplacement', 'Case', 'Corpus']
 """
 
+from poslens.measurement import plots
 from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result
 from poslens.mechanisms.architectures import Case, case_table, compare
@@ -27,7 +28,7 @@ from poslens.model.corpus import Corpus, make_corpus
 from poslens.model.loading import ModelNotSupportedError, PosModel, load_model
 from poslens.model.registry import REGISTRY, registry_names
 from poslens.model.variants import Variant, parse_variant
-from poslens.study import claims, plots
+from poslens.study import claims
 from poslens.study.parts import Settings, Study
 from poslens.version import __version__
 

@@ -16,8 +16,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from markupsafe import Markup
 
+from poslens.measurement import plots
 from poslens.measurement.result import Result
-from poslens.study import plots
 from poslens.study.claims import NOT_MEASURED, not_measured_summary
 
 _TEMPLATES = jinja2.Environment(
