@@ -10,7 +10,12 @@ from the folder is named as such on the page instead of failing.
 
 Usage::
 
-    .venv/bin/python docs/make_findings.py [--results results/full] [--out docs/findings.md]
+    .venv/bin/python docs/make_findings.py [--results results/full] [--out docs/findings.md] [--summary-in README.md docs/index.md]
+
+``--summary-in`` also writes the short claims table (one row per claim and
+case, :func:`claims_summary`) between the markers ``<!-- claims-summary:start -->``
+and ``<!-- claims-summary:end -->`` of each named page; ``tests/test_docs.py``
+checks that README.md and docs/index.md hold the table of ``docs/findings_data``.
 
 The page is meant for the full run (``poslens report --full --out results/full``).
 """
@@ -295,6 +300,36 @@ def claims_section(folder: Path) -> str:
     return "\n".join(lines)
 
 
+SUMMARY_START = "<!-- claims-summary:start -->"
+SUMMARY_END = "<!-- claims-summary:end -->"
+
+
+def claims_summary(folder: Path, findings_link: str = "docs/findings.md") -> str:
+    """The short claims table: one row per claim and case, its first figure with the interval, and the verdict.
+
+    A claim's rows share one joint verdict; the first row's figure is the claim's
+    headline (C1: held-out leakage, C3: C_res at early queries, ...), the
+    findings page gives the others.
+    """
+    claims = pd.read_csv(folder / "claims.csv")
+    rows = []
+    for (claim, model), part in claims.groupby(["claim", claims["model"].fillna("—")], sort=False):
+        first = part.iloc[0]
+        figure = "—" if pd.isna(first["figure"]) else with_interval(first["figure"], first["ci_low"], first["ci_high"])
+        label = figure_label(str(first["rule"]))
+        rows.append([f"**{claim}**", first["statement"], model, f"{label}: {figure}" if label else figure, f"**{first['verdict']}**"])
+    table = markdown_table(["claim", "statement", "model / case", "headline figure [95%]", "verdict"], rows, ["l", "l", "l", "l", "l"])
+    note = (f"*From the full run's tables (`docs/findings_data`, 4-bit quantized weights), written by "
+            f"`docs/make_findings.py`; the [findings]({findings_link}) give every figure and rule.*")
+    return f"{SUMMARY_START}\n{table}\n\n{note}\n{SUMMARY_END}"
+
+
+def replace_summary(page: str, summary: str) -> str:
+    """``page`` with the text between the claims-summary markers replaced by ``summary`` (markers included)."""
+    start, end = page.index(SUMMARY_START), page.index(SUMMARY_END) + len(SUMMARY_END)
+    return page[:start] + summary + page[end:]
+
+
 def leakage_section(parts: dict[str, Result]) -> str:
     lines = ["## Leakage and its decomposition (baseline model)", ""]
     if "leakage" not in parts:
@@ -487,6 +522,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=Path("results/full"), help="run folder written by poslens report")
     parser.add_argument("--out", type=Path, default=Path("docs/findings.md"), help="Markdown page to write")
+    parser.add_argument("--summary-in", type=Path, nargs="*", default=[],
+                        help="pages whose claims-summary markers receive the short claims table (README.md, docs/index.md)")
     args = parser.parse_args()
     if not args.results.is_dir():
         parser.error(f"{args.results} is not a folder; run `poslens report --full --out {args.results}` first")
@@ -494,6 +531,10 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     print(f"wrote {args.out} from {args.results}")
+    for page in args.summary_in:
+        link = "findings.md" if page.parent.name == "docs" else "docs/findings.md"
+        page.write_text(replace_summary(page.read_text(encoding="utf-8"), claims_summary(args.results, link)), encoding="utf-8")
+        print(f"wrote the claims summary into {page}")
 
 
 if __name__ == "__main__":

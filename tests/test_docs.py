@@ -65,3 +65,30 @@ def test_api_page(site: Path, module: str) -> None:
     # Doctests under "Example:" must render as code (docs/_ext/griffe_examples.py), not as
     # Markdown, where ">>> x" becomes nested block quotes and x["a"][0] a reference link.
     assert "<blockquote" not in html, f"poslens.{module}: a doctest is rendered as Markdown prose"
+
+
+def _make_findings():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_findings", ROOT / "docs" / "make_findings.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("page, link", [("README.md", "docs/findings.md"), ("docs/index.md", "findings.md")])
+def test_claims_summary_is_the_full_runs(page: str, link: str) -> None:
+    # The README and the home page show the full run's claims; the table must be the one its tables give.
+    findings = _make_findings()
+    text = (ROOT / page).read_text(encoding="utf-8")
+    want = findings.claims_summary(ROOT / "docs" / "findings_data", link)
+    assert findings.replace_summary(text, want) == text, (
+        f"{page}'s claims summary is stale: run .venv/bin/python docs/make_findings.py --results docs/findings_data "
+        "--summary-in README.md docs/index.md"
+    )
+    assert "| **C1** |" in text and "supported" in text
+
+
+def test_findings_linked_from_readme_and_home() -> None:
+    assert "](docs/findings.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "](findings.md)" in (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
