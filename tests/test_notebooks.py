@@ -1,13 +1,17 @@
-"""The tutorial notebooks in docs/tutorials run top to bottom and draw their plots.
+"""The tutorial notebooks in docs/tutorials run top to bottom, draw their plots, and are stored executed.
 
-They are committed without outputs (the docs render them as they are), so these
-tests are also what keeps them working: each is executed with nbclient in a
-fresh kernel that runs this interpreter (the one with poslens installed), with
-the embedded 4-bit model ``smollm2-135m``.
+They are committed with their outputs, written by ``docs/execute_tutorials.py``
+(the docs render them as they are, ``execute: false``). A cheap test checks that
+the stored outputs belong to the current code: every code cell has outputs and
+the hash of the code cells recorded in the notebook's metadata matches. The
+slow tests execute each notebook with nbclient in a fresh kernel that runs this
+interpreter (the one with poslens installed), with the embedded 4-bit model
+``smollm2-135m``.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import sys
@@ -26,15 +30,58 @@ def test_there_are_tutorials() -> None:
     assert [p.name for p in NOTEBOOKS] == ["01_first_look.ipynb", "02_bos_patching.ipynb", "03_architectures.ipynb"]
 
 
+def _execute_tutorials():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("execute_tutorials", ROOT / "docs" / "execute_tutorials.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ends_in_expression(source: str) -> bool:
+    """Whether a cell's last statement is an expression: such a cell shows something; one that only imports or assigns may not."""
+    body = ast.parse(source).body
+    return bool(body) and isinstance(body[-1], ast.Expr)
+
+
+RERUN = "run `python docs/execute_tutorials.py {stem}` (with the venv's Python) and commit the notebook"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_committed_without_outputs(path: Path) -> None:
+def test_committed_executed_and_current(path: Path) -> None:
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
-    dirty = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and (cell.outputs or cell.execution_count)]
-    assert not dirty, f"{path.name}: code cells {dirty} carry outputs; clear them before committing"
     assert nb.metadata["kernelspec"]["name"] == "python3"
+    rerun = RERUN.format(stem=path.stem)
+    code = [(i, cell) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    empty = [i for i, cell in code if not cell.outputs and _ends_in_expression(cell.source)]
+    assert not empty, f"{path.name}: code cells {empty} have no outputs; {rerun}"
+    counts = [cell.execution_count for _, cell in code]
+    assert counts == list(range(1, len(code) + 1)), f"{path.name}: cells were not run top to bottom in one kernel ({counts}); {rerun}"
+    errors = [i for i, cell in code if any(out.output_type == "error" for out in cell.outputs)]
+    assert not errors, f"{path.name}: code cells {errors} store an error; {rerun}"
+    recorded = nb.metadata.get("poslens", {}).get("source_sha256")
+    assert recorded == _execute_tutorials().source_sha256(nb), (
+        f"{path.name}: its code cells changed since its outputs were stored; {rerun}"
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_figures_render_on_the_site(path: Path) -> None:
+    """Each stored figure has an HTML rendering for the site, and plotly.js is inlined once, before the first one."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    figures = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
+               if out.output_type in ("display_data", "execute_result") and PLOTLY_MIME in out.get("data", {})]
+    assert figures, f"{path.name} stores no plotly figure"
+    html = [out.data.get("text/html", "") for out in figures]
+    assert all("Plotly.newPlot" in page for page in html), f"{path.name}: a figure has no HTML rendering; {RERUN.format(stem=path.stem)}"
+    inlined = [len(page) > 1_000_000 for page in html]
+    assert inlined == [True] + [False] * (len(html) - 1), f"{path.name}: plotly.js must be inlined once, in the first figure"
 
 
 @pytest.fixture(scope="session")

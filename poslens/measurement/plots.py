@@ -61,12 +61,24 @@ def leakage_heatmap(table: pd.DataFrame, metric: str = "leakage_pattern", query_
 def sink_scores(table: pd.DataFrame, tau: float = 0.3) -> go.Figure:
     """Sink score per head as a heatmap, with the sink-reading count per layer beside it.
 
+    The count panel is drawn when the table has ``sink_heads`` rows (a sinks
+    part, :func:`poslens.mechanisms.sinks.sink_table`); without them the
+    heatmap stands alone.
+
     Example:
         >>> fig = sink_scores(sinks.table)  # doctest: +SKIP
     """
     scores = table[table["metric"] == "sink_score"]
+    if scores.empty:
+        raise ValueError("no sink_score rows; make them with poslens.mechanisms.sinks.sink_table(result)")
     counts = table[(table["metric"] == "sink_heads") & (table["layer"] >= 0)].sort_values("layer")
     grid = scores.pivot_table(index="layer", columns="head", values="value")
+    if counts.empty:
+        fig = go.Figure(go.Heatmap(z=grid.values, x=grid.columns, y=grid.index, colorscale="Magma", zmin=0, zmax=1,
+                                   colorbar=dict(title="a_i0")))
+        fig.update_layout(height=520, title="Attention sinks: sink score a_i0 (mean over i ≥ 1)",
+                          xaxis_title="head", yaxis_title="layer")
+        return fig
     titles = ["sink score a_i0 (mean over i ≥ 1)", f"heads with score ≥ τ = {tau}"]
     fig = make_subplots(rows=1, cols=2, column_widths=[0.7, 0.3], subplot_titles=titles)
     fig.add_trace(go.Heatmap(z=grid.values, x=grid.columns, y=grid.index, colorscale="Magma", zmin=0, zmax=1, colorbar=dict(x=0.66)), row=1, col=1)

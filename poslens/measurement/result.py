@@ -10,6 +10,7 @@ the Parquet file's schema metadata; the cell sums, when kept, in a sibling
 from __future__ import annotations
 
 import difflib
+import html
 import json
 import os
 import tempfile
@@ -18,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import plotly.graph_objects as go
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from poslens.files import atomic_write
 from poslens.fit.sums import CellSums
+from poslens.measurement import plots
 
 COLUMNS = ["model", "variant", "intervention", "layer", "head", "query_window", "metric", "value", "ci_low", "ci_high"]
 META_KEY = b"poslens"
@@ -257,6 +260,145 @@ class Result:
         sums = CellSums.load(sums_path) if sums_path.exists() else None
         return cls(table.to_pandas(), meta, sums)
 
+    def __repr__(self) -> str:
+        """One line: what this result holds and for which model.
+
+        Example:
+            >>> Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=0, head=-1,
+            ...        query_window="all", metric="c_res", value=0.1, ci_low=0.0, ci_high=0.2)]), {"model": {"model": "m"}})
+            Result(model m (base), 1 rows, 1 metrics, windows: all; see .summary(), .plot(kind), .table)
+        """
+        t = self.table
+        if t.empty or not set(COLUMNS) <= set(t.columns):
+            return f"Result({len(t)} rows; see .table)"
+        runs = t[["model", "variant"]].drop_duplicates()
+        what = "; ".join(f"{m} ({v})" for m, v in runs.itertuples(index=False))
+        label = "model" if len(runs) == 1 else f"{len(runs)} models/variants:"
+        windows = ", ".join(map(str, t["query_window"].drop_duplicates()))
+        return (f"Result({label} {what}, {len(t)} rows, {t['metric'].nunique()} metrics, windows: {windows}; "
+                "see .summary(), .plot(kind), .table)")
+
+    def _repr_html_(self) -> str:
+        """The result as Jupyter shows it: model, 4-bit note, per-layer summary with 95% intervals, provenance.
+
+        Every text taken from the result is escaped.
+
+        Example:
+            >>> r = Result(pd.DataFrame([dict(model="<m>", variant="base", intervention="none", layer=layer, head=-1,
+            ...            query_window="early", metric="c_res", value=0.1, ci_low=0.0, ci_high=0.2) for layer in (-1, 0, 1)]),
+            ...            {"model": {"model": "<m>", "variant": "base", "source": "/models/<m>"}})
+            >>> page = r._repr_html_()
+            >>> "0.1000 [0.0000, 0.2000]" in page, "&lt;m&gt;" in page, "<m>" in page
+            (True, True, False)
+        """
+        parts = [f"<div class=\"poslens-result\"><strong>poslens Result</strong>: {_esc(_models_text(self))}"]
+        note = quantized_note(self)
+        if note:
+            parts.append(f"<p><em>{_esc(note)}</em></p>")
+        parts.append(self._summary_html())
+        parts.append(_provenance_html(self.meta, self.table))
+        parts.append("<p style=\"font-size:smaller\">Methods: <code>.summary(window)</code>, <code>.select(metric, ...)</code>, "
+                     f"<code>.plot(kind)</code> with kind in {_esc(', '.join(PLOT_KINDS))}, <code>.table</code>.</p></div>")
+        return "\n".join(parts)
+
+    def _summary_html(self) -> str:
+        """One summary table per run (model, variant, intervention) in the early window, or ``all`` if no early rows."""
+        t = self.table
+        if t.empty or not set(COLUMNS) <= set(t.columns):
+            return f"<p>{len(t)} rows; no per-layer summary.</p>"
+        windows = list(dict.fromkeys(t["query_window"]))
+        window = "early" if "early" in windows else windows[0]
+        runs = t[["model", "variant", "intervention"]].drop_duplicates()
+        pieces = []
+        for model, variant, intervention in runs.itertuples(index=False):
+            rows = t[(t["model"] == model) & (t["variant"] == variant) & (t["intervention"] == intervention)]
+            heading = f"{model} ({variant}), intervention {intervention}: " if len(runs) > 1 else ""
+            try:
+                summary = Result(rows).summary(window)
+            except ValueError:
+                metrics = ", ".join(sorted(set(rows["metric"])))
+                pieces.append(f"<p>{_esc(heading)}{len(rows)} rows, no per-layer summary; metrics: {_esc(metrics)}</p>")
+                continue
+            caption = (f"{heading}per-layer means over heads, {window} queries"
+                       + (" (1 ≤ i < Q)" if window == "early" else "") + ": value [95% interval]")
+            head = "".join(f"<th>{_esc(str(m))}</th>" for m in summary.columns)
+            body = "".join(
+                f"<tr><th>{_esc(_layer_label(layer))}</th>"
+                + "".join(f"<td>{_esc('—' if pd.isna(cell) else str(cell))}</td>" for cell in row)
+                + "</tr>"
+                for layer, row in zip(summary.index, summary.itertuples(index=False))
+            )
+            pieces.append(f"<table><caption style=\"text-align:left\">{_esc(caption)}</caption>"
+                          f"<thead><tr><th>layer</th>{head}</tr></thead><tbody>{body}</tbody></table>")
+        return "\n".join(pieces)
+
+    def plot(self, kind: str, query_window: str | None = None, tau: float = 0.3) -> go.Figure:
+        """A standard figure of this result, drawn by :mod:`poslens.measurement.plots`.
+
+        ``kind`` is one of:
+
+        - ``"sources"``: C_res and C_mask by layer with 95% intervals (window ``early`` by default);
+        - ``"leakage"``: L(log a) (``leakage_pattern``) per head, layer × head (window ``all`` by default);
+        - ``"sinks"``: the sink score of every head; from a sinks part
+          (:func:`poslens.mechanisms.sinks.sink_table`) with the count of heads
+          whose score is ≥ ``tau`` per layer, or from a measurement's per-head
+          ``key0_mass`` in window ``all`` (the sink score by definition).
+
+        An unknown kind raises ``ValueError`` naming the kinds; a table without
+        the metrics a kind needs raises ``ValueError`` naming the missing metric.
+
+        Example:
+            >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=layer, head=-1,
+            ...            query_window="early", metric=metric, value=0.1, ci_low=0.0, ci_high=0.2)
+            ...            for layer in (0, 1) for metric in ("c_res", "c_mask")]))
+            >>> [trace.name for trace in r.plot("sources").data]
+            ['C_res (residual stream)', 'C_mask (causal mask)']
+            >>> r.plot("heads")
+            Traceback (most recent call last):
+            ValueError: unknown plot kind 'heads'; kinds: sources, leakage, sinks
+            >>> r.plot("leakage")
+            Traceback (most recent call last):
+            ValueError: plot('leakage') needs metric 'leakage_pattern', which this table lacks; it has: c_mask, c_res
+        """
+        if kind not in PLOT_KINDS:
+            close = difflib.get_close_matches(str(kind), PLOT_KINDS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown plot kind {kind!r}{hint}; kinds: {', '.join(PLOT_KINDS)}")
+        t = self.table
+        if kind == "sources":
+            window = query_window or "early"
+            self._needs(kind, "c_res", "c_mask")
+            for metric in ("c_res", "c_mask"):
+                _rows_with(t[t["metric"] == metric], "query_window", window, f" for metric {metric!r}")
+            _one_intervention(t, kind)
+            return plots.sources_by_layer(t, window)
+        if kind == "leakage":
+            window = query_window or "all"
+            self._needs(kind, "leakage_pattern")
+            rows = _rows_with(t[t["metric"] == "leakage_pattern"], "query_window", window, " for metric 'leakage_pattern'")
+            _one_run(rows, kind)
+            return plots.leakage_heatmap(rows, "leakage_pattern", window)
+        if "sink_score" in set(t["metric"]):
+            _one_run(t[t["metric"] == "sink_score"], kind)
+            return plots.sink_scores(t, tau)
+        if "key0_mass" not in set(t["metric"]):
+            raise ValueError(
+                f"plot('sinks') needs metric 'sink_score' (a sinks part) or 'key0_mass' (a measurement), which this "
+                f"table lacks; it has: {', '.join(sorted(set(t['metric']))) or 'no rows'}"
+            )
+        window = query_window or "all"
+        rows = _rows_with(t[t["metric"] == "key0_mass"], "query_window", window, " for metric 'key0_mass'")
+        rows = rows[(rows["head"] >= 0) & (rows["layer"] >= 0)]
+        _one_run(rows, kind)
+        return plots.sink_scores(rows.assign(metric="sink_score"), tau)
+
+    def _needs(self, kind: str, *metrics: str) -> None:
+        held = set(self.table["metric"]) if "metric" in self.table else set()
+        missing = [m for m in metrics if m not in held]
+        if missing:
+            name = "metrics " + ", ".join(repr(m) for m in missing) if len(missing) > 1 else f"metric {missing[0]!r}"
+            raise ValueError(f"plot({kind!r}) needs {name}, which this table lacks; it has: {', '.join(sorted(held)) or 'no rows'}")
+
 
 def _check_loadable(path: Path) -> None:
     """Raise the error that says what to load when ``path`` is missing, a folder or a ``.csv`` twin."""
@@ -285,6 +427,125 @@ def concat(results: list[Result]) -> Result:
         >>> concat([result_a, result_b]).table.shape  # doctest: +SKIP
     """
     return Result(pd.concat([r.table for r in results], ignore_index=True), {"parts": [r.meta for r in results]})
+
+
+PLOT_KINDS = ("sources", "leakage", "sinks")
+
+
+def quantized_models(*results: Result) -> list[str]:
+    """Names of the models behind ``results`` whose weights are quantized, in order of first appearance.
+
+    Reads the ``quantized`` field of each result's model metadata (and of its
+    ``parts``, for a stacked result): the embedded registry models record their
+    4-bit GGUF quantization there, a local folder or Hugging Face cache model records None.
+
+    Example:
+        >>> embedded = Result(pd.DataFrame(), {"model": {"model": "smollm2-135m", "quantized": "GGUF Q4_1 (4-bit), dequantized to float32"}})
+        >>> own = Result(pd.DataFrame(), {"model": {"model": "/models/my-llama", "quantized": None}})
+        >>> quantized_models(own, embedded), quantized_models(own)
+        (['smollm2-135m'], [])
+    """
+    names: list[str] = []
+    for result in results:
+        for meta in [result.meta] + list(result.meta.get("parts", [])):
+            described = meta.get("model")
+            if isinstance(described, dict) and described.get("quantized") and described["model"] not in names:
+                names.append(described["model"])
+    return names
+
+
+def quantized_note(*results: Result) -> str:
+    """The note on 4-bit weights for figures made from ``results``; empty when none of their models is quantized.
+
+    Example:
+        >>> quantized_note(Result(pd.DataFrame(), {"model": {"model": "gemma3-270m", "quantized": "GGUF Q4_K_M (4-bit), dequantized to float32"}}))
+        'Figures from gemma3-270m come from 4-bit quantized (GGUF) weights dequantized to float32.'
+        >>> quantized_note(Result(pd.DataFrame(), {"model": {"model": "/models/my-llama", "quantized": None}}))
+        ''
+    """
+    names = quantized_models(*results)
+    if not names:
+        return ""
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"Figures from {listed} come from 4-bit quantized (GGUF) weights dequantized to float32."
+
+
+def _esc(text: Any) -> str:
+    return html.escape(str(text))
+
+
+def _layer_label(layer: Any) -> str:
+    return "mean of layers ≥ 1" if int(layer) == -1 else str(int(layer))
+
+
+def _models_text(result: Result) -> str:
+    """Model name, variant and source of each model behind ``result`` (its parts' for a stacked result)."""
+    texts = []
+    for meta in [result.meta] + list(result.meta.get("parts", [])):
+        m = meta.get("model")
+        if not isinstance(m, dict):
+            continue
+        text = f"model {m.get('model', '?')}"
+        if m.get("variant"):
+            text += f", variant {m['variant']}"
+        if m.get("source") and m.get("source") != m.get("model"):
+            text += f", from {m['source']}"
+        if text not in texts:
+            texts.append(text)
+    if texts:
+        return "; ".join(texts)
+    if "model" in result.table and len(result.table):
+        return "model " + ", ".join(map(str, result.table["model"].drop_duplicates()))
+    return "no model recorded"
+
+
+def _provenance_html(meta: dict[str, Any], table: pd.DataFrame) -> str:
+    """Provenance as a definition list: version, date, corpus, settings, interventions."""
+    if "parts" in meta and "model" not in meta:
+        return f"<p>Stacked from {len(meta['parts'])} results; their provenance is in <code>.meta['parts']</code>.</p>"
+    corpus, settings = meta.get("corpus", {}), meta.get("settings", {})
+    items = []
+    if meta.get("poslens_version"):
+        items.append(("poslens", meta["poslens_version"]))
+    if meta.get("created"):
+        items.append(("created", meta["created"]))
+    if corpus:
+        source = str(corpus.get("corpus_source", "?")) + (f", seed {corpus['corpus_seed']}" if "corpus_seed" in corpus else "")
+        if corpus.get("position0_token") is not None:
+            source += f", position 0: {corpus.get('position0', '')} {corpus['position0_token']!r}"
+        items.append(("corpus", source))
+    n_seqs, seq_len = corpus.get("n_seqs", settings.get("n_seqs")), corpus.get("seq_len")
+    if n_seqs is not None:
+        items.append(("sequences", f"{n_seqs} × {seq_len} tokens" if seq_len is not None else str(n_seqs)))
+    for key, label in (("groups", "groups (jackknife)"), ("early", "early window bound Q"), ("batch_size", "batch size")):
+        if settings.get(key) is not None:
+            items.append((label, settings[key]))
+    if "interventions" in settings:
+        names = [", ".join(f"{k}={v}" for k, v in i.items() if v is not None) if isinstance(i, dict) else str(i)
+                 for i in settings["interventions"]]
+        items.append(("interventions", "; ".join(names) or "none"))
+    items.append(("rows", f"{len(table)} (metrics: {table['metric'].nunique() if 'metric' in table else 0})"))
+    listed = "".join(f"<tr><th style=\"text-align:left\">{_esc(k)}</th><td style=\"text-align:left\">{_esc(v)}</td></tr>" for k, v in items)
+    return f"<details><summary>Provenance</summary><table>{listed}</table></details>"
+
+
+def _one_intervention(rows: pd.DataFrame, kind: str) -> None:
+    interventions = list(dict.fromkeys(rows["intervention"]))
+    if len(interventions) > 1:
+        raise ValueError(
+            f"plot({kind!r}) draws one intervention; this table holds {len(interventions)} "
+            f"({', '.join(map(str, interventions))}): keep one intervention's rows of result.table first"
+        )
+
+
+def _one_run(rows: pd.DataFrame, kind: str) -> None:
+    runs = rows[["model", "variant", "intervention"]].drop_duplicates()
+    if len(runs) > 1:
+        listed = "; ".join("/".join(map(str, run)) for run in runs.itertuples(index=False))
+        raise ValueError(
+            f"plot({kind!r}) draws one run; this table holds {len(runs)} (model/variant/intervention: {listed}): "
+            "keep one run's rows of result.table first"
+        )
 
 
 def _rows_with(rows: pd.DataFrame, column: str, wanted: Any, context: str) -> pd.DataFrame:
