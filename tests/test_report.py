@@ -17,8 +17,20 @@ import poslens
 from poslens.measurement.result import Result, concat
 from poslens.model.registry import REGISTRY
 from poslens.model.tiny import save_tiny_model
-from poslens.study.claims import CLAIM_COLUMNS, claim_c1, claim_c2
-from poslens.study.report import build_report, quantized_note
+from poslens.study.claims import (
+    CLAIM_COLUMNS,
+    INCONCLUSIVE,
+    NOT_MEASURED,
+    NOT_SUPPORTED,
+    STATEMENTS,
+    SUPPORTED,
+    claim_c1,
+    claim_c2,
+    evaluate,
+    figure_row,
+    label_cases,
+)
+from poslens.study.report import build_report, quantized_note, summary_rows
 
 NOTE = "4-bit quantized"
 SCRIPT_NAME = "<script>alert(1)"
@@ -79,7 +91,8 @@ def test_user_model_is_not_quantized_and_gets_no_note(user_result, tmp_path):
     text, page = read_page(path)
     assert NOTE not in text
     assert page.texts["note"] == []
-    assert len(page.texts["figcaption"]) == 2 == text.count('class="plotly-graph-div"')
+    # C1 (leakage per head), C2 (sources by layer, all queries), C3 (sources by layer, early queries)
+    assert len(page.texts["figcaption"]) == 3 == text.count('class="plotly-graph-div"')
 
 
 def test_model_name_with_script_is_escaped(user_result, tmp_path):
@@ -113,7 +126,7 @@ def test_embedded_model_gets_the_note(embedded_result, tmp_path):
     text, page = read_page(path)
     expected = "Figures from smollm2-135m come from 4-bit quantized (GGUF) weights dequantized to float32."
     assert page.texts["note"] == [expected]
-    assert all(caption.endswith(expected) for caption in page.texts["figcaption"]) and len(page.texts["figcaption"]) == 2
+    assert all(caption.endswith(expected) for caption in page.texts["figcaption"]) and len(page.texts["figcaption"]) == 3
 
 
 def test_note_names_only_the_quantized_models_of_a_mixed_part(user_result, embedded_result, tmp_path):
@@ -122,6 +135,101 @@ def test_note_names_only_the_quantized_models_of_a_mixed_part(user_result, embed
     assert quantized_note(mixed) == "Figures from smollm2-135m come from 4-bit quantized (GGUF) weights dequantized to float32."
     path = build_report({"leakage": user_result, "compare": mixed}, _claims(user_result), SETTINGS, tmp_path / "report.html")
     _, page = read_page(path)
-    compare_caption, leakage_caption = page.texts["figcaption"]
-    assert NOTE in compare_caption and NOTE not in leakage_caption
+    *leakage_captions, compare_caption = page.texts["figcaption"]  # in claim order: C1–C3 from leakage, then C4
+    assert NOTE in compare_caption and len(leakage_captions) == 3 and not any(NOTE in c for c in leakage_captions)
     assert page.texts["note"] == [quantized_note(mixed)]
+
+
+class _Summary(HTMLParser):
+    """The verdict summary's rows: for each ``tr.verdict-row``, its cells' text, badge text, sentence and disclosure text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[dict[str, str]] = []
+        self.where: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        cls = dict(attrs).get("class") or ""
+        if tag == "tr" and cls == "verdict-row":
+            self.rows.append(dict(cells="", badge="", badge_class="", sentence="", details=""))
+            self.where = ["row"]
+        elif self.where and tag in ("span", "p", "details"):
+            kind = {"span": "badge", "p": "sentence", "details": "details"}[tag]
+            if tag == "span" and cls.startswith("badge"):
+                self.rows[-1]["badge_class"] = cls
+            if (tag == "span" and cls.startswith("badge")) or (tag == "p" and cls == "sentence") or tag == "details":
+                self.where.append(kind)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tr":
+            self.where = []
+        elif self.where and len(self.where) > 1 and {"span": "badge", "p": "sentence", "details": "details"}.get(tag) == self.where[-1]:
+            self.where.pop()
+
+    def handle_data(self, data: str) -> None:
+        if self.where:
+            self.rows[-1]["cells"] += data
+            for kind in set(self.where) - {"row"}:
+                self.rows[-1][kind] += data
+
+
+def _summary(text: str) -> list[dict[str, str]]:
+    parser = _Summary()
+    parser.feed(text)
+    return parser.rows
+
+
+def test_the_page_opens_with_a_verdict_summary_one_row_per_claim_and_case(user_result, tmp_path):
+    """C1 and C2 of the tiny model, C3–C6 not measured: six summary rows, each a badge, a sentence and its rule folded."""
+    claims = evaluate(leakage=user_result)
+    path = build_report({"leakage": user_result}, claims, SETTINGS, tmp_path / "report.html")
+    text = path.read_text(encoding="utf-8")
+    # the summary comes before the first figure and before the long claims table
+    assert text.index('<table class="summary">') < text.index('class="plotly-graph-div"') < text.index('<table class="claims">')
+    rows = _summary(text)
+    assert [r["cells"].split()[0] for r in rows] == ["C1", "C2", "C3", "C4", "C5", "C6"]
+    for row, claim in zip(rows, ["C1", "C2"]):
+        verdict = claims.loc[claims["claim"] == claim, "verdict"].unique().item()
+        assert row["badge"] == verdict and row["badge_class"] == f"badge {verdict.replace(' ', '-')}"
+        # the disclosure holds the rule and its inputs, exactly as claims.csv words them
+        rule = claims.loc[claims["claim"] == claim, "rule"].iloc[0]
+        assert rule.split(". rule: ")[1].split(". inputs: ")[0] in row["details"]
+        assert rule.split(". inputs: ")[1] in row["details"]
+        headline = claims[claims["claim"] == claim].iloc[0]
+        assert f"{headline['figure']:.4g}".replace("-", "−") in row["cells"]
+        assert row["sentence"].startswith({SUPPORTED: STATEMENTS[claim][:1].upper() + STATEMENTS[claim][1:],
+                                           NOT_SUPPORTED: "Against the claim that", INCONCLUSIVE: "Undecided whether"}[verdict])
+    for row in rows[2:]:
+        assert row["badge"] == NOT_MEASURED and row["badge_class"] == "badge not-measured"
+        assert "not measured, the parts it reads are not in this report" in row["sentence"]
+        assert f"--out {tmp_path}" in row["details"]
+
+
+def test_summary_groups_c4_by_case_and_c5_by_replacement_with_the_joint_verdict():
+    """Hand-made tables with known verdicts: a C4 case's comparison and depth slope form one row, whose verdict is their joint."""
+    compare = [figure_row("c_res", v, lo, hi, model=m, variant=var, query_window="early", layer=layer)
+               for m, var, layer, v, lo, hi in [
+                   ("smollm2-135m", "base", -1, 0.010, 0.008, 0.012),
+                   ("smollm2-135m", "ntk:4", -1, 0.002, 0.001, 0.003),
+                   ("gemma3-270m", "base", -1, 0.030, 0.020, 0.040),
+                   ("gemma3-270m", "base", 1, 0.05, 0.04, 0.06),
+                   ("gemma3-270m", "base", 2, 0.03, 0.02, 0.04),
+                   ("gemma3-270m", "base", 3, 0.01, 0.0, 0.02)]]
+    swaps = [figure_row("reduction", v, lo, hi, intervention=k, query_window="early")
+             for k, v, lo, hi in [("bos:mean", 0.4, 0.35, 0.45), ("bos:zero", 0.1, 0.05, 0.15)]]
+    claims = evaluate(comparison=label_cases(pd.DataFrame(compare)), bos_swap=pd.DataFrame(swaps), claims=["C4", "C5"])
+    rows = summary_rows(claims)
+    assert [(r["claim"], r["case"], r["verdict"]) for r in rows] == [
+        ("C4", "smollm2-135m (ntk:4)", SUPPORTED),
+        ("C4", "gemma3-270m", NOT_SUPPORTED),  # comparisons supported, depth slope negative: jointly not supported
+        ("C5", "m, bos:mean", SUPPORTED),
+        ("C5", "m, bos:zero", NOT_SUPPORTED),
+    ]
+    ntk, gemma, mean, zero = rows
+    assert ntk["sentence"] == ("NTK suppresses, sliding window accumulates, standard in between: the ntk case has "
+                               "C_res 0.002 [0.001, 0.003], wholly below the standard's 0.01 [0.008, 0.012].")
+    assert gemma["sentence"].startswith("Against the claim that NTK suppresses") and "wholly above the standard's" in gemma["sentence"]
+    assert "changes by −0.02 [" in gemma["sentence"] and len(gemma["rules"]) == 2  # comparison rule and slope rule
+    assert mean["sentence"].endswith("removes 40% [35%, 45%] of C_res at early queries; the interval holds 40%.")
+    assert zero["sentence"].endswith("removes 10% [5%, 15%] of C_res at early queries, wholly below 30%.")
+    assert [r["figure"] for r in rows] == ["0.002 [0.001, 0.003]", "0.03 [0.02, 0.04]", "0.4 [0.35, 0.45]", "0.1 [0.05, 0.15]"]

@@ -1,13 +1,16 @@
 """The report page, made by `poslens report` on a tiny setting, opened in headless Chromium.
 
 Checks: no console errors, every plotly figure rendered with non-empty plot
-elements, the claims table present; saves a screenshot next to the report.
+elements, the claims table present; the verdict summary's badges, and a rule
+disclosure that a click opens. Saves screenshots next to the report and, for a
+person to look at, under ``/tmp/screens`` (``report_top.png``, ``report_full.png``).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -73,8 +76,9 @@ def test_report_notes_the_4bit_weights_of_the_embedded_models(report_dir):
     text = (report_dir / "report.html").read_text()
     note = "Figures from smollm2-135m and gemma3-270m come from 4-bit quantized (GGUF) weights dequantized to float32."
     assert f'<p class="note">{note}</p>' in text
-    # the captions of the four smollm2-only parts (leakage heatmap, sinks, reductions, fingerprint) name smollm2 alone
-    assert text.count("Figures from smollm2-135m come from 4-bit quantized") == 4
+    # the captions of the six smollm2-only figures (C1 heatmap, C2 and C3 by layer, C3 sinks, C5 reductions, C6 fingerprint)
+    # name smollm2 alone
+    assert text.count("Figures from smollm2-135m come from 4-bit quantized") == 6
 
 
 def test_report_renders_offline_without_console_errors(report_dir):
@@ -115,3 +119,53 @@ def test_report_renders_offline_without_console_errors(report_dir):
     finally:
         driver.quit()
     assert (report_dir / "report.png").stat().st_size > 10_000
+
+
+SCREENS = Path("/tmp/screens")
+
+
+def test_report_summary_badges_and_a_rule_opened_by_a_click(report_dir):
+    from selenium.webdriver.common.by import By
+
+    claims = pd.read_csv(report_dir / "claims.csv")
+    driver = _driver()
+    try:
+        driver.set_window_size(1400, 1000)
+        driver.get((report_dir / "report.html").as_uri())
+        summary = driver.find_element(By.CSS_SELECTOR, "table.summary")
+        # the summary is what the reader meets first: above every figure and the long claims table
+        first_figure = driver.find_element(By.CSS_SELECTOR, ".js-plotly-plot")
+        assert summary.location["y"] < first_figure.location["y"]
+        assert summary.location["y"] < driver.find_element(By.CSS_SELECTOR, "table.claims").location["y"]
+        assert summary.location["y"] < 1000, "the summary starts within the first screen"
+        rows = summary.find_elements(By.CSS_SELECTOR, "tr.verdict-row")
+        cases = claims.assign(case=claims["model"].str.replace(r"( vs .*|: slope of c_res over layers >= 1)$", "", regex=True))
+        assert len(rows) == len(cases[["claim", "case"]].drop_duplicates()) >= 6
+        for row in rows:
+            badges = row.find_elements(By.CSS_SELECTOR, ".badge")
+            assert len(badges) == 1 and badges[0].is_displayed()
+            verdict = badges[0].text
+            claim = row.get_attribute("data-claim")
+            assert verdict in set(claims.loc[claims["claim"] == claim, "verdict"]), (claim, verdict)
+            assert verdict.replace(" ", "-") in badges[0].get_attribute("class").split()
+            colour = badges[0].value_of_css_property("background-color")
+            assert colour not in ("rgba(0, 0, 0, 0)", "transparent"), colour
+        # one disclosure: the rule is hidden, a click on its summary shows it, with the words claims.csv holds
+        first = rows[0]
+        details = first.find_element(By.CSS_SELECTOR, "details.rule")
+        rule_text = first.find_element(By.CSS_SELECTOR, "details.rule .rule-text")
+        assert details.get_attribute("open") is None and not rule_text.is_displayed()
+        SCREENS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(SCREENS / "report_top.png"))
+        first.find_element(By.CSS_SELECTOR, "details.rule > summary").click()
+        assert details.get_attribute("open") is not None and rule_text.is_displayed()
+        rule = claims.loc[claims["claim"] == first.get_attribute("data-claim"), "rule"].iloc[0]
+        assert rule.split(". rule: ")[1].split(". inputs: ")[0] in rule_text.text
+        # the whole page, every figure drawn, for a person to look at
+        height = driver.execute_script("return document.body.scrollHeight")
+        driver.set_window_size(1400, height + 100)
+        time.sleep(2)
+        driver.save_screenshot(str(SCREENS / "report_full.png"))
+    finally:
+        driver.quit()
+    assert (SCREENS / "report_top.png").stat().st_size > 10_000 and (SCREENS / "report_full.png").stat().st_size > 10_000
