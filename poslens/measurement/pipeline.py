@@ -23,6 +23,7 @@ from poslens.measurement.result import COLUMNS, Result
 from poslens.model.corpus import Corpus, check_corpus_fits
 from poslens.model.hooks import Hook, run_with_hooks
 from poslens.model.loading import require_pos_model
+from poslens.model.variants import rope_summary
 from poslens.runtime import distributed
 from poslens.runtime.memory import choose_batch_size
 from poslens.version import __version__
@@ -291,7 +292,7 @@ def tidy(values: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], model: st
 
 
 def run_metadata(model: Any, corpus: Corpus, settings: dict[str, Any]) -> dict[str, Any]:
-    """Provenance of a run: model, corpus, settings and software versions.
+    """Provenance of a run: model (with its RoPE type and scaling), corpus, settings and software versions.
 
     Example:
         >>> run_metadata(model, corpus, {"groups": 8})["settings"]["groups"]  # doctest: +SKIP
@@ -303,7 +304,7 @@ def run_metadata(model: Any, corpus: Corpus, settings: dict[str, Any]) -> dict[s
     return {
         "poslens_version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": model.describe(),
+        "model": {**model.describe(), **rope_summary(model.hf_model.config.get_text_config())},
         "corpus": corpus.describe(),
         "settings": settings,
         "versions": {

@@ -28,7 +28,8 @@ class ModelNotSupportedError(ValueError):
     """The model loads but is not a causal RoPE decoder, which poslens studies.
 
     Raised by :func:`load_model` for encoders, encoder-decoders and models
-    without rotary position embeddings, before any weights are read.
+    without rotary position embeddings, before any weights are read, and for
+    architectures TransformerLens has no adapter for.
 
     Example:
         >>> import tempfile, poslens
@@ -354,6 +355,20 @@ def _check_supported(config: Any, label: str) -> None:
         )
 
 
+def _not_bridgeable(config: Any, label: str, error: Exception) -> ModelNotSupportedError:
+    from importlib.metadata import version
+
+    architecture = ", ".join(getattr(config, "architectures", None) or []) or getattr(config, "model_type", "?")
+    detail = str(error).split(". Available architectures")[0][:300]  # TransformerLens appends its whole list
+    no_adapter = "supported architecture" in detail or "Unsupported architecture" in detail
+    what = f"has no architecture adapter for {architecture}" if no_adapter else "failed to bridge it"
+    return ModelNotSupportedError(
+        f"{label} ({architecture}) cannot be bridged: TransformerLens {version('transformer-lens')} {what} ({detail}). "
+        "poslens reads attention scores through the TransformerLens bridge, so it needs an architecture "
+        "TransformerLens supports; the documentation's 'Supported models' page lists the ones poslens tests."
+    )
+
+
 def _build(
     folder: Path,
     name: str,
@@ -392,7 +407,10 @@ def _build(
         hf = hf.to(device)
     hf.eval()
     declared_bos = tokenizer.bos_token
-    bridge = TransformerBridge.boot_transformers(name, hf_model=hf, tokenizer=tokenizer, dtype=dtype)
+    try:
+        bridge = TransformerBridge.boot_transformers(name, hf_model=hf, tokenizer=tokenizer, dtype=dtype)
+    except (ValueError, NotImplementedError, KeyError) as error:
+        raise _not_bridgeable(config, name, error) from error
     if declared_bos is None and tokenizer.bos_token is not None:
         # TransformerLens fills a missing BOS with EOS; poslens must not silently put EOS at position 0.
         tokenizer.bos_token = None

@@ -1,19 +1,184 @@
 """Tiny real Hugging Face models for tests, tutorials and quick experiments.
 
-Each is a genuine transformers model class (Llama, Mistral with a sliding
-window, Gemma 3 text) with random weights and a byte-level tokenizer, saved to
+Each is a genuine transformers model class (Llama, Llama 3, Qwen2, Qwen3,
+Mistral, Gemma 1, 2 and 3, Phi, Phi-3, OLMo 2, GPT-NeoX, StableLM, StarCoder2,
+Granite, see :data:`TINY_MODELS`) with random weights and a byte-level tokenizer, saved to
 a folder so that :func:`poslens.load_model` loads it like any local model.
 """
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-TINY_KINDS = ("llama", "mistral", "gemma3")
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
+
+# Fields every tiny model shares (except where a kind sets ``common=False``): 260 tokens, head_dim 16.
+COMMON_FIELDS: dict[str, Any] = dict(
+    vocab_size=260,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=3,
+    tie_word_embeddings=False,
+)
+
+
+@dataclass(frozen=True)
+class TinyKind:
+    """One tiny model kind: the family it stands for and how its config is built.
+
+    ``fields`` go on top of :data:`COMMON_FIELDS` (unless ``common`` is False);
+    ``refused`` is None for kinds poslens supports, else what the model lacks
+    (such kinds exist to test the refusal).
+
+    Example:
+        >>> TINY_MODELS["gpt-neox"].family, TINY_MODELS["gpt-neox"].architecture
+        ('GPT-NeoX / Pythia', 'GPTNeoXForCausalLM')
+    """
+
+    family: str
+    config_class: str
+    architecture: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    common: bool = True
+    refused: str | None = None
+
+
+# The compatibility matrix: every kind here is built, loaded and tested by tests/test_compatibility.py,
+# and docs/make_supported_models.py writes docs/supported_models.md from it. Where the default random
+# weights leave attention too flat for a RoPE change to move the log-probs measurably (partial rotary
+# turns only 4 or 8 of 16 dimensions), a kind gets larger ones (initializer_range).
+TINY_MODELS: dict[str, TinyKind] = {
+    "llama": TinyKind("Llama 2 / SmolLM", "LlamaConfig", "LlamaForCausalLM", {"rope_theta": 10000.0}),
+    "mistral": TinyKind(
+        "Mistral", "MistralConfig", "MistralForCausalLM", {"rope_theta": 10000.0, "sliding_window": 8, "head_dim": 16}
+    ),
+    "gemma3": TinyKind(
+        "Gemma 3",
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        {
+            "num_hidden_layers": 4,
+            "head_dim": 16,
+            "sliding_window": 8,
+            "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+            },
+            "query_pre_attn_scalar": 16,
+        },
+    ),
+    # Llama 3.x: the llama3 rope scaling; a short original context so that it changes the tiny model's frequencies.
+    "llama3": TinyKind(
+        "Llama 3.x",
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        {
+            "rope_parameters": {
+                "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+            },
+        },
+    ),
+    "qwen2": TinyKind("Qwen2 / Qwen2.5", "Qwen2Config", "Qwen2ForCausalLM", {"rope_theta": 10000.0}),
+    "qwen3": TinyKind("Qwen3", "Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16, "rope_theta": 10000.0}),
+    "qwen3-yarn": TinyKind(
+        "Qwen3 with YaRN",
+        "Qwen3Config",
+        "Qwen3ForCausalLM",
+        {
+            "head_dim": 16,
+            "max_position_embeddings": 64,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16},
+        },
+    ),
+    # Real Gemma 2 caps at 50 (attention) and 30 (logits); tiny random scores never reach that, so the caps are
+    # small here, where they bend the scores and a missing cap would show in the tests.
+    "gemma2": TinyKind(
+        "Gemma 2",
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        {
+            "head_dim": 16,
+            "sliding_window": 8,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            "rope_theta": 10000.0,
+            "query_pre_attn_scalar": 16,
+            "attn_logit_softcapping": 0.5,
+            "final_logit_softcapping": 0.5,
+            "initializer_range": 0.2,
+        },
+    ),
+    "phi3": TinyKind("Phi-3", "Phi3Config", "Phi3ForCausalLM", {"rope_theta": 10000.0, "sliding_window": 16}),
+    "olmo2": TinyKind("OLMo 2", "Olmo2Config", "Olmo2ForCausalLM", {"rope_theta": 10000.0}),
+    "gpt-neox": TinyKind(
+        "GPT-NeoX / Pythia",
+        "GPTNeoXConfig",
+        "GPTNeoXForCausalLM",
+        {
+            "vocab_size": 260, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "max_position_embeddings": 1024, "bos_token_id": 1, "eos_token_id": 2,
+            "pad_token_id": 3, "tie_word_embeddings": False,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+            "initializer_range": 0.06,
+        },
+        common=False,
+    ),
+    "stablelm": TinyKind(
+        "StableLM",
+        "StableLmConfig",
+        "StableLmForCausalLM",
+        {
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+            "initializer_range": 0.06,
+        },
+    ),
+    "gemma": TinyKind(
+        "Gemma (1)", "GemmaConfig", "GemmaForCausalLM", {"head_dim": 16, "rope_theta": 10000.0, "initializer_range": 0.06}
+    ),
+    "phi": TinyKind(
+        "Phi-1 / Phi-2",
+        "PhiConfig",
+        "PhiForCausalLM",
+        {
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            "initializer_range": 0.06,
+        },
+    ),
+    "starcoder2": TinyKind(
+        "StarCoder2", "Starcoder2Config", "Starcoder2ForCausalLM", {"rope_theta": 10000.0, "sliding_window": 16}
+    ),
+    "granite": TinyKind("Granite", "GraniteConfig", "GraniteForCausalLM", {"rope_theta": 10000.0}),
+    # Kinds poslens refuses, kept to test the refusal.
+    "gpt2": TinyKind(
+        "GPT-2",
+        "GPT2Config",
+        "GPT2LMHeadModel",
+        {"vocab_size": 260, "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 2, "bos_token_id": 1, "eos_token_id": 2},
+        common=False,
+        refused="no rotary position embeddings (learned absolute positions)",
+    ),
+    "helium": TinyKind(
+        "Helium",
+        "HeliumConfig",
+        "HeliumForCausalLM",
+        {"head_dim": 16, "rope_theta": 10000.0},
+        refused="no TransformerLens architecture adapter",
+    ),
+}
+TINY_KINDS = tuple(kind for kind, spec in TINY_MODELS.items() if spec.refused is None)
+UNSUPPORTED_KINDS = tuple(kind for kind, spec in TINY_MODELS.items() if spec.refused is not None)
 
 
 def byte_tokenizer() -> Any:
@@ -42,50 +207,23 @@ def byte_tokenizer() -> Any:
 
 
 def tiny_config(kind: str = "llama", **overrides: Any) -> Any:
-    """The config of a tiny model of ``kind`` in ``TINY_KINDS``; ``overrides`` change fields.
+    """The config of a tiny model of ``kind`` (a key of :data:`TINY_MODELS`); ``overrides`` change fields.
 
     Example:
         >>> cfg = tiny_config("mistral", sliding_window=8)
         >>> cfg.model_type, cfg.sliding_window, cfg.num_hidden_layers
         ('mistral', 8, 3)
+        >>> tiny_config("llama3").rope_parameters["rope_type"]
+        'llama3'
     """
-    from transformers import Gemma3TextConfig, LlamaConfig, MistralConfig
+    import transformers
 
-    common = dict(
-        vocab_size=260,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=3,
-        tie_word_embeddings=False,
-    )
-    if kind == "llama":
-        config = LlamaConfig(**{**common, "rope_theta": 10000.0, **overrides})
-    elif kind == "mistral":
-        config = MistralConfig(**{**common, "rope_theta": 10000.0, "sliding_window": 8, "head_dim": 16, **overrides})
-    elif kind == "gemma3":
-        fields = {
-            **common,
-            "num_hidden_layers": 4,
-            "head_dim": 16,
-            "sliding_window": 8,
-            "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
-            "rope_parameters": {
-                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
-            },
-            "query_pre_attn_scalar": 16,
-            **overrides,
-        }
-        config = Gemma3TextConfig(**fields)
-    else:
-        raise ValueError(f"unknown tiny model kind {kind!r}; choose from {TINY_KINDS}")
-    config.architectures = [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "gemma3": "Gemma3ForCausalLM"}[kind]]
+    if kind not in TINY_MODELS:
+        raise ValueError(f"unknown tiny model kind {kind!r}; choose from {tuple(TINY_MODELS)}")
+    spec = TINY_MODELS[kind]
+    fields = {**(COMMON_FIELDS if spec.common else {}), **copy.deepcopy(spec.fields), **overrides}
+    config = getattr(transformers, spec.config_class)(**fields)
+    config.architectures = [spec.architecture]
     return config
 
 

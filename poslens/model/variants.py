@@ -141,8 +141,69 @@ def rope_parameter_dicts(config: Any) -> list[dict]:
     return [p for p in params.values() if isinstance(p, dict) and "rope_theta" in p]
 
 
+class VariantNotSupportedError(ValueError):
+    """The variant has no well-defined meaning for this model; the message says why.
+
+    Raised by :func:`apply_rope_variant` (so by :func:`poslens.load_model`)
+    before any weights are read.
+
+    Example:
+        >>> from transformers import LlamaConfig
+        >>> cfg = LlamaConfig(rope_parameters={"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0})
+        >>> apply_rope_variant(cfg, parse_variant("ntk:2"), rotary_dim=16)
+        Traceback (most recent call last):
+        ...
+        poslens.model.variants.VariantNotSupportedError: variant 'ntk:2' is refused for llama, rope_type 'linear': NTK-aware scaling ...
+    """
+
+
+def rope_types(config: Any) -> list[str]:
+    """The ``rope_type`` of each rope-parameter dict of a config (``"default"`` = plain RoPE).
+
+    Example:
+        >>> from transformers import LlamaConfig
+        >>> rope_types(LlamaConfig()), rope_types(LlamaConfig(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}))
+        (['default'], ['yarn'])
+    """
+    return [str(p.get("rope_type", "default")) for p in rope_parameter_dicts(config)]
+
+
+def variant_refusal(config: Any, variant: Variant) -> str | None:
+    """Why ``variant`` cannot be applied to a model with this config, or None if it can.
+
+    ``ntk:`` is NTK-aware scaling of plain RoPE (METHOD §7). A config whose RoPE
+    is already scaled (``llama3``, ``yarn``, ``linear``, ``dynamic``, ``longrope``)
+    rescales frequencies by its own rule around ``rope_theta``; scaling θ under it
+    would compose two schemes, which is not NTK scaling, so it is refused.
+    ``rope-base:`` sets θ under whatever scaling the model has, as the native model
+    with that θ would, and ``window:`` masks scores: both apply to every RoPE model.
+
+    Example:
+        >>> from transformers import LlamaConfig
+        >>> cfg = LlamaConfig(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0})
+        >>> variant_refusal(cfg, parse_variant("rope-base:1e5")) is None
+        True
+        >>> variant_refusal(cfg, parse_variant("ntk:2"))
+        "rope_type 'yarn': NTK-aware scaling θ·α^(d/(d−2)) is defined for plain RoPE; ..."
+    """
+    dicts = rope_parameter_dicts(config)
+    if variant.changes_rope and not dicts:
+        return "the config has no RoPE parameters to change"
+    if variant.ntk_alpha is not None:
+        scaled = sorted({t for t in rope_types(config) if t != "default"})
+        if scaled:
+            return (
+                f"rope_type {scaled[0]!r}: NTK-aware scaling θ·α^(d/(d−2)) is defined for plain RoPE; this model's "
+                f"{scaled[0]} rope scaling already rescales its frequencies by its own rule, so scaling θ under it "
+                "would mean something else. Use 'rope-base:<theta>' to change θ under the model's own scaling"
+            )
+    return None
+
+
 def apply_rope_variant(config: Any, variant: Variant, rotary_dim: int) -> None:
     """Change the RoPE base(s) of a transformers config in place, as the variant says.
+
+    Raises :class:`VariantNotSupportedError` where :func:`variant_refusal` gives a reason.
 
     Example:
         >>> from transformers import LlamaConfig
@@ -151,9 +212,10 @@ def apply_rope_variant(config: Any, variant: Variant, rotary_dim: int) -> None:
         >>> cfg.rope_parameters["rope_theta"]
         500000.0
     """
+    reason = variant_refusal(config, variant)
+    if reason is not None:
+        raise VariantNotSupportedError(f"variant {str(variant)!r} is refused for {getattr(config, 'model_type', '?')}, {reason}")
     dicts = rope_parameter_dicts(config)
-    if variant.changes_rope and not dicts:
-        raise ValueError("this config has no RoPE parameters to change")
     for params in dicts:
         theta = float(params["rope_theta"])
         if variant.rope_base is not None:
@@ -185,3 +247,37 @@ def window_hook(width: int):
         return scores.masked_fill(outside, torch.finfo(scores.dtype).min)
 
     return hook
+
+
+def rope_summary(config: Any) -> dict[str, Any]:
+    """The RoPE type and scaling of a transformers config, as run metadata records them.
+
+    ``rope_type`` is ``"default"`` for plain RoPE, else the scaling's name
+    (``"llama3"``, ``"yarn"``, …); ``rope_scaling`` holds the scaling's own
+    fields (None for plain RoPE). Where layer types carry their own RoPE (Gemma 3),
+    both are dicts keyed by layer type.
+
+    Example:
+        >>> from transformers import LlamaConfig
+        >>> yarn = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 16}
+        >>> rope_summary(LlamaConfig(rope_parameters=yarn))
+        {'rope_type': 'yarn', 'rope_scaling': {'factor': 4.0, 'original_max_position_embeddings': 16}}
+        >>> rope_summary(LlamaConfig())
+        {'rope_type': 'default', 'rope_scaling': None}
+    """
+    params = getattr(config, "rope_parameters", None) or {}
+
+    def one(p: dict) -> tuple[str, dict | None]:
+        scaling = {k: v for k, v in p.items() if k not in ("rope_type", "rope_theta", "partial_rotary_factor")}
+        return str(p.get("rope_type", "default")), (scaling or None)
+
+    if not params:
+        return {"rope_type": None, "rope_scaling": None}
+    if "rope_theta" in params:
+        rope_type, scaling = one(params)
+        return {"rope_type": rope_type, "rope_scaling": scaling}
+    per_type = {name: one(p) for name, p in params.items() if isinstance(p, dict)}
+    return {
+        "rope_type": {name: t for name, (t, _) in per_type.items()},
+        "rope_scaling": {name: s for name, (_, s) in per_type.items()},
+    }
