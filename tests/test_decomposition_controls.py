@@ -123,7 +123,8 @@ def test_constant_logits_are_all_count_term():
     result = measure_scores([heads(ZERO_CASES["c constant"])], groups=GROUPS, early=EARLY)
     for q in ("early", "all"):
         assert figure(result, "count_share", q)[0] == pytest.approx(1.0, abs=1e-10)
-        assert figure(result, "c_count", q)[0] == pytest.approx(figure(result, "leakage_pattern", q)[0], abs=1e-12)
+        # float64 round-off: 1.06e-12 of L ≈ 0.75 was seen with one BLAS thread; the bound is 1e-8·L
+        assert figure(result, "c_count", q)[0] == pytest.approx(figure(result, "leakage_pattern", q)[0], rel=1e-10)
 
 
 # -- (i) the noise floor --------------------------------------------------------
