@@ -2,8 +2,9 @@
 
 One tiny random-weight model per kind of :data:`poslens.model.tiny.TINY_MODELS`
 (Llama, Llama 3 with ``llama3`` rope scaling, Qwen2, Qwen3 plain and with YaRN,
-Mistral, Gemma 1, 2 and 3, Phi-3, OLMo 2, StarCoder2, Granite, and GPT-NeoX,
-StableLM and Phi with partial rotary), saved to disk with a byte tokenizer. For each:
+Mistral, Gemma 1, 2 and 3, Phi-3, OLMo 1, 2 and 3, StarCoder2, Granite, Cohere, EXAONE,
+GPT-NeoX, StableLM, Phi and GLM with partial rotary, the MoE models Mixtral, Qwen2-MoE
+and Qwen3-MoE, and DeepSeek-V2/V3 with multi-head latent attention), saved to disk with a byte tokenizer. For each:
 
 (a) the bridge's log-probs equal those of the plain Hugging Face model;
 (b) the softmax of the captured ``hook_attn_scores`` equals HF's eager attention weights;
@@ -13,7 +14,8 @@ StableLM and Phi with partial rotary), saved to disk with a byte tokenizer. For 
 (e) ``poslens.measure`` runs end to end and METHOD §4's controls hold; the run's metadata
     records the RoPE type and scaling.
 
-Kinds poslens must refuse (no RoPE, no TransformerLens adapter) are refused with
+Kinds poslens must refuse (no RoPE, no TransformerLens adapter, a RoPE base poslens
+cannot read, NoPE layers) are refused with
 :class:`poslens.ModelNotSupportedError`. ``docs/supported_models.md`` is generated
 from the same table; a test checks it is current.
 """
@@ -115,7 +117,7 @@ def test_matrix_covers_the_issue_list():
     families = {kind: TINY_MODELS[kind].family for kind in TINY_KINDS}
     for wanted in ("llama", "llama3", "qwen2", "qwen3", "qwen3-yarn", "mistral", "gemma2", "gemma3", "phi3", "olmo2", "gpt-neox", "stablelm"):
         assert wanted in families
-    assert set(UNSUPPORTED_KINDS) == {"gpt2", "helium"}
+    assert set(UNSUPPORTED_KINDS) == {"gpt2", "helium", "gptj", "codegen", "smollm3"}
 
 
 # ---------------------------------------------------------------- (a), (b), (c)
@@ -313,7 +315,16 @@ def test_run_metadata_records_llama3_scaling_exactly(folders):
 # ---------------------------------------------------------------- refusals
 
 
-@pytest.mark.parametrize("kind, missing", [("gpt2", "no rotary position embeddings"), ("helium", "cannot be bridged")])
+@pytest.mark.parametrize(
+    "kind, missing",
+    [
+        ("gpt2", "no rotary position embeddings"),
+        ("helium", "cannot be bridged"),
+        ("gptj", "RoPE base fixed in transformers' code"),
+        ("codegen", "RoPE base fixed in transformers' code"),
+        ("smollm3", "layers without rotary position embeddings (NoPE layers [2])"),
+    ],
+)
 def test_unsupported_architectures_are_refused(kind, missing, tmp_path):
     folder = save_tiny_model(tmp_path, kind)
     with pytest.raises(poslens.ModelNotSupportedError) as info:

@@ -348,6 +348,20 @@ def _check_supported(config: Any, label: str) -> None:
             f"{label} ({model_type}) is not a causal decoder: poslens measures how the causal mask and "
             "position 0 carry absolute position, which needs causal attention."
         )
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(text, "rotary_dim", None) and not rope_parameter_dicts(text):
+        raise ModelNotSupportedError(
+            f"{label} ({model_type}) rotates {text.rotary_dim} dimensions of each head with a RoPE base fixed in "
+            "transformers' code: its config has no rope_parameters, so poslens cannot read or change the base "
+            "(rope_base, ntk:, rope-base:) it records. GPT-J and CodeGen are not supported yet."
+        )
+    no_rope = [layer for layer, uses in enumerate(getattr(text, "no_rope_layers", None) or []) if not uses]
+    if no_rope:
+        raise ModelNotSupportedError(
+            f"{label} ({model_type}) has layers without rotary position embeddings (NoPE layers {no_rope}): poslens "
+            "treats every layer as a RoPE layer, so its figures for these layers would be wrong. Only models whose "
+            "every layer uses RoPE are supported."
+        )
     if not rope_parameter_dicts(config):
         raise ModelNotSupportedError(
             f"{label} ({model_type}) has no rotary position embeddings: poslens studies RoPE models, where "
@@ -390,11 +404,16 @@ def _build(
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     n_heads = text_config.num_attention_heads
     d_head = getattr(text_config, "head_dim", None) or text_config.hidden_size // n_heads
+    # DeepSeek's multi-head latent attention: queries and keys are qk_nope_head_dim unrotated dimensions followed by
+    # qk_rope_head_dim rotated ones (transformers sets head_dim to the rotated part alone).
+    mla_rotary = getattr(text_config, "qk_rope_head_dim", None)
+    if mla_rotary and getattr(text_config, "qk_nope_head_dim", None) is not None:
+        d_head = int(text_config.qk_nope_head_dim) + int(mla_rotary)
     # transformers ≥ 5 keeps partial_rotary_factor inside rope_parameters (GPT-NeoX, Phi, StableLM).
     factor = getattr(text_config, "partial_rotary_factor", None)
     if factor is None:
         factor = next((p["partial_rotary_factor"] for p in rope_parameter_dicts(text_config) if "partial_rotary_factor" in p), None)
-    rotary_dim = int(d_head * float(factor or 1.0))
+    rotary_dim = int(mla_rotary) if mla_rotary else int(d_head * float(factor or 1.0))
     apply_rope_variant(text_config, variant, rotary_dim)
     try:
         hf = AutoModelForCausalLM.from_pretrained(

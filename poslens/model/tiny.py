@@ -1,8 +1,9 @@
 """Tiny real Hugging Face models for tests, tutorials and quick experiments.
 
 Each is a genuine transformers model class (Llama, Llama 3, Qwen2, Qwen3,
-Mistral, Gemma 1, 2 and 3, Phi, Phi-3, OLMo 2, GPT-NeoX, StableLM, StarCoder2,
-Granite, see :data:`TINY_MODELS`) with random weights and a byte-level tokenizer, saved to
+Mistral, Gemma 1, 2 and 3, Phi, Phi-3, OLMo 1, 2 and 3, GPT-NeoX, StableLM, StarCoder2,
+Granite, Cohere, GLM, EXAONE, and the MoE models Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2 and V3;
+see :data:`TINY_MODELS`) with random weights and a byte-level tokenizer, saved to
 a folder so that :func:`poslens.load_model` loads it like any local model.
 """
 
@@ -160,6 +161,77 @@ TINY_MODELS: dict[str, TinyKind] = {
         "StarCoder2", "Starcoder2Config", "Starcoder2ForCausalLM", {"rope_theta": 10000.0, "sliding_window": 16}
     ),
     "granite": TinyKind("Granite", "GraniteConfig", "GraniteForCausalLM", {"rope_theta": 10000.0}),
+    "cohere": TinyKind("Cohere (Command R)", "CohereConfig", "CohereForCausalLM", {"rope_theta": 10000.0, "logit_scale": 1.0}),
+    "glm": TinyKind(
+        "GLM",
+        "GlmConfig",
+        "GlmForCausalLM",
+        {
+            "head_dim": 16,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            "initializer_range": 0.06,
+        },
+    ),
+    "olmo": TinyKind("OLMo (1)", "OlmoConfig", "OlmoForCausalLM", {"rope_theta": 10000.0}),
+    "olmo3": TinyKind(
+        "OLMo 3",
+        "Olmo3Config",
+        "Olmo3ForCausalLM",
+        {
+            "sliding_window": 8,
+            "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+            },
+        },
+    ),
+    "exaone": TinyKind("EXAONE 3", "ExaoneConfig", "ExaoneForCausalLM", {"rope_theta": 10000.0}),
+    "mixtral": TinyKind(
+        "Mixtral (MoE)",
+        "MixtralConfig",
+        "MixtralForCausalLM",
+        {"rope_theta": 10000.0, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2},
+    ),
+    "qwen2-moe": TinyKind(
+        "Qwen2-MoE",
+        "Qwen2MoeConfig",
+        "Qwen2MoeForCausalLM",
+        {
+            "rope_theta": 10000.0, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 64,
+        },
+    ),
+    "qwen3-moe": TinyKind(
+        "Qwen3-MoE",
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        {"rope_theta": 10000.0, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32},
+    ),
+    # Multi-head latent attention: 8 unrotated + 8 rotated query/key dimensions per head. transformers' eager
+    # attention needs as many key/value heads as heads here.
+    "deepseek-v2": TinyKind(
+        "DeepSeek-V2",
+        "DeepseekV2Config",
+        "DeepseekV2ForCausalLM",
+        {
+            "rope_theta": 10000.0, "num_key_value_heads": 4, "kv_lora_rank": 16, "q_lora_rank": None,
+            "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 4,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 1, "n_shared_experts": 1,
+            "n_group": 1, "topk_group": 1,
+        },
+    ),
+    "deepseek-v3": TinyKind(
+        "DeepSeek-V3",
+        "DeepseekV3Config",
+        "DeepseekV3ForCausalLM",
+        {
+            "rope_theta": 10000.0, "num_key_value_heads": 4, "kv_lora_rank": 16, "q_lora_rank": 32,
+            "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 4,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 1, "n_shared_experts": 1,
+            "n_group": 1, "topk_group": 1,
+        },
+    ),
     # Kinds poslens refuses, kept to test the refusal.
     "gpt2": TinyKind(
         "GPT-2",
@@ -175,6 +247,33 @@ TINY_MODELS: dict[str, TinyKind] = {
         "HeliumForCausalLM",
         {"head_dim": 16, "rope_theta": 10000.0},
         refused="no TransformerLens architecture adapter",
+    ),
+    "gptj": TinyKind(
+        "GPT-J",
+        "GPTJConfig",
+        "GPTJForCausalLM",
+        {"vocab_size": 260, "n_embd": 64, "n_layer": 2, "n_head": 4, "rotary_dim": 8, "n_positions": 1024, "bos_token_id": 1, "eos_token_id": 2},
+        common=False,
+        refused="RoPE base fixed in transformers' code (no rope_parameters to read or change)",
+    ),
+    "codegen": TinyKind(
+        "CodeGen",
+        "CodeGenConfig",
+        "CodeGenForCausalLM",
+        {
+            "vocab_size": 260, "n_embd": 64, "n_layer": 2, "n_head": 4, "rotary_dim": 8, "n_positions": 1024, "n_ctx": 1024,
+            "bos_token_id": 1, "eos_token_id": 2,
+        },
+        common=False,
+        refused="RoPE base fixed in transformers' code (no rope_parameters to read or change)",
+    ),
+    # Every third layer has no RoPE (NoPE), as in the real SmolLM3 (every fourth there).
+    "smollm3": TinyKind(
+        "SmolLM3",
+        "SmolLM3Config",
+        "SmolLM3ForCausalLM",
+        {"rope_theta": 10000.0, "no_rope_layer_interval": 3},
+        refused="layers without RoPE (NoPE layers)",
     ),
 }
 TINY_KINDS = tuple(kind for kind, spec in TINY_MODELS.items() if spec.refused is None)
