@@ -330,8 +330,8 @@ def measure(
 ) -> Result:
     """Measure absolute-position leakage and its mask / residual-stream decomposition.
 
-    Runs ``model`` over ``corpus`` once, reducing every layer's attention
-    scores to cell sums as the forward goes, then fits METHOD §3–§5 with 95%
+    Runs ``model`` over ``corpus`` twice (:func:`collect_sums`), reducing every
+    layer's attention scores to cell sums as the forward goes, then fits METHOD §3–§5 with 95%
     intervals over ``groups`` groups of sequences. ``early`` is Q, the bound of
     the early query window 1 ≤ i < Q. ``interventions`` add hooks to the same
     forward pass and are recorded in the ``intervention`` column.
@@ -343,8 +343,7 @@ def measure(
         >>> result = poslens.measure(model, corpus)                                  # doctest: +SKIP
         >>> result.select("c_res", "early", head=-1)[["layer", "value", "ci_low", "ci_high"]]  # doctest: +SKIP
     """
-    require_pos_model(model, "measure()")
-    check_corpus_fits(model, corpus)
+    require_pos_model(model, "measure()")  # before the planner reads the model; collect_sums checks the corpus
     start = time.perf_counter()
     distributed.init_from_env()
     batch_size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)
