@@ -215,7 +215,12 @@ class Bound:
             raise ValueError(f"bound must be one of {BOUNDS}, got {self.bound!r}")
 
     def text(self) -> str:
-        """``figure`` for its value, ``figure ci_low`` / ``figure ci_high`` for a bound of its interval."""
+        """``figure`` for its value, ``figure ci_low`` / ``figure ci_high`` for a bound of its interval.
+
+        Example:
+            >>> Bound("c_res", "ci_high").text()
+            'c_res ci_high'
+        """
         return self.figure if self.bound == "value" else f"{self.figure} {self.bound}"
 
     def of(self, figures: Mapping[str, Figure]) -> float:
@@ -259,7 +264,12 @@ class Condition:
             raise ValueError(f"op must be one of {list(_OPERATORS)}, got {self.op!r}")
 
     def text(self) -> str:
-        """The condition in words, e.g. ``rho_mask (layer 0) ci_low > 0.5``."""
+        """The condition in words, e.g. ``rho_mask (layer 0) ci_low > 0.5``.
+
+        Example:
+            >>> Condition("c_res", "ci_low", ">", 0.0).text()
+            'c_res ci_low > 0'
+        """
         threshold = self.threshold.text() if isinstance(self.threshold, Bound) else f"{self.threshold:g}"
         return f"{Bound(self.figure, self.bound).text()} {self.op} {threshold}" + (f" ({self.note})" if self.note else "")
 
@@ -302,7 +312,12 @@ class Rule:
             raise ValueError("a rule needs at least one condition for 'supported' and one for 'not supported'")
 
     def text(self) -> str:
-        """The rule in words, with the thresholds it uses."""
+        """The rule in words, with the thresholds it uses.
+
+        Example:
+            >>> Rule((Condition("c_res", "ci_low", ">", 0.0),), (Condition("c_res", "ci_high", "<=", 0.0),)).text()
+            'supported if c_res ci_low > 0; not supported if c_res ci_high <= 0; inconclusive otherwise'
+        """
         text = (
             "supported if " + " and ".join(c.text() for c in self.supported_if)
             + "; not supported if " + " or ".join(c.text() for c in self.not_supported_if)
@@ -311,7 +326,12 @@ class Rule:
         return text + (f". {self.remark}" if self.remark else "")
 
     def figures(self) -> tuple[str, ...]:
-        """The names of the figures the rule reads, in order of first use."""
+        """The names of the figures the rule reads, in order of first use.
+
+        Example:
+            >>> C3_RULE.figures()
+            ('c_res', 'reduction')
+        """
         names = []
         for c in (*self.supported_if, *self.not_supported_if):
             names += [c.figure] + ([c.threshold.figure] if isinstance(c.threshold, Bound) else [])

@@ -126,11 +126,21 @@ OPTION_NAMES = {
 
 
 class SettingsMismatchError(ValueError):
-    """A saved part was made with other settings than the ones asked for; poslens does not overwrite it."""
+    """A saved part was made with other settings than the ones asked for; poslens does not overwrite it.
+
+    Example:
+        >>> issubclass(SettingsMismatchError, ValueError)  # the CLI prints it as one error line
+        True
+    """
 
 
 class MixedSettingsError(ValueError):
-    """Parts given to the claims were made with different settings (or record none); claims would mix them."""
+    """Parts given to the claims were made with different settings (or record none); claims would mix them.
+
+    Example:
+        >>> issubclass(MixedSettingsError, ValueError)  # the CLI prints it as one error line
+        True
+    """
 
 
 def _spelled(settings: dict[str, Any], names: list[str]) -> str:
