@@ -7,14 +7,14 @@ For each length T, four routes run on the same tokens (``--n-seqs`` random
 sequences, one per forward):
 
 (a) plain: a bridge forward with no hooks;
-(b) poslens: ``poslens.measure`` with the probe off (both passes: the streaming cell
-    sums, then the per-sequence counterfactual's second pass; then every fit with
+(b) poslens: ``poslens.measure`` with the probe off (one forward pass per sequence
+    with the streaming cell sums, which also stores each sequence's row-bin sums
+    on disk; then the per-sequence counterfactual's replay and every fit with
     intervals);
 (b'') poslens+probe: the same with the ridge probe of METHOD §3.3 on;
-(b') capture: the two passes with their hooks only (``collect_sums``), that is
-    (b) without its fits;
+(b') capture: the pass and the replay without the fits (``collect_sums``);
 (c) naive: ``bridge.run_with_cache`` keeping every layer's scores and pattern,
-    then the same two reductions and fits applied to the cached tensors.
+    then the same reduction, replay and fits applied to the cached tensors.
 
 Each route is timed twice and the faster run is reported (the first pays
 one-off costs); run it on an otherwise idle machine.
@@ -113,8 +113,9 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
     import torch
 
     import poslens
-    from poslens.capture.counterfactual_capture import CounterfactualCapture
+    from poslens.capture.counterfactual_replay import CounterfactualReplay
     from poslens.capture.leakage_capture import LeakageCapture
+    from poslens.capture.row_bin_store import RowBinStore
     from poslens.fit.binning import Binning
     from poslens.fit.metrics import metrics_with_intervals
     from poslens.measurement.pipeline import add_counterfactual, collect_sums, cross_fitted_residuals
@@ -135,7 +136,8 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
     elif route == "capture":
         collect_sums(model, corpus, groups=n_seqs, batch_size=1, probe=False, progress=False)
     elif route == "naive":
-        capture = LeakageCapture(model, Binning(seq_len), groups=n_seqs, probe=False)
+        store = RowBinStore()
+        capture = LeakageCapture(model, Binning(seq_len), groups=n_seqs, probe=False, store=store)
         wanted = {attn_scores(l) for l in range(model.n_layers)} | {attn_pattern(l) for l in range(model.n_layers)}
         caches = []
         for k in range(n_seqs):
@@ -146,13 +148,11 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
             for layer in range(model.n_layers):
                 capture.reduce(layer, cache[attn_scores(layer)])
             caches.append(cache)
-        second = CounterfactualCapture(model, capture.sums.binning, cross_fitted_residuals(capture.sums), n_seqs)
-        for k, cache in enumerate(caches):
-            second.group = k
-            for layer in range(model.n_layers):
-                second.reduce(layer, cache[attn_scores(layer)])
+        replay = CounterfactualReplay(model, capture.sums.binning, cross_fitted_residuals(capture.sums), n_seqs)
+        replay.replay(store)
+        store.close()
         del caches
-        add_counterfactual(capture.sums, second)
+        add_counterfactual(capture.sums, replay)
         metrics_with_intervals(capture.sums, probe=False)
     if cuda:
         torch.cuda.synchronize()

@@ -1,6 +1,6 @@
 """METHOD §4.4's controls of the version-2 decomposition, on synthetic heads through the streamed code.
 
-Scores go through the same capture, second pass and fits as a model's
+Scores go through the same capture, replay and fits as a model's
 (``poslens.measurement.pipeline.measure_scores``). Exact-zero cases (a)–(e) must give
 C_res = 0 to 1e-8 of L(log a), for the per-sequence counterfactual (``c_res``),
 the mean-field one (``c_res_meanfield``) and the saturated projection, under

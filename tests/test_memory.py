@@ -181,7 +181,7 @@ def test_free_memory_of_an_unknown_device_names_the_choices():
 
 
 def test_sums_are_counted_per_group(tiny):
-    from poslens.capture.counterfactual_capture import CounterfactualCapture
+    from poslens.capture.counterfactual_replay import CounterfactualReplay
     from poslens.fit.binning import Binning
     from poslens.fit.sums import CellSums
     from poslens.measurement.pipeline import collect_sums, cross_fitted_residuals
@@ -189,12 +189,12 @@ def test_sums_are_counted_per_group(tiny):
     two, eight = estimate_peak_bytes(tiny, 2, 256, groups=2), estimate_peak_bytes(tiny, 2, 256, groups=8)
     held = CellSums.zeros(groups=8, layers=tiny.n_layers, heads=tiny.n_heads, binning=Binning(256), layer_windows=tuple(tiny.window))
     held.per_group.sequence_count[:] = 1.0
-    # the second pass holds per window: A per group, the current group's variants and their exp(−A) weights, and Σ log Z'
+    # the replay holds per window: A per group, the current group's variants and their exp(−A) weights, and Σ log Z'
     variants = cross_fitted_residuals(held)(0)
-    second = CounterfactualCapture(tiny, held.binning, lambda g: variants, groups=8)
-    second_pass = sum(3 * a.nbytes for a in variants.values()) + sum(a.nbytes for a in second.log_partition.values())
+    replay = CounterfactualReplay(tiny, held.binning, lambda g: variants, groups=8)
+    replay_bytes = sum(3 * a.nbytes for a in variants.values()) + sum(a.nbytes for a in replay.log_partition.values())
     held_arrays = [*held.per_group.as_dict().values(), held.row_features, held.row_count, held.group_sizes]
-    assert eight.sums == sum(a.nbytes for a in held_arrays) + second_pass
+    assert eight.sums == sum(a.nbytes for a in held_arrays) + replay_bytes
     assert eight.increase - two.increase == eight.sums - two.sums > 0
     assert memory.DEFAULT_GROUPS == inspect.signature(collect_sums).parameters["groups"].default
 

@@ -11,7 +11,10 @@ Those O(T × bins) pieces are folded into query bins with a one-hot matrix and
 added to :class:`poslens.fit.sums.CellSums`. For the counterfactual fit of METHOD
 §4.1 it also keeps, per exact row, Σ_j s_ij and s_i0, and per exact offset Δ the
 sum of s_{i,i−Δ} over the rows of each query window (a diagonal sum, read from a
-skewed strided view of the block); nothing of size T² outlives the hook.
+skewed strided view of the block); nothing of size T² outlives the hook. Given a
+:class:`poslens.capture.row_bin_store.RowBinStore`, it also writes each row's
+maximum and its sums of exp(s − max) per offset bin, for the per-sequence
+counterfactual (:mod:`poslens.capture.counterfactual_replay`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch
 from einops import einsum, rearrange
 from jaxtyping import Bool, Float, Int
 
+from poslens.capture.row_bin_store import RowBinStore
 from poslens.fit.binning import Binning
 from poslens.fit.sums import FEATURES, WINDOWS, CellSums
 from poslens.model import hooks as hook_names
@@ -247,8 +251,10 @@ class LeakageCapture:
         probe: bool = True,
         check_mask: bool = True,
         block_elements: int | None = None,
+        store: RowBinStore | None = None,
     ) -> None:
         self.model = model
+        self.store = store  # where each sequence's row-bin sums go for the counterfactual replay (None: not kept)
         self.block_elements = block_elements  # float64 elements per work buffer; None: by device
         self.binning = binning
         self.probe = probe
@@ -406,6 +412,8 @@ class LeakageCapture:
         features = torch.empty(batch, heads, t, len(FEATURES), **f64)
         bin_sums = torch.empty(heads, t, self.binning.n_offset_bins, **f64)
         key0_logits = torch.zeros(heads, t, **f64)  # Σ over the batch of s_i0
+        n_b = self.binning.n_offset_bins
+        row_bins = torch.empty(batch, heads, t, 1 + n_b, **f64) if self.store is not None else None  # max, then Σ exp per bin
         offset_sums = torch.zeros(2, heads, t, **f64)  # Σ of s_{i,i−Δ} over the all / early rows
         blocks = self._blocks(st, batch * heads, device)
         work_s, work_e = self._work_buffers(max(batch * heads * b.size for b in blocks), device)
@@ -437,15 +445,23 @@ class LeakageCapture:
                 key0_logits[:, rows] = visible[..., 0].sum(0)
             self._add_offset_sums(visible.sum(0), block, offset_sums)
             running = visible.cumsum_(-1)  # in place: visible is not needed any more
-            index_shape = (batch, heads, r1 - r0, self.binning.n_offset_bins)
+            index_shape = (batch, heads, r1 - r0, n_b)
             upper = running.gather(-1, block.hi_at.expand(index_shape)) * block.hi_used
             lower = running.gather(-1, block.lo_at.expand(index_shape)) * block.lo_used
             bin_sums[:, rows] = (upper - lower).sum(0)
+            if row_bins is not None:  # the same running sums of exp(s − max), for the counterfactual replay
+                row_bins[:, :, rows, 0] = row_max[..., 0]
+                running = exp_s.cumsum_(-1)  # in place: exp_s is not needed any more
+                upper = running.gather(-1, block.hi_at.expand(index_shape)) * block.hi_used
+                lower = running.gather(-1, block.lo_at.expand(index_shape)) * block.lo_used
+                row_bins[:, :, rows, 1:] = upper - lower
         finite = torch.isfinite(row_sum) & torch.isfinite(log_z)
         if not finite.all():
             raise _non_finite(layer, int(torch.nonzero(~finite)[0, 1]))
         self._checked.add(layer)
         self._accumulate(layer, st, log_z, row_sum, row_js, row_sq, bin_sums, features, key0_logits, offset_sums)
+        if row_bins is not None:
+            self.store.write(self.group, layer, row_bins.cpu().numpy())
 
     def _add_offset_sums(self, block_sum: Float[torch.Tensor, "heads rows span"], block: "RowBlock", out: Float[torch.Tensor, "2 heads seq"]) -> None:
         """Add the diagonal sums of one block's visible logits [H, R, S] (summed over the batch) to

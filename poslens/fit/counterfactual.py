@@ -21,9 +21,9 @@ Two counterfactual patterns follow from a fit:
 - **per-sequence**: s'_ij(n) = s_ij(n) − A_cb, with A the head's absolute
   component per (query bin, offset bin) cell of the mean logits after g, β and
   h (:meth:`WindowFit.residual_cells`). Renormalizing s' needs the sequence's
-  own logits, so a second pass over the model computes it
-  (:mod:`poslens.capture.counterfactual_capture`); this module turns that pass's row
-  sums into cell sums (:func:`per_sequence_cells`).
+  own logits: the first pass stores each row's offset-bin sums of exp(s) and
+  :mod:`poslens.capture.counterfactual_replay` computes log Z' from them once A is
+  known; this module turns the replay's row sums into cell sums (:func:`per_sequence_cells`).
 
 All arrays are float64 numpy; nothing here touches torch or a model.
 """
@@ -314,7 +314,7 @@ def per_sequence_cells(
     """Cell sums of the per-sequence log a'(n) = s − A − log Z'(n) over ``n_seqs`` sequences, [..., C·B].
 
     ``logit_cells``: cell sums of s; ``residual``: A [..., C·B] (per pair);
-    ``log_partition_rows``: Σ_n log Z'_i(n) per row [..., rows] from the second pass.
+    ``log_partition_rows``: Σ_n log Z'_i(n) per row [..., rows] from the replay.
 
     Example:
         >>> st = structure(Binning(4), rows=4, window=None)

@@ -312,7 +312,7 @@ def metrics_with_intervals(sums: CellSums, probe: bool = True) -> dict[
     In-sample metrics get delete-one-group jackknife intervals (each replicate
     refits P and the mean-field counterfactual's g and β without group g; the
     per-sequence counterfactual's cell sums keep the cross-fitted residual each
-    group used in the second pass); held-out ones
+    group used in the replay); held-out ones
     (``*_heldout``, ``probe_r2``) intervals from their per-fold spread;
     ``leakage_pattern_bias`` is in-sample minus held-out, jackknifed per fold.
 

@@ -45,8 +45,8 @@ counterfactual_early        G, L, H, C, B      the same for the early window's o
 counterfactual_*_replicate  G, L, H, C, B      row g: the jackknife replicate without group g, whole
 =========================== ================== ==========================================================
 
-The ``counterfactual_*`` sums come from the second pass
-(:mod:`poslens.capture.counterfactual_capture`): each group's counterfactual
+The ``counterfactual_*`` sums come from the replay
+(:mod:`poslens.capture.counterfactual_replay`): each group's counterfactual
 uses the fit on the other groups (cross-fitting). Replicates refit that fit
 too, so they are not the sum over the other groups: :meth:`CellSums.leave_out`
 takes them from ``counterfactual_*_replicate``, and the other reductions leave
@@ -236,7 +236,7 @@ def sums_bytes(groups: int, layers: int, heads: int, binning: Binning) -> int:
 
 
 def counterfactual_bytes(groups: int, layers: int, heads: int, binning: Binning) -> int:
-    """Bytes the second pass holds besides the sums: per window, the cross-fitted residuals A
+    """Bytes the counterfactual replay holds besides the sums: per window, the cross-fitted residuals A
     (per group, per variant of the current group, and as exp(−A) weights, each [G, L, H, C·B]),
     and Σ log Z' per group, variant, layer, head and row.
 

@@ -1,4 +1,4 @@
-"""``poslens.measure``: one streaming pass over a corpus, then the fits, as a tidy result."""
+"""``poslens.measure``: one streaming pass over a corpus, the counterfactual replay, then the fits, as a tidy result."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from poslens.capture.counterfactual_capture import CounterfactualCapture
+from poslens.capture.counterfactual_replay import CounterfactualReplay
 from poslens.capture.leakage_capture import LeakageCapture
+from poslens.capture.row_bin_store import RowBinStore, check_disk_space, store_bytes
 from poslens.fit.binning import Binning
 from poslens.fit.counterfactual import counterfactual_sums, residuals
 from poslens.fit.metrics import metrics_with_intervals
@@ -113,12 +114,16 @@ def collect_sums(
 ) -> CellSums:
     """Run the model over the corpus with capture hooks and return the grouped cell sums.
 
-    Two passes over the corpus: the first streams every cell sum of METHOD §3
-    and the sums the counterfactual fit needs; the second renormalizes each
+    One forward pass over the corpus streams every cell sum of METHOD §3 and
+    the sums the counterfactual fit needs, and writes each sequence's per-row
+    offset-bin sums of exp(s) to a temporary file
+    (:mod:`poslens.capture.row_bin_store`, 8·L·H·T·(1 + bins) bytes per sequence;
+    :class:`poslens.capture.row_bin_store.InsufficientDiskError` before anything
+    runs if ``TMPDIR`` lacks the room). The replay then renormalizes each
     sequence's logits for the per-sequence counterfactual of METHOD §4.4 (i)
-    (:mod:`poslens.capture.counterfactual_capture`), with each group's absolute
+    (:mod:`poslens.capture.counterfactual_replay`), with each group's absolute
     component fitted on the other groups. Under torchrun each rank runs every
-    K-th batch and the sums are all-reduced after each pass (see
+    K-th batch and the sums are all-reduced after the pass and after the replay (see
     :mod:`poslens.runtime.distributed`), so every rank returns the whole corpus's sums.
     ``max_memory`` picks the batch size: ``"free"`` plans against the memory free
     now, a size such as ``"8GB"`` against that budget for the whole process;
@@ -134,25 +139,27 @@ def collect_sums(
             f"sequence length {corpus.seq_len} exceeds {model.name}'s context of {model.max_context} tokens; "
             f"use sequences of at most {model.max_context} tokens"
         )
-    capture = LeakageCapture(model, Binning(corpus.seq_len, early=early), groups, probe=probe)
+    binning = Binning(corpus.seq_len, early=early)
     distributed.init_from_env()
     batch_size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)
     plan = batches(corpus.n_seqs, groups, batch_size)[distributed.rank() :: distributed.world_size()]
+    check_disk_space(store_bytes(sum(len(index) for _, index in plan), model.n_layers, model.n_heads, corpus.seq_len, binning.n_offset_bins))
+    store = RowBinStore()
+    capture = LeakageCapture(model, binning, groups, probe=probe, store=store)
     show = progress and distributed.is_main()
-    for group, index in tqdm(plan, desc=description, unit="batch", disable=not show, leave=False):
-        tokens = corpus.tokens[index]
-        extra: list[Hook] = [h for iv in interventions for h in iv.hooks(model, tokens)]
-        capture.group = group
-        capture.add_structure(len(index))
-        run_with_hooks(model, tokens, extra + capture.hooks())
-    sums = distributed.all_reduce_sums(capture.sums)
-    second = CounterfactualCapture(model, sums.binning, cross_fitted_residuals(sums), groups)
-    for group, index in tqdm(plan, desc=f"{description} (counterfactual)", unit="batch", disable=not show, leave=False):
-        tokens = corpus.tokens[index]
-        extra = [h for iv in interventions for h in iv.hooks(model, tokens)]
-        second.group = group
-        run_with_hooks(model, tokens, extra + second.hooks())
-    add_counterfactual(sums, second)
+    try:
+        for group, index in tqdm(plan, desc=description, unit="batch", disable=not show, leave=False):
+            tokens = corpus.tokens[index]
+            extra: list[Hook] = [h for iv in interventions for h in iv.hooks(model, tokens)]
+            capture.group = group
+            capture.add_structure(len(index))
+            run_with_hooks(model, tokens, extra + capture.hooks())
+        sums = distributed.all_reduce_sums(capture.sums)
+        replay = CounterfactualReplay(model, sums.binning, cross_fitted_residuals(sums), groups)
+        replay.replay(store, progress=show, description=f"{description} (counterfactual)")
+    finally:
+        store.close()
+    add_counterfactual(sums, replay)
     return sums
 
 
@@ -192,19 +199,19 @@ def cross_fitted_residuals(sums: CellSums) -> Callable[[int], dict[str, np.ndarr
     return of
 
 
-def add_counterfactual(sums: CellSums, second: CounterfactualCapture) -> None:
-    """Fill ``sums``' ``counterfactual_*`` (per group) and ``counterfactual_*_replicate`` arrays from a finished second pass.
+def add_counterfactual(sums: CellSums, replay: CounterfactualReplay) -> None:
+    """Fill ``sums``' ``counterfactual_*`` (per group) and ``counterfactual_*_replicate`` arrays from a finished replay.
 
-    The second pass's row sums are all-reduced across ranks first.
+    The replay's row sums are all-reduced across ranks first.
 
     Example:
-        >>> add_counterfactual(sums, second_pass)  # doctest: +SKIP
+        >>> add_counterfactual(sums, replay)  # doctest: +SKIP
     """
-    log_z = {w: distributed.all_reduce_array(second.log_partition[w]) for w in WINDOWS}
+    log_z = {w: distributed.all_reduce_array(replay.log_partition[w]) for w in WINDOWS}
     for w in WINDOWS:
         sums.per_group.counterfactual_replicate(w)[:] = 0.0
     for group in range(sums.n_groups):
-        residual = second.residuals_of(group)
+        residual = replay.residuals_of(group)
         own = sums.group(group)
         for w in WINDOWS:
             for variant in range(sums.n_groups):
@@ -238,7 +245,8 @@ def measure_scores(
     n_seqs, n_heads, t, _ = scores[0].shape
     windows = list(layer_windows) if layer_windows is not None else [None] * len(scores)
     model = SimpleNamespace(n_layers=len(scores), n_heads=n_heads, window=windows)
-    capture = LeakageCapture(model, Binning(t, early=early), groups, probe=False)
+    store = RowBinStore()
+    capture = LeakageCapture(model, Binning(t, early=early), groups, probe=False, store=store)
     assignment = group_of(n_seqs, groups)
     for g in range(groups):
         index = np.nonzero(assignment == g)[0]
@@ -247,13 +255,10 @@ def measure_scores(
         for layer, x in enumerate(scores):
             capture.reduce(layer, x[index])
     sums = capture.sums
-    second = CounterfactualCapture(model, sums.binning, cross_fitted_residuals(sums), groups)
-    for g in range(groups):
-        index = np.nonzero(assignment == g)[0]
-        second.group = g
-        for layer, x in enumerate(scores):
-            second.reduce(layer, x[index])
-    add_counterfactual(sums, second)
+    replay = CounterfactualReplay(model, sums.binning, cross_fitted_residuals(sums), groups)
+    replay.replay(store)
+    store.close()
+    add_counterfactual(sums, replay)
     table = tidy(metrics_with_intervals(sums, probe=False), name, "base", "none")
     meta = {"model": {"model": name}, "settings": {"groups": groups, "early": early, "layer_windows": windows, "n_seqs": n_seqs}}
     return Result(table, meta, sums)
@@ -330,7 +335,7 @@ def measure(
 ) -> Result:
     """Measure absolute-position leakage and its mask / residual-stream decomposition.
 
-    Runs ``model`` over ``corpus`` twice (:func:`collect_sums`), reducing every
+    Runs ``model`` over ``corpus`` once (:func:`collect_sums`), reducing every
     layer's attention scores to cell sums as the forward goes, then fits METHOD §3–§5 with 95%
     intervals over ``groups`` groups of sequences. ``early`` is Q, the bound of
     the early query window 1 ≤ i < Q. ``interventions`` add hooks to the same

@@ -27,13 +27,16 @@ on CUDA by default); N offset bins::
     scores      = e·B·H·T²                    one layer's attention scores
     attention   = B·H·T²·(e + 4 + [e≠4]·e)    scores + float32 softmax (+ its cast back)
     capture     = 3·8·W + 64·B·H·T + 8·H·T·N  poslens's transients, made while the scores live:
+                  + 8·B·H·T·(1 + N)
       W         = min(max(C, B·H·T), B·H·T²)  the two float64 row-block buffers (s, exp(s − max))
                                               and the temporaries of one block; per-row float64
-                                              results; the per-row offset-bin sums
+                                              results; the per-row offset-bin sums; each sequence's
+                                              row maxima and offset-bin sums of exp(s − max), on
+                                              their way to the row-bin store (a temporary file)
     logits      = e·B·1·V                     run_with_hooks keeps the last position's logits only
     sums        = poslens.fit.sums.sums_bytes     the float64 accumulators of G groups, held all run
                   + counterfactual_bytes      (mostly 6·8·G·L·H·c·b for c query and b offset bins),
-                                              plus the second pass's cross-fitted residuals and
+                                              plus the replay's cross-fitted residuals and
                                               Σ log Z' rows (poslens.fit.sums.counterfactual_bytes)
     peak        = runtime + weights + activations + sums
                   + max(slack·attention, slack·(scores + capture), logits)
@@ -333,7 +336,8 @@ def _estimate(shape: _Shape, batch: int, t: int, block_elements: int, runtime: i
     )
     square = b * t * t  # one head's [B, T, T]
     work = min(max(block_elements, b * h * t), h * square)
-    capture = 3 * 8 * work + 64 * b * h * t + 8 * h * t * Binning(t).n_offset_bins
+    n_bins = Binning(t).n_offset_bins
+    capture = 3 * 8 * work + 64 * b * h * t + 8 * h * t * n_bins + 8 * b * h * t * (1 + n_bins)
     return MemoryEstimate(
         batch_size=batch,
         seq_len=t,

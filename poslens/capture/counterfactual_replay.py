@@ -1,0 +1,104 @@
+"""The per-sequence counterfactual of a measurement, replayed from the first pass's row-bin sums.
+
+METHOD §4.4 (i): the mask-only counterfactual fitted to the mean pattern is
+biased when logits vary between sequences (the mean of log Z_i is not log Z_i
+of the mean logits). The per-sequence counterfactual removes the head's
+absolute component A (per query-bin × offset-bin cell, fitted on the other
+groups: :meth:`poslens.fit.counterfactual.WindowFit.residual_cells`) from every
+sequence's logits and renormalizes them over the visible keys:
+
+    log a'_ij(n) = s_ij(n) − A_cb − log Z'_i(n),   log Z'_i(n) = logsumexp_{j∈V_i} (s_ij(n) − A_cb)
+
+The cell sums of s and the counts are known from the first pass, so only
+Σ_n log Z'_i(n) per row is left, once per query window (each window has its
+own fit) and per residual variant: the estimate's A, and one A per jackknife
+replicate, refitted without the replicate's group too, so that the intervals
+carry the noise of A. A is constant over each (query bin, offset bin) cell, so
+per row it needs only the row's maximum m_i and its sums S_ib of exp(s_ij − m_i)
+over each offset bin b, which the first pass wrote to a
+:class:`poslens.capture.row_bin_store.RowBinStore`:
+
+    log Z'_i(n) = m_i + log Σ_b exp(−A_{c(i)b}) · S_ib
+
+so every variant costs O(bins) per row, and no second forward pass is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from einops import einsum
+from jaxtyping import Float
+from tqdm import tqdm
+
+from poslens.capture.row_bin_store import RowBinStore
+from poslens.fit.sums import WINDOWS
+
+
+class CounterfactualReplay:
+    """Accumulates Σ_n log Z'_i(n) per group, residual variant, layer, head and row, for each query window.
+
+    ``residuals_of(g)`` gives, for the sequences of group g, ``{window: [G, L, H, C·B]}``:
+    variant v = g is A^(−g), fitted without group g (the estimate); variant
+    v ≠ g is A^(−g,−v), fitted without groups g and v (for the jackknife
+    replicate that deletes group v). :attr:`log_partition` holds
+    ``{window: [G, G, L, H, rows]}`` (group, variant, …) with rows = Q for
+    ``early`` and T for ``all``.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> from poslens.fit.binning import Binning
+        >>> b = Binning(8, early=4)
+        >>> zero = np.zeros((1, 1, 1, b.n_query_bins * b.n_offset_bins))
+        >>> replay = CounterfactualReplay(SimpleNamespace(n_layers=1, n_heads=1), b, lambda g: {"early": zero, "all": zero}, groups=1)
+        >>> row_bins = np.zeros((1, 1, 8, 1 + b.n_offset_bins))   # row maxima 0, and uniform logits:
+        >>> row_bins[0, 0, :, 1] = np.arange(1, 9)                 # row i's i + 1 keys each add exp(0)
+        >>> replay.add(0, 0, row_bins)
+        >>> np.round(np.exp(replay.log_partition["all"][0, 0, 0, 0]), 6).tolist()   # A = 0: Z'_i = i + 1
+        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    """
+
+    def __init__(self, model: Any, binning: Any, residuals_of: Callable[[int], dict[str, np.ndarray]], groups: int) -> None:
+        self.binning = binning
+        self.residuals_of = residuals_of
+        t = binning.seq_len
+        self.rows = {"early": min(binning.early, t), "all": t}
+        self.log_partition = {w: np.zeros((groups, groups, model.n_layers, model.n_heads, self.rows[w])) for w in WINDOWS}
+        n_b = binning.n_offset_bins
+        self._cells = torch.as_tensor(binning.query_bin)[:, None] * n_b + torch.arange(n_b)[None, :]  # [T, B]: cell of row i's bin b
+        self._weights: tuple[int, dict[str, torch.Tensor]] | None = None
+
+    def _row_weights(self, group: int, layer: int) -> dict[str, Float[torch.Tensor, "variants heads rows obins"]]:
+        """exp(−A) of ``group``'s variants for ``layer`` at each row's offset bins, per window."""
+        if self._weights is None or self._weights[0] != group:
+            residuals = self.residuals_of(group)
+            self._weights = (group, {w: torch.as_tensor(np.exp(-residuals[w])) for w in WINDOWS})
+        return {w: x[:, layer][:, :, self._cells[: self.rows[w]]] for w, x in self._weights[1].items()}
+
+    def add(self, group: int, layer: int, row_bins: Float[np.ndarray, "batch heads seq bins"]) -> None:
+        """Add Σ over the batch of log Z'_i per row and variant of ``layer`` to ``group``.
+
+        ``row_bins`` is [batch, H, T, 1 + bins]: each row's maximum, then its sums of exp(s − max) per offset bin.
+
+        Example:
+            >>> # see the class example
+        """
+        bins = torch.as_tensor(row_bins)
+        row_max, per_bin = bins[..., 0], bins[..., 1:]
+        for window, weights in self._row_weights(group, layer).items():
+            n = self.rows[window]
+            z = einsum(per_bin[:, :, :n], weights, "batch head row obin, variant head row obin -> batch variant head row")
+            self.log_partition[window][group, :, layer] += (torch.log(z) + row_max[:, None, :, :n]).sum(0).numpy()
+
+    def replay(self, store: RowBinStore, progress: bool = False, description: str = "counterfactual") -> None:
+        """:meth:`add` every entry of ``store``, in the order written.
+
+        Example:
+            >>> replay.replay(store)  # doctest: +SKIP
+        """
+        for group, layer, row_bins in tqdm(store.read(), total=len(store.entries), desc=description, unit="layer",
+                                           disable=not progress, leave=False):
+            self.add(group, layer, row_bins)
