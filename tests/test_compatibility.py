@@ -1,10 +1,13 @@
 """The compatibility matrix: every architecture poslens supports, tested the same way.
 
 One tiny random-weight model per kind of :data:`poslens.model.tiny.TINY_MODELS`
-(Llama, Llama 3 with ``llama3`` rope scaling, Qwen2, Qwen3 plain and with YaRN,
-Mistral, Gemma 1, 2 and 3, Phi-3, OLMo 1, 2 and 3, StarCoder2, Granite, Cohere, EXAONE,
-GPT-NeoX, StableLM, Phi and GLM with partial rotary, the MoE models Mixtral, Qwen2-MoE
-and Qwen3-MoE, and DeepSeek-V2/V3 with multi-head latent attention), saved to disk with a byte tokenizer. For each:
+(Llama, Llama 3 and Apertus with ``llama3`` rope scaling, Qwen2, Qwen3 plain and with YaRN,
+Ministral 3 with YaRN, Mistral, Gemma 1, 2 and 3, VaultGemma, Phi-3, OLMo 1, 2 and 3,
+StarCoder2, Granite, Cohere, EXAONE 3 and 4, Falcon 7B, ERNIE 4.5, Arcee, BitNet, Hunyuan,
+Jais 2, Seed-OSS, GPT-NeoX, StableLM, Phi, GLM, GLM-4 and Nemotron with partial rotary, the
+MoE models Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5, OLMoE, FlexOlmo, Granite MoE, ERNIE 4.5 MoE
+and MiniMax-M2, and DeepSeek-V2/V3 and Youtu with multi-head latent attention), saved to disk
+with a byte tokenizer. For each:
 
 (a) the bridge's log-probs equal those of the plain Hugging Face model;
 (b) the softmax of the captured ``hook_attn_scores`` equals HF's eager attention weights;
@@ -15,9 +18,12 @@ and Qwen3-MoE, and DeepSeek-V2/V3 with multi-head latent attention), saved to di
     records the RoPE type and scaling.
 
 Kinds poslens must refuse (no RoPE, no TransformerLens adapter, a RoPE base poslens
-cannot read, NoPE layers) are refused with
-:class:`poslens.ModelNotSupportedError`. ``docs/supported_models.md`` is generated
-from the same table; a test checks it is current.
+cannot read, NoPE layers, attention sinks, chunked attention, per-layer head sizes,
+layers without softmax attention, an adapter that hides the pre-softmax scores or splits
+the fused QKV wrongly) are refused with :class:`poslens.ModelNotSupportedError`, as are the
+hybrid and sparse-attention architectures of ``REFUSED_CONFIGS``, from their config alone.
+``docs/supported_models.md`` is generated from the same tables and from
+:mod:`poslens.model.coverage`; a test checks it is current.
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ from parity import bridge_log_probs, native_log_probs
 import poslens
 from poslens.capture.leakage_capture import LeakageCapture, MaskMismatchError
 from poslens.fit.binning import Binning
+from poslens.model import coverage
 from poslens.model.hooks import attn_scores, run_with_hooks
-from poslens.model.tiny import TINY_KINDS, TINY_MODELS, UNSUPPORTED_KINDS, save_tiny_model, tiny_config
+from poslens.model.tiny import REFUSED_CONFIGS, TINY_KINDS, TINY_MODELS, UNSUPPORTED_KINDS, save_tiny_model, tiny_config
 from poslens.model.variants import VariantNotSupportedError
 
 T, TOL = 32, 1e-5
@@ -117,7 +124,7 @@ def test_matrix_covers_the_issue_list():
     families = {kind: TINY_MODELS[kind].family for kind in TINY_KINDS}
     for wanted in ("llama", "llama3", "qwen2", "qwen3", "qwen3-yarn", "mistral", "gemma2", "gemma3", "phi3", "olmo2", "gpt-neox", "stablelm"):
         assert wanted in families
-    assert set(UNSUPPORTED_KINDS) == {"gpt2", "helium", "gptj", "codegen", "smollm3"}
+    assert set(UNSUPPORTED_KINDS) == set(REFUSALS)
 
 
 # ---------------------------------------------------------------- (a), (b), (c)
@@ -127,7 +134,7 @@ def test_matrix_covers_the_issue_list():
 def test_bridge_log_probs_match_hf(kind, folders, models, tokens):
     folder, model = folders(kind), models(kind)
     bridged = bridge_log_probs(model, tokens)
-    assert bridged.shape == (2, T, 260) and torch.isfinite(bridged).all()
+    assert bridged.shape == (2, T, model.hf_model.config.get_text_config().vocab_size) and torch.isfinite(bridged).all()
     assert (bridged - native_log_probs(folder, tokens)).abs().max().item() <= TOL
 
 
@@ -292,7 +299,7 @@ def test_measure_runs_and_controls_hold(kind, models):
         assert abs(figure(result, "c_res", window, last, 1)[0]) > 1e-8
     # The run metadata records the RoPE type and scaling, as the kind's config declares them.
     meta = result.meta["model"]
-    spec = TINY_MODELS[kind].fields.get("rope_parameters") or {"rope_type": "default"}
+    spec = tiny_config(kind).get_text_config().rope_parameters
     if "rope_type" in spec:
         assert meta["rope_type"] == spec["rope_type"]
         scaling = {k: v for k, v in spec.items() if k not in ("rope_type", "rope_theta", "partial_rotary_factor")}
@@ -312,28 +319,101 @@ def test_run_metadata_records_llama3_scaling_exactly(folders):
     assert meta["rope_base"] == [1000.0] * model.n_layers and meta["variant"] == "rope-base:1000"
 
 
+def test_ministral3_is_measured_only_where_its_logits_are_relative(models, tokens):
+    """Past original_max_position_embeddings Ministral 3 scales its queries by absolute position: poslens stops there."""
+    model = models("ministral3")
+    assert model.max_context == 32 == tokens.shape[1]
+    run_with_hooks(model, tokens, [])
+    with pytest.raises(ValueError, match="exceeds .* context of 32 tokens"):
+        run_with_hooks(model, torch.cat([tokens, tokens[:, :1]], 1), [])
+
+
 # ---------------------------------------------------------------- refusals
 
 
-@pytest.mark.parametrize(
-    "kind, missing",
-    [
-        ("gpt2", "no rotary position embeddings"),
-        ("helium", "cannot be bridged"),
-        ("gptj", "RoPE base fixed in transformers' code"),
-        ("codegen", "RoPE base fixed in transformers' code"),
-        ("smollm3", "layers without rotary position embeddings (NoPE layers [2])"),
-    ],
-)
+REFUSALS = {
+    "gpt2": "no rotary position embeddings",
+    "helium": "cannot be bridged",
+    "gptj": "RoPE base fixed in transformers' code",
+    "codegen": "RoPE base fixed in transformers' code",
+    "smollm3": "layers without rotary position embeddings (NoPE layers [2])",
+    "falcon-gqa": "fuses 2 key/value groups into one query_key_value matrix",
+    "cohere2": "layers without rotary position embeddings (NoPE layers [2])",
+    "exaone4-hybrid": "layers without rotary position embeddings (NoPE layers [2])",
+    "gpt-oss": "has attention sinks (self_attn.sinks)",
+    "gemma4": "attention sizes that vary from layer to layer (head_dim",
+    "llama4": "not plain causal softmax attention (chunked_attention in layers [0, 1]",
+    "qwen3-next": "not plain causal softmax attention (linear_attention in layers [0]: state-space, linear-attention",
+    "nanochat": "exposes only the post-softmax attention weights",
+    "jetmoe": "exposes only the post-softmax attention weights",
+    "laguna": "exposes only the post-softmax attention weights",
+    "modernbert-decoder": "exposes only the post-softmax attention weights",
+}
+
+
+@pytest.mark.parametrize("kind, missing", REFUSALS.items())
 def test_unsupported_architectures_are_refused(kind, missing, tmp_path):
+    import transformers
+
     folder = save_tiny_model(tmp_path, kind)
     with pytest.raises(poslens.ModelNotSupportedError) as info:
         poslens.load_model(folder)
     message = str(info.value)
     assert missing in message
-    assert TINY_MODELS[kind].architecture in message or TINY_MODELS[kind].config_class.removesuffix("Config").lower() in message
+    model_type = getattr(transformers, TINY_MODELS[kind].config_class).model_type
+    assert TINY_MODELS[kind].architecture in message or f"({model_type})" in message
     if kind == "helium":
         assert "TransformerLens" in message and "no architecture adapter" in message and "Available architectures" not in message
+
+
+@pytest.mark.parametrize("hf_class", REFUSED_CONFIGS)
+def test_architectures_refused_from_their_config(hf_class, tmp_path):
+    """Hybrid and sparse-attention models are refused before any weights are read (the folder holds none)."""
+    import transformers
+
+    config_class, fields, missing = REFUSED_CONFIGS[hf_class]
+    getattr(transformers, config_class)(**fields).save_pretrained(tmp_path)
+    with pytest.raises(poslens.ModelNotSupportedError) as info:
+        poslens.load_model(tmp_path)
+    message = str(info.value)
+    expected = {
+        "global layers without RoPE (NoPE layers)": "NoPE layers",
+        "head sizes that vary from layer to layer": "attention sizes that vary from layer to layer (head_dim",
+        "recurrent cycles over its layers (and prefix-LM attention)": "runs its blocks several times in one forward pass",
+    }.get(missing, "not plain causal softmax attention")
+    assert expected in message, message
+    if "state-space" in missing:
+        assert "state-space, linear-attention or convolution mixers" in message
+
+
+def test_prefix_lm_is_not_causal(tmp_path):
+    from transformers import HrmTextConfig
+
+    HrmTextConfig().save_pretrained(tmp_path)  # prefix_lm=True: the prompt attends both ways
+    with pytest.raises(poslens.ModelNotSupportedError, match=r"\(hrm_text\) is not a causal decoder"):
+        poslens.load_model(tmp_path)
+
+
+# ---------------------------------------------------------------- coverage of the installed libraries
+
+
+def test_coverage_lists_only_installed_classes():
+    """Every class the page lists exists in transformers and has a TransformerLens adapter."""
+    import transformers
+    from transformer_lens.factories.architecture_adapter_factory import SUPPORTED_ARCHITECTURES
+
+    listed = coverage.bridgeable_architectures()
+    assert len(listed) > 50
+    for arch in listed:
+        assert hasattr(transformers, arch.hf_class) and arch.hf_class in SUPPORTED_ARCHITECTURES, arch
+        assert hasattr(transformers, arch.config_class), arch
+    rope = {a.hf_class: a.rope for a in listed}
+    assert rope["LlamaForCausalLM"] and rope["FalconForCausalLM"] and not rope["GPT2LMHeadModel"] and not rope["BloomForCausalLM"]
+    untested = {a.hf_class for a in coverage.not_yet_tested()}
+    assert untested <= {a.hf_class for a in listed if a.rope}
+    assert not untested & coverage.tested_architectures()
+    for kind in TINY_KINDS:
+        assert TINY_MODELS[kind].architecture not in untested
 
 
 # ---------------------------------------------------------------- the docs page

@@ -27,9 +27,13 @@ _NON_CAUSAL = {"bert", "roberta", "deberta", "deberta-v2", "electra", "t5", "bar
 class ModelNotSupportedError(ValueError):
     """The model loads but is not a causal RoPE decoder, which poslens studies.
 
-    Raised by :func:`load_model` for encoders, encoder-decoders and models
-    without rotary position embeddings, before any weights are read, and for
-    architectures TransformerLens has no adapter for.
+    Raised by :func:`load_model` for encoders, encoder-decoders, models
+    without rotary position embeddings or with layers that skip it (NoPE), and
+    models with layers that are not plain causal softmax attention (state-space
+    or linear-attention hybrids, chunked or sparse attention, recurrent cycles),
+    before any weights are read; and for models with attention sinks,
+    architectures TransformerLens has no adapter for, and adapters that do not
+    expose the pre-softmax scores. The message names what is missing.
 
     Example:
         >>> import tempfile, poslens
@@ -341,43 +345,127 @@ def _parse_dtype(dtype: torch.dtype | str) -> torch.dtype:
 
 def _check_supported(config: Any, label: str) -> None:
     model_type = getattr(config, "model_type", "?")
-    if getattr(config, "is_encoder_decoder", False) or model_type in _NON_CAUSAL or getattr(
-        config, "use_bidirectional_attention", False
-    ):
+    bidirectional = getattr(config, "use_bidirectional_attention", False) or getattr(config, "prefix_lm", False)
+    if getattr(config, "is_encoder_decoder", False) or model_type in _NON_CAUSAL or bidirectional:
         raise ModelNotSupportedError(
             f"{label} ({model_type}) is not a causal decoder: poslens measures how the causal mask and "
             "position 0 carry absolute position, which needs causal attention."
         )
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(text, "H_cycles", None) or getattr(text, "num_layers_per_stack", None):
+        raise ModelNotSupportedError(
+            f"{label} ({model_type}) runs its blocks several times in one forward pass (recurrent cycles): poslens "
+            "measures each layer once per forward, so its figures would mix the passes."
+        )
     if getattr(text, "rotary_dim", None) and not rope_parameter_dicts(text):
         raise ModelNotSupportedError(
             f"{label} ({model_type}) rotates {text.rotary_dim} dimensions of each head with a RoPE base fixed in "
             "transformers' code: its config has no rope_parameters, so poslens cannot read or change the base "
             "(rope_base, ntk:, rope-base:) it records. GPT-J and CodeGen are not supported yet."
         )
-    no_rope = [layer for layer, uses in enumerate(getattr(text, "no_rope_layers", None) or []) if not uses]
+    if getattr(text, "alibi", False):
+        raise ModelNotSupportedError(
+            f"{label} ({model_type}) has no rotary position embeddings (alibi=True: ALiBi biases): poslens studies "
+            "RoPE models, where logits depend only on offsets."
+        )
+    if model_type == "falcon" and getattr(text, "new_decoder_architecture", False) and (text.num_kv_heads or 1) > 1:
+        raise ModelNotSupportedError(
+            f"{label} ({model_type}) fuses {text.num_kv_heads} key/value groups into one query_key_value matrix "
+            "(new_decoder_architecture, as in Falcon 40B and 180B), which the TransformerLens Falcon adapter splits "
+            "as if queries, keys and values were contiguous blocks: its attention scores would be wrong. Falcon "
+            "models with one key/value head (Falcon 7B) are supported."
+        )
+    varying = sorted(getattr(text, "per_layer_attributes", None) or ())
+    if varying:
+        raise ModelNotSupportedError(
+            f"{label} ({model_type}) has attention sizes that vary from layer to layer ({', '.join(varying)}, e.g. "
+            "wider heads in the global layers): poslens records one head size for the whole model."
+        )
+    other = {layer: kind for layer, kind in enumerate(_layer_kinds(text)) if kind not in _SOFTMAX_LAYER_TYPES}
+    if other:
+        kinds = sorted(set(other.values()))
+        what = "state-space, linear-attention or convolution mixers" if set(kinds) & _NO_SOFTMAX else "another attention rule"
+        raise ModelNotSupportedError(
+            f"{label} ({model_type}) has layers whose token mixing is not plain causal softmax attention "
+            f"({', '.join(kinds)} in layers {_some(sorted(other))}: {what}): poslens captures and fits the softmax "
+            "attention scores of every layer, and cannot in these. Only models whose every layer is full or "
+            "sliding-window softmax attention are supported."
+        )
+    no_rope = _nope_layers(text)
     if no_rope:
         raise ModelNotSupportedError(
-            f"{label} ({model_type}) has layers without rotary position embeddings (NoPE layers {no_rope}): poslens "
+            f"{label} ({model_type}) has layers without rotary position embeddings (NoPE layers {_some(no_rope)}): poslens "
             "treats every layer as a RoPE layer, so its figures for these layers would be wrong. Only models whose "
             "every layer uses RoPE are supported."
         )
-    if not rope_parameter_dicts(config):
+    if not rope_parameter_dicts(text):
         raise ModelNotSupportedError(
             f"{label} ({model_type}) has no rotary position embeddings: poslens studies RoPE models, where "
             "logits depend only on offsets; a model with learned or absolute positions carries position by design."
         )
 
 
-def _not_bridgeable(config: Any, label: str, error: Exception) -> ModelNotSupportedError:
+# Layer types (config.layer_types) whose scores poslens captures; the others have no causal softmax over all
+# visible keys: _NO_SOFTMAX ones have none at all ("hybrid" = attention and a state-space mixer side by side).
+_SOFTMAX_LAYER_TYPES = {"full_attention", "sliding_attention"}
+_NO_SOFTMAX = {"linear_attention", "hybrid", "conv", "mamba", "mamba2", "mlp", "moe", "recurrent"}
+
+
+def _some(layers: list[int], most: int = 12) -> str:
+    """A list of layer indices for a message, cut after ``most``."""
+    return str(layers) if len(layers) <= most else f"{str(layers[:most])[:-1]}, … ({len(layers)} layers)]"
+
+
+def _layer_kinds(config: Any) -> list[str]:
+    """What mixes tokens in each layer, as the config names it (hybrid models name their state-space layers)."""
+    for name in ("layer_types", "layers_block_type"):
+        kinds = getattr(config, name, None)
+        if kinds:
+            return [str(kind) for kind in kinds][: config.num_hidden_layers]
+    return ["full_attention"] * config.num_hidden_layers
+
+
+# Architectures whose code skips RoPE in the layers that are not sliding-window layers (global NoPE), read from
+# transformers' modeling code: Cohere2 (Command R7B, Command A), EXAONE 4 (when it has sliding layers) and AFMoE.
+_GLOBAL_NOPE = {"cohere2": True, "exaone4": False, "afmoe": True}
+
+
+def _nope_layers(config: Any) -> list[int]:
+    """The layers that apply no RoPE (NoPE), from ``no_rope_layers`` (SmolLM3, Llama 4) or the architecture's rule."""
+    no_rope = [layer for layer, uses in enumerate(getattr(config, "no_rope_layers", None) or []) if not uses]
+    model_type = getattr(config, "model_type", "")
+    if model_type in _GLOBAL_NOPE and (_GLOBAL_NOPE[model_type] or getattr(config, "sliding_window", None)):
+        kinds = _layer_types(config, config.num_hidden_layers)
+        no_rope += [layer for layer, kind in enumerate(kinds) if kind != "sliding_attention"]
+    return sorted(set(no_rope))
+
+
+def _scores_hookable(bridge: Any, n_layers: int) -> bool:
+    """Whether each layer's ``hook_attn_scores`` sees the pre-softmax scores, on their way into the softmax.
+
+    TransformerLens' generic ``AttentionBridge`` runs the wrapped module as it is and fires ``hook_attn_scores``
+    afterwards with the module's returned weights: post-softmax, and an edit there changes nothing downstream.
+    Only the bridges that recompute attention themselves (their own ``forward``) expose the scores.
+    """
+    from transformer_lens.model_bridge.generalized_components.attention import AttentionBridge
+
+    attentions = [getattr(bridge.blocks[layer], "attn", None) for layer in range(n_layers)]
+    return all(attn is not None and type(attn).forward is not AttentionBridge.forward for attn in attentions)
+
+
+def _tl_version() -> str:
     from importlib.metadata import version
 
+    return version("transformer-lens")
+
+
+def _not_bridgeable(config: Any, label: str, error: Exception) -> ModelNotSupportedError:
     architecture = ", ".join(getattr(config, "architectures", None) or []) or getattr(config, "model_type", "?")
     detail = str(error).split(". Available architectures")[0][:300]  # TransformerLens appends its whole list
     no_adapter = "supported architecture" in detail or "Unsupported architecture" in detail
     what = f"has no architecture adapter for {architecture}" if no_adapter else "failed to bridge it"
     return ModelNotSupportedError(
-        f"{label} ({architecture}) cannot be bridged: TransformerLens {version('transformer-lens')} {what} ({detail}). "
+        f"{label} ({architecture}) cannot be bridged: TransformerLens {_tl_version()} {what} ({detail}). "
         "poslens reads attention scores through the TransformerLens bridge, so it needs an architecture "
         "TransformerLens supports; the documentation's 'Supported models' page lists the ones poslens tests."
     )
@@ -421,6 +509,13 @@ def _build(
         )
     except ValueError as error:
         raise ModelNotSupportedError(f"{name} cannot be loaded as a causal language model: {error}") from error
+    sinks = sorted({param.split(".")[-2] for param, _ in hf.named_parameters() if param.endswith(".sinks")})
+    if sinks:
+        raise ModelNotSupportedError(
+            f"{name} ({text_config.model_type}) has attention sinks ({', '.join(sinks)}.sinks): a learned logit per "
+            "head joins each softmax beside the keys, so the softmax of the scores poslens captures is not the "
+            "model's attention, and its fits would be wrong."
+        )
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     if device is not None and device_map is None:
         hf = hf.to(device)
@@ -430,6 +525,12 @@ def _build(
         bridge = TransformerBridge.boot_transformers(name, hf_model=hf, tokenizer=tokenizer, dtype=dtype)
     except (ValueError, NotImplementedError, KeyError) as error:
         raise _not_bridgeable(config, name, error) from error
+    if not _scores_hookable(bridge, text_config.num_hidden_layers):
+        raise ModelNotSupportedError(
+            f"{name} ({text_config.model_type}): the TransformerLens {_tl_version()} adapter for this architecture "
+            "exposes only the post-softmax attention weights (its hook_attn_scores fires after the attention has run), "
+            "so poslens can neither read the pre-softmax scores nor edit them in interventions."
+        )
     if declared_bos is None and tokenizer.bos_token is not None:
         # TransformerLens fills a missing BOS with EOS; poslens must not silently put EOS at position 0.
         tokenizer.bos_token = None
@@ -454,13 +555,28 @@ def _build(
         rotary_dim=rotary_dim,
         rope_base=_layer_bases(text_config, n_layers),
         window=windows,
-        max_context=int(getattr(text_config, "max_position_embeddings", 0) or 0),
+        max_context=_max_context(text_config),
         bos_token_id=bos_id,
         bos_token=tokenizer.bos_token,
         tokenizer_prepends_bos=bool(bos_id is not None and probe and probe[0] == bos_id),
         quantized=quantized,
         variant=variant,
     )
+
+
+def _max_context(config: Any) -> int:
+    """The longest sequence poslens measures: the model's context, or less where the logits stop being relative.
+
+    Ministral 3 multiplies its queries by 1 + β·log(1 + ⌊i / L⌋) (Llama 4's attention temperature, β =
+    ``llama_4_scaling_beta``, L = ``original_max_position_embeddings``): past L its logits depend on the absolute
+    position i by design, which poslens would attribute to the residual stream. Its context ends at L.
+    """
+    context = int(getattr(config, "max_position_embeddings", 0) or 0)
+    for params in rope_parameter_dicts(config):
+        if params.get("llama_4_scaling_beta"):
+            original = int(params["original_max_position_embeddings"])
+            context = min(context, original) if context else original
+    return context
 
 
 def _layer_types(config: Any, n_layers: int) -> list[str]:

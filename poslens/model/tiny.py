@@ -1,10 +1,13 @@
 """Tiny real Hugging Face models for tests, tutorials and quick experiments.
 
 Each is a genuine transformers model class (Llama, Llama 3, Qwen2, Qwen3,
-Mistral, Gemma 1, 2 and 3, Phi, Phi-3, OLMo 1, 2 and 3, GPT-NeoX, StableLM, StarCoder2,
-Granite, Cohere, GLM, EXAONE, and the MoE models Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2 and V3;
-see :data:`TINY_MODELS`) with random weights and a byte-level tokenizer, saved to
-a folder so that :func:`poslens.load_model` loads it like any local model.
+Mistral, Ministral 3, Gemma 1, 2 and 3, VaultGemma, Phi, Phi-3, OLMo 1, 2 and 3, GPT-NeoX,
+StableLM, StarCoder2, Granite, Cohere, GLM, GLM-4, EXAONE 3 and 4, Falcon 7B, Nemotron,
+ERNIE 4.5, Apertus, Arcee, BitNet, Hunyuan, Jais 2, Seed-OSS, Youtu, and the MoE models Mixtral,
+Qwen2-MoE, Qwen3-MoE, DeepSeek-V2 and V3, GLM-4.5, OLMoE, FlexOlmo, Granite MoE, ERNIE 4.5 MoE
+and MiniMax-M2; see :data:`TINY_MODELS`, which also holds the kinds poslens refuses) with random
+weights and a byte-level tokenizer, saved to a folder so that :func:`poslens.load_model` loads
+it like any local model. :data:`REFUSED_CONFIGS` lists architectures refused from their config alone.
 """
 
 from __future__ import annotations
@@ -232,6 +235,170 @@ TINY_MODELS: dict[str, TinyKind] = {
             "n_group": 1, "topk_group": 1,
         },
     ),
+    "glm4": TinyKind(
+        "GLM-4",
+        "Glm4Config",
+        "Glm4ForCausalLM",
+        {
+            "head_dim": 16,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            "initializer_range": 0.06,
+        },
+    ),
+    "glm4-moe": TinyKind(
+        "GLM-4.5 (MoE)",
+        "Glm4MoeConfig",
+        "Glm4MoeForCausalLM",
+        {
+            "head_dim": 16,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_shared_experts": 1,
+            "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "initializer_range": 0.06,
+        },
+    ),
+    "olmoe": TinyKind(
+        "OLMoE", "OlmoeConfig", "OlmoeForCausalLM", {"rope_theta": 10000.0, "num_experts": 4, "num_experts_per_tok": 2}
+    ),
+    "granite-moe": TinyKind(
+        "Granite MoE",
+        "GraniteMoeConfig",
+        "GraniteMoeForCausalLM",
+        {"rope_theta": 10000.0, "num_local_experts": 4, "num_experts_per_tok": 2},
+    ),
+    # Falcon 7B's layout (one key/value head, parallel attention); alibi=False, as in every Falcon since the 7B.
+    "falcon": TinyKind(
+        "Falcon 7B",
+        "FalconConfig",
+        "FalconForCausalLM",
+        {
+            "vocab_size": 260, "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4, "multi_query": True,
+            "parallel_attn": True, "new_decoder_architecture": False, "alibi": False, "ffn_hidden_size": 128,
+            "max_position_embeddings": 1024, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 3,
+            "tie_word_embeddings": False, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+        common=False,
+    ),
+    # EXAONE 4 with global attention only (as the 1.2B): RoPE in every layer. With sliding layers, see exaone4-hybrid.
+    "exaone4": TinyKind(
+        "EXAONE 4 (global attention)",
+        "Exaone4Config",
+        "Exaone4ForCausalLM",
+        {"rope_theta": 10000.0, "sliding_window": None, "layer_types": ["full_attention"] * 3},
+    ),
+    "nemotron": TinyKind(
+        "Nemotron",
+        "NemotronConfig",
+        "NemotronForCausalLM",
+        {
+            "head_dim": 16,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            "initializer_range": 0.06,
+        },
+    ),
+    "ernie4.5": TinyKind("ERNIE 4.5", "Ernie4_5Config", "Ernie4_5ForCausalLM", {"head_dim": 16, "rope_theta": 10000.0}),
+    "ernie4.5-moe": TinyKind(
+        "ERNIE 4.5 MoE",
+        "Ernie4_5_MoeConfig",
+        "Ernie4_5_MoeForCausalLM",
+        {
+            "rope_theta": 10000.0, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 32,
+            "moe_num_shared_experts": 1, "moe_layer_start_index": 1,
+        },
+    ),
+    "apertus": TinyKind(
+        "Apertus",
+        "ApertusConfig",
+        "ApertusForCausalLM",
+        {
+            "rope_parameters": {
+                "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+            },
+        },
+    ),
+    "arcee": TinyKind("Arcee (AFM)", "ArceeConfig", "ArceeForCausalLM", {"head_dim": 16, "rope_theta": 10000.0}),
+    "bitnet": TinyKind("BitNet", "BitNetConfig", "BitNetForCausalLM", {"rope_theta": 10000.0}),
+    "hunyuan-dense": TinyKind(
+        "Hunyuan (dense)", "HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM", {"head_dim": 16, "rope_theta": 10000.0}
+    ),
+    "jais2": TinyKind("Jais 2", "Jais2Config", "Jais2ForCausalLM", {"head_dim": 16, "rope_theta": 10000.0}),
+    # YaRN, and a query temperature that grows past original_max_position_embeddings: poslens measures up to there.
+    "ministral3": TinyKind(
+        "Ministral 3",
+        "Ministral3Config",
+        "Ministral3ForCausalLM",
+        {
+            "head_dim": 16, "max_position_embeddings": 128,
+            "rope_parameters": {
+                "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32,
+                "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1,
+            },
+        },
+    ),
+    "seed-oss": TinyKind("Seed-OSS", "SeedOssConfig", "SeedOssForCausalLM", {"head_dim": 16, "rope_theta": 10000.0}),
+    "vaultgemma": TinyKind(
+        "VaultGemma",
+        "VaultGemmaConfig",
+        "VaultGemmaForCausalLM",
+        {
+            "head_dim": 16, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            "rope_theta": 10000.0, "query_pre_attn_scalar": 16, "initializer_range": 0.06,
+        },
+    ),
+    "youtu": TinyKind(
+        "Youtu-LLM",
+        "YoutuConfig",
+        "YoutuForCausalLM",
+        {
+            "rope_theta": 10000.0, "num_key_value_heads": 4, "kv_lora_rank": 16, "q_lora_rank": 32,
+            "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
+        },
+    ),
+    "glm4-moe-lite": TinyKind(
+        "GLM-4.7 Flash (MoE, latent attention)",
+        "Glm4MoeLiteConfig",
+        "Glm4MoeLiteForCausalLM",
+        {
+            "rope_theta": 10000.0, "num_key_value_heads": 4, "kv_lora_rank": 16, "q_lora_rank": 32,
+            "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 4,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
+        },
+    ),
+    "flex-olmo": TinyKind(
+        "FlexOlmo", "FlexOlmoConfig", "FlexOlmoForCausalLM", {"rope_theta": 10000.0, "num_experts": 4, "num_experts_per_tok": 2}
+    ),
+    "minimax-m2": TinyKind(
+        "MiniMax-M2",
+        "MiniMaxM2Config",
+        "MiniMaxM2ForCausalLM",
+        {"head_dim": 16, "rope_theta": 10000.0, "num_local_experts": 4, "num_experts_per_tok": 2},
+    ),
+    # Gemma 3's image-text model: the text decoder of "gemma3" under a SigLIP tower that token inputs never reach.
+    "gemma3-multimodal": TinyKind(
+        "Gemma 3 (image-text)",
+        "Gemma3Config",
+        "Gemma3ForConditionalGeneration",
+        {
+            "text_config": {
+                "vocab_size": 262, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "sliding_window": 8,
+                "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+                "rope_parameters": {
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                    "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                },
+                "query_pre_attn_scalar": 16, "max_position_embeddings": 1024, "bos_token_id": 1, "eos_token_id": 2,
+                "pad_token_id": 3,
+            },
+            "vision_config": {
+                "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                "image_size": 28, "patch_size": 14,
+            },
+            "mm_tokens_per_image": 4, "boi_token_index": 260, "eoi_token_index": 261, "image_token_index": 261,
+            "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 3, "tie_word_embeddings": False,
+        },
+        common=False,
+    ),
     # Kinds poslens refuses, kept to test the refusal.
     "gpt2": TinyKind(
         "GPT-2",
@@ -267,6 +434,119 @@ TINY_MODELS: dict[str, TinyKind] = {
         common=False,
         refused="RoPE base fixed in transformers' code (no rope_parameters to read or change)",
     ),
+    "falcon-gqa": TinyKind(
+        "Falcon 40B / 180B",
+        "FalconConfig",
+        "FalconForCausalLM",
+        {
+            "vocab_size": 260, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_kv_heads": 2,
+            "multi_query": False, "new_decoder_architecture": True, "alibi": False, "ffn_hidden_size": 128,
+            "max_position_embeddings": 1024, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 3,
+            "tie_word_embeddings": False, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+        common=False,
+        refused="grouped key/value heads in a fused QKV matrix that TransformerLens 4.3 splits wrongly",
+    ),
+    # Global layers without RoPE: Cohere 2 and EXAONE 4 with sliding layers (AFMoE does the same).
+    "cohere2": TinyKind(
+        "Cohere 2 (Command R7B, Command A)",
+        "Cohere2Config",
+        "Cohere2ForCausalLM",
+        {"rope_theta": 10000.0, "sliding_window": 8, "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]},
+        refused="global layers without RoPE (NoPE layers)",
+    ),
+    "exaone4-hybrid": TinyKind(
+        "EXAONE 4 (sliding + global)",
+        "Exaone4Config",
+        "Exaone4ForCausalLM",
+        {"rope_theta": 10000.0, "sliding_window": 8, "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]},
+        refused="global layers without RoPE (NoPE layers)",
+    ),
+    # A learned sink logit per head joins every softmax.
+    "gpt-oss": TinyKind(
+        "gpt-oss",
+        "GptOssConfig",
+        "GptOssForCausalLM",
+        {
+            "head_dim": 16, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"],
+            "num_hidden_layers": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+        },
+        refused="attention sinks (a learned logit per head in every softmax)",
+    ),
+    "gemma4": TinyKind(
+        "Gemma 4",
+        "Gemma4TextConfig",
+        "Gemma4ForCausalLM",
+        {
+            "num_hidden_layers": 2, "head_dim": 16, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"],
+            "hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 260,
+        },
+        refused="head sizes that vary from layer to layer",
+    ),
+    # Chunked attention and NoPE layers.
+    "llama4": TinyKind(
+        "Llama 4",
+        "Llama4TextConfig",
+        "Llama4ForCausalLM",
+        {
+            "head_dim": 16, "rope_theta": 10000.0, "num_local_experts": 2, "num_experts_per_tok": 1,
+            "intermediate_size_mlp": 128, "num_hidden_layers": 2,
+        },
+        refused="chunked attention (and NoPE layers)",
+    ),
+    # Linear-attention (gated DeltaNet) layers between the softmax-attention ones; the other hybrids are refused alike.
+    "qwen3-next": TinyKind(
+        "Qwen3-Next",
+        "Qwen3NextConfig",
+        "Qwen3NextForCausalLM",
+        {
+            "head_dim": 16, "num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 32, "linear_num_value_heads": 4, "linear_num_key_heads": 2,
+            "linear_key_head_dim": 16, "linear_value_head_dim": 16, "num_hidden_layers": 2,
+            "layer_types": ["linear_attention", "full_attention"],
+        },
+        refused="layers without softmax attention (linear attention)",
+    ),
+    # TransformerLens' generic attention bridge: hook_attn_scores holds the post-softmax weights.
+    "nanochat": TinyKind(
+        "nanochat", "NanoChatConfig", "NanoChatForCausalLM", {"rope_theta": 10000.0, "num_hidden_layers": 2},
+        refused="pre-softmax scores not exposed by TransformerLens 4.3",
+    ),
+    "jetmoe": TinyKind(
+        "JetMoE",
+        "JetMoeConfig",
+        "JetMoeForCausalLM",
+        {
+            "vocab_size": 260, "hidden_size": 64, "num_hidden_layers": 2, "num_key_value_heads": 2, "kv_channels": 16,
+            "intermediate_size": 64, "num_local_experts": 2, "num_experts_per_tok": 1, "max_position_embeddings": 1024,
+            "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 3, "tie_word_embeddings": False,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+        common=False,
+        refused="pre-softmax scores not exposed by TransformerLens 4.3",
+    ),
+    "laguna": TinyKind(
+        "Laguna",
+        "LagunaConfig",
+        "LagunaForCausalLM",
+        {
+            "head_dim": 16, "rope_theta": 10000.0, "num_hidden_layers": 2, "num_experts": 2, "num_experts_per_tok": 1,
+            "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+        },
+        refused="pre-softmax scores not exposed by TransformerLens 4.3",
+    ),
+    "modernbert-decoder": TinyKind(
+        "ModernBERT decoder",
+        "ModernBertDecoderConfig",
+        "ModernBertDecoderForCausalLM",
+        {
+            "vocab_size": 260, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "max_position_embeddings": 1024, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 3, "cls_token_id": 1,
+            "sep_token_id": 2, "tie_word_embeddings": False,
+        },
+        common=False,
+        refused="pre-softmax scores not exposed by TransformerLens 4.3",
+    ),
     # Every third layer has no RoPE (NoPE), as in the real SmolLM3 (every fourth there).
     "smollm3": TinyKind(
         "SmolLM3",
@@ -275,6 +555,30 @@ TINY_MODELS: dict[str, TinyKind] = {
         {"rope_theta": 10000.0, "no_rope_layer_interval": 3},
         refused="layers without RoPE (NoPE layers)",
     ),
+}
+# Architectures poslens refuses from their config alone, before any weights are read: tests/test_compatibility.py
+# saves each config class's default config (with these fields) and checks the refusal. HF class -> (config class,
+# fields, what the model has that poslens cannot measure).
+_HYBRID = "layers without softmax attention (state-space, linear-attention or convolution mixers)"
+REFUSED_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "BambaForCausalLM": ("BambaConfig", {}, _HYBRID),
+    "FalconH1ForCausalLM": ("FalconH1Config", {}, _HYBRID),
+    "GraniteMoeHybridForCausalLM": ("GraniteMoeHybridConfig", {}, _HYBRID),
+    "JambaForCausalLM": ("JambaConfig", {}, _HYBRID),
+    "Lfm2ForCausalLM": ("Lfm2Config", {"full_attn_idxs": [2, 5]}, _HYBRID),
+    "Lfm2MoeForCausalLM": ("Lfm2MoeConfig", {"num_hidden_layers": 3, "layer_types": ["conv", "conv", "full_attention"]}, _HYBRID),
+    "NemotronHForCausalLM": ("NemotronHConfig", {}, _HYBRID),
+    "OlmoHybridForCausalLM": ("OlmoHybridConfig", {}, _HYBRID),
+    "Qwen3_5ForCausalLM": ("Qwen3_5TextConfig", {}, _HYBRID),
+    "Qwen3_5MoeForCausalLM": ("Qwen3_5MoeTextConfig", {}, _HYBRID),
+    "RecurrentGemmaForCausalLM": ("RecurrentGemmaConfig", {}, _HYBRID),
+    "Zamba2ForCausalLM": ("Zamba2Config", {}, _HYBRID),
+    "GlmMoeDsaForCausalLM": ("GlmMoeDsaConfig", {}, "sparse attention over indexer-selected keys (indexed_attention)"),
+    "DeepseekV4ForCausalLM": ("DeepseekV4Config", {}, "attention over compressed keys (compressed_sparse_attention)"),
+    "AfmoeForCausalLM": ("AfmoeConfig", {}, "global layers without RoPE (NoPE layers)"),
+    "Gemma4ForConditionalGeneration": ("Gemma4Config", {}, "head sizes that vary from layer to layer"),
+    "Gemma4UnifiedForConditionalGeneration": ("Gemma4UnifiedConfig", {}, "head sizes that vary from layer to layer"),
+    "HrmTextForCausalLM": ("HrmTextConfig", {"prefix_lm": False}, "recurrent cycles over its layers (and prefix-LM attention)"),
 }
 TINY_KINDS = tuple(kind for kind, spec in TINY_MODELS.items() if spec.refused is None)
 UNSUPPORTED_KINDS = tuple(kind for kind, spec in TINY_MODELS.items() if spec.refused is not None)
