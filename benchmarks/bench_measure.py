@@ -84,7 +84,7 @@ def run_cpu_route(route: str, model_name: str, seq_len: int, n_seqs: int, repeat
     release_free_heap()
     loaded = rss_mb()
     reset = reset_peak_resident()
-    seconds = min(_timed(route, model, corpus, seq_len, n_seqs) for _ in range(repeats))
+    seconds = min(_collected_then_timed(route, model, corpus, seq_len, n_seqs) for _ in range(repeats))
     peak = status_mb("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"route": route, "seq_len": seq_len, "seconds": seconds, "peak_mb": peak, "loaded_mb": loaded}
 
@@ -107,6 +107,15 @@ def run_cuda_routes(model_name: str, lengths: list[int], n_seqs: int, device: st
             rows.append({"route": route, "seq_len": seq_len, "seconds": seconds, "peak_mb": peak, "loaded_mb": loaded})
             print(f"  {route:8s} T={seq_len}: {seconds:.3f} s, peak {peak:.0f} MB", file=sys.stderr, flush=True)
     return rows
+
+
+def _collected_then_timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
+    """A garbage collection, then :func:`_timed`: a repeat must not find the last one's result still held by a
+    reference cycle that the collector has not reached yet (its sums would count twice in the peak)."""
+    import gc
+
+    gc.collect()
+    return _timed(route, model, corpus, seq_len, n_seqs)
 
 
 def _timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
