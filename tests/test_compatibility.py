@@ -380,6 +380,7 @@ def test_architectures_refused_from_their_config(hf_class, tmp_path):
         "global layers without RoPE (NoPE layers)": "NoPE layers",
         "head sizes that vary from layer to layer": "attention sizes that vary from layer to layer (head_dim",
         "recurrent cycles over its layers (and prefix-LM attention)": "runs its blocks several times in one forward pass",
+        "layers that reuse earlier layers' keys and values (KV sharing)": "reuses the keys and values of earlier layers",
     }.get(missing, "not plain causal softmax attention")
     assert expected in message, message
     if "state-space" in missing:

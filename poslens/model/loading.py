@@ -375,6 +375,13 @@ def _check_supported(config: Any, label: str) -> None:
             "as if queries, keys and values were contiguous blocks: its attention scores would be wrong. Falcon "
             "models with one key/value head (Falcon 7B) are supported."
         )
+    shared = getattr(text, "num_kv_shared_layers", 0) or 0
+    if shared:
+        raise ModelNotSupportedError(
+            f"{label} ({model_type}) reuses the keys and values of earlier layers in its last {shared} layers (KV "
+            "sharing) and mixes several residual streams per layer (AltUp): poslens has no tested path for either, so "
+            "it refuses the model rather than risk figures that are silently wrong. Gemma 3n is not supported yet."
+        )
     varying = sorted(getattr(text, "per_layer_attributes", None) or ())
     if varying:
         raise ModelNotSupportedError(

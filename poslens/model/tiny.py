@@ -578,6 +578,7 @@ REFUSED_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
     "AfmoeForCausalLM": ("AfmoeConfig", {}, "global layers without RoPE (NoPE layers)"),
     "Gemma4ForConditionalGeneration": ("Gemma4Config", {}, "head sizes that vary from layer to layer"),
     "Gemma4UnifiedForConditionalGeneration": ("Gemma4UnifiedConfig", {}, "head sizes that vary from layer to layer"),
+    "Gemma3nForConditionalGeneration": ("Gemma3nConfig", {}, "layers that reuse earlier layers' keys and values (KV sharing)"),
     "HrmTextForCausalLM": ("HrmTextConfig", {"prefix_lm": False}, "recurrent cycles over its layers (and prefix-LM attention)"),
 }
 TINY_KINDS = tuple(kind for kind, spec in TINY_MODELS.items() if spec.refused is None)
