@@ -417,10 +417,10 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
         per_token = _calibrate_seconds_per_token(model)
         s = settings
         cases = 4 if s.compare_quick else 7
-        # each measurement is one forward pass; its capture hooks and the counterfactual replay add about a third
-        tokens = 1.3 * s.n_seqs * s.seq_len * (1 + 1 + len(s.replacements)) * (1 + s.seq_len / 1024)
+        # per_token is timed with collect_sums itself (the forward with its hooks, then the counterfactual replay)
+        tokens = s.n_seqs * s.seq_len * (1 + 1 + len(s.replacements)) * (1 + s.seq_len / 1024)
         tokens += (2 * s.fingerprint_seqs + 256) * s.fingerprint_len
-        tokens += 1.3 * (cases + 1) * s.compare_seqs * s.compare_len * (1 + s.compare_len / 1024)  # gemma3-270m: about twice
+        tokens += (cases + 1) * s.compare_seqs * s.compare_len * (1 + s.compare_len / 1024)  # gemma3-270m: about twice
         console.print(f"--full: expecting roughly {tokens * per_token / 60:.0f} minutes on this machine "
                       f"(calibrated at {per_token * 1e3:.1f} ms per token; gemma3-270m costs more per token)")
     parts, timings = {}, {}
