@@ -45,17 +45,22 @@ def source_sha256(nb) -> str:
     return hashlib.sha256(json.dumps(sources).encode()).hexdigest()
 
 
-def _kernel_home() -> str:
-    """A folder with a ``python3`` kernelspec that starts this interpreter, to put first on ``JUPYTER_PATH``."""
-    home = Path(tempfile.mkdtemp(prefix="poslens-kernel-"))
+def write_python3_kernelspec(home: Path, display_name: str = "Python 3 (poslens)") -> Path:
+    """Write a ``python3`` kernelspec that starts this interpreter under ``home`` (a folder to put first on ``JUPYTER_PATH``).
+
+    Example:
+        >>> home = Path(tempfile.mkdtemp())
+        >>> json.loads((write_python3_kernelspec(home) / "kernels" / "python3" / "kernel.json").read_text())["argv"][0] == sys.executable
+        True
+    """
     spec = home / "kernels" / "python3"
-    spec.mkdir(parents=True)
+    spec.mkdir(parents=True, exist_ok=True)
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (poslens)",
+        "display_name": display_name,
         "language": "python",
     }))
-    return str(home)
+    return home
 
 
 def add_figure_html(nb) -> int:
@@ -110,7 +115,8 @@ def main(names: list[str]) -> None:
         if unknown:
             sys.exit(f"no tutorial {', '.join(sorted(unknown))}; tutorials: {', '.join(p.stem for p in paths)}")
         paths = [p for p in paths if p.stem in wanted]
-    os.environ["JUPYTER_PATH"] = os.pathsep.join([_kernel_home()] + [p for p in [os.environ.get("JUPYTER_PATH")] if p])
+    kernel_home = write_python3_kernelspec(Path(tempfile.mkdtemp(prefix="poslens-kernel-")))
+    os.environ["JUPYTER_PATH"] = os.pathsep.join([str(kernel_home)] + [p for p in [os.environ.get("JUPYTER_PATH")] if p])
     os.environ["HF_HUB_OFFLINE"] = "1"  # the kernel inherits the environment: never reach the hub
     os.environ["PLOTLY_RENDERER"] = "plotly_mimetype"  # figures as JSON; add_figure_html renders them for the site
     for path in paths:

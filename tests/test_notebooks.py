@@ -12,7 +12,6 @@ interpreter (the one with poslens installed), with the embedded 4-bit model
 from __future__ import annotations
 
 import ast
-import json
 import os
 import sys
 import time
@@ -94,14 +93,7 @@ def python3_kernel(tmp_path_factory: pytest.TempPathFactory) -> str:
     """
     import jupyter_client.kernelspec
 
-    data = tmp_path_factory.mktemp("jupyter")
-    spec = data / "kernels" / "python3"
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (poslens tests)",
-        "language": "python",
-    }))
+    data = _execute_tutorials().write_python3_kernelspec(tmp_path_factory.mktemp("jupyter"), "Python 3 (poslens tests)")
     old = os.environ.get("JUPYTER_PATH")
     os.environ["JUPYTER_PATH"] = os.pathsep.join([str(data)] + ([old] if old else []))
     found = jupyter_client.kernelspec.KernelSpecManager().get_kernel_spec("python3")

@@ -58,6 +58,11 @@ class TinyKind:
     refused: str | None = None
 
 
+# Two sliding-window layers (W = 8), then a global one: the layout of the kinds whose global layers skip RoPE.
+_TWO_SLIDING_THEN_GLOBAL: dict[str, Any] = {
+    "rope_theta": 10000.0, "sliding_window": 8, "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+}
+
 # The compatibility matrix: every kind here is built, loaded and tested by tests/test_compatibility.py,
 # and docs/make_supported_models.py writes docs/supported_models.md from it. Where the default random
 # weights leave attention too flat for a RoPE change to move the log-probs measurably (partial rotary
@@ -452,14 +457,14 @@ TINY_MODELS: dict[str, TinyKind] = {
         "Cohere 2 (Command R7B, Command A)",
         "Cohere2Config",
         "Cohere2ForCausalLM",
-        {"rope_theta": 10000.0, "sliding_window": 8, "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]},
+        _TWO_SLIDING_THEN_GLOBAL,
         refused="global layers without RoPE (NoPE layers)",
     ),
     "exaone4-hybrid": TinyKind(
         "EXAONE 4 (sliding + global)",
         "Exaone4Config",
         "Exaone4ForCausalLM",
-        {"rope_theta": 10000.0, "sliding_window": 8, "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]},
+        _TWO_SLIDING_THEN_GLOBAL,
         refused="global layers without RoPE (NoPE layers)",
     ),
     # A learned sink logit per head joins every softmax.
