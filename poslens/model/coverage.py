@@ -16,6 +16,7 @@ import functools
 from dataclasses import dataclass
 
 from poslens.model.tiny import REFUSED_CONFIGS, TINY_MODELS
+from poslens.model.variants import rope_parameter_dicts
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,7 @@ def _config_class_for(hf_class: str, model_types: list[str]) -> tuple[str, str]:
 def _has_rope(config_class: str) -> bool:
     import transformers
 
-    config = getattr(transformers, config_class)()
-    text = config.get_text_config()
-    params = getattr(text, "rope_parameters", None) or {}
-    dicts = [params] if "rope_theta" in params else [p for p in params.values() if isinstance(p, dict)]
-    return any("rope_theta" in p for p in dicts)
+    return bool(rope_parameter_dicts(getattr(transformers, config_class)().get_text_config()))
 
 
 @functools.cache
@@ -102,8 +99,8 @@ def tested_architectures() -> set[str]:
         >>> covered = tested_architectures()
         >>> "LlamaForCausalLM" in covered, "gemma3_text" in covered, "JambaForCausalLM" in covered
         (True, True, True)
-        >>> "Gemma3nForConditionalGeneration" in covered
-        False
+        >>> "Gemma3nForConditionalGeneration" in covered, "BertForMaskedLM" in covered   # refused from its config; no causal LM
+        (True, False)
     """
     import transformers
 
