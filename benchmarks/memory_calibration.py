@@ -43,7 +43,6 @@ models take about two minutes on 2 cores; SmolLM2 adds a few.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
 import os
@@ -57,7 +56,7 @@ from typing import Any, Callable
 
 import torch
 
-from poslens.runtime.memory import MiB, estimate_peak_bytes, resident_bytes, runtime_bytes, weight_bytes
+from poslens.runtime.memory import MiB, estimate_peak_bytes, release_free_heap, resident_bytes, runtime_bytes, weight_bytes
 
 TINY_SETTINGS = [(1, 64), (16, 64), (1, 256), (4, 256), (16, 256), (4, 512), (2, 1024)]
 SMOLLM2_SETTINGS = [(1, 256), (4, 256), (2, 512), (1, 1024), (2, 1024)]
@@ -85,21 +84,6 @@ def _proc_status() -> dict[str, int]:
             if len(parts) == 2 and parts[1] == "kB":
                 out[key] = int(parts[0]) * 1024
     return out
-
-
-def release_free_heap() -> bool:
-    """Hand the C heap's free pages back to the system (glibc ``malloc_trim(0)``).
-
-    Memory that the process freed earlier (while loading a model, say) stays
-    resident in the allocator's arenas; a later allocation can reuse it without
-    the resident set growing, so a peak measured as a rise in resident memory
-    would miss it. Returns False where the C library has no ``malloc_trim``.
-    """
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-        return True
-    except (OSError, AttributeError):
-        return False
 
 
 def reset_peak_resident() -> bool:

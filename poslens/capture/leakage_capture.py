@@ -4,17 +4,19 @@ For one layer the hook sees scores s [batch, head, T, T] (masked entries at the
 dtype minimum). It works through blocks of query rows, each with only the key
 span its rows can see (keys up to the block's last row, and from the window's
 start on a sliding-window layer), so that on CPU a block's float64 copies stay
-in cache across the passes over them. Per row it computes, in float64: log Z_i (logsumexp over the
-visible keys), row sums of s, s² and j·s, the row features of METHOD §3.3 and,
-from one cumulative sum along keys, the sum of s over each row's offset bins.
-Those O(T × bins) pieces are folded into query bins with a one-hot matrix and
-added to :class:`poslens.fit.sums.CellSums`. For the counterfactual fit of METHOD
-§4.1 it also keeps, per exact row, Σ_j s_ij and s_i0, and per exact offset Δ the
-sum of s_{i,i−Δ} over the rows of each query window (a diagonal sum, read from a
-skewed strided view of the block); nothing of size T² outlives the hook. Given a
+in cache across the passes over them. Per row it computes, in float64: log Z_i
+(logsumexp over the visible keys), row sums of s, s² and j·s, and the row
+features of METHOD §3.3. The block is laid out so that a skewed strided view of
+it walks the offset diagonals: summed over the rows of each query bin, that
+gives the sum of s over each (query bin, offset bin) cell, and over the rows of
+each query window, the sum of s_{i,i−Δ} per exact offset Δ that the
+counterfactual fit of METHOD §4.1 needs (with Σ_j s_ij and s_i0 per exact row).
+The per-row pieces are folded into query bins with a one-hot matrix and added to
+:class:`poslens.fit.sums.CellSums`; nothing of size T² outlives the hook. Given a
 :class:`poslens.capture.row_bin_store.RowBinStore`, it also writes each row's
-maximum and its sums of exp(s − max) per offset bin, for the per-sequence
-counterfactual (:mod:`poslens.capture.counterfactual_replay`).
+maximum and, from one cumulative sum of exp(s − max) along keys, its sums per
+offset bin, for the per-sequence counterfactual
+(:mod:`poslens.capture.counterfactual_replay`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from poslens.fit.binning import Binning
 from poslens.fit.sums import FEATURES, WINDOWS, CellSums
 from poslens.model import hooks as hook_names
 
-CPU_BLOCK_ELEMENTS = 1 << 17  # float64 elements per work buffer on CPU: 1 MiB, blocks stay in cache
+CPU_BLOCK_ELEMENTS = 1 << 19  # float64 elements per work buffer on CPU: 4 MiB, blocks stay in the last-level cache
 CUDA_BLOCK_ELEMENTS = 1 << 25  # on CUDA: 256 MiB, few large launches
 
 
@@ -109,6 +111,8 @@ class LayerStructure:
     hi: Int[torch.Tensor, "seq obins"]
     key_sum: Float[torch.Tensor, " seq"]  # Σ_{j∈V_i} j
     key_sq_sum: Float[torch.Tensor, " seq"]  # Σ_{j∈V_i} j²
+    query_edges: tuple[int, ...]  # the query bins' row edges
+    offset_bin: Int[torch.Tensor, " seq"]  # offset bin of Δ = 0..T − 1
 
     @classmethod
     def build(cls, binning: Binning, window: int | None) -> "LayerStructure":
@@ -145,6 +149,8 @@ class LayerStructure:
             hi=hi,
             key_sum=valid_d @ jj,
             key_sq_sum=valid_d @ (jj * jj),
+            query_edges=tuple(binning.query_edges),
+            offset_bin=torch.as_tensor(binning.offset_bin),
         )
 
     def key_start(self, row: int) -> int:
@@ -196,6 +202,9 @@ class RowBlock:
     hi_used: Float[torch.Tensor, "rows obins"]  # 0 where the bin is empty
     lo_at: Int[torch.Tensor, "rows obins"]  # index of the running sum just before a bin
     lo_used: Float[torch.Tensor, "rows obins"]  # 0 where nothing precedes the bin in the span
+    masked_columns: list[tuple[int, int, Bool[torch.Tensor, "rows cols"]]]  # (c0, c1, invisible[:, c0:c1]) where any key is invisible
+    query_segments: list[tuple[int, int, int]]  # (query bin, first row, end row) of the block's rows, relative to r0
+    offset_bin_of_column: Int[torch.Tensor, " span"]  # offset bin of the diagonal read at column c: Δ = span − 1 − c
 
     @property
     def size(self) -> int:
@@ -206,6 +215,18 @@ class RowBlock:
             12
         """
         return (self.r1 - self.r0) * (self.r1 - self.k0)
+
+    @property
+    def padded_size(self) -> int:
+        """Elements of one head's block laid out for the diagonal sums: rows × (span + rows), plus rows of zeros
+        (shared by the heads) in front.
+
+        Example:
+            >>> RowBlock.build(LayerStructure.build(Binning(8), window=None), 4, 6, torch.device("cpu")).padded_size
+            18
+        """
+        rows = self.r1 - self.r0
+        return rows * (self.r1 - self.k0 + rows) + rows
 
     @classmethod
     def build(cls, st: LayerStructure, r0: int, r1: int, device: torch.device) -> "RowBlock":
@@ -218,6 +239,23 @@ class RowBlock:
         k0 = st.key_start(r0)
         lo, hi = st.lo[r0:r1] - k0, st.hi[r0:r1] - k0  # relative to the span; empty bins go ≤ 0
         visible = st.valid[r0:r1, k0:r1].to(device)
+        # masked_fill only the columns that hold an invisible key: the block's last rows' triangle
+        # (and, under a window, the first rows' one), not the whole span
+        has_invisible = (~st.valid[r0:r1, k0:r1]).any(0).tolist() + [False]
+        masked_columns, c0 = [], None
+        for c, flag in enumerate(has_invisible):
+            if flag and c0 is None:
+                c0 = c
+            elif not flag and c0 is not None:
+                masked_columns.append((c0, c, (~visible[:, c0:c])))
+                c0 = None
+        edges = st.query_edges
+        query_segments = [
+            (c, max(edges[c], r0) - r0, min(edges[c + 1], r1) - r0)
+            for c in range(len(edges) - 1)
+            if edges[c] < r1 and edges[c + 1] > r0
+        ]
+        span = r1 - k0
         return cls(
             r0=r0,
             r1=r1,
@@ -228,6 +266,9 @@ class RowBlock:
             hi_used=(hi > 0).double().to(device),
             lo_at=(lo - 1).clamp(min=0).to(device),
             lo_used=(lo > 0).double().to(device),
+            masked_columns=masked_columns,
+            query_segments=query_segments,
+            offset_bin_of_column=st.offset_bin[span - 1 - torch.arange(span)].to(device),
         )
 
 
@@ -272,6 +313,7 @@ class LeakageCapture:
         self._fold[qbin, torch.arange(t)] = 1.0  # one-hot query bins, [C, T]
         self._positions = torch.arange(t, dtype=torch.float64)
         windows = binning.windows
+        self._bin_windows = {w: windows[w].tolist() for w in WINDOWS}  # [C] bool: query bin in window w
         q_of_row = binning.query_bin
         self._window_rows = {
             w: torch.as_tensor(windows[w][q_of_row]) for w in WINDOWS
@@ -279,7 +321,6 @@ class LeakageCapture:
         self.early_rows = min(binning.early, t)  # rows 1 ≤ i < early_rows form the early window
         layer_windows = tuple(self.structure(layer).window for layer in range(model.n_layers))
         self.sums = CellSums.zeros(groups, model.n_layers, model.n_heads, binning, layer_windows)
-        self._pad: torch.Tensor | None = None
 
     def _work_buffers(self, size: int, device: torch.device) -> tuple[Float[torch.Tensor, " buffer"], Float[torch.Tensor, " buffer"]]:
         # two reused flat float64 buffers; fresh allocations would cost page faults on every call
@@ -290,11 +331,10 @@ class LeakageCapture:
     def _block_elements(self, device: torch.device) -> int:
         return self.block_elements or default_block_elements(device)
 
-    def _key_weights(self, device: torch.device) -> Float[torch.Tensor, "seq 2"]:
-        key = ("key_weights", str(device))
+    def _key_positions(self, device: torch.device) -> Float[torch.Tensor, " seq"]:
+        key = ("key_positions", str(device))
         if key not in self._device_cache:
-            keys = self._positions.to(device)
-            self._device_cache[key] = (torch.stack([torch.ones_like(keys), keys], dim=-1),)
+            self._device_cache[key] = (self._positions.to(device),)
         return self._device_cache[key][0]
 
     def _blocks(self, st: "LayerStructure", rows_per_query: int, device: torch.device) -> list["RowBlock"]:
@@ -410,19 +450,25 @@ class LeakageCapture:
         f64 = {"dtype": torch.float64, "device": device}
         log_z, row_sum, row_js, row_sq = (torch.empty(batch, heads, t, **f64) for _ in range(4))
         features = torch.empty(batch, heads, t, len(FEATURES), **f64)
-        bin_sums = torch.empty(heads, t, self.binning.n_offset_bins, **f64)
-        key0_logits = torch.zeros(heads, t, **f64)  # Σ over the batch of s_i0
         n_b = self.binning.n_offset_bins
+        logit_cells = torch.zeros(heads, self.binning.n_query_bins, n_b, **f64)  # Σ over the batch of s per cell
+        key0_logits = torch.zeros(heads, t, **f64)  # Σ over the batch of s_i0
         row_bins = torch.empty(batch, heads, t, 1 + n_b, **f64) if self.store is not None else None  # max, then Σ exp per bin
         offset_sums = torch.zeros(2, heads, t, **f64)  # Σ of s_{i,i−Δ} over the all / early rows
         blocks = self._blocks(st, batch * heads, device)
-        work_s, work_e = self._work_buffers(max(batch * heads * b.size for b in blocks), device)
-        key_weights = self._key_weights(device)  # [T, 2]: 1 and j
+        work_s, work_e = self._work_buffers(max(batch * heads * b.padded_size for b in blocks), device)
+        key_positions = self._key_positions(device)
         for block in blocks:
             r0, r1, k0 = block.r0, block.r1, block.k0
-            rows, shape = slice(r0, r1), (batch, heads, r1 - r0, r1 - k0)
-            size = batch * heads * block.size
-            s, exp_s = work_s[:size].view(shape), work_e[:size].view(shape)
+            n_rows, span = r1 - r0, r1 - k0
+            rows, shape = slice(r0, r1), (batch, heads, n_rows, span)
+            # s lives in rows of width span + n_rows whose tail is zero, after n_rows zeros: the layout
+            # that _add_diagonal_sums reads the offset diagonals from without a copy
+            flat = work_s[: n_rows + batch * heads * n_rows * (span + n_rows)]
+            flat[:n_rows].zero_()
+            padded = flat[n_rows:].view(batch, heads, n_rows, span + n_rows)
+            padded[..., span:].zero_()
+            s, exp_s = padded[..., :span], work_e[: batch * heads * block.size].view(shape)
             s.copy_(scores[:, :, r0:r1, k0:r1])  # keys beyond r1 or before k0 are masked for every row here
             row_max = s.amax(-1, keepdim=True)
             # one exp pass gives log Z, the weights and the entropy; masked entries underflow to 0
@@ -431,9 +477,11 @@ class LeakageCapture:
             block_log_z = row_max[..., 0] + torch.log(partition)
             if checking:
                 self._check_block_mask(layer, scores[:1], s[:1], block, st)
-            visible = s.masked_fill_(block.invisible, 0.0)  # reuses s's memory
-            moments = visible @ key_weights[k0:r1]  # row sums of s and of j·s
-            row_sum[:, :, rows], row_js[:, :, rows] = moments[..., 0], moments[..., 1]
+            for c0, c1, invisible in block.masked_columns:
+                s[..., c0:c1].masked_fill_(invisible, 0.0)
+            visible = s  # masked entries are 0 from here on
+            row_sum[:, :, rows] = visible.sum(-1)
+            row_js[:, :, rows] = visible @ key_positions[k0:r1]  # a matrix-vector product: faster than [1, j] as two columns
             row_sq[:, :, rows] = torch.einsum("...j,...j->...", visible, visible)  # einsum: no full-size temporary
             mean_logit = torch.einsum("...j,...j->...", exp_s, visible) / partition  # Σ_j a_ij s_ij
             log_z[:, :, rows] = block_log_z
@@ -443,15 +491,11 @@ class LeakageCapture:
             features[:, :, rows, 3] = 1.0 / partition  # the row maximum has exp_s = 1
             if k0 == 0:
                 key0_logits[:, rows] = visible[..., 0].sum(0)
-            self._add_offset_sums(visible.sum(0), block, offset_sums)
-            running = visible.cumsum_(-1)  # in place: visible is not needed any more
-            index_shape = (batch, heads, r1 - r0, n_b)
-            upper = running.gather(-1, block.hi_at.expand(index_shape)) * block.hi_used
-            lower = running.gather(-1, block.lo_at.expand(index_shape)) * block.lo_used
-            bin_sums[:, rows] = (upper - lower).sum(0)
-            if row_bins is not None:  # the same running sums of exp(s − max), for the counterfactual replay
+            self._add_diagonal_sums(flat, (batch, heads, n_rows, span), block, logit_cells, offset_sums)
+            if row_bins is not None:  # running sums of exp(s − max) per offset bin, for the counterfactual replay
                 row_bins[:, :, rows, 0] = row_max[..., 0]
                 running = exp_s.cumsum_(-1)  # in place: exp_s is not needed any more
+                index_shape = (batch, heads, n_rows, n_b)
                 upper = running.gather(-1, block.hi_at.expand(index_shape)) * block.hi_used
                 lower = running.gather(-1, block.lo_at.expand(index_shape)) * block.lo_used
                 row_bins[:, :, rows, 1:] = upper - lower
@@ -459,34 +503,42 @@ class LeakageCapture:
         if not finite.all():
             raise _non_finite(layer, int(torch.nonzero(~finite)[0, 1]))
         self._checked.add(layer)
-        self._accumulate(layer, st, log_z, row_sum, row_js, row_sq, bin_sums, features, key0_logits, offset_sums)
+        self._accumulate(layer, st, log_z, row_sum, row_js, row_sq, logit_cells, features, key0_logits, offset_sums)
         if row_bins is not None:
             self.store.write(self.group, layer, row_bins.cpu().numpy())
 
-    def _add_offset_sums(self, block_sum: Float[torch.Tensor, "heads rows span"], block: "RowBlock", out: Float[torch.Tensor, "2 heads seq"]) -> None:
-        """Add the diagonal sums of one block's visible logits [H, R, S] (summed over the batch) to
-        ``out`` [2, H, T]: index 0 over rows i ≥ 1, index 1 over the early rows 1 ≤ i < Q.
+    def _add_diagonal_sums(
+        self,
+        flat: Float[torch.Tensor, " buffer"],
+        shape: tuple[int, int, int, int],
+        block: "RowBlock",
+        logit_cells: Float[torch.Tensor, "heads qbins obins"],
+        offset_sums: Float[torch.Tensor, "2 heads seq"],
+    ) -> None:
+        """Add one block's visible logits, summed along each offset diagonal, to the cell sums and the per-offset sums.
 
-        The block is copied into rows of width S + R whose last R entries are zero; read
-        with row stride R + S + 1, column c of that view walks the diagonal of offset
-        Δ = S − 1 − c (entries left of a row's start fall in the previous row's zeros).
+        ``flat`` holds R zeros, then the block [B, H, R, S] in rows of width S + R whose
+        last R entries are zero. Read with row stride S + R + 1, column c of that view
+        walks the diagonal of offset Δ = S − 1 − c (entries left of a row's start fall in
+        the previous row's zeros). Summed over the rows of each query bin c and folded
+        into offset bins, that is the bin's share of the ``logit`` cells; over the rows of
+        the all / early windows, it is ``offset_sums`` [2, H, T] (index 0: rows i ≥ 1,
+        index 1: the early rows 1 ≤ i < Q).
         """
-        heads, n_rows, span = block_sum.shape
+        batch, heads, n_rows, span = shape
         width = span + n_rows
-        size = n_rows + heads * n_rows * width
-        if self._pad is None or self._pad.device != block_sum.device or self._pad.numel() < size:
-            self._pad = torch.zeros(size, dtype=torch.float64, device=block_sum.device)
-        flat = self._pad[:size]
-        flat[:n_rows].zero_()
-        body = flat[n_rows:].view(heads, n_rows, width)
-        body[..., span:].zero_()
-        body[..., :span] = block_sum
-        diagonals = flat.as_strided((heads, span, n_rows), (n_rows * width, 1, width + 1), flat.storage_offset() + 1)
-        first = max(0, 1 - block.r0)  # row 0 is in no window
-        out[0, :, :span] += diagonals[:, :, first:].sum(-1).flip(-1)
-        last = min(n_rows, self.early_rows - block.r0)
-        if last > first:
-            out[1, :, :span] += diagonals[:, :, first:last].sum(-1).flip(-1)
+        diagonals = flat.as_strided(
+            (batch, heads, span, n_rows), (heads * n_rows * width, n_rows * width, 1, width + 1), flat.storage_offset() + 1
+        )
+        windows = self._bin_windows
+        for query_bin, first, end in block.query_segments:
+            by_column = diagonals[..., first:end].sum(-1).sum(0)  # [H, S]
+            logit_cells[:, query_bin].index_add_(1, block.offset_bin_of_column, by_column)
+            if windows["all"][query_bin]:
+                by_offset = by_column.flip(-1)
+                offset_sums[0, :, :span] += by_offset
+                if windows["early"][query_bin]:
+                    offset_sums[1, :, :span] += by_offset
 
     def _accumulate(
         self,
@@ -496,7 +548,7 @@ class LeakageCapture:
         row_sum: Float[torch.Tensor, "batch heads seq"],
         row_js: Float[torch.Tensor, "batch heads seq"],
         row_sq: Float[torch.Tensor, "batch heads seq"],
-        bin_sums: Float[torch.Tensor, "heads seq obins"],
+        logit_cells: Float[torch.Tensor, "heads qbins obins"],
         features: Float[torch.Tensor, "batch heads seq features"],
         key0_logits: Float[torch.Tensor, "heads seq"],
         offset_sums: Float[torch.Tensor, "2 heads seq"],
@@ -506,7 +558,7 @@ class LeakageCapture:
         fold, keys, per_bin, n_visible = self._on_device(st, log_z.device)
         z_sum = log_z.sum(0)  # [H, T]
         parts = {  # by SumArrays field, but "features", which is folded on the host
-            "logit": einsum(fold, bin_sums, "qbin seq, head seq obin -> head qbin obin"),
+            "logit": logit_cells,
             "log_partition": einsum(fold, z_sum, per_bin, "qbin seq, head seq, seq obin -> head qbin obin"),
             "logit_sq": row_sq.sum(0) @ fold.T,
             "log_partition_sq": ((log_z**2).sum(0) * n_visible) @ fold.T,

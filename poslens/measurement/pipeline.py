@@ -26,7 +26,7 @@ from poslens.model.hooks import Hook, run_with_hooks
 from poslens.model.loading import require_pos_model
 from poslens.model.variants import rope_summary
 from poslens.runtime import distributed
-from poslens.runtime.memory import choose_batch_size
+from poslens.runtime.memory import choose_batch_size, release_free_heap
 from poslens.version import __version__
 
 
@@ -160,6 +160,7 @@ def collect_sums(
     finally:
         store.close()
     add_counterfactual(sums, replay)
+    release_free_heap()  # the hooks' freed arrays, so that the next forward pass finds an unfragmented heap
     return sums
 
 
@@ -356,6 +357,7 @@ def measure(
     forward_seconds = time.perf_counter() - start
     label = "+".join(iv.label for iv in interventions) or "none"
     table = tidy(metrics_with_intervals(sums, probe=probe), model.name, model.variant_name, label)
+    release_free_heap()  # and the fits' replicate copies
     settings = {
         "groups": groups,
         "early": early,

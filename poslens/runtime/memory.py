@@ -12,7 +12,7 @@ The formula
 B sequences of T tokens; L layers, H query heads, K key/value heads of width d,
 model width D, MLP width F, vocabulary V; ``e`` bytes per element of the model
 dtype; C = ``block_elements`` (the float64 elements of one work buffer of
-:class:`poslens.capture.leakage_capture.LeakageCapture`'s row blocks: 128 Ki on CPU, 32 Mi
+:class:`poslens.capture.leakage_capture.LeakageCapture`'s row blocks: 512 Ki on CPU, 32 Mi
 on CUDA by default); N offset bins::
 
     weights     = Σ numel × element size of hf_model's parameters and buffers
@@ -26,13 +26,13 @@ on CUDA by default); N offset bins::
                   + 8 MiB                     first-pass allocations (workspaces, objects)
     scores      = e·B·H·T²                    one layer's attention scores
     attention   = B·H·T²·(e + 4 + [e≠4]·e)    scores + float32 softmax (+ its cast back)
-    capture     = 3·8·W + 64·B·H·T + 8·H·T·N  poslens's transients, made while the scores live:
+    capture     = 3·8·W + 64·B·H·T            poslens's transients, made while the scores live:
                   + 8·B·H·T·(1 + N)
       W         = min(max(C, B·H·T), B·H·T²)  the two float64 row-block buffers (s, exp(s − max))
                                               and the temporaries of one block; per-row float64
-                                              results; the per-row offset-bin sums; each sequence's
-                                              row maxima and offset-bin sums of exp(s − max), on
-                                              their way to the row-bin store (a temporary file)
+                                              results; each sequence's row maxima and offset-bin
+                                              sums of exp(s − max), on their way to the row-bin
+                                              store (a temporary file)
     logits      = e·B·1·V                     run_with_hooks keeps the last position's logits only
     sums        = poslens.fit.sums.sums_bytes     the float64 accumulators of G groups, held all run
                   + counterfactual_bytes      (mostly 6·8·G·L·H·c·b for c query and b offset bins),
@@ -89,6 +89,7 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
 import gc
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -337,7 +338,7 @@ def _estimate(shape: _Shape, batch: int, t: int, block_elements: int, runtime: i
     square = b * t * t  # one head's [B, T, T]
     work = min(max(block_elements, b * h * t), h * square)
     n_bins = Binning(t).n_offset_bins
-    capture = 3 * 8 * work + 64 * b * h * t + 8 * h * t * n_bins + 8 * b * h * t * (1 + n_bins)
+    capture = 3 * 8 * work + 64 * b * h * t + 8 * b * h * t * (1 + n_bins)
     return MemoryEstimate(
         batch_size=batch,
         seq_len=t,
@@ -445,6 +446,28 @@ def resident_bytes() -> int:
         True
     """
     return int(psutil.Process().memory_info().rss)
+
+
+def release_free_heap() -> bool:
+    """Hand the C heap's free pages back to the system (glibc ``malloc_trim(0)``).
+
+    glibc keeps memory freed by blocks below its adaptive mmap threshold in
+    its arenas. After a measurement that is the hooks' and the fits' freed
+    arrays, about 100 MB for SmolLM2-135M at T = 1024, and it fragments the
+    heap for the next forward pass, whose peak then rises by as much.
+    :func:`poslens.measurement.pipeline.collect_sums` and
+    :func:`poslens.measure` call this when they finish. Returns False where
+    the C library has no ``malloc_trim`` (not glibc); nothing changes then.
+
+    Example:
+        >>> release_free_heap() in (True, False)
+        True
+    """
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return True
+    except (OSError, AttributeError):
+        return False
 
 
 def _read_int(path: Path) -> int | None:
