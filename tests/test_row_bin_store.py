@@ -77,6 +77,29 @@ def test_replay_matches_a_dense_logsumexp(window):
                     np.testing.assert_allclose(replay.log_partition[w][g, variant, layer], want, rtol=0, atol=1e-10)
 
 
+def test_replay_weighs_each_row_as_a_per_row_gather_of_exp_minus_a_would():
+    """The replay broadcasts exp(−A) over each query bin's rows; taking it row by row (a gather of each
+    row's cells) must give the same Σ log Z', to the bit, for every window, variant, batch and layer."""
+    binning = Binning(T, early=EARLY)
+    model = SimpleNamespace(n_layers=2, n_heads=HEADS)
+    rng = np.random.default_rng(1)
+    cells = binning.n_query_bins * binning.n_offset_bins
+    residuals = {g: {w: rng.normal(size=(GROUPS, 2, HEADS, cells)) for w in WINDOWS} for g in range(GROUPS)}
+    replay = CounterfactualReplay(model, binning, lambda g: residuals[g], GROUPS)
+    want = {w: np.zeros_like(replay.log_partition[w]) for w in WINDOWS}
+    row_cells = torch.as_tensor(binning.query_bin)[:, None] * binning.n_offset_bins + torch.arange(binning.n_offset_bins)[None, :]
+    for g, layer in [(0, 0), (0, 1), (2, 0), (2, 1), (2, 0), (1, 1)]:  # group 2's layer 0 twice: two batches
+        row_bins = np.concatenate([rng.normal(size=(3, HEADS, T, 1)), rng.uniform(0.0, 2.0, size=(3, HEADS, T, binning.n_offset_bins))], -1)
+        replay.add(g, layer, row_bins)
+        bins = torch.as_tensor(row_bins)
+        for w, rows in (("early", EARLY), ("all", T)):
+            weights = torch.as_tensor(np.exp(-residuals[g][w]))[:, layer][:, :, row_cells[:rows]]  # [variant, head, row, bin]
+            z = torch.stack([(bins[:, :, :rows, 1:] * x).sum(-1) for x in weights], dim=1)
+            want[w][g, :, layer] += (torch.log(z) + bins[:, None, :, :rows, 0]).sum(0).numpy()
+    for w in WINDOWS:
+        np.testing.assert_array_equal(replay.log_partition[w], want[w], err_msg=w)
+
+
 def test_store_keeps_what_was_written_in_order():
     store = RowBinStore()
     arrays = [np.random.default_rng(k).normal(size=(k + 1, 2, 3, 4)) for k in range(3)]

@@ -46,6 +46,22 @@ def test_reductions_drop_the_group_axis_and_handle_replicates():
     np.testing.assert_array_equal(pooled.counterfactual("all"), g.counterfactual_all.sum(axis=0))
 
 
+def test_leave_out_each_gives_every_leave_out_to_the_bit():
+    sums = filled(groups=4)
+    g_arrays = sums.per_group
+    replicates = list(sums.leave_out_each())
+    assert len(replicates) == 4
+    for g, replicate in enumerate(replicates):
+        got = replicate.as_dict()
+        assert got.keys() == sums.leave_out(g).as_dict().keys()
+        for name, array in got.items():
+            if name in ("counterfactual_all", "counterfactual_early"):
+                want = getattr(g_arrays, f"{name}_replicate")[g]  # refitted without group g: taken whole
+            else:
+                want = getattr(g_arrays, name).sum(axis=0) - getattr(g_arrays, name)[g]
+            np.testing.assert_array_equal(array, want, err_msg=f"group {g}: {name}")
+
+
 def test_window_accessors_name_the_choices():
     sums = filled()
     assert sums.per_group.logit_by_offset("early") is sums.per_group.logit_by_offset_early

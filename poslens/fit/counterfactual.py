@@ -47,12 +47,14 @@ from poslens.fit.sums import SumArrays
 class Structure:
     """What is fixed about one window's pairs: the visible offsets of each row and the inverted normal matrix.
 
-    Rows 0..rows−1 are indexed directly; row 0 is never in a window and is all zero.
+    Rows 0..rows−1 are indexed directly; row 0 is never in a window. Row i ≥ 1
+    sees the offsets 0..min(i, D − 1); that 0/1 pattern (:func:`_visible`,
+    rows × D) is rebuilt where it is needed rather than kept with the cached structure.
 
     Example:
         >>> st = structure(Binning(8), rows=8, window=None)
-        >>> st.n_offsets, st.visible[3].tolist(), st.key0.tolist()
-        (8, [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+        >>> st.n_offsets, st.n_visible.tolist(), st.key0.tolist()   # row 0: n_visible 1, unused
+        (8, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
         >>> structure(Binning(8), rows=8, window=3).key0.tolist()   # key 0 drops out once i ≥ W
         [0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     """
@@ -60,7 +62,6 @@ class Structure:
     rows: int
     window: int | None
     n_offsets: int
-    visible: Float[np.ndarray, "rows offsets"]  # row i sees offset Δ
     n_visible: Float[np.ndarray, " rows"]  # |V_i| (1 for row 0, unused)
     key0: Float[np.ndarray, " rows"]  # key 0 visible from row i ≥ 1
     inverse: Float[np.ndarray, "offsets offsets"]  # inverse of the profiled normal matrix over (g_1..g_{D−1}, β)
@@ -78,6 +79,8 @@ def structure(binning: Binning, rows: int, window: int | None) -> Structure:
     """The :class:`Structure` of the rows 1..rows−1 of a layer with sliding window ``window`` (None: causal).
 
     A window at least ``rows`` wide changes nothing and is treated as causal.
+    The cell maps are closed forms over the bin edges (O(rows · bins)); the
+    normal matrix and its inverse are the only O(rows · D²) work.
 
     Example:
         >>> st = structure(Binning(16, early=8), rows=8, window=None)
@@ -88,29 +91,43 @@ def structure(binning: Binning, rows: int, window: int | None) -> Structure:
         window = None
     t = rows
     d = t if window is None else window
-    i = np.arange(t)[:, None]
-    delta = np.arange(d)[None, :]
-    visible = ((delta <= i) & (i >= 1)).astype(np.float64)
-    n_visible = np.maximum(visible.sum(1), 1.0)
-    key0 = ((np.arange(t) >= 1) & (np.arange(t) < d)).astype(np.float64)
-    inverse = _profiled_inverse(visible, n_visible, key0)
+    row = np.arange(t)
+    seen = np.where(row >= 1, np.minimum(row, d - 1) + 1, 0)  # offsets 0..seen−1 visible from row i
+    n_visible = np.maximum(seen, 1).astype(np.float64)
+    key0 = ((row >= 1) & (row < d)).astype(np.float64)
+    inverse = _profiled_inverse(_visible(t, d), n_visible, key0)
 
     n_b = binning.n_offset_bins
     obin = binning.offset_bin[:d]
     qbin = binning.query_bin[:t]
-    per_bin = visible @ np.eye(n_b)[obin]  # [rows, B]
-    r_idx, b_idx = np.nonzero(per_bin)
     shape = (binning.n_query_bins * n_b, t)
+    # visible offsets of row i in offset bin b: the overlap of [0, seen_i) with the bin's [low, high) ∩ [0, D)
+    low = np.minimum(np.array(binning.offset_edges[:-1]), d)
+    high = np.minimum(np.array(binning.offset_edges[1:]), d)
+    per_bin = np.clip(np.minimum(seen[:, None], high) - low, 0, None).astype(np.float64)  # [rows, B]
+    r_idx, b_idx = np.nonzero(per_bin)
     to_cells = scipy.sparse.csr_matrix((per_bin[r_idx, b_idx], (qbin[r_idx] * n_b + b_idx, r_idx)), shape=shape)
-    r_idx, d_idx = np.nonzero(visible)
+    # rows i ≥ max(Δ, 1) of query bin c that see offset Δ: the overlap of [max(Δ, 1), rows) with the bin's rows
+    q_low = np.minimum(np.array(binning.query_edges[:-1]), t)
+    q_high = np.minimum(np.array(binning.query_edges[1:]), t)
+    first = np.maximum(np.arange(d), 1)
+    per_query_bin = np.clip(q_high[:, None] - np.maximum(q_low[:, None], first[None, :]), 0, None)  # [C, D]
+    c_idx, d_idx = np.nonzero(per_query_bin)
     offsets_to_cells = scipy.sparse.csr_matrix(
-        (np.ones(len(r_idx)), (qbin[r_idx] * n_b + obin[d_idx], d_idx)), shape=(shape[0], d)
-    )  # duplicates add up: rows of one query bin that see Δ
+        (per_query_bin[c_idx, d_idx].astype(np.float64), (c_idx * n_b + obin[d_idx], d_idx)), shape=(shape[0], d)
+    )
     key0_cells = np.zeros(shape[0])
     rows_k0 = np.nonzero(key0)[0]
     np.add.at(key0_cells, qbin[rows_k0] * n_b + obin[rows_k0], 1.0)
     pair_cells = np.asarray(to_cells.sum(axis=1)).ravel()
-    return Structure(t, window, d, visible, n_visible, key0, inverse, to_cells, offsets_to_cells, key0_cells, pair_cells, qbin, obin, n_b)
+    return Structure(t, window, d, n_visible, key0, inverse, to_cells, offsets_to_cells, key0_cells, pair_cells, qbin, obin, n_b)
+
+
+def _visible(rows: int, n_offsets: int) -> Float[np.ndarray, "rows offsets"]:
+    """1.0 where row i ≥ 1 sees offset Δ (Δ ≤ i), for Δ < ``n_offsets``: [rows, D] (8 MB at T = 1024)."""
+    visible = np.tri(rows, n_offsets)
+    visible[0] = 0.0  # row 0 is in no window
+    return visible
 
 
 def _profiled_inverse(
@@ -124,6 +141,8 @@ def _profiled_inverse(
     (e.g. rows = 2, where offset 1 only ever meets key 0).
     """
     d = visible.shape[1]
+    # the entries are tail sums of 1/n_i, but summed in another order they move the ratios of
+    # metrics_with_intervals beyond 1e-12 (as 1-ulp changes of the sums do): kept as the product
     u = np.concatenate([visible[1:, 1:], key0[1:, None]], axis=1)  # X_iᵀ1 per row
     normal = np.diag(u.sum(0)) - u.T @ (u / n_visible[1:, None])
     k0_rows = np.nonzero(key0)[0]  # the key-0 pair of row i has offset i: g_i and β meet there
@@ -242,12 +261,13 @@ def fit_logits(
     d = st.n_offsets
     per_seq_rows = row_sums[..., : st.rows] / n_seqs
     mean_row = np.where(np.arange(st.rows) >= 1, per_seq_rows / st.n_visible, 0.0)
-    rhs_g = offset_sums[..., 1:d] / n_seqs - mean_row @ st.visible[:, 1:]
+    visible = _visible(st.rows, d)  # products with it as cumulative sums would change the figures (see _profiled_inverse)
+    rhs_g = offset_sums[..., 1:d] / n_seqs - mean_row @ visible[:, 1:]
     rhs_beta = ((key0_sums[..., : st.rows] / n_seqs - mean_row) * st.key0).sum(-1)
     theta = np.concatenate([rhs_g, rhs_beta[..., None]], axis=-1) @ st.inverse
     g = np.concatenate([np.zeros_like(theta[..., :1]), theta[..., : d - 1]], axis=-1)
     beta = theta[..., d - 1] if st.key0.any() else np.zeros_like(theta[..., d - 1])
-    fitted_rows = g @ st.visible.T + beta[..., None] * st.key0
+    fitted_rows = g @ visible.T + beta[..., None] * st.key0
     h = np.where(np.arange(st.rows) >= 1, (per_seq_rows - fitted_rows) / st.n_visible, 0.0)
     return WindowFit(st, g, beta, h)
 
@@ -340,18 +360,27 @@ def layer_fits(
         >>> [(layers, fit.g.shape) for layers, fit in fits]  # doctest: +SKIP
         [([0, 1, 2], (3, 4, 40))]
     """
-    rows = window_rows(binning, window)
     offsets = p.logit_by_offset(window)
     n_seqs = float(np.sum(p.sequence_count)) if n_seqs is None else n_seqs
-    by_window: dict[int | None, list[int]] = {}
-    for layer, w in enumerate(layer_windows):
-        by_window.setdefault(structure(binning, rows, w).window, []).append(layer)
     out = []
-    for w, layers in by_window.items():
-        st = structure(binning, rows, w)
+    for st, layers in layers_by_structure(binning, layer_windows, window):
         fit = fit_logits(st, p.logit_by_row[layers], p.key0_logit_by_row[layers], offsets[layers][..., : st.n_offsets], n_seqs)
         out.append((layers, fit))
     return out
+
+
+def layers_by_structure(binning: Binning, layer_windows: tuple[int | None, ...], window: str) -> list[tuple[Structure, list[int]]]:
+    """The layers of each distinct :class:`Structure` in query window ``window``, in order of first appearance.
+
+    Example:
+        >>> [(st.window, layers) for st, layers in layers_by_structure(Binning(16), (None, 4, 64, 4), "all")]   # 64 ≥ T: causal
+        [(None, [0, 2]), (4, [1, 3])]
+    """
+    rows = window_rows(binning, window)
+    by_window: dict[int | None, list[int]] = {}
+    for layer, w in enumerate(layer_windows):
+        by_window.setdefault(structure(binning, rows, w).window, []).append(layer)
+    return [(structure(binning, rows, w), layers) for w, layers in by_window.items()]
 
 
 def meanfield_cells(
@@ -406,11 +435,10 @@ def counterfactual_sums(
         >>> counterfactual_sums(sums.group(0), sums.binning, sums.layer_windows, "all", a[0], log_z[0])  # doctest: +SKIP
     """
     n_layers, n_heads = group_sums.logit_by_row.shape[:2]
-    rows = window_rows(binning, window)
     n_seqs = float(np.sum(group_sums.sequence_count))
     logit_cells = rearrange(group_sums.logit, "layer head qbin obin -> layer head (qbin obin)")
     out = np.zeros((n_layers, n_heads, binning.n_query_bins * binning.n_offset_bins))
-    for layer, w in enumerate(layer_windows):
-        st = structure(binning, rows, w)
-        out[layer] = np.where(st.pair_cells > 0, per_sequence_cells(st, logit_cells[layer], residual[layer], n_seqs, log_partition[layer]), 0.0)
+    for st, layers in layers_by_structure(binning, layer_windows, window):
+        cells = per_sequence_cells(st, logit_cells[layers], residual[layers], n_seqs, log_partition[layers])
+        out[layers] = np.where(st.pair_cells > 0, cells, 0.0)
     return rearrange(out, "layer head (qbin obin) -> layer head qbin obin", qbin=binning.n_query_bins)

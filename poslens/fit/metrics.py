@@ -19,6 +19,7 @@ from poslens.fit.binning import Binning
 from poslens.fit.counterfactual import meanfield_cells
 from poslens.fit.decompose import share, split
 from poslens.fit.stats import (
+    Projection,
     fold_interval,
     held_out_r2,
     jackknife_interval,
@@ -61,6 +62,22 @@ RATIOS = {
 HELD_OUT = ("leakage_pattern_heldout", "leakage_logit_heldout")
 
 
+def _layers_sharing_counts(mask: Bool[np.ndarray, " qbins"], pair_count: Float[np.ndarray, "layers qbins obins"]) -> list[list[int]]:
+    """The layers in runs whose pair counts agree over the query bins of ``mask``: every causal layer, or those of one window.
+
+    A projection depends on nothing else, so each run is projected at once.
+    """
+    runs: dict[bytes, list[int]] = {}
+    for layer in range(pair_count.shape[0]):
+        runs.setdefault(pair_count[layer][mask].tobytes(), []).append(layer)
+    return list(runs.values())
+
+
+def _layer_part(run: Projection, index: int | tuple[int, ...]) -> Projection:
+    """One layer's :class:`Projection` out of ``run``, the projection of a run of layers' cells (layers first)."""
+    return Projection(run.counts, run.relative[index], run.additive[index], run.saturated[index])
+
+
 def _window_cells(p: SumArrays, layer: int, mask: Bool[np.ndarray, " qbins"]) -> tuple[
     Float[np.ndarray, "kept obins"], Float[np.ndarray, "heads kept obins"], Float[np.ndarray, "heads kept obins"], Float[np.ndarray, "kept obins"]
 ]:
@@ -96,15 +113,24 @@ def head_metrics(
     for w, window in enumerate(WINDOWS):
         mask = binning.windows[window]
         meanfield = meanfield_cells(p, binning, layer_windows, window)
+        projections = {}  # layer: (projection of s, log Z, log a' and mean-field log a'; projection of the count term)
+        for layers in _layers_sharing_counts(mask, p.pair_count):
+            counts = p.pair_count[layers[0]][mask]
+            if counts.sum() == 0:
+                continue
+            # [layers, 4, H, K]; the count term's [layers, 1, K] keeps a heads axis so that its products stay
+            # vector·matrix ones, as they were for one layer
+            run = project(np.stack([x[layers][:, :, mask] for x in (p.logit, p.log_partition, p.counterfactual(window), meanfield)], axis=1), counts)
+            run_c = project(np.ascontiguousarray(p.count_term[layers][:, mask])[:, None], counts)
+            projections.update({layer: (_layer_part(run, k), _layer_part(run_c, (k, 0))) for k, layer in enumerate(layers)})
+        # the rest one layer at a time, on arrays laid out as they always were: numpy sums them in the same
+        # order, so every figure is the same, to the bit, as with one projection per layer
         for layer in range(n_layers):
             counts, y_s, y_z, y_c = _window_cells(p, layer, mask)
             total = counts.sum()
             if total == 0:
                 continue
-            y_cf = p.counterfactual(window)[layer][:, mask]
-            y_mf = meanfield[layer][:, mask]
-            proj = project(np.stack([y_s, y_z, y_cf, y_mf]), counts)
-            proj_c = project(y_c, counts)
+            proj, proj_c = projections[layer]
             n = proj.counts
             s_tot, z_tot, c_tot = y_s.sum((-2, -1)), y_z.sum((-2, -1)), y_c.sum()
             s2 = p.logit_sq[layer][:, mask].sum(-1)
@@ -214,17 +240,23 @@ def held_out_metrics(sums: CellSums) -> tuple[
     n_layers, n_heads = sums.n_layers, sums.n_heads
     gain = {k: np.full((g_count, len(WINDOWS), n_layers, n_heads), np.nan) for k in HELD_OUT}
     sst = {k: np.full((g_count, len(WINDOWS), n_layers, n_heads), np.nan) for k in HELD_OUT}
-    for g in range(g_count):
-        train, test = sums.leave_out(g), sums.group(g)
+    for g, train in enumerate(sums.leave_out_each()):
+        test = sums.group(g)
         for w, window in enumerate(WINDOWS):
             mask = binning.windows[window]
+            projections = {}  # layer: (projection of s, of log Z), fitted on train; a run of layers at once, as in head_metrics
+            for layers in _layers_sharing_counts(mask, train.pair_count):
+                counts = train.pair_count[layers[0]][mask]
+                if counts.sum() > 0:
+                    run_s, run_z = (project(x[layers][:, :, mask], counts) for x in (train.logit, train.log_partition))
+                    projections.update({layer: (_layer_part(run_s, k), _layer_part(run_z, k)) for k, layer in enumerate(layers)})
             for layer in range(n_layers):
-                counts, y_s, y_z, _ = _window_cells(train, layer, mask)
+                counts = train.pair_count[layer][mask]
                 t_counts, t_s, t_z, _ = _window_cells(test, layer, mask)
                 if counts.sum() == 0 or t_counts.sum() == 0:
                     continue
                 cells = counts > 0
-                proj_s, proj_z = project(y_s, counts), project(y_z, counts)
+                proj_s, proj_z = projections[layer]
                 n_test = t_counts[cells]
                 total = t_counts.sum()
                 s2 = test.logit_sq[layer][:, mask].sum(-1)
@@ -271,8 +303,8 @@ def probe_metrics(
     g_count, n_layers = sums.n_groups, sums.n_layers
     sse = np.zeros((g_count, len(WINDOWS), n_layers))
     sst = np.zeros_like(sse)
-    for g in range(g_count):
-        train, test = sums.leave_out(g), sums.group(g)
+    for g, train in enumerate(sums.leave_out_each()):
+        test = sums.group(g)
         for w in range(len(WINDOWS)):
             for layer in range(n_layers):
                 if train.probe_row_count[layer, w] < 2 or test.probe_row_count[layer, w] < 2:
@@ -322,7 +354,7 @@ def metrics_with_intervals(sums: CellSums, probe: bool = True) -> dict[
     if sums.n_groups < 2:
         raise ValueError("intervals need at least 2 groups of sequences")
     estimate = all_metrics(sums.pooled(), sums.binning, sums.layer_windows)
-    replicates = [all_metrics(sums.leave_out(g), sums.binning, sums.layer_windows) for g in range(sums.n_groups)]
+    replicates = [all_metrics(replicate, sums.binning, sums.layer_windows) for replicate in sums.leave_out_each()]
     result = {}
     for name, value in estimate.items():
         low, high = jackknife_interval(value, np.stack([r[name] for r in replicates]))

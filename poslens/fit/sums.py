@@ -55,7 +55,7 @@ the replicate arrays out (``None``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -347,8 +347,25 @@ class CellSums:
             >>> float(s.leave_out(1).pair_count[0, 0, 0])   # 1 + 3
             4.0
         """
+        return self._without(self.pooled(), group)
+
+    def leave_out_each(self) -> Iterator[SumArrays]:
+        """:meth:`leave_out` of every group in turn (the jackknife replicates), pooling the groups once for all of them.
+
+        Example:
+            >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
+            >>> s.per_group.pair_count[:, 0, 0, 0] = [1.0, 2.0, 3.0]
+            >>> [float(r.pair_count[0, 0, 0]) for r in s.leave_out_each()]
+            [5.0, 4.0, 3.0]
+        """
+        pooled = self.pooled()
+        for group in range(self.n_groups):
+            yield self._without(pooled, group)
+
+    def _without(self, pooled: SumArrays, group: int) -> SumArrays:
+        """``pooled`` (from :meth:`pooled`) less the sums of ``group``, with the replicate's own counterfactual sums."""
         return replace(
-            self._reduce_groups(lambda a: a.sum(axis=0) - a[group]),
+            SumArrays(**{name: np.asarray(total - getattr(self.per_group, name)[group]) for name, total in pooled.as_dict().items()}),
             counterfactual_all=self.per_group.counterfactual_replicate("all")[group],
             counterfactual_early=self.per_group.counterfactual_replicate("early")[group],
         )

@@ -1,0 +1,116 @@
+"""The structure of the mask-only counterfactual's fit (METHOD §4.3), against its dense definition.
+
+:func:`poslens.fit.counterfactual.structure` builds the cell maps from closed
+forms over the bin edges and keeps no rows × offsets matrix; here every field is
+rebuilt from the dense 0/1 pattern "row i ≥ 1 sees offset Δ ≤ i" and must agree
+exactly. Layers that share a structure are handled together; that must give the
+same numbers, to the bit, as one layer at a time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poslens.fit.binning import Binning
+from poslens.fit.counterfactual import counterfactual_sums, layers_by_structure, structure
+from poslens.fit.sums import CellSums, SumArrays
+
+CASES = [  # seq_len, early, rows, window
+    (1, 2, 1, None),
+    (2, 2, 2, None),
+    (8, 32, 8, 3),
+    (24, 8, 8, None),
+    (24, 8, 24, 1),
+    (24, 8, 24, 5),
+    (40, 12, 12, 7),
+    (70, 20, 70, 33),
+    (70, 20, 70, 69),
+    (300, 32, 300, None),
+    (300, 32, 300, 100),
+]
+
+
+def dense_fields(binning: Binning, rows: int, window: int | None) -> dict[str, np.ndarray]:
+    """Every count of the structure, from the dense visible pattern [rows, D]."""
+    d = rows if window is None or window >= rows else window
+    i, delta = np.arange(rows)[:, None], np.arange(d)[None, :]
+    visible = ((delta <= i) & (i >= 1)).astype(np.float64)
+    n_b = binning.n_offset_bins
+    cell = binning.query_bin[:rows, None] * n_b + binning.offset_bin[:d][None, :]  # cell of pair (i, i − Δ)
+    n_cells = binning.n_query_bins * n_b
+    to_cells = np.zeros((n_cells, rows))
+    offsets_to_cells = np.zeros((n_cells, d))
+    for r, k in zip(*np.nonzero(visible)):
+        to_cells[cell[r, k], r] += 1.0
+        offsets_to_cells[cell[r, k], k] += 1.0
+    key0 = ((np.arange(rows) >= 1) & (np.arange(rows) < d)).astype(np.float64)
+    key0_cells = np.zeros(n_cells)
+    for r in np.nonzero(key0)[0]:
+        key0_cells[cell[r, r]] += 1.0
+    return {
+        "n_offsets": np.array(d),
+        "n_visible": np.maximum(visible.sum(1), 1.0),
+        "key0": key0,
+        "to_cells": to_cells,
+        "offsets_to_cells": offsets_to_cells,
+        "key0_cells": key0_cells,
+        "pair_cells": to_cells.sum(1),
+    }
+
+
+@pytest.mark.parametrize("seq_len,early,rows,window", CASES)
+def test_structure_matches_the_dense_pattern(seq_len: int, early: int, rows: int, window: int | None):
+    binning = Binning(seq_len, early=early)
+    st = structure(binning, rows, window)
+    want = dense_fields(binning, rows, window)
+    got = {
+        "n_offsets": np.array(st.n_offsets),
+        "n_visible": st.n_visible,
+        "key0": st.key0,
+        "to_cells": st.to_cells.toarray(),
+        "offsets_to_cells": st.offsets_to_cells.toarray(),
+        "key0_cells": st.key0_cells,
+        "pair_cells": st.pair_cells,
+    }
+    for name, array in want.items():
+        np.testing.assert_array_equal(got[name], array, err_msg=name)
+    assert st.to_cells.has_canonical_format and st.offsets_to_cells.has_canonical_format
+    assert st.inverse.shape == (st.n_offsets, st.n_offsets)
+
+
+def test_a_cached_structure_holds_little_besides_its_inverse():
+    """It stays in memory for the whole process (lru_cache): at T = 1024 the dense pattern alone would be 8 MB."""
+    st = structure(Binning(1024), 1024, None)
+    held = 0
+    for value in vars(st).values():
+        if isinstance(value, np.ndarray) and value is not st.inverse:
+            held += value.nbytes
+        elif hasattr(value, "indptr"):  # a sparse cell map
+            held += value.data.nbytes + value.indices.nbytes + value.indptr.nbytes
+    assert st.inverse.nbytes == 8 * 1024**2
+    assert held < 1e6
+
+
+def one_layer(sums: CellSums, layer: int) -> SumArrays:
+    """Group 0's sums of one layer, as a one-layer model's."""
+    group = sums.group(0)
+    return SumArrays(**{name: a if name in ("query_row_count", "sequence_count") else a[layer : layer + 1] for name, a in group.as_dict().items()})
+
+
+def test_counterfactual_sums_of_all_layers_match_each_layer_alone():
+    windows = (None, 6, None, 6, 50)
+    binning = Binning(30, early=10)
+    sums = CellSums.zeros(groups=2, layers=len(windows), heads=3, binning=binning, layer_windows=windows)
+    rng = np.random.default_rng(0)
+    for array in sums.per_group.as_dict().values():
+        array[...] = rng.normal(size=array.shape)
+    assert [layers for _, layers in layers_by_structure(binning, windows, "all")] == [[0, 2, 4], [1, 3]]  # 50 ≥ T: causal
+    cells = binning.n_query_bins * binning.n_offset_bins
+    for window, rows in (("early", 10), ("all", 30)):
+        residual = rng.normal(size=(len(windows), 3, cells))
+        log_partition = rng.normal(size=(len(windows), 3, rows))
+        together = counterfactual_sums(sums.group(0), binning, windows, window, residual, log_partition)
+        for layer, w in enumerate(windows):
+            alone = counterfactual_sums(one_layer(sums, layer), binning, (w,), window, residual[layer : layer + 1], log_partition[layer : layer + 1])
+            np.testing.assert_array_equal(together[layer], alone[0], err_msg=f"{window} layer {layer}")
