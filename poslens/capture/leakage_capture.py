@@ -107,16 +107,15 @@ class LayerStructure:
     valid: Bool[torch.Tensor, "seq seq"]
     n_visible: Float[torch.Tensor, " seq"]  # |V_i|
     per_bin: Float[torch.Tensor, "seq obins"]  # visible pairs of row i in offset bin b
-    lo: Int[torch.Tensor, "seq obins"]  # gather index into the zero-padded cumsum
-    hi: Int[torch.Tensor, "seq obins"]
     key_sum: Float[torch.Tensor, " seq"]  # Σ_{j∈V_i} j
     key_sq_sum: Float[torch.Tensor, " seq"]  # Σ_{j∈V_i} j²
     query_edges: tuple[int, ...]  # the query bins' row edges
+    offset_edges: tuple[int, ...]  # the offset bins' edges e_0 = 0 < … < e_B = T
     offset_bin: Int[torch.Tensor, " seq"]  # offset bin of Δ = 0..T − 1
 
     @classmethod
     def build(cls, binning: Binning, window: int | None) -> "LayerStructure":
-        """The visible pairs, their counts and offset-bin gather indices at ``binning``'s length.
+        """The visible pairs and their counts, per row and per offset bin, at ``binning``'s length.
 
         Example:
             >>> LayerStructure.build(Binning(8), window=3).n_visible.tolist()
@@ -135,9 +134,7 @@ class LayerStructure:
         j_lo = i - edges[None, 1:] + 1
         j_lo = torch.maximum(j_lo, first[:, None])
         empty = j_hi < j_lo
-        hi = torch.where(empty, 0, j_hi + 1)
-        lo = torch.where(empty, 0, j_lo)
-        per_bin = (hi - lo).double()
+        per_bin = torch.where(empty, 0, j_hi + 1 - j_lo).double()
         valid_d = valid.double()
         jj = torch.arange(t, dtype=torch.float64)
         return cls(
@@ -145,11 +142,10 @@ class LayerStructure:
             valid=valid,
             n_visible=valid_d.sum(-1),
             per_bin=per_bin,
-            lo=lo,
-            hi=hi,
             key_sum=valid_d @ jj,
             key_sq_sum=valid_d @ (jj * jj),
             query_edges=tuple(binning.query_edges),
+            offset_edges=tuple(binning.offset_edges),
             offset_bin=torch.as_tensor(binning.offset_bin),
         )
 
@@ -198,10 +194,8 @@ class RowBlock:
     k0: int
     visible: Bool[torch.Tensor, "rows span"]  # rows r0..r1 − 1, keys k0..r1 − 1
     invisible: Bool[torch.Tensor, "rows span"]  # its complement
-    hi_at: Int[torch.Tensor, "rows obins"]  # index of the running sum that ends a bin
-    hi_used: Float[torch.Tensor, "rows obins"]  # 0 where the bin is empty
-    lo_at: Int[torch.Tensor, "rows obins"]  # index of the running sum just before a bin
-    lo_used: Float[torch.Tensor, "rows obins"]  # 0 where nothing precedes the bin in the span
+    edge_at: Int[torch.Tensor, "rows edges"]  # index of the running sum at key i − e_b, for offset edges e_0..e_B
+    edge_used: Float[torch.Tensor, "rows edges"]  # 0 where that key is before the span (nothing summed yet)
     masked_columns: list[tuple[int, int, Bool[torch.Tensor, "rows cols"]]]  # (c0, c1, invisible[:, c0:c1]) where any key is invisible
     query_segments: list[tuple[int, int, int]]  # (query bin, first row, end row) of the block's rows, relative to r0
     offset_bin_of_column: Int[torch.Tensor, " span"]  # offset bin of the diagonal read at column c: Δ = span − 1 − c
@@ -237,7 +231,9 @@ class RowBlock:
             [[False, True], [False, False]]
         """
         k0 = st.key_start(r0)
-        lo, hi = st.lo[r0:r1] - k0, st.hi[r0:r1] - k0  # relative to the span; empty bins go ≤ 0
+        # offset bin b of row i holds the keys (i − e_{b+1}, i − e_b]: its sum is the running sum at
+        # key i − e_b less the one at i − e_{b+1} (0 before the span; keys masked by a window add exact zeros)
+        edge_key = torch.arange(r0, r1)[:, None] - torch.tensor(st.offset_edges)[None, :] - k0
         visible = st.valid[r0:r1, k0:r1].to(device)
         # masked_fill only the columns that hold an invisible key: the block's last rows' triangle
         # (and, under a window, the first rows' one), not the whole span
@@ -262,10 +258,8 @@ class RowBlock:
             k0=k0,
             visible=visible,
             invisible=~visible,
-            hi_at=(hi - 1).clamp(min=0).to(device),
-            hi_used=(hi > 0).double().to(device),
-            lo_at=(lo - 1).clamp(min=0).to(device),
-            lo_used=(lo > 0).double().to(device),
+            edge_at=edge_key.clamp(min=0).to(device),
+            edge_used=(edge_key >= 0).double().to(device),
             masked_columns=masked_columns,
             query_segments=query_segments,
             offset_bin_of_column=st.offset_bin[span - 1 - torch.arange(span)].to(device),
@@ -473,8 +467,6 @@ class LeakageCapture:
             row_max = s.amax(-1, keepdim=True)
             # one exp pass gives log Z, the weights and the entropy; masked entries underflow to 0
             torch.sub(s, row_max, out=exp_s).exp_()
-            partition = exp_s.sum(-1)
-            block_log_z = row_max[..., 0] + torch.log(partition)
             if checking:
                 self._check_block_mask(layer, scores[:1], s[:1], block, st)
             for c0, c1, invisible in block.masked_columns:
@@ -483,22 +475,28 @@ class LeakageCapture:
             row_sum[:, :, rows] = visible.sum(-1)
             row_js[:, :, rows] = visible @ key_positions[k0:r1]  # a matrix-vector product: faster than [1, j] as two columns
             row_sq[:, :, rows] = torch.einsum("...j,...j->...", visible, visible)  # einsum: no full-size temporary
-            mean_logit = torch.einsum("...j,...j->...", exp_s, visible) / partition  # Σ_j a_ij s_ij
-            log_z[:, :, rows] = block_log_z
-            features[:, :, rows, 0] = exp_s[..., 0] / partition if k0 == 0 else 0.0
-            features[:, :, rows, 1] = block_log_z - mean_logit
-            features[:, :, rows, 2] = torch.diagonal(exp_s, offset=r0 - k0, dim1=-2, dim2=-1) / partition
-            features[:, :, rows, 3] = 1.0 / partition  # the row maximum has exp_s = 1
+            weighted = torch.einsum("...j,...j->...", exp_s, visible)  # Σ_j exp(s_ij − max) s_ij
+            key0_weight = exp_s[..., 0].clone() if k0 == 0 else None
+            self_weight = torch.diagonal(exp_s, offset=r0 - k0, dim1=-2, dim2=-1).clone()
             if k0 == 0:
                 key0_logits[:, rows] = visible[..., 0].sum(0)
             self._add_diagonal_sums(flat, (batch, heads, n_rows, span), block, logit_cells, offset_sums)
-            if row_bins is not None:  # running sums of exp(s − max) per offset bin, for the counterfactual replay
-                row_bins[:, :, rows, 0] = row_max[..., 0]
+            if row_bins is not None:
+                # one running sum of exp(s − max) gives the partition function (its last entry) and each
+                # offset bin's sum for the counterfactual replay (differences at the bins' edges)
                 running = exp_s.cumsum_(-1)  # in place: exp_s is not needed any more
-                index_shape = (batch, heads, n_rows, n_b)
-                upper = running.gather(-1, block.hi_at.expand(index_shape)) * block.hi_used
-                lower = running.gather(-1, block.lo_at.expand(index_shape)) * block.lo_used
-                row_bins[:, :, rows, 1:] = upper - lower
+                partition = running[..., -1]
+                at_edges = running.gather(-1, block.edge_at.expand(batch, heads, n_rows, n_b + 1)) * block.edge_used
+                row_bins[:, :, rows, 0] = row_max[..., 0]
+                row_bins[:, :, rows, 1:] = at_edges[..., :-1] - at_edges[..., 1:]
+            else:
+                partition = exp_s.sum(-1)
+            block_log_z = row_max[..., 0] + torch.log(partition)
+            log_z[:, :, rows] = block_log_z
+            features[:, :, rows, 0] = key0_weight / partition if k0 == 0 else 0.0
+            features[:, :, rows, 1] = block_log_z - weighted / partition  # entropy: log Z − Σ_j a_ij s_ij
+            features[:, :, rows, 2] = self_weight / partition
+            features[:, :, rows, 3] = 1.0 / partition  # the row maximum has exp_s = 1
         finite = torch.isfinite(row_sum) & torch.isfinite(log_z)
         if not finite.all():
             raise _non_finite(layer, int(torch.nonzero(~finite)[0, 1]))

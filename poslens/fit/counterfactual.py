@@ -48,8 +48,9 @@ class Structure:
     """What is fixed about one window's pairs: the visible offsets of each row and the inverted normal matrix.
 
     Rows 0..rows−1 are indexed directly; row 0 is never in a window. Row i ≥ 1
-    sees the offsets 0..min(i, D − 1); that 0/1 pattern (:func:`_visible`,
-    rows × D) is rebuilt where it is needed rather than kept with the cached structure.
+    sees the offsets 0..min(i, D − 1); nothing of size rows × D is kept: products
+    with that 0/1 pattern are cumulative sums (:func:`_sum_over_rows_seeing`,
+    :func:`_sum_over_visible_offsets`).
 
     Example:
         >>> st = structure(Binning(8), rows=8, window=None)
@@ -79,8 +80,7 @@ def structure(binning: Binning, rows: int, window: int | None) -> Structure:
     """The :class:`Structure` of the rows 1..rows−1 of a layer with sliding window ``window`` (None: causal).
 
     A window at least ``rows`` wide changes nothing and is treated as causal.
-    The cell maps are closed forms over the bin edges (O(rows · bins)); the
-    normal matrix and its inverse are the only O(rows · D²) work.
+    Built from closed forms over the bin edges: O(rows · bins), besides the D × D inverse.
 
     Example:
         >>> st = structure(Binning(16, early=8), rows=8, window=None)
@@ -95,7 +95,7 @@ def structure(binning: Binning, rows: int, window: int | None) -> Structure:
     seen = np.where(row >= 1, np.minimum(row, d - 1) + 1, 0)  # offsets 0..seen−1 visible from row i
     n_visible = np.maximum(seen, 1).astype(np.float64)
     key0 = ((row >= 1) & (row < d)).astype(np.float64)
-    inverse = _profiled_inverse(_visible(t, d), n_visible, key0)
+    inverse = _profiled_inverse(n_visible, key0, d)
 
     n_b = binning.n_offset_bins
     obin = binning.offset_bin[:d]
@@ -123,28 +123,28 @@ def structure(binning: Binning, rows: int, window: int | None) -> Structure:
     return Structure(t, window, d, n_visible, key0, inverse, to_cells, offsets_to_cells, key0_cells, pair_cells, qbin, obin, n_b)
 
 
-def _visible(rows: int, n_offsets: int) -> Float[np.ndarray, "rows offsets"]:
-    """1.0 where row i ≥ 1 sees offset Δ (Δ ≤ i), for Δ < ``n_offsets``: [rows, D] (8 MB at T = 1024)."""
-    visible = np.tri(rows, n_offsets)
-    visible[0] = 0.0  # row 0 is in no window
-    return visible
-
-
-def _profiled_inverse(
-    visible: Float[np.ndarray, "rows offsets"], n_visible: Float[np.ndarray, " rows"], key0: Float[np.ndarray, " rows"]
-) -> Float[np.ndarray, "offsets offsets"]:
+def _profiled_inverse(n_visible: Float[np.ndarray, " rows"], key0: Float[np.ndarray, " rows"], d: int) -> Float[np.ndarray, "offsets offsets"]:
     """Inverse of Σ_i X_iᵀ(I − 11ᵀ/n_i)X_i over θ = (g_1..g_{D−1}, β), rows i ≥ 1.
 
     X_i has one row per visible pair of row i: a one-hot of its offset (g_0 dropped:
-    it is the null direction shared with the row effects) and [j = 0]. Falls back
-    to the pseudo-inverse where the structure leaves a direction undetermined
-    (e.g. rows = 2, where offset 1 only ever meets key 0).
+    it is the null direction shared with the row effects) and [j = 0]. With
+    u_i = X_iᵀ1 (offsets 1..min(i, D − 1), then [key 0 visible]), the matrix is
+    diag(Σ_i u_i) − Σ_i u_i u_iᵀ / n_i, and offsets a, b both lie in u_i exactly
+    when i ≥ max(a, b): its entries are tail sums of 1/n_i. Falls back to the
+    pseudo-inverse where the structure leaves a direction undetermined (e.g.
+    rows = 2, where offset 1 only ever meets key 0).
     """
-    d = visible.shape[1]
-    # the entries are tail sums of 1/n_i, but summed in another order they move the ratios of
-    # metrics_with_intervals beyond 1e-12 (as 1-ulp changes of the sums do): kept as the product
-    u = np.concatenate([visible[1:, 1:], key0[1:, None]], axis=1)  # X_iᵀ1 per row
-    normal = np.diag(u.sum(0)) - u.T @ (u / n_visible[1:, None])
+    t = len(n_visible)
+    weight = np.zeros(t)
+    weight[1:] = 1.0 / n_visible[1:]
+    tail = np.cumsum(weight[::-1])[::-1]  # Σ_{i ≥ k} 1/n_i
+    tail_key0 = np.cumsum((weight * key0)[::-1])[::-1]  # the same over the rows that see key 0
+    offsets = np.arange(1, d)
+    normal = np.empty((d, d))
+    normal[: d - 1, : d - 1] = -tail[np.maximum.outer(offsets, offsets)]
+    normal[offsets - 1, offsets - 1] += t - offsets  # rows 1..t−1 with i ≥ a
+    normal[: d - 1, d - 1] = normal[d - 1, : d - 1] = -tail_key0[offsets]
+    normal[d - 1, d - 1] = key0.sum() - (tail_key0[1] if t > 1 else 0.0)
     k0_rows = np.nonzero(key0)[0]  # the key-0 pair of row i has offset i: g_i and β meet there
     normal[k0_rows - 1, d - 1] += 1.0
     normal[d - 1, k0_rows - 1] += 1.0
@@ -155,6 +155,18 @@ def _profiled_inverse(
         return scipy.linalg.cho_solve(factor, np.eye(d))
     except np.linalg.LinAlgError:
         return np.linalg.pinv(normal, hermitian=True)
+
+
+def _sum_over_rows_seeing(st: Structure, x: Float[np.ndarray, "*batch rows"]) -> Float[np.ndarray, "*batch offsets"]:
+    """Σ over the rows i ≥ 1 that see offset Δ (i ≥ Δ) of x_i, for Δ = 0..D−1: a reversed cumulative sum."""
+    x = np.where(np.arange(st.rows) >= 1, x, 0.0)
+    return np.cumsum(x[..., ::-1], axis=-1)[..., ::-1][..., : st.n_offsets]
+
+
+def _sum_over_visible_offsets(st: Structure, y: Float[np.ndarray, "*batch offsets"]) -> Float[np.ndarray, "*batch rows"]:
+    """Σ over the offsets row i ≥ 1 sees (0..min(i, D − 1)) of y_Δ, per row (0 for row 0): a cumulative sum."""
+    last = st.n_visible.astype(np.int64) - 1
+    return np.where(np.arange(st.rows) >= 1, np.cumsum(y, axis=-1)[..., last], 0.0)
 
 
 @dataclass
@@ -261,13 +273,12 @@ def fit_logits(
     d = st.n_offsets
     per_seq_rows = row_sums[..., : st.rows] / n_seqs
     mean_row = np.where(np.arange(st.rows) >= 1, per_seq_rows / st.n_visible, 0.0)
-    visible = _visible(st.rows, d)  # products with it as cumulative sums would change the figures (see _profiled_inverse)
-    rhs_g = offset_sums[..., 1:d] / n_seqs - mean_row @ visible[:, 1:]
+    rhs_g = offset_sums[..., 1:d] / n_seqs - _sum_over_rows_seeing(st, mean_row)[..., 1:]
     rhs_beta = ((key0_sums[..., : st.rows] / n_seqs - mean_row) * st.key0).sum(-1)
     theta = np.concatenate([rhs_g, rhs_beta[..., None]], axis=-1) @ st.inverse
     g = np.concatenate([np.zeros_like(theta[..., :1]), theta[..., : d - 1]], axis=-1)
     beta = theta[..., d - 1] if st.key0.any() else np.zeros_like(theta[..., d - 1])
-    fitted_rows = g @ visible.T + beta[..., None] * st.key0
+    fitted_rows = _sum_over_visible_offsets(st, g) + beta[..., None] * st.key0
     h = np.where(np.arange(st.rows) >= 1, (per_seq_rows - fitted_rows) / st.n_visible, 0.0)
     return WindowFit(st, g, beta, h)
 
