@@ -180,20 +180,21 @@ class LayerStructure:
 
 @dataclass
 class RowBlock:
-    """Query rows [r0, r1) of one layer with their key span [k0, r1) and the gather indices of their offset bins.
+    """Query rows [r0, r1) of one layer with their key span [k0, r1), the columns to mask, and the indices of their bins.
 
     Example:
         >>> st = LayerStructure.build(Binning(8), window=4)
         >>> block = RowBlock.build(st, 4, 6, torch.device("cpu"))
-        >>> block.k0, block.invisible.shape
+        >>> block.k0, block.visible.shape
         (1, torch.Size([2, 5]))
+        >>> [(c0, c1) for c0, c1, _ in block.masked_columns]   # key 1 is out of row 5's window, key 5 after row 4
+        [(0, 1), (4, 5)]
     """
 
     r0: int
     r1: int
     k0: int
     visible: Bool[torch.Tensor, "rows span"]  # rows r0..r1 − 1, keys k0..r1 − 1
-    invisible: Bool[torch.Tensor, "rows span"]  # its complement
     edge_at: Int[torch.Tensor, "rows edges"]  # index of the running sum at key i − e_b, for offset edges e_0..e_B
     edge_used: Float[torch.Tensor, "rows edges"]  # 0 where that key is before the span (nothing summed yet)
     masked_columns: list[tuple[int, int, Bool[torch.Tensor, "rows cols"]]]  # (c0, c1, invisible[:, c0:c1]) where any key is invisible
@@ -227,8 +228,9 @@ class RowBlock:
         """The block of rows [r0, r1) of a layer with structure ``st``, its index tensors on ``device``.
 
         Example:
-            >>> RowBlock.build(LayerStructure.build(Binning(8), window=None), 0, 2, torch.device("cpu")).invisible.tolist()
-            [[False, True], [False, False]]
+            >>> block = RowBlock.build(LayerStructure.build(Binning(8), window=None), 0, 2, torch.device("cpu"))
+            >>> block.visible.tolist(), [(c0, c1, invisible.tolist()) for c0, c1, invisible in block.masked_columns]
+            ([[True, False], [True, True]], [(1, 2, [[True], [False]])])
         """
         k0 = st.key_start(r0)
         # offset bin b of row i holds the keys (i − e_{b+1}, i − e_b]: its sum is the running sum at
@@ -257,7 +259,6 @@ class RowBlock:
             r1=r1,
             k0=k0,
             visible=visible,
-            invisible=~visible,
             edge_at=edge_key.clamp(min=0).to(device),
             edge_used=(edge_key >= 0).double().to(device),
             masked_columns=masked_columns,
