@@ -114,3 +114,26 @@ def test_counterfactual_sums_of_all_layers_match_each_layer_alone():
         for layer, w in enumerate(windows):
             alone = counterfactual_sums(one_layer(sums, layer), binning, (w,), window, residual[layer : layer + 1], log_partition[layer : layer + 1])
             np.testing.assert_array_equal(together[layer], alone[0], err_msg=f"{window} layer {layer}")
+
+
+def dense_normal(rows: int, d: int) -> np.ndarray:
+    """Σ_i X_iᵀ(I − 11ᵀ/n_i)X_i over rows i ≥ 1, with X_i written out pair by pair: one-hot g_1..g_{D−1}, then [j = 0]."""
+    normal = np.zeros((d, d))
+    for i in range(1, rows):
+        offsets = np.arange(min(i, d - 1) + 1)
+        x = np.zeros((len(offsets), d))
+        x[offsets >= 1, offsets[offsets >= 1] - 1] = 1.0
+        x[:, d - 1] = offsets == i  # the pair with key j = i − Δ = 0
+        centred = x - x.mean(0)
+        normal += centred.T @ centred
+    if not normal[d - 1].any():
+        normal[d - 1, d - 1] = 1.0  # no key-0 pair: β is not a parameter
+    return normal
+
+
+@pytest.mark.parametrize("seq_len,early,rows,window", CASES)
+def test_inverse_is_the_inverse_of_the_dense_normal_matrix(seq_len: int, early: int, rows: int, window: int | None):
+    st = structure(Binning(seq_len, early=early), rows, window)
+    normal = dense_normal(rows, st.n_offsets)
+    want = np.linalg.pinv(normal, hermitian=True)  # the inverse where it exists
+    np.testing.assert_allclose(st.inverse, want, atol=1e-9 * max(1.0, np.abs(want).max()))

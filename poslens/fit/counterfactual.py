@@ -42,6 +42,8 @@ from jaxtyping import Float, Int
 from poslens.fit.binning import Binning
 from poslens.fit.sums import SumArrays
 
+SINGULAR_PIVOT = 1e-12  # a Cholesky pivot below this fraction of the largest diagonal entry counts as zero
+
 
 @dataclass(frozen=True, eq=False)
 class Structure:
@@ -152,9 +154,14 @@ def _profiled_inverse(n_visible: Float[np.ndarray, " rows"], key0: Float[np.ndar
         normal[d - 1, d - 1] = 1.0  # no key-0 pair: β is not a parameter (its solution is 0)
     try:
         factor = scipy.linalg.cho_factor(normal, lower=True)
-        return scipy.linalg.cho_solve(factor, np.eye(d))
     except np.linalg.LinAlgError:
         return np.linalg.pinv(normal, hermitian=True)
+    # an exactly singular matrix can factor with a pivot that is only rounding (rows = 2 does): its
+    # inverse would be ~1e16 and the fit's determined combinations would cancel to noise
+    pivots = np.diag(factor[0]) ** 2
+    if pivots.min() <= SINGULAR_PIVOT * np.diag(normal).max():
+        return np.linalg.pinv(normal, hermitian=True)
+    return scipy.linalg.cho_solve(factor, np.eye(d))
 
 
 def _sum_over_rows_seeing(st: Structure, x: Float[np.ndarray, "*batch rows"]) -> Float[np.ndarray, "*batch offsets"]:
