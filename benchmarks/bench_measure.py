@@ -1,7 +1,8 @@
 """Wall time and peak memory of poslens.measurement.pipeline against a plain forward and the naive route.
 
 Usage:
-    python benchmarks/bench_measure.py [--model smollm2-135m] [--lengths 256 512 1024] [--n-seqs 2] [--device cpu|cuda]
+    python benchmarks/bench_measure.py [--model smollm2-135m] [--lengths 256 512 1024] [--n-seqs 2] [--rounds 3]
+                                       [--device cpu|cuda]
 
 For each length T, four routes run on the same tokens (``--n-seqs`` random
 sequences, one per forward):
@@ -16,8 +17,13 @@ sequences, one per forward):
 (c) naive: ``bridge.run_with_cache`` keeping every layer's scores and pattern,
     then the same reduction, replay and fits applied to the cached tensors.
 
-Each route is timed twice and the faster run is reported (the first pays
-one-off costs); run it on an otherwise idle machine.
+Each route is timed twice and the faster run is kept (the first pays
+one-off costs); run it on an otherwise idle machine. On CPU the routes run in
+``--rounds`` rounds, each route once per round in a fresh process, starting
+each round at the next route. A route's ratio to plain is taken within each
+round, against that round's plain forward, and the table gives the median over
+rounds with the range: a shared machine's speed drifts by tens of percent
+over minutes, which moves whole rounds together.
 
 Memory: on CPU each route runs in a fresh subprocess. Once the model is loaded,
 the heap's free pages are handed back (``malloc_trim``: loading frees tens to
@@ -168,11 +174,35 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
     return time.perf_counter() - start
 
 
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def cpu_rounds(model: str, lengths: list[int], n_seqs: int, rounds: int) -> list[list[dict]]:
+    """Each route once per round and length, each in a fresh process; round r starts at route r (mod routes)."""
+    out = []
+    for r in range(rounds):
+        rows = []
+        for seq_len in lengths:
+            for route in ROUTES[r % len(ROUTES) :] + ROUTES[: r % len(ROUTES)]:
+                done = subprocess.run(
+                    [sys.executable, __file__, "--model", model, "--child", route, str(seq_len), str(n_seqs)],
+                    capture_output=True, text=True, check=True,
+                )
+                rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+                print(f"  round {r + 1} {route:8s} T={seq_len}: {rows[-1]['seconds']:.1f} s, peak {rows[-1]['peak_mb']:.0f} MB", file=sys.stderr)
+        out.append(rows)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="registry name or local model folder")
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024])
     parser.add_argument("--n-seqs", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every route on CPU (ratios: median over rounds)")
     parser.add_argument("--device", default=None, help="cpu or cuda[:n] (default: cuda when available)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -184,30 +214,40 @@ def main() -> None:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda"):
-        rows = run_cuda_routes(args.model, args.lengths, args.n_seqs, device)
+        rounds = [run_cuda_routes(args.model, args.lengths, args.n_seqs, device)]
         memory = "peak CUDA memory allocated"
     else:
-        rows = []
-        for seq_len in args.lengths:
-            for route in ROUTES:
-                out = subprocess.run(
-                    [sys.executable, __file__, "--model", args.model, "--child", route, str(seq_len), str(args.n_seqs)],
-                    capture_output=True, text=True, check=True,
-                )
-                rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-                print(f"  {route:8s} T={seq_len}: {rows[-1]['seconds']:.1f} s, peak {rows[-1]['peak_mb']:.0f} MB", file=sys.stderr)
+        rounds = cpu_rounds(args.model, args.lengths, args.n_seqs, args.rounds)
         memory = "peak RSS"
-    print(f"model {args.model}, {args.n_seqs} sequences per route, batch 1, float32, device {device}\n")
-    print(f"| T | route | time (s) | time / plain | {memory} (MB) | peak / plain | peak − loaded (MB) |")
+    print(f"model {args.model}, {args.n_seqs} sequences per route, batch 1, float32, device {device}, {len(rounds)} round(s)\n")
+    print(
+        f"| T | route | time (s), median | time / plain, median (range) | {memory} (MB), median "
+        "| peak / plain, median (range) | peak − loaded (MB) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for seq_len in args.lengths:
-        by = {r["route"]: r for r in rows if r["seq_len"] == seq_len}
+        by_round = [{r["route"]: r for r in rows if r["seq_len"] == seq_len} for rows in rounds]
         for route in ROUTES:
-            r = by[route]
+            runs = [by[route] for by in by_round]
+            time_ratio = [by[route]["seconds"] / by["plain"]["seconds"] for by in by_round]
+            peak_ratio = [by[route]["peak_mb"] / by["plain"]["peak_mb"] for by in by_round]
             print(
-                f"| {seq_len} | {route} | {r['seconds']:.3f} | {r['seconds'] / by['plain']['seconds']:.2f} | "
-                f"{r['peak_mb']:.0f} | {r['peak_mb'] / by['plain']['peak_mb']:.2f} | {r['peak_mb'] - r['loaded_mb']:.0f} |"
+                f"| {seq_len} | {route} | {median([r['seconds'] for r in runs]):.3f} | "
+                f"{median(time_ratio):.2f} ({min(time_ratio):.2f}–{max(time_ratio):.2f}) | "
+                f"{median([r['peak_mb'] for r in runs]):.0f} | {median(peak_ratio):.2f} ({min(peak_ratio):.2f}–{max(peak_ratio):.2f}) | "
+                f"{median([r['peak_mb'] - r['loaded_mb'] for r in runs]):.0f} |"
             )
+    if len(rounds) > 1:
+        print("\nTime / plain by round (plain: its own time):\n")
+        print("| T | route | " + " | ".join(f"round {r + 1}" for r in range(len(rounds))) + " |")
+        print("|---|---|" + "---|" * len(rounds))
+        for seq_len in args.lengths:
+            by_round = [{r["route"]: r for r in rows if r["seq_len"] == seq_len} for rows in rounds]
+            seconds = " | ".join(f"{by['plain']['seconds']:.2f} s" for by in by_round)
+            print(f"| {seq_len} | plain (its time) | {seconds} |")
+            for route in ROUTES[1:]:
+                cells = " | ".join(f"{by[route]['seconds'] / by['plain']['seconds']:.2f}" for by in by_round)
+                print(f"| {seq_len} | {route} | {cells} |")
 
 
 if __name__ == "__main__":
