@@ -4,7 +4,7 @@ Usage:
     python benchmarks/bench_measure.py [--model smollm2-135m] [--lengths 256 512 1024] [--n-seqs 2] [--rounds 3]
                                        [--device cpu|cuda]
 
-For each length T, four routes run on the same tokens (``--n-seqs`` random
+For each length T, five routes run on the same tokens (``--n-seqs`` random
 sequences, one per forward):
 
 (a) plain: a bridge forward with no hooks;
@@ -43,6 +43,7 @@ import resource
 import subprocess
 import sys
 import time
+from statistics import median
 
 ROUTES = ("plain", "poslens", "poslens+probe", "capture", "naive")
 
@@ -172,12 +173,6 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int) -> float:
     if cuda:
         torch.cuda.synchronize()
     return time.perf_counter() - start
-
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def cpu_rounds(model: str, lengths: list[int], n_seqs: int, rounds: int) -> list[list[dict]]:
