@@ -36,7 +36,7 @@ def main() -> None:
     from poslens.fit.binning import Binning
     from poslens.fit.metrics import metrics_with_intervals
     from poslens.measurement.pipeline import add_counterfactual, cross_fitted_residuals
-    from poslens.model.hooks import run_with_hooks
+    from poslens.model.hooks import attn_scores, run_with_hooks
 
     model = load(args.model, "cpu")
     corpus = corpus_for(model, args.seq_len, args.n_seqs)
@@ -56,7 +56,7 @@ def main() -> None:
         for k in range(n):
             state["capture"].group = k
             state["capture"].add_structure(1)
-            run_with_hooks(model, corpus.tokens[k : k + 1], state["capture"].hooks())
+            run_with_hooks(model, corpus.tokens[k : k + 1], state["capture"].hooks(), stop_after=attn_scores(model.n_layers - 1))
 
     def fit_a():
         state["residuals"] = cross_fitted_residuals(state["capture"].sums)

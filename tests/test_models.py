@@ -82,6 +82,23 @@ def test_measuring_hooks_see_masked_causal_scores(tiny_llama_dir):
     assert (scores[..., ~future] > torch.finfo(scores.dtype).min / 2).all()
 
 
+
+def test_a_pass_that_stops_after_a_hook_point_runs_nothing_later_and_leaves_no_hook(tiny_llama_dir):
+    model = poslens.load_model(tiny_llama_dir)
+    tokens = torch.randint(4, 260, (1, 12), generator=torch.Generator().manual_seed(3))
+    last = model.n_layers - 1
+    seen = []
+    record = [(name, lambda x, hook, name=name: seen.append(name))
+              for name in (attn_scores(last), f"blocks.{last}.attn.hook_pattern", f"blocks.{last}.hook_resid_post")]
+    assert run_with_hooks(model, tokens, record, stop_after=attn_scores(last)) is None
+    assert seen == [attn_scores(last)]  # the hook at the stop point ran, nothing after it
+    seen.clear()
+    run_with_hooks(model, tokens, record)  # the stop hook is gone: a later pass runs to the end
+    assert seen == [name for name, _ in record]
+    with pytest.raises(ValueError, match="no logits"):
+        run_with_hooks(model, tokens, [], logits=True, stop_after=attn_scores(last))
+
+
 # ---------------------------------------------------------------- facts
 
 

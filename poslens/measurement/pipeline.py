@@ -22,7 +22,7 @@ from poslens.fit.metrics import metrics_with_intervals
 from poslens.fit.sums import WINDOWS, CellSums
 from poslens.measurement.result import COLUMNS, Result
 from poslens.model.corpus import Corpus, check_corpus_fits
-from poslens.model.hooks import Hook, run_with_hooks
+from poslens.model.hooks import Hook, attn_scores, run_with_hooks
 from poslens.model.loading import require_pos_model
 from poslens.model.variants import rope_summary
 from poslens.runtime import distributed
@@ -153,7 +153,8 @@ def collect_sums(
             extra: list[Hook] = [h for iv in interventions for h in iv.hooks(model, tokens)]
             capture.group = group
             capture.add_structure(len(index))
-            run_with_hooks(model, tokens, extra + capture.hooks())
+            # nothing after the last layer's scores is measured: the pass ends there
+            run_with_hooks(model, tokens, extra + capture.hooks(), stop_after=attn_scores(model.n_layers - 1))
         sums = distributed.all_reduce_sums(capture.sums)
         replay = CounterfactualReplay(model, sums.binning, cross_fitted_residuals(sums), groups)
         replay.replay(store, progress=show, description=f"{description} (counterfactual)")

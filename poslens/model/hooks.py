@@ -101,18 +101,35 @@ def attn_z(layer: int) -> str:
     return f"blocks.{layer}.attn.hook_z"
 
 
-def run_with_hooks(model: Any, tokens: torch.Tensor, hooks: Sequence[Hook] = (), logits: bool = False) -> Any:
+class _ForwardDone(Exception):
+    """Raised by the hook that ``run_with_hooks(stop_after=...)`` adds, to end the forward pass there."""
+
+
+def _end_forward(tensor: torch.Tensor, hook: Any) -> None:
+    raise _ForwardDone
+
+
+def run_with_hooks(
+    model: Any, tokens: torch.Tensor, hooks: Sequence[Hook] = (), logits: bool = False, stop_after: str | None = None
+) -> Any:
     """One forward pass of a :class:`poslens.model.loading.PosModel` with hooks, without gradients.
 
     The model's variant hooks (an imposed window) run first, then ``hooks`` in
-    order. Returns the logits if ``logits`` is true, else ``None``.
+    order. Returns the logits if ``logits`` is true, else ``None``. With
+    ``stop_after`` (a hook name, e.g. the last layer's :func:`attn_scores`) the
+    pass ends once that point's hooks have run: what follows it (the rest of
+    the block, the final norm, the unembedding) is not computed, and no logits
+    are returned.
 
     Example:
         >>> seen = []
         >>> _ = run_with_hooks(model, tokens, [(attn_scores(0), lambda x, hook: seen.append(x.shape))])  # doctest: +SKIP
+        >>> run_with_hooks(model, tokens, capture.hooks(), stop_after=attn_scores(model.n_layers - 1))  # doctest: +SKIP
     """
     if tokens.ndim != 2:
         raise ValueError(f"tokens must be [batch, position], got shape {tuple(tokens.shape)}")
+    if stop_after is not None and logits:
+        raise ValueError("a pass that stops early has no logits: use logits=False with stop_after")
     if model.max_context and tokens.shape[1] > model.max_context:
         raise ValueError(
             f"sequence length {tokens.shape[1]} exceeds {model.name}'s context of {model.max_context} tokens; "
@@ -120,12 +137,16 @@ def run_with_hooks(model: Any, tokens: torch.Tensor, hooks: Sequence[Hook] = (),
         )
     device = next(model.hf_model.parameters()).device
     all_hooks = list(model.variant_hooks()) + list(hooks)
-    with torch.inference_mode():
-        if logits:
-            out = model.bridge.run_with_hooks(tokens.to(device), fwd_hooks=all_hooks, return_type="logits")
-        else:
+    if stop_after is not None:
+        all_hooks.append((stop_after, _end_forward))  # after the others: a point's hooks run in the order added
+    try:
+        with torch.inference_mode():
+            if logits:
+                return model.bridge.run_with_hooks(tokens.to(device), fwd_hooks=all_hooks, return_type="logits")
             # measurements need no logits and no KV cache: keep only the last position's logits
-            out = model.bridge.run_with_hooks(
+            model.bridge.run_with_hooks(
                 tokens.to(device), fwd_hooks=all_hooks, return_type=None, use_cache=False, logits_to_keep=1
             )
-    return out if logits else None
+    except _ForwardDone:
+        pass
+    return None
