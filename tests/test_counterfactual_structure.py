@@ -76,19 +76,20 @@ def test_structure_matches_the_dense_pattern(seq_len: int, early: int, rows: int
     for name, array in want.items():
         np.testing.assert_array_equal(got[name], array, err_msg=name)
     assert st.to_cells.has_canonical_format and st.offsets_to_cells.has_canonical_format
-    assert st.inverse.shape == (st.n_offsets, st.n_offsets)
+    assert st.normal.size == st.n_offsets
 
 
-def test_a_cached_structure_holds_little_besides_its_inverse():
-    """It stays in memory for the whole process (lru_cache): at T = 1024 the dense pattern alone would be 8 MB."""
+def test_a_cached_structure_holds_little():
+    """It stays in memory for the whole process (lru_cache): at T = 1024 the dense pattern alone would be 8 MB,
+    and so would the normal matrix or its inverse; the banded factor is O(D)."""
     st = structure(Binning(1024), 1024, None)
     held = 0
-    for value in vars(st).values():
-        if isinstance(value, np.ndarray) and value is not st.inverse:
+    for value in list(vars(st).values()) + list(vars(st.normal).values()):
+        if isinstance(value, np.ndarray):
             held += value.nbytes
         elif hasattr(value, "indptr"):  # a sparse cell map
             held += value.data.nbytes + value.indices.nbytes + value.indptr.nbytes
-    assert st.inverse.nbytes == 8 * 1024**2
+    assert st.normal.pseudo_inverse is None
     assert held < 1e6
 
 
@@ -132,8 +133,24 @@ def dense_normal(rows: int, d: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("seq_len,early,rows,window", CASES)
-def test_inverse_is_the_inverse_of_the_dense_normal_matrix(seq_len: int, early: int, rows: int, window: int | None):
+def test_the_structured_normal_matrix_is_the_dense_one(seq_len: int, early: int, rows: int, window: int | None):
     st = structure(Binning(seq_len, early=early), rows, window)
     normal = dense_normal(rows, st.n_offsets)
-    want = np.linalg.pinv(normal, hermitian=True)  # the inverse where it exists
-    np.testing.assert_allclose(st.inverse, want, atol=1e-9 * max(1.0, np.abs(want).max()))
+    np.testing.assert_allclose(st.normal.matvec(np.eye(st.n_offsets)), normal, atol=1e-12)
+
+
+@pytest.mark.parametrize("seq_len,early,rows,window", CASES)
+def test_solutions_match_the_dense_pseudo_inverse(seq_len: int, early: int, rows: int, window: int | None):
+    """The banded solve (or, for a singular structure, the pseudo-inverse) against the dense matrix's pseudo-inverse."""
+    st = structure(Binning(seq_len, early=early), rows, window)
+    want_inverse = np.linalg.pinv(dense_normal(rows, st.n_offsets), hermitian=True)  # the inverse where it exists
+    rhs = np.random.default_rng(rows).normal(size=(3, st.n_offsets))
+    want = rhs @ want_inverse
+    np.testing.assert_allclose(st.normal.solve(rhs), want, atol=1e-11 * max(1.0, np.abs(want).max()))
+
+
+def test_a_singular_structure_keeps_the_pseudo_inverse_and_others_the_banded_factor():
+    """rows = 2: offset 1 only ever meets key 0, so g_1 and β are one direction; from rows = 3 on, every direction is fitted."""
+    assert structure(Binning(2), 2, None).normal.pseudo_inverse is not None
+    for rows in (3, 8, 64):
+        assert structure(Binning(rows), rows, None).normal.factor is not None

@@ -10,9 +10,10 @@ effects absorb any per-query shift, so g and β are the same whether s or
 log a = s − log Z_i is fitted: the fit needs only three sums of the logits,
 per exact offset, per exact row and per row at key 0. With the row effects
 profiled out, the normal equations' matrix depends only on the structure
-(``rows`` and the layer's window), so it is inverted once per structure
-(:func:`structure`; g(0) = 0 removes its one null direction) and every head,
-layer and jackknife replicate is solved by one matrix product.
+(``rows`` and the layer's window), so it is factored once per structure
+(:func:`structure`, :class:`ProfiledNormal`; g(0) = 0 removes its one null
+direction) and every head, layer and jackknife replicate is solved with that
+factor, in O(D) per head.
 
 Two counterfactual patterns follow from a fit:
 
@@ -30,6 +31,7 @@ All arrays are float64 numpy; nothing here touches torch or a model.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -42,7 +44,7 @@ from jaxtyping import Float, Int
 from poslens.fit.binning import Binning
 from poslens.fit.sums import SumArrays
 
-SINGULAR_PIVOT = 1e-12  # a Cholesky pivot below this fraction of the largest diagonal entry counts as zero
+SINGULAR_PIVOT = 1e-12  # a Cholesky pivot (or β's Schur complement) below this fraction of the largest diagonal entry counts as zero
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,7 +69,7 @@ class Structure:
     n_offsets: int
     n_visible: Float[np.ndarray, " rows"]  # |V_i| (1 for row 0, unused)
     key0: Float[np.ndarray, " rows"]  # key 0 visible from row i ≥ 1
-    inverse: Float[np.ndarray, "offsets offsets"]  # inverse of the profiled normal matrix over (g_1..g_{D−1}, β)
+    normal: "ProfiledNormal"  # the profiled normal equations over (g_1..g_{D−1}, β), factored
     to_cells: scipy.sparse.csr_matrix  # [C·B, rows]: row i's pairs in cell (c(i), b)
     offsets_to_cells: scipy.sparse.csr_matrix  # [C·B, D]: pairs of offset Δ in cell (c, b)
     key0_cells: Float[np.ndarray, " cells"]  # key-0 pairs per cell
@@ -82,12 +84,12 @@ def structure(binning: Binning, rows: int, window: int | None) -> Structure:
     """The :class:`Structure` of the rows 1..rows−1 of a layer with sliding window ``window`` (None: causal).
 
     A window at least ``rows`` wide changes nothing and is treated as causal.
-    Built from closed forms over the bin edges: O(rows · bins), besides the D × D inverse.
+    Built from closed forms over the bin edges: O(rows · bins); nothing of size D × D is kept.
 
     Example:
         >>> st = structure(Binning(16, early=8), rows=8, window=None)
-        >>> st.inverse.shape, float(st.pair_cells.sum())   # offsets 1..7 and β; pairs of rows 1..7
-        ((8, 8), 35.0)
+        >>> st.normal.size, float(st.pair_cells.sum())   # offsets 1..7 and β; pairs of rows 1..7
+        (8, 35.0)
     """
     if window is not None and window >= rows:
         window = None
@@ -97,7 +99,7 @@ def structure(binning: Binning, rows: int, window: int | None) -> Structure:
     seen = np.where(row >= 1, np.minimum(row, d - 1) + 1, 0)  # offsets 0..seen−1 visible from row i
     n_visible = np.maximum(seen, 1).astype(np.float64)
     key0 = ((row >= 1) & (row < d)).astype(np.float64)
-    inverse = _profiled_inverse(n_visible, key0, d)
+    normal = ProfiledNormal.build(n_visible, key0, d)
 
     n_b = binning.n_offset_bins
     obin = binning.offset_bin[:d]
@@ -122,46 +124,148 @@ def structure(binning: Binning, rows: int, window: int | None) -> Structure:
     rows_k0 = np.nonzero(key0)[0]
     np.add.at(key0_cells, qbin[rows_k0] * n_b + obin[rows_k0], 1.0)
     pair_cells = np.asarray(to_cells.sum(axis=1)).ravel()
-    return Structure(t, window, d, n_visible, key0, inverse, to_cells, offsets_to_cells, key0_cells, pair_cells, qbin, obin, n_b)
+    return Structure(t, window, d, n_visible, key0, normal, to_cells, offsets_to_cells, key0_cells, pair_cells, qbin, obin, n_b)
 
 
-def _profiled_inverse(n_visible: Float[np.ndarray, " rows"], key0: Float[np.ndarray, " rows"], d: int) -> Float[np.ndarray, "offsets offsets"]:
-    """Inverse of Σ_i X_iᵀ(I − 11ᵀ/n_i)X_i over θ = (g_1..g_{D−1}, β), rows i ≥ 1.
+@dataclass(frozen=True, eq=False)
+class ProfiledNormal:
+    """The normal equations N θ = r of the fit with the row effects profiled out, over θ = (g_1..g_{D−1}, β).
 
-    X_i has one row per visible pair of row i: a one-hot of its offset (g_0 dropped:
-    it is the null direction shared with the row effects) and [j = 0]. With
-    u_i = X_iᵀ1 (offsets 1..min(i, D − 1), then [key 0 visible]), the matrix is
-    diag(Σ_i u_i) − Σ_i u_i u_iᵀ / n_i, and offsets a, b both lie in u_i exactly
-    when i ≥ max(a, b): its entries are tail sums of 1/n_i. Falls back to the
-    pseudo-inverse where the structure leaves a direction undetermined (e.g.
-    rows = 2, where offset 1 only ever meets key 0).
+    N = Σ_{i ≥ 1} X_iᵀ(I − 11ᵀ/n_i)X_i, where X_i has one row per visible pair
+    of row i: a one-hot of its offset (g_0 dropped: it is the null direction
+    shared with the row effects) and [j = 0]. Offsets a, b are both visible
+    from row i exactly when i ≥ max(a, b), so the g block is
+    diag(c) − M with c_a = rows − a and M_ab = T(max(a, b)), T(k) = Σ_{i ≥ k} 1/n_i;
+    β borders it. In the prefix sums P_a = g_1 + … + g_a of the g's, the g block
+    becomes tridiagonal (its differences are: M's rows differ by
+    (1/n_a)·P_a), so one banded Cholesky factor per structure solves every head
+    in O(D), with β by block elimination and one step of iterative refinement
+    (the change of variables costs conditioning; the residual is taken with N
+    itself, also in O(D)). A structure whose matrix is singular (e.g. rows = 2,
+    where offset 1 only ever meets key 0) keeps the dense pseudo-inverse instead.
+
+    Example:
+        >>> normal = ProfiledNormal.build(np.array([1.0, 2.0, 3.0, 4.0]), np.array([0.0, 1.0, 1.0, 1.0]), 4)
+        >>> theta = normal.solve(np.array([1.0, 0.0, -1.0, 2.0]))
+        >>> np.allclose(normal.matvec(theta), [1.0, 0.0, -1.0, 2.0])
+        True
     """
-    t = len(n_visible)
-    weight = np.zeros(t)
-    weight[1:] = 1.0 / n_visible[1:]
-    tail = np.cumsum(weight[::-1])[::-1]  # Σ_{i ≥ k} 1/n_i
-    tail_key0 = np.cumsum((weight * key0)[::-1])[::-1]  # the same over the rows that see key 0
-    offsets = np.arange(1, d)
-    normal = np.empty((d, d))
-    normal[: d - 1, : d - 1] = -tail[np.maximum.outer(offsets, offsets)]
-    normal[offsets - 1, offsets - 1] += t - offsets  # rows 1..t−1 with i ≥ a
-    normal[: d - 1, d - 1] = normal[d - 1, : d - 1] = -tail_key0[offsets]
-    normal[d - 1, d - 1] = key0.sum() - (tail_key0[1] if t > 1 else 0.0)
-    k0_rows = np.nonzero(key0)[0]  # the key-0 pair of row i has offset i: g_i and β meet there
-    normal[k0_rows - 1, d - 1] += 1.0
-    normal[d - 1, k0_rows - 1] += 1.0
-    if d == 1 or not key0.any():
-        normal[d - 1, d - 1] = 1.0  # no key-0 pair: β is not a parameter (its solution is 0)
+
+    size: int  # D: D − 1 offsets and β
+    counts: Float[np.ndarray, " offsets"]  # c_a, a = 1..D−1
+    tail: Float[np.ndarray, " offsets"]  # T(a)
+    border: Float[np.ndarray, " offsets"]  # N's β column over the g's
+    beta_beta: float  # N's β diagonal entry
+    factor: Float[np.ndarray, "2 offsets"] | None = None  # upper banded Cholesky factor of J, the g block in P
+    border_solved: Float[np.ndarray, " offsets"] | None = None  # J⁻¹ Eᵀ border
+    schur: float = 0.0  # β's Schur complement
+    pseudo_inverse: Float[np.ndarray, "size size"] | None = None  # only for a singular structure
+
+    @classmethod
+    def build(cls, n_visible: Float[np.ndarray, " rows"], key0: Float[np.ndarray, " rows"], d: int) -> "ProfiledNormal":
+        """The normal equations of rows 1..len(n_visible)−1 with offsets 0..d−1 visible (``key0``: key 0 visible from row i).
+
+        Example:
+            >>> ProfiledNormal.build(np.array([1.0, 2.0]), np.array([0.0, 1.0]), 2).pseudo_inverse is not None   # rows = 2
+            True
+        """
+        t = len(n_visible)
+        weight = np.zeros(t)
+        weight[1:] = 1.0 / n_visible[1:]
+        tail = np.cumsum(weight[::-1])[::-1]  # Σ_{i ≥ k} 1/n_i
+        tail_key0 = np.cumsum((weight * key0)[::-1])[::-1]  # the same over the rows that see key 0
+        offsets = np.arange(1, d)
+        counts = (t - offsets).astype(np.float64)  # rows 1..t−1 with i ≥ a
+        border = key0[offsets] - tail_key0[offsets]  # the key-0 pair of row i has offset i: g_i and β meet there (d ≤ t)
+        beta_beta = float(key0.sum() - (tail_key0[1] if t > 1 else 0.0))
+        if d == 1 or not key0.any():
+            border, beta_beta = np.zeros(d - 1), 1.0  # no key-0 pair: β is not a parameter (its solution is 0)
+        normal = cls(d, counts, tail[offsets], border, beta_beta)
+        factor = _tridiagonal_factor(counts, weight[offsets], tail[offsets]) if d > 1 else None
+        if factor is not None:
+            border_up = _differences_up(border)
+            solved = _banded_solve(factor, border_up[None])[0]
+            schur = beta_beta - float(border_up @ solved)
+            # an exactly singular matrix can factor with a pivot that is only rounding (rows = 2 does): its
+            # solution would be ~1e16 and the fit's determined combinations would cancel to noise
+            if schur > SINGULAR_PIVOT * max(beta_beta, 1.0):
+                return dataclasses.replace(normal, factor=factor, border_solved=solved, schur=schur)
+        return dataclasses.replace(normal, pseudo_inverse=np.linalg.pinv(normal.matvec(np.eye(d)), hermitian=True))
+
+    def matvec(self, theta: Float[np.ndarray, "*batch size"]) -> Float[np.ndarray, "*batch size"]:
+        """N θ, in O(D) per θ.
+
+        Example:
+            >>> normal = ProfiledNormal.build(np.array([1.0, 2.0, 3.0]), np.array([0.0, 1.0, 1.0]), 3)
+            >>> normal.matvec(np.eye(3)).round(4).tolist()   # N itself
+            [[1.1667, -0.3333, 0.1667], [-0.3333, 0.6667, 0.6667], [0.1667, 0.6667, 1.1667]]
+        """
+        g, beta = theta[..., :-1], theta[..., -1]
+        prefix = np.cumsum(g, axis=-1)
+        later = np.cumsum((self.tail * g)[..., ::-1], axis=-1)[..., ::-1]  # Σ_{b ≥ a} T(b) g_b
+        mg = self.tail * prefix + later - self.tail * g  # (M g)_a = T(a)·P_a + Σ_{b > a} T(b) g_b
+        out = np.empty_like(theta)
+        out[..., :-1] = self.counts * g - mg + self.border * beta[..., None]
+        out[..., -1] = g @ self.border + self.beta_beta * beta
+        return out
+
+    def solve(self, rhs: Float[np.ndarray, "*batch size"]) -> Float[np.ndarray, "*batch size"]:
+        """θ with N θ = rhs, for any leading axes (the pseudo-inverse's θ for a singular structure).
+
+        Example:
+            >>> normal = ProfiledNormal.build(np.array([1.0, 2.0, 3.0]), np.array([0.0, 1.0, 1.0]), 3)
+            >>> normal.solve(normal.matvec(np.array([0.5, -1.0, 2.0]))).round(12).tolist()
+            [0.5, -1.0, 2.0]
+        """
+        flat = rhs.reshape(-1, self.size)
+        if self.factor is None:
+            return (flat @ self.pseudo_inverse).reshape(rhs.shape)
+        theta = self._solve_once(flat)
+        theta += self._solve_once(flat - self.matvec(theta))  # one step of refinement
+        return theta.reshape(rhs.shape)
+
+    def _solve_once(self, rhs: Float[np.ndarray, "batch size"]) -> Float[np.ndarray, "batch size"]:
+        border = _differences_up(self.border)
+        prefix = _banded_solve(self.factor, _differences_up(rhs[:, :-1]))
+        beta = (rhs[:, -1] - prefix @ border) / self.schur
+        prefix -= beta[:, None] * self.border_solved[None]
+        g = prefix.copy()
+        g[:, 1:] -= prefix[:, :-1]
+        return np.concatenate([g, beta[:, None]], axis=1)
+
+
+def _tridiagonal_factor(
+    counts: Float[np.ndarray, " offsets"], weight: Float[np.ndarray, " offsets"], tail: Float[np.ndarray, " offsets"]
+) -> Float[np.ndarray, "2 offsets"] | None:
+    """Upper banded Cholesky factor of J = Eᵀ N_gg E, None where J is not numerically positive definite.
+
+    J's diagonal is c_a + c_{a+1} − 1/n_a (a < D − 1) and c_{D−1} − T(D − 1); its off-diagonal is −c_{a+1}.
+    """
+    diagonal = np.empty(len(counts))
+    diagonal[:-1] = counts[:-1] + counts[1:] - weight[:-1]
+    diagonal[-1] = counts[-1] - tail[-1]
+    banded = np.zeros((2, len(counts)))
+    banded[0, 1:] = -counts[1:]
+    banded[1] = diagonal
     try:
-        factor = scipy.linalg.cho_factor(normal, lower=True)
+        factor = scipy.linalg.cholesky_banded(banded)
     except np.linalg.LinAlgError:
-        return np.linalg.pinv(normal, hermitian=True)
-    # an exactly singular matrix can factor with a pivot that is only rounding (rows = 2 does): its
-    # inverse would be ~1e16 and the fit's determined combinations would cancel to noise
-    pivots = np.diag(factor[0]) ** 2
-    if pivots.min() <= SINGULAR_PIVOT * np.diag(normal).max():
-        return np.linalg.pinv(normal, hermitian=True)
-    return scipy.linalg.cho_solve(factor, np.eye(d))
+        return None
+    if (factor[1] ** 2).min() <= SINGULAR_PIVOT * np.abs(diagonal).max():
+        return None
+    return factor
+
+
+def _banded_solve(factor: Float[np.ndarray, "2 offsets"], rhs: Float[np.ndarray, "batch offsets"]) -> Float[np.ndarray, "batch offsets"]:
+    """J⁻¹ x for each row x of ``rhs``."""
+    return scipy.linalg.cho_solve_banded((factor, False), rhs.T, check_finite=False).T
+
+
+def _differences_up(x: Float[np.ndarray, "*batch n"]) -> Float[np.ndarray, "*batch n"]:
+    """Eᵀ x: x_a − x_{a+1}, and x_n last (E maps prefix sums back to their terms)."""
+    out = x.copy()
+    out[..., :-1] -= x[..., 1:]
+    return out
 
 
 def _sum_over_rows_seeing(st: Structure, x: Float[np.ndarray, "*batch rows"]) -> Float[np.ndarray, "*batch offsets"]:
@@ -282,7 +386,7 @@ def fit_logits(
     mean_row = np.where(np.arange(st.rows) >= 1, per_seq_rows / st.n_visible, 0.0)
     rhs_g = offset_sums[..., 1:d] / n_seqs - _sum_over_rows_seeing(st, mean_row)[..., 1:]
     rhs_beta = ((key0_sums[..., : st.rows] / n_seqs - mean_row) * st.key0).sum(-1)
-    theta = np.concatenate([rhs_g, rhs_beta[..., None]], axis=-1) @ st.inverse
+    theta = st.normal.solve(np.concatenate([rhs_g, rhs_beta[..., None]], axis=-1))
     g = np.concatenate([np.zeros_like(theta[..., :1]), theta[..., : d - 1]], axis=-1)
     beta = theta[..., d - 1] if st.key0.any() else np.zeros_like(theta[..., d - 1])
     fitted_rows = _sum_over_visible_offsets(st, g) + beta[..., None] * st.key0
