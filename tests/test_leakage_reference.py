@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from scipy import stats
 
 import poslens
@@ -312,3 +313,31 @@ def test_window_variant_count_term_saturates(case: Case):
                 assert case.got(layer, head, window, "leakage_count") == pytest.approx(want, abs=TOL), (layer, head, window)
                 c_count = case.got(layer, head, window, "c_count")
                 assert c_count == pytest.approx(windowed["c_count"][head], abs=TOL), (layer, head, window)
+
+
+def test_scores_far_below_the_row_maximum_match_the_reference():
+    """Head 0's key-0 logit sits 1000 above its other keys, so s − max is far below exp's float64 range (the
+    capture floors it at EXP_FLOOR before exp); layer 1's window masks key 0 for later rows, whose weight
+    must stay exactly 0. Every per-head figure still matches the naive reference."""
+    from poslens.measurement.pipeline import measure_scores
+
+    t, n, heads, early, groups, windows = 24, 8, 2, 8, 4, [None, 6]
+    rng = np.random.default_rng(5)
+    logits = rng.normal(size=(n, heads, t, t))
+    logits[:, 0, :, 0] += 1000.0
+    i, j = np.arange(t)[:, None], np.arange(t)[None, :]
+    layers = []
+    for w in windows:
+        visible = (j <= i) & ((i - j < w) if w else True)
+        layers.append(np.where(visible, logits, nr.FMIN32).astype(np.float32).astype(np.float64))
+    assert (layers[0][:, 0, 1:, 1:] - 1000 < capture_module.EXP_FLOOR).any()
+    result = measure_scores([torch.from_numpy(x).float() for x in layers], groups=groups, early=early, layer_windows=windows)
+    naive = nr.naive_table(layers, nr.ReferenceBins(t, early), groups)
+    bad = []
+    for (layer, window), figures in naive.items():
+        for metric in nr.PER_HEAD:
+            for head, want in enumerate(figures[metric]):
+                got = result.value(metric, window, layer=layer, head=head)
+                if not abs(got - want) <= TOL:
+                    bad.append(f"L{layer} h{head} {window} {metric}: poslens {got!r} vs naive {want!r}")
+    assert not bad, "\n".join(bad[:30])

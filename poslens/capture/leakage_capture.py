@@ -39,6 +39,10 @@ CUDA_BLOCK_ELEMENTS = 1 << 25  # on CUDA: 256 MiB, few large launches
 
 
 MASKED_BELOW = 0.5  # a score below this fraction of the dtype's minimum counts as masked
+# Floor of s − max before exp. On CPU torch's exp takes a slow path for arguments far below float64's range
+# (masked keys: half of an early row block, which then took 4× as long). exp(−700) ≈ 1e-304 is below the
+# rounding of Z ≥ 1 and of every sum it enters, so the floor changes no figure; masked keys are set to 0 after.
+EXP_FLOOR = -700.0
 
 
 def default_block_elements(device: str | torch.device) -> int:
@@ -185,8 +189,8 @@ class RowBlock:
     Example:
         >>> st = LayerStructure.build(Binning(8), window=4)
         >>> block = RowBlock.build(st, 4, 6, torch.device("cpu"))
-        >>> block.k0, block.visible.shape
-        (1, torch.Size([2, 5]))
+        >>> block.k0, block.size
+        (1, 10)
         >>> [(c0, c1) for c0, c1, _ in block.masked_columns]   # key 1 is out of row 5's window, key 5 after row 4
         [(0, 1), (4, 5)]
     """
@@ -194,7 +198,6 @@ class RowBlock:
     r0: int
     r1: int
     k0: int
-    visible: Bool[torch.Tensor, "rows span"]  # rows r0..r1 − 1, keys k0..r1 − 1
     edge_at: Int[torch.Tensor, "rows edges"]  # index of the running sum at key i − e_b, for offset edges e_0..e_B
     edge_used: Float[torch.Tensor, "rows edges"]  # 0 where that key is before the span (nothing summed yet)
     masked_columns: list[tuple[int, int, Bool[torch.Tensor, "rows cols"]]]  # (c0, c1, invisible[:, c0:c1]) where any key is invisible
@@ -229,8 +232,8 @@ class RowBlock:
 
         Example:
             >>> block = RowBlock.build(LayerStructure.build(Binning(8), window=None), 0, 2, torch.device("cpu"))
-            >>> block.visible.tolist(), [(c0, c1, invisible.tolist()) for c0, c1, invisible in block.masked_columns]
-            ([[True, False], [True, True]], [(1, 2, [[True], [False]])])
+            >>> [(c0, c1, invisible.tolist()) for c0, c1, invisible in block.masked_columns]   # key 1 is after row 0
+            [(1, 2, [[True], [False]])]
         """
         k0 = st.key_start(r0)
         # offset bin b of row i holds the keys (i − e_{b+1}, i − e_b]: its sum is the running sum at
@@ -258,7 +261,6 @@ class RowBlock:
             r0=r0,
             r1=r1,
             k0=k0,
-            visible=visible,
             edge_at=edge_key.clamp(min=0).to(device),
             edge_used=(edge_key >= 0).double().to(device),
             masked_columns=masked_columns,
@@ -441,7 +443,8 @@ class LeakageCapture:
             raise ValueError(f"expected scores of {t}×{t}, got {t_q}×{t_k}")
         st = self.structure(layer)
         device = scores.device
-        checking = self.check_mask and layer not in self._checked  # the first sequence of the first batch
+        if self.check_mask and layer not in self._checked:  # the first sequence of the layer's first batch
+            self._check_mask(layer, scores[:1], st)
         f64 = {"dtype": torch.float64, "device": device}
         log_z, row_sum, row_js, row_sq = (torch.empty(batch, heads, t, **f64) for _ in range(4))
         features = torch.empty(batch, heads, t, len(FEATURES), **f64)
@@ -466,12 +469,12 @@ class LeakageCapture:
             s, exp_s = padded[..., :span], work_e[: batch * heads * block.size].view(shape)
             s.copy_(scores[:, :, r0:r1, k0:r1])  # keys beyond r1 or before k0 are masked for every row here
             row_max = s.amax(-1, keepdim=True)
-            # one exp pass gives log Z, the weights and the entropy; masked entries underflow to 0
-            torch.sub(s, row_max, out=exp_s).exp_()
-            if checking:
-                self._check_block_mask(layer, scores[:1], s[:1], block, st)
+            # one exp pass gives log Z, the weights and the entropy; the floor keeps torch's exp off its slow
+            # path for arguments far below the float64 range (masked keys), and masked keys are zeroed after
+            torch.sub(s, row_max, out=exp_s).clamp_(min=EXP_FLOOR).exp_()
             for c0, c1, invisible in block.masked_columns:
                 s[..., c0:c1].masked_fill_(invisible, 0.0)
+                exp_s[..., c0:c1].masked_fill_(invisible, 0.0)
             visible = s  # masked entries are 0 from here on
             row_sum[:, :, rows] = visible.sum(-1)
             row_js[:, :, rows] = visible @ key_positions[k0:r1]  # a matrix-vector product: faster than [1, j] as two columns
@@ -609,23 +612,13 @@ class LeakageCapture:
             a.probe_target_sq[g, layer, w_index] += float((ys * ys).sum())
             a.probe_row_count[g, layer, w_index] += ys.numel()
 
-    def _check_block_mask(
-        self,
-        layer: int,
-        scores: Float[torch.Tensor, "1 heads query key"],
-        block_scores: Float[torch.Tensor, "1 heads rows span"],
-        block: "RowBlock",
-        st: LayerStructure,
-    ) -> None:
-        # Within the block's key span the unmasked keys must be exactly the visible ones; the keys outside
-        # it (after the block's last row, before the window) must all be masked. Written as "not ≤" so
-        # that a NaN there fails too.
+    def _check_mask(self, layer: int, scores: Float[torch.Tensor, "1 heads query key"], st: LayerStructure) -> None:
+        # The unmasked keys must be exactly the visible ones. "Unmasked" is written as "not ≤ threshold" so
+        # that a NaN anywhere counts as unmasked: on an invisible key it fails here, and on a visible one
+        # the row sums' finiteness check fails later. One pass over the scores, in their own dtype.
         threshold = MASKED_BELOW * torch.finfo(scores.dtype).min
-        rows = scores[:, :, block.r0 : block.r1]
-        outside = [rows[..., block.r1 :], rows[..., : block.k0]]
-        if bool(torch.ne(block_scores > threshold, block.visible).any()) or any(
-            part.numel() and not bool(part.amax() <= threshold) for part in outside
-        ):
+        unmasked = torch.le(scores[0], threshold).logical_not_()
+        if not torch.equal(unmasked, st.valid.to(scores.device).expand_as(unmasked)):
             self._explain_mask_failure(layer, scores, st.valid.to(scores.device))
 
     def _explain_mask_failure(self, layer: int, scores: Float[torch.Tensor, "1 heads seq seq"], valid: Bool[torch.Tensor, "seq seq"]) -> None:
