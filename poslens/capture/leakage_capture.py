@@ -40,7 +40,7 @@ CUDA_BLOCK_ELEMENTS = 1 << 25  # on CUDA: 256 MiB, few large launches
 
 MASKED_BELOW = 0.5  # a score below this fraction of the dtype's minimum counts as masked
 # Floor of s − max before exp. On CPU torch's exp takes a slow path for arguments far below float64's range
-# (masked keys: half of an early row block, which then took 4× as long). exp(−700) ≈ 1e-304 is below the
+# (masked keys: half of an early row block, which then took 3× as long; benchmarks/exp_floor.py). exp(−700) ≈ 1e-304 is below the
 # rounding of Z ≥ 1 and of every sum it enters, so the floor changes no figure; masked keys are set to 0 after.
 EXP_FLOOR = -700.0
 
