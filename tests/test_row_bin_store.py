@@ -78,8 +78,9 @@ def test_replay_matches_a_dense_logsumexp(window):
 
 
 def test_replay_weighs_each_row_as_a_per_row_gather_of_exp_minus_a_would():
-    """The replay broadcasts exp(−A) over each query bin's rows; taking it row by row (a gather of each
-    row's cells) must give the same Σ log Z', to the bit, for every window, variant, batch and layer."""
+    """The replay weighs each row's bins by exp(−A) of its query bin's cells; written here variant by variant,
+    from the flat cell index of each row, it must give the same Σ log Z', to the bit, for every window,
+    variant, batch and layer."""
     binning = Binning(T, early=EARLY)
     model = SimpleNamespace(n_layers=2, n_heads=HEADS)
     rng = np.random.default_rng(1)

@@ -67,15 +67,12 @@ class CounterfactualReplay:
         self.rows = {"early": min(binning.early, t), "all": t}
         self.log_partition = {w: np.zeros((groups, groups, model.n_layers, model.n_heads, self.rows[w])) for w in WINDOWS}
         self.n_query_bins, self.n_offset_bins = binning.n_query_bins, binning.n_offset_bins
-        edges = binning.query_edges
-        self._bin_rows = {  # (query bin, its first row, its end) over each window's rows
-            w: [(c, lo, min(hi, n)) for c, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])) if lo < n] for w, n in self.rows.items()
-        }
+        self._row_query_bin = torch.as_tensor(binning.query_bin[:t], dtype=torch.long)  # c(i)
         self._weights: dict[str, np.ndarray] = {}  # exp(−A) of one group's variants, [G, L, H, C·B] per window
         self._weights_group: int | None = None
 
-    def _cell_weights(self, group: int, layer: int) -> dict[str, Float[torch.Tensor, "variants heads qbins obins"]]:
-        """exp(−A) of ``group``'s variants for ``layer`` per (query bin, offset bin) cell, per window."""
+    def _row_weights(self, group: int, layer: int) -> dict[str, Float[torch.Tensor, "variants heads rows bins"]]:
+        """exp(−A) of ``group``'s variants for ``layer``, for each row's cells (its query bin's), per window."""
         if self._weights_group != group:
             residuals = self.residuals_of(group)
             for w in WINDOWS:
@@ -84,7 +81,11 @@ class CounterfactualReplay:
                     self._weights[w] = np.empty_like(residuals[w])
                 np.exp(np.negative(residuals[w], out=self._weights[w]), out=self._weights[w])
             self._weights_group = group
-        return {w: torch.as_tensor(x[:, layer]).unflatten(-1, (self.n_query_bins, self.n_offset_bins)) for w, x in self._weights.items()}
+        out = {}
+        for w, x in self._weights.items():
+            cells = torch.as_tensor(x[:, layer]).unflatten(-1, (self.n_query_bins, self.n_offset_bins))  # [variant, head, C, B]
+            out[w] = cells.index_select(2, self._row_query_bin[: self.rows[w]])
+        return out
 
     def add(self, group: int, layer: int, row_bins: Float[np.ndarray, "batch heads seq bins"]) -> None:
         """Add Σ over the batch of log Z'_i per row and variant of ``layer`` to ``group``.
@@ -96,14 +97,12 @@ class CounterfactualReplay:
         """
         bins = torch.as_tensor(row_bins)
         row_max, per_bin = bins[..., 0], bins[..., 1:]
-        for window, weights in self._cell_weights(group, layer).items():
+        for window, weights in self._row_weights(group, layer).items():
             n = self.rows[window]
-            z = per_bin.new_empty((per_bin.shape[0], weights.shape[0], per_bin.shape[1], n))  # [batch, variant, head, row]
-            # exp(−A) is the same on every row of a query bin: broadcast it over the bin's rows rather than
-            # gather it per row (a [variant, head, rows, bins] copy for every layer and batch). Not a matmul
-            # (einsum): its other order of summation changes the rounding, which the figures amplify beyond 1e-12
-            for c, lo, hi in self._bin_rows[window]:
-                z[..., lo:hi] = (per_bin[:, None, :, lo:hi] * weights[None, :, :, c, None, :]).sum(-1)
+            # each row's bins weighted by its query bin's exp(−A), summed over bins: elementwise products and a
+            # sum, not a matmul (einsum), whose other order of summation changes the rounding, which the
+            # figures amplify beyond 1e-12
+            z = (per_bin[:, None, :, :n] * weights[None]).sum(-1)  # [batch, variant, head, row]
             self.log_partition[window][group, :, layer] += (torch.log(z) + row_max[:, None, :, :n]).sum(0).numpy()
 
     def replay(self, store: RowBinStore, progress: bool = False, description: str = "counterfactual") -> None:
