@@ -247,6 +247,31 @@ def test_mask_narrower_than_recorded_is_reported(tiny_llama_dir):
         small_measure(model, n_seqs=2, seq_len=16, groups=2)
 
 
+
+@pytest.mark.parametrize("block_elements", [None, 12], ids=["one-block", "row-blocks"])
+@pytest.mark.parametrize("where", ["future", "before-window"])
+def test_one_unmasked_invisible_key_is_reported_wherever_the_row_blocks_fall(block_elements, where):
+    """One invisible key of row 6 of a window-3 layer left unmasked (key 7, in its future, or key 3, before its
+    window) is found whether it falls inside its row block's key span (one block) or outside it (row blocks)."""
+    from types import SimpleNamespace
+
+    from poslens.capture.leakage_capture import LeakageCapture
+    from poslens.fit.binning import Binning
+
+    t, window, row = 8, 3, 6
+    capture = LeakageCapture(SimpleNamespace(n_layers=1, n_heads=2, window=[window]), Binning(t), groups=2, block_elements=block_elements)
+    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+    invisible = (j > i) | (i - j >= window)
+    scores = torch.randn(1, 2, t, t).masked_fill(invisible, torch.finfo(torch.float32).min)
+    capture.reduce(0, scores.clone())  # the mask as recorded: no error
+    capture._checked.clear()
+    leaked = 7 if where == "future" else row - window
+    assert invisible[row, leaked]
+    scores[0, 1, row, leaked] = 0.5
+    with pytest.raises(MaskMismatchError, match="keys poslens treats as invisible"):
+        capture.reduce(0, scores)
+
+
 # ---------------------------------------------------------------- 9. output folder not writable
 
 

@@ -90,6 +90,11 @@ class NonFiniteScoresError(FloatingPointError):
     """
 
 
+def _at_most(x: torch.Tensor, threshold: float) -> bool:
+    """Every entry of ``x`` is at most ``threshold`` (true for an empty ``x``; false where a NaN is)."""
+    return x.numel() == 0 or bool(x.amax() <= threshold)
+
+
 def _non_finite(layer: int, head: int) -> NonFiniteScoresError:
     return NonFiniteScoresError(
         f"NaN or inf in the attention scores of layer {layer}, head {head} "
@@ -443,8 +448,8 @@ class LeakageCapture:
             raise ValueError(f"expected scores of {t}×{t}, got {t_q}×{t_k}")
         st = self.structure(layer)
         device = scores.device
-        if self.check_mask and layer not in self._checked:  # the first sequence of the layer's first batch
-            self._check_mask(layer, scores[:1], st)
+        checking = self.check_mask and layer not in self._checked  # the first sequence of the layer's first batch
+        threshold = MASKED_BELOW * torch.finfo(scores.dtype).min
         f64 = {"dtype": torch.float64, "device": device}
         log_z, row_sum, row_js, row_sq = (torch.empty(batch, heads, t, **f64) for _ in range(4))
         features = torch.empty(batch, heads, t, len(FEATURES), **f64)
@@ -472,10 +477,18 @@ class LeakageCapture:
             # one exp pass gives log Z, the weights and the entropy; the floor keeps torch's exp off its slow
             # path for arguments far below the float64 range (masked keys), and masked keys are zeroed after
             torch.sub(s, row_max, out=exp_s).clamp_(min=EXP_FLOOR).exp_()
+            mask_holds = True
             for c0, c1, invisible in block.masked_columns:
+                if checking:  # the invisible keys of the block's span are masked
+                    mask_holds &= _at_most(s[:1, ..., c0:c1].masked_fill(~invisible, threshold), threshold)
                 s[..., c0:c1].masked_fill_(invisible, 0.0)
                 exp_s[..., c0:c1].masked_fill_(invisible, 0.0)
             visible = s  # masked entries are 0 from here on
+            if checking:  # the visible keys are not masked, and the keys outside the span are
+                outside = (scores[:1, :, r0:r1, r1:], scores[:1, :, r0:r1, :k0])
+                mask_holds &= bool(s[:1].amin() > threshold) and all(_at_most(part, threshold) for part in outside)
+                if not mask_holds:
+                    self._explain_mask_failure(layer, scores[:1], st.valid.to(device))
             row_sum[:, :, rows] = visible.sum(-1)
             row_js[:, :, rows] = visible @ key_positions[k0:r1]  # a matrix-vector product: faster than [1, j] as two columns
             row_sq[:, :, rows] = torch.einsum("...j,...j->...", visible, visible)  # einsum: no full-size temporary
@@ -611,15 +624,6 @@ class LeakageCapture:
             a.probe_target[g, layer, w_index] += float(ys.sum())
             a.probe_target_sq[g, layer, w_index] += float((ys * ys).sum())
             a.probe_row_count[g, layer, w_index] += ys.numel()
-
-    def _check_mask(self, layer: int, scores: Float[torch.Tensor, "1 heads query key"], st: LayerStructure) -> None:
-        # The unmasked keys must be exactly the visible ones. "Unmasked" is written as "not ≤ threshold" so
-        # that a NaN anywhere counts as unmasked: on an invisible key it fails here, and on a visible one
-        # the row sums' finiteness check fails later. One pass over the scores, in their own dtype.
-        threshold = MASKED_BELOW * torch.finfo(scores.dtype).min
-        unmasked = torch.le(scores[0], threshold).logical_not_()
-        if not torch.equal(unmasked, st.valid.to(scores.device).expand_as(unmasked)):
-            self._explain_mask_failure(layer, scores, st.valid.to(scores.device))
 
     def _explain_mask_failure(self, layer: int, scores: Float[torch.Tensor, "1 heads seq seq"], valid: Bool[torch.Tensor, "seq seq"]) -> None:
         # NaN or +inf anywhere (an overflowed score plus the mask stays +inf), or −inf on a visible key:
