@@ -99,6 +99,28 @@ def test_a_pass_that_stops_after_a_hook_point_runs_nothing_later_and_leaves_no_h
         run_with_hooks(model, tokens, [], logits=True, stop_after=attn_scores(last))
 
 
+
+def test_loading_an_image_text_model_installs_nothing(tmp_path, monkeypatch):
+    """TransformerLens 4.3 runs `pip install torchvision` (which brings a CUDA build of torch) when a multimodal
+    model's processor fails to load, as it does from a folder without processor files; poslens's load must not."""
+    import subprocess
+    import sys
+
+    from poslens.model.tiny import save_tiny_model
+
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("a subprocess ran while loading a model")
+
+    monkeypatch.setattr(subprocess, "check_call", refuse)
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # as where it is not installed: importing it fails
+    model = poslens.load_model(save_tiny_model(tmp_path, "gemma3-multimodal"))
+    assert model.n_layers == 4
+    assert calls == []
+
+
 # ---------------------------------------------------------------- facts
 
 

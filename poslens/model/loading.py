@@ -8,11 +8,13 @@ else from disk.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -460,6 +462,39 @@ def _scores_hookable(bridge: Any, n_layers: int) -> bool:
     return all(attn is not None and type(attn).forward is not AttentionBridge.forward for attn in attentions)
 
 
+@contextlib.contextmanager
+def _no_install_while_booting() -> Iterator[None]:
+    """Keep TransformerLens from installing packages while it boots a bridge.
+
+    TransformerLens 4.3 loads a multimodal model's processor as it boots, and where that fails (a model
+    folder without processor files, as poslens's image-text test models are) it runs ``pip install
+    torchvision``, which pulls a CUDA build of torch into the environment at run time (minutes, gigabytes,
+    and a changed torch). poslens measures text only: here the processor is retried only if torchvision is
+    already importable, and nothing is installed.
+    """
+    try:
+        from transformer_lens.model_bridge.sources.transformers import helpers
+    except ImportError:  # another TransformerLens layout: nothing to guard
+        yield
+        return
+    original = getattr(helpers, "_ensure_torchvision", None)
+    if original is None:
+        yield
+        return
+    helpers._ensure_torchvision = _torchvision_importable
+    try:
+        yield
+    finally:
+        helpers._ensure_torchvision = original
+
+
+def _torchvision_importable() -> bool:
+    try:
+        return importlib.util.find_spec("torchvision") is not None
+    except (ImportError, ValueError):  # ValueError: a None entry in sys.modules
+        return False
+
+
 def _tl_version() -> str:
     from importlib.metadata import version
 
@@ -529,7 +564,8 @@ def _build(
     hf.eval()
     declared_bos = tokenizer.bos_token
     try:
-        bridge = TransformerBridge.boot_transformers(name, hf_model=hf, tokenizer=tokenizer, dtype=dtype)
+        with _no_install_while_booting():
+            bridge = TransformerBridge.boot_transformers(name, hf_model=hf, tokenizer=tokenizer, dtype=dtype)
     except (ValueError, NotImplementedError, KeyError) as error:
         raise _not_bridgeable(config, name, error) from error
     if not _scores_hookable(bridge, text_config.num_hidden_layers):
