@@ -229,8 +229,7 @@ class ProfiledNormal:
         prefix = _banded_solve(self.factor, _differences_up(rhs[:, :-1]))
         beta = (rhs[:, -1] - prefix @ border) / self.schur
         prefix -= beta[:, None] * self.border_solved[None]
-        g = prefix.copy()
-        g[:, 1:] -= prefix[:, :-1]
+        g = np.diff(prefix, axis=1, prepend=0.0)  # E P: the g's back from their prefix sums
         return np.concatenate([g, beta[:, None]], axis=1)
 
 

@@ -475,13 +475,11 @@ def _no_install_while_booting() -> Iterator[None]:
     try:
         from transformer_lens.model_bridge.sources.transformers import helpers
     except ImportError:  # another TransformerLens layout: nothing to guard
+        helpers = None
+    if not hasattr(helpers, "_ensure_torchvision"):
         yield
         return
-    original = getattr(helpers, "_ensure_torchvision", None)
-    if original is None:
-        yield
-        return
-    helpers._ensure_torchvision = _torchvision_importable
+    original, helpers._ensure_torchvision = helpers._ensure_torchvision, _torchvision_importable
     try:
         yield
     finally:
