@@ -2,7 +2,7 @@
 
 Layers, lowest first (docs/architecture.md draws the same picture):
 
-    poslens.files, poslens.version   atomic writes, the version (no poslens imports)
+    poslens.errors, .files, .ownership, .version   exceptions, atomic writes, which files poslens wrote, the version
     poslens.fit          statistics, binning, cell sums, fits, metrics: numpy only
     poslens.model        registry, loading, variants, cache, hook names, corpus, tiny test models
     poslens.capture      the hooks that turn a forward pass into cell sums
@@ -53,7 +53,7 @@ def _graph() -> dict[str, set[str]]:
     return {name: {m for m in _imports(path, name) if m in modules and m != name} for name, path in modules.items()}
 
 
-BASE = ("files", "version")
+BASE = ("errors", "files", "ownership", "version")
 
 
 def _layer(module: str) -> int | None:

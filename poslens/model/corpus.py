@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+from poslens.errors import CorpusError, InputError, ParameterTypeError
 
 BUILTIN_SOURCES = ("docs", "random", "repeat")
 # Texts whose encodings tell tokenizers apart (with the vocabulary size and BOS/EOS ids).
@@ -107,6 +111,9 @@ class Corpus:
 def docs_texts() -> list[str]:
     """The offline default text: CPython's bundled documentation topics, in sorted key order.
 
+    Returns:
+        One text per topic of ``pydoc_data.topics``.
+
     Example:
         >>> len(docs_texts()) > 50
         True
@@ -116,48 +123,241 @@ def docs_texts() -> list[str]:
     return [topics[key] for key in sorted(topics)]
 
 
-def read_texts(path: str | Path, text_field: str = "text") -> list[str]:
-    """Texts from a .txt file, a .jsonl file (field ``text_field``), or a folder.
+class CorpusNotFoundError(CorpusError, FileNotFoundError):
+    """The corpus path does not exist (also a ``FileNotFoundError``).
+
+    Example:
+        >>> issubclass(CorpusNotFoundError, FileNotFoundError), issubclass(CorpusNotFoundError, CorpusError)
+        (True, True)
+    """
+
+
+class CorpusFieldError(CorpusError, KeyError):
+    """A JSONL line, Parquet file or saved dataset has no field of the text's name (also a ``KeyError``).
+
+    Its message is printed as it is (a plain ``KeyError`` would quote it).
+
+    Example:
+        >>> str(CorpusFieldError("a.jsonl:1 has no field 'text'"))
+        "a.jsonl:1 has no field 'text'"
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+_TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet")
+_FIELD_FIX = "name the field that holds the text with --text-field (command line) or text_field= (Python)"
+_JSON_TYPES = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array",
+               dict: "an object"}
+
+
+def _is_saved_dataset(folder: Path) -> bool:
+    return any((folder / name).exists() for name in ("dataset_info.json", "state.json", "dataset_dict.json"))
+
+
+def _check_type(name: str, value: Any, types: tuple[type, ...], accepts: str) -> None:
+    if not isinstance(value, types):
+        raise ParameterTypeError(f"{name} must be {accepts}, got {type(value).__name__} {_snippet(value)}")
+
+
+def _snippet(value: Any, limit: int = 40) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def source_files(source: str | os.PathLike[str], text_field: str = "text") -> list[Path]:
+    """The files :func:`read_texts` reads for ``source``, in the order it reads them.
+
+    A file is itself; a folder gives its .txt / .jsonl / .parquet files (at
+    any depth, regular files only) in sorted order; a saved Hugging Face
+    dataset folder gives every regular file under it, sorted. The built-in
+    sources ``"docs"``, ``"random"`` and ``"repeat"`` (given as a str) read no
+    file. Hash these files to notice a corpus edited in place.
+
+    Args:
+        source: ``"docs"``, ``"random"``, ``"repeat"``, or the path of a file or folder.
+        text_field: the JSONL / Parquet field of the text (the listing does not
+            depend on it; it is taken for symmetry with :func:`read_texts`).
+
+    Returns:
+        The files, ``[]`` for a built-in source.
+
+    Raises:
+        CorpusNotFoundError: the path does not exist.
+        CorpusError: a folder holds no corpus file and is not a saved dataset.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> for name in ("b.jsonl", "a.txt", "notes.md"):
+        ...     _ = (folder / name).write_text('{"text": "x"}')
+        >>> [p.name for p in source_files(folder)], source_files("random")
+        (['a.txt', 'b.jsonl'], [])
+    """
+    _check_type("source", source, (str, os.PathLike), "a str or os.PathLike")
+    _check_type("text_field", text_field, (str,), "a str")
+    if isinstance(source, str) and source in BUILTIN_SOURCES:
+        return []
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise CorpusNotFoundError(
+            f"corpus {path} does not exist; give a .txt/.jsonl/.parquet file, a folder, or one of {BUILTIN_SOURCES}")
+    if not path.is_dir():
+        return [path]
+    if _is_saved_dataset(path):
+        return sorted(p for p in path.rglob("*") if p.is_file())
+    files = sorted(p for p in path.rglob("*") if p.suffix in _TEXT_SUFFIXES and p.is_file())
+    if not files:
+        raise CorpusError(f"folder {path} holds no .txt, .jsonl or .parquet files and is not a saved dataset; "
+                          "put the texts in such files or give one file")
+    return files
+
+
+def read_texts(path: str | os.PathLike[str], text_field: str = "text") -> list[str]:
+    """Texts from a .txt file, a .jsonl file (field ``text_field``), a .parquet file, or a folder.
 
     A folder is a Hugging Face dataset saved with ``save_to_disk`` (needs the
     ``datasets`` package) or holds .txt / .jsonl / .parquet files, read in
-    sorted order.
+    sorted order (:func:`source_files` lists them); ``"docs"`` is
+    :func:`docs_texts`. Files must be UTF-8 (a leading byte-order mark is
+    dropped; a .txt file's line ends read as ``\\n``). A .jsonl file holds one
+    JSON object per line, each with a string in ``text_field``; blank lines
+    are skipped. A Parquet column or dataset column must hold strings. The
+    strings are taken as they are; anything else is refused, never turned
+    into a string.
+
+    Args:
+        path: a file, a folder, or ``"docs"``.
+        text_field: the JSONL / Parquet / dataset field that holds the text
+            (``--text-field`` on the command line).
+
+    Returns:
+        The texts, one per .txt file, JSONL line, or row.
+
+    Raises:
+        CorpusNotFoundError: the path does not exist.
+        CorpusFieldError: a line, file or dataset lacks ``text_field``.
+        CorpusError: a file is not UTF-8, a line is not a JSON object, a text
+            is not a string; the message names the file, the line or row, and the fix.
 
     Example:
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.jsonl"
-        >>> _ = p.write_text('{"text": "hello"}\\n{"text": "world"}\\n')
+        >>> _ = p.write_text('{"text": "hello"}\\n\\n{"text": "world"}\\n')
         >>> read_texts(p)
         ['hello', 'world']
+        >>> _ = p.write_text('{"text": "hello"}\\n{"text": null}\\n')
+        >>> read_texts(p)
+        Traceback (most recent call last):
+        poslens.errors.CorpusError: .../a.jsonl:2: field 'text' is null, not a string; give each line a string in field 'text' ...
     """
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"corpus {path} does not exist; give a .txt/.jsonl file, a folder, or one of {BUILTIN_SOURCES}")
-    if path.is_dir():
-        if (path / "dataset_info.json").exists() or (path / "state.json").exists() or (path / "dataset_dict.json").exists():
-            return _read_hf_dataset(path, text_field)
-        files = sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".jsonl", ".parquet"))
-        if not files:
-            raise ValueError(f"folder {path} holds no .txt, .jsonl or .parquet files and is not a saved dataset")
-        return [t for f in files for t in read_texts(f, text_field)]
-    if path.suffix == ".jsonl":
-        texts = []
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            if text_field not in record:
-                raise KeyError(f"{path}:{n} has no field {text_field!r} (fields: {sorted(record)}); pass text_field=")
-            texts.append(str(record[text_field]))
-        return texts
-    if path.suffix == ".parquet":
-        import pandas as pd
+    _check_type("path", path, (str, os.PathLike), "a str or os.PathLike")
+    if isinstance(path, str) and path == "docs":
+        return docs_texts()
+    if isinstance(path, str) and path in BUILTIN_SOURCES:
+        raise InputError(f"corpus {path!r} has no texts: it is drawn from the tokenizer's ids by make_corpus; "
+                         "give a file or folder to read_texts")
+    files = source_files(path, text_field)
+    folder = Path(path).expanduser()
+    if folder.is_dir() and _is_saved_dataset(folder):
+        return _read_hf_dataset(folder, text_field)
+    return [text for file in files for text in _read_file(file, text_field)]
 
+
+def _read_file(path: Path, text_field: str) -> list[str]:
+    if path.suffix == ".parquet":
+        return _read_parquet(path, text_field)
+    text = _decode(path)
+    if path.suffix == ".jsonl":
+        return _read_jsonl(path, text, text_field)
+    return [text.replace("\r\n", "\n").replace("\r", "\n")]
+
+
+def _decode(path: Path) -> str:
+    """The file's bytes as UTF-8 (a BOM dropped); a CorpusError names the line and byte offset of the first bad byte."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")  # not utf-8-sig: its error offsets would not count the BOM
+    except UnicodeDecodeError as error:
+        offset = error.start
+        line = data.count(b"\n", 0, offset) + 1
+        column = offset - (data.rfind(b"\n", 0, offset) + 1)
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+            guess, fix = "it starts with a UTF-16 byte-order mark", "iconv -f utf-16 -t utf-8"
+        else:
+            guess, fix = "it may be Latin-1 or cp1252", "iconv -f latin1 -t utf-8 (or -f cp1252)"
+        raise CorpusError(
+            f"{path}:{line}: byte {offset} (0x{data[offset]:02x}; byte {column} of line {line}, counting from 0) is not UTF-8; "
+            f"the file is not UTF-8 text ({guess}). "
+            f"Convert it to UTF-8, for example with {fix} {path.name} > {path.stem}.utf8{path.suffix}") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _read_jsonl(path: Path, text: str, text_field: str) -> list[str]:
+    texts = []
+    example = json.dumps({text_field: "..."})
+    for n, line in enumerate(text.split("\n"), 1):  # JSONL lines end at \n only (U+2028 and the like may sit in a string)
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise CorpusError(f"{path}:{n} is not valid JSON ({error.msg} at column {error.colno}); "
+                              f"write one JSON object per line, such as {example}") from None
+        except RecursionError:
+            raise CorpusError(f"{path}:{n} is JSON nested too deeply to read; write one JSON object per line, "
+                              f"such as {example}") from None
+        if not isinstance(record, dict):
+            kind = _JSON_TYPES.get(type(record), type(record).__name__).split()[-1]
+            kind = "JSON null" if kind == "null" else f"a JSON {kind}"
+            raise CorpusError(f"{path}:{n} is {kind} ({_snippet(record)}), not an object; "
+                              f"write one JSON object per line, such as {example}")
+        if text_field not in record:
+            raise CorpusFieldError(f"{path}:{n} has no field {text_field!r} (the line's fields: {sorted(record)}); {_FIELD_FIX}")
+        value = record[text_field]
+        if not isinstance(value, str):
+            kind = _JSON_TYPES.get(type(value), type(value).__name__)
+            shown = "" if value is None else f" ({_snippet(value)})"
+            raise CorpusError(f"{path}:{n}: field {text_field!r} is {kind}{shown}, not a string; give each line a string in "
+                              f"field {text_field!r} (drop the line, or write \"\" for an empty text)")
+        if "\\u" in line:
+            _check_encodable(value, f"{path}:{n}: field {text_field!r}")
+        texts.append(value)
+    return texts
+
+
+def _check_encodable(value: str, where: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise CorpusError(f"{where} holds an unpaired surrogate escape (\\u{ord(value[error.start]):04x} at character "
+                          f"{error.start}), which is no text; write the character itself or its full surrogate pair") from None
+
+
+def _check_strings(values: Any, where: str, text_field: str) -> list[str]:
+    texts = list(values)
+    for row, value in enumerate(texts, 1):
+        if not isinstance(value, str):
+            null = value is None or (isinstance(value, float) and value != value) or type(value).__name__ in ("NAType", "NaTType")
+            name = type(value).__name__
+            kind = "null" if null else f"{'an' if name[0] in 'aeiou' else 'a'} {name} ({_snippet(value)})"
+            raise CorpusError(f"{where}: row {row} of {len(texts)} (counting from 1) of column {text_field!r} is {kind}, "
+                              f"not a string; give every row a string in column {text_field!r}")
+    return texts  # Arrow strings are valid UTF-8: no surrogate to look for
+
+
+def _read_parquet(path: Path, text_field: str) -> list[str]:
+    import pandas as pd
+
+    try:
         frame = pd.read_parquet(path)
-        if text_field not in frame:
-            raise KeyError(f"{path} has no column {text_field!r} (columns: {list(frame.columns)})")
-        return [str(t) for t in frame[text_field]]
-    return [path.read_text()]
+    except (OSError, ValueError) as error:
+        raise CorpusError(f"{path} is not a readable Parquet file ({type(error).__name__}: {error}); "
+                          "write it again, for example with pandas.DataFrame.to_parquet") from None
+    if text_field not in frame:
+        raise CorpusFieldError(f"{path} has no column {text_field!r} (columns: {list(frame.columns)}); {_FIELD_FIX}")
+    return _check_strings(frame[text_field], str(path), text_field)
 
 
 def _read_hf_dataset(path: Path, text_field: str) -> list[str]:
@@ -165,12 +365,16 @@ def _read_hf_dataset(path: Path, text_field: str) -> list[str]:
         import datasets
     except ImportError:
         raise ImportError(f"{path} is a saved Hugging Face dataset; reading it needs: pip install datasets") from None
-    data = datasets.load_from_disk(str(path))
+    try:
+        data = datasets.load_from_disk(str(path))
+    except (OSError, ValueError, KeyError) as error:
+        raise CorpusError(f"{path} looks like a saved Hugging Face dataset but cannot be loaded ({type(error).__name__}: "
+                          f"{error}); save it again with Dataset.save_to_disk") from None
     if isinstance(data, datasets.DatasetDict):
         data = data[sorted(data)[0]]
     if text_field not in data.column_names:
-        raise KeyError(f"dataset {path} has no column {text_field!r} (columns: {data.column_names})")
-    return [str(t) for t in data[text_field]]
+        raise CorpusFieldError(f"dataset {path} has no column {text_field!r} (columns: {data.column_names}); {_FIELD_FIX}")
+    return _check_strings(data[text_field], f"dataset {path}", text_field)
 
 
 def _position0(tokenizer: Any, position0: str) -> int | None:
@@ -178,7 +382,7 @@ def _position0(tokenizer: Any, position0: str) -> int | None:
         return None
     if position0 == "bos":
         if tokenizer.bos_token_id is None:
-            raise ValueError("position0 (--bos) is 'bos' but this tokenizer has no BOS token; use 'none' or 'token:<id>'")
+            raise InputError("position0 (--bos) is 'bos' but this tokenizer has no BOS token; use 'none' or 'token:<id>'")
         return int(tokenizer.bos_token_id)
     if position0.startswith("token:"):
         value = position0[len("token:"):]
@@ -187,12 +391,23 @@ def _position0(tokenizer: Any, position0: str) -> int | None:
         else:
             ids = tokenizer(value, add_special_tokens=False).input_ids
             if len(ids) != 1:
-                raise ValueError(f"position0 (--bos) {position0!r}: {value!r} is {len(ids)} tokens, not one")
+                raise InputError(f"position0 (--bos) {position0!r}: {value!r} is {len(ids)} tokens, not one")
             token_id = ids[0]
         if not 0 <= token_id < len(tokenizer):
-            raise ValueError(f"position0 (--bos) token id {token_id} is outside the vocabulary (0..{len(tokenizer) - 1})")
+            raise InputError(f"position0 (--bos) token id {token_id} is outside the vocabulary (0..{len(tokenizer) - 1})")
         return token_id
-    raise ValueError(f"position0 (--bos) must be 'bos', 'none' or 'token:<id or string>', not {position0!r}")
+    raise InputError(f"position0 (--bos) must be 'bos', 'none' or 'token:<id or string>', not {position0!r}")
+
+
+def _as_int(name: str, value: Any) -> int:
+    """``value`` as an int; a bool, float, str or anything else is refused, naming the parameter ``name``."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    whole = value if isinstance(value, float) and value.is_integer() else None
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        whole = int(value)
+    fix = f"; pass {name}={int(whole)}" if whole is not None else "; pass a whole number"
+    raise ParameterTypeError(f"{name} must be an int, got {type(value).__name__} {_snippet(value)}{fix}")
 
 
 def make_corpus(
@@ -211,16 +426,45 @@ def make_corpus(
     (uniform token ids), ``"repeat"`` (each sequence one random token repeated),
     or a path accepted by :func:`read_texts`. ``position0`` is ``"bos"``,
     ``"none"`` (position 0 holds the first text token) or ``"token:<id or string>"``.
+    The arguments are checked first: the sizes and the seed must be ints (a
+    bool, float or str is refused), ``source`` a str or ``os.PathLike``.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer or a PosModel.
+        source: ``"docs"``, ``"random"``, ``"repeat"``, or the path of a file or folder.
+        n_seqs: number of sequences N ≥ 1.
+        seq_len: tokens per sequence T ≥ 2, position 0 included.
+        position0: what fills position 0 (``--bos`` on the command line).
+        seed: seed of the window draw (and of the ids of ``random`` / ``repeat``).
+        text_field: the JSONL / Parquet field of the text (``--text-field``).
+
+    Returns:
+        The :class:`Corpus`, its provenance and tokenizer record in ``meta``.
+
+    Raises:
+        ParameterTypeError: an argument of the wrong type, naming it.
+        InputError: a size out of range, a bad ``position0``, or a corpus too small for N windows.
+        CorpusNotFoundError: the corpus path does not exist.
+        CorpusError: a corpus file cannot be read as text (see :func:`read_texts`).
 
     Example:
-        >>> corpus = make_corpus(model, "docs", n_seqs=4, seq_len=64)  # doctest: +SKIP
-        >>> corpus.tokens.shape  # doctest: +SKIP
-        torch.Size([4, 64])
+        >>> from poslens.model.tiny import byte_tokenizer
+        >>> make_corpus(byte_tokenizer(), "random", n_seqs=2, seq_len=8, seed=1).tokens.shape
+        torch.Size([2, 8])
+        >>> make_corpus(byte_tokenizer(), "docs", n_seqs="2")
+        Traceback (most recent call last):
+        poslens.errors.ParameterTypeError: n_seqs must be an int, got str '2'; pass n_seqs=2
     """
+    _check_type("source", source, (str, os.PathLike),
+                f"a str or os.PathLike: one of {BUILTIN_SOURCES} or the path of a .txt/.jsonl/.parquet file or a folder "
+                "(to use token ids you already have, build a Corpus(tokens, ...) directly)")
+    n_seqs, seq_len, seed = (_as_int(name, value) for name, value in (("n_seqs", n_seqs), ("seq_len", seq_len), ("seed", seed)))
+    _check_type("position0", position0, (str,), "a str: 'bos', 'none' or 'token:<id or string>'")
+    _check_type("text_field", text_field, (str,), "a str (the JSONL / Parquet field that holds the text)")
     owner = tokenizer
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
     if n_seqs < 1 or seq_len < 2:
-        raise ValueError(f"need n_seqs ≥ 1 and seq_len ≥ 2, got {n_seqs} and {seq_len}")
+        raise InputError(f"need n_seqs ≥ 1 and seq_len ≥ 2, got {n_seqs} and {seq_len}")
     first = _position0(tokenizer, position0)
     body_len = seq_len - (first is not None)
     generator = torch.Generator().manual_seed(seed)
@@ -233,12 +477,12 @@ def make_corpus(
         else:
             body = allowed[torch.randint(len(allowed), (n_seqs, 1), generator=generator)].expand(n_seqs, body_len)
     else:
-        texts = docs_texts() if source == "docs" else read_texts(source, text_field)
+        texts = read_texts(source, text_field)
         stream = _token_stream(tokenizer, texts)
         n_windows = len(stream) // body_len
         meta["source_tokens"] = len(stream)
         if n_windows < n_seqs:
-            raise ValueError(
+            raise InputError(
                 f"corpus {source!r} has {len(stream)} tokens: {n_windows} non-overlapping windows of {body_len}, "
                 f"but {n_seqs} sequences were asked for. Use fewer or shorter sequences, or a larger corpus."
             )
@@ -283,6 +527,12 @@ def tokenizer_record(tokenizer: Any) -> dict[str, Any]:
     one model agree, different tokenizers differ. :func:`make_corpus` stores the
     record in ``Corpus.meta``; :func:`check_corpus_fits` compares it with a model's.
 
+    Args:
+        tokenizer: a Hugging Face tokenizer or a PosModel.
+
+    Returns:
+        ``{"tokenizer_of": name, "tokenizer_vocab": size, "tokenizer_fingerprint": 12 hex digits}``.
+
     Example:
         >>> from poslens.model.tiny import byte_tokenizer
         >>> record = tokenizer_record(byte_tokenizer())
@@ -311,6 +561,13 @@ def check_corpus_fits(model: Any, corpus: Corpus) -> None:
     match the model's. Any corpus, with or without the record (say one built
     by hand), must hold only ids in ``0 … vocabulary size − 1`` of the model's
     embedding. ``measure`` and ``collect_sums`` call this first.
+
+    Args:
+        model: a PosModel.
+        corpus: the corpus to check.
+
+    Returns:
+        None; raises ``ValueError`` naming the tokenizers or the first id out of range.
 
     Example:
         >>> import tempfile, poslens

@@ -1,0 +1,110 @@
+"""poslens's exceptions: one hierarchy, each class also the built-in exception it refines.
+
+Every error poslens raises on purpose derives from :class:`PoslensError`, so a
+caller can catch all of them at once (the ``poslens`` command prints their
+message as one line, never a traceback). Each class also derives from the
+built-in exception a Python user would expect (``ValueError`` for a bad value,
+``TypeError`` for a wrong type, ``OSError`` for files), so existing
+``except ValueError`` code keeps working. Every message names the file, option
+or parameter at fault and says what to do. This module is the package's base
+layer: it imports nothing from poslens.
+
+Example:
+    >>> try:
+    ...     raise CorpusError("notes.jsonl:3 is not a JSON object; write one object per line")
+    ... except ValueError as error:   # also a PoslensError
+    ...     print(type(error).__name__, isinstance(error, PoslensError))
+    CorpusError True
+"""
+
+from __future__ import annotations
+
+
+class PoslensError(Exception):
+    """Base of every error poslens raises on purpose.
+
+    Example:
+        >>> issubclass(InputError, PoslensError), issubclass(OutputConflictError, PoslensError)
+        (True, True)
+    """
+
+
+class InputError(PoslensError, ValueError):
+    """An option or parameter has a value poslens cannot use (out of range, unknown name).
+
+    Example:
+        >>> str(InputError("--tau must lie in (0, 1], got -1"))
+        '--tau must lie in (0, 1], got -1'
+    """
+
+
+class ParameterTypeError(PoslensError, TypeError):
+    """A Python argument has the wrong type (a tensor where a Corpus is expected, a string where an int is).
+
+    Example:
+        >>> issubclass(ParameterTypeError, TypeError)
+        True
+    """
+
+
+class CorpusError(InputError):
+    """A corpus file cannot be read as text: the message names the file, the line and the fix.
+
+    Example:
+        >>> issubclass(CorpusError, ValueError)
+        True
+    """
+
+
+class ModelFileError(PoslensError, ValueError):
+    """A model folder's files are missing, truncated or damaged.
+
+    Example:
+        >>> issubclass(ModelFileError, ValueError)
+        True
+    """
+
+
+class InputsChangedError(PoslensError, ValueError):
+    """A saved part was made from input files (corpus, model) whose bytes have changed since.
+
+    Example:
+        >>> issubclass(InputsChangedError, ValueError)
+        True
+    """
+
+
+class SumsMismatchError(PoslensError, ValueError):
+    """A result's ``.sums.npz`` is missing, or belongs to another table than the Parquet file beside it.
+
+    Example:
+        >>> issubclass(SumsMismatchError, ValueError)
+        True
+    """
+
+
+class OutputConflictError(PoslensError, FileExistsError):
+    """Writing would replace a file that poslens did not write (or that was changed since), or a folder.
+
+    Example:
+        >>> issubclass(OutputConflictError, OSError)
+        True
+    """
+
+
+class OutputInUseError(PoslensError, RuntimeError):
+    """Another poslens process is writing into the same output folder.
+
+    Example:
+        >>> issubclass(OutputInUseError, RuntimeError)
+        True
+    """
+
+
+class DiskFullError(PoslensError, OSError):
+    """A file could not be written because the disk (or a file-size limit) is full.
+
+    Example:
+        >>> issubclass(DiskFullError, OSError)
+        True
+    """
