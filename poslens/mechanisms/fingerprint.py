@@ -33,7 +33,7 @@ from poslens.measurement.result import COLUMNS, Result
 from poslens.mechanisms.sinks import DEFAULT_TAU, sink_reading_heads, sink_table
 from poslens.model import hooks
 from poslens.model.corpus import Corpus, make_corpus
-from poslens.model.loading import require_pos_model
+from poslens.model.loading import check_seq_len, require_pos_model
 
 Interval = tuple[np.ndarray, np.ndarray, np.ndarray]
 BOS_TOLERANCE = 1e-5  # METHOD §8 built-in check: relative dispersion with a constant BOS must be this small
@@ -483,6 +483,9 @@ def fingerprint(
         >>> result.select("readout_accuracy")[["layer", "value", "ci_low", "ci_high"]]  # doctest: +SKIP
     """
     require_pos_model(model, "fingerprint()")
+    # Named as users set it: --fingerprint-len / the study's fingerprint_len, not the leakage part's --seq-len.
+    check_seq_len(model, seq_len, option="--fingerprint-len",
+                  parameter="fingerprint_len= of Settings or Study.with_settings, seq_len= of fingerprint()")
     readout_seqs = 4 * n_first_tokens * groups if readout_seqs is None else readout_seqs
     balanced_classes(readout_seqs, n_first_tokens, groups)  # fail before any forward pass
     bos = make_corpus(model, "docs", n_seqs, seq_len, position0="bos", seed=seed)

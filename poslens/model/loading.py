@@ -4,12 +4,20 @@
 Hugging Face model folder, or a name already in the local Hugging Face cache.
 It never downloads: registry models come from installed packages, everything
 else from disk.
+
+Before any weights are read, a model folder's files are checked: it must hold
+tokenizer files (:data:`TOKENIZER_FILES`), and each safetensors weights file
+that transformers would read must be whole (its header parses and the file is
+exactly as long as the header says). Otherwise :class:`~poslens.errors.ModelFileError`
+names the folder or file and the fix. :func:`model_files` lists the files that
+define a local model folder.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -18,6 +26,7 @@ from typing import Any, Iterator
 
 import torch
 
+from poslens.errors import InputError, ModelFileError, PoslensError
 from poslens.model import cache as model_cache
 from poslens.model.registry import REGISTRY, RegistryEntry, closest_name, registry_names
 from poslens.model.variants import Variant, apply_rope_variant, parse_variant, rope_parameter_dicts, window_hook
@@ -26,7 +35,7 @@ from poslens.model.variants import Variant, apply_rope_variant, parse_variant, r
 _NON_CAUSAL = {"bert", "roberta", "deberta", "deberta-v2", "electra", "t5", "bart", "mbart", "modernbert", "distilbert"}
 
 
-class ModelNotSupportedError(ValueError):
+class ModelNotSupportedError(PoslensError, ValueError):
     """The model loads but is not a causal RoPE decoder, which poslens studies.
 
     Raised by :func:`load_model` for encoders, encoder-decoders, models
@@ -213,6 +222,174 @@ def require_pos_model(model: Any, where: str) -> None:
     else:
         advice = f"{load} and pass what it returns"
     raise TypeError(f"{where} needs a model loaded by poslens.load_model(...) (a PosModel); got {kind}. {advice}.")
+
+
+#: Files any one of which holds a tokenizer transformers can load (besides any ``*.tiktoken``
+#: or sentencepiece ``*.model`` file).
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "vocab.txt", "merges.txt",
+    "spiece.model", "sentencepiece.bpe.model",
+)
+#: Files that describe a model rather than define it: left out of :func:`model_files` (matched by name
+#: without suffix, any case).
+PROSE_FILES = ("README", "LICENSE", "LICENCE", "NOTICE", "COPYING")
+_PROSE_SUFFIXES = (".md", ".rst")
+
+
+def model_files(folder: str | os.PathLike) -> list[Path]:
+    """The files of a local model folder that define the model: config, weights, tokenizer, generation files.
+
+    These are every regular file (a symlink to one counts, as in a Hugging Face
+    cache snapshot) directly in ``folder`` whose name does not start with ``.``,
+    except prose: ``*.md``, ``*.rst`` and files named README, LICENSE, LICENCE,
+    NOTICE or COPYING with any suffix (editing a model card does not change the
+    model). Subfolders are not entered: transformers reads a model folder's top
+    level only. Hash them to notice a folder edited in place.
+
+    Args:
+        folder: a local Hugging Face model folder.
+
+    Returns:
+        The files as ``folder / name``, sorted by name.
+
+    Raises:
+        ModelFileError: ``folder`` is not a folder.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from poslens.model.tiny import save_tiny_model
+        >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+        >>> _ = (folder / "README.md").write_text("# a model card")
+        >>> [path.name for path in model_files(folder)]
+        ['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelFileError(f"{folder} is not a folder; model_files() lists the files of a local model folder")
+    return sorted(
+        (path for path in folder.iterdir() if path.is_file() and not path.name.startswith(".") and not _is_prose(path)),
+        key=lambda path: path.name,
+    )
+
+
+def _is_prose(path: Path) -> bool:
+    return path.suffix.lower() in _PROSE_SUFFIXES or path.name.split(".")[0].upper() in PROSE_FILES
+
+
+def check_seq_len(model: PosModel, seq_len: int, option: str | None = None, parameter: str | None = None) -> None:
+    """Raise :class:`~poslens.errors.InputError` if ``seq_len`` exceeds the model's context.
+
+    Args:
+        model: the loaded model (``max_context`` 0 means no limit known).
+        seq_len: tokens per sequence.
+        option: the command-line option that set ``seq_len`` (e.g. ``"--fingerprint-len"``), named in
+            the message with the largest value that fits; None for the general message.
+        parameter: how Python callers set it, shown after the option (e.g. ``"fingerprint_len="``).
+
+    Raises:
+        InputError: ``seq_len`` > ``model.max_context`` (also a ``ValueError``).
+
+    Example:
+        >>> import tempfile, poslens
+        >>> from poslens.model.tiny import save_tiny_model
+        >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama", max_position_embeddings=32))
+        >>> check_seq_len(model, 32)   # fits
+        >>> check_seq_len(model, 48, option="--fingerprint-len", parameter="fingerprint_len=")
+        Traceback (most recent call last):
+        poslens.errors.InputError: sequence length 48 exceeds ... of 32 tokens; use --fingerprint-len 32 or less (in Python: fingerprint_len=)
+    """
+    context = model.max_context
+    if not context or seq_len <= context:
+        return
+    if option is None:
+        fix = f"use sequences of at most {context} tokens"
+    else:
+        fix = f"use {option} {context} or less" + (f" (in Python: {parameter})" if parameter else "")
+    raise InputError(f"sequence length {seq_len} exceeds {model.name}'s context of {context} tokens; {fix}")
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    return any(
+        (folder / name).is_file() for name in TOKENIZER_FILES
+    ) or any(p.is_file() and p.suffix in (".tiktoken", ".model") for p in folder.iterdir())
+
+
+def _check_tokenizer_files(folder: Path) -> None:
+    if not _has_tokenizer(folder):
+        raise ModelFileError(
+            f"{folder} holds no tokenizer files (none of {', '.join(TOKENIZER_FILES)}, *.tiktoken): poslens needs the "
+            f"model's own tokenizer. Save it into the folder with tokenizer.save_pretrained({str(folder)!r}) (the "
+            "tokenizer the model was trained with, e.g. AutoTokenizer.from_pretrained of the original model)"
+        )
+
+
+def _weights_to_check(folder: Path) -> list[Path]:
+    """The safetensors files transformers would read from ``folder``: model.safetensors, else the index's shards."""
+    single = folder / "model.safetensors"
+    if single.is_file():
+        return [single]
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return []  # other weight formats (or none): transformers says what it finds
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        shards = sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ModelFileError(
+            f"{index} is damaged (not a safetensors index with a weight_map: {error}); save the model again with "
+            "model.save_pretrained(folder)"
+        ) from None
+    missing = [name for name in shards if not (folder / name).is_file()]
+    if missing:
+        raise ModelFileError(
+            f"{folder} is missing {len(missing)} of the {len(shards)} weight shards that {index.name} names "
+            f"({', '.join(missing[:3])}{', …' if len(missing) > 3 else ''}); copy the whole folder again, or save the "
+            "model again with model.save_pretrained(folder)"
+        )
+    return [folder / name for name in shards]
+
+
+def _safetensors_damage(path: Path) -> str | None:
+    """What is wrong with a safetensors file's layout (8-byte little-endian header length, JSON header, data), or None.
+
+    Reads the header only: the data's bytes are not checked, its length is.
+    """
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            return f"it has {size} bytes, fewer than the 8 that give a safetensors header's length"
+        length = int.from_bytes(head, "little")
+        if length == 0:
+            return "its first 8 bytes, the length of its header, are zero (a zeroed file)"
+        if 8 + length > size:
+            return f"its first 8 bytes give a header of {length} bytes, but the whole file has {size} bytes"
+        raw = handle.read(length)
+    try:
+        header = json.loads(raw)
+        ends = [int(entry["data_offsets"][1]) for name, entry in header.items() if name != "__metadata__"]
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return "its header is not a safetensors header (the bytes are overwritten or zeroed)"
+    expected = 8 + length + max(ends, default=0)
+    if size < expected:
+        return f"it has {size} bytes, but its header describes {expected}"
+    if size > expected:
+        return f"it has {size} bytes, {size - expected} more than its header describes"
+    return None
+
+
+def _check_weights(folder: Path) -> None:
+    for path in _weights_to_check(folder):
+        damage = _safetensors_damage(path)
+        if damage is not None:
+            raise ModelFileError(
+                f"{path} is truncated or damaged: {damage}. Save the model again (model.save_pretrained(folder)) or "
+                "copy the file again from its source"
+            )
+
+
+def _is_safetensors_error(error: BaseException) -> bool:
+    return type(error).__name__ == "SafetensorError" or type(error).__module__.startswith("safetensors")
 
 
 def load_model(
@@ -543,12 +720,21 @@ def _build(
         factor = next((p["partial_rotary_factor"] for p in rope_parameter_dicts(text_config) if "partial_rotary_factor" in p), None)
     rotary_dim = int(mla_rotary) if mla_rotary else int(d_head * float(factor or 1.0))
     apply_rope_variant(text_config, variant, rotary_dim)
+    _check_tokenizer_files(Path(folder))
+    _check_weights(Path(folder))
     try:
         hf = AutoModelForCausalLM.from_pretrained(
             folder, config=config, dtype=dtype, local_files_only=True, **({"device_map": device_map} if device_map else {})
         )
-    except ValueError as error:
-        raise ModelNotSupportedError(f"{name} cannot be loaded as a causal language model: {error}") from error
+    except Exception as error:
+        if _is_safetensors_error(error):  # damage the header check above cannot see
+            raise ModelFileError(
+                f"a weights file in {folder} is truncated or damaged ({error}). Save the model again "
+                "(model.save_pretrained(folder)) or copy its files again from their source"
+            ) from error
+        if isinstance(error, ValueError):
+            raise ModelNotSupportedError(f"{name} cannot be loaded as a causal language model: {error}") from error
+        raise
     sinks = sorted({param.split(".")[-2] for param, _ in hf.named_parameters() if param.endswith(".sinks")})
     if sinks:
         raise ModelNotSupportedError(

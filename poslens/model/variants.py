@@ -4,9 +4,16 @@ A variant string is one or more specs joined by ``+``:
 
 - ``ntk:<alpha>``: NTK-aware scaling, every RoPE base θ becomes θ·α^(d/(d−2)),
   d the rotary dimension;
-- ``window:<W>``: a sliding window of width W imposed in every layer (query i
-  sees keys max(0, i−W+1)..i; a layer that already has a narrower window keeps it);
-- ``rope-base:<θ>``: every RoPE base set to θ.
+- ``window:<W>``: a sliding window of width W ≥ 2 imposed in every layer (query i
+  sees keys max(0, i−W+1)..i; a layer that already has a narrower window keeps it).
+  W = 1 is refused: each query would see only itself, so its attention is 1 on
+  that key whatever the scores, and there is no pattern to decompose;
+- ``rope-base:<θ>``: every RoPE base set to θ, a finite number > 1 (the rotation
+  frequencies θ^(−2k/d) then fall from 1 towards 1/θ).
+
+Malformed specs raise :class:`~poslens.errors.InputError` (a ``ValueError``)
+when parsed, before any model is loaded; the ``poslens`` command shows them as
+``Invalid value for '--variant': ...``.
 
 RoPE changes are applied to the Hugging Face config before the weights are
 loaded, so the model is exactly the one transformers would build natively with
@@ -21,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from poslens.errors import InputError, PoslensError
 
 
 @dataclass(frozen=True)
@@ -62,20 +71,46 @@ def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
-VARIANT_HELP = "variants are 'ntk:<alpha>' (alpha > 0), 'window:<W>' (W ≥ 1 tokens), 'rope-base:<theta>' (theta > 0), joined by '+'"
+VARIANT_HELP = "variants are 'ntk:<alpha>' (alpha > 0), 'window:<W>' (W ≥ 2 tokens), 'rope-base:<theta>' (theta > 1), joined by '+'"
+
+#: Why a RoPE base must exceed 1, for the messages of :func:`parse_variant` and :func:`apply_rope_variant`.
+_BASE_RULE = (
+    "a RoPE base θ must be finite and > 1, so that the rotation frequencies θ^(−2k/d) fall from 1 towards 1/θ; "
+    "with θ ≤ 1 they are all 1 or grow past 1, and a tiny θ makes them overflow to inf (transformers computes them in "
+    "float32, whatever the weights' dtype), which gives NaN scores"
+)
 
 
 def parse_variant(spec: str | Variant | None) -> Variant:
     """Parse a variant string such as ``"ntk:4"``, ``"window:64"`` or ``"rope-base:1e6"``.
 
-    ``None``, ``""`` and ``"base"`` mean no variant. Bad specs raise ``ValueError``
-    with the accepted forms.
+    ``None``, ``""`` and ``"base"`` mean no variant.
+
+    Args:
+        spec: the variant string (``--variant`` of the ``poslens`` command,
+            ``variant=`` of :func:`poslens.load_model`), or a :class:`Variant`,
+            returned as it is.
+
+    Returns:
+        The parsed :class:`Variant`.
+
+    Raises:
+        InputError: a malformed spec, an unknown kind, a kind named twice, or a
+            value out of range (``ntk`` alpha ≤ 0, ``window`` W not a whole
+            number ≥ 2, ``rope-base`` θ not finite or ≤ 1); the message names
+            the spec and lists the accepted forms.
 
     Example:
         >>> parse_variant("rope-base:1e6").rope_base
         1000000.0
         >>> parse_variant(None) == Variant()
         True
+        >>> parse_variant("window:1")
+        Traceback (most recent call last):
+        poslens.errors.InputError: variant 'window:1': W must be a whole number ≥ 2: with W = 1 each query sees only itself, ...
+        >>> parse_variant("rope-base:1e-300")
+        Traceback (most recent call last):
+        poslens.errors.InputError: variant 'rope-base:1e-300': theta must be > 1: a RoPE base θ must be finite and > 1, ...
     """
     if isinstance(spec, Variant):
         return spec
@@ -86,30 +121,38 @@ def parse_variant(spec: str | Variant | None) -> Variant:
     for part in spec.split("+"):
         kind, sep, value = part.strip().partition(":")
         if kind in seen:
-            raise ValueError(f"variant {spec!r} names {kind!r} twice")
+            raise InputError(f"variant {spec!r} names {kind!r} twice")
         seen.add(kind)
         if not sep:
-            raise ValueError(f"variant {part!r} has no value; {VARIANT_HELP}")
+            raise InputError(f"variant {part!r} has no value; {VARIANT_HELP}")
         try:
             number = float(value)
         except ValueError:
-            raise ValueError(f"variant {part!r}: {value!r} is not a number; {VARIANT_HELP}") from None
+            raise InputError(f"variant {part!r}: {value!r} is not a number; {VARIANT_HELP}") from None
         if not math.isfinite(number):
-            raise ValueError(f"variant {part!r}: value must be finite; {VARIANT_HELP}")
+            raise InputError(f"variant {part!r}: value must be finite; {VARIANT_HELP}")
         if kind == "ntk":
             if number <= 0:
-                raise ValueError(f"variant {part!r}: alpha must be > 0; {VARIANT_HELP}")
+                raise InputError(f"variant {part!r}: alpha must be > 0; {VARIANT_HELP}")
             fields["ntk_alpha"] = number
         elif kind == "window":
+            if number == 1:
+                raise InputError(
+                    f"variant {part!r}: W must be a whole number ≥ 2: with W = 1 each query sees only itself, so its "
+                    "attention is 1 on that key whatever the scores, and there is no pattern to decompose (no C_res or "
+                    f"C_mask); {VARIANT_HELP}"
+                )
             if number < 1 or not number.is_integer():
-                raise ValueError(f"variant {part!r}: W must be a whole number ≥ 1; {VARIANT_HELP}")
+                raise InputError(f"variant {part!r}: W must be a whole number ≥ 2; {VARIANT_HELP}")
             fields["window"] = int(number)
         elif kind == "rope-base":
             if number <= 0:
-                raise ValueError(f"variant {part!r}: theta must be > 0; {VARIANT_HELP}")
+                raise InputError(f"variant {part!r}: theta must be > 0, and indeed > 1: {_BASE_RULE}; {VARIANT_HELP}")
+            if number <= 1:
+                raise InputError(f"variant {part!r}: theta must be > 1: {_BASE_RULE}; {VARIANT_HELP}")
             fields["rope_base"] = number
         else:
-            raise ValueError(f"unknown variant kind {kind!r}; {VARIANT_HELP}")
+            raise InputError(f"unknown variant kind {kind!r}; {VARIANT_HELP}")
     return Variant(**fields)
 
 
@@ -141,11 +184,13 @@ def rope_parameter_dicts(config: Any) -> list[dict]:
     return [p for p in params.values() if isinstance(p, dict) and "rope_theta" in p]
 
 
-class VariantNotSupportedError(ValueError):
+class VariantNotSupportedError(PoslensError, ValueError):
     """The variant has no well-defined meaning for this model; the message says why.
 
     Raised by :func:`apply_rope_variant` (so by :func:`poslens.load_model`)
-    before any weights are read.
+    before any weights are read: ``ntk:`` under a RoPE scaling of the model's
+    own, or a variant that would give the model a RoPE base that is not
+    finite or not > 1 (e.g. a tiny ``ntk`` alpha).
 
     Example:
         >>> from transformers import LlamaConfig
@@ -203,7 +248,9 @@ def variant_refusal(config: Any, variant: Variant) -> str | None:
 def apply_rope_variant(config: Any, variant: Variant, rotary_dim: int) -> None:
     """Change the RoPE base(s) of a transformers config in place, as the variant says.
 
-    Raises :class:`VariantNotSupportedError` where :func:`variant_refusal` gives a reason.
+    Raises :class:`VariantNotSupportedError` where :func:`variant_refusal` gives a
+    reason, or where a resulting base is not finite or not > 1 (then the config
+    is left unchanged).
 
     Example:
         >>> from transformers import LlamaConfig
@@ -216,12 +263,24 @@ def apply_rope_variant(config: Any, variant: Variant, rotary_dim: int) -> None:
     if reason is not None:
         raise VariantNotSupportedError(f"variant {str(variant)!r} is refused for {getattr(config, 'model_type', '?')}, {reason}")
     dicts = rope_parameter_dicts(config)
+    thetas = []
     for params in dicts:
         theta = float(params["rope_theta"])
         if variant.rope_base is not None:
             theta = float(variant.rope_base)
         if variant.ntk_alpha is not None:
-            theta = ntk_base(theta, variant.ntk_alpha, rotary_dim)
+            try:
+                theta = ntk_base(theta, variant.ntk_alpha, rotary_dim)
+            except OverflowError:
+                theta = math.inf
+        if not (math.isfinite(theta) and theta > 1):
+            raise VariantNotSupportedError(
+                f"variant {str(variant)!r} gives {getattr(config, 'model_type', '?')} a RoPE base of {theta:g} "
+                f"(from {float(params['rope_theta']):g}): {_BASE_RULE}. Choose an ntk alpha or rope-base that keeps it "
+                "finite and > 1"
+            )
+        thetas.append(theta)
+    for params, theta in zip(dicts, thetas):
         params["rope_theta"] = theta
 
 
