@@ -40,6 +40,8 @@ from poslens.model.tiny import byte_tokenizer, save_tiny_model
 from poslens.study.cli import app
 
 runner = CliRunner()
+# the hidden files poslens keeps in a folder it writes: which files it wrote, and the locks of that list and of the folder
+BOOKKEEPING = {".poslens-files.json", ".poslens-files.json.lock", ".poslens.lock"}
 
 
 def flat(text: str) -> str:
@@ -163,7 +165,9 @@ def test_missing_bos_is_not_silently_replaced(no_bos_dir, tmp_path):
     [
         ("ntk:0", "variant 'ntk:0': alpha must be > 0"),
         ("ntk:-1", "variant 'ntk:-1': alpha must be > 0"),
-        ("window:0", "variant 'window:0': W must be a whole number ≥ 1"),
+        ("window:0", "variant 'window:0': W must be a whole number ≥ 2"),
+        ("window:1", "with W = 1 each query sees only itself"),
+        ("rope-base:1e-300", "variant 'rope-base:1e-300': theta must be > 1"),
         ("rope-base:abc", "variant 'rope-base:abc': 'abc' is not a number"),
     ],
 )
@@ -381,7 +385,7 @@ def test_interrupted_save_keeps_the_previous_file(tiny, tmp_path, monkeypatch):
     monkeypatch.undo()
     kept = Result.load(path)
     pd.testing.assert_frame_equal(kept.table, first.table, check_exact=True)
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left behind
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".") and p.name not in BOOKKEEPING] == []  # no temporary left
     # A result without sums does not inherit an older result's sums file.
     Result(first.table, {}).save(path)
     assert Result.load(path).sums is None and not path.with_suffix(".sums.npz").exists()
@@ -417,7 +421,7 @@ def test_ctrl_c_during_report_then_rerun_resumes(tiny_llama_dir, tmp_path):
     # The part written before the interrupt is complete: table, provenance and sums.
     first = Result.load(leakage)
     assert first.meta["settings_key"] and first.sums is not None and len(first.table) > 0
-    assert [p.name for p in out.iterdir() if p.name.startswith(".") and not p.name.startswith(".write-check")] == []
+    assert [p.name for p in out.iterdir() if p.name.startswith(".") and p.name not in BOOKKEEPING] == []
     digest = hashlib.sha256(leakage.read_bytes()).hexdigest()
 
     rerun = subprocess.run(_report_command(tiny_llama_dir, out), capture_output=True, text=True, env=env, timeout=180)

@@ -61,7 +61,10 @@ def test_consistent_parts_give_claims_and_name_the_commands_of_the_rest(folders,
     verdicts = table.groupby("claim")["verdict"].agg(set).to_dict()
     assert verdicts["C4"] == verdicts["C6"] == {"not measured"}
     assert "not measured" not in verdicts["C1"] | verdicts["C3"] | verdicts["C5"]
-    assert f"not measured: C4 (run: poslens compare --out {out}), C6 (run: poslens fingerprint --out {out})" in _flat(done.output)
+    # each command spells the settings of the parts already there (SMALL, the model, τ of ablate-sinks), so that it agrees with them
+    line = _flat(done.output)
+    assert f"not measured: C4 (run: poslens compare --groups 4 --early 8 --out {out}), C6 (run: poslens fingerprint --model " in line
+    assert f"--n-seqs 8 --seq-len 24 --groups 4 --early 8 --tau 0.05 --out {out})" in line
 
 
 def test_the_report_shows_not_measured_claims_apart_with_their_commands(folders, tmp_path):
@@ -75,7 +78,7 @@ def test_the_report_shows_not_measured_claims_apart_with_their_commands(folders,
     assert page.count('<tr class="not-measured">') == 3 and "<b>not measured</b>" in page
     assert ".not-measured {" in page  # styled apart from inconclusive
     assert (f'<p class="not-measured-summary">not measured: C4 (run: poslens compare --out {out}), '
-            f"C5 (run: poslens bos-swap --out {out}), C6 (run: poslens fingerprint --out {out})</p>") in page
+            f"C5 (run: poslens bos-swap --n-seqs 8 --out {out}), C6 (run: poslens fingerprint --n-seqs 8 --out {out})</p>") in page
 
 
 def test_claims_refuse_a_leakage_part_of_other_sizes(folders, tmp_path):
@@ -107,10 +110,10 @@ def test_claims_refuse_a_leakage_part_of_other_sizes(folders, tmp_path):
 
 def test_a_part_without_recorded_settings_is_refused(folders, tmp_path):
     same, _ = folders
-    out = _copy(same, LEAKAGE_FILES, tmp_path / "old")
-    old = Result.load(out / "leakage.parquet")
+    old = Result.load(same / "leakage.parquet")
     for key in ("settings", "settings_key"):
         old.meta.pop(key)
+    out = tmp_path / "old"
     old.save(out / "leakage.parquet")
     refused = runner.invoke(app, ["claims", "--out", str(out)])
     assert isinstance(refused.exception, MixedSettingsError), refused.output

@@ -408,8 +408,12 @@ class CellSums:
             self.layer_windows,
         )
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, tag: str = "") -> None:
         """Write the sums to a ``.npz`` file (reload with :meth:`load`).
+
+        ``tag`` is stored with the arrays (:meth:`tag_of` reads it back):
+        :meth:`poslens.measurement.result.Result.save` writes the same tag into
+        the Parquet file, so a table is never paired with another run's sums.
 
         Example:
             >>> import tempfile, pathlib; path = pathlib.Path(tempfile.mkdtemp()) / "sums.npz"
@@ -425,8 +429,22 @@ class CellSums:
             row_count=self.row_count,
             group_sizes=self.group_sizes,
             layer_windows=np.array([-1 if w is None else w for w in self.layer_windows], dtype=np.int64),
+            tag=np.array(tag),
             **{f"a_{name}": array for name, array in self.per_group.as_dict().items()},
         )
+
+    @staticmethod
+    def tag_of(path: str | Path) -> str:
+        """The tag a sums file was saved with (``""`` for none, or for sums saved by an older poslens).
+
+        Example:
+            >>> import tempfile, pathlib; path = pathlib.Path(tempfile.mkdtemp()) / "sums.npz"
+            >>> CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16)).save(path, tag="run-1")
+            >>> CellSums.tag_of(path)
+            'run-1'
+        """
+        with np.load(path) as data:
+            return str(data["tag"]) if "tag" in data.files else ""
 
     @classmethod
     def load(cls, path: str | Path) -> "CellSums":

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import time
+import warnings
 from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any, Callable, Protocol, Sequence
@@ -16,6 +18,7 @@ from tqdm import tqdm
 from poslens.capture.counterfactual_replay import CounterfactualReplay
 from poslens.capture.leakage_capture import LeakageCapture
 from poslens.capture.row_bin_store import RowBinStore, check_disk_space, store_bytes
+from poslens.errors import InputError, ParameterTypeError
 from poslens.fit.binning import Binning
 from poslens.fit.counterfactual import counterfactual_sums, residuals
 from poslens.fit.metrics import metrics_with_intervals
@@ -133,6 +136,7 @@ def collect_sums(
         >>> sums = collect_sums(model, corpus, groups=4)  # doctest: +SKIP
     """
     require_pos_model(model, "collect_sums()")
+    interventions = check_arguments(corpus, interventions, groups=groups, early=early, batch_size=batch_size)
     check_corpus_fits(model, corpus)
     if corpus.seq_len > (model.max_context or corpus.seq_len):
         raise ValueError(
@@ -298,6 +302,108 @@ def tidy(values: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], model: st
     return table[COLUMNS]
 
 
+def tokens_sha256(tokens: torch.Tensor) -> str:
+    """sha256 of token ids as little-endian int64: the provenance of exactly what was measured.
+
+    Args:
+        tokens: token ids [n_seqs, seq_len].
+
+    Returns:
+        64 hex digits.
+
+    Example:
+        >>> tokens_sha256(torch.tensor([[1, 2, 3]])) == tokens_sha256(torch.tensor([[1, 2, 3]], dtype=torch.int32))
+        True
+        >>> tokens_sha256(torch.tensor([[1, 2, 3]])) == tokens_sha256(torch.tensor([[1, 2, 4]]))
+        False
+    """
+    data = tokens.detach().to("cpu", torch.int64).contiguous().numpy().astype("<i8").tobytes()
+    return hashlib.sha256(data).hexdigest()
+
+
+class EarlyWindowWarning(UserWarning):
+    """``early`` is not below the sequence length, so the early window holds every query.
+
+    Example:
+        >>> issubclass(EarlyWindowWarning, UserWarning)
+        True
+    """
+
+
+def check_arguments(corpus: Any, interventions: Any, warn: bool = True, **integers: Any) -> tuple[Any, ...]:
+    """Check the arguments of :func:`measure` and :func:`collect_sums` at the boundary; returns the interventions as a tuple.
+
+    ``corpus`` must be a :class:`~poslens.model.corpus.Corpus` (a tensor of ids
+    is refused with the call that makes one); each of ``integers`` (``groups=``,
+    ``early=``, ``batch_size=``) must be an int (``batch_size`` may be None),
+    with ``groups ≥ 2`` and ``early ≥ 2``; an ``early`` not below the corpus's
+    length warns (:class:`EarlyWindowWarning`: the early rows then repeat the
+    'all' rows); a single intervention is accepted as well as a list.
+
+    Args:
+        corpus: the corpus argument.
+        interventions: one intervention, or a sequence of them.
+        warn: warn about an early window that holds every query (``measure`` leaves that to ``collect_sums``).
+        **integers: the integer arguments by name.
+
+    Returns:
+        The interventions, as a tuple.
+
+    Raises:
+        ParameterTypeError: a wrong type, naming the parameter.
+        InputError: a value out of range, naming the parameter.
+
+    Example:
+        >>> check_arguments(torch.zeros(2, 8), (), groups=2)
+        Traceback (most recent call last):
+        poslens.errors.ParameterTypeError: corpus must be a poslens Corpus, not a Tensor: make one with poslens.make_corpus(model, ...) ...
+        >>> c = Corpus(torch.zeros(4, 8, dtype=torch.long), "random", 0, "none", [0] * 4, ["a"] * 4)
+        >>> check_arguments(c, (), groups="2")
+        Traceback (most recent call last):
+        poslens.errors.ParameterTypeError: groups must be an int, got str '2'
+        >>> check_arguments(c, (), groups=2, early=1)
+        Traceback (most recent call last):
+        poslens.errors.InputError: early must be ≥ 2 (the early window is 1 ≤ i < early), got 1
+    """
+    if not isinstance(corpus, Corpus):
+        hint = " (its .tokens alone carry no provenance)" if isinstance(corpus, torch.Tensor) else ""
+        raise ParameterTypeError(
+            f"corpus must be a poslens Corpus, not a {type(corpus).__name__}: make one with poslens.make_corpus(model, ...) "
+            f"from a source name, a file or a folder{hint}")
+    for name, value in integers.items():
+        if value is None and name == "batch_size":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ParameterTypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    groups, early = integers.get("groups"), integers.get("early")
+    if groups is not None and groups < 2:
+        raise InputError(f"groups must be ≥ 2 (the intervals need two groups at least), got {groups}")
+    if early is not None and early < 2:
+        raise InputError(f"early must be ≥ 2 (the early window is 1 ≤ i < early), got {early}")
+    if warn and early is not None and early >= corpus.seq_len:
+        warnings.warn(f"early = {early} is not below the corpus's seq_len {corpus.seq_len}: the early window 1 ≤ i < early "
+                      "holds every query, so the 'early' rows repeat 'all'; pass early < seq_len for an early window",
+                      EarlyWindowWarning, stacklevel=3)
+    if integers.get("batch_size") is not None and integers["batch_size"] < 1:
+        raise InputError(f"batch_size must be ≥ 1, got {integers['batch_size']}")
+    if _is_intervention(interventions):
+        return (interventions,)
+    try:
+        listed = tuple(interventions)
+    except TypeError:
+        raise ParameterTypeError(
+            f"interventions must be an intervention or a list of them, got {type(interventions).__name__}") from None
+    for item in listed:
+        if not _is_intervention(item):
+            raise ParameterTypeError(
+                f"interventions holds a {type(item).__name__}; give poslens interventions such as BosReplacement('mean')")
+    return listed
+
+
+def _is_intervention(value: Any) -> bool:
+    return all(hasattr(value, name) for name in ("label", "hooks", "describe")) and not isinstance(value, type)
+
+
 def run_metadata(model: Any, corpus: Corpus, settings: dict[str, Any]) -> dict[str, Any]:
     """Provenance of a run: model (with its RoPE type and scaling), corpus, settings and software versions.
 
@@ -312,7 +418,7 @@ def run_metadata(model: Any, corpus: Corpus, settings: dict[str, Any]) -> dict[s
         "poslens_version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": {**model.describe(), **rope_summary(model.hf_model.config.get_text_config())},
-        "corpus": corpus.describe(),
+        "corpus": {**corpus.describe(), "tokens_sha256": tokens_sha256(corpus.tokens)},
         "settings": settings,
         "versions": {
             "python": platform.python_version(),
@@ -351,6 +457,7 @@ def measure(
         >>> result.select("c_res", "early", head=-1)[["layer", "value", "ci_low", "ci_high"]]  # doctest: +SKIP
     """
     require_pos_model(model, "measure()")  # before the planner reads the model; collect_sums checks the corpus
+    interventions = check_arguments(corpus, interventions, warn=False, groups=groups, early=early, batch_size=batch_size)
     start = time.perf_counter()
     distributed.init_from_env()
     batch_size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)

@@ -14,6 +14,8 @@ import html
 import json
 import os
 import tempfile
+import uuid
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,15 +25,18 @@ import plotly.graph_objects as go
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from poslens.files import atomic_write
+from poslens.errors import InputError, OutputConflictError, PoslensError, SumsMismatchError
+from poslens.files import atomic_write_together
 from poslens.fit.sums import CellSums
 from poslens.measurement import plots
+from poslens.ownership import check_replaceable, forget_written, record_written
 
 COLUMNS = ["model", "variant", "intervention", "layer", "head", "query_window", "metric", "value", "ci_low", "ci_high"]
 META_KEY = b"poslens"
+SUMS_TAG_KEY = b"poslens_sums_tag"  # the tag saved with the .sums.npz beside the table
 
 
-class OutputNotWritableError(OSError):
+class OutputNotWritableError(PoslensError, OSError):
     """The output folder cannot be created or written to.
 
     Example:
@@ -190,36 +195,95 @@ class Result:
     def save(self, path: str | Path, csv: bool = True) -> Path:
         """Write ``path`` (Parquet with provenance), a ``.csv`` twin and, if present, ``.sums.npz``.
 
-        Each file is written under a temporary name and moved into place with
-        ``os.replace``; the Parquet file comes last, so an interrupted save
-        never leaves a half file, and never a new Parquet file without its sums.
-        An unwritable folder raises :class:`OutputNotWritableError`.
+        Nothing of the user's is overwritten: before anything is written, a
+        ``path`` that is a folder or does not end in ``.parquet``, or any of the
+        three files that exists and was not written by poslens (or was changed
+        since, see :mod:`poslens.ownership`), raises
+        :class:`~poslens.errors.OutputConflictError` or
+        :class:`~poslens.errors.InputError` naming it. The sums file and the
+        Parquet file carry one tag, so :meth:`load` never pairs a table with
+        another run's sums. All files are written under temporary names first
+        and then moved into place with ``os.replace``, the Parquet file last
+        (:func:`poslens.files.atomic_write_together`), so an interrupted save
+        never leaves a half file, and never a table beside other sums.
+
+        Args:
+            path: the Parquet file to write (``….parquet``).
+            csv: also write the ``.csv`` copy, for reading by eye.
+
+        Returns:
+            ``path`` (the CSV and sums files are its ``.csv`` and ``.sums.npz`` siblings: :func:`saved_files`).
+
+        Raises:
+            OutputConflictError: ``path`` is a folder, or one of the files would replace one poslens did not write.
+            InputError: ``path`` does not end in ``.parquet``.
+            OutputNotWritableError: the folder cannot be written.
 
         Example:
-            >>> result.save("out/leakage.parquet")  # doctest: +SKIP
+            >>> import tempfile, pathlib
+            >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=0, head=-1,
+            ...            query_window="all", metric="c_res", value=0.1, ci_low=0.0, ci_high=0.2)]), {"seed": 0})
+            >>> folder = pathlib.Path(tempfile.mkdtemp())
+            >>> r.save(folder / "leakage.parquet").name, Result.load(folder / "leakage.parquet").value("c_res", layer=0)
+            ('leakage.parquet', 0.1)
+            >>> r.save(folder / "leakage.csv")
+            Traceback (most recent call last):
+            poslens.errors.InputError: Result.save writes Parquet (with a .csv copy beside it): give a path ending in .parquet, ...
         """
         path = Path(path)
+        if path.is_dir():
+            raise OutputConflictError(
+                f"{path} is a folder; Result.save writes a file: give a path in it, such as {path / 'leakage.parquet'}")
+        if path.suffix.lower() != ".parquet":
+            raise InputError(
+                f"Result.save writes Parquet (with a .csv copy beside it): give a path ending in .parquet, "
+                f"such as {path.with_suffix('.parquet')}, not {path}")
         ensure_writable_dir(path.parent)
+        sums_path = path.with_suffix(".sums.npz")
+        csv_path = path.with_suffix(".csv")
+        for target in [path, sums_path] + ([csv_path] if csv else []):
+            check_replaceable(target)  # before anything is written
         table = pa.Table.from_pandas(self.table, preserve_index=False)
         meta = dict(table.schema.metadata or {})
         meta[META_KEY] = json.dumps(self.meta, default=str).encode()
-        sums_path = path.with_suffix(".sums.npz")
+        writes = []
         if self.sums is not None:
-            atomic_write(sums_path, self.sums.save)
-        else:
-            sums_path.unlink(missing_ok=True)  # stale sums of an earlier result would be loaded with this table
+            tag = uuid.uuid4().hex
+            meta[SUMS_TAG_KEY] = tag.encode()
+            writes.append((sums_path, lambda tmp: self.sums.save(tmp, tag=tag)))
         if csv:
-            atomic_write(path.with_suffix(".csv"), lambda tmp: self.table.to_csv(tmp, index=False))
-        atomic_write(path, lambda tmp: pq.write_table(table.replace_schema_metadata(meta), tmp))
+            writes.append((csv_path, lambda tmp: self.table.to_csv(tmp, index=False)))
+        writes.append((path, lambda tmp: pq.write_table(table.replace_schema_metadata(meta), tmp)))
+        written = atomic_write_together(writes)  # all complete before any replaces its old version
+        if self.sums is None and sums_path.exists():
+            sums_path.unlink()  # stale sums of an earlier result would be paired with this table
+            forget_written([sums_path])
+        record_written(written)
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "Result":
-        """Read a result written by :meth:`save` (with its sums if they were saved).
+    def load(cls, path: str | Path, sums: bool = True) -> "Result":
+        """Read a result written by :meth:`save`, with its sums if they were saved.
 
         A missing file raises ``FileNotFoundError``; a ``.csv`` twin, a file
         that is not Parquet, or a Parquet file poslens did not write (no
         provenance, or columns missing) raise ``ValueError`` saying what to load.
+        With ``sums=True``, a ``.sums.npz`` beside the file that was not saved
+        with it (copied from another run), or one that is missing although the
+        table was saved with sums, raises :class:`~poslens.errors.SumsMismatchError`
+        naming both files; ``sums=False`` reads the table alone.
+
+        Args:
+            path: the ``.parquet`` file.
+            sums: read the cell sums too (needed to refit or to compute reductions).
+
+        Returns:
+            The result.
+
+        Raises:
+            FileNotFoundError: no file at ``path``.
+            ValueError: not a poslens result (the message says what to load).
+            SumsMismatchError: the sums beside the table are missing or belong to another table.
 
         Example:
             >>> Result.load("out/leakage.parquet").meta["model"]["model"]  # doctest: +SKIP
@@ -256,9 +320,8 @@ class Result:
                 f"{path} lacks the result columns {', '.join(missing)} (a poslens result has {', '.join(COLUMNS)}; "
                 f"this file has {', '.join(table.column_names) or 'none'})"
             )
-        sums_path = path.with_suffix(".sums.npz")
-        sums = CellSums.load(sums_path) if sums_path.exists() else None
-        return cls(table.to_pandas(), meta, sums)
+        cell_sums = _matching_sums(path, (table.schema.metadata or {}).get(SUMS_TAG_KEY)) if sums else None
+        return cls(table.to_pandas(), meta, cell_sums)
 
     def __repr__(self) -> str:
         """One line: what this result holds and for which model.
@@ -398,6 +461,46 @@ class Result:
         if missing:
             name = "metrics " + ", ".join(repr(m) for m in missing) if len(missing) > 1 else f"metric {missing[0]!r}"
             raise ValueError(f"plot({kind!r}) needs {name}, which this table lacks; it has: {', '.join(sorted(held)) or 'no rows'}")
+
+
+def saved_files(path: str | Path, result: Result, csv: bool = True) -> list[Path]:
+    """The files :meth:`Result.save` writes for ``result`` at ``path``: the Parquet file, its CSV copy and its sums.
+
+    Args:
+        path: the ``.parquet`` path given to :meth:`Result.save`.
+        result: the result saved.
+        csv: whether the CSV copy is written.
+
+    Returns:
+        The paths, in the order the user reads them.
+
+    Example:
+        >>> [p.name for p in saved_files("out/leakage.parquet", Result(pd.DataFrame()))]
+        ['leakage.parquet', 'leakage.csv']
+    """
+    path = Path(path)
+    return [path] + ([path.with_suffix(".csv")] if csv else []) + ([path.with_suffix(".sums.npz")] if result.sums is not None else [])
+
+
+def _matching_sums(path: Path, tag: bytes | None) -> CellSums | None:
+    """The sums saved with the table at ``path`` (tag ``tag``), or None if it was saved without; refuses any others."""
+    sums_path = path.with_suffix(".sums.npz")
+    alone = f"Result.load({str(path)!r}, sums=False) reads the table alone; the poslens commands measure it again with --overwrite"
+    if not sums_path.exists():
+        if tag is None:
+            return None
+        raise SumsMismatchError(f"{path} was saved with its cell sums in {sums_path}, which is missing; {alone}")
+    try:
+        found = CellSums.tag_of(sums_path)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise SumsMismatchError(f"{sums_path} (the cell sums of {path}) cannot be read ({error}); {alone}") from error
+    if tag is None or found != tag.decode():
+        why = ("was saved without sums" if tag is None and not found else
+               "was saved by a poslens that did not tag its sums" if not found else "was saved with other sums")
+        raise SumsMismatchError(
+            f"{sums_path} does not belong to {path}: the table {why} (copied from another run?); "
+            f"poslens never pairs a table with another run's sums. {alone}")
+    return CellSums.load(sums_path)
 
 
 def _check_loadable(path: Path) -> None:

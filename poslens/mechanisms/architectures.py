@@ -74,6 +74,7 @@ def compare(
     max_memory: int | str | None = None,
     loader: Callable[[str, str], Any] = lambda name, variant: load_model(name, variant=variant),
     progress: bool = True,
+    text_field: str = "text",
 ) -> Result:
     """Measure every case on the same text and return one stacked result.
 
@@ -81,7 +82,8 @@ def compare(
     position 0 is each model's BOS. The default length (640) is beyond
     gemma3-270m's 512-token window, so its windowed layers differ from full attention.
     ``batch_size`` and ``max_memory`` go to :func:`poslens.measure`, which plans
-    the batch size of each case.
+    the batch size of each case. ``text_field`` names the text field of a
+    JSONL or Parquet ``source``.
 
     Example:
         >>> result = compare(default_cases(quick=True), n_seqs=8, seq_len=128)  # doctest: +SKIP
@@ -91,7 +93,7 @@ def compare(
     for case in tqdm(cases, desc="architectures", unit="case", disable=not progress):
         model = loader(case.model, case.variant)
         require_pos_model(model, "compare() (the model its loader returned)")
-        corpus = make_corpus(model, source, n_seqs=n_seqs, seq_len=seq_len, position0="bos", seed=seed)
+        corpus = make_corpus(model, source, n_seqs=n_seqs, seq_len=seq_len, position0="bos", seed=seed, text_field=text_field)
         result = measure(model, corpus, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory,
                          probe=False, progress=progress)
         result.meta["case"] = {"case": case.case, "inference_time": case.inference_time}

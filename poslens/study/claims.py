@@ -74,6 +74,7 @@ import pandas as pd
 
 from poslens.fit.stats import depth_slope
 from poslens.measurement.result import COLUMNS
+from poslens.study.settings import command_line
 
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
@@ -981,18 +982,24 @@ def _not_measured(claim: str) -> dict[str, Any]:
                 rule=NOT_MEASURED, verdict=NOT_MEASURED)
 
 
-def not_measured_summary(table: pd.DataFrame, out: Any = "DIR", present: Iterable[str] = ()) -> str:
+def not_measured_summary(table: pd.DataFrame, out: Any = "DIR", present: Iterable[str] = (),
+                         settings: dict[str, Any] | None = None) -> str:
     """One line naming the claims of ``table`` that were not measured and the commands that would measure them.
 
     ``present`` names the parts already in ``out``: their commands are not
     suggested again (a claim whose parts are all present, say C3 when no head
-    reads the sink, names all of them). Empty when every claim was measured.
+    reads the sink, names all of them). ``settings`` (the parts' recorded
+    settings) are spelled out in each command, so that it agrees with the parts
+    already there (:func:`poslens.study.settings.command_line`). Empty when every
+    claim was measured.
 
     Example:
         >>> leakage = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06), figure_row("probe_r2", 0.6, 0.5, 0.7)])
         >>> table = evaluate(leakage=leakage, claims=["C1", "C3", "C6"])
         >>> not_measured_summary(table, "results/quick", present=["leakage"])
         'not measured: C3 (run: poslens ablate-sinks --out results/quick), C6 (run: poslens fingerprint --out results/quick)'
+        >>> not_measured_summary(table, "A", present=["leakage"], settings={"n_seqs": 4, "groups": 2})
+        'not measured: C3 (run: poslens ablate-sinks --n-seqs 4 --groups 2 --out A), C6 (run: poslens fingerprint --n-seqs 4 --groups 2 --out A)'
         >>> not_measured_summary(table[table["claim"] == "C1"])
         ''
     """
@@ -1000,7 +1007,7 @@ def not_measured_summary(table: pd.DataFrame, out: Any = "DIR", present: Iterabl
     pieces = []
     for claim in dict.fromkeys(table.loc[table["verdict"] == NOT_MEASURED, "claim"]):
         commands = [c for c in MEASURED_BY[claim] if c not in present] or list(MEASURED_BY[claim])
-        pieces.append(f"{claim} (run: " + ", ".join(f"poslens {c} --out {out}" for c in commands) + ")")
+        pieces.append(f"{claim} (run: " + ", ".join(command_line(c, settings or {}, out) for c in commands) + ")")
     return "not measured: " + ", ".join(pieces) if pieces else ""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import warnings
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,6 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from poslens.errors import PoslensError
+from poslens.files import remove_stale_temporaries
 from poslens.measurement.result import OutputNotWritableError, Result, ensure_writable_dir
 from poslens.mechanisms.interventions import BosReplacement
 from poslens.model.corpus import make_corpus
@@ -24,6 +27,7 @@ from poslens.model.variants import parse_variant
 from poslens.runtime import distributed
 from poslens.runtime.memory import parse_bytes
 from poslens.study.claims import not_measured_summary
+from poslens.study.output_lock import OutputLock
 from poslens.study.parts import Settings, Study, complete_parts
 from poslens.version import __version__
 
@@ -99,8 +103,11 @@ def _writable_dir(path: Path) -> Path:
 
 @contextmanager
 def _output_folder(out: Path):
-    """``--out``, created and checked before any model is loaded; if the command fails, the folders it created go, when still empty.
+    """``--out``, created, checked and locked before any model is loaded; if the command fails, the folders it created go, when still empty.
 
+    The run holds the folder's lock (:class:`poslens.study.output_lock.OutputLock`;
+    under torchrun, rank 0 holds it) until it ends: a second run into the same
+    folder stops at once. Temporary files that a killed run left are removed.
     A folder that existed before, or that holds anything, is never removed.
     """
     created = []  # deepest first
@@ -109,15 +116,53 @@ def _output_folder(out: Path):
         created.append(folder)
         folder = folder.parent
     _writable_dir(out)
+    lock = OutputLock(out)
+    if distributed.is_main():
+        lock.acquire()
+        for stale in remove_stale_temporaries(out):
+            console.print(escape(f"removed {stale}, a temporary file left by an interrupted run"))
     try:
         yield Path(out)
     except BaseException:
+        if created:
+            lock.remove_files()
         for folder in created:
             try:
                 folder.rmdir()  # only an empty folder can be removed
             except OSError:
                 break
         raise
+    finally:
+        lock.release()
+
+
+def _early(early: int | None, **lengths: int) -> int:
+    """``--early`` resolved: the early window 1 ≤ i < Q must leave later queries, Q below each length (``seq_len`` for ``--seq-len``).
+
+    An ``--early`` typed on the command line that is not below a length is
+    refused; the default (32) above a short ``--seq-len`` only prints a note,
+    since the early rows then repeat the 'all' rows. Returns Q.
+    """
+    value = DEFAULT_EARLY if early is None else early
+    for name, length in lengths.items():
+        option = "--" + name.replace("_", "-")
+        if value < length:
+            continue
+        if early is not None:
+            raise typer.BadParameter(
+                f"--early {early} is not below {option} {length}: the early window 1 ≤ i < Q would hold every query, "
+                f"so 'early' would repeat 'all'; use --early {max(2, length // 4)} or another value below {length}",
+                param_hint="'--early'")
+        console.print(escape(f"note: the early window (--early {value}, the default) holds every query at {option} {length}, "
+                             f"so the 'early' rows repeat 'all'; pass --early below {length} for an early window"), soft_wrap=True)
+    return value
+
+
+def _tau_option(value: float) -> float:
+    """Check ``--tau`` when the command line is parsed: a sink score threshold lies in (0, 1]."""
+    if not 0 < value <= 1:  # also refuses nan
+        raise typer.BadParameter(f"--tau must lie in (0, 1] (a head reads the sink when its key-0 mass is ≥ τ), got {value}")
+    return value
 
 
 def _check_fill(groups: int, **counts: int) -> None:
@@ -167,7 +212,8 @@ _N_SEQS = typer.Option(16, min=1, help="Number of sequences N.")
 _SEQ_LEN = typer.Option(128, min=2, help="Tokens per sequence T (position 0 included).")
 _SEED = typer.Option(0, help="Seed of the corpus sampling.")
 _GROUPS = typer.Option(8, min=2, help="Groups of sequences for the intervals.")
-_EARLY = typer.Option(32, min=2, help="Q: the early window is 1 ≤ i < Q.")
+DEFAULT_EARLY = Settings().early
+_EARLY = typer.Option(None, min=2, show_default=str(DEFAULT_EARLY), help="Q: the early window is 1 ≤ i < Q (below --seq-len).")
 _BATCH_SIZE = typer.Option(
     4, min=1, help="Largest number of sequences per forward pass (a setting of the part); --max-memory may lower it.")
 _MAX_MEMORY = typer.Option(
@@ -176,13 +222,27 @@ _MAX_MEMORY = typer.Option(
          "for the forward pass. Lowers the batch size to what fits, or stops with the numbers and the longest --seq-len that fits.")
 _DTYPE = typer.Option("float32", help="Weights' dtype: float32, bfloat16 or float16 (sums stay float64).")
 _DEVICE_MAP = typer.Option(None, help="transformers device map, e.g. 'auto' to spread a large model over GPUs.")
-_TAU = typer.Option(0.3, help="Sink-reading threshold τ.")
-_OUT = typer.Option(..., help="Output folder: <command>.parquet and .csv are written there; parts made with the same settings are reused.")
+_TAU = typer.Option(0.3, callback=_tau_option, help="Sink-reading threshold τ, in (0, 1].")
+_TEXT_FIELD = typer.Option("text", help="Field (JSONL) or column (Parquet, saved dataset) that holds the text of a --corpus file.")
+_OVERWRITE = typer.Option(False, "--overwrite", help="Measure again a part that poslens made in --out with other settings or from "
+                          "input files changed since, replacing it (files poslens did not write are never replaced).")
+_OUT = typer.Option(..., help="Output folder: <command>.parquet, .csv and .sums.npz are written there; parts made with the same "
+                             "settings and input files are reused.")
 
 
-def _study(out: Path, **settings):
+def _study(out: Path, overwrite: bool = False, **settings):
     """The study behind every command (its output folder made by :func:`_output_folder`)."""
-    return Study(Settings(**settings), out, log=lambda message: console.print(escape(message)))
+    return Study(Settings(**settings), out, log=lambda message: console.print(escape(message), soft_wrap=True), overwrite=overwrite)
+
+
+def _say_written(study: Study) -> None:
+    """Name every file the command wrote, or say that it wrote none (every part was reused)."""
+    if not distributed.is_main():
+        return
+    if study.written:
+        console.print(escape("wrote " + ", ".join(str(path) for path in study.written)), soft_wrap=True)
+    else:
+        console.print(escape(f"wrote nothing: every part was already in {study.out} with these settings and inputs"), soft_wrap=True)
 
 
 def _show(result, metric: str, title: str) -> None:
@@ -194,9 +254,10 @@ def _show(result, metric: str, title: str) -> None:
 
 @app.command()
 def leakage(
-    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, n_seqs: int = _N_SEQS,
-    seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: int = _EARLY, batch_size: int = _BATCH_SIZE,
-    max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP, out: Path = _OUT,
+    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
+    n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
+    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
+    overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
     """Measure position leakage and its mask / residual-stream decomposition (METHOD §3–§5).
 
@@ -205,10 +266,12 @@ def leakage(
     Example: poslens leakage --model smollm2-135m --n-seqs 16 --seq-len 128 --max-memory 4GB --out results/leak
     """
     _check_fill(groups, n_seqs=n_seqs)
+    early = _early(early, seq_len=seq_len)
     with _output_folder(out):
-        result = _study(out, model=model, variant=variant, position0=bos, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len,
-                        seed=seed, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
-                        device_map=device_map).leakage()
+        study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
+                       n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
+                       max_memory=max_memory, dtype=dtype, device_map=device_map)
+        result = study.leakage()
     if not distributed.is_main():
         return  # under torchrun, rank 0 prints and writes
     described = result.meta.get("model", {})
@@ -216,78 +279,87 @@ def leakage(
     for window in ("early", "all"):
         _print_frame(result.summary(window),
                      f"{described.get('model', model)} ({described.get('variant', variant)}), {window} queries, head mean, 95% CI{note}")
-    path = Path(out) / "leakage.parquet"
-    console.print(f"wrote {path} and {path.with_suffix('.csv')}")
+    _say_written(study)
 
 
 @app.command()
 def sinks(
-    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, n_seqs: int = _N_SEQS,
-    seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: int = _EARLY, batch_size: int = _BATCH_SIZE,
-    max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP, tau: float = _TAU,
-    out: Path = _OUT,
+    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
+    n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
+    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
+    tau: float = _TAU, overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
     """Sink score of every head and sink-reading head counts per layer (METHOD §6), from the leakage part.
 
     Example: poslens sinks --model smollm2-135m --n-seqs 16 --seq-len 128 --tau 0.3 --out results/quick
     """
     _check_fill(groups, n_seqs=n_seqs)
+    early = _early(early, seq_len=seq_len)
     with _output_folder(out):
-        result = _study(out, model=model, variant=variant, position0=bos, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len,
-                        seed=seed, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
-                        device_map=device_map, tau=tau).sinks()
+        study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
+                       n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
+                       max_memory=max_memory, dtype=dtype, device_map=device_map, tau=tau)
+        result = study.sinks()
     counts = result.table[result.table["metric"] == "sink_heads"]
     console.print(counts[["layer", "value", "ci_low", "ci_high"]].to_string(index=False))
+    _say_written(study)
 
 
 @app.command("bos-swap")
 def bos_swap(
-    model: str = _MODEL, variant: str = _VARIANT, corpus: str = _CORPUS, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN,
-    seed: int = _SEED, groups: int = _GROUPS, early: int = _EARLY, batch_size: int = _BATCH_SIZE,
-    max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
+    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
+    n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
+    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
     replacement: list[str] = typer.Option(
         ["mean"], callback=_replacement_option, help="mean, zero, noise or token:<id or string>; repeat for several."),
-    out: Path = _OUT,
+    overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
     """Replace the BOS embedding and report the reduction of C_res (METHOD §7).
 
     Example: poslens bos-swap --model smollm2-135m --replacement mean --replacement zero --out results/quick
     """
     _check_fill(groups, n_seqs=n_seqs)
+    early = _early(early, seq_len=seq_len)
     with _output_folder(out):
-        result = _study(out, model=model, variant=variant, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len, seed=seed,
-                        groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
-                        device_map=device_map, replacements=tuple(replacement)).bos_swap()
+        study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
+                       n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
+                       max_memory=max_memory, dtype=dtype, device_map=device_map, replacements=tuple(replacement))
+        result = study.bos_swap()
     _show(result, "reduction", "reduction of C_res = 1 − C_res(after)/C_res(before)")
+    _say_written(study)
 
 
 @app.command("ablate-sinks")
 def ablate_sinks(
-    model: str = _MODEL, variant: str = _VARIANT, corpus: str = _CORPUS, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN,
-    seed: int = _SEED, groups: int = _GROUPS, early: int = _EARLY, batch_size: int = _BATCH_SIZE,
-    max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP, tau: float = _TAU,
-    out: Path = _OUT,
+    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
+    n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
+    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
+    tau: float = _TAU, overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
     """Ablate the sink path of sink-reading heads and report the reduction of C_res (METHOD §7).
 
     Example: poslens ablate-sinks --model smollm2-135m --tau 0.3 --out results/quick
     """
     _check_fill(groups, n_seqs=n_seqs)
+    early = _early(early, seq_len=seq_len)
     with _output_folder(out):
-        result = _study(out, model=model, variant=variant, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len, seed=seed,
-                        groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
-                        device_map=device_map, tau=tau).ablate_sinks()
+        study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
+                       n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
+                       max_memory=max_memory, dtype=dtype, device_map=device_map, tau=tau)
+        result = study.ablate_sinks()
     _show(result, "reduction", "reduction of C_res under sink-path ablation")
+    _say_written(study)
 
 
 @app.command()
 def fingerprint(
-    model: str = _MODEL, variant: str = _VARIANT, corpus: str = _CORPUS, n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN,
-    seed: int = _SEED, groups: int = _GROUPS, early: int = _EARLY, batch_size: int = _BATCH_SIZE,
-    max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP, tau: float = _TAU,
+    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
+    n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
+    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
+    tau: float = _TAU,
     fingerprint_seqs: int = typer.Option(16, min=1, help="Sequences per position-0 setting."),
     fingerprint_len: int = typer.Option(48, min=2, help="Tokens per fingerprint sequence."),
-    out: Path = _OUT,
+    overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
     """Position-0 fingerprint: dispersion with and without BOS, trajectory similarity, readout (METHOD §8).
 
@@ -296,35 +368,41 @@ def fingerprint(
     Example: poslens fingerprint --model smollm2-135m --fingerprint-seqs 16 --fingerprint-len 48 --out results/quick
     """
     _check_fill(groups, n_seqs=n_seqs, fingerprint_seqs=fingerprint_seqs)
+    early = _early(early, seq_len=seq_len)
     with _output_folder(out):
-        result = _study(out, model=model, variant=variant, corpus=corpus, n_seqs=n_seqs, seq_len=seq_len, seed=seed,
-                        groups=groups, early=early, batch_size=batch_size, max_memory=max_memory, dtype=dtype,
-                        device_map=device_map, tau=tau, fingerprint_seqs=fingerprint_seqs,
-                        fingerprint_len=fingerprint_len).fingerprint()
+        study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
+                       n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
+                       max_memory=max_memory, dtype=dtype, device_map=device_map, tau=tau, fingerprint_seqs=fingerprint_seqs,
+                       fingerprint_len=fingerprint_len)
+        result = study.fingerprint()
     rows = result.table[(result.table["layer"] == -1)]
     console.print(rows[["intervention", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
+    _say_written(study)
 
 
 @app.command("compare")
 def compare_command(
     compare_seqs: int = typer.Option(8, "--n-seqs", min=1, help="Sequences per case."),
     compare_len: int = typer.Option(640, "--seq-len", min=2, help="Tokens per sequence (beyond gemma3's 512 window by default)."),
-    groups: int = _GROUPS, early: int = _EARLY, seed: int = _SEED, corpus: str = _CORPUS,
+    groups: int = _GROUPS, early: Optional[int] = _EARLY, seed: int = _SEED, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
     batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY,
     full: bool = typer.Option(False, help="All NTK α ∈ {2,4,8} and windows {64,128}, not one of each."),
-    out: Path = _OUT,
+    overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
     """C_res and C_mask by layer for standard RoPE, NTK and sliding-window cases (C4).
 
     Example: poslens compare --n-seqs 8 --seq-len 640 --out results/quick
     """
     _check_fill(groups, n_seqs=compare_seqs)  # this command's --n-seqs
+    early = _early(early, seq_len=compare_len)
     with _output_folder(out):
-        result = _study(out, compare_seqs=compare_seqs, compare_len=compare_len, groups=groups, early=early, seed=seed,
-                        corpus=corpus, batch_size=batch_size, max_memory=max_memory, compare_quick=not full).compare()
+        study = _study(out, overwrite, compare_seqs=compare_seqs, compare_len=compare_len, groups=groups, early=early, seed=seed,
+                       corpus=corpus, text_field=text_field, batch_size=batch_size, max_memory=max_memory, compare_quick=not full)
+        result = study.compare()
     rows = result.table[(result.table["layer"] == -1) & (result.table["head"] == -1) & result.table["metric"].isin(["c_res", "c_mask"])]
     console.print(rows[["model", "variant", "query_window", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
     console.print("variants other than 'base' are inference-time changes of smollm2-135m; weights are 4-bit quantized")
+    _say_written(study)
 
 
 @app.command()
@@ -335,19 +413,32 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
 
     Example: poslens claims --out results/quick
     """
-    parts = {}
-    for name in ("leakage", "bos-swap", "ablate-sinks", "compare", "fingerprint"):
-        path = Path(out) / f"{name}.parquet"
-        if path.exists():
-            parts[name] = Result.load(path)
-    if not parts:
-        raise typer.BadParameter(f"{out} holds none of leakage/bos-swap/ablate-sinks/compare/fingerprint .parquet; run those commands first")
-    table = Study(Settings(), out).claims(parts)
+    if not Path(out).is_dir():
+        raise typer.BadParameter(f"{out} is not a folder; give the --out folder of the other commands", param_hint="'--out'")
+    with _output_folder(out):
+        parts = {}
+        for name in ("leakage", "bos-swap", "ablate-sinks", "compare", "fingerprint"):
+            path = Path(out) / f"{name}.parquet"
+            if path.exists():
+                parts[name] = Result.load(path)
+        if not parts:
+            raise typer.BadParameter(
+                f"{out} holds none of leakage/bos-swap/ablate-sinks/compare/fingerprint .parquet; run those commands first")
+        study = Study(Settings(), out)
+        table = study.claims(parts)
     console.print(escape(table[["claim", "model", "figure", "ci_low", "ci_high", "verdict"]].to_string(index=False)))
-    missing = not_measured_summary(table, out, present=parts)
+    missing = not_measured_summary(table, out, present=parts, settings=_recorded_settings(parts))
     if missing:
         console.print(escape(missing))
-    console.print(f"wrote {Path(out) / 'claims.csv'}")
+    _say_written(study)
+
+
+def _recorded_settings(parts: dict[str, Result]) -> dict:
+    """The settings the parts recorded, merged (check_same_settings has made sure they agree)."""
+    merged: dict = {}
+    for result in parts.values():
+        merged.update(result.meta.get("settings") or {})
+    return merged
 
 
 def _calibrate_seconds_per_token(model_name: str) -> float:
@@ -378,6 +469,7 @@ def report(
     compare_len: Optional[int] = typer.Option(None, min=2, help="Override the comparison's sequence length."),
     batch_size: Optional[int] = typer.Option(None, min=1, help="Override the preset's largest batch size (4)."),
     max_memory: str = _MAX_MEMORY,
+    overwrite: bool = _OVERWRITE,
 ) -> None:
     """Run the whole study and write report.html, every table (Parquet + CSV), claims.csv and run.json.
 
@@ -391,7 +483,9 @@ def report(
     settings = Settings.quick(model=model, **overrides) if quick else Settings.full(model=model, **overrides)
     counts = dict(n_seqs=settings.n_seqs, fingerprint_seqs=settings.fingerprint_seqs)
     _check_fill(settings.groups, **counts, **({} if skip_compare else dict(compare_seqs=settings.compare_seqs)))
-    study = Study(settings, out, log=lambda message: console.print(escape(message)))
+    _early(None, seq_len=settings.seq_len, fingerprint_len=settings.fingerprint_len,
+           **({} if skip_compare else dict(compare_len=settings.compare_len)))
+    study = Study(settings, out, log=lambda message: console.print(escape(message), soft_wrap=True), overwrite=overwrite)
     plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint"] + ([] if skip_compare else ["compare"])
     with _output_folder(out):
         try:
@@ -432,6 +526,7 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
     claims_table = study.claims(parts)
     settings_dict = {k: v for k, v in settings.__dict__.items() if k != "cases"}
     page = build_report(parts, claims_table, settings_dict, Path(out) / "report.html")
+    study.written.append(page)
     models = {}
     for result in parts.values():
         for meta in [result.meta] + result.meta.get("parts", []):
@@ -453,12 +548,12 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
         "timings_seconds": timings,
         "parts": {name: f"{name}.parquet" for name in parts},
     }
-    (Path(out) / "run.json").write_text(json.dumps(run, indent=1, default=str))
+    study.write(Path(out) / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=1, default=str)))
     console.print(escape(claims_table[["claim", "model", "verdict"]].to_string(index=False)))
-    missing = not_measured_summary(claims_table, out, present=parts)
+    missing = not_measured_summary(claims_table, out, present=parts, settings=settings_dict)
     if missing:
         console.print(escape(missing))
-    console.print(f"wrote {page}, {Path(out) / 'claims.csv'}, {Path(out) / 'run.json'}")
+    _say_written(study)
 
 
 def run() -> None:
@@ -468,8 +563,10 @@ def run() -> None:
     ``error: unknown model 'no-such-model'. Known names: ...`` and exits with status 1.
     """
     from poslens.capture.leakage_capture import MaskMismatchError, NonFiniteScoresError
+    from poslens.measurement.pipeline import EarlyWindowWarning
 
-    known = (ValueError, KeyError, FileNotFoundError, ModuleNotFoundError, MemoryError, OSError,
+    warnings.filterwarnings("ignore", category=EarlyWindowWarning)  # the command prints its own note (_early)
+    known = (PoslensError, ValueError, KeyError, FileNotFoundError, ModuleNotFoundError, MemoryError, OSError,
              NonFiniteScoresError, MaskMismatchError, RuntimeError)
     try:
         app()  # click handles usage errors and Ctrl-C itself

@@ -1,11 +1,16 @@
 """The parts of the study, each a function from settings to a saved tidy table.
 
-Every part writes ``DIR/<part>.parquet`` (and ``.csv``) whose metadata holds
-the settings it depends on (``meta["settings"]``) and a key of them. A rerun
-into the same folder reuses a part whose settings match; a part made with
-other settings is never overwritten: the command stops with
-:class:`SettingsMismatchError`, naming each differing setting. Every CLI
-command and ``poslens report`` go through :class:`Study`.
+Every part writes ``DIR/<part>.parquet`` (and ``.csv``, and its cell sums in
+``.sums.npz``) whose metadata holds the settings it depends on
+(``meta["settings"]``), the hashes of its input files (``meta["inputs"]``: the
+corpus file, the model's files, see :mod:`poslens.study.inputs`) and a key of
+both. A rerun into the same folder reuses a part only when both match; a part
+made with other settings or from input files changed since is never reused
+or overwritten: the command stops with :class:`SettingsMismatchError` or
+:class:`~poslens.errors.InputsChangedError`, naming each difference, unless
+``overwrite`` (``--overwrite``) asks to measure it again. A file in the folder
+that poslens did not write is never replaced (:mod:`poslens.ownership`). Every
+CLI command and ``poslens report`` go through :class:`Study`.
 
 Batch size, one policy for every command: ``Settings.batch_size`` is an upper
 bound and a setting of the part (float32 forwards can differ in the last bits
@@ -18,114 +23,32 @@ recorded in the part's metadata. Nothing else picks a batch size.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
 
+from poslens.errors import InputsChangedError, PoslensError, SumsMismatchError
+from poslens.files import atomic_write
 from poslens.measurement.pipeline import measure
-from poslens.measurement.result import Result
+from poslens.measurement.result import Result, saved_files
 from poslens.mechanisms import sinks
-from poslens.mechanisms.architectures import Case, compare, default_cases
+from poslens.mechanisms.architectures import compare, default_cases
 from poslens.mechanisms.effects import reduction
 from poslens.mechanisms.interventions import BosReplacement, SinkAblation
 from poslens.model.corpus import make_corpus
-from poslens.model.loading import load_model
+from poslens.model.loading import check_seq_len, load_model
+from poslens.ownership import check_replaceable, record_written, remove_ours
 from poslens.runtime import distributed
+from poslens.study.inputs import changed_inputs, corpus_inputs, inputs_key, model_inputs
+from poslens.study.settings import MEASURE_KEYS, OPTION_NAMES, Settings, settings_values
+
+__all__ = ["MEASURE_KEYS", "OPTION_NAMES", "Settings", "Study", "cached_part", "check_same_settings", "complete_parts"]
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Everything a study part depends on. ``quick()`` and ``full()`` give the two presets.
-
-    Example:
-        >>> Settings.quick().n_seqs, Settings.full().seq_len
-        (16, 256)
-    """
-
-    model: str = "smollm2-135m"
-    variant: str = "base"
-    corpus: str = "docs"
-    n_seqs: int = 16
-    seq_len: int = 128
-    groups: int = 8
-    early: int = 32
-    seed: int = 0
-    batch_size: int = 4
-    max_memory: str = "free"
-    position0: str = "bos"
-    dtype: str = "float32"
-    device_map: str | None = None
-    tau: float = 0.3
-    replacements: tuple[str, ...] = ("mean", "zero", "noise", "token:eos")
-    fingerprint_seqs: int = 16
-    fingerprint_len: int = 48
-    compare_seqs: int = 8
-    compare_len: int = 640
-    compare_quick: bool = True
-    cases: tuple[Case, ...] = field(default=())
-
-    @classmethod
-    def quick(cls, **overrides: Any) -> "Settings":
-        """The quick preset (minutes on a laptop CPU): the defaults, with ``overrides``.
-
-        Example:
-            >>> s = Settings.quick(model="gemma3-270m")
-            >>> s.model, s.n_seqs, s.seq_len, s.compare_quick
-            ('gemma3-270m', 16, 128, True)
-        """
-        return cls(**overrides)
-
-    @classmethod
-    def full(cls, **overrides: Any) -> "Settings":
-        """The full preset, sized to finish within an hour on 2 CPU cores, with ``overrides``.
-
-        Sizes come from the quick run's interval widths (docs/findings.md): twice
-        the sequences and length for the measured parts, twice the sequences
-        for the architecture comparison, and the quick preset's four cases (more
-        sequences before more cases: each C4 comparison needs narrow intervals).
-
-        Example:
-            >>> s = Settings.full(seq_len=512)
-            >>> s.n_seqs, s.seq_len, s.compare_seqs, s.compare_len, s.compare_quick
-            (32, 512, 16, 640, True)
-        """
-        base = dict(
-            n_seqs=32, seq_len=256, fingerprint_seqs=64, fingerprint_len=64,
-            compare_seqs=16, compare_len=640, compare_quick=True,
-        )
-        return cls(**{**base, **overrides})
-
-    def key(self, *names: str) -> str:
-        """A short hash of the named settings (all if none).
-
-        Example:
-            >>> Settings().key("model", "n_seqs")
-            'c348ecbb9faf360e'
-            >>> Settings(tau=0.5).key(*MEASURE_KEYS) == Settings().key(*MEASURE_KEYS)  # τ is not a measuring setting
-            True
-        """
-        values = asdict(self)
-        chosen = {n: values[n] for n in (names or sorted(values))}
-        return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-MEASURE_KEYS = ("model", "variant", "corpus", "n_seqs", "seq_len", "groups", "early", "seed", "batch_size", "position0", "dtype")
-
-#: The command-line option of each setting, for messages that tell the user what to type.
-OPTION_NAMES = {
-    "model": "--model", "variant": "--variant", "corpus": "--corpus", "n_seqs": "--n-seqs", "seq_len": "--seq-len",
-    "groups": "--groups", "early": "--early", "seed": "--seed", "batch_size": "--batch-size", "position0": "--bos",
-    "dtype": "--dtype", "tau": "--tau", "replacements": "--replacement", "fingerprint_seqs": "--fingerprint-seqs",
-    "fingerprint_len": "--fingerprint-len", "compare_seqs": "--compare-seqs", "compare_len": "--compare-len",
-    "compare_quick": "--full", "cases": "cases",
-}
-
-
-class SettingsMismatchError(ValueError):
+class SettingsMismatchError(PoslensError, ValueError):
     """A saved part was made with other settings than the ones asked for; poslens does not overwrite it.
 
     Example:
@@ -134,7 +57,7 @@ class SettingsMismatchError(ValueError):
     """
 
 
-class MixedSettingsError(ValueError):
+class MixedSettingsError(PoslensError, ValueError):
     """Parts given to the claims were made with different settings (or record none); claims would mix them.
 
     Example:
@@ -187,11 +110,6 @@ def check_same_settings(parts: dict[str, Result]) -> None:
         raise MixedSettingsError("; ".join(conflicts) + "; claims would mix them. Remeasure one of them into its own --out.")
 
 
-def _settings_values(settings: Settings, names: tuple[str, ...]) -> dict[str, Any]:
-    values = asdict(settings)
-    return {name: json.loads(json.dumps(values[name], default=str)) for name in names}
-
-
 def complete_parts(out: str | Path, settings: Settings, names: list[str]) -> list[str]:
     """The parts among ``names`` saved in ``out`` with ``settings``: those a rerun would reuse.
 
@@ -206,7 +124,7 @@ def complete_parts(out: str | Path, settings: Settings, names: list[str]) -> lis
             saved = Result.load(path).meta.get("settings") if path.exists() else None
         except Exception:  # unreadable: a rerun computes it again
             saved = None
-        if saved and saved == _settings_values(settings, tuple(saved)):
+        if saved and saved == settings_values(settings, tuple(saved)):
             complete.append(name)
     return complete
 
@@ -229,45 +147,109 @@ def mismatch_message(path: Path, saved: dict[str, Any] | None, wanted: dict[str,
             if saved.get(name) != value
         )
     return (f"{path} was made with other settings: {differing}. poslens does not overwrite it: "
-            "pass the same settings, or choose another --out.")
+            "pass the same settings, choose another --out, or pass --overwrite to measure it again.")
+
+
+def part_key(settings: Settings, names: tuple[str, ...], inputs: dict[str, str]) -> str:
+    """The reuse key of a part: a short hash of the settings ``names`` and of the input files' hashes.
+
+    Example:
+        >>> part_key(Settings(), MEASURE_KEYS, {"c.txt": "00"}) == part_key(Settings(), MEASURE_KEYS, {"c.txt": "01"})
+        False
+    """
+    return hashlib.sha256(f"{settings.key(*names)}|{inputs_key(inputs)}".encode()).hexdigest()[:16]
 
 
 def cached_part(
     out: Path, name: str, settings: Settings, names: tuple[str, ...], compute: Callable[[], Result],
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = print, inputs: dict[str, str] | None = None, overwrite: bool = False,
+    written: list[Path] | None = None,
 ) -> Result:
-    """Load ``out/name.parquet`` if it was made with the same values of the settings ``names``, else compute and save it.
+    """Load ``out/name.parquet`` if it was made with the same settings ``names`` and inputs, else compute and save it.
 
-    A part made with other values is not overwritten: :class:`SettingsMismatchError`
-    names each differing setting. An unreadable part (say, a truncated file) is
-    computed again, and the log says so.
+    A part made with other settings, or from input files whose bytes changed
+    since, is not reused and not overwritten: :class:`SettingsMismatchError`
+    or :class:`~poslens.errors.InputsChangedError` names each difference, unless
+    ``overwrite`` is set. A part whose ``.sums.npz`` is missing or belongs to
+    another table is refused likewise (:class:`~poslens.errors.SumsMismatchError`).
+    An unreadable part that poslens wrote is computed again, and the log says so.
+    Before computing, each file the part will write is checked: one that
+    poslens did not write is never replaced (:class:`~poslens.errors.OutputConflictError`).
+
+    Args:
+        out: the output folder.
+        name: the part's name (its file is ``name.parquet``).
+        settings: the study's settings.
+        names: the settings the part depends on.
+        compute: makes the part.
+        log: where progress lines go.
+        inputs: ``{file: sha256}`` of the part's input files (:mod:`poslens.study.inputs`).
+        overwrite: measure again a part poslens made with other settings or inputs, replacing its files.
+        written: if given, the files written are appended to it.
+
+    Returns:
+        The part, reused or computed.
 
     Example:
         >>> cached_part(Path("results"), "leakage", settings, MEASURE_KEYS, lambda: ...)  # doctest: +SKIP
     """
     path = Path(out) / f"{name}.parquet"
-    key = settings.key(*names)
-    wanted = _settings_values(settings, names)
+    inputs = dict(inputs or {})
+    key = part_key(settings, names, inputs)
+    wanted = settings_values(settings, names)
     if path.exists():
         try:
             previous = Result.load(path)
+        except SumsMismatchError as error:
+            if not overwrite:
+                raise
+            log(f"[{name}] {error}; measuring it again (--overwrite)")
+            remove_ours(_part_files(path))
         except Exception as error:  # an unreadable part is computed again, loudly
             log(f"[{name}] {path} cannot be read ({type(error).__name__}: {error}); computing it again")
+            remove_ours(_part_files(path))
         else:
             if previous.meta.get("settings_key") == key:
                 log(f"[{name}] reusing {path}")
                 return previous
-            raise SettingsMismatchError(mismatch_message(path, previous.meta.get("settings"), wanted))
+            if not overwrite:
+                raise _refusal(path, previous.meta, wanted, inputs)
+            log(f"[{name}] {path} was made with other settings or inputs; measuring it again (--overwrite)")
+            remove_ours(_part_files(path))
+    for target in _part_files(path):
+        check_replaceable(target)  # a file poslens did not write stops the part before it is computed
     log(f"[{name}] computing")
     start = time.perf_counter()
     result = compute()
     result.meta["settings_key"] = key
     result.meta["settings"] = wanted
+    result.meta["inputs"] = inputs
     result.meta["part_seconds"] = time.perf_counter() - start
     if distributed.is_main():  # under torchrun, rank 0 writes
         result.save(path)
-    log(f"[{name}] done in {result.meta['part_seconds']:.0f} s -> {path}")
+        files = saved_files(path, result)
+        if written is not None:
+            written.extend(files)
+        log(f"[{name}] done in {result.meta['part_seconds']:.0f} s -> " + ", ".join(str(f) for f in files))
     return result
+
+
+def _part_files(path: Path) -> list[Path]:
+    return [path, path.with_suffix(".csv"), path.with_suffix(".sums.npz")]
+
+
+def _refusal(path: Path, saved_meta: dict[str, Any], wanted: dict[str, Any], inputs: dict[str, str]) -> PoslensError:
+    """The error for a saved part whose key differs: its settings differ, or its input files changed."""
+    saved = saved_meta.get("settings")
+    if not saved or saved != wanted:
+        return SettingsMismatchError(mismatch_message(path, saved, wanted))
+    if "inputs" not in saved_meta:
+        what = "it was made by an older poslens that did not record the hashes of its input files"
+    else:
+        what = "; ".join(changed_inputs(saved_meta["inputs"], inputs)) + f" since {path.name} was made"
+    return InputsChangedError(
+        f"{path}: {what}. poslens does not reuse or overwrite it: pass --overwrite to measure it again, "
+        "or choose another --out.")
 
 
 class Study:
@@ -278,12 +260,33 @@ class Study:
         >>> study.leakage().summary("early")  # doctest: +SKIP
     """
 
-    def __init__(self, settings: Settings, out: str | Path, log: Callable[[str], None] = print) -> None:
+    def __init__(self, settings: Settings, out: str | Path, log: Callable[[str], None] = print, overwrite: bool = False) -> None:
         self.settings = settings
         self.out = Path(out)
         self.log = log
+        self.overwrite = overwrite
+        self.written: list[Path] = []  # every file this study wrote, in order
         self._model = None
         self._corpus = None
+        self._inputs: dict[str, str] | None = None
+
+    def inputs(self) -> dict[str, str]:
+        """sha256 of the files the measured parts are made from: the model's files and the corpus's, by path.
+
+        Computed from the files alone, before any model loads (:mod:`poslens.study.inputs`).
+
+        Example:
+            >>> sorted(Study(Settings(corpus="random", model="no/such/model"), "out").inputs())
+            []
+        """
+        if self._inputs is None:
+            s = self.settings
+            self._inputs = {**model_inputs(s.model), **corpus_inputs(s.corpus, s.text_field)}
+        return self._inputs
+
+    def _part(self, name: str, names: tuple[str, ...], compute: Callable[[], Result], inputs: dict[str, str] | None = None) -> Result:
+        return cached_part(self.out, name, self.settings, names, compute, self.log,
+                           inputs=self.inputs() if inputs is None else inputs, overwrite=self.overwrite, written=self.written)
 
     def model(self):
         """The model of ``settings.model`` and ``settings.variant``, loaded on first use.
@@ -307,7 +310,8 @@ class Study:
         """
         if self._corpus is None:
             s = self.settings
-            self._corpus = make_corpus(self.model(), s.corpus, n_seqs=s.n_seqs, seq_len=s.seq_len, position0=s.position0, seed=s.seed)
+            self._corpus = make_corpus(self.model(), s.corpus, n_seqs=s.n_seqs, seq_len=s.seq_len, position0=s.position0, seed=s.seed,
+                                       text_field=s.text_field)
         return self._corpus
 
     def _measure(self, interventions=(), probe: bool = True) -> Result:
@@ -323,7 +327,7 @@ class Study:
             >>> round(result.value("c_res", "early"), 4), round(result.value("c_mask", "early"), 4)  # doctest: +SKIP
             (0.0436, 0.0158)
         """
-        return cached_part(self.out, "leakage", self.settings, MEASURE_KEYS, self._measure, self.log)
+        return self._part("leakage", MEASURE_KEYS, self._measure)
 
     def sinks(self) -> Result:
         """Sink scores and sink-reading head counts (METHOD §6).
@@ -336,7 +340,7 @@ class Study:
         def compute() -> Result:
             return Result(sinks.sink_table(base, self.settings.tau), dict(base.meta))
 
-        return cached_part(self.out, "sinks", self.settings, (*MEASURE_KEYS, "tau"), compute, self.log)
+        return self._part("sinks", (*MEASURE_KEYS, "tau"), compute)
 
     def bos_swap(self) -> Result:
         """Reduction of C_res for each BOS-embedding replacement (METHOD §7).
@@ -346,8 +350,9 @@ class Study:
             >>> dict(zip(rows["intervention"], rows["value"].round(3).tolist()))  # doctest: +SKIP
             {'bos:mean': -0.012, 'bos:zero': 0.226, 'bos:noise': 0.06, 'bos:token:2': -0.036}
         """
+        base = self.leakage()  # first: a leakage part that cannot be used stops the command before any swap runs
+
         def compute() -> Result:
-            base = self.leakage()
             tables, described = [], []
             for kind in self.settings.replacements:
                 if kind == "token:eos":
@@ -359,7 +364,7 @@ class Study:
                 tables.append(after.table[after.table["metric"].isin(["c_res", "c_mask"]) & (after.table["head"] == -1)])
             return Result(pd.concat(tables, ignore_index=True), {**base.meta, "replacements": described})
 
-        return cached_part(self.out, "bos-swap", self.settings, (*MEASURE_KEYS, "replacements"), compute, self.log)
+        return self._part("bos-swap", (*MEASURE_KEYS, "replacements"), compute)
 
     def ablate_sinks(self) -> Result:
         """Sink-path ablation of the sink-reading heads and the reduction of C_res (METHOD §7).
@@ -369,8 +374,9 @@ class Study:
             >>> len(result.meta["ablation"]["heads"]), round(result.value("reduction", "early"), 3)  # doctest: +SKIP
             (164, 0.433)
         """
+        base = self.leakage()  # first, as in bos_swap
+
         def compute() -> Result:
-            base = self.leakage()
             heads = sinks.sink_reading_heads(base, self.settings.tau)
             if not heads:
                 self.log(f"[ablate-sinks] no head has sink score ≥ τ = {self.settings.tau}: nothing to ablate")
@@ -381,7 +387,7 @@ class Study:
             tables.append(after.table[after.table["metric"].isin(["c_res", "c_mask"]) & (after.table["head"] == -1)])
             return Result(pd.concat(tables, ignore_index=True), {**base.meta, "ablation": ablation.describe()})
 
-        return cached_part(self.out, "ablate-sinks", self.settings, (*MEASURE_KEYS, "tau"), compute, self.log)
+        return self._part("ablate-sinks", (*MEASURE_KEYS, "tau"), compute)
 
     def fingerprint(self) -> Result:
         """Position-0 fingerprint: dispersion, trajectory similarity, readout (METHOD §8).
@@ -395,11 +401,12 @@ class Study:
 
         s = self.settings
         names = ("fingerprint_seqs", "fingerprint_len", "tau", *MEASURE_KEYS)
-        return cached_part(
-            self.out, "fingerprint", s, names,
+        check_seq_len(self.model(), s.fingerprint_len, option="--fingerprint-len",  # before the leakage part is measured
+                      parameter="fingerprint_len= of Settings or Study.with_settings")
+        return self._part(
+            "fingerprint", names,
             lambda: fingerprint(self.model(), n_seqs=s.fingerprint_seqs, seq_len=s.fingerprint_len, groups=s.groups,
                                 seed=s.seed, tau=s.tau, sink_result=self.leakage()),
-            self.log,
         )
 
     def compare(self) -> Result:
@@ -413,12 +420,17 @@ class Study:
         """
         s = self.settings
         cases = list(s.cases) or default_cases(quick=s.compare_quick)
-        names = ("compare_seqs", "compare_len", "compare_quick", "cases", "groups", "early", "seed", "corpus", "batch_size")
-        return cached_part(
-            self.out, "compare", s, names,
+        names = ("compare_seqs", "compare_len", "compare_quick", "cases", "groups", "early", "seed", "corpus", "text_field",
+                 "batch_size")
+        inputs = corpus_inputs(s.corpus, s.text_field)
+        for case in cases:
+            inputs.update(model_inputs(case.model))
+        return self._part(
+            "compare", names,
             lambda: compare(cases, n_seqs=s.compare_seqs, seq_len=s.compare_len, groups=s.groups, early=s.early,
-                            seed=s.seed, source=s.corpus, batch_size=s.batch_size, max_memory=s.max_memory),
-            self.log,
+                            seed=s.seed, source=s.corpus, batch_size=s.batch_size, max_memory=s.max_memory,
+                            text_field=s.text_field),
+            inputs,
         )
 
     def claims(self, parts: dict[str, Result]) -> pd.DataFrame:
@@ -449,8 +461,27 @@ class Study:
             c4_window="all",
         )
         self.out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(self.out / "claims.csv", index=False)
+        self.write(self.out / "claims.csv", lambda tmp: table.to_csv(tmp, index=False))
         return table
+
+    def write(self, path: Path, write: Callable[[Path], None]) -> Path:
+        """Write one file of the study (``claims.csv``, ``report.html``, ``run.json``): atomically, never over a file poslens did not write.
+
+        ``write(tmp)`` fills a temporary file; the file is then listed in the
+        folder's manifest (:mod:`poslens.ownership`) and in :attr:`written`.
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> study = Study(Settings(), tempfile.mkdtemp())
+            >>> path = study.write(study.out / "run.json", lambda tmp: tmp.write_text("{}"))
+            >>> [p.name for p in study.written]
+            ['run.json']
+        """
+        check_replaceable(path)
+        atomic_write(path, write)
+        record_written([path])
+        self.written.append(path)
+        return path
 
     def with_settings(self, **changes: Any) -> "Study":
         """A study in the same folder with some settings changed (a saved part made with other settings is refused, not replaced).
@@ -461,4 +492,4 @@ class Study:
             >>> longer.settings.seq_len, longer.out == study.out, study.settings.seq_len
             (256, True, 128)
         """
-        return Study(replace(self.settings, **changes), self.out, self.log)
+        return Study(replace(self.settings, **changes), self.out, self.log, self.overwrite)

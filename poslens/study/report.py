@@ -26,8 +26,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from markupsafe import Markup
 
+from poslens.files import atomic_write_text
 from poslens.measurement import plots
 from poslens.measurement.result import Result, quantized_note
+from poslens.ownership import check_replaceable, record_written
 from poslens.study.claims import (
     NOT_MEASURED,
     NOT_SUPPORTED,
@@ -224,7 +226,7 @@ def _rule_blocks(rules: list[str]) -> list[dict[str, str]]:
     return list(blocks.values())
 
 
-def summary_rows(claims: pd.DataFrame, out: Any = "DIR", present: Any = ()) -> list[dict[str, Any]]:
+def summary_rows(claims: pd.DataFrame, out: Any = "DIR", present: Any = (), settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The verdict summary: one row per claim and case, with joint verdict, headline figure, a sentence and the rules.
 
     Rows of ``claims`` (columns :data:`poslens.study.claims.CLAIM_COLUMNS`)
@@ -272,7 +274,7 @@ def summary_rows(claims: pd.DataFrame, out: Any = "DIR", present: Any = ()) -> l
         rules = [str(r["rule"]) for r in records]
         statement = str(records[0]["statement"])
         if verdict == NOT_MEASURED:
-            blocks = [dict(rule=not_measured_summary(pd.DataFrame(records), out, present), inputs="", figures=[])]
+            blocks = [dict(rule=not_measured_summary(pd.DataFrame(records), out, present, settings), inputs="", figures=[])]
         else:
             blocks = _rule_blocks(rules)
         rows.append(dict(
@@ -397,7 +399,7 @@ def _claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[s
 
 
 def build_report(parts: dict[str, Result], claims: pd.DataFrame, settings: dict[str, Any], path: str | Path) -> Path:
-    """Write the report page for whichever study parts are present.
+    """Write the report page for whichever study parts are present (never over a file poslens did not write).
 
     The page opens on the verdict summary (:func:`summary_rows`): a badge per
     claim and case, the headline figure, a sentence, and the rule in a
@@ -418,7 +420,7 @@ def build_report(parts: dict[str, Result], claims: pd.DataFrame, settings: dict[
         f"position 0 = BOS, {settings.get('groups')} groups (delete-one-group jackknife 95% intervals), "
         f"early queries 1 ≤ i < {settings.get('early')}, seed {settings.get('seed')}."
     )
-    summary = summary_rows(claims, path.parent, present=parts)
+    summary = summary_rows(claims, path.parent, present=parts, settings=settings)
     figures = _claim_figures(parts, settings)
     sections, first = [], True
     for claim, statement in STATEMENTS.items():
@@ -435,10 +437,12 @@ def build_report(parts: dict[str, Result], claims: pd.DataFrame, settings: dict[
         setting_text=setting_text,
         summary=summary,
         rows=_claim_rows(claims),
-        not_measured=not_measured_summary(claims, path.parent, present=parts),
+        not_measured=not_measured_summary(claims, path.parent, present=parts, settings=settings),
         sections=sections,
         settings=str(settings),
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
+    check_replaceable(path)
+    atomic_write_text(path, page)
+    record_written([path])
     return path

@@ -1,0 +1,210 @@
+"""Which files in a folder poslens wrote: a small manifest, so that nothing of the user's is ever replaced.
+
+Every file poslens writes into a folder (a result's Parquet, CSV and sums,
+``claims.csv``, ``report.html``, ``run.json``) is listed in that folder's
+``.poslens-files.json`` with its size and sha256. Before replacing a file,
+poslens checks that the manifest lists it with the same hash: a file poslens
+did not write, or one changed since it wrote it, is refused with
+:class:`~poslens.errors.OutputConflictError` naming it. The manifest is
+updated under a file lock, so concurrent writers never lose each other's
+entries. This module is the package's base layer: it imports nothing from
+poslens but its errors and atomic writes.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> (folder / "notes.csv").write_text("mine")
+    4
+    >>> check_replaceable(folder / "notes.csv")
+    Traceback (most recent call last):
+    poslens.errors.OutputConflictError: .../notes.csv exists and poslens did not write it ...
+    >>> written = folder / "table.csv"; _ = written.write_text("a,b")
+    >>> record_written([written]); check_replaceable(written)   # poslens's own file may be replaced
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Iterable
+
+from filelock import FileLock
+
+from poslens.errors import OutputConflictError
+from poslens.files import atomic_write_text
+
+MANIFEST = ".poslens-files.json"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def written_files(folder: str | Path) -> dict[str, dict]:
+    """The manifest of ``folder``: file name -> ``{"size", "sha256"}`` of each file poslens wrote there.
+
+    Args:
+        folder: the folder.
+
+    Returns:
+        A dict, empty when poslens wrote nothing there (or the manifest is unreadable).
+
+    Example:
+        >>> import tempfile
+        >>> written_files(tempfile.mkdtemp())
+        {}
+    """
+    try:
+        files = json.loads((Path(folder) / MANIFEST).read_text()).get("files", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return files if isinstance(files, dict) else {}
+
+
+def is_ours(path: str | Path) -> bool:
+    """Whether ``path`` is a file poslens wrote and nobody changed since (its folder's manifest lists its hash).
+
+    Args:
+        path: a file.
+
+    Returns:
+        True when the manifest lists the file with its current size and sha256.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "x.csv"; _ = path.write_text("1")
+        >>> is_ours(path), (record_written([path]), is_ours(path))[1]
+        (False, True)
+    """
+    path = Path(path)
+    entry = written_files(path.parent).get(path.name)
+    if not entry or not path.is_file():
+        return False
+    return path.stat().st_size == entry.get("size") and _sha256(path) == entry.get("sha256")
+
+
+def check_replaceable(path: str | Path) -> None:
+    """Raise :class:`~poslens.errors.OutputConflictError` if writing ``path`` would replace something not poslens's.
+
+    A path that does not exist may be written. A folder is never replaced. A
+    file may be replaced only when the folder's manifest lists it with its
+    current hash (:func:`is_ours`).
+
+    Args:
+        path: the file about to be written.
+
+    Returns:
+        None.
+
+    Raises:
+        OutputConflictError: naming the file and what to do.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> check_replaceable(pathlib.Path(tempfile.mkdtemp()) / "new.parquet")   # nothing there: fine
+    """
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_dir():
+        raise OutputConflictError(f"{path} is a folder; poslens writes a file there and never replaces a folder: choose another name")
+    if is_ours(path):
+        return
+    entry = written_files(path.parent).get(path.name)
+    why = ("poslens wrote it but it has been changed since" if entry else
+           f"poslens did not write it (it is not in {path.parent / MANIFEST})")
+    raise OutputConflictError(
+        f"{path} exists and {why}; poslens never replaces a file it did not write: move it away or delete it, "
+        "or choose another output folder")
+
+
+def record_written(paths: Iterable[str | Path]) -> None:
+    """List ``paths`` (just written by poslens) in their folders' manifests, with their size and sha256.
+
+    Args:
+        paths: files poslens has just written.
+
+    Returns:
+        None.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "run.json"; _ = path.write_text("{}")
+        >>> record_written([path]); sorted(written_files(path.parent))
+        ['run.json']
+    """
+    by_folder: dict[Path, list[Path]] = {}
+    for path in map(Path, paths):
+        by_folder.setdefault(path.parent, []).append(path)
+    for folder, members in by_folder.items():
+        with FileLock(folder / f"{MANIFEST}.lock"):
+            files = written_files(folder)
+            for path in members:
+                files[path.name] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+            atomic_write_text(folder / MANIFEST, json.dumps({"files": files}, indent=1, sort_keys=True))
+
+
+def forget_written(paths: Iterable[str | Path]) -> None:
+    """Remove ``paths`` (deleted by poslens) from their folders' manifests.
+
+    Args:
+        paths: files poslens has just deleted.
+
+    Returns:
+        None.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "old.csv"; _ = path.write_text("1")
+        >>> record_written([path]); path.unlink(); forget_written([path]); written_files(path.parent)
+        {}
+    """
+    by_folder: dict[Path, list[str]] = {}
+    for path in map(Path, paths):
+        by_folder.setdefault(path.parent, []).append(path.name)
+    for folder, names in by_folder.items():
+        if not (folder / MANIFEST).exists():
+            continue
+        with FileLock(folder / f"{MANIFEST}.lock"):
+            files = written_files(folder)
+            for name in names:
+                files.pop(name, None)
+            atomic_write_text(folder / MANIFEST, json.dumps({"files": files}, indent=1, sort_keys=True))
+
+
+def remove_ours(paths: Iterable[str | Path]) -> None:
+    """Delete those of ``paths`` that exist, after checking that poslens wrote each (changed since or not).
+
+    For ``--overwrite``: a part poslens made may be replaced even if it was
+    damaged or edited since; a file poslens never wrote is not touched.
+
+    Args:
+        paths: files to delete.
+
+    Returns:
+        None.
+
+    Raises:
+        OutputConflictError: one of them is not listed in its folder's manifest (nothing is deleted then).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "leakage.csv"; _ = path.write_text("1")
+        >>> remove_ours([path])
+        Traceback (most recent call last):
+        poslens.errors.OutputConflictError: .../leakage.csv exists and poslens did not write it ...
+        >>> record_written([path]); _ = path.write_text("edited"); remove_ours([path]); path.exists()
+        False
+    """
+    present = [Path(p) for p in paths if Path(p).is_file()]
+    for path in present:
+        if path.name not in written_files(path.parent):
+            check_replaceable(path)  # raises, naming it
+    for path in present:
+        path.unlink()
+    forget_written(present)

@@ -1,0 +1,140 @@
+"""The bytes a study part is made from: hashes of its input files, known before any model loads.
+
+A part is reused only when its settings *and* its inputs are the same. The
+inputs are files: the corpus file (or every file of a corpus folder), each
+local model folder's config, weight and tokenizer files, and a registry
+model's GGUF file. Their sha256 (remembered by path, size and mtime, see
+:func:`poslens.model.cache.file_sha256`) go into the part's key and its
+metadata; :func:`changed_inputs` names the files whose bytes differ.
+The built-in ``docs`` corpus is hashed as text (it comes with Python);
+``random`` and ``repeat`` draw token ids from the tokenizer, whose files are
+the model's.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> text = pathlib.Path(tempfile.mkdtemp()) / "c.txt"; _ = text.write_text("one")
+    >>> before = corpus_inputs(str(text))
+    >>> _ = text.write_text("two")
+    >>> changed_inputs(before, corpus_inputs(str(text)))
+    ['.../c.txt changed']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from pathlib import Path
+
+from poslens.model.cache import file_sha256
+from poslens.model.corpus import BUILTIN_SOURCES, docs_texts, source_files
+from poslens.model.loading import model_files
+from poslens.model.registry import REGISTRY
+
+
+def _docs_hash() -> str:
+    digest = hashlib.sha256()
+    for text in docs_texts():
+        digest.update(text.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def corpus_inputs(source: str, text_field: str = "text") -> dict[str, str]:
+    """sha256 of each file the corpus ``source`` is read from, by path.
+
+    Args:
+        source: ``"docs"``, ``"random"``, ``"repeat"`` or a path (see :func:`poslens.model.corpus.read_texts`).
+        text_field: the JSONL / Parquet field of the text.
+
+    Returns:
+        ``{label: sha256}``; ``docs`` gives one entry for Python's documentation
+        topics, ``random`` and ``repeat`` none. A missing path gives none (the
+        corpus itself then says it is missing).
+
+    Example:
+        >>> list(corpus_inputs("random")), list(corpus_inputs("docs"))[0].startswith("docs corpus (pydoc_data")
+        ([], True)
+    """
+    if source == "docs":
+        return {f"docs corpus (pydoc_data topics of Python {platform.python_version()})": _docs_hash()}
+    if source in BUILTIN_SOURCES or not Path(source).expanduser().exists():
+        return {}
+    return {str(path): file_sha256(path) for path in source_files(source, text_field)}
+
+
+def model_inputs(name: str) -> dict[str, str]:
+    """sha256 of each file that defines the model ``name``, by path.
+
+    Args:
+        name: a registry name (its GGUF file), a local model folder (its
+            config, weight and tokenizer files, :func:`poslens.model.loading.model_files`)
+            or a model id in the local Hugging Face cache (the files of its snapshot).
+
+    Returns:
+        ``{path: sha256}``, empty where the model cannot be found (loading it then says why).
+
+    Example:
+        >>> import tempfile
+        >>> from poslens.model.tiny import save_tiny_model
+        >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+        >>> sorted(path.rsplit("/", 1)[1] for path in model_inputs(str(folder)))[:3]
+        ['config.json', 'generation_config.json', 'model.safetensors']
+    """
+    entry = REGISTRY.get(name)
+    if entry is not None:
+        if not entry.installed():
+            return {}
+        gguf = entry.locate()
+        return {str(gguf): file_sha256(gguf)}
+    folder = Path(name).expanduser()
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(name, local_files_only=True))
+        except Exception:  # not in the cache: loading says so
+            return {}
+    if not (folder / "config.json").exists():
+        return {}
+    return {str(path): file_sha256(path) for path in model_files(folder)}
+
+
+def inputs_key(inputs: dict[str, str]) -> str:
+    """A short hash of ``inputs`` (labels and hashes), for a part's reuse key.
+
+    Args:
+        inputs: ``{label: sha256}`` as :func:`corpus_inputs` and :func:`model_inputs` give.
+
+    Returns:
+        16 hex digits.
+
+    Example:
+        >>> inputs_key({"a.txt": "00"}) == inputs_key({"a.txt": "00"}), inputs_key({"a.txt": "00"}) == inputs_key({"a.txt": "01"})
+        (True, False)
+    """
+    text = "\n".join(f"{label}\t{digest}" for label, digest in sorted(inputs.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def changed_inputs(saved: dict[str, str], now: dict[str, str]) -> list[str]:
+    """What differs between the inputs a part was made from and those there are now, in words.
+
+    Args:
+        saved: the part's recorded inputs.
+        now: the inputs computed now.
+
+    Returns:
+        One phrase per differing file (``"c.txt changed"``, ``"c.txt is gone"``, ``"d.txt is new"``).
+
+    Example:
+        >>> changed_inputs({"a.txt": "00", "b.txt": "11"}, {"a.txt": "01", "c.txt": "22"})
+        ['a.txt changed', 'b.txt is gone', 'c.txt is new']
+    """
+    out = []
+    for label in sorted(set(saved) | set(now)):
+        if label not in now:
+            out.append(f"{label} is gone")
+        elif label not in saved:
+            out.append(f"{label} is new")
+        elif saved[label] != now[label]:
+            out.append(f"{label} changed")
+    return out

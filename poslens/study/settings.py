@@ -1,0 +1,166 @@
+"""The study's settings: one frozen object, the command-line option of each, and the command that makes each part.
+
+:class:`Settings` holds everything a study part depends on, with the quick
+and full presets; :func:`command_line` spells a part's command with the
+settings a folder's parts were made with, so that a hint never names a
+command that would be refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from poslens.mechanisms.architectures import Case
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a study part depends on. ``quick()`` and ``full()`` give the two presets.
+
+    Example:
+        >>> Settings.quick().n_seqs, Settings.full().seq_len
+        (16, 256)
+    """
+
+    model: str = "smollm2-135m"
+    variant: str = "base"
+    corpus: str = "docs"
+    text_field: str = "text"
+    n_seqs: int = 16
+    seq_len: int = 128
+    groups: int = 8
+    early: int = 32
+    seed: int = 0
+    batch_size: int = 4
+    max_memory: str = "free"
+    position0: str = "bos"
+    dtype: str = "float32"
+    device_map: str | None = None
+    tau: float = 0.3
+    replacements: tuple[str, ...] = ("mean", "zero", "noise", "token:eos")
+    fingerprint_seqs: int = 16
+    fingerprint_len: int = 48
+    compare_seqs: int = 8
+    compare_len: int = 640
+    compare_quick: bool = True
+    cases: tuple[Case, ...] = field(default=())
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> "Settings":
+        """The quick preset (minutes on a laptop CPU): the defaults, with ``overrides``.
+
+        Example:
+            >>> s = Settings.quick(model="gemma3-270m")
+            >>> s.model, s.n_seqs, s.seq_len, s.compare_quick
+            ('gemma3-270m', 16, 128, True)
+        """
+        return cls(**overrides)
+
+    @classmethod
+    def full(cls, **overrides: Any) -> "Settings":
+        """The full preset, sized to finish within an hour on 2 CPU cores, with ``overrides``.
+
+        Sizes come from the quick run's interval widths (docs/findings.md): twice
+        the sequences and length for the measured parts, twice the sequences
+        for the architecture comparison, and the quick preset's four cases (more
+        sequences before more cases: each C4 comparison needs narrow intervals).
+
+        Example:
+            >>> s = Settings.full(seq_len=512)
+            >>> s.n_seqs, s.seq_len, s.compare_seqs, s.compare_len, s.compare_quick
+            (32, 512, 16, 640, True)
+        """
+        base = dict(
+            n_seqs=32, seq_len=256, fingerprint_seqs=64, fingerprint_len=64,
+            compare_seqs=16, compare_len=640, compare_quick=True,
+        )
+        return cls(**{**base, **overrides})
+
+    def key(self, *names: str) -> str:
+        """A short hash of the named settings (all if none).
+
+        Example:
+            >>> Settings().key("model", "n_seqs")
+            'c348ecbb9faf360e'
+            >>> Settings(tau=0.5).key(*MEASURE_KEYS) == Settings().key(*MEASURE_KEYS)  # τ is not a measuring setting
+            True
+        """
+        values = asdict(self)
+        chosen = {n: values[n] for n in (names or sorted(values))}
+        return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+MEASURE_KEYS = ("model", "variant", "corpus", "text_field", "n_seqs", "seq_len", "groups", "early", "seed", "batch_size", "position0", "dtype")
+
+#: The command-line option of each setting, for messages that tell the user what to type.
+OPTION_NAMES = {
+    "model": "--model", "variant": "--variant", "corpus": "--corpus", "text_field": "--text-field", "n_seqs": "--n-seqs", "seq_len": "--seq-len",
+    "groups": "--groups", "early": "--early", "seed": "--seed", "batch_size": "--batch-size", "position0": "--bos",
+    "dtype": "--dtype", "tau": "--tau", "replacements": "--replacement", "fingerprint_seqs": "--fingerprint-seqs",
+    "fingerprint_len": "--fingerprint-len", "compare_seqs": "--compare-seqs", "compare_len": "--compare-len",
+    "compare_quick": "--full", "cases": "cases",
+}
+
+
+#: The settings each command records in its part, beyond the measuring ones (see :func:`command_line`).
+COMMAND_SETTINGS = {
+    "leakage": MEASURE_KEYS,
+    "sinks": (*MEASURE_KEYS, "tau"),
+    "bos-swap": (*MEASURE_KEYS, "replacements"),
+    "ablate-sinks": (*MEASURE_KEYS, "tau"),
+    "fingerprint": (*MEASURE_KEYS, "tau", "fingerprint_seqs", "fingerprint_len"),
+    "compare": ("compare_seqs", "compare_len", "compare_quick", "groups", "early", "seed", "corpus", "text_field", "batch_size"),
+}
+_COMPARE_OPTIONS = {"compare_seqs": "--n-seqs", "compare_len": "--seq-len"}
+
+
+def command_line(command: str, settings: dict[str, Any], out: Any) -> str:
+    """The ``poslens`` command that makes part ``command`` with ``settings`` into ``out``: it agrees with the parts there.
+
+    Only settings that differ from the defaults are spelled out; settings the
+    command does not take are left out.
+
+    Args:
+        command: a part's command (``"ablate-sinks"``, ``"compare"``, …).
+        settings: recorded settings (a part's ``meta["settings"]``, or ``Settings`` as a dict).
+        out: the output folder.
+
+    Returns:
+        The command line.
+
+    Example:
+        >>> command_line("ablate-sinks", {"model": "models/llama", "n_seqs": 4, "seq_len": 32, "tau": 0.3}, "A")
+        'poslens ablate-sinks --model models/llama --n-seqs 4 --seq-len 32 --out A'
+        >>> command_line("compare", {"compare_seqs": 4, "compare_quick": False, "groups": 2}, "A")
+        'poslens compare --n-seqs 4 --full --groups 2 --out A'
+    """
+    defaults = settings_values(Settings(), tuple(f for f in asdict(Settings()) if f != "cases"))
+    words = ["poslens", command]
+    for name in COMMAND_SETTINGS[command]:
+        if name not in settings or settings[name] == defaults.get(name):
+            continue
+        value = settings[name]
+        if name == "compare_quick":
+            words += [] if value else ["--full"]
+        elif name == "replacements":
+            for kind in value:
+                words += ["--replacement", str(kind)]
+        else:
+            words += [_COMPARE_OPTIONS.get(name, OPTION_NAMES[name]) if command == "compare" else OPTION_NAMES[name], str(value)]
+    return " ".join([*words, "--out", str(out)])
+
+
+def settings_values(settings: Settings, names: tuple[str, ...]) -> dict[str, Any]:
+    """The values of the settings ``names``, as JSON would store them (tuples become lists).
+
+    Example:
+        >>> settings_values(Settings(), ("n_seqs", "replacements"))
+        {'n_seqs': 16, 'replacements': ['mean', 'zero', 'noise', 'token:eos']}
+    """
+    values = asdict(settings)
+    return {name: json.loads(json.dumps(values[name], default=str)) for name in names}
+
+

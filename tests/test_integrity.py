@@ -1,0 +1,350 @@
+"""Numbers that belong to their inputs, and nothing of the user's overwritten (docs/reliability.md, "Integrity").
+
+Each test reproduces one failure found by a hostile tour of poslens 0.1 (a
+copied-in Parquet file used with another run's sums, a corpus or model folder
+edited in place and reused, two runs into one folder, a user's file replaced,
+bad ranges accepted, misleading hints) and checks the behaviour that replaced
+it. Everything is real: tiny Llama folders saved to disk, the ``poslens``
+command through typer's CliRunner or as a subprocess, real file locks held by
+another process, a real file-size limit (``RLIMIT_FSIZE``). poslens's own
+modules are imported inside the tests that need new names, so that each test
+fails on its own assertion when run against the code from before the change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import poslens
+from poslens.measurement.result import Result
+from poslens.study.cli import app
+
+runner = CliRunner()
+
+
+def small(model_dir: Path, *extra: str) -> list[str]:
+    return ["--model", str(model_dir), "--corpus", "random", "--n-seqs", "4", "--seq-len", "32", "--groups", "2",
+            "--early", "8", *extra]
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def error_text(result) -> str:
+    return f"{result.exception}\n{result.output}"
+
+
+@pytest.fixture
+def model_copy(tiny_llama_dir, tmp_path) -> Path:
+    """A private copy of the tiny Llama folder, free to edit."""
+    import shutil
+
+    return Path(shutil.copytree(tiny_llama_dir, tmp_path / "llama"))
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_llama_dir):
+    return poslens.load_model(tiny_llama_dir)
+
+
+# ---------------------------------------------------------------- 1. sums that belong to their table
+
+
+def test_a_copied_in_table_is_never_paired_with_another_runs_sums(tiny_llama_dir, tmp_path):
+    a, b = tmp_path / "A", tmp_path / "B"
+    assert invoke("leakage", *small(tiny_llama_dir, "--seed", "0"), "--out", a).exit_code == 0
+    assert invoke("bos-swap", *small(tiny_llama_dir, "--seed", "1"), "--replacement", "zero", "--out", b).exit_code == 0
+    (a / "leakage.parquet").write_bytes((b / "leakage.parquet").read_bytes())  # cp B/leakage.parquet A/
+    result = invoke("bos-swap", *small(tiny_llama_dir, "--seed", "1"), "--replacement", "zero", "--out", a)
+    assert result.exit_code != 0, result.output
+    text = error_text(result)
+    assert "leakage.sums.npz" in text and "leakage.parquet" in text and "does not belong" in text
+    assert "reusing" not in result.output
+    with pytest.raises(ValueError, match="does not belong"):
+        Result.load(a / "leakage.parquet")
+    # the table alone still loads, on request
+    assert len(Result.load(a / "leakage.parquet", sums=False).table) > 0
+
+
+def test_a_missing_sums_file_is_refused_before_anything_is_measured(tiny_llama_dir, tmp_path):
+    out = tmp_path / "out"
+    assert invoke("leakage", *small(tiny_llama_dir), "--out", out).exit_code == 0
+    (out / "leakage.sums.npz").unlink()
+    result = invoke("bos-swap", *small(tiny_llama_dir), "--replacement", "zero", "--out", out)
+    assert result.exit_code != 0
+    text = error_text(result)
+    assert "leakage.sums.npz" in text and "missing" in text and "--overwrite" in text
+    assert "[bos-swap]" not in result.output  # found at the start, before the swap runs
+    # --overwrite measures the leakage part again and goes on
+    again = invoke("bos-swap", *small(tiny_llama_dir), "--replacement", "zero", "--overwrite", "--out", out)
+    assert again.exit_code == 0, error_text(again)
+    assert (out / "leakage.sums.npz").exists() and (out / "bos-swap.parquet").exists()
+
+
+# ---------------------------------------------------------------- 2. inputs changed in place
+
+
+def test_a_corpus_file_edited_in_place_is_not_reused(tiny_llama_dir, tmp_path):
+    text = tmp_path / "c.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    options = small(tiny_llama_dir)
+    options[options.index("random")] = str(text)
+    out = tmp_path / "out"
+    assert invoke("leakage", *options, "--out", out).exit_code == 0
+    before = (out / "leakage.parquet").read_bytes()
+    text.write_text("Pack my box with five dozen liquor jugs. " * 40)
+    result = invoke("leakage", *options, "--out", out)
+    assert result.exit_code != 0
+    message = error_text(result)
+    assert "c.txt changed since leakage.parquet was made" in message and "--overwrite" in message
+    assert "reusing" not in result.output and (out / "leakage.parquet").read_bytes() == before
+    replaced = invoke("leakage", *options, "--overwrite", "--out", out)
+    assert replaced.exit_code == 0, error_text(replaced)
+    assert (out / "leakage.parquet").read_bytes() != before
+    meta = Result.load(out / "leakage.parquet").meta
+    assert meta["inputs"][str(text)] == hashlib.sha256(text.read_bytes()).hexdigest()
+
+
+def test_a_model_folder_edited_in_place_is_not_reused(model_copy, tmp_path):
+    out = tmp_path / "out"
+    assert invoke("leakage", *small(model_copy), "--out", out).exit_code == 0
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(model_copy / "model.safetensors")
+    name = next(k for k in weights if k.endswith("q_proj.weight"))
+    weights[name] = weights[name] * 2  # an in-place edit of the weights
+    save_file(weights, model_copy / "model.safetensors", metadata={"format": "pt"})
+    result = invoke("leakage", *small(model_copy), "--out", out)
+    assert result.exit_code != 0
+    assert "model.safetensors changed since leakage.parquet was made" in error_text(result)
+
+
+def test_a_rerun_with_the_same_inputs_writes_nothing_and_says_so(tiny_llama_dir, tmp_path):
+    out = tmp_path / "out"
+    first = invoke("leakage", *small(tiny_llama_dir), "--out", out)
+    assert first.exit_code == 0
+    for name in ("leakage.parquet", "leakage.csv", "leakage.sums.npz"):
+        assert str(out / name) in " ".join(first.output.split()), name  # every file written is named
+    stamp = (out / "leakage.parquet").stat().st_mtime_ns
+    second = invoke("leakage", *small(tiny_llama_dir), "--out", out)
+    assert second.exit_code == 0
+    assert "reusing" in second.output and "wrote nothing" in second.output
+    assert f"wrote {out}" not in second.output
+    assert (out / "leakage.parquet").stat().st_mtime_ns == stamp
+
+
+def test_provenance_records_the_hashes_of_inputs_and_measured_tokens(tiny, tiny_llama_dir, tmp_path):
+    corpus = poslens.make_corpus(tiny, "random", n_seqs=4, seq_len=16, seed=5)
+    result = poslens.measure(tiny, corpus, groups=2, early=8, progress=False)
+    expected = hashlib.sha256(corpus.tokens.numpy().astype("<i8").tobytes()).hexdigest()
+    assert result.meta["corpus"]["tokens_sha256"] == expected
+    out = tmp_path / "out"
+    assert invoke("leakage", *small(tiny_llama_dir), "--out", out).exit_code == 0
+    inputs = Result.load(out / "leakage.parquet").meta["inputs"]
+    weights = Path(tiny_llama_dir) / "model.safetensors"
+    assert inputs[str(weights)] == hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert any(path.endswith("config.json") for path in inputs) and any("tokenizer" in path for path in inputs)
+
+
+# ---------------------------------------------------------------- 3. nothing of the user's is overwritten
+
+
+def one_row_result() -> Result:
+    return Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=0, head=-1,
+                                     query_window="all", metric="c_res", value=0.1, ci_low=0.0, ci_high=0.2)]), {"seed": 0})
+
+
+def test_save_onto_a_folder_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "results").mkdir()
+    users = tmp_path / "results.csv"
+    users.write_text("my own numbers\n")
+    with pytest.raises(FileExistsError, match="is a folder"):
+        one_row_result().save(tmp_path / "results")
+    assert users.read_text() == "my own numbers\n"
+
+
+def test_save_to_a_csv_name_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="ending in .parquet"):
+        one_row_result().save(tmp_path / "x.csv")
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_save_never_replaces_a_twin_poslens_did_not_write(tmp_path):
+    users = tmp_path / "leakage.csv"
+    users.write_text("my own numbers\n")
+    with pytest.raises(FileExistsError, match="poslens did not write it"):
+        one_row_result().save(tmp_path / "leakage.parquet")
+    assert users.read_text() == "my own numbers\n" and not (tmp_path / "leakage.parquet").exists()
+    # its own files, it may replace (a notebook saving twice)
+    users.unlink()
+    one_row_result().save(tmp_path / "leakage.parquet")
+    one_row_result().save(tmp_path / "leakage.parquet")
+    assert Result.load(tmp_path / "leakage.parquet").value("c_res", layer=0) == 0.1
+
+
+@pytest.mark.parametrize("name", ["leakage.parquet", "leakage.csv"])
+def test_out_never_replaces_a_file_poslens_did_not_write(tiny_llama_dir, tmp_path, name):
+    out = tmp_path / "out"
+    out.mkdir()
+    foreign = out / name
+    foreign.write_text("the user's file\n")
+    result = invoke("leakage", *small(tiny_llama_dir), "--out", out)
+    assert result.exit_code != 0
+    assert str(foreign) in " ".join(error_text(result).split()) and "did not write" in error_text(result)
+    assert foreign.read_text() == "the user's file\n"
+    # --overwrite replaces poslens's parts, never a file it did not write
+    result = invoke("leakage", *small(tiny_llama_dir), "--overwrite", "--out", out)
+    assert result.exit_code != 0 and foreign.read_text() == "the user's file\n"
+
+
+# ---------------------------------------------------------------- 4. one writer per output folder
+
+HOLD = """
+import sys, time
+from poslens.study.output_lock import OutputLock
+lock = OutputLock(sys.argv[1]); lock.acquire()
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_second_run_into_a_locked_folder_is_refused_at_once_naming_the_holder(tiny_llama_dir, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        start = time.perf_counter()
+        result = invoke("leakage", *small(tiny_llama_dir), "--out", out)
+        assert time.perf_counter() - start < 20
+        assert result.exit_code != 0
+        text = error_text(result)
+        assert "being written by another poslens run" in text and f"pid {holder.pid}" in text
+        assert not (out / "leakage.parquet").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    # the killed holder's lock is gone with its process
+    assert invoke("leakage", *small(tiny_llama_dir), "--out", out).exit_code == 0
+
+
+# ---------------------------------------------------------------- 7. ranges
+
+
+@pytest.mark.parametrize("tau", ["-1", "nan", "0", "1.5"])
+def test_tau_outside_zero_one_is_refused(tiny_llama_dir, tmp_path, tau):
+    result = invoke("sinks", *small(tiny_llama_dir), "--tau", tau, "--out", tmp_path / "out")
+    assert result.exit_code == 2
+    assert "--tau must lie in (0, 1]" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_early_not_below_seq_len_is_refused_on_the_command_line(tiny_llama_dir, tmp_path):
+    options = small(tiny_llama_dir)
+    options[options.index("--early") + 1] = "200"
+    result = invoke("leakage", *options, "--out", tmp_path / "out")
+    assert result.exit_code == 2
+    assert "--early 200 is not below --seq-len 32" in " ".join(result.output.split())
+
+
+def test_early_not_below_seq_len_warns_in_python(tiny):
+    from poslens.measurement.pipeline import EarlyWindowWarning
+
+    corpus = poslens.make_corpus(tiny, "random", n_seqs=4, seq_len=16)
+    with pytest.warns(EarlyWindowWarning, match="early = 32 is not below the corpus's seq_len 16"):
+        poslens.measure(tiny, corpus, groups=2, progress=False)
+
+
+# ---------------------------------------------------------------- 8. the Python boundary and messages
+
+
+def test_measure_refuses_a_tensor_naming_make_corpus(tiny):
+    corpus = poslens.make_corpus(tiny, "random", n_seqs=4, seq_len=16)
+    with pytest.raises(TypeError, match=r"make_corpus"):
+        poslens.measure(tiny, corpus.tokens, groups=2, progress=False)
+
+
+@pytest.mark.parametrize("groups", ["2", 2.5, True])
+def test_measure_refuses_a_non_int_naming_the_parameter(tiny, groups):
+    corpus = poslens.make_corpus(tiny, "random", n_seqs=4, seq_len=16)
+    with pytest.raises(TypeError, match=r"^groups must be an int"):
+        poslens.measure(tiny, corpus, groups=groups, early=8, progress=False)
+
+
+def test_a_single_intervention_is_accepted_as_well_as_a_list(tiny):
+    corpus = poslens.make_corpus(tiny, "random", n_seqs=4, seq_len=16)
+    single = poslens.measure(tiny, corpus, groups=2, early=8, progress=False, interventions=poslens.BosReplacement("zero"))
+    listed = poslens.measure(tiny, corpus, groups=2, early=8, progress=False, interventions=[poslens.BosReplacement("zero")])
+    assert set(single.table["intervention"]) == {"bos:zero"}
+    np.testing.assert_array_equal(single.table["value"].to_numpy(), listed.table["value"].to_numpy())
+
+
+def test_the_not_measured_hint_names_a_command_that_works(tiny_llama_dir, tmp_path):
+    out = tmp_path / "out"
+    assert invoke("leakage", *small(tiny_llama_dir), "--out", out).exit_code == 0
+    result = invoke("claims", "--out", out)
+    assert result.exit_code == 0
+    line = " ".join(result.output.split())
+    hint = line[line.index("C5 (run: ") + len("C5 (run: "):]
+    hint = hint[: hint.index(")")]
+    assert hint.startswith("poslens bos-swap") and f"--model {tiny_llama_dir}" in hint and "--n-seqs 4" in hint
+    words = hint.split()[1:]  # the command as the hint spells it, run as it is
+    ran = invoke(*words)
+    assert ran.exit_code == 0, error_text(ran)
+    assert "reusing" in ran.output  # it agrees with the leakage part already there
+
+
+def test_a_temporary_file_left_by_a_killed_write_is_removed_by_the_next_run(tiny_llama_dir, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    stale = out / ".leakage.sums.npz.999999999-0123abcd.tmp.npz"  # pid 999999999 does not run
+    stale.write_bytes(b"half a file")
+    result = invoke("leakage", *small(tiny_llama_dir), "--out", out)
+    assert result.exit_code == 0
+    assert not stale.exists()
+
+
+DISK_FULL = """
+import resource, sys
+import pandas as pd
+from poslens.measurement.result import Result
+resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+rows = [dict(model="m", variant="base", intervention="none", layer=i, head=-1, query_window="all", metric="c_res",
+             value=float(i), ci_low=0.0, ci_high=1.0) for i in range(20000)]
+try:
+    Result(pd.DataFrame(rows), {}).save(sys.argv[1])
+except Exception as error:
+    print(type(error).__name__, "|", error)
+"""
+
+
+def test_a_full_disk_names_the_file_and_the_fix(tmp_path):
+    target = tmp_path / "big.parquet"
+    done = subprocess.run([sys.executable, "-c", DISK_FULL, str(target)], capture_output=True, text=True, timeout=120)
+    name, _, message = done.stdout.strip().partition(" | ")
+    assert name == "DiskFullError", done.stdout + done.stderr
+    assert str(target.with_suffix(".csv")) in message or str(target) in message
+    assert "free some space" in message
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".big")] == []  # no temporary file left
+
+
+def test_errors_share_one_hierarchy():
+    from poslens import errors
+    from poslens.measurement.result import OutputNotWritableError
+    from poslens.model.loading import ModelNotSupportedError
+    from poslens.model.variants import VariantNotSupportedError
+    from poslens.study.parts import MixedSettingsError, SettingsMismatchError
+
+    for cls in (OutputNotWritableError, ModelNotSupportedError, VariantNotSupportedError, SettingsMismatchError,
+                MixedSettingsError, errors.CorpusError, errors.SumsMismatchError, errors.InputsChangedError):
+        assert issubclass(cls, errors.PoslensError), cls
