@@ -79,9 +79,10 @@ def _fill(tmp: Path, path: Path, write: Callable[[Path], None]) -> None:
         write(tmp)
     except OSError as error:
         if error.errno in _FULL:
-            raise DiskFullError(
-                error.errno, f"cannot write {path}: {os.strerror(error.errno)} (the disk is full, or a file-size limit such as "
-                "ulimit -f was reached); free some space or write to another folder") from error
+            full = DiskFullError(f"cannot write {path}: {os.strerror(error.errno)} (the disk is full, or a file-size limit such as "
+                                 "ulimit -f was reached); free some space or write to another folder")
+            full.errno = error.errno
+            raise full from error
         raise
 
 

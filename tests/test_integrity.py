@@ -348,3 +348,57 @@ def test_errors_share_one_hierarchy():
     for cls in (OutputNotWritableError, ModelNotSupportedError, VariantNotSupportedError, SettingsMismatchError,
                 MixedSettingsError, errors.CorpusError, errors.SumsMismatchError, errors.InputsChangedError):
         assert issubclass(cls, errors.PoslensError), cls
+
+
+# ---------------------------------------------------------------- 10. the page users read
+
+
+def test_reliability_page_shows_the_integrity_messages_users_see(tiny_llama_dir, tmp_path):
+    """Each new message, as the command prints it, appears verbatim in docs/reliability.md (paths as DIR)."""
+    import re
+    import shutil
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
+    model = Path(shutil.copytree(tiny_llama_dir, tmp_path / "llama"))
+    base = ["--model", model, "--n-seqs", "4", "--seq-len", "32", "--groups", "2", "--early", "8"]
+    rand = [*base, "--corpus", "random"]
+
+    def line(*args) -> str:
+        result = invoke(*args)
+        if result.exit_code == 2:
+            text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.output).split()).split(" Error ", 1)[1]
+        else:
+            assert result.exit_code == 1, result.output
+            text = f"error: {result.exception}"
+        return text.replace(str(tmp_path), "DIR")
+
+    assert invoke("leakage", *rand, "--seed", "0", "--out", tmp_path / "A").exit_code == 0
+    assert invoke("leakage", *rand, "--seed", "1", "--out", tmp_path / "B").exit_code == 0
+    shutil.copy(tmp_path / "B" / "leakage.parquet", tmp_path / "A" / "leakage.parquet")
+    text = tmp_path / "c.txt"
+    text.write_text("The quick brown fox. " * 50)
+    assert invoke("leakage", *base, "--corpus", text, "--out", tmp_path / "C").exit_code == 0
+    text.write_text("Another text here. " * 50)
+    (tmp_path / "E").mkdir()
+    (tmp_path / "E" / "leakage.csv").write_text("mine")
+    assert invoke("leakage", *rand, "--out", tmp_path / "F").exit_code == 0
+    (tmp_path / "F" / "leakage.sums.npz").unlink()
+    (tmp_path / "null.jsonl").write_text('{"text": "hello there"}\n{"text": null}\n')
+    (tmp_path / "f.jsonl").write_text('{"body": "hello there"}\n')
+    (tmp_path / "l.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    early = list(rand)
+    early[early.index("--early") + 1] = "200"
+    messages = [
+        line("bos-swap", *rand, "--seed", "1", "--replacement", "zero", "--out", tmp_path / "A"),
+        line("bos-swap", *rand, "--replacement", "zero", "--out", tmp_path / "F"),
+        line("leakage", *base, "--corpus", text, "--out", tmp_path / "C"),
+        line("leakage", *rand, "--out", tmp_path / "E"),
+        line("sinks", *rand, "--tau", "-1", "--out", tmp_path / "G"),
+        line("leakage", *early, "--out", tmp_path / "G"),
+        line("leakage", *base, "--corpus", tmp_path / "null.jsonl", "--out", tmp_path / "G"),
+        line("leakage", *base, "--corpus", tmp_path / "f.jsonl", "--out", tmp_path / "G"),
+        line("leakage", *base, "--corpus", tmp_path / "l.txt", "--out", tmp_path / "G"),
+        line("fingerprint", *rand, "--fingerprint-len", "5000", "--out", tmp_path / "G"),
+    ]
+    for message in messages:
+        assert f"`{message}`" in page, f"docs/reliability.md lacks: {message}"

@@ -136,7 +136,7 @@ def mismatch_message(path: Path, saved: dict[str, Any] | None, wanted: dict[str,
         >>> print(mismatch_message(Path("out/leakage.parquet"), {"n_seqs": 32, "seq_len": 256},
         ...                        {"n_seqs": 16, "seq_len": 256}))
         out/leakage.parquet was made with other settings: --n-seqs 32 there, 16 now.
-        poslens does not overwrite it: pass the same settings, or choose another --out.
+        poslens does not overwrite it: pass the same settings, choose another --out, or pass --overwrite to measure it again.
     """
     if not saved:
         differing = "settings this version of poslens cannot read"
