@@ -65,6 +65,15 @@ class ModelFileError(PoslensError, ValueError):
     """
 
 
+class NotFoundError(PoslensError, FileNotFoundError):
+    """A file or folder the user named (a model folder, a saved result) does not exist or is not what was asked for.
+
+    Example:
+        >>> issubclass(NotFoundError, FileNotFoundError)
+        True
+    """
+
+
 class InputsChangedError(PoslensError, ValueError):
     """A saved part was made from input files (corpus, model) whose bytes have changed since.
 

@@ -339,6 +339,8 @@ def expected_jsonl(data: bytes) -> list[str] | None:
 
 
 def expected_txt(data: bytes) -> list[str] | None:
+    if b"\x00" in data:  # no text holds NUL: UTF-16 without a byte-order mark, refused
+        return None
     try:
         return [data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")]
     except UnicodeDecodeError:

@@ -340,14 +340,28 @@ def test_a_full_disk_names_the_file_and_the_fix(tmp_path):
 
 def test_errors_share_one_hierarchy():
     from poslens import errors
+    from poslens.capture.leakage_capture import MaskMismatchError, NonFiniteScoresError
+    from poslens.capture.row_bin_store import InsufficientDiskError
     from poslens.measurement.result import OutputNotWritableError
+    from poslens.model.cache import CacheNotWritableError
     from poslens.model.loading import ModelNotSupportedError
     from poslens.model.variants import VariantNotSupportedError
+    from poslens.runtime.memory import InsufficientMemoryError
     from poslens.study.parts import MixedSettingsError, SettingsMismatchError
 
     for cls in (OutputNotWritableError, ModelNotSupportedError, VariantNotSupportedError, SettingsMismatchError,
-                MixedSettingsError, errors.CorpusError, errors.SumsMismatchError, errors.InputsChangedError):
+                MixedSettingsError, errors.CorpusError, errors.SumsMismatchError, errors.InputsChangedError,
+                MaskMismatchError, NonFiniteScoresError, InsufficientDiskError, CacheNotWritableError, InsufficientMemoryError):
         assert issubclass(cls, errors.PoslensError), cls
+
+
+def test_utf16_without_a_byte_order_mark_is_refused_not_measured(tmp_path):
+    from poslens.model.corpus import read_texts
+
+    path = tmp_path / "notes.txt"
+    path.write_bytes("hello world\n".encode("utf-16-le"))  # valid UTF-8 bytes, NUL between the letters
+    with pytest.raises(ValueError, match=r"notes\.txt:1: .*NUL byte.*utf-16le"):
+        read_texts(path)
 
 
 # ---------------------------------------------------------------- 10. the page users read

@@ -30,6 +30,7 @@ from einops import einsum, rearrange
 from jaxtyping import Bool, Float, Int
 
 from poslens.capture.row_bin_store import RowBinStore
+from poslens.errors import PoslensError
 from poslens.fit.binning import Binning
 from poslens.fit.sums import FEATURES, WINDOWS, CellSums
 from poslens.model import hooks as hook_names
@@ -58,7 +59,7 @@ def default_block_elements(device: str | torch.device) -> int:
     return CUDA_BLOCK_ELEMENTS if torch.device(device).type == "cuda" else CPU_BLOCK_ELEMENTS
 
 
-class MaskMismatchError(RuntimeError):
+class MaskMismatchError(PoslensError, RuntimeError):
     """The scores' masked entries are not the ones poslens expects for this layer.
 
     Raised by :meth:`LeakageCapture.reduce` on a layer's first batch when keys
@@ -75,7 +76,7 @@ class MaskMismatchError(RuntimeError):
     """
 
 
-class NonFiniteScoresError(FloatingPointError):
+class NonFiniteScoresError(PoslensError, FloatingPointError):
     """NaN or inf among the visible attention scores (e.g. float16 overflow).
 
     Raised by :meth:`LeakageCapture.reduce`; the message names the layer and head.

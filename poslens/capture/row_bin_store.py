@@ -28,8 +28,10 @@ from typing import IO
 import numpy as np
 from jaxtyping import Float
 
+from poslens.errors import PoslensError
 
-class InsufficientDiskError(OSError):
+
+class InsufficientDiskError(PoslensError, OSError):
     """The temporary folder has too little free space for the row-bin store.
 
     Example:

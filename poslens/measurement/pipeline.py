@@ -139,7 +139,7 @@ def collect_sums(
     interventions = check_arguments(corpus, interventions, groups=groups, early=early, batch_size=batch_size)
     check_corpus_fits(model, corpus)
     if corpus.seq_len > (model.max_context or corpus.seq_len):
-        raise ValueError(
+        raise InputError(
             f"sequence length {corpus.seq_len} exceeds {model.name}'s context of {model.max_context} tokens; "
             f"use sequences of at most {model.max_context} tokens"
         )

@@ -25,7 +25,7 @@ import plotly.graph_objects as go
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from poslens.errors import InputError, OutputConflictError, PoslensError, SumsMismatchError
+from poslens.errors import InputError, NotFoundError, OutputConflictError, PoslensError, SumsMismatchError
 from poslens.files import atomic_write_together
 from poslens.fit.sums import CellSums
 from poslens.measurement import plots
@@ -231,6 +231,11 @@ class Result:
             poslens.errors.InputError: Result.save writes Parquet (with a .csv copy beside it): give a path ending in .parquet, ...
         """
         path = Path(path)
+        if len(os.fsencode(path.stem)) > 215:  # the temporary file of the .parquet adds up to 38 bytes; a name holds 255
+            raise InputError(
+                f"{path}: the name {path.name!r} is too long ({len(os.fsencode(path.name))} bytes); Result.save writes "
+                f"its .csv and .sums.npz twins and temporary files beside it under longer names, which must fit in the "
+                "255 bytes a file name may hold: give a name of at most 215 bytes before .parquet")
         if path.is_dir():
             raise OutputConflictError(
                 f"{path} is a folder; Result.save writes a file: give a path in it, such as {path / 'leakage.parquet'}")
@@ -282,7 +287,7 @@ class Result:
 
         Raises:
             FileNotFoundError: no file at ``path``.
-            ValueError: not a poslens result (the message says what to load).
+            InputError: not a poslens result (a ValueError; the message says what to load).
             SumsMismatchError: the sums beside the table are missing or belong to another table.
 
         Example:
@@ -293,30 +298,30 @@ class Result:
             >>> pd.DataFrame({"a": [1]}).to_parquet(foreign)
             >>> Result.load(foreign)
             Traceback (most recent call last):
-            ValueError: .../other.parquet was not written by poslens (it has no poslens metadata); ...
+            poslens.errors.InputError: .../other.parquet was not written by poslens (it has no poslens metadata); ...
         """
         path = Path(path)
         _check_loadable(path)
         try:
             table = pq.read_table(path)
         except (pa.ArrowException, OSError) as error:
-            raise ValueError(
+            raise InputError(
                 f"{path} cannot be read as Parquet ({error}); Result.load reads the .parquet files that "
                 "Result.save and the poslens commands write"
             ) from error
         raw = (table.schema.metadata or {}).get(META_KEY)
         if raw is None:
-            raise ValueError(
+            raise InputError(
                 f"{path} was not written by poslens (it has no poslens metadata); Result.load reads the .parquet "
                 "files that Result.save and the poslens commands write"
             )
         try:
             meta = json.loads(raw)
         except ValueError as error:
-            raise ValueError(f"{path}: its poslens metadata is not valid JSON ({error}); the file is damaged") from error
+            raise InputError(f"{path}: its poslens metadata is not valid JSON ({error}); the file is damaged") from error
         missing = [c for c in COLUMNS if c not in table.column_names]
         if missing:
-            raise ValueError(
+            raise InputError(
                 f"{path} lacks the result columns {', '.join(missing)} (a poslens result has {', '.join(COLUMNS)}; "
                 f"this file has {', '.join(table.column_names) or 'none'})"
             )
@@ -508,19 +513,19 @@ def _check_loadable(path: Path) -> None:
     if path.suffix.lower() == ".csv":
         twin = path.with_suffix(".parquet")
         if twin.is_file():
-            raise ValueError(
+            raise InputError(
                 f"{path} is the CSV copy of a result, for reading by eye; Result.load reads the Parquet file, "
                 f"which keeps the provenance and sums: load {twin}"
             )
         if path.exists():
-            raise ValueError(
+            raise InputError(
                 f"{path} is a CSV file; Result.load reads the .parquet file that Result.save writes beside the .csv, "
                 f"and there is no {twin.name} beside it"
             )
     if not path.exists():
-        raise FileNotFoundError(f"no result file at {path}")
+        raise NotFoundError(f"no result file at {path}; give the path of a .parquet file that Result.save or a poslens command wrote")
     if path.is_dir():
-        raise ValueError(f"{path} is a folder; give the path of a result's .parquet file in it (e.g. {path / 'leakage.parquet'})")
+        raise InputError(f"{path} is a folder; give the path of a result's .parquet file in it (e.g. {path / 'leakage.parquet'})")
 
 
 def concat(results: list[Result]) -> Result:

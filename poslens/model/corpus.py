@@ -291,6 +291,12 @@ def _decode(path: Path) -> str:
             f"{path}:{line}: byte {offset} (0x{data[offset]:02x}; byte {column} of line {line}, counting from 0) is not UTF-8; "
             f"the file is not UTF-8 text ({guess}). "
             f"Convert it to UTF-8, for example with {fix} {path.name} > {path.stem}.utf8{path.suffix}") from None
+    if "\x00" in text:  # valid UTF-8, but NUL between letters: UTF-16 without a byte-order mark
+        offset = data.index(b"\x00")
+        line = data.count(b"\n", 0, offset) + 1
+        raise CorpusError(
+            f"{path}:{line}: byte {offset} is a NUL byte, which no text holds; the file is probably UTF-16 without a byte-order "
+            f"mark. Convert it to UTF-8, for example with iconv -f utf-16le -t utf-8 {path.name} > {path.stem}.utf8{path.suffix}")
     return text[1:] if text.startswith("\ufeff") else text
 
 
@@ -465,6 +471,9 @@ def make_corpus(
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
     if n_seqs < 1 or seq_len < 2:
         raise InputError(f"need n_seqs ≥ 1 and seq_len ≥ 2, got {n_seqs} and {seq_len}")
+    if not -(2**63) <= seed < 2**64:  # the range torch.Generator.manual_seed takes
+        raise InputError(f"seed (--seed) {seed} is outside the range of torch's generator seeds, -2**63 … 2**64 − 1; "
+                         "pass a seed in that range")
     first = _position0(tokenizer, position0)
     body_len = seq_len - (first is not None)
     generator = torch.Generator().manual_seed(seed)

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 import torch
 
-from poslens.errors import InputError, ModelFileError, PoslensError
+from poslens.errors import InputError, ModelFileError, NotFoundError, PoslensError
 from poslens.model import cache as model_cache
 from poslens.model.registry import REGISTRY, RegistryEntry, closest_name, registry_names
 from poslens.model.variants import Variant, apply_rope_variant, parse_variant, rope_parameter_dicts, window_hook
@@ -472,10 +472,10 @@ def _local_folder(name: str) -> tuple[Path, str]:
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
-            raise FileNotFoundError(f"{path} is a folder but holds no config.json: it is not a Hugging Face model folder")
+            raise NotFoundError(f"{path} is a folder but holds no config.json: it is not a Hugging Face model folder")
         return path, str(path.resolve())
     if path.exists():
-        raise ValueError(f"{path} is a file; poslens loads a model folder (config.json + weights) or a registry name")
+        raise ModelFileError(f"{path} is a file; poslens loads a model folder (config.json + weights) or a registry name")
     try:
         from huggingface_hub import snapshot_download
 
@@ -484,13 +484,13 @@ def _local_folder(name: str) -> tuple[Path, str]:
     except Exception:
         pass
     if _looks_like_path(name):
-        raise FileNotFoundError(
+        raise NotFoundError(
             f"no model folder at {path}; give an existing Hugging Face model folder (with config.json) "
             f"or a registry name: {', '.join(registry_names())}"
         )
     close = closest_name(name)
     hint = f" (did you mean {close}?)" if close else ""
-    raise ValueError(
+    raise InputError(
         f"unknown model {name!r}{hint}. Known names: {', '.join(registry_names())}. "
         "Otherwise give a local Hugging Face model folder (with config.json), or the id of a model "
         "already in the local Hugging Face cache (poslens never downloads)."
@@ -518,7 +518,7 @@ def _parse_dtype(dtype: torch.dtype | str) -> torch.dtype:
             )
         return dtype
     if dtype not in _DTYPES:
-        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(_DTYPES)}")
+        raise InputError(f"dtype {dtype!r} is not one of {', '.join(_DTYPES)}")
     return _DTYPES[dtype]
 
 

@@ -142,8 +142,9 @@ def parse_variant(spec: str | Variant | None) -> Variant:
                     "attention is 1 on that key whatever the scores, and there is no pattern to decompose (no C_res or "
                     f"C_mask); {VARIANT_HELP}"
                 )
-            if number < 1 or not number.is_integer():
-                raise InputError(f"variant {part!r}: W must be a whole number ≥ 2; {VARIANT_HELP}")
+            if number < 1 or not number.is_integer() or number > 2**62:  # wider than any context: positions are int64
+                raise InputError(f"variant {part!r}: W must be a whole number ≥ 2 (and at most 2**62; a window at least as "
+                                 f"long as the sequence imposes nothing); {VARIANT_HELP}")
             fields["window"] = int(number)
         elif kind == "rope-base":
             if number <= 0:

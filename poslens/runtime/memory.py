@@ -99,6 +99,7 @@ import psutil
 import torch
 
 from poslens.capture.leakage_capture import default_block_elements
+from poslens.errors import InputError, PoslensError
 from poslens.fit.binning import Binning
 from poslens.fit.sums import counterfactual_bytes, sums_bytes
 
@@ -123,7 +124,7 @@ KV_CACHE = False  # ... and asks for no KV cache
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-class InsufficientMemoryError(MemoryError):
+class InsufficientMemoryError(PoslensError, MemoryError):
     """Even one sequence per forward pass does not fit the memory budget.
 
     Attributes: ``estimate`` (the batch-1 :class:`MemoryEstimate` at the
@@ -432,9 +433,9 @@ def parse_bytes(text: str | int) -> int:
         try:
             value = float(number) * _UNITS[unit]
         except (KeyError, ValueError):
-            raise ValueError(f"not a memory size: {text!r} (examples: 8GB, 512MiB, 1.5G)") from None
-    if not value > 0:
-        raise ValueError(f"a memory budget must be positive, got {text!r}")
+            raise InputError(f"not a memory size: {text!r} (examples: 8GB, 512MiB, 1.5G)") from None
+    if not 0 < value < float("inf"):  # also refuses nan, and a size like 1e400GB that overflows to inf
+        raise InputError(f"a memory budget must be positive and finite, got {text!r} (examples: 8GB, 512MiB, 1.5G)")
     return int(value)
 
 

@@ -112,6 +112,10 @@ def _output_folder(out: Path):
     """
     created = []  # deepest first
     folder = Path(out).absolute()
+    for name in folder.parts:
+        if len(os.fsencode(name)) > 255:  # Path.exists() would raise OSError (ENAMETOOLONG) below
+            raise typer.BadParameter(f"{out}: the folder name {name[:40]}… is {len(os.fsencode(name))} bytes long, more than "
+                                     "the 255 bytes a file name may hold; choose a shorter --out", param_hint="'--out'")
     while not folder.exists() and folder != folder.parent:
         created.append(folder)
         folder = folder.parent
