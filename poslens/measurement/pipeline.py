@@ -27,7 +27,6 @@ from poslens.measurement.result import COLUMNS, Result
 from poslens.model.corpus import Corpus, check_corpus_fits
 from poslens.model.hooks import Hook, attn_scores, run_with_hooks
 from poslens.model.loading import require_pos_model
-from poslens.model.variants import rope_summary
 from poslens.runtime import distributed
 from poslens.runtime.memory import choose_batch_size, release_free_heap
 from poslens.version import __version__
@@ -400,6 +399,15 @@ def check_arguments(corpus: Any, interventions: Any, warn: bool = True, **intege
     return listed
 
 
+def _memory_hash(model: Any) -> dict[str, str]:
+    """For a model measured from memory: the sha256 of its state dict now, as its source hash (taken at each measurement)."""
+    if model.source != "memory":
+        return {}
+    from poslens.model.in_memory import state_dict_sha256
+
+    return {"source_sha256": state_dict_sha256(model.module), "state_dict_sha256_at": "measurement"}
+
+
 def _is_intervention(value: Any) -> bool:
     return all(hasattr(value, name) for name in ("label", "hooks", "describe")) and not isinstance(value, type)
 
@@ -417,7 +425,7 @@ def run_metadata(model: Any, corpus: Corpus, settings: dict[str, Any]) -> dict[s
     return {
         "poslens_version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": {**model.describe(), **rope_summary(model.hf_model.config.get_text_config())},
+        "model": {**model.describe(), **model.rope_record(), **_memory_hash(model)},
         "corpus": {**corpus.describe(), "tokens_sha256": tokens_sha256(corpus.tokens)},
         "settings": settings,
         "versions": {

@@ -27,10 +27,7 @@ REPLACEMENTS = ("mean", "zero", "noise", "token:<id or string>")
 
 
 def _embedding_module(model: Any) -> torch.nn.Module:
-    # The bridge wraps the HF embedding in place; its wrapper fires hooks, so
-    # calling it from inside a hook would recurse. Use the module it wraps.
-    module = model.hf_model.get_input_embeddings()
-    return getattr(module, "original_component", module)
+    return model.embedding_module()  # called directly, so that no hook fires (a hook calling it would recurse)
 
 
 def embed_tokens(model: Any, token_ids: torch.Tensor) -> torch.Tensor:

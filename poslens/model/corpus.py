@@ -612,7 +612,7 @@ def check_corpus_fits(model: Any, corpus: Corpus) -> None:
 
 
 def _embedding_size(model: Any) -> int | None:
-    embeddings = model.hf_model.get_input_embeddings() if hasattr(model.hf_model, "get_input_embeddings") else None
-    if embeddings is not None and hasattr(embeddings, "num_embeddings"):
-        return int(embeddings.num_embeddings)
-    return None
+    try:
+        return int(model.vocab_size())
+    except (AttributeError, TypeError):
+        return None

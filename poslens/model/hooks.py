@@ -135,7 +135,7 @@ def run_with_hooks(
             f"sequence length {tokens.shape[1]} exceeds {model.name}'s context of {model.max_context} tokens; "
             f"use sequences of at most {model.max_context} tokens"
         )
-    device = next(model.hf_model.parameters()).device
+    device = model.device
     all_hooks = list(model.variant_hooks()) + list(hooks)
     if stop_after is not None:
         all_hooks.append((stop_after, _end_forward))  # after the others: a point's hooks run in the order added
@@ -143,10 +143,12 @@ def run_with_hooks(
         with torch.inference_mode():
             if logits:
                 return model.bridge.run_with_hooks(tokens.to(device), fwd_hooks=all_hooks, return_type="logits")
-            # measurements need no logits and no KV cache: keep only the last position's logits
-            model.bridge.run_with_hooks(
-                tokens.to(device), fwd_hooks=all_hooks, return_type=None, use_cache=False, logits_to_keep=1
-            )
+            if getattr(model, "kind", "bridge") == "hooked":  # a HookedTransformer takes neither keyword below
+                model.bridge.run_with_hooks(tokens.to(device), fwd_hooks=all_hooks, return_type=None)
+            else:  # measurements need no logits and no KV cache: keep only the last position's logits
+                model.bridge.run_with_hooks(
+                    tokens.to(device), fwd_hooks=all_hooks, return_type=None, use_cache=False, logits_to_keep=1
+                )
     except _ForwardDone:
         pass
     return None

@@ -20,174 +20,32 @@ import importlib.util
 import json
 import os
 import time
-from dataclasses import dataclass, field
+import weakref
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 
-from poslens.errors import InputError, ModelFileError, NotFoundError, PoslensError
+from poslens.errors import InputError, ModelFileError, NotFoundError
 from poslens.model import cache as model_cache
+from poslens.model.in_memory import MEMORY, model_kind, wrap_hooked
+from poslens.model.pos_model import ModelNotSupportedError, PosModel
 from poslens.model.registry import REGISTRY, RegistryEntry, closest_name, registry_names
-from poslens.model.variants import Variant, apply_rope_variant, parse_variant, rope_parameter_dicts, window_hook
+from poslens.model.variants import Variant, apply_rope_variant, parse_variant, rope_parameter_dicts
+
+__all__ = ["ModelNotSupportedError", "PosModel", "check_seq_len", "from_memory", "load_model", "model_files", "require_pos_model", "wrap_hf_model"]
 
 # Families whose attention is bidirectional or whose positions are not rotary.
 _NON_CAUSAL = {"bert", "roberta", "deberta", "deberta-v2", "electra", "t5", "bart", "mbart", "modernbert", "distilbert"}
-
-
-class ModelNotSupportedError(PoslensError, ValueError):
-    """The model loads but is not a causal RoPE decoder, which poslens studies.
-
-    Raised by :func:`load_model` for encoders, encoder-decoders, models
-    without rotary position embeddings or with layers that skip it (NoPE), and
-    models with layers that are not plain causal softmax attention (state-space
-    or linear-attention hybrids, chunked or sparse attention, recurrent cycles),
-    before any weights are read; and for models with attention sinks,
-    architectures TransformerLens has no adapter for, and adapters that do not
-    expose the pre-softmax scores. The message names what is missing.
-
-    Example:
-        >>> import tempfile, poslens
-        >>> from transformers import BertConfig
-        >>> folder = tempfile.mkdtemp(); BertConfig().save_pretrained(folder)
-        >>> poslens.load_model(folder)
-        Traceback (most recent call last):
-        ...
-        poslens.model.loading.ModelNotSupportedError: ... (bert) is not a causal decoder: ...
-    """
-
-
-@dataclass
-class PosModel:
-    """A bridged model and the facts about it that every measurement records.
-
-    Attributes are plain values; ``bridge`` is the TransformerLens
-    ``TransformerBridge`` and ``hf_model``/``tokenizer`` the objects under it.
-    ``window[l]`` is the sliding-window width of layer l (None = full causal);
-    ``rope_base[l]`` its RoPE base after any variant.
-
-    Example:
-        >>> import poslens
-        >>> model = poslens.load_model("smollm2-135m")  # doctest: +SKIP
-        >>> model.n_layers, model.n_heads, model.bos_token  # doctest: +SKIP
-        (30, 9, '<|im_start|>')
-    """
-
-    bridge: Any
-    hf_model: Any
-    tokenizer: Any
-    name: str
-    source: str
-    source_sha256: str | None
-    architecture: str
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    d_head: int
-    rotary_dim: int
-    rope_base: list[float]
-    window: list[int | None]
-    max_context: int
-    bos_token_id: int | None
-    bos_token: str | None
-    tokenizer_prepends_bos: bool
-    quantized: str | None
-    variant: Variant = field(default_factory=Variant)
-    load_seconds: float = 0.0
-
-    @property
-    def variant_name(self) -> str:
-        """The inference-time variant as a string (the results' ``variant`` column).
-
-        Example:
-            >>> import tempfile, poslens
-            >>> from poslens.model.tiny import save_tiny_model
-            >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
-            >>> poslens.load_model(folder).variant_name, poslens.load_model(folder, variant="ntk:2+window:4").variant_name
-            ('base', 'ntk:2+window:4')
-        """
-        return str(self.variant)
-
-    @property
-    def attention_kind(self) -> str:
-        """``full``, ``sliding W`` or ``mixed`` (some layers windowed).
-
-        Example:
-            >>> import tempfile, poslens
-            >>> from poslens.model.tiny import save_tiny_model
-            >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
-            >>> poslens.load_model(folder).attention_kind, poslens.load_model(folder, variant="window:4").attention_kind
-            ('full', 'sliding 4')
-        """
-        widths = set(self.window)
-        if widths == {None}:
-            return "full"
-        if None not in widths and len(widths) == 1:
-            return f"sliding {self.window[0]}"
-        return "mixed"
-
-    def variant_hooks(self) -> list[tuple[str, Any]]:
-        """Hooks that realise an imposed window; run before any measuring hook.
-
-        :func:`poslens.model.hooks.run_with_hooks` adds them by itself; a model without a window variant has none.
-
-        Example:
-            >>> import tempfile, poslens
-            >>> from poslens.model.tiny import save_tiny_model
-            >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
-            >>> poslens.load_model(folder).variant_hooks()
-            []
-            >>> [name for name, _ in poslens.load_model(folder, variant="window:4").variant_hooks()]
-            ['blocks.0.attn.hook_attn_scores', 'blocks.1.attn.hook_attn_scores', 'blocks.2.attn.hook_attn_scores']
-        """
-        if self.variant.window is None:
-            return []
-        from poslens.model.hooks import attn_scores
-
-        return [(attn_scores(layer), window_hook(self.variant.window)) for layer in range(self.n_layers)]
-
-    def describe(self) -> dict[str, Any]:
-        """Provenance of the model, as stored in every result's metadata.
-
-        Example:
-            >>> model.describe()["n_layers"]  # doctest: +SKIP
-            30
-        """
-        return {
-            "model": self.name,
-            "source": self.source,
-            "source_sha256": self.source_sha256,
-            "architecture": self.architecture,
-            "variant": self.variant_name,
-            "n_layers": self.n_layers,
-            "n_heads": self.n_heads,
-            "n_kv_heads": self.n_kv_heads,
-            "d_head": self.d_head,
-            "rotary_dim": self.rotary_dim,
-            "rope_base": list(self.rope_base),
-            "window": list(self.window),
-            "max_context": self.max_context,
-            "bos_token_id": self.bos_token_id,
-            "bos_token": self.bos_token,
-            "quantized": self.quantized,
-        }
-
-    def __repr__(self) -> str:
-        q = f", {self.quantized}" if self.quantized else ""
-        return (
-            f"PosModel({self.name!r}, variant={self.variant_name!r}, {self.architecture}, "
-            f"{self.n_layers} layers, {self.n_heads}/{self.n_kv_heads} heads, attention={self.attention_kind}{q})"
-        )
 
 
 def require_pos_model(model: Any, where: str) -> None:
     """Raise ``TypeError`` unless ``model`` is a :class:`PosModel`, saying what was passed and how to load one.
 
     ``where`` names the caller in the message, e.g. ``"measure()"``. poslens
-    builds its TransformerLens bridge itself (with the window, RoPE and BOS facts
-    every result records), so a bridge or a Hugging Face model made elsewhere
-    cannot be wrapped: the message says which call gives a :class:`PosModel`
-    instead. (TransformerLens ≥ 4, which poslens needs, has no ``HookedTransformer``.)
+    records the window, RoPE and BOS facts of a model when it wraps it, so a
+    bridge, a HookedTransformer or a Hugging Face model is first wrapped by
+    :func:`load_model` (as it is, without a copy): the message says so.
 
     Example:
         >>> import tempfile, poslens
@@ -205,18 +63,11 @@ def require_pos_model(model: Any, where: str) -> None:
 
     kind = type(model).__name__
     load = "Pass the model's registry name, local folder or cached Hugging Face id to poslens.load_model"
-    if isinstance(model, TransformerBridge):
-        advice = (
-            f"poslens builds its own bridge and cannot wrap an existing one. {load} (for a bridge booted with "
-            "TransformerBridge.boot_transformers(name), pass that name); if the bridge is a PosModel's (model.bridge), "
-            "pass that PosModel"
-        )
+    if isinstance(model, TransformerBridge) or model_kind(model) == "hooked":
+        advice = "Wrap it first, as it is: model = poslens.load_model(bridge) (no copy is made, nothing is saved)"
     elif isinstance(model, PreTrainedModel):
-        advice = (
-            f"poslens cannot wrap a Hugging Face model object. {load}; for a model you built or changed, save it "
-            "and its tokenizer with save_pretrained(folder) before any bridge wraps it, then poslens.load_model(folder); "
-            "if it is a PosModel's (model.hf_model), pass that PosModel"
-        )
+        advice = ("Wrap it first, as it is: model = poslens.load_model(hf_model, tokenizer=tokenizer) "
+                  "(no copy is made, nothing is saved)")
     elif isinstance(model, (str, os.PathLike)):
         advice = f"Load it first: model = poslens.load_model({str(model)!r})"
     else:
@@ -393,17 +244,23 @@ def _is_safetensors_error(error: BaseException) -> bool:
 
 
 def load_model(
-    name_or_path: str | os.PathLike,
+    name_or_path: Any,
     variant: str | Variant | None = None,
     device: str | torch.device | None = None,
     dtype: torch.dtype | str = torch.float32,
     device_map: str | dict | None = None,
+    tokenizer: Any = None,
 ) -> PosModel:
-    """Load a causal RoPE model as a TransformerLens bridge, with no network access.
+    """Load a causal RoPE model as a TransformerLens bridge, with no network access, or wrap one already in memory.
 
     ``name_or_path`` is a registry name (``poslens.registry_names()``), a local
     Hugging Face model folder, or a model id already in the local Hugging Face
-    cache. ``variant`` is an inference-time variant such as ``"ntk:4"``,
+    cache; or a model object already in memory, measured as it is without
+    saving it (:func:`from_memory`): a transformers ``PreTrainedModel`` (pass
+    its ``tokenizer``), a TransformerLens ``TransformerBridge``, or a
+    TransformerLens 3.x ``HookedTransformer`` (SAELens's ``HookedSAETransformer``
+    too). ``device``, ``dtype`` and ``device_map`` apply to loading only: a
+    model in memory stays where and as it is. ``variant`` is an inference-time variant such as ``"ntk:4"``,
     ``"window:64"`` or ``"rope-base:1e6"`` (see :mod:`poslens.model.variants`).
     ``dtype`` is the weights' dtype (``"bfloat16"``, ``"float16"`` or
     ``"float32"``; statistics are accumulated in float64 whatever it is).
@@ -419,6 +276,10 @@ def load_model(
         204522.28...
     """
     start = time.perf_counter()
+    if model_kind(name_or_path):
+        model = from_memory(name_or_path, tokenizer, variant)
+        model.load_seconds = time.perf_counter() - start
+        return model
     parsed = parse_variant(variant)
     dtype = _parse_dtype(dtype)
     if device is None and device_map is None and torch.cuda.is_available():
@@ -435,6 +296,77 @@ def load_model(
     model = _build(folder, name, source, sha, quantized, parsed, device, dtype, device_map)
     model.load_seconds = time.perf_counter() - start
     return model
+
+
+def _only_window(variant: Variant, what: str) -> None:
+    if variant.ntk_alpha is not None or variant.rope_base is not None:
+        raise InputError(
+            f"variant {variant}: ntk: and rope-base: rewrite a model's RoPE frequencies before it is built, and {what} is "
+            "already built; save it (save_pretrained) and load the folder with variant=..., or use window:W alone, "
+            "which works on a model in memory")
+
+
+def from_memory(model: Any, tokenizer: Any = None, variant: str | Variant | None = None, name: str | None = None) -> PosModel:
+    """Wrap a model object the researcher already holds, without saving it to disk.
+
+    Args:
+        model: a transformers ``PreTrainedModel`` (then ``tokenizer`` is needed),
+            a TransformerLens ``TransformerBridge`` or a TransformerLens 3.x
+            ``HookedTransformer`` (SAELens's ``HookedSAETransformer`` too).
+        tokenizer: the model's tokenizer; a bridge's or HookedTransformer's own is used when omitted.
+        variant: ``window:W`` only (see the module docstring); ``None`` for the model as it is.
+        name: the name results carry (default: the model's own name or class).
+
+    Returns:
+        A :class:`~poslens.model.loading.PosModel` holding ``model`` itself.
+
+    Raises:
+        InputError: no tokenizer, or a variant that needs a rebuilt model.
+        ModelNotSupportedError: a model poslens cannot read correctly, with the reason.
+
+    Example:
+        >>> import tempfile, poslens
+        >>> from transformers import AutoModelForCausalLM, AutoTokenizer
+        >>> from poslens.model.tiny import save_tiny_model
+        >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+        >>> hf, tok = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+        >>> model = from_memory(hf, tok, name="my-llama")
+        >>> model.hf_model is hf, model.source, model.n_layers
+        (True, 'memory', 3)
+    """
+    parsed = parse_variant(variant)
+    kind = model_kind(model)
+    if kind == "pos":
+        return model
+    if kind == "hooked":
+        _only_window(parsed, "a HookedTransformer")
+        return wrap_hooked(model, tokenizer, parsed, name)
+    if kind == "bridge":
+        _only_window(parsed, "a TransformerBridge")
+        hf = getattr(model, "original_model", None)
+        tok = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+        if hf is None:
+            raise ModelNotSupportedError("this TransformerBridge holds no original_model (the transformers model it wraps)")
+        if tok is None:
+            raise InputError("this TransformerBridge has no tokenizer: pass tokenizer= (the model's own)")
+        return wrap_hf_model(hf, tok, name or _hf_name(hf), MEMORY, None, None, parsed, bridge=model)
+    if kind == "hf":
+        _only_window(parsed, "a transformers model in memory")
+        if tokenizer is None:
+            raise InputError("a transformers model needs its tokenizer: pass tokenizer= (for example "
+                             "AutoTokenizer.from_pretrained of the model's folder)")
+        # a second wrap of one module reuses its bridge: booting another would wrap its submodules twice
+        return wrap_hf_model(model, tokenizer, name or _hf_name(model), MEMORY, None, None, parsed, bridge=_BRIDGES.get(model))
+    raise InputError(
+        f"poslens cannot read a {type(model).__name__}: give a registry name, a model folder, a transformers "
+        "PreTrainedModel with tokenizer=, a TransformerLens TransformerBridge or a HookedTransformer")
+
+
+_BRIDGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # transformers model -> the bridge poslens booted around it
+
+
+def _hf_name(hf: Any) -> str:
+    return str(getattr(hf.config, "_name_or_path", "") or type(hf).__name__) + " (in memory)"
 
 
 def _registry_folder(entry: RegistryEntry) -> tuple[Path, str, str]:
@@ -699,7 +631,6 @@ def _build(
     dtype: torch.dtype,
     device_map: str | dict | None = None,
 ) -> PosModel:
-    from transformer_lens.model_bridge import TransformerBridge
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -735,6 +666,66 @@ def _build(
         if isinstance(error, ValueError):
             raise ModelNotSupportedError(f"{name} cannot be loaded as a causal language model: {error}") from error
         raise
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    if device is not None and device_map is None:
+        hf = hf.to(device)
+    return wrap_hf_model(hf, tokenizer, name, source, sha, quantized, variant, dtype=dtype, rotary_dim=rotary_dim)
+
+
+def wrap_hf_model(
+    hf: Any, tokenizer: Any, name: str, source: str, sha: str | None, quantized: str | None, variant: Variant,
+    dtype: torch.dtype | None = None, rotary_dim: int | None = None, bridge: Any = None,
+) -> PosModel:
+    """A :class:`PosModel` around a loaded transformers causal LM (the module itself, not a copy).
+
+    ``bridge`` is a TransformerLens bridge already wrapping ``hf`` (used as it
+    is); without one, a bridge is booted around ``hf``. The checks of a model
+    loaded from a folder apply: RoPE, causal attention, no attention sinks, a
+    bridge whose ``hook_attn_scores`` holds the pre-softmax scores.
+
+    Args:
+        hf: the transformers model.
+        tokenizer: its tokenizer.
+        name: the name results carry.
+        source: where it came from (a path, ``hf-cache:<id>`` or ``"memory"``).
+        sha: the source file's sha256, if any.
+        quantized: the quantization of the source weights, if any.
+        variant: the inference-time variant (its RoPE part already written into the config).
+        dtype: the weights' dtype (default: ``hf``'s).
+        rotary_dim: the rotated dimensions per head (default: computed from the config).
+        bridge: an existing bridge around ``hf``.
+
+    Returns:
+        The model.
+
+    Raises:
+        ModelNotSupportedError: a model poslens cannot read correctly, with the reason.
+
+    Example:
+        >>> import tempfile
+        >>> from transformers import AutoModelForCausalLM, AutoTokenizer
+        >>> from poslens.model.tiny import save_tiny_model
+        >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+        >>> hf = AutoModelForCausalLM.from_pretrained(folder)
+        >>> wrap_hf_model(hf, AutoTokenizer.from_pretrained(folder), "mine", "memory", None, None, Variant()).hf_model is hf
+        True
+    """
+    from transformer_lens.model_bridge import TransformerBridge
+
+    config = hf.config
+    _check_supported(config, name)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    n_heads = text_config.num_attention_heads
+    d_head = getattr(text_config, "head_dim", None) or text_config.hidden_size // n_heads
+    mla_rotary = getattr(text_config, "qk_rope_head_dim", None)
+    if mla_rotary and getattr(text_config, "qk_nope_head_dim", None) is not None:
+        d_head = int(text_config.qk_nope_head_dim) + int(mla_rotary)
+    if rotary_dim is None:
+        factor = getattr(text_config, "partial_rotary_factor", None)
+        if factor is None:
+            factor = next((p["partial_rotary_factor"] for p in rope_parameter_dicts(text_config) if "partial_rotary_factor" in p), None)
+        rotary_dim = int(mla_rotary) if mla_rotary else int(d_head * float(factor or 1.0))
+    dtype = dtype or next(hf.parameters()).dtype
     sinks = sorted({param.split(".")[-2] for param, _ in hf.named_parameters() if param.endswith(".sinks")})
     if sinks:
         raise ModelNotSupportedError(
@@ -742,16 +733,15 @@ def _build(
             "head joins each softmax beside the keys, so the softmax of the scores poslens captures is not the "
             "model's attention, and its fits would be wrong."
         )
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    if device is not None and device_map is None:
-        hf = hf.to(device)
     hf.eval()
     declared_bos = tokenizer.bos_token
-    try:
-        with _no_install_while_booting():
-            bridge = TransformerBridge.boot_transformers(name, hf_model=hf, tokenizer=tokenizer, dtype=dtype)
-    except (ValueError, NotImplementedError, KeyError) as error:
-        raise _not_bridgeable(config, name, error) from error
+    if bridge is None:
+        try:
+            with _no_install_while_booting():
+                bridge = TransformerBridge.boot_transformers(name, hf_model=hf, tokenizer=tokenizer, dtype=dtype)
+        except (ValueError, NotImplementedError, KeyError) as error:
+            raise _not_bridgeable(config, name, error) from error
+        _BRIDGES[hf] = bridge
     if not _scores_hookable(bridge, text_config.num_hidden_layers):
         raise ModelNotSupportedError(
             f"{name} ({text_config.model_type}): the TransformerLens {_tl_version()} adapter for this architecture "

@@ -260,8 +260,8 @@ class _Shape:
 
 
 def _unique_tensors(model: Any) -> list[torch.Tensor]:
-    """hf_model's parameters and buffers, each storage once (tied embeddings)."""
-    hf = model.hf_model
+    """The model's parameters and buffers (hf_model's, or a HookedTransformer's), each storage once (tied embeddings)."""
+    hf = getattr(model, "module", None) or model.hf_model
     seen: dict[int, torch.Tensor] = {}
     for t in list(hf.parameters()) + list(hf.buffers()):
         seen.setdefault(id(t), t)
@@ -288,21 +288,24 @@ def weight_bytes(model: Any, dtype: torch.dtype | None = None, device: str | tor
 
 
 def _model_dtype(model: Any) -> torch.dtype:
-    for t in model.hf_model.parameters():
+    for t in (getattr(model, "module", None) or model.hf_model).parameters():
         if t.is_floating_point():
             return t.dtype
     return torch.float32
 
 
 def _shape(model: Any, dtype: torch.dtype | None) -> _Shape:
-    hf = model.hf_model
-    config = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
     cfg = getattr(getattr(model, "bridge", None), "cfg", None)
-    d_model = int(getattr(cfg, "d_model", None) or config.hidden_size)
-    d_mlp = int(getattr(config, "intermediate_size", None) or getattr(cfg, "d_mlp", None) or 4 * d_model)
-    head = hf.get_output_embeddings() if hasattr(hf, "get_output_embeddings") else None
-    weight = getattr(head, "weight", None)
-    vocab = int(weight.shape[0]) if weight is not None else int(config.vocab_size)
+    if getattr(model, "kind", "bridge") == "hooked":  # a HookedTransformer: its config says it all
+        d_model, d_mlp, vocab = int(cfg.d_model), int(cfg.d_mlp or 4 * cfg.d_model), int(cfg.d_vocab_out or cfg.d_vocab)
+    else:
+        hf = model.hf_model
+        config = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
+        d_model = int(getattr(cfg, "d_model", None) or config.hidden_size)
+        d_mlp = int(getattr(config, "intermediate_size", None) or getattr(cfg, "d_mlp", None) or 4 * d_model)
+        head = hf.get_output_embeddings() if hasattr(hf, "get_output_embeddings") else None
+        weight = getattr(head, "weight", None)
+        vocab = int(weight.shape[0]) if weight is not None else int(config.vocab_size)
     windows = list(getattr(model, "window", None) or [None])
     return _Shape(
         n_layers=int(model.n_layers),
@@ -544,7 +547,7 @@ def free_memory_bytes(device: str | torch.device | None = None, *, cgroup_root: 
 
 
 def _model_device(model: Any) -> torch.device:
-    return next(model.hf_model.parameters()).device
+    return next((getattr(model, "module", None) or model.hf_model).parameters()).device
 
 
 def _touch_weights(model: Any) -> None:

@@ -1,0 +1,235 @@
+"""The loaded model and what every measurement records of it: :class:`PosModel`, and the refusal of models poslens cannot read.
+
+:func:`poslens.model.loading.load_model` makes a PosModel from a name or a
+folder, :func:`poslens.model.in_memory.from_memory` from an object already in
+memory. Both are re-exported from :mod:`poslens.model.loading`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from poslens.errors import PoslensError
+from poslens.model.variants import Variant, rope_summary, window_hook
+
+
+class ModelNotSupportedError(PoslensError, ValueError):
+    """The model loads but is not a causal RoPE decoder, which poslens studies.
+
+    Raised by :func:`load_model` for encoders, encoder-decoders, models
+    without rotary position embeddings or with layers that skip it (NoPE), and
+    models with layers that are not plain causal softmax attention (state-space
+    or linear-attention hybrids, chunked or sparse attention, recurrent cycles),
+    before any weights are read; and for models with attention sinks,
+    architectures TransformerLens has no adapter for, and adapters that do not
+    expose the pre-softmax scores. The message names what is missing.
+
+    Example:
+        >>> import tempfile, poslens
+        >>> from transformers import BertConfig
+        >>> folder = tempfile.mkdtemp(); BertConfig().save_pretrained(folder)
+        >>> poslens.load_model(folder)
+        Traceback (most recent call last):
+        ...
+        poslens.model.pos_model.ModelNotSupportedError: ... (bert) is not a causal decoder: ...
+    """
+
+
+@dataclass
+class PosModel:
+    """A bridged model and the facts about it that every measurement records.
+
+    Attributes are plain values; ``bridge`` is the TransformerLens
+    ``TransformerBridge`` and ``hf_model``/``tokenizer`` the objects under it.
+    ``window[l]`` is the sliding-window width of layer l (None = full causal);
+    ``rope_base[l]`` its RoPE base after any variant.
+
+    Example:
+        >>> import poslens
+        >>> model = poslens.load_model("smollm2-135m")  # doctest: +SKIP
+        >>> model.n_layers, model.n_heads, model.bos_token  # doctest: +SKIP
+        (30, 9, '<|im_start|>')
+    """
+
+    bridge: Any
+    hf_model: Any
+    tokenizer: Any
+    name: str
+    source: str
+    source_sha256: str | None
+    architecture: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    rotary_dim: int
+    rope_base: list[float]
+    window: list[int | None]
+    max_context: int
+    bos_token_id: int | None
+    bos_token: str | None
+    tokenizer_prepends_bos: bool
+    quantized: str | None
+    variant: Variant = field(default_factory=Variant)
+    load_seconds: float = 0.0
+    kind: str = "bridge"  # "bridge": a TransformerBridge over hf_model; "hooked": a TransformerLens 3.x HookedTransformer
+
+    @property
+    def module(self) -> Any:
+        """The torch module that holds the weights: ``hf_model``, or the HookedTransformer itself.
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.model.tiny import save_tiny_model
+            >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
+            >>> model.module is model.hf_model
+            True
+        """
+        return self.bridge if self.kind == "hooked" else self.hf_model
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the model's first parameter (where token ids go).
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.model.tiny import save_tiny_model
+            >>> poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"), device="cpu").device
+            device(type='cpu')
+        """
+        return next(self.module.parameters()).device
+
+    def embedding_module(self) -> torch.nn.Module:
+        """The input-embedding module, called directly (token ids -> embeddings) without firing any hook.
+
+        Example:
+            >>> import tempfile, torch, poslens
+            >>> from poslens.model.tiny import save_tiny_model
+            >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
+            >>> model.embedding_module()(torch.tensor([[1, 2]])).shape
+            torch.Size([1, 2, 64])
+        """
+        if self.kind == "hooked":
+            return self.bridge.embed
+        module = self.hf_model.get_input_embeddings()
+        # The bridge wraps the HF embedding in place; its wrapper fires hooks, so
+        # calling it from inside a hook would recurse. Use the module it wraps.
+        return getattr(module, "original_component", module)
+
+    def vocab_size(self) -> int:
+        """Number of token ids the input embedding holds.
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.model.tiny import save_tiny_model
+            >>> poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama")).vocab_size()
+            260
+        """
+        if self.kind == "hooked":
+            return int(self.bridge.cfg.d_vocab)
+        return int(self.embedding_module().num_embeddings)
+
+    def rope_record(self) -> dict[str, Any]:
+        """The RoPE type and scaling, as run metadata records them (:func:`poslens.model.variants.rope_summary`).
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.model.tiny import save_tiny_model
+            >>> poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama")).rope_record()
+            {'rope_type': 'default', 'rope_scaling': None}
+        """
+        if self.kind == "hooked":
+            cfg = self.bridge.cfg
+            scaled = bool(getattr(cfg, "use_NTK_by_parts_rope", False))
+            return {"rope_type": "llama3" if scaled else "default",
+                    "rope_scaling": {"factor": cfg.NTK_by_parts_factor} if scaled else None}
+        return rope_summary(self.hf_model.config.get_text_config())
+
+    @property
+    def variant_name(self) -> str:
+        """The inference-time variant as a string (the results' ``variant`` column).
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.model.tiny import save_tiny_model
+            >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+            >>> poslens.load_model(folder).variant_name, poslens.load_model(folder, variant="ntk:2+window:4").variant_name
+            ('base', 'ntk:2+window:4')
+        """
+        return str(self.variant)
+
+    @property
+    def attention_kind(self) -> str:
+        """``full``, ``sliding W`` or ``mixed`` (some layers windowed).
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.model.tiny import save_tiny_model
+            >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+            >>> poslens.load_model(folder).attention_kind, poslens.load_model(folder, variant="window:4").attention_kind
+            ('full', 'sliding 4')
+        """
+        widths = set(self.window)
+        if widths == {None}:
+            return "full"
+        if None not in widths and len(widths) == 1:
+            return f"sliding {self.window[0]}"
+        return "mixed"
+
+    def variant_hooks(self) -> list[tuple[str, Any]]:
+        """Hooks that realise an imposed window; run before any measuring hook.
+
+        :func:`poslens.model.hooks.run_with_hooks` adds them by itself; a model without a window variant has none.
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.model.tiny import save_tiny_model
+            >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+            >>> poslens.load_model(folder).variant_hooks()
+            []
+            >>> [name for name, _ in poslens.load_model(folder, variant="window:4").variant_hooks()]
+            ['blocks.0.attn.hook_attn_scores', 'blocks.1.attn.hook_attn_scores', 'blocks.2.attn.hook_attn_scores']
+        """
+        if self.variant.window is None:
+            return []
+        from poslens.model.hooks import attn_scores
+
+        return [(attn_scores(layer), window_hook(self.variant.window)) for layer in range(self.n_layers)]
+
+    def describe(self) -> dict[str, Any]:
+        """Provenance of the model, as stored in every result's metadata.
+
+        Example:
+            >>> model.describe()["n_layers"]  # doctest: +SKIP
+            30
+        """
+        return {
+            "model": self.name,
+            "source": self.source,
+            "source_sha256": self.source_sha256,
+            "architecture": self.architecture,
+            "variant": self.variant_name,
+            "n_layers": self.n_layers,
+            "n_heads": self.n_heads,
+            "n_kv_heads": self.n_kv_heads,
+            "d_head": self.d_head,
+            "rotary_dim": self.rotary_dim,
+            "rope_base": list(self.rope_base),
+            "window": list(self.window),
+            "max_context": self.max_context,
+            "bos_token_id": self.bos_token_id,
+            "bos_token": self.bos_token,
+            "quantized": self.quantized,
+        }
+
+    def __repr__(self) -> str:
+        q = f", {self.quantized}" if self.quantized else ""
+        return (
+            f"PosModel({self.name!r}, variant={self.variant_name!r}, {self.architecture}, "
+            f"{self.n_layers} layers, {self.n_heads}/{self.n_kv_heads} heads, attention={self.attention_kind}{q})"
+        )
+
+
