@@ -11,7 +11,7 @@ STAMP := $(VENV)/.poslens-installed
 TL3 := $(VENV)/tl39
 TL3_PACKAGES := transformer-lens==3.9.0 sae-lens==6.54.12 better-abc==0.0.3 simple-parsing==0.1.9 docstring-parser==0.18.0
 TL3_TESTS := tests/test_hooked_transformer.py tests/test_in_memory.py tests/test_decomposition_controls.py \
-	tests/test_leakage_reference.py tests/test_decomposition_reference.py
+	tests/test_leakage_reference.py tests/test_decomposition_reference.py tests/test_notebooks.py
 OUT ?= results/quick
 
 .PHONY: setup report test docs clean
@@ -45,7 +45,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 	@echo "the tiny-model core again, over TransformerLens 3.9 and sae-lens ($(TL3)):"
-	HF_HUB_OFFLINE=1 POSLENS_REQUIRE_TL3=1 PYTHONPATH=$(TL3) $(PY) -m pytest -q -m "not embedded" -p no:cacheprovider $(TL3_TESTS)
+	HF_HUB_OFFLINE=1 POSLENS_REQUIRE_TL3=1 PYTHONPATH=$(abspath $(TL3)) $(PY) -m pytest -q -m "not embedded or tl3" -p no:cacheprovider $(TL3_TESTS)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
 
 docs: $(STAMP)

@@ -1,11 +1,5 @@
-"""Test helpers for TransformerLens 3.x: a rotary HookedTransformer built offline from a tiny transformers Llama.
-
-``HookedTransformer.from_pretrained`` wants an official model name (and then the
-hub); tests build the config by hand and convert the Llama weights with
-TransformerLens's own ``convert_llama_weights``. Not ``load_and_process_state_dict``:
-in TransformerLens 3.9 it casts every non-float32 tensor to float32 and back,
-even with every processing flag off, which loses float64 precision.
-"""
+"""Test helpers for TransformerLens 3.x: the version guard, a rotary HookedTransformer from a tiny Llama
+(:func:`poslens.model.tiny.hooked_llama`), and a float64-exact transformers Llama to compare it with."""
 
 from __future__ import annotations
 
@@ -30,25 +24,9 @@ def require_transformer_lens_3():
 
 def hooked_from_hf_llama(hf, tokenizer, cls=None):
     """A rotary HookedTransformer (or ``cls``, e.g. SAELens's HookedSAETransformer) with ``hf``'s weights, in ``hf``'s dtype."""
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
-    from transformer_lens.pretrained.weight_conversions import convert_llama_weights
+    from poslens.model.tiny import hooked_llama
 
-    c = hf.config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    cfg = HookedTransformerConfig(
-        d_model=c.hidden_size, d_head=head_dim, n_heads=c.num_attention_heads, d_mlp=c.intermediate_size,
-        n_layers=c.num_hidden_layers, n_ctx=c.max_position_embeddings, eps=c.rms_norm_eps, d_vocab=c.vocab_size,
-        act_fn=c.hidden_act, normalization_type="RMS", positional_embedding_type="rotary", rotary_dim=head_dim,
-        rotary_adjacent_pairs=False, rotary_base=(getattr(c, "rope_parameters", None) or {}).get("rope_theta", 10000.0),
-        final_rms=True, gated_mlp=True,
-        n_key_value_heads=c.num_key_value_heads if c.num_key_value_heads != c.num_attention_heads else None,
-        original_architecture="LlamaForCausalLM", tokenizer_name=None, dtype=next(hf.parameters()).dtype, device="cpu",
-        default_prepend_bos=True,
-    )
-    model = (cls or HookedTransformer)(cfg, tokenizer=tokenizer)
-    missing, unexpected = model.load_state_dict(convert_llama_weights(hf, cfg), strict=False)
-    assert not unexpected and all(k.endswith(("IGNORE", "mask", "rotary_sin", "rotary_cos")) for k in missing), (missing, unexpected)
-    return model.eval()
+    return hooked_llama(hf, tokenizer, cls)
 
 
 def float64_llama_reference(monkeypatch):

@@ -26,7 +26,8 @@ PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
 def test_there_are_tutorials() -> None:
-    assert [p.name for p in NOTEBOOKS] == ["01_first_look.ipynb", "02_bos_patching.ipynb", "03_architectures.ipynb"]
+    assert [p.name for p in NOTEBOOKS] == ["01_first_look.ipynb", "02_bos_patching.ipynb", "03_architectures.ipynb",
+                                           "04_your_model.ipynb"]
 
 
 def _execute_tutorials():
@@ -105,11 +106,21 @@ def python3_kernel(tmp_path_factory: pytest.TempPathFactory) -> str:
         os.environ["JUPYTER_PATH"] = old
 
 
+# "your model, as it is" builds a HookedTransformer: it runs in make test's TransformerLens 3.9 pass (marker tl3)
+NEEDS_TL3 = {"04_your_model"}
+
+
 @pytest.mark.embedded
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.tl3) if p.stem in NEEDS_TL3 else p for p in NOTEBOOKS],
+                         ids=lambda p: p.stem)
 def test_notebook_runs(path: Path, python3_kernel: str, tmp_path: Path) -> None:
     import nbformat
     from nbclient import NotebookClient
+
+    if path.stem in NEEDS_TL3:
+        from hooked_models import require_transformer_lens_3
+
+        require_transformer_lens_3()
 
     nb = nbformat.read(path, as_version=4)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the kernel inherits the environment: never reach the hub

@@ -659,3 +659,50 @@ def save_tiny_model(folder: str | Path, kind: str = "llama", seed: int = 0, stat
     model.save_pretrained(folder)
     byte_tokenizer().save_pretrained(folder)
     return folder
+
+
+def hooked_llama(hf: Any, tokenizer: Any, cls: Any = None) -> Any:
+    """A rotary TransformerLens 3.x ``HookedTransformer`` with a transformers Llama's weights, built offline.
+
+    ``HookedTransformer.from_pretrained`` wants a model name TransformerLens
+    knows (and then the hub); this builds the config by hand and converts the
+    weights with TransformerLens's own ``convert_llama_weights``, in ``hf``'s
+    dtype, with no weight processing (not ``load_and_process_state_dict``:
+    in TransformerLens 3.9 it casts every non-float32 tensor to float32 and back).
+    For tests and tutorials on the tiny models; needs TransformerLens 3.x.
+
+    Args:
+        hf: a ``LlamaForCausalLM`` (not yet wrapped by a bridge).
+        tokenizer: its tokenizer.
+        cls: the class to build (default ``HookedTransformer``; SAELens's ``HookedSAETransformer`` works too).
+
+    Returns:
+        The model, in eval mode.
+
+    Example:
+        >>> from transformers import AutoModelForCausalLM, AutoTokenizer  # doctest: +SKIP
+        >>> hooked = hooked_llama(AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder))  # doctest: +SKIP
+        >>> hooked.cfg.positional_embedding_type  # doctest: +SKIP
+        'rotary'
+    """
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens.pretrained.weight_conversions import convert_llama_weights
+
+    c = hf.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    cfg = HookedTransformerConfig(
+        d_model=c.hidden_size, d_head=head_dim, n_heads=c.num_attention_heads, d_mlp=c.intermediate_size,
+        n_layers=c.num_hidden_layers, n_ctx=c.max_position_embeddings, eps=c.rms_norm_eps, d_vocab=c.vocab_size,
+        act_fn=c.hidden_act, normalization_type="RMS", positional_embedding_type="rotary", rotary_dim=head_dim,
+        rotary_adjacent_pairs=False, rotary_base=(getattr(c, "rope_parameters", None) or {}).get("rope_theta", 10000.0),
+        final_rms=True, gated_mlp=True,
+        n_key_value_heads=c.num_key_value_heads if c.num_key_value_heads != c.num_attention_heads else None,
+        original_architecture="LlamaForCausalLM", tokenizer_name=None, dtype=next(hf.parameters()).dtype,
+        device=str(next(hf.parameters()).device), default_prepend_bos=True,
+    )
+    model = (cls or HookedTransformer)(cfg, tokenizer=tokenizer)
+    missing, unexpected = model.load_state_dict(convert_llama_weights(hf, cfg), strict=False)
+    buffers = ("IGNORE", "mask", "rotary_sin", "rotary_cos")
+    if unexpected or not all(key.endswith(buffers) for key in missing):
+        raise ValueError(f"converting the Llama weights left keys unmatched: missing {missing}, unexpected {unexpected}")
+    return model.eval()
