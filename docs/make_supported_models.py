@@ -95,13 +95,18 @@ sinusoidal positions, none, or an encoder) are refused in the same ways, unteste
 saved; edits made after wrapping are measured; provenance records `source: memory` and the sha256 of the weights at
 each measurement).
 
-| object | TransformerLens | variants | status |
-|---|---|---|---|
-| transformers `PreTrainedModel` + `tokenizer=` (a bridge is booted around the very module) | 4.x, 3.9 | `window:` ✓, `ntk:` / `rope-base:` refused (the RoPE frequencies are fixed once a model is built) | tested: the saved-and-reloaded path's figures to 1e-10, edits measured (`tests/test_in_memory.py`) |
-| TransformerLens `TransformerBridge` (used as it is) | 4.x, 3.9 | as above | tested: the saved path's figures to 1e-10 |
-| TransformerLens 3.x `HookedTransformer`, rotary (masked scores −inf) | 3.9 | as above | tested: the dense reference from its own `hook_attn_scores` to 1e-8, the transformers path on the same float64 weights to 1e-8 (`tests/test_hooked_transformer.py`) |
-| SAELens `HookedSAETransformer` with SAEs attached | 3.9 (sae-lens 6.54) | as above | tested: measured with the SAE in the forward pass; layers before the SAE unchanged |
-| `HookedTransformer` without rotary embeddings, with `use_attention_sinks`, or with bidirectional attention | 3.9 | — | refused, with the reason |
+| object | TransformerLens | status |
+|---|---|---|
+| transformers `PreTrainedModel` + `tokenizer=` | 4.x, 3.9 | tested: the saved path's figures to 1e-10, edits measured |
+| TransformerLens `TransformerBridge`, as it is | 4.x, 3.9 | tested: the saved path's figures to 1e-10 |
+| TransformerLens 3.x `HookedTransformer`, rotary | 3.9 | tested: the dense reference from its own scores to 1e-8 |
+| SAELens `HookedSAETransformer`, SAEs attached | 3.9 | tested: measured with the SAE in the forward pass |
+| `HookedTransformer`: not rotary, sinks, bidirectional | 3.9 | refused, with the reason |
+
+On a model in memory `window:` works and `ntk:` / `rope-base:` are refused (a built model's RoPE frequencies are
+fixed: save it and load the folder with `variant=`). A bridge is booted around the transformers model's very module.
+A HookedTransformer's masked scores are −inf, treated as masked; on the same float64 weights it matches the
+transformers path to 1e-8 (`tests/test_in_memory.py`, `tests/test_hooked_transformer.py`).
 
 TransformerLens 3.9 is the last line with `HookedTransformer`, and SAELens needs it; poslens allows it as well as 4.x.
 `make test` runs the tiny-model core (loading, the scores check, `measure`, the controls and dense references, the
