@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import uuid
@@ -121,6 +122,28 @@ def atomic_write_together(writes: list[tuple[str | Path, Callable[[Path], None]]
             tmp.unlink(missing_ok=True)
         raise
     return [path for _, path in staged]
+
+
+def sha256_of_file(path: str | Path) -> str:
+    """sha256 of a file's bytes, read in 4 MiB blocks.
+
+    Args:
+        path: the file.
+
+    Returns:
+        64 hex digits.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"; _ = path.write_bytes(b"abc")
+        >>> sha256_of_file(path)[:12]
+        'ba7816bf8f01'
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def remove_stale_temporaries(folder: str | Path) -> list[Path]:

@@ -24,25 +24,16 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from filelock import FileLock
 
 from poslens.errors import OutputConflictError
-from poslens.files import atomic_write_text
+from poslens.files import atomic_write_text, sha256_of_file
 
 MANIFEST = ".poslens-files.json"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def written_files(folder: str | Path) -> dict[str, dict]:
@@ -85,7 +76,7 @@ def is_ours(path: str | Path) -> bool:
     entry = written_files(path.parent).get(path.name)
     if not entry or not path.is_file():
         return False
-    return path.stat().st_size == entry.get("size") and _sha256(path) == entry.get("sha256")
+    return path.stat().st_size == entry.get("size") and sha256_of_file(path) == entry.get("sha256")
 
 
 def check_replaceable(path: str | Path) -> None:
@@ -138,15 +129,10 @@ def record_written(paths: Iterable[str | Path]) -> None:
         >>> record_written([path]); sorted(written_files(path.parent))
         ['run.json']
     """
-    by_folder: dict[Path, list[Path]] = {}
-    for path in map(Path, paths):
-        by_folder.setdefault(path.parent, []).append(path)
-    for folder, members in by_folder.items():
-        with FileLock(folder / f"{MANIFEST}.lock"):
-            files = written_files(folder)
-            for path in members:
-                files[path.name] = {"size": path.stat().st_size, "sha256": _sha256(path)}
-            atomic_write_text(folder / MANIFEST, json.dumps({"files": files}, indent=1, sort_keys=True))
+    def add(files: dict, path: Path) -> None:
+        files[path.name] = {"size": path.stat().st_size, "sha256": sha256_of_file(path)}
+
+    _update_manifests(paths, add)
 
 
 def forget_written(paths: Iterable[str | Path]) -> None:
@@ -164,16 +150,19 @@ def forget_written(paths: Iterable[str | Path]) -> None:
         >>> record_written([path]); path.unlink(); forget_written([path]); written_files(path.parent)
         {}
     """
-    by_folder: dict[Path, list[str]] = {}
+    _update_manifests(paths, lambda files, path: files.pop(path.name, None))
+
+
+def _update_manifests(paths: Iterable[str | Path], change: Callable[[dict, Path], object]) -> None:
+    """Apply ``change(files, path)`` to the manifest of each path's folder, under that manifest's lock."""
+    by_folder: dict[Path, list[Path]] = {}
     for path in map(Path, paths):
-        by_folder.setdefault(path.parent, []).append(path.name)
-    for folder, names in by_folder.items():
-        if not (folder / MANIFEST).exists():
-            continue
+        by_folder.setdefault(path.parent, []).append(path)
+    for folder, members in by_folder.items():
         with FileLock(folder / f"{MANIFEST}.lock"):
             files = written_files(folder)
-            for name in names:
-                files.pop(name, None)
+            for path in members:
+                change(files, path)
             atomic_write_text(folder / MANIFEST, json.dumps({"files": files}, indent=1, sort_keys=True))
 
 

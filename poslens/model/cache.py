@@ -44,7 +44,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -57,7 +56,7 @@ from typing import Callable
 from filelock import FileLock, Timeout
 
 from poslens.errors import PoslensError
-from poslens.files import atomic_write_text
+from poslens.files import atomic_write_text, sha256_of_file
 
 MANIFEST = "manifest.json"
 _FIX = "set POSLENS_CACHE to a folder you can write to"
@@ -164,11 +163,7 @@ def file_sha256(path: str | Path) -> str:
 
 
 def _hash_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_of_file(path)
 
 
 def _entry_files(folder: Path) -> set[str]:

@@ -638,18 +638,7 @@ def _build(
     config = AutoConfig.from_pretrained(folder, local_files_only=True)
     _check_supported(config, name)
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    n_heads = text_config.num_attention_heads
-    d_head = getattr(text_config, "head_dim", None) or text_config.hidden_size // n_heads
-    # DeepSeek's multi-head latent attention: queries and keys are qk_nope_head_dim unrotated dimensions followed by
-    # qk_rope_head_dim rotated ones (transformers sets head_dim to the rotated part alone).
-    mla_rotary = getattr(text_config, "qk_rope_head_dim", None)
-    if mla_rotary and getattr(text_config, "qk_nope_head_dim", None) is not None:
-        d_head = int(text_config.qk_nope_head_dim) + int(mla_rotary)
-    # transformers ≥ 5 keeps partial_rotary_factor inside rope_parameters (GPT-NeoX, Phi, StableLM).
-    factor = getattr(text_config, "partial_rotary_factor", None)
-    if factor is None:
-        factor = next((p["partial_rotary_factor"] for p in rope_parameter_dicts(text_config) if "partial_rotary_factor" in p), None)
-    rotary_dim = int(mla_rotary) if mla_rotary else int(d_head * float(factor or 1.0))
+    _, rotary_dim = _head_dims(text_config)
     apply_rope_variant(text_config, variant, rotary_dim)
     _check_tokenizer_files(Path(folder))
     _check_weights(Path(folder))
@@ -716,15 +705,8 @@ def wrap_hf_model(
     _check_supported(config, name)
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     n_heads = text_config.num_attention_heads
-    d_head = getattr(text_config, "head_dim", None) or text_config.hidden_size // n_heads
-    mla_rotary = getattr(text_config, "qk_rope_head_dim", None)
-    if mla_rotary and getattr(text_config, "qk_nope_head_dim", None) is not None:
-        d_head = int(text_config.qk_nope_head_dim) + int(mla_rotary)
-    if rotary_dim is None:
-        factor = getattr(text_config, "partial_rotary_factor", None)
-        if factor is None:
-            factor = next((p["partial_rotary_factor"] for p in rope_parameter_dicts(text_config) if "partial_rotary_factor" in p), None)
-        rotary_dim = int(mla_rotary) if mla_rotary else int(d_head * float(factor or 1.0))
+    d_head, own_rotary_dim = _head_dims(text_config)
+    rotary_dim = own_rotary_dim if rotary_dim is None else rotary_dim
     dtype = dtype or next(hf.parameters()).dtype
     sinks = sorted({param.split(".")[-2] for param, _ in hf.named_parameters() if param.endswith(".sinks")})
     if sinks:
@@ -779,6 +761,21 @@ def wrap_hf_model(
         quantized=quantized,
         variant=variant,
     )
+
+
+def _head_dims(text_config: Any) -> tuple[int, int]:
+    """(d_head, rotary_dim) of a text config: the query/key width per head and how much of it is rotated."""
+    d_head = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
+    # DeepSeek's multi-head latent attention: queries and keys are qk_nope_head_dim unrotated dimensions followed by
+    # qk_rope_head_dim rotated ones (transformers sets head_dim to the rotated part alone).
+    mla_rotary = getattr(text_config, "qk_rope_head_dim", None)
+    if mla_rotary and getattr(text_config, "qk_nope_head_dim", None) is not None:
+        d_head = int(text_config.qk_nope_head_dim) + int(mla_rotary)
+    # transformers ≥ 5 keeps partial_rotary_factor inside rope_parameters (GPT-NeoX, Phi, StableLM).
+    factor = getattr(text_config, "partial_rotary_factor", None)
+    if factor is None:
+        factor = next((p["partial_rotary_factor"] for p in rope_parameter_dicts(text_config) if "partial_rotary_factor" in p), None)
+    return int(d_head), int(mla_rotary) if mla_rotary else int(d_head * float(factor or 1.0))
 
 
 def _max_context(config: Any) -> int:
