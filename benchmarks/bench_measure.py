@@ -12,7 +12,7 @@ sequences, one per forward):
     with the streaming cell sums, which also stores each sequence's row-bin sums
     on disk; then the per-sequence counterfactual's replay and every fit with
     intervals);
-(b'') poslens+probe: the same with the ridge probe of METHOD §3.3 on;
+(b'') poslens+probe: the same with the ridge probe of methodology §3.3 on;
 (b') capture: the pass and the replay without the fits (``collect_sums``);
 (c) naive: ``bridge.run_with_cache`` keeping every layer's scores and pattern,
     then the same reduction, replay and fits applied to the cached tensors.

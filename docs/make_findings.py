@@ -274,7 +274,7 @@ def claims_section(folder: Path) -> str:
     if not path.exists():
         return "\n".join(lines + ["*`claims.csv` is not in this run folder.*", ""])
     claims = pd.read_csv(path)
-    lines.append("Each verdict is computed from the figures by the rule stated with it (METHOD §9); "
+    lines.append("Each verdict is computed from the figures by the rule stated with it (methodology §9); "
                  "none is written by hand. A claim can rest on several figures, one row each. Intervals are 95%.")
     lines.append("")
     rows, seen = [], set()
@@ -337,9 +337,9 @@ def leakage_section(parts: dict[str, Result]) -> str:
     result = parts["leakage"]
     model = result.meta.get("model", {})
     lines.append(f"Model {model.get('model', '?')} ({model.get('variant', 'base')}); aggregates over heads and "
-                 "over layers ≥ 1 (layer −1 of the tables). L(log a) is the binned ΔR² of the pattern (METHOD §3.1); "
-                 "C_res and C_mask are its residual-stream and mask components (METHOD §4, version 2, per-sequence "
-                 "counterfactual); probe R² is held out (METHOD §3.3).")
+                 "over layers ≥ 1 (layer −1 of the tables). L(log a) is the binned ΔR² of the pattern (methodology §3.1); "
+                 "C_res and C_mask are its residual-stream and mask components (methodology §4, version 2, per-sequence "
+                 "counterfactual); probe R² is held out (methodology §3.3).")
     lines.append("")
     metrics = [("leakage_pattern", "L(log a)"), ("leakage_pattern_heldout", "L(log a), held out"), ("c_res", "C_res"),
                ("c_mask", "C_mask"), ("rho_res", "ρ_res"), ("c_res_meanfield", "C_res, mean-field"), ("probe_r2", "probe R²")]
@@ -405,7 +405,7 @@ def bos_section(parts: dict[str, Result]) -> str:
         return "\n".join(lines + [missing("bos-swap")])
     result = parts["bos-swap"]
     lines.append("Reduction = 1 − C_res(after) / C_res(before), aggregated over layers ≥ 1, with 95% paired "
-                 "jackknife intervals (METHOD §7). The replacement is written into the embedding output at "
+                 "jackknife intervals (methodology §7). The replacement is written into the embedding output at "
                  "position 0 before the first block.")
     lines.append("")
     lines.append(markdown_table(["replacement", f"reduction, {WINDOW_TEXT['early']}", f"reduction, {WINDOW_TEXT['all']}"],
@@ -427,7 +427,7 @@ def ablation_section(parts: dict[str, Result]) -> str:
     if result.table.empty:
         return "\n".join(lines + ["*No head reached the sink threshold: nothing was ablated.*", ""])
     text = ("In every sink-reading head, a_i0 is replaced by the head's mean over queries and the rest of the row "
-            "rescaled (METHOD §7). Reduction of C_res over layers ≥ 1, 95% paired jackknife intervals")
+            "rescaled (methodology §7). Reduction of C_res over layers ≥ 1, 95% paired jackknife intervals")
     text += f"; {len(heads)} heads ablated." if isinstance(heads, list) else "."
     lines += [text, ""]
     lines.append(markdown_table(["intervention", f"reduction, {WINDOW_TEXT['early']}", f"reduction, {WINDOW_TEXT['all']}"],
@@ -437,7 +437,7 @@ def ablation_section(parts: dict[str, Result]) -> str:
 
 
 def sinks_section(parts: dict[str, Result], run: dict[str, Any]) -> str:
-    lines = ["## Sink-reading heads (METHOD §6)", ""]
+    lines = ["## Sink-reading heads (methodology §6)", ""]
     if "sinks" not in parts:
         return "\n".join(lines + [missing("sinks")])
     result = parts["sinks"]
@@ -474,7 +474,7 @@ def fingerprint_section(parts: dict[str, Result]) -> str:
     t = t[(t["layer"] == -1) & (t["head"] == -1)]
     if t.empty:
         return "\n".join(lines + ["*The fingerprint table has no layer −1 aggregate rows.*", ""])
-    lines.append("Aggregates over layers (layer −1 of the table), 95% intervals, per setting of position 0 (METHOD §8).")
+    lines.append("Aggregates over layers (layer −1 of the table), 95% intervals, per setting of position 0 (methodology §8).")
     lines.append("")
     rows = []
     for (intervention, metric, window), part in t.groupby(["intervention", "metric", "query_window"], sort=False):

@@ -38,7 +38,7 @@ fields shown are the tiny model's, the pattern is the architecture's.
 - **(c)** in every layer, the keys the scores leave visible are the keys poslens expects, including alternating windows;
 - **(d)** each variant matches a model that transformers builds natively with the changed config
   (for `window:`, HF's forward with an explicit sliding-window mask), or is refused with a reason;
-- **(e)** `poslens.measure` runs end to end, and METHOD §4's controls hold: layer-0 C_res stays at the noise floor
+- **(e)** `poslens.measure` runs end to end, and methodology §4's controls hold: layer-0 C_res stays at the noise floor
   and a constant-logit head gets C_res = 0. The run metadata records the RoPE type and scaling
   (`result.meta["model"]["rope_type"]` and `["rope_scaling"]`).
 

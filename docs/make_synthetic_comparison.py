@@ -1,6 +1,6 @@
-"""Regenerate METHOD §4.0's synthetic comparison: version 1 against version 2 on control heads.
+"""Regenerate methodology §4.0's synthetic comparison: version 1 against version 2 on control heads.
 
-Builds the control heads of METHOD §4.4 as attention scores (no model), measures
+Builds the control heads of methodology §4.4 as attention scores (no model), measures
 them with :func:`poslens.measurement.pipeline.measure_scores`, and writes one Markdown table:
 for each head and query window, the leakage of the pattern L(log a) and the
 residual share ρ_res = C_res / L by
@@ -187,7 +187,7 @@ model is involved. Every figure below is computed by
 `poslens.measurement.pipeline.measure_scores` (the streaming code path of `poslens.measure`);
 none is typed in.*
 
-This page regenerates the comparison of METHOD §4.0 / the methodology's
+This page regenerates the comparison of methodology §4.0 / the methodology's
 decomposition section on the control heads of §4.4.
 
 **Settings.** T = {T} tokens; N = {N_SEQS} sequences in G = {GROUPS} groups (95%
@@ -199,15 +199,15 @@ of the (i) heads is independent per sequence and pair, Gaussian, seeded
 (seed {SEED}). One layer per mask: heads (a)–(i) under a causal mask, the (e)
 heads under a sliding window of W = {WINDOW}.
 
-**Columns.** L(log a) is `leakage_pattern` (METHOD §3.1, binned ΔR² of log a).
+**Columns.** L(log a) is `leakage_pattern` (methodology §3.1, binned ΔR² of log a).
 Each ρ_res is a residual share C_res / L: version 1 is the logit split
 `c_res_logit / leakage_pattern` (not invariant to per-query shifts of the
 logits; kept for comparison only, no claim uses it); version 2 mean-field is
-`rho_res_meanfield`, the counterfactual of METHOD §4.1 fitted to the mean
+`rho_res_meanfield`, the counterfactual of methodology §4.1 fitted to the mean
 pattern; version 2 per-sequence is `rho_res`, the counterfactual built per
-sequence with a cross-fitted absolute component (METHOD §4.4 (i)), which is the
+sequence with a cross-fitted absolute component (methodology §4.4 (i)), which is the
 figure claims use. The components C are printed in scientific notation, so that
-floating-point zeros and the noise floor both show; METHOD §4.4 asks for
+floating-point zeros and the noise floor both show; methodology §4.4 asks for
 C_res = 0 to within 1e-8 of L on (a)–(e), where the mask explains the leakage;
 (f) and (g) have logits that depend on absolute position and should not have
 C_res = 0; (i) is the noise floor of (a) and (d).

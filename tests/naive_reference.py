@@ -1,4 +1,4 @@
-"""A deliberately naive reference for poslens' leakage figures (METHOD §3–§5).
+"""A deliberately naive reference for poslens' leakage figures (methodology §3–§5).
 
 Nothing here reuses poslens' own capture, sums or fits. The reference captures
 every layer's full [batch, head, T, T] scores with plain recording hooks,
@@ -7,7 +7,7 @@ the window, every visible key), writes the one-hot design matrices out
 explicitly and fits them with ``scipy.linalg.lstsq`` (LAPACK gelsy). It is slow and uses O(N·T²)
 memory, which is the point: it is the textbook definition, written once more.
 
-The decomposition is METHOD §4 version 2, written out pair by pair:
+The decomposition is methodology §4 version 2, written out pair by pair:
 
 - the §4.1 fit (exact offset + key-0 indicator + exact row, one-hot, full
   column rank) by explicit least squares;
@@ -25,7 +25,7 @@ component fitted on the sequences outside both γ and g', and P is refit on
 them. (The point estimate's A^(−γ) is fitted outside γ only.) With G = 2
 nothing is left to refit A on, and a replicate keeps A^(−γ).
 
-The bins are rebuilt here from METHOD §3.1's words (:class:`ReferenceBins`).
+The bins are rebuilt here from methodology §3.1's words (:class:`ReferenceBins`).
 Only hook names and the hooked forward pass (:mod:`poslens.model.hooks`) come from
 poslens; ``test_leakage_reference`` checks the captured scores against the
 native Hugging Face model's attention weights. :func:`reference_decomposition`
@@ -55,7 +55,7 @@ PER_HEAD = (
     "leakage_logit_saturated",
     "leakage_linear",
     "leakage_count",
-    # METHOD §4 version 2 with the per-sequence, cross-fitted counterfactual (the headline)
+    # methodology §4 version 2 with the per-sequence, cross-fitted counterfactual (the headline)
     "c_res",
     "c_mask",
     "rho_res",
@@ -68,12 +68,12 @@ PER_HEAD = (
     "rho_mask_saturated",
     "c_count_saturated",
     "count_share_saturated",
-    # METHOD §4 version 2 with the mean-field counterfactual (additive P)
+    # methodology §4 version 2 with the mean-field counterfactual (additive P)
     "c_res_meanfield",
     "c_mask_meanfield",
     "rho_res_meanfield",
     "rho_mask_meanfield",
-    # METHOD §4.5: version 1's logit split, for comparison only
+    # methodology §4.5: version 1's logit split, for comparison only
     "c_res_logit",
     "c_mask_logit",
     "key0_mass",
@@ -206,7 +206,7 @@ def capture_scores(
 
 
 class ReferenceBins:
-    """METHOD §3.1's bins, written out: one bin per value 0..15, then edges growing by 1.25, rounded up, until T.
+    """methodology §3.1's bins, written out: one bin per value 0..15, then edges growing by 1.25, rounded up, until T.
 
     Query bins add the early bound Q as an edge, so the early window is whole bins.
     Integer arithmetic only: ⌈1.25·e⌉ = ⌈5e/4⌉ = (5e + 3) // 4.
@@ -329,7 +329,7 @@ class PairData:
         return np.column_stack(cols)
 
     def design_exact(self) -> tuple[np.ndarray, np.ndarray, bool]:
-        """METHOD §4.1's design: [one-hot exact offset, [j = 0], one-hot exact row].
+        """methodology §4.1's design: [one-hot exact offset, [j = 0], one-hot exact row].
 
         Offsets and rows with no pair are left out, and so is the first row
         present (the one null direction: a constant shared by g and the row
@@ -377,7 +377,7 @@ def row_log_softmax(row: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def exact_fit(data: PairData, y: np.ndarray, train: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """METHOD §4.1: OLS of y [P, H] on the exact design over the pairs ``train`` (default: all).
+    """methodology §4.1: OLS of y [P, H] on the exact design over the pairs ``train`` (default: all).
 
     Returns g [T, H] (NaN at offsets with no pair), β [H] (0 if no key-0 pair)
     and the full fitted values g + β[j=0] + h(i) on every pair [P, H]. g is
@@ -405,7 +405,7 @@ def relative_part(data: PairData, g: np.ndarray, beta: np.ndarray) -> np.ndarray
 
 
 def meanfield_log_ap(data: PairData) -> np.ndarray:
-    """METHOD §4.1's mean-field counterfactual: fit log a, then log a' = log_softmax over V_i of g + β[j=0]. [P, H]."""
+    """methodology §4.1's mean-field counterfactual: fit log a, then log a' = log_softmax over V_i of g + β[j=0]. [P, H]."""
     g, beta, _ = exact_fit(data, data.y_loga)
     return row_log_softmax(data.row, relative_part(data, g, beta))
 
@@ -602,7 +602,7 @@ def heldout_leakage(data: PairData, groups: int, n_seqs: int, head: int, which: 
 
 
 def jackknife(estimate: float, replicates: np.ndarray) -> tuple[float, float]:
-    """METHOD §5 / methodology: θ̂ ± t_{0.975, G−1} · sqrt((G−1)/G · Σ (θ_(g) − mean θ_(·))²)."""
+    """methodology §5 / methodology: θ̂ ± t_{0.975, G−1} · sqrt((G−1)/G · Σ (θ_(g) − mean θ_(·))²)."""
     g = len(replicates)
     se = np.sqrt((g - 1) / g * ((replicates - replicates.mean()) ** 2).sum())
     t = stats.t.ppf(0.975, g - 1)

@@ -46,7 +46,7 @@ def test_models_table():
     assert result.exit_code == 0, result.output
     rows = table_rows(result.output)
     assert set(rows) == {"smollm2-135m", "gemma3-270m"}
-    # METHOD §9: SmolLM2 has 30 layers and 9 heads, Gemma 3 270M 18 layers.
+    # methodology §9: SmolLM2 has 30 layers and 9 heads, Gemma 3 270M 18 layers.
     assert rows["smollm2-135m"]["layers"] == "30" and rows["smollm2-135m"]["heads"] == "9"
     assert rows["gemma3-270m"]["layers"] == "18"
     assert rows["smollm2-135m"]["architecture"] == "llama"

@@ -14,7 +14,7 @@ with a byte tokenizer. For each:
 (c) the visible keys, per layer, are the ones poslens expects (alternating windows included);
 (d) each variant matches a model transformers builds natively with the changed config
     (or HF's own forward with an explicit sliding-window mask), or is refused with a reason;
-(e) ``poslens.measure`` runs end to end and METHOD §4's controls hold; the run's metadata
+(e) ``poslens.measure`` runs end to end and methodology §4's controls hold; the run's metadata
     records the RoPE type and scaling.
 
 Kinds poslens must refuse (no RoPE, no TransformerLens adapter, a RoPE base poslens
@@ -243,7 +243,7 @@ def test_variant_matches_native_or_is_refused(kind, spec, folders, models, token
 
 
 class ConstantHead:
-    """Set the visible scores of one head to a constant: its C_res must be exactly 0 (METHOD §4.4)."""
+    """Set the visible scores of one head to a constant: its C_res must be exactly 0 (methodology §4.4)."""
 
     kind = "constant-logits"
 
@@ -284,7 +284,7 @@ def test_measure_runs_and_controls_hold(kind, models):
     assert table["value"].notna().all()
     for window in ("early", "all"):
         # Layer 0 of a RoPE model: its input holds no position, so C_res sits at the noise floor
-        # (METHOD §4.4 (i): |C_res| < 3% of L(log a), the bound of tests/test_decomposition_controls.py)
+        # (methodology §4.4 (i): |C_res| < 3% of L(log a), the bound of tests/test_decomposition_controls.py)
         # while the mask carries a clear C_mask.
         c_res, low, high = figure(result, "c_res", window, 0)
         leakage = figure(result, "leakage_pattern", window, 0)[0]

@@ -1,4 +1,4 @@
-"""The structure of the mask-only counterfactual's fit (METHOD §4.3), against its dense definition.
+"""The structure of the mask-only counterfactual's fit (methodology §4.3), against its dense definition.
 
 :func:`poslens.fit.counterfactual.structure` builds the cell maps from closed
 forms over the bin edges and keeps no rows × offsets matrix; here every field is

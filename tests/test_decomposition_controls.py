@@ -1,4 +1,4 @@
-"""METHOD §4.4's controls of the version-2 decomposition, on synthetic heads through the streamed code.
+"""methodology §4.4's controls of the version-2 decomposition, on synthetic heads through the streamed code.
 
 Scores go through the same capture, replay and fits as a model's
 (``poslens.measurement.pipeline.measure_scores``). Exact-zero cases (a)–(e) must give
@@ -161,7 +161,7 @@ def test_noise_floor_meanfield_is_biased_and_per_sequence_is_far_smaller(noisy):
 
 
 def test_noise_floor_per_sequence_interval_contains_zero(noisy):
-    """METHOD §4.4 (i): a purely relative noisy head gives C_res within its interval of 0. The replicates refit
+    """methodology §4.4 (i): a purely relative noisy head gives C_res within its interval of 0. The replicates refit
     the cross-fitted A, so the interval carries A's noise; with A held fixed it excluded 0 in 6 of these 8 cases."""
     for (case, sd, n), result in noisy.items():
         _, low, high = figure(result, "c_res", "all")

@@ -1,9 +1,9 @@
-"""The naive reference of METHOD §4 version 2 (``naive_reference.py``) checked on synthetic heads.
+"""The naive reference of methodology §4 version 2 (``naive_reference.py``) checked on synthetic heads.
 
 Pure numpy, no model: each test builds logits s_ij(n) from a formula, masks
 them (causal, or a sliding window of W = 8), and feeds them to
 :func:`naive_reference.reference_decomposition` / ``reference_intervals``.
-These are the reference's own controls (METHOD §4.4): if they fail, the
+These are the reference's own controls (methodology §4.4): if they fail, the
 reference is wrong, whatever the package says.
 """
 
@@ -22,17 +22,17 @@ WIDTH = 8
 
 
 def kernel_a(d):
-    """METHOD §4.4 (a): a relative kernel that varies inside an offset bin."""
+    """methodology §4.4 (a): a relative kernel that varies inside an offset bin."""
     return -0.05 * d + np.sin(0.3 * d)
 
 
 def kernel_smooth(d):
-    """The smooth kernel of METHOD §4.0 and §4.4 (g)."""
+    """The smooth kernel of methodology §4.0 and §4.4 (g)."""
     return -0.05 * d
 
 
 def u_key(j):
-    """METHOD §4.4 (f): a key-position term."""
+    """methodology §4.4 (f): a key-position term."""
     return 0.5 * np.log(j + 1.0)
 
 
@@ -62,7 +62,7 @@ def synthetic_scores(heads, n_seqs: int, seq_len: int, width: int | None = None,
 
 
 def test_metric_names():
-    """The names METHOD §4 v2 reports, and none of the dropped row-centred split."""
+    """The names methodology §4 v2 reports, and none of the dropped row-centred split."""
     want = {
         "c_res", "c_mask", "rho_res", "rho_mask", "c_count", "count_share",
         "c_res_saturated", "c_mask_saturated", "rho_res_saturated", "rho_mask_saturated", "c_count_saturated", "count_share_saturated",
@@ -78,7 +78,7 @@ def test_metric_names():
 
 @pytest.mark.parametrize("width", [None, WIDTH], ids=["causal", "window8"])
 def test_zero_controls(width):
-    """METHOD §4.4 (a)–(d), causal and sliding: C_res = 0 to 1e-8·L, per-sequence, saturated and mean-field."""
+    """methodology §4.4 (a)–(d), causal and sliding: C_res = 0 to 1e-8·L, per-sequence, saturated and mean-field."""
     # early = 18 is not a bin edge (…, 16, 20, …): the query bins gain it as an edge.
     scores = synthetic_scores(list(ZERO_HEADS.values()), n_seqs=8, seq_len=40, width=width)
     out = nr.reference_decomposition(scores, early=18, groups=4)
@@ -95,15 +95,15 @@ def test_zero_controls(width):
             assert m["c_res_logit"][k] + m["c_mask_logit"][k] == pytest.approx(l_add, abs=1e-12), where
             assert m["count_share"][k] == pytest.approx(m["c_count"][k] / m["c_mask"][k], rel=1e-12), where
             assert m["count_share_saturated"][k] == pytest.approx(m["c_count_saturated"][k] / m["c_mask_saturated"][k], rel=1e-12), where
-        # version 1 is not invariant to the row shift (METHOD §4.0): (b) differs from (a) there, not in version 2
+        # version 1 is not invariant to the row shift (methodology §4.0): (b) differs from (a) there, not in version 2
         assert abs(m["c_res_logit"][1] - m["c_res_logit"][0]) > 0.1 * m["leakage_pattern"][0], (width, window)
         np.testing.assert_allclose(m["leakage_pattern"][1], m["leakage_pattern"][0], rtol=1e-12)
 
 
 def test_nonzero_controls(capsys):
-    """METHOD §4.4 (f), (g): |C_res| ≥ 0.1·L. The sign is reported, not asserted.
+    """methodology §4.4 (f), (g): |C_res| ≥ 0.1·L. The sign is reported, not asserted.
 
-    (f) is METHOD's own (f) kernel −0.05Δ + sin(0.3Δ) + 3·[j=0] plus u(j) = 0.5·log(j+1);
+    (f) is methodology §4.4's (f) kernel −0.05Δ + sin(0.3Δ) + 3·[j=0] plus u(j) = 0.5·log(j+1);
     (g) is the smooth kernel −0.05Δ with a key-0 logit 3 + 0.05·i. T = 48, Q = 32, causal.
     (a) + u(j) without the sink is only reported: at T = 48 its share is below 0.1
     (about 0.06 early, 0.10 all), so it does not decide the control at this size.
@@ -133,14 +133,14 @@ NOISE_HEADS = {"a_relative": ZERO_HEADS["a_relative"], "d_key0_bias": ZERO_HEADS
 
 @pytest.fixture(scope="module")
 def noise_floor():
-    """METHOD §4.4 (i): (a) and (d) with independent per-sequence noise, sd 0.3, on every logit.
+    """methodology §4.4 (i): (a) and (d) with independent per-sequence noise, sd 0.3, on every logit.
     N = 32, T = 48, G = 8, query window 'all'. {metric: (estimate [H], low [H], high [H])}."""
     scores = synthetic_scores(list(NOISE_HEADS.values()), n_seqs=32, seq_len=48, noise=0.3, seed=0)
     return nr.reference_intervals(scores, early=32, groups=8, windows=("all",), saturated=False)["all"]
 
 
 def test_noise_floor_meanfield_bias(noise_floor, capsys):
-    """The mean-field counterfactual is biased upward by the noise (Jensen, METHOD §4.4 (i)); the per-sequence one less so.
+    """The mean-field counterfactual is biased upward by the noise (Jensen, methodology §4.4 (i)); the per-sequence one less so.
 
     Over 8 seeds × 2 windows × these 2 heads (N = 32), the mean-field C_res was > 0 in 32 of 32 cases
     (0.3–2.3% of L) and |per-sequence C_res| < mean-field C_res in 30 of 32 (16 of 16 in this window).
@@ -161,7 +161,7 @@ def test_noise_floor_meanfield_bias(noise_floor, capsys):
 
 
 def test_noise_floor_per_sequence_interval_contains_zero(noise_floor):
-    """METHOD §4.4 (i)'s aim: a purely relative noisy head's per-sequence C_res lies within its interval of 0.
+    """methodology §4.4 (i)'s aim: a purely relative noisy head's per-sequence C_res lies within its interval of 0.
 
     With the jackknife that redoes the cross-fit inside each replicate (A^(−γ,−g')), measured at
     T = 48, G = 8 over seeds × both windows, the interval covered 0 in
@@ -178,9 +178,9 @@ def test_noise_floor_per_sequence_interval_contains_zero(noise_floor):
 
 
 def test_version1_numbers_of_method_4_0():
-    """METHOD §4.0's version-1 residual shares (T = 96, dense, query window 'all', kernel −0.05Δ):
+    """methodology §4.0's version-1 residual shares (T = 96, dense, query window 'all', kernel −0.05Δ):
     purely relative 0.01, with a 2·log(i+1) shift −4.66, with a key-0 bias of 3: 0.98.
-    Version 2 gives 0 on all three. Also METHOD §4.4's (f) figures, mean-field (the dense reference's):
+    Version 2 gives 0 on all three. Also methodology §4.4's (f) figures, mean-field (the dense reference's):
     +0.31 on −0.05Δ + u(j) (T = 96), −0.18 (T = 64) and −0.25 (T = 32) on −0.05Δ + sin(0.3Δ) + 3·[j=0] + u(j).
     """
     heads = [
@@ -351,7 +351,7 @@ DECOMPOSITION = tuple(m for m in nr.PER_HEAD if m.startswith(("c_", "rho_", "cou
 
 @pytest.mark.parametrize("kind", list(MODEL_FIXTURES))
 def test_measure_matches_reference_per_head(model_cases, kind: str):
-    """Every METHOD §4 v2 figure (and the rest of the reference's per-head figures), value and interval ends, to 1e-8."""
+    """Every methodology §4 v2 figure (and the rest of the reference's per-head figures), value and interval ends, to 1e-8."""
     case = model_cases(kind)
     bad = []
     for (layer, window), full in case.full.items():

@@ -1,4 +1,4 @@
-"""The position-0 fingerprint (METHOD §8, claim C6): trajectories, dispersion, similarity, readout."""
+"""The position-0 fingerprint (methodology §8, claim C6): trajectories, dispersion, similarity, readout."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def test_readout_separable_and_shuffled(tiny):
     assert noise.accuracy <= 0.5 and noise.ci_low <= 0.25 and noise.p_value > 0.05
 
 
-# --------------------------------------------------------------------------- readout design (METHOD §8)
+# --------------------------------------------------------------------------- readout design (methodology §8)
 
 
 def naive_predictions(x: np.ndarray, y: np.ndarray, groups: int, train_only: bool = True) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Built-in controls of METHOD §4 and the additivity of the streamed cell sums (§3.1).
+"""Built-in controls of methodology §4 and the additivity of the streamed cell sums (§3.1).
 
 - additivity: batch size and the order of sequences inside a group change nothing;
 - a head with constant logits: C_res = 0, count share 1, L(log a) = L(count term);
@@ -276,7 +276,7 @@ def test_per_query_logit_shift_leaves_pattern_figures_unchanged(llama, bos_corpu
 
 
 def test_per_query_logit_shift_moves_the_logit_split_but_not_version_2(llama, bos_corpus, baseline):
-    """METHOD §4.0: a shift s_ij + f(i) leaves the pattern unchanged. Version 2 (c_res, the counterfactual
+    """methodology §4.0: a shift s_ij + f(i) leaves the pattern unchanged. Version 2 (c_res, the counterfactual
     split) depends on the pattern only, so it does not move; version 1's logit split (c_res_logit) does."""
     shifted = poslens.measure(llama, bos_corpus, groups=GROUPS, early=EARLY, interventions=[QueryShift(1, 0)], progress=False)
     for window in ("early", "all"):
@@ -316,10 +316,10 @@ def sharp_llama(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_explicit_position_signal_gives_c_res_in_the_layer_that_reads_it(sharp_llama):
-    """METHOD §4.4 (h): an absolute-position signal written into the residual stream after block 0 gives layer 1
+    """methodology §4.4 (h): an absolute-position signal written into the residual stream after block 0 gives layer 1
     a clear C_res: |C_res| ≥ 0.1·L(log a) over the early queries, with an interval away from 0 and from the
     baseline's. The signal adds +γ·log(1+j) to every layer-1 logit (ε < 0 in :class:`KeyPositionSignal`): a
-    key-position term u(j), METHOD's (f) inside a model. Settings: T = 96, Q = 16, 16 random sequences, no BOS.
+    key-position term u(j), methodology §4.4's (f) inside a model. Settings: T = 96, Q = 16, 16 random sequences, no BOS.
     Measured: C_res / L = +0.30 early (baseline −0.002 [−0.058, +0.053]); over all queries +0.03, which does
     not separate from the baseline's noise floor."""
     corpus = poslens.make_corpus(sharp_llama, "random", n_seqs=16, seq_len=96, position0="none", seed=11)

@@ -1,4 +1,4 @@
-"""poslens' leakage figures against a naive, independent reference (METHOD §3–§5).
+"""poslens' leakage figures against a naive, independent reference (methodology §3–§5).
 
 The reference (``naive_reference.py``) captures every layer's full scores,
 builds the pair-level dataset in numpy float64 and fits explicit one-hot
@@ -7,7 +7,7 @@ equations; the two must agree to 1e-8 on every per-head figure, every layer,
 both query windows, for a full-causal, a sliding-window and a mixed-window
 model, and for an imposed ``window:W`` variant. Aggregates, jackknife intervals
 and the cross-fitted ΔR² are recomputed from their written definitions. The
-reference's bins are rebuilt from METHOD §3.1's rule, and the scores both read
+reference's bins are rebuilt from methodology §3.1's rule, and the scores both read
 are checked against the plain Hugging Face model's attention weights.
 """
 
@@ -127,7 +127,7 @@ def test_bins_match_the_written_rule(seq_len: int, early: int):
 
 
 def test_bins_by_hand():
-    # METHOD §3.1: one bin per value up to 15, then ⌈1.25·e⌉: 16, 20, 25, 32, 40, 50, 63, 79, …
+    # methodology §3.1: one bin per value up to 15, then ⌈1.25·e⌉: 16, 20, 25, 32, 40, 50, 63, 79, …
     assert nr.ReferenceBins(100, 32).offset_edges == list(range(17)) + [20, 25, 32, 40, 50, 63, 79, 99, 100]
     assert nr.ReferenceBins(40, 18).query_edges == list(range(17)) + [18, 20, 25, 32, 40]
 

@@ -1,4 +1,4 @@
-"""``probe_r2`` against a naive, independent reference (METHOD §3.3, methodology "Decodability").
+"""``probe_r2`` against a naive, independent reference (methodology §3.3, methodology "Decodability").
 
 What the reference does, from methodology.md's words only:
 

@@ -1,4 +1,4 @@
-"""Sinks, interventions and their effects (METHOD §6–§7) against independent, naive computations.
+"""Sinks, interventions and their effects (methodology §6–§7) against independent, naive computations.
 
 The references never call the poslens function under test:
 
@@ -150,7 +150,7 @@ def record(store: dict, key) -> Callable:
     return hook
 
 
-# -- sinks (METHOD §6) --------------------------------------------------------
+# -- sinks (methodology §6) --------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["llama-sinks", "mistral-sinks", "gemma3"])
@@ -198,7 +198,7 @@ def test_key0_means_are_means_over_rows_that_see_key0(setups, name: str):
         assert abs(setup.attentions[:, 0, 0, 1:, 0].mean() - got[(0, 0)]) > 0.1
 
 
-# -- sink-path ablation (METHOD §7) -------------------------------------------
+# -- sink-path ablation (methodology §7) -------------------------------------------
 
 
 @pytest.mark.parametrize("name,tau", [("llama-sinks", TAU), ("mistral-sinks", 0.1)])
@@ -245,7 +245,7 @@ def test_sink_ablation_rewrites_key0_and_rescales_rows(setups, name: str, tau: f
         np.testing.assert_allclose(outputs[layer].numpy(), z, rtol=0, atol=1e-5, err_msg=f"z, layer {layer}")
 
 
-# -- BOS-embedding replacement (METHOD §7) ------------------------------------
+# -- BOS-embedding replacement (methodology §7) ------------------------------------
 
 KINDS = ["mean", "zero", "token:7", "token:a", "noise"]
 
@@ -302,7 +302,7 @@ def test_bos_replacement_matches_the_embedding_module(setups, name: str, kind: s
     torch.testing.assert_close(logits.double(), native.double(), rtol=0, atol=1e-4)
 
 
-# -- position-0 transplant (METHOD §7) ----------------------------------------
+# -- position-0 transplant (methodology §7) ----------------------------------------
 
 
 @pytest.mark.parametrize("name", ["llama-sinks", "gemma3"])
@@ -349,7 +349,7 @@ def test_transplant_writes_the_donor_trajectory_into_every_block(setups, name: s
         torch.testing.assert_close(disturbed[layer][:, 0], want.expand(len(tokens), -1), rtol=0, atol=1e-5, msg=f"block {layer}, disturbed")
 
 
-# -- reduction (METHOD §7) ----------------------------------------------------
+# -- reduction (methodology §7) ----------------------------------------------------
 
 
 @pytest.mark.parametrize("intervention", ["bos:mean", "sink-ablation"])

@@ -2,7 +2,7 @@
 
 Each variant model is compared with a Hugging Face model that transformers
 builds natively from a folder saved with the same weights and the target
-architecture (a RoPE base computed here from METHOD §7's formula, or a Mistral
+architecture (a RoPE base computed here from methodology §7's formula, or a Mistral
 with a real sliding window), never with numbers taken from poslens itself.
 """
 

@@ -1,6 +1,6 @@
 """The per-sequence counterfactual of a measurement, replayed from the first pass's row-bin sums.
 
-METHOD §4.4 (i): the mask-only counterfactual fitted to the mean pattern is
+methodology §4.4 (i): the mask-only counterfactual fitted to the mean pattern is
 biased when logits vary between sequences (the mean of log Z_i is not log Z_i
 of the mean logits). The per-sequence counterfactual removes the head's
 absolute component A (per query-bin × offset-bin cell, fitted on the other

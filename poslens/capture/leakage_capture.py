@@ -6,11 +6,11 @@ span its rows can see (keys up to the block's last row, and from the window's
 start on a sliding-window layer), so that on CPU a block's float64 copies stay
 in cache across the passes over them. Per row it computes, in float64: log Z_i
 (logsumexp over the visible keys), row sums of s, s² and j·s, and the row
-features of METHOD §3.3. The block is laid out so that a skewed strided view of
+features of methodology §3.3. The block is laid out so that a skewed strided view of
 it walks the offset diagonals: summed over the rows of each query bin, that
 gives the sum of s over each (query bin, offset bin) cell, and over the rows of
 each query window, the sum of s_{i,i−Δ} per exact offset Δ that the
-counterfactual fit of METHOD §4.1 needs (with Σ_j s_ij and s_i0 per exact row).
+counterfactual fit of methodology §4.1 needs (with Σ_j s_ij and s_i0 per exact row).
 The per-row pieces are folded into query bins with a one-hot matrix and added to
 :class:`poslens.fit.sums.CellSums`; nothing of size T² outlives the hook. Given a
 :class:`poslens.capture.row_bin_store.RowBinStore`, it also writes each row's

@@ -1,6 +1,6 @@
 """Each sequence's per-row offset-bin sums of exp(s), kept on disk between the capture and the counterfactual replay.
 
-The per-sequence counterfactual of METHOD §4.4 (i) renormalizes every sequence's
+The per-sequence counterfactual of methodology §4.4 (i) renormalizes every sequence's
 own logits after removing the head's absolute component A, which is fitted only
 once the whole corpus has been seen. A is constant over each (query bin, offset
 bin) cell, so for one row all it needs of the sequence's logits is, per offset

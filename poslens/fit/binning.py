@@ -1,4 +1,4 @@
-"""Offset and query-position bins (METHOD §3.1).
+"""Offset and query-position bins (methodology §3.1).
 
 Bins are exact for 0..15, then follow geometric edges that grow by a factor
 1.25, rounded up, until T: 0, 1, …, 16, 20, 25, 32, 40, 50, 63, 79, …, T.

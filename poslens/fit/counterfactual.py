@@ -1,4 +1,4 @@
-"""The mask-only counterfactual of a head (METHOD §4.1, version 2), fitted from streamed sums.
+"""The mask-only counterfactual of a head (methodology §4.1, version 2), fitted from streamed sums.
 
 For one layer and one query window (rows 1 ≤ i < ``rows``), least squares over
 every visible pair fits

@@ -1,6 +1,6 @@
-"""Mask versus residual-stream shares of a head's leakage (METHOD §4.2, version 2).
+"""Mask versus residual-stream shares of a head's leakage (methodology §4.2, version 2).
 
-With P the projection of METHOD §3.1 over the cells of one query window and
+With P the projection of methodology §3.1 over the cells of one query window and
 inner products weighted by cell pair counts, a head's pattern log a and its
 mask-only counterfactual log a' (:mod:`poslens.fit.counterfactual`) give
 
@@ -57,7 +57,7 @@ def split(
     counts: Float[np.ndarray, " cells"],
     leakage: Float[np.ndarray, "*heads"] | float,
 ) -> Split:
-    """METHOD §4.2: the mask share is the part of P(log a) along P(log a') of the mask-only counterfactual.
+    """methodology §4.2: the mask share is the part of P(log a) along P(log a') of the mask-only counterfactual.
 
     ``p_pattern``, ``p_counterfactual`` [..., K] over K cells with ``counts`` [K];
     ``leakage`` is L(log a) for the same projection.

@@ -224,7 +224,7 @@ def held_out_metrics(sums: CellSums) -> tuple[
     dict[str, Float[np.ndarray, "windows layers_and_mean heads_and_mean"]],
     dict[str, Float[np.ndarray, "groups windows layers_and_mean heads_and_mean"]],
 ]:
-    """Cross-fitted ΔR²: fit on all groups but g, score on g (METHOD §5's bias check).
+    """Cross-fitted ΔR²: fit on all groups but g, score on g (methodology §5's bias check).
 
     Returns (pooled values, per-fold values [G, ...]) for leakage_pattern_heldout
     and leakage_logit_heldout, aggregated like :func:`aggregate`; the pooled

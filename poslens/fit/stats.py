@@ -2,7 +2,7 @@
 
 All fits take *pooled* sums (:class:`poslens.fit.sums.SumArrays` without the group axis, from
 :class:`poslens.fit.sums.CellSums`) and one layer's cells inside a query window.
-Both regression models of METHOD §3.1 predict a constant per cell
+Both regression models of methodology §3.1 predict a constant per cell
 (query bin c, offset bin b), so with cell counts n_cb and cell sums Y_cb:
 
 - model R (relative) fits the offset-bin means  f_R(c, b) = Y_·b / n_·b;
@@ -148,7 +148,7 @@ def total_sum_of_squares(
 def linear_r2_gain(
     m: dict[str, Float[np.ndarray, "*heads"] | float], sst: Float[np.ndarray, "*heads"] | float
 ) -> Float[np.ndarray, "*heads"] | float:
-    """METHOD §3.2: R² of y on [i−j, i, j] minus R² on [i−j], from moment sums.
+    """methodology §3.2: R² of y on [i−j, i, j] minus R² on [i−j], from moment sums.
 
     ``m`` holds n, i1, j1, ii, jj, ij (pairs) and y1, yi, yj (sums of y, y·i, y·j);
     i − j, i and j are collinear, so [i−j, i, j] spans the same space as [i−j, i].

@@ -36,7 +36,7 @@ probe_target                G, L, W            y
 probe_target_sq             G, L, W            y²
 probe_row_count             G, L, W            1 per probe row
 sequence_count              G                  1 per sequence
-logit_by_row                G, L, H, T         Σ_{j∈V_i} s_ij per exact row i (METHOD §4.3)
+logit_by_row                G, L, H, T         Σ_{j∈V_i} s_ij per exact row i (methodology §4.3)
 key0_logit_by_row           G, L, H, T         s_i0 per exact row (0 where key 0 is not visible)
 logit_by_offset_all         G, L, H, T         s_{i,i−Δ} per exact offset Δ, rows 1 ≤ i < T
 logit_by_offset_early       G, L, H, Q         the same over the early rows 1 ≤ i < Q (Q capped at T)
@@ -257,7 +257,7 @@ class CellSums:
     ``row_features`` [L, H, F, T] holds per-query sums over all sequences (for
     curves); ``row_count`` [T] the number of sequences that contributed;
     ``layer_windows`` the sliding window of each layer (None: full causal), which
-    the counterfactual fit of METHOD §4.1 needs.
+    the counterfactual fit of methodology §4.1 needs.
 
     Example:
         >>> sums = CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16))

@@ -116,13 +116,13 @@ def collect_sums(
 ) -> CellSums:
     """Run the model over the corpus with capture hooks and return the grouped cell sums.
 
-    One forward pass over the corpus streams every cell sum of METHOD §3 and
+    One forward pass over the corpus streams every cell sum of methodology §3 and
     the sums the counterfactual fit needs, and writes each sequence's per-row
     offset-bin sums of exp(s) to a temporary file
     (:mod:`poslens.capture.row_bin_store`, 8·L·H·T·(1 + bins) bytes per sequence;
     :class:`poslens.capture.row_bin_store.InsufficientDiskError` before anything
     runs if ``TMPDIR`` lacks the room). The replay then renormalizes each
-    sequence's logits for the per-sequence counterfactual of METHOD §4.4 (i)
+    sequence's logits for the per-sequence counterfactual of methodology §4.4 (i)
     (:mod:`poslens.capture.counterfactual_replay`), with each group's absolute
     component fitted on the other groups. Under torchrun each rank runs every
     K-th batch and the sums are all-reduced after the pass and after the replay (see
@@ -235,7 +235,7 @@ def measure_scores(
 
     Masked entries must hold the dtype's minimum, as in ``hook_attn_scores``;
     ``layer_windows`` gives each layer's sliding window (None: causal). For
-    synthetic heads, the controls of METHOD §4.4 and the version 1 / version 2
+    synthetic heads, the controls of methodology §4.4 and the version 1 / version 2
     comparison (``docs/make_synthetic_comparison.py``).
 
     Example:
@@ -452,7 +452,7 @@ def measure(
     """Measure absolute-position leakage and its mask / residual-stream decomposition.
 
     Runs ``model`` over ``corpus`` once (:func:`collect_sums`), reducing every
-    layer's attention scores to cell sums as the forward goes, then fits METHOD §3–§5 with 95%
+    layer's attention scores to cell sums as the forward goes, then fits methodology §3–§5 with 95%
     intervals over ``groups`` groups of sequences. ``early`` is Q, the bound of
     the early query window 1 ≤ i < Q. ``interventions`` add hooks to the same
     forward pass and are recorded in the ``intervention`` column.

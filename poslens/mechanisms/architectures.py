@@ -1,4 +1,4 @@
-"""The same measurement across standard-RoPE, NTK-scaled and sliding-window cases (METHOD §9, C4).
+"""The same measurement across standard-RoPE, NTK-scaled and sliding-window cases (methodology §9, C4).
 
 A case is a (model, variant) pair. Inference-time variants (``ntk:*``,
 ``window:*``, ``rope-base:*``) are labelled as such in the ``kind`` column

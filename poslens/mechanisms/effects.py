@@ -1,4 +1,4 @@
-"""Effects of an intervention: the reduction of a figure against a paired baseline (METHOD §7).
+"""Effects of an intervention: the reduction of a figure against a paired baseline (methodology §7).
 
 Baseline and intervention runs use the same corpus and the same groups, so
 the interval comes from a paired delete-one-group jackknife: each replicate

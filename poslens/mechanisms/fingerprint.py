@@ -1,4 +1,4 @@
-"""The position-0 fingerprint (METHOD §8, claim C6).
+"""The position-0 fingerprint (methodology §8, claim C6).
 
 Under a causal mask position 0 attends only to itself, so its residual stream
 is a deterministic function of its one token. :func:`position0_trajectories`
@@ -36,7 +36,7 @@ from poslens.model.corpus import Corpus, make_corpus
 from poslens.model.loading import check_seq_len, require_pos_model
 
 Interval = tuple[np.ndarray, np.ndarray, np.ndarray]
-BOS_TOLERANCE = 1e-5  # METHOD §8 built-in check: relative dispersion with a constant BOS must be this small
+BOS_TOLERANCE = 1e-5  # methodology §8 built-in check: relative dispersion with a constant BOS must be this small
 
 
 def position0_trajectories(model: Any, tokens: torch.Tensor, batch_size: int = 8) -> Float[torch.Tensor, "n layer d_model"]:
@@ -450,7 +450,7 @@ def fingerprint(
     readout_seqs: int | None = None,
     n_permutations: int = 200,
 ) -> Result:
-    """METHOD §8 in one call: dispersion, trajectory similarity and readout, as a tidy table.
+    """methodology §8 in one call: dispersion, trajectory similarity and readout, as a tidy table.
 
     Rows (query_window ``all``, head −1; layer 0..L per layer, −1 = mean over 1..L):
 

@@ -1,4 +1,4 @@
-"""Interventions on the forward pass (METHOD §7), as hooks that ``poslens.measure`` composes.
+"""Interventions on the forward pass (methodology §7), as hooks that ``poslens.measure`` composes.
 
 Each intervention has a ``label`` (the table's ``intervention`` column),
 ``hooks(model, tokens)`` returning TransformerLens forward hooks for one batch,

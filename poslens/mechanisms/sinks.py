@@ -1,4 +1,4 @@
-"""Attention sinks and sink-reading heads (METHOD §6).
+"""Attention sinks and sink-reading heads (methodology §6).
 
 The sink score of a head is the mean over queries i ≥ 1 of a_i0, the
 ``key0_mass`` row feature of a measurement over the ``all`` window. A head is

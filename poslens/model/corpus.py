@@ -1,4 +1,4 @@
-"""Token corpora and the record of how position 0 was filled (METHOD §2).
+"""Token corpora and the record of how position 0 was filled (methodology §2).
 
 A :class:`Corpus` is N sequences × T token ids plus its provenance. Text
 sources are tokenized without special tokens into one stream; windows of

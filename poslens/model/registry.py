@@ -1,7 +1,7 @@
 """The embedded models poslens knows by name, and where their weights live.
 
 Each entry says which installed package carries the GGUF file, how to find the
-file inside it, and what the model is (METHOD §9). Nothing here loads weights:
+file inside it, and what the model is (methodology §9). Nothing here loads weights:
 :mod:`poslens.model.loading` does that.
 """
 

@@ -1,4 +1,4 @@
-"""Inference-time architecture variants (METHOD §7).
+"""Inference-time architecture variants (methodology §7).
 
 A variant string is one or more specs joined by ``+``:
 
@@ -217,7 +217,7 @@ def rope_types(config: Any) -> list[str]:
 def variant_refusal(config: Any, variant: Variant) -> str | None:
     """Why ``variant`` cannot be applied to a model with this config, or None if it can.
 
-    ``ntk:`` is NTK-aware scaling of plain RoPE (METHOD §7). A config whose RoPE
+    ``ntk:`` is NTK-aware scaling of plain RoPE (methodology §7). A config whose RoPE
     is already scaled (``llama3``, ``yarn``, ``linear``, ``dynamic``, ``longrope``)
     rescales frequencies by its own rule around ``rope_theta``; scaling θ under it
     would compose two schemes, which is not NTK scaling, so it is refused.

@@ -1,4 +1,4 @@
-"""Verdicts on the claims C1–C6 of METHOD §9, computed from tidy tables.
+"""Verdicts on the claims C1–C6 of methodology §9, computed from tidy tables.
 
 Every verdict is ``supported``, ``not supported`` or ``inconclusive`` (or
 ``not measured`` when a claim's input tables were not given) and is computed
@@ -19,7 +19,7 @@ decision. C4 combines the verdicts of its comparisons with :func:`joint`.
 Each claim function returns a list of dict rows with the keys of :data:`CLAIM_COLUMNS`:
 
 - ``claim``: ``"C1"`` … ``"C6"``;
-- ``statement``: the claim as METHOD states it (:data:`STATEMENTS`);
+- ``statement``: the claim as the methodology page states it (:data:`STATEMENTS`);
 - ``model``: the model, with its variant in parentheses when it is not
   ``base`` (:func:`model_label`); C5 appends the replacement kind
   (``"smollm2-135m, bos:mean"``), C4 comparison rows read
@@ -506,7 +506,7 @@ C2_RULE = Rule(
     remark=(
         "C_mask - C_res = (2 rho_mask - 1) L, so rho_mask > 1/2 is C_mask > C_res when L > 0, "
         "which holds when c_mask and rho_mask are both positive. c_res and count_share at layer 0 are reported, not used; "
-        "the synthetic controls of METHOD 4.4 are checked by the test suite (tests/test_leakage_controls.py), not by this table"
+        "the synthetic controls of methodology §4.4 are checked by the test suite (tests/test_leakage_controls.py), not by this table"
     ),
 )
 """C2's rule: the mask source above zero at layer 0 and over layers ≥ 1, and ρ_mask above 1/2 at layer 0."""
@@ -533,7 +533,7 @@ def claim_c2(leakage: Any) -> list[dict[str, Any]]:
     Rule (:data:`C2_RULE`): ``supported`` if c_mask ci_low > 0 at layer 0 and at layer −1 and
     rho_mask ci_low > 0.5 at layer 0; ``not supported`` if either c_mask has
     ci_high ≤ 0 or rho_mask has ci_high < 0.5 at layer 0; ``inconclusive``
-    otherwise. The synthetic controls of METHOD §4.4 (C_res = 0 for
+    otherwise. The synthetic controls of methodology §4.4 (C_res = 0 for
     mask-only heads, clearly non-zero for absolute ones) are not table rows:
     the test suite checks them (``tests/test_leakage_controls.py``).
 

@@ -263,7 +263,7 @@ def leakage(
     batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
     overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
-    """Measure position leakage and its mask / residual-stream decomposition (METHOD §3–§5).
+    """Measure position leakage and its mask / residual-stream decomposition (methodology §3–§5).
 
     Runs unchanged under `torchrun --nproc_per_node=K` (sequences sharded, sums all-reduced, rank 0 writes).
 
@@ -293,7 +293,7 @@ def sinks(
     batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
     tau: float = _TAU, overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
-    """Sink score of every head and sink-reading head counts per layer (METHOD §6), from the leakage part.
+    """Sink score of every head and sink-reading head counts per layer (methodology §6), from the leakage part.
 
     Example: poslens sinks --model smollm2-135m --n-seqs 16 --seq-len 128 --tau 0.3 --out results/quick
     """
@@ -318,7 +318,7 @@ def bos_swap(
         ["mean"], callback=_replacement_option, help="mean, zero, noise or token:<id or string>; repeat for several."),
     overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
-    """Replace the BOS embedding and report the reduction of C_res (METHOD §7).
+    """Replace the BOS embedding and report the reduction of C_res (methodology §7).
 
     Example: poslens bos-swap --model smollm2-135m --replacement mean --replacement zero --out results/quick
     """
@@ -340,7 +340,7 @@ def ablate_sinks(
     batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
     tau: float = _TAU, overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
-    """Ablate the sink path of sink-reading heads and report the reduction of C_res (METHOD §7).
+    """Ablate the sink path of sink-reading heads and report the reduction of C_res (methodology §7).
 
     Example: poslens ablate-sinks --model smollm2-135m --tau 0.3 --out results/quick
     """
@@ -365,7 +365,7 @@ def fingerprint(
     fingerprint_len: int = typer.Option(48, min=2, help="Tokens per fingerprint sequence."),
     overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
-    """Position-0 fingerprint: dispersion with and without BOS, trajectory similarity, readout (METHOD §8).
+    """Position-0 fingerprint: dispersion with and without BOS, trajectory similarity, readout (methodology §8).
 
     The sink-reading heads come from the leakage part (--n-seqs × --seq-len), measured first if it is not in --out.
 

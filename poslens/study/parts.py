@@ -320,7 +320,7 @@ class Study:
                        max_memory=s.max_memory, interventions=interventions, probe=probe)
 
     def leakage(self) -> Result:
-        """Baseline leakage, decomposition and probe (METHOD §3–§5).
+        """Baseline leakage, decomposition and probe (methodology §3–§5).
 
         Example:
             >>> result = study.leakage()  # doctest: +SKIP
@@ -330,7 +330,7 @@ class Study:
         return self._part("leakage", MEASURE_KEYS, self._measure)
 
     def sinks(self) -> Result:
-        """Sink scores and sink-reading head counts (METHOD §6).
+        """Sink scores and sink-reading head counts (methodology §6).
 
         Example:
             >>> study.sinks().value("sink_heads")  # sink-reading heads over all layers  # doctest: +SKIP
@@ -343,7 +343,7 @@ class Study:
         return self._part("sinks", (*MEASURE_KEYS, "tau"), compute)
 
     def bos_swap(self) -> Result:
-        """Reduction of C_res for each BOS-embedding replacement (METHOD §7).
+        """Reduction of C_res for each BOS-embedding replacement (methodology §7).
 
         Example:
             >>> rows = study.bos_swap().select("reduction", "early", layer=-1)  # doctest: +SKIP
@@ -367,7 +367,7 @@ class Study:
         return self._part("bos-swap", (*MEASURE_KEYS, "replacements"), compute)
 
     def ablate_sinks(self) -> Result:
-        """Sink-path ablation of the sink-reading heads and the reduction of C_res (METHOD §7).
+        """Sink-path ablation of the sink-reading heads and the reduction of C_res (methodology §7).
 
         Example:
             >>> result = study.ablate_sinks()  # doctest: +SKIP
@@ -390,7 +390,7 @@ class Study:
         return self._part("ablate-sinks", (*MEASURE_KEYS, "tau"), compute)
 
     def fingerprint(self) -> Result:
-        """Position-0 fingerprint: dispersion, trajectory similarity, readout (METHOD §8).
+        """Position-0 fingerprint: dispersion, trajectory similarity, readout (methodology §8).
 
         Example:
             >>> rows = study.fingerprint().select("dispersion", layer=-1)  # doctest: +SKIP

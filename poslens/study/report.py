@@ -334,7 +334,7 @@ def _claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[s
         figures["C2"].append((
             plots.sources_by_layer(leakage.table, "all", "C_res and C_mask by layer (all queries)"),
             _caption("C_mask is the part of the pattern's absolute-position leakage ΔR² that each head's mask-only "
-                     "counterfactual reproduces, C_res the rest, which the residual stream supplies (METHOD §4). "
+                     "counterfactual reproduces, C_res the rest, which the residual stream supplies (methodology §4). "
                      "C2 reads C_mask at layer 0 and over layers ≥ 1, and the mask's share ρ_mask at layer 0.", note),
         ))
         ablation = parts.get("ablate-sinks")
@@ -374,7 +374,8 @@ def _claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[s
                 "(inference-time variants of smollm2-135m, labelled by their variant) and gemma3-270m's native sliding window. "
                 "C_mask is the part of the pattern's absolute-position leakage ΔR² that each head's mask-only counterfactual "
                 "(its relative kernel and a constant sink, renormalized over the visible keys, per sequence) reproduces; "
-                "C_res the rest, which the residual stream supplies (METHOD §4, version 2). All queries 1 ≤ i < T: a window of W changes nothing "
+                "C_res the rest, which the residual stream supplies (methodology §4, version 2). "
+                "All queries 1 ≤ i < T: a window of W changes nothing "
                 "for queries i < W, so early queries cannot tell the cases apart. "
                 f"{settings.get('compare_seqs')} sequences × {settings.get('compare_len')} tokens per case.",
                 quantized_note(c),
