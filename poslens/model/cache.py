@@ -218,7 +218,8 @@ def _stale_builds(root: Path, key: str) -> list[Path]:
     return [p for p in root.iterdir() if pattern.fullmatch(p.name) and p.is_dir() and not p.is_symlink()]
 
 
-def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = None) -> Path:
+def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = None, *, name: str | None = None,
+                  doing: str = "building its cache entry") -> Path:
     """Return the cache entry ``key``, building it with ``build(tmp_folder)`` if needed.
 
     ``build`` writes a complete model folder into the temporary folder it is
@@ -228,10 +229,17 @@ def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = 
     that killed builds of the same key left behind are removed first, and an
     entry that :func:`entry_is_valid` rejects is deleted and rebuilt.
 
+    With ``name`` given, a build says on stderr what it is doing, in one line
+    before (``poslens: first load of NAME: DOING into FOLDER ...``) and one
+    after (``poslens: cached NAME (SIZE) at FOLDER``); an entry that is reused
+    says nothing.
+
     Args:
         key: the entry's name (a folder name: no path separators).
         build: writes the model folder into the folder it is given.
         extra: more fields for the entry's ``manifest.json``.
+        name: what the entry holds, for the two lines a build prints (e.g. ``"smollm2-135m"``); None prints nothing.
+        doing: what ``build`` does, for the first of those lines.
 
     Returns:
         The entry's folder, ``cache_root() / "models" / key``.
@@ -245,6 +253,7 @@ def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = 
         >>> folder = cached_folder("demo", lambda d: (d / "x.txt").write_text("hi"))
         >>> (folder / "x.txt").read_text()
         'hi'
+        >>> again = cached_folder("demo", lambda d: (d / "x.txt").write_text("hi"), name="demo")   # reused: prints nothing
     """
     root = cache_root() / "models"
     folder = root / key
@@ -268,6 +277,9 @@ def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = 
         if entry_is_valid(folder):
             return folder
         try:
+            if name is not None:
+                first = "rebuilding the damaged cache entry of" if folder.exists() else "first load of"
+                print(f"poslens: {first} {name}: {doing} into {folder} ...", file=sys.stderr, flush=True)
             if folder.exists():
                 shutil.rmtree(folder)  # incomplete or corrupted: rebuild
             tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".build-{key}-"))
@@ -291,4 +303,50 @@ def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = 
                 shutil.rmtree(tmp, ignore_errors=True)
     finally:
         lock.release()
+    if name is not None:
+        print(f"poslens: cached {name} ({size_text(folder_size(folder))}) at {folder}", file=sys.stderr, flush=True)
     return folder
+
+
+def folder_size(folder: Path) -> int:
+    """The bytes of the regular files under ``folder`` (symlinks not followed), 0 for a missing folder.
+
+    Args:
+        folder: a folder, such as a cache entry.
+
+    Returns:
+        The sum of the files' sizes in bytes.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> folder = Path(tempfile.mkdtemp()); _ = (folder / "a.bin").write_bytes(b"0123")
+        >>> folder_size(folder), folder_size(folder / "missing")
+        (4, 0)
+    """
+    if not folder.is_dir():
+        return 0
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def size_text(n_bytes: int) -> str:
+    """A byte count as people read it: ``"517 MiB"``, ``"1.1 GiB"``, ``"12 KiB"``, ``"3 bytes"``.
+
+    Args:
+        n_bytes: a size in bytes.
+
+    Returns:
+        The size with a binary unit (KiB, MiB, GiB, TiB): one decimal below 10, whole numbers above.
+
+    Example:
+        >>> size_text(3), size_text(12_345), size_text(542_000_000), size_text(1_180_000_000)
+        ('3 bytes', '12 KiB', '517 MiB', '1.1 GiB')
+    """
+    if n_bytes < 1024:
+        return f"{n_bytes} bytes"
+    value = float(n_bytes)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024:
+            break
+    return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
