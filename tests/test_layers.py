@@ -53,7 +53,7 @@ def _graph() -> dict[str, set[str]]:
     return {name: {m for m in _imports(path, name) if m in modules and m != name} for name, path in modules.items()}
 
 
-BASE = ("errors", "files", "ownership", "version")
+BASE = ("errors", "files", "ownership", "progress", "version")
 
 
 def _layer(module: str) -> int | None:

@@ -12,7 +12,9 @@ interpreter (the one with poslens installed), with the embedded 4-bit model
 from __future__ import annotations
 
 import ast
+import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -27,7 +29,7 @@ PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 def test_there_are_tutorials() -> None:
     assert [p.name for p in NOTEBOOKS] == ["01_first_look.ipynb", "02_bos_patching.ipynb", "03_architectures.ipynb",
-                                           "04_your_model.ipynb"]
+                                           "04_your_model.ipynb", "05_your_text_head_by_head.ipynb"]
 
 
 def _execute_tutorials():
@@ -82,6 +84,36 @@ def test_stored_figures_render_on_the_site(path: Path) -> None:
     assert all("Plotly.newPlot" in page for page in html), f"{path.name}: a figure has no HTML rendering; {RERUN.format(stem=path.stem)}"
     inlined = [len(page) > 1_000_000 for page in html]
     assert inlined == [True] + [False] * (len(html) - 1), f"{path.name}: plotly.js must be inlined once, in the first figure"
+
+
+# A path of the machine that executed a notebook: its home, its temporary and working folders, a virtual environment, caches.
+MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/|/Users/|/private/var/|\.venv\b|site-packages|dist-packages|\.cache/|AppData)")
+
+
+def _output_texts(out) -> list[str]:
+    """Every text an output stores: a stream's text, each mimetype's data (JSON data as its dump), an error's traceback."""
+    if out.output_type == "stream":
+        return [out.text]
+    if out.output_type == "error":
+        return list(out.traceback)
+    return [value if isinstance(value, str) else json.dumps(value) for value in out.get("data", {}).values()]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_outputs_show_no_machine_path_and_no_warning(path: Path) -> None:
+    """A stored tutorial shows neither the paths of the machine that executed it nor a warning (the docs site shows its outputs)."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    rerun = RERUN.format(stem=path.stem)
+    for index, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            for text in _output_texts(out):
+                found = MACHINE_PATH.search(text)
+                assert not found, (f"{path.name}, cell {index}: an output shows a machine path "
+                                   f"({text[max(found.start() - 60, 0):found.end() + 60]!r}); fix the cell and {rerun}")
+            if out.output_type == "stream" and out.name == "stderr":
+                assert "Warning" not in out.text, f"{path.name}, cell {index}: a warning is stored ({out.text[:300]!r}); {rerun}"
 
 
 @pytest.fixture(scope="session")

@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 from jaxtyping import Float
-from tqdm import tqdm
 
 from poslens.capture.row_bin_store import RowBinStore
 from poslens.fit.sums import WINDOWS
+from poslens.progress import progress_bar
 
 
 class CounterfactualReplay:
@@ -46,6 +46,12 @@ class CounterfactualReplay:
     replicate that deletes group v). :attr:`log_partition` holds
     ``{window: [G, G, L, H, rows]}`` (group, variant, …) with rows = Q for
     ``early`` and T for ``all``.
+
+    Args:
+        model: The hooked model the scores come from.
+        binning: The query and offset bins of the measurement.
+        residuals_of: ``residuals_of(g)`` gives the residual variants for the sequences of group g.
+        groups: Number of groups G.
 
     Example:
         >>> from types import SimpleNamespace
@@ -92,6 +98,11 @@ class CounterfactualReplay:
 
         ``row_bins`` is [batch, H, T, 1 + bins]: each row's maximum, then its sums of exp(s − max) per offset bin.
 
+        Args:
+            group: The group of the batch's sequences.
+            layer: The layer index.
+            row_bins: Each row's maximum, then its sums of exp(s − max) per offset bin, [batch, H, T, 1 + bins].
+
         Example:
             >>> # see the class example
         """
@@ -108,9 +119,14 @@ class CounterfactualReplay:
     def replay(self, store: RowBinStore, progress: bool = False, description: str = "counterfactual") -> None:
         """:meth:`add` every entry of ``store``, in the order written.
 
+        Args:
+            store: The row-bin sums kept by the first pass.
+            progress: Whether to show a progress bar.
+            description: The progress bar's label.
+
         Example:
             >>> replay.replay(store)  # doctest: +SKIP
         """
-        for group, layer, row_bins in tqdm(store.read(), total=len(store.entries), desc=description, unit="layer",
+        for group, layer, row_bins in progress_bar(store.read(), total=len(store.entries), desc=description, unit="layer",
                                            disable=not progress, leave=False):
             self.add(group, layer, row_bins)

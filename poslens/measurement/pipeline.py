@@ -13,7 +13,6 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from tqdm import tqdm
 
 from poslens.capture.counterfactual_replay import CounterfactualReplay
 from poslens.capture.leakage_capture import LeakageCapture
@@ -27,6 +26,7 @@ from poslens.measurement.result import COLUMNS, Result
 from poslens.model.corpus import Corpus, check_corpus_fits
 from poslens.model.hooks import Hook, attn_scores, run_with_hooks
 from poslens.model.loading import require_pos_model
+from poslens.progress import progress_bar
 from poslens.runtime import distributed
 from poslens.runtime.memory import choose_batch_size, release_free_heap
 from poslens.version import __version__
@@ -49,6 +49,13 @@ class Intervention(Protocol):
     def hooks(self, model: Any, tokens: torch.Tensor) -> list[Hook]:
         """Forward hooks for one batch ``tokens`` [batch, pos], added before the capture's own hooks.
 
+        Args:
+            model: The loaded model.
+            tokens: The batch's token ids, [batch, pos].
+
+        Returns:
+            ``[(hook name, hook function)]``, as ``run_with_hooks`` takes them.
+
         Example:
             >>> import tempfile, poslens
             >>> from poslens.model.tiny import save_tiny_model
@@ -63,6 +70,9 @@ class Intervention(Protocol):
     def describe(self) -> dict[str, Any]:
         """The intervention's settings, stored under ``settings["interventions"]`` in the result's metadata.
 
+        Returns:
+            The settings, JSON-ready.
+
         Example:
             >>> from poslens.mechanisms.interventions import BosReplacement
             >>> BosReplacement("zero").describe()
@@ -73,6 +83,16 @@ class Intervention(Protocol):
 
 def group_of(n_seqs: int, groups: int) -> np.ndarray:
     """Group index of each sequence: contiguous, near-equal blocks.
+
+    Args:
+        n_seqs: Number of sequences.
+        groups: Number of groups, at least 2.
+
+    Returns:
+        The group of each sequence, [n_seqs].
+
+    Raises:
+        ValueError: When ``groups`` is below 2, or exceeds ``n_seqs``.
 
     Example:
         >>> group_of(10, 4).tolist()
@@ -87,6 +107,17 @@ def group_of(n_seqs: int, groups: int) -> np.ndarray:
 
 def batches(n_seqs: int, groups: int, batch_size: int) -> list[tuple[int, np.ndarray]]:
     """(group, sequence indices) for each forward pass; a batch never spans two groups.
+
+    Args:
+        n_seqs: Number of sequences.
+        groups: Number of groups.
+        batch_size: The most sequences per forward pass.
+
+    Returns:
+        ``[(group, sequence indices)]``, in order.
+
+    Raises:
+        ValueError: When ``batch_size`` is below 1 (or the groups cannot be filled, as in :func:`group_of`).
 
     Example:
         >>> [(g, idx.tolist()) for g, idx in batches(6, 2, 2)]
@@ -131,6 +162,29 @@ def collect_sums(
     now, a size such as ``"8GB"`` against that budget for the whole process;
     ``batch_size`` is then an upper bound. See :func:`poslens.runtime.memory.choose_batch_size`.
 
+    Args:
+        model: A :class:`~poslens.model.loading.PosModel`.
+        corpus: The token corpus (:func:`~poslens.model.corpus.make_corpus`).
+        groups: Number of groups of the delete-one-group jackknife, at least 2.
+        early: Q, the bound of the early query window 1 ≤ i < Q.
+        batch_size: Sequences per forward pass (an upper bound with ``max_memory``).
+        interventions: Interventions whose hooks run in the same forward pass.
+        probe: Whether to accumulate the position probe's sums.
+        progress: Whether to show a progress bar.
+        description: The progress bar's label.
+        max_memory: ``"free"`` or a memory budget to plan the batch size against.
+
+    Returns:
+        The grouped cell sums, with the counterfactual's.
+
+    Raises:
+        TypeError: When ``model`` is not a :class:`~poslens.model.loading.PosModel`.
+        ParameterTypeError: When an argument has the wrong type.
+        InputError: When an argument is out of range, or the sequences are longer than the model's context.
+        InsufficientMemoryError: When one sequence per forward pass does not fit the memory budget.
+        InsufficientDiskError: When the temporary folder lacks the room for the per-sequence sums.
+        NonFiniteScoresError: When an attention score is NaN or infinite.
+
     Example:
         >>> sums = collect_sums(model, corpus, groups=4)  # doctest: +SKIP
     """
@@ -151,7 +205,7 @@ def collect_sums(
     capture = LeakageCapture(model, binning, groups, probe=probe, store=store)
     show = progress and distributed.is_main()
     try:
-        for group, index in tqdm(plan, desc=description, unit="batch", disable=not show, leave=False):
+        for group, index in progress_bar(plan, desc=description, unit="batch", disable=not show, leave=False):
             tokens = corpus.tokens[index]
             extra: list[Hook] = [h for iv in interventions for h in iv.hooks(model, tokens)]
             capture.group = group
@@ -175,6 +229,12 @@ def cross_fitted_residuals(sums: CellSums) -> Callable[[int], dict[str, np.ndarr
     groups g and v (the jackknife replicate that deletes v refits it). With two
     groups nothing is left to refit on, so the replicate keeps A fitted without g.
     One fit per group and window: the fit is linear in the sums.
+
+    Args:
+        sums: The grouped first-pass sums.
+
+    Returns:
+        ``residuals_of(g)``: ``{window: [G, L, H, C·B]}`` for the sequences of group g.
 
     Example:
         >>> a = cross_fitted_residuals(sums)(0)  # doctest: +SKIP
@@ -209,6 +269,10 @@ def add_counterfactual(sums: CellSums, replay: CounterfactualReplay) -> None:
 
     The replay's row sums are all-reduced across ranks first.
 
+    Args:
+        sums: The grouped sums, filled in place.
+        replay: The finished replay.
+
     Example:
         >>> add_counterfactual(sums, replay)  # doctest: +SKIP
     """
@@ -237,6 +301,16 @@ def measure_scores(
     ``layer_windows`` gives each layer's sliding window (None: causal). For
     synthetic heads, the controls of methodology §4.4 and the version 1 / version 2
     comparison (``docs/make_synthetic_comparison.py``).
+
+    Args:
+        layer_scores: One [N, H, T, T] tensor of pre-softmax scores per layer.
+        groups: Number of groups of the delete-one-group jackknife.
+        early: Q, the bound of the early query window 1 ≤ i < Q.
+        layer_windows: Each layer's sliding window (``None``: full causal); default all full causal.
+        name: The ``model`` column of the table.
+
+    Returns:
+        The tidy result, with its sums.
 
     Example:
         >>> t = 24; i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
@@ -271,6 +345,15 @@ def measure_scores(
 
 def tidy(values: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], model: str, variant: str, intervention: str) -> pd.DataFrame:
     """Turn metric arrays [window, layer + 1, head + 1] into the tidy table (NaN cells dropped).
+
+    Args:
+        values: ``{metric: (value, ci_low, ci_high)}``, each [window, layer + 1, head + 1].
+        model: The ``model`` column.
+        variant: The ``variant`` column.
+        intervention: The ``intervention`` column.
+
+    Returns:
+        The table, with the columns of :data:`~poslens.measurement.result.COLUMNS`.
 
     Example:
         >>> v = np.zeros((2, 2, 2)); t = tidy({"c_res": (v, v, v)}, "m", "base", "none")
@@ -415,6 +498,14 @@ def _is_intervention(value: Any) -> bool:
 def run_metadata(model: Any, corpus: Corpus, settings: dict[str, Any]) -> dict[str, Any]:
     """Provenance of a run: model (with its RoPE type and scaling), corpus, settings and software versions.
 
+    Args:
+        model: The loaded model.
+        corpus: The corpus.
+        settings: The run's settings.
+
+    Returns:
+        The metadata, JSON-ready.
+
     Example:
         >>> run_metadata(model, corpus, {"groups": 8})["settings"]["groups"]  # doctest: +SKIP
         8
@@ -456,6 +547,28 @@ def measure(
     intervals over ``groups`` groups of sequences. ``early`` is Q, the bound of
     the early query window 1 ≤ i < Q. ``interventions`` add hooks to the same
     forward pass and are recorded in the ``intervention`` column.
+
+    Args:
+        model: A :class:`~poslens.model.loading.PosModel` (:func:`~poslens.model.loading.load_model`).
+        corpus: The token corpus (:func:`~poslens.model.corpus.make_corpus`).
+        groups: Number of groups of the delete-one-group jackknife, at least 2.
+        early: Q, the bound of the early query window 1 ≤ i < Q.
+        batch_size: Sequences per forward pass (an upper bound with ``max_memory``).
+        interventions: Interventions whose hooks run in the same forward pass.
+        probe: Whether to fit the position probe (``probe_r2``).
+        progress: Whether to show a progress bar.
+        max_memory: ``"free"`` or a memory budget to plan the batch size against (:func:`collect_sums`).
+
+    Returns:
+        The tidy table of every metric with its 95% interval, the run's metadata and the cell sums.
+
+    Raises:
+        TypeError: When ``model`` is not a :class:`~poslens.model.loading.PosModel`.
+        ParameterTypeError: When an argument has the wrong type.
+        InputError: When an argument is out of range, or the sequences are longer than the model's context.
+        InsufficientMemoryError: When one sequence per forward pass does not fit the memory budget.
+        InsufficientDiskError: When the temporary folder lacks the room for the per-sequence sums.
+        NonFiniteScoresError: When an attention score is NaN or infinite.
 
     Example:
         >>> import poslens

@@ -1,37 +1,173 @@
 """Plotly figures from tidy tables. No statistics here: every number is read from a table.
 
-Each function takes the table of one study part and returns a
-``plotly.graph_objects.Figure``; intervals are drawn from ``ci_low``/``ci_high``.
+Each function takes the table of one study part and returns a :class:`Figure`
+(a ``plotly.graph_objects.Figure`` that also carries an HTML rendering in a
+notebook); intervals are drawn from ``ci_low``/``ci_high``.
 """
 
 from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 QUANTIZED_NOTE = "4-bit quantized weights"
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+MISSING_PLOTLYJS = ("This figure needs plotly.js, which poslens puts into the first figure a kernel session shows; that output "
+                    "is no longer in this page. Run the notebook from the top in a fresh kernel (Restart & Run All) before saving it.")
+
+# The (cell id, execution count) of the display that carried plotly.js in this kernel session, once one has.
+_plotlyjs_sent: list[tuple[Any, Any]] = []
+
+
+def _current_cell() -> tuple[Any, Any]:
+    """The notebook cell being run (its id, as the frontend sends it, and its execution count); Nones outside a kernel."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None, None
+    shell = get_ipython()
+    if shell is None:
+        return None, None
+    header = getattr(shell, "parent_header", None) or {}
+    return (header.get("metadata") or {}).get("cellId"), getattr(shell, "execution_count", None)
+
+
+class Figure(go.Figure):
+    """A plotly figure whose notebook display also carries ``text/html``, so it survives a saved notebook's export to HTML.
+
+    A notebook shows a plain plotly figure through the
+    ``application/vnd.plotly.v1+json`` mimetype alone, which nbconvert's HTML
+    exporter (and so a notebook rendered as a web page) drops. This figure adds
+    an HTML rendering beside it. plotly.js (about 4.8 MB) travels in the first
+    figure shown in the kernel session, again when that cell is run again,
+    and never in the others, which draw with it; if that output is cleared
+    before saving, the later figures say so in the page instead of staying
+    blank. Everything else is a ``plotly.graph_objects.Figure``.
+
+    Example:
+        >>> fig = Figure(go.Bar(x=[1, 2], y=[3, 4]))
+        >>> html = fig.notebook_html(include_plotlyjs=False)
+        >>> "Plotly.newPlot" in html, len(html) < 100_000
+        (True, True)
+    """
+
+    def notebook_html(self, include_plotlyjs: bool) -> str:
+        """The HTML rendering this figure shows in a notebook, with or without plotly.js itself.
+
+        Args:
+            include_plotlyjs: inline plotly.js (needed once per page) or rely on an earlier figure's copy.
+
+        Returns:
+            A ``<div>`` with the figure and the script that draws it, offline.
+
+        Example:
+            >>> len(Figure(go.Bar(x=[1], y=[2])).notebook_html(include_plotlyjs=True)) > 1_000_000
+            True
+        """
+        div_id = f"poslens-figure-{uuid.uuid4().hex}"
+        html = self.to_html(full_html=False, include_plotlyjs=include_plotlyjs, include_mathjax=False, div_id=div_id,
+                            config={"displaylogo": False})
+        if include_plotlyjs:
+            return html
+        return (html + f'<script type="text/javascript">if (typeof window.Plotly === "undefined") '
+                f'{{ document.getElementById("{div_id}").textContent = {json.dumps(MISSING_PLOTLYJS)}; }}</script>')
+
+    def _repr_mimebundle_(self, include=None, exclude=None, validate=True, **kwargs):
+        """plotly's bundle for the current renderer, plus ``text/html`` beside its plotly JSON."""
+        bundle = super()._repr_mimebundle_(include, exclude, validate, **kwargs)
+        if PLOTLY_MIME in bundle:
+            cell, count = _current_cell()
+            first = not _plotlyjs_sent or (cell is not None and cell == _plotlyjs_sent[0][0] and count != _plotlyjs_sent[0][1])
+            bundle["text/html"] = self.notebook_html(include_plotlyjs=first)
+            if first:
+                _plotlyjs_sent[:] = [(cell, count)]
+        return bundle
+
+    def _ipython_display_(self) -> None:
+        """Show the bundle of :meth:`_repr_mimebundle_` (plotly's own display would leave the HTML out)."""
+        import plotly.io as pio
+
+        bundle = self._repr_mimebundle_() if pio.renderers.render_on_display and pio.renderers.default else {}
+        if not bundle:  # no renderer, or an external one (a browser tab): plotly's own display handles it
+            super()._ipython_display_()
+            return
+        from IPython.display import display
+
+        display(bundle, raw=True)
+
+
+def case_label(model: str, variant: str, intervention: str = "none") -> str:
+    """How figures name one run: the model, then its variant and, unless there is none, its intervention.
+
+    Args:
+        model: the model's name.
+        variant: its variant (``base``, an NTK scaling, an imposed window).
+        intervention: the table's ``intervention`` label (``none``, ``bos:mean``, ...).
+
+    Returns:
+        ``"model (variant)"`` without an intervention, else ``"model (variant, intervention)"``.
+
+    Example:
+        >>> case_label("smollm2-135m", "base"), case_label("smollm2-135m", "base", "bos:mean")
+        ('smollm2-135m (base)', 'smollm2-135m (base, bos:mean)')
+    """
+    return f"{model} ({variant})" if str(intervention) in ("none", "") else f"{model} ({variant}, {intervention})"
+
+
+def _runs(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """The (model, variant, intervention) runs of ``rows``, in order of first appearance."""
+    return list(dict.fromkeys(zip(rows["model"].astype(str), rows["variant"].astype(str), rows["intervention"].astype(str))))
+
+
+def _title(text: str, rows: pd.DataFrame) -> dict:
+    """A figure title with the run it shows as its subtitle (the runs, if several)."""
+    return dict(text=text, subtitle=dict(text="; ".join(case_label(*run) for run in _runs(rows))))
 
 
 def _errors(rows: pd.DataFrame) -> dict:
     return dict(type="data", symmetric=False, array=rows["ci_high"] - rows["value"], arrayminus=rows["value"] - rows["ci_low"])
 
 
-def sources_by_layer(table: pd.DataFrame, query_window: str = "early", title: str = "") -> go.Figure:
-    """C_res and C_mask by layer, one panel per (model, variant) case, with 95% intervals.
+def sources_by_layer(table: pd.DataFrame, query_window: str = "early", title: str = "") -> Figure:
+    """C_res and C_mask by layer, one panel per run (model, variant, intervention), with 95% intervals.
+
+    Each panel is titled with :func:`~poslens.measurement.plots.case_label`, so a run with an
+    intervention is never labelled like the baseline.
+
+    Args:
+        table: a tidy result table with ``c_res`` and ``c_mask`` rows.
+        query_window: the query window to draw.
+        title: the figure's title (a standard one if empty).
+
+    Returns:
+        The figure.
+
+    Raises:
+        ValueError: the table has no per-layer ``c_res``/``c_mask`` rows in this window.
 
     Example:
-        >>> fig = sources_by_layer(result.table)  # doctest: +SKIP
+        >>> rows = pd.DataFrame([dict(model="m", variant="base", intervention=i, layer=layer, head=-1, query_window="early",
+        ...                           metric=metric, value=0.1, ci_low=0.0, ci_high=0.2)
+        ...                      for i in ("none", "bos:mean") for layer in (0, 1) for metric in ("c_res", "c_mask")])
+        >>> [a.text for a in sources_by_layer(rows).layout.annotations]
+        ['m (base)', 'm (base, bos:mean)']
     """
-    rows = table[(table["head"] == -1) & (table["layer"] >= 0) & (table["query_window"] == query_window)]
-    cases = list(dict.fromkeys(zip(rows["model"], rows["variant"])))
+    rows = table[(table["head"] == -1) & (table["layer"] >= 0) & (table["query_window"] == query_window)
+                 & table["metric"].isin(["c_res", "c_mask"])]
+    cases = _runs(rows)
     if not cases:
         raise ValueError(f"no per-layer c_res/c_mask rows for window {query_window!r}")
     fig = make_subplots(rows=1, cols=len(cases), shared_yaxes=True,
-                        subplot_titles=[f"{m} ({v})" for m, v in cases], horizontal_spacing=0.03)
+                        subplot_titles=[case_label(*case) for case in cases], horizontal_spacing=0.03)
     colors = {"c_res": "#d62728", "c_mask": "#1f77b4"}
-    for col, (model, variant) in enumerate(cases, start=1):
-        part = rows[(rows["model"] == model) & (rows["variant"] == variant)]
+    for col, (model, variant, intervention) in enumerate(cases, start=1):
+        part = rows[(rows["model"].astype(str) == model) & (rows["variant"].astype(str) == variant)
+                    & (rows["intervention"].astype(str) == intervention)]
         for metric, name in (("c_res", "C_res (residual stream)"), ("c_mask", "C_mask (causal mask)")):
             series = part[part["metric"] == metric].sort_values("layer")
             fig.add_trace(go.Scatter(x=series["layer"], y=series["value"], error_y=_errors(series), mode="lines+markers",
@@ -40,30 +176,63 @@ def sources_by_layer(table: pd.DataFrame, query_window: str = "early", title: st
         fig.update_xaxes(title_text="layer", row=1, col=col)
     fig.update_yaxes(title_text=f"ΔR² component ({query_window} queries)", row=1, col=1)
     fig.update_layout(title=title or "Mask and residual-stream sources of position leakage by layer", height=420)
-    return fig
+    return Figure(fig)
 
 
-def leakage_heatmap(table: pd.DataFrame, metric: str = "leakage_pattern", query_window: str = "all") -> go.Figure:
-    """Layer × head heatmap of one per-head metric.
+def leakage_heatmap(table: pd.DataFrame, metric: str = "leakage_pattern", query_window: str = "all") -> Figure:
+    """Layer × head heatmap of one per-head metric of one run; the subtitle names the run (:func:`~poslens.measurement.plots.case_label`).
+
+    It draws the real heads only (layer ≥ 0, head ≥ 0), the grid that
+    :meth:`~poslens.measurement.result.Result.heads` returns; ``Result.plot("heads", metric=...)`` calls it.
+
+    Args:
+        table: a tidy result table.
+        metric: the per-head metric to draw.
+        query_window: the query window to draw.
+
+    Returns:
+        The figure.
+
+    Raises:
+        ValueError: the table has no per-head rows of ``metric`` in this window, or they come from several runs.
 
     Example:
-        >>> fig = leakage_heatmap(result.table)  # doctest: +SKIP
+        >>> rows = pd.DataFrame([dict(model="m", variant="base", intervention="bos:mean", layer=layer, head=head,
+        ...                           query_window="all", metric="c_res", value=layer + head / 10, ci_low=0.0, ci_high=2.0)
+        ...                      for layer in (0, 1) for head in (0, 1, 2)])
+        >>> fig = leakage_heatmap(rows, "c_res")
+        >>> fig.data[0].z.tolist(), fig.layout.title.subtitle.text
+        ([[0.0, 0.1, 0.2], [1.0, 1.1, 1.2]], 'm (base, bos:mean)')
     """
     rows = table[(table["metric"] == metric) & (table["query_window"] == query_window) & (table["head"] >= 0) & (table["layer"] >= 0)]
     if rows.empty:
         raise ValueError(f"no per-head {metric} rows for window {query_window!r}")
-    grid = rows.pivot_table(index="layer", columns="head", values="value")
+    runs = _runs(rows)
+    if len(runs) > 1:
+        raise ValueError(f"the heatmap draws one run; these rows hold {len(runs)} ({'; '.join(case_label(*run) for run in runs)})")
+    grid = rows.pivot(index="layer", columns="head", values="value").sort_index().sort_index(axis=1)
     fig = go.Figure(go.Heatmap(z=grid.values, x=grid.columns, y=grid.index, colorscale="Viridis", colorbar=dict(title=metric)))
-    fig.update_layout(title=f"{metric} per head ({query_window} queries)", xaxis_title="head", yaxis_title="layer", height=520)
-    return fig
+    fig.update_layout(title=_title(f"{metric} per head ({query_window} queries)", rows), xaxis_title="head", yaxis_title="layer",
+                      height=520)
+    return Figure(fig)
 
 
-def sink_scores(table: pd.DataFrame, tau: float = 0.3) -> go.Figure:
+def sink_scores(table: pd.DataFrame, tau: float = 0.3) -> Figure:
     """Sink score per head as a heatmap, with the sink-reading count per layer beside it.
 
     The count panel is drawn when the table has ``sink_heads`` rows (a sinks
     part, :func:`poslens.mechanisms.sinks.sink_table`); without them the
     heatmap stands alone.
+
+    Args:
+        table: A tidy table with ``sink_score`` rows (and maybe ``sink_heads`` rows).
+        tau: The threshold drawn on the heatmap's scale.
+
+    Returns:
+        The plotly figure.
+
+    Raises:
+        ValueError: When the table has no ``sink_score`` rows.
 
     Example:
         >>> fig = sink_scores(sinks.table)  # doctest: +SKIP
@@ -76,9 +245,9 @@ def sink_scores(table: pd.DataFrame, tau: float = 0.3) -> go.Figure:
     if counts.empty:
         fig = go.Figure(go.Heatmap(z=grid.values, x=grid.columns, y=grid.index, colorscale="Magma", zmin=0, zmax=1,
                                    colorbar=dict(title="a_i0")))
-        fig.update_layout(height=520, title="Attention sinks: sink score a_i0 (mean over i ≥ 1)",
+        fig.update_layout(height=520, title=_title("Attention sinks: sink score a_i0 (mean over i ≥ 1)", scores),
                           xaxis_title="head", yaxis_title="layer")
-        return fig
+        return Figure(fig)
     titles = ["sink score a_i0 (mean over i ≥ 1)", f"heads with score ≥ τ = {tau}"]
     fig = make_subplots(rows=1, cols=2, column_widths=[0.7, 0.3], subplot_titles=titles)
     fig.add_trace(go.Heatmap(z=grid.values, x=grid.columns, y=grid.index, colorscale="Magma", zmin=0, zmax=1, colorbar=dict(x=0.66)), row=1, col=1)
@@ -86,12 +255,22 @@ def sink_scores(table: pd.DataFrame, tau: float = 0.3) -> go.Figure:
                          error_x=_errors(counts), showlegend=False), row=1, col=2)
     fig.update_xaxes(title_text="head", row=1, col=1)
     fig.update_yaxes(title_text="layer", row=1, col=1)
-    fig.update_layout(height=520, title="Attention sinks")
-    return fig
+    fig.update_layout(height=520, title=_title("Attention sinks", scores))
+    return Figure(fig)
 
 
-def reductions(table: pd.DataFrame, query_window: str = "early") -> go.Figure:
+def reductions(table: pd.DataFrame, query_window: str = "early") -> Figure:
     """Reduction of C_res per intervention, aggregated over layers ≥ 1 and by layer.
+
+    Args:
+        table: A tidy table with ``reduction`` rows.
+        query_window: The window to plot.
+
+    Returns:
+        The plotly figure.
+
+    Raises:
+        ValueError: When the table has no ``reduction`` rows in that window.
 
     Example:
         >>> fig = reductions(bos_swap.table)  # doctest: +SKIP
@@ -109,11 +288,20 @@ def reductions(table: pd.DataFrame, query_window: str = "early") -> go.Figure:
     fig.update_yaxes(title_text=f"1 − C_res(after)/C_res(before), {query_window} queries", row=1, col=1)
     fig.update_xaxes(title_text="layer", row=1, col=2)
     fig.update_layout(height=440, title="Reduction of the residual-stream source")
-    return fig
+    return Figure(fig)
 
 
-def dispersion(table: pd.DataFrame) -> go.Figure:
+def dispersion(table: pd.DataFrame) -> Figure:
     """Relative dispersion of the position-0 residual by layer, with and without BOS.
+
+    Args:
+        table: A tidy table with ``dispersion`` rows (:func:`~poslens.mechanisms.fingerprint.fingerprint`).
+
+    Returns:
+        The plotly figure.
+
+    Raises:
+        ValueError: When the table has no ``dispersion`` rows.
 
     Example:
         >>> fig = dispersion(fingerprint.table)  # doctest: +SKIP
@@ -127,4 +315,4 @@ def dispersion(table: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(x=part["layer"], y=part["value"], error_y=_errors(part), mode="lines+markers", name=label))
     fig.update_layout(title="Position-0 fingerprint: relative dispersion across inputs", xaxis_title="layer (L = after the last block)",
                       yaxis_title="mean ‖x − x̄‖ / ‖x̄‖", height=420)
-    return fig
+    return Figure(fig)

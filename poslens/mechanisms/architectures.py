@@ -11,17 +11,22 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import pandas as pd
-from tqdm import tqdm
 
 from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result, concat
 from poslens.model.corpus import make_corpus
 from poslens.model.loading import load_model, require_pos_model
+from poslens.progress import progress_bar
 
 
 @dataclass(frozen=True)
 class Case:
     """One model under one variant, with the architecture class it stands for.
+
+    Attributes:
+        model: The model name (:func:`~poslens.model.loading.load_model`).
+        variant: The inference-time variant (:mod:`poslens.model.variants`), ``base`` for none, or e.g. ``ntk:4``.
+        case: The architecture class it stands for: ``standard``, ``ntk`` or ``sliding``.
 
     Example:
         >>> Case("smollm2-135m", "ntk:4", "ntk").inference_time
@@ -47,6 +52,12 @@ def default_cases(quick: bool = False) -> list[Case]:
     """The study's cases: smollm2-135m standard, NTK α ∈ {2, 4, 8}, windows 64 and 128, and gemma3-270m.
 
     ``quick`` keeps one NTK and one imposed window.
+
+    Args:
+        quick: Keep one NTK and one imposed window only.
+
+    Returns:
+        The cases, in the order of the tables.
 
     Example:
         >>> [c.variant for c in default_cases(quick=True)]
@@ -85,12 +96,29 @@ def compare(
     the batch size of each case. ``text_field`` names the text field of a
     JSONL or Parquet ``source``.
 
+    Args:
+        cases: The cases to measure.
+        n_seqs: Sequences per case.
+        seq_len: Tokens per sequence.
+        groups: Number of groups.
+        early: Query positions of the ``early`` window.
+        seed: Seed of the text windows.
+        source: The text source (:func:`~poslens.model.corpus.make_corpus`).
+        batch_size: Sequences per forward pass (an upper bound with ``max_memory``).
+        max_memory: Memory budget for the batch plan.
+        loader: ``loader(name, variant)`` loads a case's model.
+        progress: Whether to show progress bars.
+        text_field: The text field of a JSONL or Parquet ``source``.
+
+    Returns:
+        One result with every case's rows.
+
     Example:
         >>> result = compare(default_cases(quick=True), n_seqs=8, seq_len=128)  # doctest: +SKIP
         >>> case_table(result)  # doctest: +SKIP
     """
     results = []
-    for case in tqdm(cases, desc="architectures", unit="case", disable=not progress):
+    for case in progress_bar(cases, desc="architectures", unit="case", disable=not progress):
         model = loader(case.model, case.variant)
         require_pos_model(model, "compare() (the model its loader returned)")
         corpus = make_corpus(model, source, n_seqs=n_seqs, seq_len=seq_len, position0="bos", seed=seed, text_field=text_field)
@@ -107,6 +135,13 @@ def case_table(result: Result, metrics: tuple[str, ...] = ("c_res", "c_mask", "l
     """The comparison's per-layer rows (head = −1) with ``case`` and ``kind`` columns.
 
     ``kind`` is ``native`` or ``inference-time variant``.
+
+    Args:
+        result: The result of :func:`compare`.
+        metrics: The metrics to keep.
+
+    Returns:
+        The per-layer rows of those metrics.
 
     Example:
         >>> case_table(result).query("layer == -1 and metric == 'c_res'")  # doctest: +SKIP
