@@ -4,6 +4,7 @@ The public API, re-exported here (the tutorials use only these names):
 
 - loading and measuring: :func:`load_model`, :func:`make_corpus`, :func:`measure`, :class:`Result`;
 - interventions and their effect: :class:`BosReplacement`, :class:`SinkAblation`, :func:`reduction`;
+- per-head answers: :func:`sink_heads` (the sink-reading heads with their C_res and C_mask);
 - architectures: :class:`Case`, :func:`compare`, :func:`case_table`;
 - the study: :class:`Study`, :class:`Settings`, :mod:`claims` (verdicts C1–C6), :mod:`plots`.
 
@@ -24,6 +25,7 @@ from poslens.measurement.result import Result
 from poslens.mechanisms.architectures import Case, case_table, compare
 from poslens.mechanisms.effects import reduction
 from poslens.mechanisms.interventions import BosReplacement, SinkAblation
+from poslens.mechanisms.sinks import sink_heads
 from poslens.model.corpus import Corpus, make_corpus
 from poslens.model.loading import ModelNotSupportedError, PosModel, load_model
 from poslens.model.registry import REGISTRY, registry_names
@@ -55,4 +57,5 @@ __all__ = [
     "plots",
     "reduction",
     "registry_names",
+    "sink_heads",
 ]

@@ -257,7 +257,7 @@ def test_make_corpus_accepts_numpy_ints(tok):
     assert made.tokens.shape == (2, 8) and type(made.seed) is int
 
 
-@pytest.mark.parametrize("source", [torch.zeros(2, 8, dtype=torch.long), ["a.txt"], 3, None])
+@pytest.mark.parametrize("source", [torch.zeros(2, 8, dtype=torch.long), {"a.txt"}, 3, None])  # a list of texts is a source
 def test_make_corpus_source_type(tok, source):
     with pytest.raises(ParameterTypeError) as info:
         corpus.make_corpus(tok, source, n_seqs=2, seq_len=8)

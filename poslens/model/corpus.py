@@ -1,7 +1,8 @@
 """Token corpora and the record of how position 0 was filled (methodology §2).
 
 A :class:`Corpus` is N sequences × T token ids plus its provenance. Text
-sources are tokenized without special tokens into one stream; windows of
+sources (files, folders, or texts given as a list, tuple or pandas Series)
+are tokenized without special tokens into one stream; windows of
 T (or T − 1 when a position-0 token is prepended) are cut from it end to end,
 so no two windows overlap, and N of them are drawn with a seeded generator.
 """
@@ -31,6 +32,15 @@ class Corpus:
 
     ``position0`` is ``"bos"``, ``"none"`` or ``"token:<id>"``;
     ``position0_token_ids`` holds the id actually at position 0 of each sequence.
+
+    Attributes:
+        tokens: Token ids, [n_seqs, seq_len].
+        source: Where the text came from (:func:`make_corpus`'s ``source``).
+        seed: The seed of the text windows.
+        position0: ``"bos"``, ``"none"`` or ``"token:<id>"``.
+        position0_token_ids: The id at position 0 of each sequence.
+        position0_tokens: Those ids as token strings.
+        meta: Further provenance, e.g. the tokenizer record and ``texts_sha256``.
 
     Example:
         >>> c = Corpus(torch.zeros(2, 4, dtype=torch.long), "random", 0, "none", [0, 0], ["<unk>", "<unk>"])
@@ -70,6 +80,9 @@ class Corpus:
     def describe(self) -> dict[str, Any]:
         """Provenance of the corpus for result metadata.
 
+        Returns:
+            ``corpus_source``, ``corpus_seed``, sizes and the position-0 facts, JSON-ready.
+
         Example:
             >>> c = Corpus(torch.ones(1, 3, dtype=torch.long), "docs", 7, "bos", [1], ["<s>"])
             >>> c.describe()["position0_token"]
@@ -90,6 +103,12 @@ class Corpus:
 
     def subset(self, index: Sequence[int]) -> "Corpus":
         """The sequences at ``index``, with the same provenance.
+
+        Args:
+            index: Sequence indices.
+
+        Returns:
+            A new corpus of those sequences.
 
         Example:
             >>> c = Corpus(torch.arange(6).view(3, 2), "docs", 0, "none", [0, 2, 4], ["a", "b", "c"])
@@ -240,6 +259,7 @@ def read_texts(path: str | os.PathLike[str], text_field: str = "text") -> list[s
         CorpusFieldError: a line, file or dataset lacks ``text_field``.
         CorpusError: a file is not UTF-8, a line is not a JSON object, a text
             is not a string; the message names the file, the line or row, and the fix.
+        InputError: ``path`` is ``"random"`` or ``"repeat"``, sources drawn from token ids by make_corpus, with no texts.
 
     Example:
         >>> import tempfile, pathlib
@@ -418,7 +438,7 @@ def _as_int(name: str, value: Any) -> int:
 
 def make_corpus(
     tokenizer: Any,
-    source: str = "docs",
+    source: str | os.PathLike[str] | Sequence[str] = "docs",
     n_seqs: int = 8,
     seq_len: int = 128,
     position0: str = "bos",
@@ -430,14 +450,23 @@ def make_corpus(
     ``tokenizer`` is a Hugging Face tokenizer or a :class:`~poslens.model.loading.PosModel`.
     ``source`` is ``"docs"`` (CPython's documentation, offline), ``"random"``
     (uniform token ids), ``"repeat"`` (each sequence one random token repeated),
-    or a path accepted by :func:`read_texts`. ``position0`` is ``"bos"``,
+    a path accepted by :func:`read_texts`, or the texts themselves as a list,
+    tuple or pandas Series of strings. Given texts go the way texts read from
+    a file go: each is tokenized as it is, texts are joined into one stream
+    with the EOS token between them (blank texts are skipped), and windows
+    are cut from that stream; too few tokens for ``n_seqs`` windows is the
+    same error. Their provenance is ``source`` ``"list of 3 texts"`` (or
+    tuple, Series) and ``meta["texts_sha256"]``, the sha256 of the texts in
+    order. ``position0`` is ``"bos"``,
     ``"none"`` (position 0 holds the first text token) or ``"token:<id or string>"``.
     The arguments are checked first: the sizes and the seed must be ints (a
-    bool, float or str is refused), ``source`` a str or ``os.PathLike``.
+    bool, float or str is refused), ``source`` a str, ``os.PathLike`` or
+    texts (every item a str; a Series without missing values).
 
     Args:
         tokenizer: a Hugging Face tokenizer or a PosModel.
-        source: ``"docs"``, ``"random"``, ``"repeat"``, or the path of a file or folder.
+        source: ``"docs"``, ``"random"``, ``"repeat"``, the path of a file or folder,
+            or a non-empty list, tuple or pandas Series of texts (str).
         n_seqs: number of sequences N ≥ 1.
         seq_len: tokens per sequence T ≥ 2, position 0 included.
         position0: what fills position 0 (``--bos`` on the command line).
@@ -448,22 +477,34 @@ def make_corpus(
         The :class:`Corpus`, its provenance and tokenizer record in ``meta``.
 
     Raises:
-        ParameterTypeError: an argument of the wrong type, naming it.
-        InputError: a size out of range, a bad ``position0``, or a corpus too small for N windows.
+        ParameterTypeError: an argument of the wrong type, naming it (for texts, the index of the first item that is not a str).
+        InputError: a size out of range, a bad ``position0``, a corpus too small for N windows,
+            an empty list of texts, or a Series with a missing value (naming its index).
         CorpusNotFoundError: the corpus path does not exist.
-        CorpusError: a corpus file cannot be read as text (see :func:`read_texts`).
+        CorpusError: a corpus file cannot be read as text (see :func:`read_texts`), or a given text
+            holds an unpaired surrogate.
 
     Example:
         >>> from poslens.model.tiny import byte_tokenizer
         >>> make_corpus(byte_tokenizer(), "random", n_seqs=2, seq_len=8, seed=1).tokens.shape
         torch.Size([2, 8])
+        >>> texts = ["The first paragraph of my own text.", "A second one, a little longer than the first."]
+        >>> mine = make_corpus(byte_tokenizer(), texts, n_seqs=4, seq_len=16)
+        >>> mine.source, mine.tokens.shape, len(mine.meta["texts_sha256"])
+        ('list of 2 texts', torch.Size([4, 16]), 64)
+        >>> make_corpus(byte_tokenizer(), ["fine", 3])
+        Traceback (most recent call last):
+        poslens.errors.ParameterTypeError: source[1] is an int (3), not a str; every item of a list of texts must be a str ...
         >>> make_corpus(byte_tokenizer(), "docs", n_seqs="2")
         Traceback (most recent call last):
         poslens.errors.ParameterTypeError: n_seqs must be an int, got str '2'; pass n_seqs=2
     """
-    _check_type("source", source, (str, os.PathLike),
-                f"a str or os.PathLike: one of {BUILTIN_SOURCES} or the path of a .txt/.jsonl/.parquet file or a folder "
-                "(to use token ids you already have, build a Corpus(tokens, ...) directly)")
+    given = _given_texts(source)
+    if given is None:
+        _check_type("source", source, (str, os.PathLike),
+                    f"a str or os.PathLike: one of {BUILTIN_SOURCES} or the path of a .txt/.jsonl/.parquet file or a folder, "
+                    "or a list, tuple or pandas Series of texts (to use token ids you already have, build a Corpus(tokens, ...) "
+                    "directly)")
     n_seqs, seq_len, seed = (_as_int(name, value) for name, value in (("n_seqs", n_seqs), ("seq_len", seq_len), ("seed", seed)))
     _check_type("position0", position0, (str,), "a str: 'bos', 'none' or 'token:<id or string>'")
     _check_type("text_field", text_field, (str,), "a str (the JSONL / Parquet field that holds the text)")
@@ -479,20 +520,25 @@ def make_corpus(
     generator = torch.Generator().manual_seed(seed)
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     meta: dict[str, Any] = {"tokenizer": getattr(tokenizer, "name_or_path", ""), **tokenizer_record(owner)}
-    if source in ("random", "repeat"):
+    if given is None and source in ("random", "repeat"):
         allowed = torch.tensor([t for t in range(len(tokenizer)) if t not in special])
         if source == "random":
             body = allowed[torch.randint(len(allowed), (n_seqs, body_len), generator=generator)]
         else:
             body = allowed[torch.randint(len(allowed), (n_seqs, 1), generator=generator)].expand(n_seqs, body_len)
     else:
-        texts = read_texts(source, text_field)
+        if given is not None:
+            texts, label = given
+            meta["texts_sha256"] = texts_sha256(texts)
+            shown = f"({label})"
+        else:
+            texts, label, shown = read_texts(source, text_field), str(source), repr(source)
         stream = _token_stream(tokenizer, texts)
         n_windows = len(stream) // body_len
         meta["source_tokens"] = len(stream)
         if n_windows < n_seqs:
             raise InputError(
-                f"corpus {source!r} has {len(stream)} tokens: {n_windows} non-overlapping windows of {body_len}, "
+                f"corpus {shown} has {len(stream)} tokens: {n_windows} non-overlapping windows of {body_len}, "
                 f"but {n_seqs} sequences were asked for. Use fewer or shorter sequences, or a larger corpus."
             )
         chosen = torch.randperm(n_windows, generator=generator)[:n_seqs]
@@ -506,13 +552,69 @@ def make_corpus(
     first_ids = tokens[:, 0].tolist()
     return Corpus(
         tokens=tokens,
-        source=str(source),
+        source=label if given is not None else str(source),
         seed=seed,
         position0=position0,
         position0_token_ids=first_ids,
         position0_tokens=[tokenizer.convert_ids_to_tokens(i) for i in first_ids],
         meta=meta,
     )
+
+
+def texts_sha256(texts: Sequence[str]) -> str:
+    """The sha256 of ``texts`` in order, as :func:`make_corpus` records it for given texts.
+
+    The texts are hashed as one JSON array, so the split between texts counts:
+    ``["ab", "c"]`` and ``["a", "bc"]`` differ.
+
+    Args:
+        texts: the texts.
+
+    Returns:
+        64 hex digits.
+
+    Example:
+        >>> texts_sha256(["ab", "c"]) == texts_sha256(["a", "bc"]), texts_sha256(["ab"]) == texts_sha256(("ab",))
+        (False, True)
+    """
+    return hashlib.sha256(json.dumps(list(texts), ensure_ascii=True).encode("ascii")).hexdigest()
+
+
+def _given_texts(source: Any) -> tuple[list[str], str] | None:
+    """The texts of a list, tuple or pandas Series ``source``, with its label (``"list of 3 texts"``); None for anything else.
+
+    Raises ``InputError`` for no texts or a missing value in a Series, ``ParameterTypeError``
+    for an item that is not a str, and ``CorpusError`` for a text holding an unpaired surrogate.
+    """
+    import pandas as pd
+
+    if isinstance(source, pd.DataFrame):
+        raise ParameterTypeError(
+            f"source is a pandas DataFrame (columns: {list(source.columns)}); give the column of the texts, "
+            "such as frame['text'], a Series of strings")
+    if isinstance(source, pd.Series):
+        kind, items = "pandas Series", [(f"index {label!r} (position {n}, counting from 0)", value)
+                                        for n, (label, value) in enumerate(source.items())]
+    elif isinstance(source, (list, tuple)):
+        kind, items = type(source).__name__, [(f"source[{n}]", value) for n, value in enumerate(source)]
+    else:
+        return None
+    if not items:
+        raise InputError(f"source is an empty {kind}; give at least one text (a str)")
+    for where, value in items:
+        if isinstance(value, str):
+            _check_encodable(value, where)
+            continue
+        name = type(value).__name__
+        if kind == "pandas Series":
+            if value is None or (pd.api.types.is_scalar(value) and pd.isna(value)):
+                raise InputError(f"the Series of texts holds a missing value ({value!r}) at {where}; every row must be a "
+                                 "text: drop the missing rows first, for example with series.dropna()")
+            raise ParameterTypeError(f"the Series of texts holds {'an' if name[0] in 'aeiou' else 'a'} {name} "
+                                     f"({_snippet(value)}) at {where}, not a str; every row must be a str (the text itself)")
+        shown = "None" if value is None else f"{'an' if name[0] in 'aeiou' else 'a'} {name} ({_snippet(value)})"
+        raise ParameterTypeError(f"{where} is {shown}, not a str; every item of a {kind} of texts must be a str (the text itself)")
+    return [value for _, value in items], f"{kind} of {len(items)} text{'s' if len(items) != 1 else ''}"
 
 
 def _token_stream(tokenizer: Any, texts: list[str]) -> list[int]:
@@ -575,8 +677,9 @@ def check_corpus_fits(model: Any, corpus: Corpus) -> None:
         model: a PosModel.
         corpus: the corpus to check.
 
-    Returns:
-        None; raises ``ValueError`` naming the tokenizers or the first id out of range.
+    Raises:
+        ValueError: When the corpus was tokenized for another tokenizer (naming both), or holds an id
+            outside the model's vocabulary (naming the first).
 
     Example:
         >>> import tempfile, poslens
