@@ -5,7 +5,14 @@ The page opens on the verdict summary: one row per claim and case (the rows of
 each with a coloured badge, the headline figure and its interval, one plain
 sentence that reads it, and the full rule with its inputs in a ``<details>``
 disclosure. After it comes one section per claim: its statement, verdicts and
-sentences beside its figure. The long claims table closes the page, folded.
+sentences beside its figure. The long claims table closes the page, folded,
+followed by the metric names the page uses, each with what it means and how to
+read its sign (:func:`metric_names`, from :mod:`poslens.fit.metric_glossary`).
+
+The sentences say what the unusual values mean: a reduction above 1 is a change
+of sign of C_res (the intervention reversed it, it did not remove more than all
+of it), a negative one a growth, and a negative held-out R² or ΔR² means no
+decodable signal at this size.
 
 The page is rendered from the Jinja2 templates in ``poslens/study/templates``
 with autoescaping on: model names, rule texts, claim statements and settings
@@ -27,6 +34,7 @@ import plotly.graph_objects as go
 from markupsafe import Markup
 
 from poslens.files import atomic_write_text
+from poslens.fit.metric_glossary import GLOSSARY
 from poslens.measurement import plots
 from poslens.measurement.result import Result, quantized_note
 from poslens.ownership import check_replaceable, record_written
@@ -46,6 +54,14 @@ _TEMPLATES = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+
+
+def _code(text: str) -> Markup:
+    """``text`` escaped, with its `backticked` names set as code (the glossary's texts quote metric names so)."""
+    return Markup(re.sub(r"`([^`<>&]+)`", r"<code>\1</code>", str(Markup.escape(text))))
+
+
+_TEMPLATES.filters["code"] = _code
 
 
 def _claim_rows(claims: pd.DataFrame) -> list[dict[str, str]]:
@@ -119,6 +135,12 @@ def rule_inputs(rule: str) -> dict[str, tuple[float, float, float]]:
     Point values quoted in the rule's note (a chance level, a p-value) come
     with NaN bounds. Empty for a rule text without inputs (``not measured``).
 
+    Args:
+        rule: A claims row's ``rule`` text.
+
+    Returns:
+        ``{figure name: (value, ci_low, ci_high)}``.
+
     Example:
         >>> rule_inputs("figure: metric 'c_res'. rule: supported if c_res ci_low > 0. "
         ...             "inputs: c_res = 0.01 [0.005, 0.015]; reduction = -0.1 [-0.3, 0.1]. readout_p_value = 0.005")
@@ -144,12 +166,56 @@ def _lead(verdict: str, statement: str) -> str:
     return f"Undecided whether {statement}"
 
 
+def _removal(red: _Quoted, subject: str, it: str, named: str) -> str:
+    """What an intervention did to C_res, in words, from its reduction 1 − C_res(after)/C_res(before).
+
+    Between 0 and 1 it "removes" that fraction of ``it``. Above 1 C_res changed
+    sign: the intervention did more than remove it, it reversed it (and is not
+    said to remove more than all of it). Below 0 C_res grew. Where the interval
+    reaches back into [0, 1], the sentence speaks of the point estimate only.
+
+    Example:
+        >>> print(_removal(_Quoted(3.34, 2.5, 4.2), "replacing the BOS embedding (zero)", "C_res", "C_res"))  # doctest: +NORMALIZE_WHITESPACE
+        replacing the BOS embedding (zero) changes the sign of C_res: its reduction is 334% [250%, 420%], above 100%,
+        so C_res after = −2.34 × C_res before; it did more than remove C_res, it reversed it
+        >>> _removal(_Quoted(0.4, 0.35, 0.45), "ablating", "it", "C_res")
+        'ablating removes 40% [35%, 45%] of it'
+    """
+    after = 1.0 - red.value  # C_res(after) / C_res(before)
+    shown = red.text(percent=True)
+    if red.value > 1:
+        if red.ci_low > 1:
+            return (f"{subject} changes the sign of {named}: its reduction is {shown}, above 100%, so C_res after = "
+                    f"{_num(after)} × C_res before; it did more than remove C_res, it reversed it")
+        return (f"{subject} may change the sign of {named}: its reduction is {shown}, above 100% at its point estimate "
+                f"(C_res after = {_num(after)} × C_res before: reversed, not removed more than all of it)")
+    if red.value < 0:
+        if red.ci_high < 0:
+            return (f"{subject} increases {named} rather than removing it: its reduction is {shown}, below 0, so C_res after = "
+                    f"{_num(after)} × C_res before")
+        return (f"{subject} removes none of {named} at its point estimate: its reduction is {shown}, below 0 "
+                f"(C_res after = {_num(after)} × C_res before)")
+    text = f"{subject} removes {shown} of {it}"
+    if red.ci_high > 1:
+        text += " (the interval reaches above 100%, where C_res would change sign)"
+    return text
+
+
 def _reading(claim: str, case: str, f: dict[str, _Quoted], rules: list[str]) -> str:
     """What the figures of one group say, per claim; raises KeyError when an input it quotes is absent."""
     if claim == "C1":
         h, p = f["leakage_pattern_heldout"], f["probe_r2"]
-        return (f"held-out ΔR² of log attention on absolute position is {h.text()} ({h.side(0, '0')}), "
-                f"and a probe reads position from the residual stream with R² {p.text()} ({p.side(0, '0')})")
+        text = f"held-out ΔR² of log attention on absolute position is {h.text()} ({h.side(0, '0')})"
+        if h.value < 0:
+            text += ("; a negative held-out ΔR² means the query-position terms fitted on the other groups predict the held-out "
+                     "sequences worse than the offset alone does: no absolute position is detectable at this size")
+        text += (f", and a probe of position from the attention pattern's row features scores a held-out R² of {p.text()} "
+                 f"({p.side(0, '0')})")
+        if p.value < 0:
+            text += ("; a negative held-out R² means the probe predicts the held-out sequences' position worse than their own "
+                     "mean does: no decodable signal at this size (its interval, from the spread over the folds, is wide when "
+                     "each group holds few sequences)")
+        return text
     if claim == "C2":
         m0, md, rho, r0 = f["c_mask (layer 0)"], f["c_mask (layers >= 1)"], f["rho_mask (layer 0)"], f["c_res (layer 0)"]
         return (f"C_mask is {m0.text()} at layer 0 ({m0.side(0, '0')}) and {md.text()} over layers ≥ 1 "
@@ -157,8 +223,8 @@ def _reading(claim: str, case: str, f: dict[str, _Quoted], rules: list[str]) -> 
                 f"against C_res {r0.text()} there")
     if claim == "C3":
         res, red = f["c_res"], f["reduction"]
-        return (f"C_res at early queries is {res.text()} ({res.side(0, '0')}), and ablating the sink path of the "
-                f"sink-reading heads removes {red.text(percent=True)} of it ({red.side(0, '0')})")
+        return (f"C_res at early queries is {res.text()} ({res.side(0, '0')}), and "
+                f"{_removal(red, 'ablating the sink path of the sink-reading heads', 'it', 'C_res')} ({red.side(0, '0')})")
     if claim == "C4":
         kind = "ntk" if "c_res (ntk)" in f else "sliding"
         x, std = f[f"c_res ({kind})"], f["c_res (standard)"]
@@ -176,16 +242,17 @@ def _reading(claim: str, case: str, f: dict[str, _Quoted], rules: list[str]) -> 
     if claim == "C5":
         red = f["reduction"]
         kind = case.rsplit(", ", 1)[-1]
-        text = f"replacing the BOS embedding ({kind}) removes {red.text(percent=True)} of C_res at early queries"
+        text = _removal(red, f"replacing the BOS embedding ({kind})", "C_res at early queries", "C_res at early queries")
         band = re.search(r"target ([\d.]+) - band ([\d.]+)", " ".join(rules))
         if band:
             target, width = float(band[1]), float(band[2])
+            lies = ", " if not (red.value < 0 or red.value > 1) else "; its interval lies "  # after a sentence on a sign change
             if red.ci_low <= target <= red.ci_high:
                 text += f"; the interval holds {target:.0%}"
             elif red.ci_high < target - width:
-                text += f", wholly below {target - width:.0%}"
+                text += f"{lies}wholly below {target - width:.0%}"
             elif red.ci_low > target + width:
-                text += f", wholly above {target + width:.0%}"
+                text += f"{lies}wholly above {target + width:.0%}"
         return text
     if claim == "C6":
         bos, none, acc = f["max dispersion (bos)"], f["dispersion (none)"], f["readout_accuracy"]
@@ -240,6 +307,15 @@ def summary_rows(claims: pd.DataFrame, out: Any = "DIR", present: Any = (), sett
     disclosure). A claim not measured names the commands that would measure
     it into ``out`` (parts in ``present`` are not suggested again).
 
+    Args:
+        claims: The claims table.
+        out: The study folder the suggested commands write to.
+        present: The parts the study has.
+        settings: The study's settings, for the suggested commands.
+
+    Returns:
+        The summary rows.
+
     Example:
         >>> from poslens.study.claims import evaluate, figure_row
         >>> leakage = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06), figure_row("probe_r2", 0.6, 0.5, 0.7)])
@@ -248,7 +324,8 @@ def summary_rows(claims: pd.DataFrame, out: Any = "DIR", present: Any = (), sett
         [('C1', 'm', 'supported', '0.05 [0.04, 0.06]'), ('C5', '—', 'not measured', '—')]
         >>> print(rows[0]["sentence"])  # doctest: +NORMALIZE_WHITESPACE
         Attention patterns carry absolute position: held-out ΔR² of log attention on absolute position is
-        0.05 [0.04, 0.06] (above 0), and a probe reads position from the residual stream with R² 0.6 [0.5, 0.7] (above 0).
+        0.05 [0.04, 0.06] (above 0), and a probe of position from the attention pattern's row features scores a held-out R²
+        of 0.6 [0.5, 0.7] (above 0).
         >>> rows[1]["rules"][0]["rule"]
         'not measured: C5 (run: poslens bos-swap --out results)'
     """
@@ -284,10 +361,58 @@ def summary_rows(claims: pd.DataFrame, out: Any = "DIR", present: Any = (), sett
     return rows
 
 
+_FIGURE_METRICS = {
+    "leakage": ("leakage_pattern", "c_res", "c_mask"),
+    "sinks": ("sink_score", "sink_heads"),
+    "ablate-sinks": ("c_res", "c_mask", "reduction"),
+    "bos-swap": ("reduction",),
+    "compare": ("c_res", "c_mask"),
+    "fingerprint": ("dispersion",),
+}
+"""The metrics each part's figures draw, named in the page's metric list beside those the rules quote."""
+
+
+def metric_names(claims: pd.DataFrame, present: Any = ()) -> list[dict[str, str]]:
+    """The metrics this page names, with what each means, from :data:`poslens.fit.metric_glossary.GLOSSARY`.
+
+    A metric is listed when a rule of ``claims`` names it or a figure of a part
+    in ``present`` draws it, in the glossary's order; each entry holds ``name``,
+    ``short`` (its definition's first sentence), ``range``, ``sign`` (what its
+    sign and extremes mean) and ``section`` (the methodology section).
+
+    Args:
+        claims: The claims table.
+        present: The parts the study has.
+
+    Returns:
+        One dict per metric.
+
+    Example:
+        >>> from poslens.study.claims import evaluate, figure_row
+        >>> swaps = pd.DataFrame([figure_row("reduction", 3.34, 2.5, 4.2, intervention="bos:zero", query_window="early")])
+        >>> rows = metric_names(evaluate(bos_swap=swaps, claims=["C5"]))
+        >>> [r["name"] for r in rows], "changed sign" in rows[0]["sign"]
+        (['reduction'], True)
+    """
+    text = " ".join(str(rule) for rule in claims["rule"]) if "rule" in claims else ""
+    drawn = {name for part in present for name in _FIGURE_METRICS.get(part, ())}
+    return [
+        dict(name=name, short=entry.short(), range=entry.range, sign=entry.sign, section=entry.section)
+        for name, entry in GLOSSARY.items()
+        if name in drawn or re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text)
+    ]
+
+
 def claims_html(claims: pd.DataFrame) -> str:
     """The claims table as HTML, one row per verdict, coloured by verdict; every cell is escaped.
 
     A claim that was not measured gets the row class ``not-measured``, styled apart from ``inconclusive``.
+
+    Args:
+        claims: The claims table.
+
+    Returns:
+        The HTML table.
 
     Example:
         >>> import pandas as pd
@@ -313,11 +438,14 @@ def _figure_div(fig: go.Figure, first: bool) -> Markup:
 
 
 def _with_ablation(leakage: Result, ablation: Result) -> pd.DataFrame:
-    """Per-layer C_res and C_mask before and after the sink-path ablation, one (model, variant) panel each for the plot."""
-    after = ablation.table[ablation.table["metric"].isin(["c_res", "c_mask"])].copy()
-    after["variant"] = after["variant"].astype(str) + ", " + after["intervention"].astype(str)
+    """Per-layer C_res and C_mask before and after the sink-path ablation: sources_by_layer draws one panel per run."""
+    after = ablation.table[ablation.table["metric"].isin(["c_res", "c_mask"])]
     before = leakage.table[leakage.table["metric"].isin(["c_res", "c_mask"]) & (leakage.table["intervention"] == "none")]
     return pd.concat([before, after], ignore_index=True)
+
+
+_REDUCTION_NOTE = ("a reduction above 100% means C_res changed sign: the intervention reversed it rather than only removing it; "
+                   "below 0, C_res grew")
 
 
 def _claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[str, list[tuple[go.Figure, str]]]:
@@ -329,7 +457,9 @@ def _claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[s
         figures["C1"].append((
             plots.leakage_heatmap(leakage.table),
             _caption("Binned ΔR² of log attention weights on absolute query position beyond offset, per head (all queries). "
-                     "C1 reads its held-out version at the model aggregate, and the residual-stream probe's R².", note),
+                     "C1 reads its held-out version at the model aggregate, and the held-out R² of a probe of position from the "
+                     "layers' attention-row features (methodology §3.3). A negative held-out figure means the fit predicts held-out "
+                     "sequences worse than their mean (for ΔR²: than the offset alone): no decodable signal at this size.", note),
         ))
         figures["C2"].append((
             plots.sources_by_layer(leakage.table, "all", "C_res and C_mask by layer (all queries)"),
@@ -343,7 +473,8 @@ def _claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[s
                 plots.sources_by_layer(_with_ablation(leakage, ablation), "early",
                                        "C_res and C_mask by layer at early queries, before and after the sink-path ablation"),
                 _caption(f"Left: the baseline; right: with the sink path of the sink-reading heads ablated. Early queries 1 ≤ i < "
-                         f"{settings.get('early')}. C3 reads C_res over layers ≥ 1 and its reduction, 1 − C_res(after)/C_res(before).",
+                         f"{settings.get('early')}. C3 reads C_res over layers ≥ 1 and its reduction, 1 − C_res(after)/C_res(before) "
+                         f"({_REDUCTION_NOTE}).",
                          quantized_note(leakage, ablation)),
             ))
         else:
@@ -386,7 +517,8 @@ def _claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[s
         figures["C5"].append((
             plots.reductions(swap.table, "early"),
             _caption("Reduction of C_res at early queries, 1 − C_res(after)/C_res(before), for each BOS-embedding replacement; "
-                     "paired delete-one-group jackknife 95% intervals. The dotted line marks the 40% of claim C5.", quantized_note(swap)),
+                     f"paired delete-one-group jackknife 95% intervals. {_REDUCTION_NOTE[:1].upper() + _REDUCTION_NOTE[1:]}. "
+                     "The dotted line marks the 40% of claim C5.", quantized_note(swap)),
         ))
     if "fingerprint" in parts:
         meta = parts["fingerprint"].meta
@@ -407,10 +539,20 @@ def build_report(parts: dict[str, Result], claims: pd.DataFrame, settings: dict[
     disclosure. Then one section per claim puts its statement and verdicts
     beside its figures; the full claims table closes the page, folded. A
     line under the summary names the claims that were not measured and the
-    commands that would measure them into the report's folder.
+    commands that would measure them into the report's folder; another points
+    to the list of the metric names the page uses (:func:`metric_names`), at its end.
 
     The note on 4-bit weights appears only for parts whose model metadata
     records a quantization (the embedded models), never for a user's own model.
+
+    Args:
+        parts: The study parts present, by name.
+        claims: The claims table.
+        settings: The study's settings.
+        path: The HTML file to write.
+
+    Returns:
+        ``path``.
 
     Example:
         >>> build_report({"leakage": result}, claims_table, {"n_seqs": 16}, "out/report.html")  # doctest: +SKIP
@@ -441,6 +583,7 @@ def build_report(parts: dict[str, Result], claims: pd.DataFrame, settings: dict[
         not_measured=not_measured_summary(claims, path.parent, present=parts, settings=settings),
         sections=sections,
         settings=str(settings),
+        metrics=metric_names(claims, parts),
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     check_replaceable(path)
