@@ -44,6 +44,16 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     ``path``. A temporary file left by a killed process is removed by
     :func:`remove_stale_temporaries`. Returns ``path``.
 
+    Args:
+        path: The file to write.
+        write: ``write(tmp)`` writes the content to ``tmp``.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        DiskFullError: When the disk is full or a file-size limit is reached.
+
     Example:
         >>> import tempfile, pathlib
         >>> path = pathlib.Path(tempfile.mkdtemp()) / "table.csv"
@@ -192,6 +202,14 @@ def _running(pid: int) -> bool:
 
 def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_write`). Returns ``path``.
+
+    Args:
+        path: The file to write.
+        text: The text.
+        encoding: Its encoding.
+
+    Returns:
+        ``path``.
 
     Example:
         >>> import tempfile, pathlib

@@ -22,7 +22,7 @@ MODULES = sorted(
 )
 #: Modules with no example that runs here: the CLI's examples are shell commands; the others' need a
 #: measured result of an embedded model. Every other module must run at least one example.
-NOTHING_RUNS = {"poslens.study.cli", "poslens.mechanisms.effects", "poslens.measurement.plots", "poslens.mechanisms.sinks"}
+NOTHING_RUNS = {"poslens.study.cli", "poslens.mechanisms.effects", "poslens.measurement.plots"}
 
 
 @pytest.mark.parametrize("name", MODULES)

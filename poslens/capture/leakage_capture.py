@@ -52,6 +52,12 @@ def default_block_elements(device: str | torch.device) -> int:
     On CPU a block small enough to stay in cache while the ~10 passes over it
     run; on CUDA a large one, so that a layer takes few kernel launches.
 
+    Args:
+        device: The device the scores are on.
+
+    Returns:
+        The number of float64 elements of one work buffer.
+
     Example:
         >>> default_block_elements("cpu") == CPU_BLOCK_ELEMENTS
         True
@@ -107,6 +113,17 @@ def _non_finite(layer: int, head: int) -> NonFiniteScoresError:
 class LayerStructure:
     """What is fixed about a layer's visible pairs at length T (causal, maybe windowed).
 
+    Attributes:
+        window: The layer's sliding window, or ``None`` for full causal attention.
+        valid: Which (query, key) pairs are visible, [T, T].
+        n_visible: Number of visible keys of each query row, [T].
+        per_bin: Number of visible pairs of each row in each offset bin, [T, B].
+        key_sum: Σ j over the visible keys of each row, [T].
+        key_sq_sum: Σ j² over the visible keys of each row, [T].
+        query_edges: Edges of the query bins.
+        offset_edges: Edges of the offset bins.
+        offset_bin: The offset bin of each offset Δ, [T].
+
     Example:
         >>> st = LayerStructure.build(Binning(8), window=None)
         >>> st.n_visible.tolist()
@@ -126,6 +143,13 @@ class LayerStructure:
     @classmethod
     def build(cls, binning: Binning, window: int | None) -> "LayerStructure":
         """The visible pairs and their counts, per row and per offset bin, at ``binning``'s length.
+
+        Args:
+            binning: The query and offset bins of the measurement.
+            window: The layer's sliding window, or ``None`` for full causal attention.
+
+        Returns:
+            The structure, its tensors on the CPU.
 
         Example:
             >>> LayerStructure.build(Binning(8), window=3).n_visible.tolist()
@@ -162,6 +186,12 @@ class LayerStructure:
     def key_start(self, row: int) -> int:
         """The first key visible from query ``row``.
 
+        Args:
+            row: A query position.
+
+        Returns:
+            ``0`` for full causal attention, else ``max(0, row − window + 1)``.
+
         Example:
             >>> LayerStructure.build(Binning(8), window=3).key_start(5)
             3
@@ -172,6 +202,12 @@ class LayerStructure:
         """Split the query rows into blocks [r0, r1) whose visible key span × rows stays within ``elements``.
 
         A block holds the keys from ``key_start(r0)`` to ``r1 − 1``; every block has at least one row.
+
+        Args:
+            elements: The most (rows × keys) one block may span.
+
+        Returns:
+            The blocks ``[(r0, r1)]``, covering every row in order.
 
         Example:
             >>> LayerStructure.build(Binning(8), window=None).row_blocks(12)
@@ -191,6 +227,16 @@ class LayerStructure:
 @dataclass
 class RowBlock:
     """Query rows [r0, r1) of one layer with their key span [k0, r1), the columns to mask, and the indices of their bins.
+
+    Attributes:
+        r0: First query row of the block.
+        r1: One past the last query row.
+        k0: First key visible from any row of the block.
+        edge_at: Index of the running sum at key i − e_b, for the offset edges e_0..e_B, [rows, edges].
+        edge_used: 0 where that key is before the span (nothing summed yet), else 1, [rows, edges].
+        masked_columns: ``(c0, c1, invisible[:, c0:c1])`` of the column ranges where any key is invisible.
+        query_segments: ``(query bin, first row, end row)`` of the block's rows, relative to ``r0``.
+        offset_bin_of_column: The offset bin of the diagonal read at column c (Δ = span − 1 − c), [span].
 
     Example:
         >>> st = LayerStructure.build(Binning(8), window=4)
@@ -236,6 +282,15 @@ class RowBlock:
     def build(cls, st: LayerStructure, r0: int, r1: int, device: torch.device) -> "RowBlock":
         """The block of rows [r0, r1) of a layer with structure ``st``, its index tensors on ``device``.
 
+        Args:
+            st: The layer's structure.
+            r0: First query row.
+            r1: One past the last query row.
+            device: Where the index tensors go (the scores' device).
+
+        Returns:
+            The block.
+
         Example:
             >>> block = RowBlock.build(LayerStructure.build(Binning(8), window=None), 0, 2, torch.device("cpu"))
             >>> [(c0, c1, invisible.tolist()) for c0, c1, invisible in block.masked_columns]   # key 1 is after row 0
@@ -280,6 +335,15 @@ class LeakageCapture:
 
     Set :attr:`group` before each forward pass; every sequence of one pass
     belongs to that group.
+
+    Args:
+        model: The hooked model (a :class:`~poslens.model.loading.PosModel` or a bridge).
+        binning: The query and offset bins of the measurement.
+        groups: Number of groups G the sequences are assigned to.
+        probe: Whether to accumulate the probe's sums.
+        check_mask: Whether to check that masked scores sit at the dtype minimum.
+        block_elements: Size of a row-block work buffer; default :func:`default_block_elements`.
+        store: Where to keep each sequence's row-bin sums for the counterfactual replay; ``None``: not kept.
 
     Example:
         >>> capture = LeakageCapture(model, Binning(64), groups=4)  # doctest: +SKIP
@@ -354,6 +418,12 @@ class LeakageCapture:
 
         A window at least as wide as the sequence counts as full causal attention.
 
+        Args:
+            layer: A layer index.
+
+        Returns:
+            The layer's structure.
+
         Example:
             >>> from types import SimpleNamespace
             >>> capture = LeakageCapture(SimpleNamespace(n_layers=3, n_heads=1, window=[None, 3, 64]), Binning(8), groups=2)
@@ -373,6 +443,9 @@ class LeakageCapture:
         """One hook per layer on ``blocks.{l}.attn.hook_attn_scores``.
 
         Each hook calls :meth:`reduce` and passes the scores on unchanged.
+
+        Returns:
+            ``[(hook name, hook function)]``, as ``run_with_hooks`` takes them.
 
         Example:
             >>> from types import SimpleNamespace
@@ -394,6 +467,9 @@ class LeakageCapture:
 
         Call it once per forward pass, with the batch size; it also counts the sequences.
 
+        Args:
+            batch: Number of sequences in the forward pass.
+
         Example:
             >>> from types import SimpleNamespace
             >>> capture = LeakageCapture(SimpleNamespace(n_layers=1, n_heads=1, window=[None]), Binning(8), groups=2)
@@ -412,7 +488,7 @@ class LeakageCapture:
         self.sums.row_count += batch
 
     def _structure_sums(self, st: LayerStructure) -> dict[str, Float[np.ndarray, " qbins *obins"]]:
-        """One sequence's structural sums for a layer of structure ``st``, by :class:`SumArrays` field, computed once per structure."""
+        """One sequence's structural sums for a layer of structure ``st``, by :class:`~poslens.fit.sums.SumArrays` field, once per structure."""
         if st.window not in self._structure_cache:
             fold, pos = self._fold, self._positions
             count = torch.log(st.n_visible)
@@ -434,6 +510,14 @@ class LeakageCapture:
         """Fold one layer's scores [batch, head, T, T] into the sums of the current group.
 
         Masked entries must be at the dtype minimum, as in ``hook_attn_scores``.
+
+        Args:
+            layer: The layer index.
+            scores: The pre-softmax scores, [batch, head, T, T].
+
+        Raises:
+            ValueError: When the scores are not T × T for the binning's length T.
+            NonFiniteScoresError: When a visible score is NaN or infinite.
 
         Example:
             >>> from types import SimpleNamespace

@@ -43,6 +43,16 @@ class InsufficientDiskError(PoslensError, OSError):
 def store_bytes(n_seqs: int, layers: int, heads: int, seq_len: int, n_offset_bins: int) -> int:
     """Bytes the store holds for ``n_seqs`` sequences: 8·L·H·T·(1 + bins) each.
 
+    Args:
+        n_seqs: Number of sequences.
+        layers: Number of layers L.
+        heads: Number of heads H per layer.
+        seq_len: Sequence length T.
+        n_offset_bins: Number of offset bins.
+
+    Returns:
+        The bytes of the stored arrays.
+
     Example:
         >>> store_bytes(1, layers=30, heads=9, seq_len=1024, n_offset_bins=35) / 1e6   # SmolLM2-135M
         79.62624
@@ -52,6 +62,13 @@ def store_bytes(n_seqs: int, layers: int, heads: int, seq_len: int, n_offset_bin
 
 def check_disk_space(needed: int, directory: str | None = None) -> None:
     """Raise :class:`InsufficientDiskError` unless ``directory`` (default: the temporary folder) has ``needed`` bytes free.
+
+    Args:
+        needed: Bytes the store will hold.
+        directory: The folder the store goes in; default the temporary folder.
+
+    Raises:
+        InsufficientDiskError: When the folder has less than ``needed`` bytes free.
 
     Example:
         >>> check_disk_space(1)
@@ -73,6 +90,10 @@ def check_disk_space(needed: int, directory: str | None = None) -> None:
 class RowBinStore:
     """An append-only temporary file of per-(forward pass, layer) row-bin arrays, read back in the order written.
 
+    Attributes:
+        directory: The folder the temporary file goes in; default the temporary folder.
+        entries: ``(group, layer, shape, offset)`` of every array written, in order.
+
     Example:
         >>> store = RowBinStore()
         >>> store.write(group=1, layer=0, row_bins=np.ones((2, 3, 4, 5)))
@@ -89,6 +110,11 @@ class RowBinStore:
     def write(self, group: int, layer: int, row_bins: Float[np.ndarray, "batch heads seq bins"]) -> None:
         """Append one layer's row-bin array of one forward pass (float64, C order).
 
+        Args:
+            group: The group of the forward pass's sequences.
+            layer: The layer index.
+            row_bins: Each row's maximum, then its sums of exp(s − max) per offset bin, [batch, H, T, 1 + bins].
+
         Example:
             >>> store = RowBinStore(); store.write(0, 2, np.zeros((1, 1, 2, 3))); store.entries
             [(0, 2, (1, 1, 2, 3), 0)]
@@ -103,6 +129,9 @@ class RowBinStore:
 
     def read(self) -> Iterator[tuple[int, int, Float[np.ndarray, "batch heads seq bins"]]]:
         """Yield (group, layer, array) for every entry, in the order written; each array is a fresh copy.
+
+        Yields:
+            ``(group, layer, row_bins)`` of every entry.
 
         Example:
             >>> store = RowBinStore(); store.write(0, 0, np.arange(6.0).reshape(1, 1, 2, 3))

@@ -18,6 +18,17 @@ from jaxtyping import Bool, Int
 def geometric_edges(length: int, exact: int = 16, growth: float = 1.25) -> list[int]:
     """Bin edges ``[0, 1, …, exact, ceil(exact·g), …, length]``.
 
+    Args:
+        length: The largest value binned plus one (edges end at ``length``).
+        exact: Values below this get a bin each.
+        growth: Ratio between successive edges beyond ``exact``.
+
+    Returns:
+        The increasing bin edges.
+
+    Raises:
+        ValueError: When ``length`` is below 1.
+
     Example:
         >>> geometric_edges(64)
         [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 25, 32, 40, 50, 63, 64]
@@ -33,6 +44,12 @@ def geometric_edges(length: int, exact: int = 16, growth: float = 1.25) -> list[
 @dataclass(frozen=True)
 class Binning:
     """Offset bins b(Δ), query bins c(i) and the query windows for sequences of length T.
+
+    Attributes:
+        seq_len: Sequence length T.
+        early: Number of query positions Q in the ``early`` window.
+        offset_edges: Edges of the offset bins (set from ``seq_len``).
+        query_edges: Edges of the query bins (set from ``seq_len``).
 
     Example:
         >>> b = Binning(64, early=32)

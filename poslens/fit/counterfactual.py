@@ -56,6 +56,21 @@ class Structure:
     with that 0/1 pattern are cumulative sums (:func:`_sum_over_rows_seeing`,
     :func:`_sum_over_visible_offsets`).
 
+    Attributes:
+        rows: Number of query rows of the window.
+        window: The layer's sliding window, or ``None`` for full causal attention.
+        n_offsets: Number of offsets D a row can see.
+        n_visible: |V_i|, the visible keys of each row (1 for row 0, unused).
+        key0: 1 where key 0 is visible from row i ≥ 1, else 0.
+        normal: The profiled normal equations over (g_1..g_{D−1}, β), factored.
+        to_cells: [C·B, rows]: row i's pairs in cell (c(i), b).
+        offsets_to_cells: [C·B, D]: pairs of offset Δ in cell (c, b).
+        key0_cells: Key-0 pairs per cell.
+        pair_cells: Pairs per cell (one sequence).
+        query_bin: c(i), the query bin of each row.
+        offset_bin: b(Δ), the offset bin of each offset.
+        n_offset_bins: Number of offset bins B.
+
     Example:
         >>> st = structure(Binning(8), rows=8, window=None)
         >>> st.n_offsets, st.n_visible.tolist(), st.key0.tolist()   # row 0: n_visible 1, unused
@@ -85,6 +100,14 @@ def structure(binning: Binning, rows: int, window: int | None) -> Structure:
 
     A window at least ``rows`` wide changes nothing and is treated as causal.
     Built from closed forms over the bin edges: O(rows · bins); nothing of size D × D is kept.
+
+    Args:
+        binning: The query and offset bins of the measurement.
+        rows: Number of query rows of the window (:func:`window_rows`).
+        window: The layer's sliding window, or ``None`` for full causal attention.
+
+    Returns:
+        The structure, with its normal equations factored once.
 
     Example:
         >>> st = structure(Binning(16, early=8), rows=8, window=None)
@@ -144,6 +167,17 @@ class ProfiledNormal:
     itself, also in O(D)). A structure whose matrix is singular (e.g. rows = 2,
     where offset 1 only ever meets key 0) keeps the dense pseudo-inverse instead.
 
+    Attributes:
+        size: D: the D − 1 offsets and β.
+        counts: c_a, a = 1..D−1.
+        tail: T(a).
+        border: N's β column over the g's.
+        beta_beta: N's β diagonal entry.
+        factor: Upper banded Cholesky factor of J, the g block in the prefix sums P.
+        border_solved: J⁻¹ Eᵀ border.
+        schur: β's Schur complement.
+        pseudo_inverse: The dense pseudo-inverse, only for a singular structure.
+
     Example:
         >>> normal = ProfiledNormal.build(np.array([1.0, 2.0, 3.0, 4.0]), np.array([0.0, 1.0, 1.0, 1.0]), 4)
         >>> theta = normal.solve(np.array([1.0, 0.0, -1.0, 2.0]))
@@ -164,6 +198,14 @@ class ProfiledNormal:
     @classmethod
     def build(cls, n_visible: Float[np.ndarray, " rows"], key0: Float[np.ndarray, " rows"], d: int) -> "ProfiledNormal":
         """The normal equations of rows 1..len(n_visible)−1 with offsets 0..d−1 visible (``key0``: key 0 visible from row i).
+
+        Args:
+            n_visible: Number of visible keys of each row.
+            key0: 1 where key 0 is visible from row i, else 0.
+            d: Number of offsets D.
+
+        Returns:
+            The factored normal equations.
 
         Example:
             >>> ProfiledNormal.build(np.array([1.0, 2.0]), np.array([0.0, 1.0]), 2).pseudo_inverse is not None   # rows = 2
@@ -195,6 +237,12 @@ class ProfiledNormal:
     def matvec(self, theta: Float[np.ndarray, "*batch size"]) -> Float[np.ndarray, "*batch size"]:
         """N θ, in O(D) per θ.
 
+        Args:
+            theta: Parameters (g_1..g_{D−1}, β), with any leading axes.
+
+        Returns:
+            N θ, with the same shape as ``theta``.
+
         Example:
             >>> normal = ProfiledNormal.build(np.array([1.0, 2.0, 3.0]), np.array([0.0, 1.0, 1.0]), 3)
             >>> normal.matvec(np.eye(3)).round(4).tolist()   # N itself
@@ -211,6 +259,12 @@ class ProfiledNormal:
 
     def solve(self, rhs: Float[np.ndarray, "*batch size"]) -> Float[np.ndarray, "*batch size"]:
         """θ with N θ = rhs, for any leading axes (the pseudo-inverse's θ for a singular structure).
+
+        Args:
+            rhs: Right-hand sides r, with any leading axes.
+
+        Returns:
+            θ, with the same shape as ``rhs``.
 
         Example:
             >>> normal = ProfiledNormal.build(np.array([1.0, 2.0, 3.0]), np.array([0.0, 1.0, 1.0]), 3)
@@ -285,6 +339,12 @@ class WindowFit:
 
     Arrays carry any leading axes (layers, heads, …) before the last.
 
+    Attributes:
+        structure: The window's pairs, shared by every head of the fit.
+        g: The offset profile g(Δ), [..., D] (g_0 = 0).
+        beta: The key-0 effect β, [...].
+        h: The row effects h_i, [..., rows].
+
     Example:
         >>> st = structure(Binning(8), rows=8, window=None)
         >>> kernel = -0.3 * np.arange(8.0)
@@ -304,6 +364,9 @@ class WindowFit:
 
         A running log-sum-exp over offsets: O(rows) per head.
 
+        Returns:
+            log Z'_i of every row, [..., rows].
+
         Example:
             >>> st = structure(Binning(8), rows=8, window=None)
             >>> fit = WindowFit(st, np.zeros(8), np.array(0.0), np.zeros(8))
@@ -322,6 +385,9 @@ class WindowFit:
     def meanfield_cells(self) -> Float[np.ndarray, "*heads cells"]:
         """Cell sums, for one sequence, of the mean-field log a'_ij = g(i−j) + β·[j = 0] − log Z'_i: [..., C·B].
 
+        Returns:
+            The cell sums of the mean-field log a', [..., C·B].
+
         Example:
             >>> st = structure(Binning(8), rows=8, window=None)
             >>> fit = WindowFit(st, np.zeros(8), np.array(0.0), np.zeros(8))
@@ -335,6 +401,13 @@ class WindowFit:
         """A_cb: the mean over the pairs of each cell of s − g − β·[j = 0] − h, [..., C·B] (0 in empty cells).
 
         ``logit_cells`` are the cell sums of s over ``n_seqs`` sequences, [..., C·B].
+
+        Args:
+            logit_cells: Cell sums of the logits s, [..., C·B].
+            n_seqs: Number of sequences the sums are over.
+
+        Returns:
+            The residual A of every cell, [..., C·B].
 
         Example:
             >>> st = structure(Binning(8), rows=8, window=None)
@@ -373,6 +446,16 @@ def fit_logits(
     (0 where key 0 is not visible); ``offset_sums`` [..., D]: Σ over the window's
     rows of s_{i, i−Δ}. Rows outside 1..rows−1 are ignored.
 
+    Args:
+        st: The window's structure.
+        row_sums: Σ_j s_ij of each row, [..., rows].
+        key0_sums: s_i0 of each row, [..., rows].
+        offset_sums: Σ_i s_{i, i−Δ} of each offset, [..., D].
+        n_seqs: Number of sequences the sums are over.
+
+    Returns:
+        The fitted g, β and h for every head.
+
     Example:
         >>> st = structure(Binning(8), rows=8, window=None)
         >>> logits = np.zeros((8, 8)); logits[:, 0] = 2.0   # a constant sink bias on key 0
@@ -400,6 +483,13 @@ def structural_sums(
 
     A small dense helper for examples and checks; the streamed sums come from the capture.
 
+    Args:
+        st: The window's structure.
+        logits: One sequence's logits, [..., T, T].
+
+    Returns:
+        ``(row_sums, key0_sums, offset_sums)``, as :func:`fit_logits` takes them.
+
     Example:
         >>> st = structure(Binning(4), rows=4, window=None)
         >>> rows, key0, offsets = structural_sums(st, np.ones((4, 4)))
@@ -417,6 +507,13 @@ def structural_sums(
 
 def structural_cells(st: Structure, logits: Float[np.ndarray, "*heads query key"]) -> Float[np.ndarray, "*heads cells"]:
     """Cell sums [..., C·B] of one sequence's dense logits over the structure's pairs (a dense helper).
+
+    Args:
+        st: The window's structure.
+        logits: One sequence's logits, [..., T, T].
+
+    Returns:
+        The logits summed over the pairs of each cell, [..., C·B].
 
     Example:
         >>> st = structure(Binning(4), rows=4, window=None)
@@ -438,6 +535,13 @@ def structural_cells(st: Structure, logits: Float[np.ndarray, "*heads query key"
 def window_rows(binning: Binning, window: str) -> int:
     """``rows`` of a query window: Q (capped at T) for ``early``, T for ``all``.
 
+    Args:
+        binning: The query and offset bins of the measurement.
+        window: ``"early"`` or ``"all"``.
+
+    Returns:
+        The number of query rows of the window.
+
     Example:
         >>> window_rows(Binning(64, early=32), "early"), window_rows(Binning(16, early=32), "early"), window_rows(Binning(64), "all")
         (32, 16, 64)
@@ -456,6 +560,16 @@ def per_sequence_cells(
 
     ``logit_cells``: cell sums of s; ``residual``: A [..., C·B] (per pair);
     ``log_partition_rows``: Σ_n log Z'_i(n) per row [..., rows] from the replay.
+
+    Args:
+        st: The window's structure.
+        logit_cells: Cell sums of s, [..., C·B].
+        residual: The residual A of every cell, [..., C·B].
+        n_seqs: Number of sequences the sums are over.
+        log_partition_rows: Σ_n log Z'_i(n) of each row, [..., rows].
+
+    Returns:
+        The cell sums of the per-sequence log a'(n), [..., C·B].
 
     Example:
         >>> st = structure(Binning(4), rows=4, window=None)
@@ -476,6 +590,16 @@ def layer_fits(
     ``[(layers, fit)]`` with the fit's arrays [len(layers), H, …]; ``n_seqs``
     (default: the sequences in ``p``) scales the sums to one sequence.
 
+    Args:
+        p: Pooled sums of one replicate (no group axis).
+        binning: The query and offset bins of the measurement.
+        layer_windows: Each layer's sliding window (``None``: full causal).
+        window: ``"early"`` or ``"all"``.
+        n_seqs: Number of sequences the sums are over; default those of ``p``.
+
+    Returns:
+        ``[(layers, fit)]``, one entry per distinct structure.
+
     Example:
         >>> fits = layer_fits(sums.pooled(), sums.binning, sums.layer_windows, "all")  # doctest: +SKIP
         >>> [(layers, fit.g.shape) for layers, fit in fits]  # doctest: +SKIP
@@ -493,6 +617,14 @@ def layer_fits(
 def layers_by_structure(binning: Binning, layer_windows: tuple[int | None, ...], window: str) -> list[tuple[Structure, list[int]]]:
     """The layers of each distinct :class:`Structure` in query window ``window``, in order of first appearance.
 
+    Args:
+        binning: The query and offset bins of the measurement.
+        layer_windows: Each layer's sliding window (``None``: full causal).
+        window: ``"early"`` or ``"all"``.
+
+    Returns:
+        ``[(structure, layers)]``.
+
     Example:
         >>> [(st.window, layers) for st, layers in layers_by_structure(Binning(16), (None, 4, 64, 4), "all")]   # 64 ≥ T: causal
         [(None, [0, 2]), (4, [1, 3])]
@@ -508,6 +640,15 @@ def meanfield_cells(
     p: SumArrays, binning: Binning, layer_windows: tuple[int | None, ...], window: str
 ) -> Float[np.ndarray, "layers heads qbins obins"]:
     """Cell sums of the mean-field log a' over all of ``p``'s sequences, [L, H, C, B] (0 outside the window).
+
+    Args:
+        p: Pooled sums (no group axis).
+        binning: The query and offset bins of the measurement.
+        layer_windows: Each layer's sliding window (``None``: full causal).
+        window: ``"early"`` or ``"all"``.
+
+    Returns:
+        The cell sums of the mean-field log a', [L, H, C, B].
 
     Example:
         >>> meanfield_cells(sums.pooled(), sums.binning, sums.layer_windows, "early").shape  # doctest: +SKIP
@@ -532,6 +673,16 @@ def residuals(
     :func:`poslens.measurement.pipeline.cross_fitted_residuals` gets every variant from one
     fit per group).
 
+    Args:
+        p: Pooled sums to fit on (no group axis).
+        binning: The query and offset bins of the measurement.
+        layer_windows: Each layer's sliding window (``None``: full causal).
+        window: ``"early"`` or ``"all"``.
+        per_sequence: Whether to return A (default) or N·A in units of the sums.
+
+    Returns:
+        A (or N·A) of every cell of every head, [L, H, C·B].
+
     Example:
         >>> residuals(sums.leave_out(0), sums.binning, sums.layer_windows, "all").shape  # doctest: +SKIP
         (3, 4, 361)
@@ -551,6 +702,17 @@ def counterfactual_sums(
 ) -> Float[np.ndarray, "layers heads qbins obins"]:
     """Cell sums of the per-sequence log a'(n) of one group, [L, H, C, B], from its first-pass sums,
     the residual A it removed ([L, H, C·B]) and its second-pass Σ_n log Z'_i(n) ([L, H, rows]).
+
+    Args:
+        group_sums: The group's first-pass sums (no group axis).
+        binning: The query and offset bins of the measurement.
+        layer_windows: Each layer's sliding window (``None``: full causal).
+        window: ``"early"`` or ``"all"``.
+        residual: The cross-fitted residual A removed from the group, [L, H, C·B].
+        log_partition: The group's Σ_n log Z'_i(n) from the replay, [L, H, rows].
+
+    Returns:
+        The cell sums of the group's per-sequence log a'(n), [L, H, C, B].
 
     Example:
         >>> counterfactual_sums(sums.group(0), sums.binning, sums.layer_windows, "all", a[0], log_z[0])  # doctest: +SKIP

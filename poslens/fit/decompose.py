@@ -27,6 +27,14 @@ def share(
 ) -> Float[np.ndarray, "*heads"] | float:
     """⟨P(log a), P(other)⟩ / ‖P(log a)‖² over cells (NaN where P(log a) = 0).
 
+    Args:
+        p_pattern: P(log a) over the cells, [..., K].
+        p_other: P of the other term over the same cells, [..., K].
+        counts: Number of pairs in each cell, [K].
+
+    Returns:
+        The share of each head.
+
     Example:
         >>> float(share(np.array([1.0, -1.0]), np.array([0.5, -0.5]), np.ones(2)))
         0.5
@@ -38,6 +46,12 @@ def share(
 @dataclass
 class Split:
     """A split of L(log a) into a mask part and a residual-stream part.
+
+    Attributes:
+        rho_mask: Share of L(log a) due to the mask (methodology §4.2).
+        rho_res: Share due to the residual stream, 1 − ``rho_mask``.
+        c_mask: The mask part of L(log a), ``rho_mask`` × L(log a).
+        c_res: The residual-stream part, ``rho_res`` × L(log a).
 
     Example:
         >>> s = split(np.array([1.0, -1.0]), np.array([0.25, -0.25]), np.ones(2), leakage=0.2)
@@ -61,6 +75,15 @@ def split(
 
     ``p_pattern``, ``p_counterfactual`` [..., K] over K cells with ``counts`` [K];
     ``leakage`` is L(log a) for the same projection.
+
+    Args:
+        p_pattern: P(log a) over the cells, [..., K].
+        p_counterfactual: P(log a') of the mask-only counterfactual, [..., K].
+        counts: Number of pairs in each cell, [K].
+        leakage: L(log a), the leakage of the same projection.
+
+    Returns:
+        The shares and parts of each head.
 
     Example:
         >>> same = np.array([0.5, -0.5])

@@ -103,6 +103,14 @@ def head_metrics(
     ``layer_windows`` is each layer's sliding window (None: causal), as kept in
     :attr:`poslens.fit.sums.CellSums.layer_windows`.
 
+    Args:
+        p: Pooled sums of one replicate (no group axis).
+        binning: The query and offset bins of the measurement.
+        layer_windows: Each layer's sliding window (``None``: full causal).
+
+    Returns:
+        ``{metric name: [window, layer, head] array}``.
+
     Example:
         >>> m = head_metrics(sums.pooled(), sums.binning, sums.layer_windows)  # doctest: +SKIP
         >>> m["c_res"].shape  # doctest: +SKIP
@@ -183,6 +191,12 @@ def head_metrics(
 def aggregate(per_head: dict[str, Float[np.ndarray, "windows layers heads"]]) -> dict[str, Float[np.ndarray, "windows layers+1 heads+1"]]:
     """Add the head = −1 (mean over heads) and layer = −1 (mean over layers ≥ 1) entries.
 
+    Args:
+        per_head: ``{metric name: [window, layer, head] array}``, as :func:`head_metrics` returns.
+
+    Returns:
+        The same metrics, [window, layer + 1, head + 1], the means last.
+
     Example:
         >>> agg = aggregate({"c_res": np.ones((2, 3, 4)), "c_mask": np.ones((2, 3, 4)),
         ...                  "leakage_pattern": 2 * np.ones((2, 3, 4))})
@@ -214,6 +228,14 @@ def all_metrics(
 ) -> dict[str, Float[np.ndarray, "windows layers_and_mean heads_and_mean"]]:
     """Per-head metrics with their aggregates, from pooled sums.
 
+    Args:
+        p: Pooled sums (no group axis).
+        binning: The query and offset bins of the measurement.
+        layer_windows: Each layer's sliding window (``None``: full causal).
+
+    Returns:
+        ``{metric name: [window, layer + 1, head + 1] array}``.
+
     Example:
         >>> all_metrics(sums.pooled(), sums.binning, sums.layer_windows)["c_res"].shape  # doctest: +SKIP
         (2, 31, 10)"""
@@ -229,6 +251,12 @@ def held_out_metrics(sums: CellSums) -> tuple[
     Returns (pooled values, per-fold values [G, ...]) for leakage_pattern_heldout
     and leakage_logit_heldout, aggregated like :func:`aggregate`; the pooled
     value is Σ_g (SSE_R − SSE_F) / Σ_g SST over folds g.
+
+    Args:
+        sums: Grouped sums (at least 2 groups).
+
+    Returns:
+        ``(pooled, per_fold)``: ``{metric name: array}`` each, per-fold arrays with the group axis first.
 
     Example:
         >>> pooled, folds = held_out_metrics(sums)  # doctest: +SKIP
@@ -295,6 +323,13 @@ def probe_metrics(
     Fold g trains on the other groups and scores on g. Returns (pooled R²,
     per-fold R² [G, ...]), both [window, layer + 1] (last = mean over layers ≥ 1).
 
+    Args:
+        sums: Grouped sums (at least 2 groups).
+        penalty: Ridge penalty, relative to each feature's variance (:func:`~poslens.fit.stats.ridge_fit`).
+
+    Returns:
+        ``(pooled, per_fold)``: the held-out R², [window, layer + 1] and [G, window, layer + 1].
+
     Example:
         >>> r2, per_fold = probe_metrics(sums)  # doctest: +SKIP
         >>> r2.shape  # doctest: +SKIP
@@ -347,6 +382,16 @@ def metrics_with_intervals(sums: CellSums, probe: bool = True) -> dict[
     group used in the replay); held-out ones
     (``*_heldout``, ``probe_r2``) intervals from their per-fold spread;
     ``leakage_pattern_bias`` is in-sample minus held-out, jackknifed per fold.
+
+    Args:
+        sums: Grouped sums of one measurement.
+        probe: Whether to fit the position probe (``probe_r2``).
+
+    Returns:
+        ``{metric name: (value, ci_low, ci_high)}``, each [window, layer + 1, head + 1].
+
+    Raises:
+        ValueError: When the sums have fewer than 2 groups (no interval can be formed).
 
     Example:
         >>> value, low, high = metrics_with_intervals(sums)["c_res"]  # doctest: +SKIP

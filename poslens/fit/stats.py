@@ -30,6 +30,12 @@ class Projection:
 
     Arrays are [..., K] over the K non-empty cells; ``counts`` is [K].
 
+    Attributes:
+        counts: Number of pairs in each non-empty cell, [K].
+        relative: Fitted values of model R (offset bins only), [..., K].
+        additive: Fitted values of model F (offset plus query bins), [..., K].
+        saturated: Cell means (the saturated model), [..., K].
+
     Example:
         >>> p = project(np.array([[2.0, 3.0], [1.0, 4.0]]), np.array([[2.0, 1.0], [1.0, 2.0]]))
         >>> p.counts.tolist(), p.saturated.tolist()   # cells in row-major order, saturated = cell means
@@ -59,6 +65,12 @@ def design(counts: Float[np.ndarray, "qbins obins"]) -> tuple[Bool[np.ndarray, "
     Returns (cell mask [C, B], design [K, B + C − 1]); offset-bin columns
     first, then query bins but the first (identifiability).
 
+    Args:
+        counts: Number of pairs in each cell, [C, B].
+
+    Returns:
+        ``(mask, design)``: the non-empty cells [C, B] and model F's design over them [K, B + C − 1].
+
     Example:
         >>> mask, a = design(np.array([[1.0, 0.0], [2.0, 3.0]]))
         >>> a.tolist()
@@ -76,6 +88,13 @@ def design(counts: Float[np.ndarray, "qbins obins"]) -> tuple[Bool[np.ndarray, "
 
 def project(sums: Float[np.ndarray, "*batch qbins obins"], counts: Float[np.ndarray, "qbins obins"]) -> Projection:
     """Fit models R, F and saturated to cell sums ``sums`` [..., C, B] with counts [C, B].
+
+    Args:
+        sums: Cell sums of the response, [..., C, B].
+        counts: Number of pairs in each cell, [C, B].
+
+    Returns:
+        The fitted values of the three models over the non-empty cells.
 
     Example:
         >>> counts = np.array([[2.0, 1.0], [1.0, 2.0]])
@@ -126,6 +145,14 @@ def weighted_inner(
 ) -> Float[np.ndarray, "*batch"] | float:
     """⟨x, y⟩ = Σ_k n_k x_k y_k over cells.
 
+    Args:
+        x: Values per cell, [..., K].
+        y: Values per cell, [..., K].
+        counts: Weight n_k of each cell, [K].
+
+    Returns:
+        The weighted inner product, [...].
+
     Example:
         >>> float(weighted_inner(np.array([1.0, 2.0]), np.array([3.0, 1.0]), np.array([1.0, 2.0])))
         7.0
@@ -137,6 +164,14 @@ def total_sum_of_squares(
     sum_sq: Float[np.ndarray, "*batch"] | float, total: Float[np.ndarray, "*batch"] | float, count: int | float | Float[np.ndarray, "*batch"]
 ) -> Float[np.ndarray, "*batch"] | float:
     """SST = Σy² − (Σy)²/n.
+
+    Args:
+        sum_sq: Σy².
+        total: Σy.
+        count: n.
+
+    Returns:
+        SST, with the broadcast shape of the inputs.
 
     Example:
         >>> float(total_sum_of_squares(np.array(14.0), np.array(6.0), 3))
@@ -152,6 +187,13 @@ def linear_r2_gain(
 
     ``m`` holds n, i1, j1, ii, jj, ij (pairs) and y1, yi, yj (sums of y, y·i, y·j);
     i − j, i and j are collinear, so [i−j, i, j] spans the same space as [i−j, i].
+
+    Args:
+        m: The moment sums, by name.
+        sst: Total sum of squares of y.
+
+    Returns:
+        The gain in R² of each head.
 
     Example:
         >>> i = np.array([1, 2, 2, 3, 3, 3.]); j = np.array([0, 0, 1, 0, 1, 2.]); y = np.log1p(i)
@@ -188,6 +230,16 @@ def ridge_fit(
     penalty is ``penalty`` × each feature's variance (ridge on standardized
     features); constant features get weight 0.
 
+    Args:
+        xtx: Σ x̃ x̃ᵀ over the rows.
+        xty: Σ x̃ y over the rows.
+        y1: Σ y over the rows.
+        n: Number of rows.
+        penalty: Ridge penalty, relative to each feature's variance.
+
+    Returns:
+        θ = [intercept, weights] on the original feature scale.
+
     Example:
         >>> x = np.c_[np.ones(4), [0., 1., 2., 3.]]; y = 1 + 2 * x[:, 1]
         >>> np.round(ridge_fit(x.T @ x, x.T @ y, y.sum(), 4, penalty=0.0), 6).tolist()
@@ -207,6 +259,17 @@ def held_out_r2(
 ) -> tuple[float, float]:
     """(SSE, SST) of predictions x̃θ on rows summarized by xtx, xty, yy, y1, n.
 
+    Args:
+        theta: Probe parameters [intercept, weights], from :func:`ridge_fit`.
+        xtx: Σ x̃ x̃ᵀ over the held-out rows.
+        xty: Σ x̃ y over the held-out rows.
+        yy: Σ y² over the held-out rows.
+        y1: Σ y over the held-out rows.
+        n: Number of held-out rows.
+
+    Returns:
+        ``(SSE, SST)``; the held-out R² is 1 − SSE/SST.
+
     Example:
         >>> x = np.c_[np.ones(3), [0., 1., 2.]]; y = np.array([1., 3., 5.])
         >>> held_out_r2(np.array([1., 2.]), x.T @ x, x.T @ y, (y*y).sum(), y.sum(), 3)
@@ -219,6 +282,13 @@ def held_out_r2(
 
 def t_quantile(groups: int, level: float = 0.95) -> float:
     """Two-sided Student-t quantile for ``groups`` − 1 degrees of freedom.
+
+    Args:
+        groups: Number of groups G.
+        level: Two-sided coverage.
+
+    Returns:
+        The quantile t_{level, G−1}.
 
     Example:
         >>> round(t_quantile(8), 3)
@@ -233,6 +303,14 @@ def jackknife_interval(
     """Delete-one-group jackknife interval: estimate ± t·se, replicates on axis 0.
 
     se² = (G−1)/G · Σ_g (θ_(g) − mean θ_(·))².
+
+    Args:
+        estimate: The full-sample estimate.
+        replicates: The leave-one-group-out estimates, replicates on axis 0.
+        level: Two-sided coverage.
+
+    Returns:
+        ``(low, high)``, each of the estimate's shape.
 
     Example:
         >>> lo, hi = jackknife_interval(np.array(1.0), np.array([0.9, 1.0, 1.1, 1.0]))
@@ -253,6 +331,14 @@ def fold_interval(
 ) -> tuple[Float[np.ndarray, "*shape"] | float, Float[np.ndarray, "*shape"] | float]:
     """Interval for a held-out statistic: pooled value ± t·sd(fold values)/√G.
 
+    Args:
+        pooled: The statistic over all folds.
+        per_fold: The statistic of each fold, folds on axis 0.
+        level: Two-sided coverage.
+
+    Returns:
+        ``(low, high)``, each of the pooled value's shape.
+
     Example:
         >>> lo, hi = fold_interval(np.array(0.5), np.array([0.4, 0.5, 0.6]))
         >>> round(float(hi - lo), 3)
@@ -272,6 +358,17 @@ def depth_slope(layers: np.ndarray, values: np.ndarray, level: float = 0.95) -> 
     The interval is slope ± t_{level, n−1} · se, se² = (n−1)/n · Σ_k (b_(k) − mean b)²,
     b_(k) the slope without layer k (:func:`jackknife_interval` over the n layers).
     Needs at least 3 layers.
+
+    Args:
+        layers: Layer indices.
+        values: One value per layer.
+        level: Two-sided coverage.
+
+    Returns:
+        ``(slope, low, high)``.
+
+    Raises:
+        ValueError: When fewer than 3 layers are given.
 
     Example:
         >>> s, lo, hi = depth_slope(np.array([1, 2, 3, 4]), np.array([0.1, 0.2, 0.3, 0.4]))

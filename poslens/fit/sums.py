@@ -78,6 +78,40 @@ class SumArrays:
     without it (``*groups`` empty) once pooled or reduced. The replicate fields
     exist only with the group axis; the reductions set them to ``None``.
 
+    Attributes:
+        pair_count: Sum of 1 (pair count; structural). Shape (G, L, C, B).
+        count_term: Sum of count term c_i = log|V_i|. Shape (G, L, C, B).
+        logit: Sum of logit s_ij. Shape (G, L, H, C, B).
+        log_partition: Sum of log Z_i. Shape (G, L, H, C, B).
+        query_pair_count: Sum of 1, per query bin. Shape (G, L, C).
+        count_term_sq: Sum of c_i². Shape (G, L, C).
+        logit_sq: Sum of s_ij². Shape (G, L, H, C).
+        log_partition_sq: Sum of (log Z_i)². Shape (G, L, H, C).
+        logit_x_log_partition: Sum of s_ij · log Z_i. Shape (G, L, H, C).
+        logit_x_query_position: Sum of s_ij · i. Shape (G, L, H, C).
+        logit_x_key_position: Sum of s_ij · j. Shape (G, L, H, C).
+        query_position: Sum of i. Shape (G, L, C).
+        key_position: Sum of j. Shape (G, L, C).
+        query_position_sq: Sum of i². Shape (G, L, C).
+        key_position_sq: Sum of j². Shape (G, L, C).
+        query_x_key_position: Sum of i · j. Shape (G, L, C).
+        query_row_count: Sum of 1 per query row (not per pair). Shape (G, C).
+        features: Sum of row features a_i0, entropy, a_ii, max_j a_ij. Shape (G, L, H, F, C).
+        probe_gram: Sum of x̃ x̃ᵀ of the probe design x̃ = [1, features of all heads]. Shape (G, L, W, D, D).
+        probe_design_x_target: Sum of x̃ · y of the probe target y = log(i + 1). Shape (G, L, W, D).
+        probe_target: Sum of y. Shape (G, L, W).
+        probe_target_sq: Sum of y². Shape (G, L, W).
+        probe_row_count: Sum of 1 per probe row. Shape (G, L, W).
+        sequence_count: Sum of 1 per sequence. Shape (G).
+        logit_by_row: Sum of Σ_{j∈V_i} s_ij per exact row i (methodology §4.3). Shape (G, L, H, T).
+        key0_logit_by_row: Sum of s_i0 per exact row (0 where key 0 is not visible). Shape (G, L, H, T).
+        logit_by_offset_all: Sum of s_{i,i−Δ} per exact offset Δ, rows 1 ≤ i < T. Shape (G, L, H, T).
+        logit_by_offset_early: Sum of s_{i,i−Δ} per exact offset Δ over the early rows 1 ≤ i < Q (Q capped at T). Shape (G, L, H, Q).
+        counterfactual_all: Sum of log a'_ij(n) of the per-sequence counterfactual, all-window fit. Shape (G, L, H, C, B).
+        counterfactual_early: Sum of log a'_ij(n) of the per-sequence counterfactual, the early window's fit (0 outside it). Shape (G, L, H, C, B).
+        counterfactual_all_replicate: Row g: ``counterfactual_all`` refitted without group g; ``None`` once reduced. Shape (G, L, H, C, B).
+        counterfactual_early_replicate: Row g: ``counterfactual_early`` refitted without group g; ``None`` once reduced. Shape (G, L, H, C, B).
+
     Example:
         >>> a = SumArrays.zeros(groups=2, layers=3, heads=4, binning=Binning(32))
         >>> a.logit.shape   # groups, layers, heads, query bins, offset bins
@@ -121,6 +155,9 @@ class SumArrays:
     def names(cls) -> tuple[str, ...]:
         """The field names, in the order of the table above.
 
+        Returns:
+            The names of all fields, replicates included.
+
         Example:
             >>> SumArrays.names()[:3]
             ('pair_count', 'count_term', 'logit')
@@ -130,6 +167,15 @@ class SumArrays:
     @classmethod
     def zeros(cls, groups: int, layers: int, heads: int, binning: Binning) -> "SumArrays":
         """Zeroed arrays (with the group axis) for every statistic.
+
+        Args:
+            groups: Number of groups G (the jackknife's units).
+            layers: Number of layers L.
+            heads: Number of heads H per layer.
+            binning: The query and offset bins, which fix the cell axes.
+
+        Returns:
+            Float64 zeros of the shapes :func:`array_shapes` gives.
 
         Example:
             >>> a = SumArrays.zeros(groups=2, layers=3, heads=4, binning=Binning(32))
@@ -141,6 +187,9 @@ class SumArrays:
     def as_dict(self) -> dict[str, Float[np.ndarray, "..."]]:
         """``{field name: array}`` for every field that holds an array (replicates left out when ``None``).
 
+        Returns:
+            The arrays by field name, in the order of :meth:`names`.
+
         Example:
             >>> a = SumArrays.zeros(groups=2, layers=1, heads=1, binning=Binning(8))
             >>> len(a.as_dict()) == len(SumArrays.names())
@@ -151,6 +200,12 @@ class SumArrays:
     def counterfactual(self, window: str) -> Float[np.ndarray, "*groups layers heads qbins obins"]:
         """``counterfactual_early`` or ``counterfactual_all`` by window name.
 
+        Args:
+            window: ``"early"`` or ``"all"``.
+
+        Returns:
+            The counterfactual sums of that window (the same array, not a copy).
+
         Example:
             >>> a = SumArrays.zeros(groups=2, layers=1, heads=1, binning=Binning(8))
             >>> a.counterfactual("early") is a.counterfactual_early
@@ -160,6 +215,15 @@ class SumArrays:
 
     def counterfactual_replicate(self, window: str) -> Float[np.ndarray, "groups layers heads qbins obins"]:
         """``counterfactual_early_replicate`` or ``counterfactual_all_replicate`` by window name.
+
+        Args:
+            window: ``"early"`` or ``"all"``.
+
+        Returns:
+            The per-group replicate counterfactual sums of that window.
+
+        Raises:
+            ValueError: When these sums have no replicate arrays (pooled or reduced sums).
 
         Example:
             >>> a = SumArrays.zeros(groups=2, layers=1, heads=1, binning=Binning(8))
@@ -173,6 +237,12 @@ class SumArrays:
 
     def logit_by_offset(self, window: str) -> Float[np.ndarray, "*groups layers heads offsets"]:
         """``logit_by_offset_early`` or ``logit_by_offset_all`` by window name.
+
+        Args:
+            window: ``"early"`` or ``"all"``.
+
+        Returns:
+            The per-offset logit sums of that window.
 
         Example:
             >>> a = SumArrays.zeros(groups=2, layers=1, heads=1, binning=Binning(64, early=32))
@@ -190,6 +260,15 @@ def _window(window: str) -> str:
 
 def array_shapes(groups: int, layers: int, heads: int, binning: Binning) -> dict[str, tuple[int, ...]]:
     """The shape of every statistic in the table above, by :class:`SumArrays` field name.
+
+    Args:
+        groups: Number of groups G.
+        layers: Number of layers L.
+        heads: Number of heads H per layer.
+        binning: The query and offset bins.
+
+    Returns:
+        ``{field name: shape}`` for every :class:`SumArrays` field, with the group axis first.
 
     Example:
         >>> array_shapes(2, 3, 4, Binning(32))["logit"]   # groups, layers, heads, query bins, offset bins
@@ -224,6 +303,15 @@ def sums_bytes(groups: int, layers: int, heads: int, binning: Binning) -> int:
     The accumulators live for the whole capture run; at the default 8 groups
     they are tens of MiB for a 30-layer model (see :mod:`poslens.runtime.memory`).
 
+    Args:
+        groups: Number of groups G.
+        layers: Number of layers L.
+        heads: Number of heads H per layer.
+        binning: The query and offset bins.
+
+    Returns:
+        The bytes of every float64 array a :class:`CellSums` of these sizes holds.
+
     Example:
         >>> s = CellSums.zeros(groups=2, layers=3, heads=4, binning=Binning(32))
         >>> held = [*s.per_group.as_dict().values(), s.row_features, s.row_count, s.group_sizes]
@@ -239,6 +327,15 @@ def counterfactual_bytes(groups: int, layers: int, heads: int, binning: Binning)
     """Bytes the counterfactual replay holds besides the sums: per window, the cross-fitted residuals A
     (per group, per variant of the current group, and as exp(−A) weights, each [G, L, H, C·B]),
     and Σ log Z' per group, variant, layer, head and row.
+
+    Args:
+        groups: Number of groups G.
+        layers: Number of layers L.
+        heads: Number of heads H per layer.
+        binning: The query and offset bins.
+
+    Returns:
+        The bytes of the replay's residual and log-partition arrays.
 
     Example:
         >>> counterfactual_bytes(2, 3, 4, Binning(32)) > 0
@@ -259,6 +356,14 @@ class CellSums:
     ``layer_windows`` the sliding window of each layer (None: full causal), which
     the counterfactual fit of methodology §4.1 needs.
 
+    Attributes:
+        binning: The query and offset bins the sums were taken over.
+        per_group: The statistics, with the group axis first.
+        row_features: Per-query feature sums over all sequences, [L, H, F, T].
+        row_count: Number of sequences that contributed to each query position, [T].
+        group_sizes: Number of sequences in each group, [G].
+        layer_windows: Each layer's sliding window (``None``: full causal); empty when unknown.
+
     Example:
         >>> sums = CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16))
         >>> sums.pooled().logit.shape
@@ -277,6 +382,16 @@ class CellSums:
         cls, groups: int, layers: int, heads: int, binning: Binning, layer_windows: tuple[int | None, ...] | None = None
     ) -> "CellSums":
         """Empty sums (all zeros) for ``groups`` groups of a model with ``layers`` × ``heads``.
+
+        Args:
+            groups: Number of groups G.
+            layers: Number of layers L.
+            heads: Number of heads H per layer.
+            binning: The query and offset bins.
+            layer_windows: Each layer's sliding window (``None``: full causal); default all full causal.
+
+        Returns:
+            Zeroed sums, ready for :class:`~poslens.capture.leakage_capture.LeakageCapture` to add into.
 
         Example:
             >>> s = CellSums.zeros(groups=3, layers=2, heads=4, binning=Binning(16))
@@ -330,6 +445,9 @@ class CellSums:
     def pooled(self) -> SumArrays:
         """Sums over all groups (the group axis removed).
 
+        Returns:
+            The sums of all groups together, without the group axis.
+
         Example:
             >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
             >>> s.per_group.pair_count[:, 0, 0, 0] = [1.0, 2.0, 3.0]   # pairs in cell (0, 0) of each group
@@ -341,6 +459,12 @@ class CellSums:
     def leave_out(self, group: int) -> SumArrays:
         """Sums over all groups but ``group`` (a jackknife replicate); the counterfactual sums are the replicate's own.
 
+        Args:
+            group: Index of the group to leave out.
+
+        Returns:
+            The sums of every other group, without the group axis.
+
         Example:
             >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
             >>> s.per_group.pair_count[:, 0, 0, 0] = [1.0, 2.0, 3.0]
@@ -351,6 +475,9 @@ class CellSums:
 
     def leave_out_each(self) -> Iterator[SumArrays]:
         """:meth:`leave_out` of every group in turn (the jackknife replicates), pooling the groups once for all of them.
+
+        Yields:
+            For group 0, 1, …, G − 1 in turn, the sums of every other group.
 
         Example:
             >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
@@ -373,6 +500,12 @@ class CellSums:
     def leave_out_groups(self, groups: set[int]) -> SumArrays:
         """Sums over all groups but those in ``groups`` (per-group arrays only; no replicate arrays).
 
+        Args:
+            groups: Indices of the groups to leave out.
+
+        Returns:
+            The sums of the remaining groups, without the group axis; the replicate fields are ``None``.
+
         Example:
             >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
             >>> s.per_group.pair_count[:, 0, 0, 0] = [1.0, 2.0, 3.0]
@@ -384,6 +517,12 @@ class CellSums:
 
     def group(self, group: int) -> SumArrays:
         """Sums of one group.
+
+        Args:
+            group: Index of the group.
+
+        Returns:
+            That group's sums, without the group axis.
 
         Example:
             >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
@@ -415,6 +554,10 @@ class CellSums:
         :meth:`poslens.measurement.result.Result.save` writes the same tag into
         the Parquet file, so a table is never paired with another run's sums.
 
+        Args:
+            path: The ``.npz`` file to write.
+            tag: A label stored with the arrays, to pair them with a table (default none).
+
         Example:
             >>> import tempfile, pathlib; path = pathlib.Path(tempfile.mkdtemp()) / "sums.npz"
             >>> CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16)).save(path)
@@ -437,6 +580,12 @@ class CellSums:
     def tag_of(path: str | Path) -> str:
         """The tag a sums file was saved with (``""`` for none, or for sums saved by an older poslens).
 
+        Args:
+            path: A ``.npz`` file written by :meth:`save`.
+
+        Returns:
+            The stored tag, or ``""``.
+
         Example:
             >>> import tempfile, pathlib; path = pathlib.Path(tempfile.mkdtemp()) / "sums.npz"
             >>> CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16)).save(path, tag="run-1")
@@ -449,6 +598,15 @@ class CellSums:
     @classmethod
     def load(cls, path: str | Path) -> "CellSums":
         """Read sums written by :meth:`save`; sums written by an older poslens (other array names) raise ``ValueError``.
+
+        Args:
+            path: A ``.npz`` file written by :meth:`save`.
+
+        Returns:
+            The sums as they were saved.
+
+        Raises:
+            ValueError: When the file lacks arrays the current version needs (written by an older poslens).
 
         Example:
             >>> import tempfile, pathlib; path = pathlib.Path(tempfile.mkdtemp()) / "sums.npz"

@@ -29,6 +29,19 @@ def reduction(before: Result, after: Result, metric: str = "c_res", query_window
     not the held-out or probe figures), ``query_window`` ``early`` or ``all``;
     anything else raises ``ValueError`` naming the choices.
 
+    Args:
+        before: The baseline result.
+        after: The intervention's result, on the same corpus and grouping.
+        metric: The figure to compare (refitted from the sums).
+        query_window: ``early`` or ``all``.
+
+    Returns:
+        The reduction per layer and over layers, with intervals, in the tidy schema.
+
+    Raises:
+        ValueError: When the window or metric is unknown, a result lacks its sums, or the two runs
+            differ in corpus or grouping.
+
     Example:
         >>> base = poslens.measure(model, corpus)                                            # doctest: +SKIP
         >>> swap = poslens.measure(model, corpus, interventions=[BosReplacement("mean")])   # doctest: +SKIP

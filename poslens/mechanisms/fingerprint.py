@@ -44,6 +44,17 @@ def position0_trajectories(model: Any, tokens: torch.Tensor, batch_size: int = 8
 
     Hooks copy only ``x[:, 0]``; nothing else is kept. Returned in float32 on the CPU.
 
+    Args:
+        model: The loaded model.
+        tokens: Token ids, [N, T].
+        batch_size: Sequences per forward pass.
+
+    Returns:
+        The position-0 residuals, [N, L + 1, d_model], float32 on the CPU.
+
+    Raises:
+        RuntimeError: When a residual hook never fires (the bridge does not expose it).
+
     Example:
         >>> x = position0_trajectories(model, corpus.tokens)  # doctest: +SKIP
         >>> x.shape  # doctest: +SKIP
@@ -97,6 +108,13 @@ def dispersion(trajectories: torch.Tensor | np.ndarray, groups: int = 8) -> Inte
     inputs are split into ``groups`` contiguous groups (:func:`poslens.measurement.pipeline.group_of`).
     Returns (value, ci_low, ci_high), each [L + 1]. Computed in float64.
 
+    Args:
+        trajectories: Position-0 residuals, [N, L + 1, d].
+        groups: Number of contiguous groups for the jackknife.
+
+    Returns:
+        ``(value, ci_low, ci_high)``, each [L + 1].
+
     Example:
         >>> x = np.ones((4, 2, 3)); x[:, 1] += np.arange(4)[:, None]
         >>> value, low, high = dispersion(x, groups=2)
@@ -131,6 +149,16 @@ def trajectory_similarity(model: Any, token_ids: Sequence[int]) -> Interval:
     delete-one-token jackknife (the tokens are a sample of possible first
     tokens). Returns (value, ci_low, ci_high), each [L + 1].
 
+    Args:
+        model: The loaded model.
+        token_ids: Distinct first tokens.
+
+    Returns:
+        ``(value, ci_low, ci_high)``, each [L + 1].
+
+    Raises:
+        ValueError: When ``token_ids`` holds a token twice.
+
     Example:
         >>> value, low, high = trajectory_similarity(model, [13, 28, 30, 253])  # doctest: +SKIP
         >>> value[-1]  # cosine after the last block  # doctest: +SKIP
@@ -149,6 +177,20 @@ class Readout:
     ``chance`` is 1/K; ``permuted_chance`` is the mean accuracy under the null,
     [``permuted_low``, ``permuted_high``] its central 95% range, and ``p_value``
     the permutation p-value (1 + #{null ≥ accuracy}) / (1 + ``n_permutations``).
+
+    Attributes:
+        accuracy: Held-out accuracy, pooled over folds.
+        ci_low: Lower end of its 95% interval over folds.
+        ci_high: Upper end of its 95% interval over folds.
+        chance: 1/K.
+        permuted_chance: Mean accuracy under the label-permutation null.
+        permuted_low: Lower end of the null's central 95% range.
+        permuted_high: Upper end of the null's central 95% range.
+        p_value: The permutation p-value.
+        n_classes: Number of classes K.
+        n_seqs: Number of sequences N.
+        n_permutations: Number of label permutations of the null.
+        n_features: Number of features per sequence (before constant ones are dropped).
 
     Example:
         >>> r = centroid_readout(np.eye(2)[[0, 1] * 4], [0, 1] * 4, groups=2, n_permutations=99)
@@ -229,6 +271,14 @@ def _predict(folds: list[_Fold], codes: np.ndarray, k: int) -> np.ndarray:
 def permute_within_groups(labels: np.ndarray, group: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """The labels shuffled inside each group: every group (hence every fold) keeps its class counts.
 
+    Args:
+        labels: One label per sequence.
+        group: The group of each sequence.
+        rng: The random generator.
+
+    Returns:
+        The shuffled labels (a new array).
+
     Example:
         >>> y, g = np.array([0, 1, 0, 1, 2, 2]), np.array([0, 0, 0, 1, 1, 1])
         >>> p = permute_within_groups(y, g, np.random.default_rng(0))
@@ -266,6 +316,20 @@ def centroid_readout(features: np.ndarray, labels: Sequence[int], groups: int = 
     chance) or when a class is missing from a training fold (a class held in a
     single group): see :func:`varied_corpus` for a design that puts every class
     in every group.
+
+    Args:
+        features: Features, [N, n_features].
+        labels: One class per row.
+        groups: Number of contiguous groups (folds).
+        n_permutations: Number of label permutations of the null.
+        seed: Seed of the permutations.
+
+    Returns:
+        The accuracy, its interval, chance and the permutation null.
+
+    Raises:
+        ValueError: When the shapes disagree, ``n_permutations`` is below 1, there is one class only,
+            or a class occurs in one group only.
 
     Example:
         >>> r = centroid_readout(np.eye(2)[[0, 1] * 8], [0, 1] * 8, groups=4, n_permutations=99)
@@ -308,6 +372,19 @@ def readout_features(
 
     Returns [N, len(heads) · d_head] in float64; heads in the order given.
 
+    Args:
+        model: The loaded model.
+        tokens: Token ids, [N, T].
+        heads: ``(layer, head)`` pairs to read.
+        positions: Query positions to average over; default all i ≥ 1.
+        batch_size: Sequences per forward pass.
+
+    Returns:
+        The features, [N, len(heads) · d_head], float64.
+
+    Raises:
+        ValueError: When ``heads`` is empty or a position is outside 1..T − 1.
+
     Example:
         >>> readout_features(model, corpus.tokens, [(3, 0), (5, 2)]).shape  # doctest: +SKIP
         (32, 128)
@@ -345,6 +422,18 @@ def readout(
     Features: :func:`readout_features`; labels: ``corpus.position0_token_ids``;
     classifier, chance (1/K) and permutation null: :func:`centroid_readout`.
 
+    Args:
+        model: The loaded model.
+        corpus: A corpus with a varied position 0 (:func:`varied_corpus`).
+        heads: ``(layer, head)`` pairs to read.
+        positions: Query positions to average over; default all i ≥ 1.
+        groups: Number of contiguous groups (folds).
+        n_permutations: Number of label permutations of the null.
+        seed: Seed of the permutations.
+
+    Returns:
+        The readout's accuracy against chance and the null.
+
     Example:
         >>> r = readout(model, varied_corpus(model, 64, 48, 8, groups=8), [(3, 0), (5, 2)], groups=8)  # doctest: +SKIP
         >>> r.accuracy, r.chance, r.p_value  # doctest: +SKIP
@@ -360,6 +449,17 @@ def balanced_classes(n_seqs: int, n_classes: int, groups: int) -> np.ndarray:
     group holds each class ⌊size/K⌋ or ⌈size/K⌉ times. This needs every group
     to have at least K sequences, i.e. n_seqs ≥ K · groups; otherwise
     ``ValueError`` naming that minimum.
+
+    Args:
+        n_seqs: Number of sequences.
+        n_classes: Number of classes K.
+        groups: Number of contiguous groups.
+
+    Returns:
+        The class of each sequence, [n_seqs].
+
+    Raises:
+        ValueError: When K < 2, or n_seqs < K · groups.
 
     Example:
         >>> balanced_classes(8, 2, 2).tolist()
@@ -390,6 +490,20 @@ def varied_corpus(model: Any, n_seqs: int, seq_len: int, n_first_tokens: int, se
     windows are those of ``position0='bos'`` with the same seed (the first
     n of them for a BOS corpus of n ≤ n_seqs sequences), so the corpora differ
     only at position 0.
+
+    Args:
+        model: The loaded model.
+        n_seqs: Number of sequences, at least K · groups.
+        seq_len: Tokens per sequence.
+        n_first_tokens: Number of first tokens K.
+        seed: Seed of the text windows.
+        groups: Number of contiguous groups.
+
+    Returns:
+        The corpus, with ``position0_token_ids`` set.
+
+    Raises:
+        ValueError: When the sampled text holds fewer than K distinct tokens.
 
     Example:
         >>> c = varied_corpus(model, 64, 48, 8, groups=8)  # doctest: +SKIP
@@ -477,6 +591,21 @@ def fingerprint(
     If no head reaches τ, the 3 heads with the highest sink score are read
     (``meta['heads_rule']`` says which). ``meta['bos_check']`` records the
     built-in check that BOS dispersion is ≤ ``BOS_TOLERANCE`` (a warning if not).
+
+    Args:
+        model: The loaded model.
+        n_seqs: Sequences per dispersion corpus.
+        seq_len: Tokens per sequence.
+        n_first_tokens: Number of first tokens K of the readout and the similarity.
+        groups: Number of contiguous groups (jackknife groups and folds).
+        seed: Seed of the text windows and permutations.
+        tau: Sink-score threshold of the heads read.
+        sink_result: A measured result to pick the heads from; default: measured here.
+        readout_seqs: Sequences of the readout corpus; default 4 · K · groups.
+        n_permutations: Number of label permutations of the readout's null.
+
+    Returns:
+        The tidy table, with ``meta['heads_rule']`` and ``meta['bos_check']``.
 
     Example:
         >>> result = fingerprint(poslens.load_model("smollm2-135m"), n_seqs=16, seq_len=48, groups=4)  # doctest: +SKIP

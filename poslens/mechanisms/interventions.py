@@ -33,6 +33,13 @@ def _embedding_module(model: Any) -> torch.nn.Module:
 def embed_tokens(model: Any, token_ids: torch.Tensor) -> torch.Tensor:
     """Embeddings of ``token_ids`` [batch, pos] through the model's own input-embedding module.
 
+    Args:
+        model: The loaded model.
+        token_ids: Token ids, [batch, pos].
+
+    Returns:
+        The embeddings, [batch, pos, d].
+
     Example:
         >>> embed_tokens(model, torch.tensor([[1]])).shape  # doctest: +SKIP
         torch.Size([1, 1, 576])
@@ -45,6 +52,13 @@ def embed_tokens(model: Any, token_ids: torch.Tensor) -> torch.Tensor:
 
 def mean_embedding(model: Any, chunk: int = 8192) -> torch.Tensor:
     """Mean over the whole vocabulary of the embedding module's output rows.
+
+    Args:
+        model: The loaded model.
+        chunk: Tokens embedded per step.
+
+    Returns:
+        The mean embedding, [d].
 
     Example:
         >>> mean_embedding(model).shape  # doctest: +SKIP
@@ -81,6 +95,10 @@ class BosReplacement:
     ``kind`` is ``mean``, ``zero``, ``noise`` (one seeded Gaussian direction,
     scaled to the norm of the embedding it replaces) or ``token:<id or string>``.
 
+    Attributes:
+        kind: ``mean``, ``zero``, ``noise`` or ``token:<id or string>``.
+        seed: The seed of the ``noise`` direction.
+
     Example:
         >>> swap = BosReplacement("mean")
         >>> swap.label
@@ -110,6 +128,9 @@ class BosReplacement:
     def describe(self) -> dict[str, Any]:
         """The settings recorded in a result's metadata; ``token_id`` is filled once the token is resolved.
 
+        Returns:
+            ``intervention`` (``"bos-replacement"``), ``kind``, ``seed`` and ``token_id``.
+
         Example:
             >>> BosReplacement("noise", seed=3).describe()
             {'intervention': 'bos-replacement', 'kind': 'noise', 'seed': 3, 'token_id': None}
@@ -122,6 +143,13 @@ class BosReplacement:
         ``mean`` and ``token:`` are computed once from ``model`` and cached;
         ``zero`` and ``noise`` do not use it. ``noise`` is one seeded Gaussian
         direction, the same for every row, scaled to the norm of each row of ``original``.
+
+        Args:
+            model: The loaded model.
+            original: The embeddings at position 0, [batch, d].
+
+        Returns:
+            The replacement vectors, [batch, d].
 
         Example:
             >>> noise = BosReplacement("noise", seed=1).replacement(None, torch.ones(2, 4))
@@ -151,6 +179,13 @@ class BosReplacement:
         """A hook on ``hook_embed`` that replaces position 0 of every sequence in the batch.
 
         The replacement vector is computed before the forward pass, which also resolves a ``token:`` spec.
+
+        Args:
+            model: The loaded model.
+            tokens: The batch's token ids, [batch, pos].
+
+        Returns:
+            ``[(hook name, hook function)]``, as ``run_with_hooks`` takes them.
 
         Example:
             >>> import tempfile, poslens
@@ -182,6 +217,10 @@ class SinkAblation:
     a_i0 becomes that mean and the other weights of the row are scaled by
     (1 − mean)/(1 − a_i0), so the row still sums to 1. Other heads are untouched.
 
+    Attributes:
+        key0_mean: ``{(layer, head): baseline mean of a_i0}`` of every ablated head.
+        label: The table's ``intervention`` column for this ablation.
+
     Example:
         >>> heads = poslens.mechanisms.sinks.sink_reading_heads(baseline)                       # doctest: +SKIP
         >>> ablate = SinkAblation(poslens.mechanisms.sinks.key0_means(baseline, heads))          # doctest: +SKIP
@@ -194,6 +233,9 @@ class SinkAblation:
     def describe(self) -> dict[str, Any]:
         """The settings recorded in a result's metadata: each head as [layer, head, mean], sorted.
 
+        Returns:
+            ``intervention`` (``"sink-path-ablation"``) and ``heads``, ``[[layer, head, mean], …]``.
+
         Example:
             >>> SinkAblation({(2, 0): 0.5, (0, 1): 0.3}).describe()
             {'intervention': 'sink-path-ablation', 'heads': [[0, 1, 0.3], [2, 0, 0.5]]}
@@ -205,6 +247,13 @@ class SinkAblation:
 
     def hooks(self, model: Any, tokens: torch.Tensor) -> list[tuple[str, Any]]:
         """One hook on ``hook_pattern`` per layer that holds an ablated head.
+
+        Args:
+            model: The loaded model.
+            tokens: The batch's token ids (unused: the ablation depends on the pattern only).
+
+        Returns:
+            ``[(hook name, hook function)]``, as ``run_with_hooks`` takes them.
 
         Example:
             >>> import tempfile, poslens
@@ -250,6 +299,9 @@ class Position0Transplant:
     Under causal attention position 0 sees only itself, so its trajectory is
     that of a one-token forward pass of ``token`` (computed once per model).
 
+    Attributes:
+        token: The token whose position-0 trajectory is transplanted: a string, or ``token:<id or string>``.
+
     Example:
         >>> transplant = Position0Transplant("token:42")
         >>> transplant.label
@@ -273,6 +325,9 @@ class Position0Transplant:
     def describe(self) -> dict[str, Any]:
         """The settings recorded in a result's metadata; ``token_id`` is filled by :meth:`trajectory`.
 
+        Returns:
+            ``intervention`` (``"position0-transplant"``), ``token`` and ``token_id``.
+
         Example:
             >>> Position0Transplant("token:42").describe()
             {'intervention': 'position0-transplant', 'token': 'token:42', 'token_id': None}
@@ -283,6 +338,12 @@ class Position0Transplant:
         """The position-0 residual entering each block for a one-token input.
 
         Computed by one forward pass on first use, then cached.
+
+        Args:
+            model: The loaded model.
+
+        Returns:
+            The residual entering each block, one [d] vector per block.
 
         Example:
             >>> import tempfile, poslens
@@ -314,6 +375,13 @@ class Position0Transplant:
     def hooks(self, model: Any, tokens: torch.Tensor) -> list[tuple[str, Any]]:
         """One hook per block on ``hook_resid_pre`` that writes the trajectory into position 0.
 
+        Args:
+            model: The loaded model.
+            tokens: The batch's token ids, [batch, pos].
+
+        Returns:
+            ``[(hook name, hook function)]``, as ``run_with_hooks`` takes them.
+
         Example:
             >>> import tempfile, poslens
             >>> from poslens.model.tiny import save_tiny_model
@@ -337,6 +405,13 @@ class Position0Transplant:
 
 def parse_replacement(spec: str, seed: int = 0) -> BosReplacement:
     """A :class:`BosReplacement` from a CLI spec: ``mean``, ``zero``, ``noise`` or ``token:X``.
+
+    Args:
+        spec: ``mean``, ``zero``, ``noise`` or ``token:X``.
+        seed: The seed of the ``noise`` direction.
+
+    Returns:
+        The replacement.
 
     Example:
         >>> parse_replacement("token:7").label

@@ -26,6 +26,12 @@ class Architecture:
     ``rope`` says whether the default config of ``config_class`` has rotary
     position embeddings (``rope_parameters`` with a ``rope_theta``).
 
+    Attributes:
+        hf_class: The transformers causal-LM class.
+        model_type: Its config's ``model_type``.
+        config_class: Its config class.
+        rope: Whether its default config has rotary position embeddings.
+
     Example:
         >>> arch = next(a for a in bridgeable_architectures() if a.hf_class == "FalconForCausalLM")
         >>> arch.model_type, arch.config_class, arch.rope
@@ -66,6 +72,9 @@ def bridgeable_architectures() -> tuple[Architecture, ...]:
     to it and TransformerLens' architecture registry names it; sorted by class name.
     Computed once per process (it builds every default config, a few seconds).
 
+    Returns:
+        The architectures, sorted by class name.
+
     Example:
         >>> names = [a.hf_class for a in bridgeable_architectures()]
         >>> "LlamaForCausalLM" in names, "GPT2LMHeadModel" in names, "BertForMaskedLM" in names
@@ -95,6 +104,9 @@ def tested_architectures() -> set[str]:
     architecture or builds its config class (``ExaoneConfig`` is served by ``LlamaForCausalLM``), or
     when :data:`~poslens.model.tiny.REFUSED_CONFIGS` holds it (refused from its config alone).
 
+    Returns:
+        The class names and model types covered.
+
     Example:
         >>> covered = tested_architectures()
         >>> "LlamaForCausalLM" in covered, "gemma3_text" in covered, "JambaForCausalLM" in covered
@@ -115,6 +127,9 @@ def not_yet_tested() -> tuple[Architecture, ...]:
     """The RoPE architectures both libraries support that no tiny kind covers yet.
 
     An architecture is covered when :func:`tested_architectures` holds its class or model type.
+
+    Returns:
+        The architectures, sorted by class name.
 
     Example:
         >>> untested = {a.hf_class for a in not_yet_tested()}

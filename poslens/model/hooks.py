@@ -18,6 +18,9 @@ Hook = tuple[str, Callable[..., Any]]
 def embed() -> str:
     """Output of the token embedding (Gemma's √d scaling included).
 
+    Returns:
+        The hook name.
+
     Example:
         >>> embed()
         'hook_embed'
@@ -27,6 +30,12 @@ def embed() -> str:
 
 def resid_pre(layer: int) -> str:
     """Residual stream entering block ``layer``.
+
+    Args:
+        layer: The block index.
+
+    Returns:
+        The hook name.
 
     Example:
         >>> resid_pre(3)
@@ -38,6 +47,12 @@ def resid_pre(layer: int) -> str:
 def resid_mid(layer: int) -> str:
     """Residual stream between attention and MLP of block ``layer``.
 
+    Args:
+        layer: The block index.
+
+    Returns:
+        The hook name.
+
     Example:
         >>> resid_mid(3)
         'blocks.3.hook_resid_mid'
@@ -47,6 +62,12 @@ def resid_mid(layer: int) -> str:
 
 def resid_post(layer: int) -> str:
     """Residual stream leaving block ``layer``.
+
+    Args:
+        layer: The block index.
+
+    Returns:
+        The hook name.
 
     Example:
         >>> resid_post(3)
@@ -58,6 +79,12 @@ def resid_post(layer: int) -> str:
 def attn_scores(layer: int) -> str:
     """Attention logits of ``layer`` as fed to the softmax, [batch, head, query, key].
 
+    Args:
+        layer: The layer index.
+
+    Returns:
+        The hook name.
+
     Example:
         >>> attn_scores(0)
         'blocks.0.attn.hook_attn_scores'
@@ -68,6 +95,12 @@ def attn_scores(layer: int) -> str:
 def attn_pattern(layer: int) -> str:
     """Attention weights (softmax) of ``layer``, [batch, head, query, key].
 
+    Args:
+        layer: The layer index.
+
+    Returns:
+        The hook name.
+
     Example:
         >>> attn_pattern(0)
         'blocks.0.attn.hook_pattern'
@@ -77,6 +110,17 @@ def attn_pattern(layer: int) -> str:
 
 def attn_qkv(layer: int, which: str, rotated: bool = False) -> str:
     """Query, key or value of ``layer``: ``which`` in ``q``, ``k``, ``v``; ``rotated`` for RoPE'd q/k.
+
+    Args:
+        layer: The layer index.
+        which: ``"q"``, ``"k"`` or ``"v"``.
+        rotated: The query or key after RoPE (not for ``"v"``).
+
+    Returns:
+        The hook name.
+
+    Raises:
+        ValueError: When ``which`` is not ``q``, ``k`` or ``v``, or ``rotated`` is asked for values.
 
     Example:
         >>> attn_qkv(2, "q", rotated=True)
@@ -93,6 +137,12 @@ def attn_qkv(layer: int, which: str, rotated: bool = False) -> str:
 
 def attn_z(layer: int) -> str:
     """Per-head attention output before the output projection, [batch, pos, head, d_head].
+
+    Args:
+        layer: The layer index.
+
+    Returns:
+        The hook name.
 
     Example:
         >>> attn_z(1)
@@ -120,6 +170,20 @@ def run_with_hooks(
     pass ends once that point's hooks have run: what follows it (the rest of
     the block, the final norm, the unembedding) is not computed, and no logits
     are returned.
+
+    Args:
+        model: The loaded model.
+        tokens: Token ids, [batch, position].
+        hooks: ``(hook name, hook function)`` pairs, run in order after the variant's.
+        logits: Whether to return the logits.
+        stop_after: A hook name after whose hooks the pass ends.
+
+    Returns:
+        The logits [batch, position, vocab] if ``logits``, else ``None``.
+
+    Raises:
+        ValueError: When ``tokens`` is not 2-D, ``logits`` is asked with ``stop_after``, or the
+            sequences are longer than the model's context.
 
     Example:
         >>> seen = []

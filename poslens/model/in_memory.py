@@ -68,7 +68,7 @@ def model_kind(obj: Any) -> str:
 
 
 def is_model_object(obj: Any) -> bool:
-    """Whether ``obj`` is a model object :func:`from_memory` takes (not a name or a path).
+    """Whether ``obj`` is a model object :func:`~poslens.model.loading.from_memory` takes (not a name or a path).
 
     Args:
         obj: anything.

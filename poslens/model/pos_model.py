@@ -1,7 +1,7 @@
 """The loaded model and what every measurement records of it: :class:`PosModel`, and the refusal of models poslens cannot read.
 
 :func:`poslens.model.loading.load_model` makes a PosModel from a name or a
-folder, :func:`poslens.model.in_memory.from_memory` from an object already in
+folder, :func:`poslens.model.loading.from_memory` from an object already in
 memory. Both are re-exported from :mod:`poslens.model.loading`.
 """
 
@@ -46,6 +46,30 @@ class PosModel:
     ``TransformerBridge`` and ``hf_model``/``tokenizer`` the objects under it.
     ``window[l]`` is the sliding-window width of layer l (None = full causal);
     ``rope_base[l]`` its RoPE base after any variant.
+
+    Attributes:
+        bridge: The TransformerLens ``TransformerBridge`` (or ``HookedTransformer``, for ``kind="hooked"``).
+        hf_model: The transformers model under it.
+        tokenizer: Its tokenizer.
+        name: The name results record (a registry name, a folder, or the model's own).
+        source: Where the weights came from.
+        source_sha256: SHA-256 of the weights, where known.
+        architecture: The transformers model class.
+        n_layers: Number of layers L.
+        n_heads: Number of query heads H per layer.
+        n_kv_heads: Number of key/value heads.
+        d_head: Dimension of a head.
+        rotary_dim: Number of dimensions RoPE rotates.
+        rope_base: The RoPE base of each layer, after any variant.
+        window: The sliding window of each layer (``None``: full causal).
+        max_context: The longest sequence the model takes.
+        bos_token_id: The BOS token's id, or ``None``.
+        bos_token: The BOS token, or ``None``.
+        tokenizer_prepends_bos: Whether the tokenizer adds BOS by itself.
+        quantized: The quantization the weights were dequantized from, or ``None``.
+        variant: The inference-time variant applied.
+        load_seconds: Seconds the loading took.
+        kind: ``"bridge"`` (a ``TransformerBridge`` over ``hf_model``) or ``"hooked"`` (a TransformerLens 3.x ``HookedTransformer``).
 
     Example:
         >>> import poslens
@@ -105,6 +129,9 @@ class PosModel:
     def embedding_module(self) -> torch.nn.Module:
         """The input-embedding module, called directly (token ids -> embeddings) without firing any hook.
 
+        Returns:
+            The module.
+
         Example:
             >>> import tempfile, torch, poslens
             >>> from poslens.model.tiny import save_tiny_model
@@ -122,6 +149,9 @@ class PosModel:
     def vocab_size(self) -> int:
         """Number of token ids the input embedding holds.
 
+        Returns:
+            The number of rows of the input embedding.
+
         Example:
             >>> import tempfile, poslens
             >>> from poslens.model.tiny import save_tiny_model
@@ -134,6 +164,9 @@ class PosModel:
 
     def rope_record(self) -> dict[str, Any]:
         """The RoPE type and scaling, as run metadata records them (:func:`poslens.model.variants.rope_summary`).
+
+        Returns:
+            ``{"rope_type": …, "rope_scaling": …}``.
 
         Example:
             >>> import tempfile, poslens
@@ -184,6 +217,9 @@ class PosModel:
 
         :func:`poslens.model.hooks.run_with_hooks` adds them by itself; a model without a window variant has none.
 
+        Returns:
+            ``[(hook name, hook function)]``; empty without a window variant.
+
         Example:
             >>> import tempfile, poslens
             >>> from poslens.model.tiny import save_tiny_model
@@ -201,6 +237,9 @@ class PosModel:
 
     def describe(self) -> dict[str, Any]:
         """Provenance of the model, as stored in every result's metadata.
+
+        Returns:
+            The model's name, source, architecture, sizes, RoPE and BOS facts, as plain values.
 
         Example:
             >>> model.describe()["n_layers"]  # doctest: +SKIP

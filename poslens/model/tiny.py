@@ -21,7 +21,7 @@ import torch
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
 
-# Fields every tiny model shares (except where a kind sets ``common=False``): 260 tokens, head_dim 16.
+#: Fields every tiny model shares (except where a kind sets ``common=False``): 260 tokens, head_dim 16.
 COMMON_FIELDS: dict[str, Any] = dict(
     vocab_size=260,
     hidden_size=64,
@@ -45,6 +45,14 @@ class TinyKind:
     ``refused`` is None for kinds poslens supports, else what the model lacks
     (such kinds exist to test the refusal).
 
+    Attributes:
+        family: The model family the kind stands for.
+        config_class: The transformers config class to build.
+        architecture: The transformers model class (``config.architectures``).
+        fields: Config fields on top of :data:`COMMON_FIELDS`.
+        common: Whether :data:`COMMON_FIELDS` apply.
+        refused: ``None`` for a supported kind, else what the model lacks.
+
     Example:
         >>> TINY_MODELS["gpt-neox"].family, TINY_MODELS["gpt-neox"].architecture
         ('GPT-NeoX / Pythia', 'GPTNeoXForCausalLM')
@@ -63,10 +71,10 @@ _TWO_SLIDING_THEN_GLOBAL: dict[str, Any] = {
     "rope_theta": 10000.0, "sliding_window": 8, "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
 }
 
-# The compatibility matrix: every kind here is built, loaded and tested by tests/test_compatibility.py,
-# and docs/make_supported_models.py writes docs/supported_models.md from it. Where the default random
-# weights leave attention too flat for a RoPE change to move the log-probs measurably (partial rotary
-# turns only 4 or 8 of 16 dimensions), a kind gets larger ones (initializer_range).
+#: The compatibility matrix: every kind here is built, loaded and tested by tests/test_compatibility.py,
+#: and docs/make_supported_models.py writes docs/supported_models.md from it. Where the default random
+#: weights leave attention too flat for a RoPE change to move the log-probs measurably (partial rotary
+#: turns only 4 or 8 of 16 dimensions), a kind gets larger ones (initializer_range).
 TINY_MODELS: dict[str, TinyKind] = {
     "llama": TinyKind("Llama 2 / SmolLM", "LlamaConfig", "LlamaForCausalLM", {"rope_theta": 10000.0}),
     "mistral": TinyKind(
@@ -561,10 +569,10 @@ TINY_MODELS: dict[str, TinyKind] = {
         refused="layers without RoPE (NoPE layers)",
     ),
 }
-# Architectures poslens refuses from their config alone, before any weights are read: tests/test_compatibility.py
-# saves each config class's default config (with these fields) and checks the refusal. HF class -> (config class,
-# fields, what the model has that poslens cannot measure).
 _HYBRID = "layers without softmax attention (state-space, linear-attention or convolution mixers)"
+#: Architectures poslens refuses from their config alone, before any weights are read: tests/test_compatibility.py
+#: saves each config class's default config (with these fields) and checks the refusal. HF class -> (config class,
+#: fields, what the model has that poslens cannot measure).
 REFUSED_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
     "BambaForCausalLM": ("BambaConfig", {}, _HYBRID),
     "FalconH1ForCausalLM": ("FalconH1Config", {}, _HYBRID),
@@ -595,6 +603,9 @@ def byte_tokenizer() -> Any:
 
     BOS is ``<s>`` (id 1), EOS ``</s>`` (id 2); it does not add BOS by itself.
 
+    Returns:
+        A transformers ``PreTrainedTokenizerFast``.
+
     Example:
         >>> tok = byte_tokenizer()
         >>> tok.bos_token_id, len(tok), tok("hi").input_ids
@@ -617,6 +628,16 @@ def byte_tokenizer() -> Any:
 
 def tiny_config(kind: str = "llama", **overrides: Any) -> Any:
     """The config of a tiny model of ``kind`` (a key of :data:`TINY_MODELS`); ``overrides`` change fields.
+
+    Args:
+        kind: A key of :data:`TINY_MODELS`.
+        **overrides: Config fields to change.
+
+    Returns:
+        The transformers config.
+
+    Raises:
+        ValueError: When ``kind`` is not a tiny model kind.
 
     Example:
         >>> cfg = tiny_config("mistral", sliding_window=8)
@@ -641,6 +662,16 @@ def save_tiny_model(folder: str | Path, kind: str = "llama", seed: int = 0, stat
 
     ``state_dict`` reuses weights (e.g. a Llama's weights in a Mistral).
     Returns the folder, ready for :func:`poslens.load_model`.
+
+    Args:
+        folder: Where to save the model.
+        kind: A key of :data:`TINY_MODELS`.
+        seed: Seed of the random weights.
+        state_dict: Weights to use instead of random ones.
+        **overrides: Config fields to change.
+
+    Returns:
+        The folder.
 
     Example:
         >>> import tempfile, poslens
@@ -678,6 +709,9 @@ def hooked_llama(hf: Any, tokenizer: Any, cls: Any = None) -> Any:
 
     Returns:
         The model, in eval mode.
+
+    Raises:
+        ValueError: When the converted weights do not match the model's parameters one for one.
 
     Example:
         >>> from transformers import AutoModelForCausalLM, AutoTokenizer  # doctest: +SKIP

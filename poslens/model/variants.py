@@ -36,6 +36,11 @@ from poslens.errors import InputError, PoslensError
 class Variant:
     """A parsed variant; ``str(variant)`` gives back the canonical spec.
 
+    Attributes:
+        ntk_alpha: The NTK scaling factor α (``ntk:α``), or ``None``.
+        window: An imposed sliding window W (``window:W``), or ``None``.
+        rope_base: An imposed RoPE base θ (``rope-base:θ``), or ``None``.
+
     Example:
         >>> v = parse_variant("ntk:4+window:64")
         >>> v.ntk_alpha, v.window, str(v)
@@ -160,6 +165,14 @@ def parse_variant(spec: str | Variant | None) -> Variant:
 def ntk_base(theta: float, alpha: float, rotary_dim: int) -> float:
     """NTK-aware scaled RoPE base θ·α^(d/(d−2)).
 
+    Args:
+        theta: The model's RoPE base θ.
+        alpha: The scaling factor α.
+        rotary_dim: The rotary dimension d.
+
+    Returns:
+        The scaled base.
+
     Example:
         >>> round(ntk_base(1e4, 4.0, 64))
         41829
@@ -171,6 +184,12 @@ def ntk_base(theta: float, alpha: float, rotary_dim: int) -> float:
 
 def rope_parameter_dicts(config: Any) -> list[dict]:
     """The rope-parameter dicts of a transformers config (one, or one per layer type).
+
+    Args:
+        config: A transformers model config.
+
+    Returns:
+        The dicts, as they are in the config (edits change it).
 
     Example:
         >>> from transformers import LlamaConfig
@@ -206,6 +225,12 @@ class VariantNotSupportedError(PoslensError, ValueError):
 def rope_types(config: Any) -> list[str]:
     """The ``rope_type`` of each rope-parameter dict of a config (``"default"`` = plain RoPE).
 
+    Args:
+        config: A transformers model config.
+
+    Returns:
+        One ``rope_type`` per rope-parameter dict.
+
     Example:
         >>> from transformers import LlamaConfig
         >>> rope_types(LlamaConfig()), rope_types(LlamaConfig(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}))
@@ -223,6 +248,13 @@ def variant_refusal(config: Any, variant: Variant) -> str | None:
     would compose two schemes, which is not NTK scaling, so it is refused.
     ``rope-base:`` sets θ under whatever scaling the model has, as the native model
     with that θ would, and ``window:`` masks scores: both apply to every RoPE model.
+
+    Args:
+        config: A transformers model config.
+        variant: The variant to apply.
+
+    Returns:
+        The reason, or ``None``.
 
     Example:
         >>> from transformers import LlamaConfig
@@ -252,6 +284,15 @@ def apply_rope_variant(config: Any, variant: Variant, rotary_dim: int) -> None:
     Raises :class:`VariantNotSupportedError` where :func:`variant_refusal` gives a
     reason, or where a resulting base is not finite or not > 1 (then the config
     is left unchanged).
+
+    Args:
+        config: A transformers model config, changed in place.
+        variant: The variant to apply.
+        rotary_dim: The rotary dimension d (for NTK scaling).
+
+    Raises:
+        VariantNotSupportedError: When the variant is refused for this config, or gives a base that is
+            not finite or not > 1.
 
     Example:
         >>> from transformers import LlamaConfig
@@ -291,6 +332,12 @@ def window_hook(width: int):
     Scores of keys j ≤ i − width become the dtype minimum, the value the models'
     own masks use, so the softmax gives them weight 0.
 
+    Args:
+        width: The window W.
+
+    Returns:
+        ``hook(scores, hook)``, returning the masked scores.
+
     Example:
         >>> scores = torch.zeros(1, 1, 4, 4)
         >>> masked = window_hook(2)(scores, hook=None)
@@ -316,6 +363,12 @@ def rope_summary(config: Any) -> dict[str, Any]:
     (``"llama3"``, ``"yarn"``, …); ``rope_scaling`` holds the scaling's own
     fields (None for plain RoPE). Where layer types carry their own RoPE (Gemma 3),
     both are dicts keyed by layer type.
+
+    Args:
+        config: A transformers model config.
+
+    Returns:
+        ``{"rope_type": …, "rope_scaling": …}``.
 
     Example:
         >>> from transformers import LlamaConfig

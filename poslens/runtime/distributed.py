@@ -22,6 +22,9 @@ from poslens.fit.sums import CellSums, SumArrays
 def init_from_env() -> bool:
     """Join the process group if a launcher started several processes; return whether distributed.
 
+    Returns:
+        Whether several processes run (``torchrun``'s environment is set).
+
     Example:
         >>> init_from_env()  # a plain `python` run
         False
@@ -40,6 +43,9 @@ def init_from_env() -> bool:
 def rank() -> int:
     """This process's rank (0 outside a launcher).
 
+    Returns:
+        The rank.
+
     Example:
         >>> rank()
         0
@@ -49,6 +55,9 @@ def rank() -> int:
 
 def world_size() -> int:
     """Number of processes (1 outside a launcher).
+
+    Returns:
+        The number of processes.
 
     Example:
         >>> world_size()
@@ -60,6 +69,9 @@ def world_size() -> int:
 def is_main() -> bool:
     """Whether this process writes results (rank 0).
 
+    Returns:
+        Whether this process has rank 0.
+
     Example:
         >>> is_main()
         True
@@ -69,6 +81,12 @@ def is_main() -> bool:
 
 def all_reduce_array(array: np.ndarray) -> np.ndarray:
     """Sum ``array`` over all ranks, in float64 (a copy-free no-op in a single process).
+
+    Args:
+        array: This rank's values.
+
+    Returns:
+        The float64 sum over all ranks; in a single process, ``array`` itself.
 
     Example:
         >>> all_reduce_array(np.ones(3)).tolist()
@@ -85,6 +103,12 @@ def all_reduce_array(array: np.ndarray) -> np.ndarray:
 def all_reduce_sums(sums: CellSums) -> CellSums:
     """Sum every array of ``sums`` (each :class:`poslens.fit.sums.SumArrays` field and the row sums) over all ranks,
     in float64 (a no-op in a single process).
+
+    Args:
+        sums: This rank's sums.
+
+    Returns:
+        The sums over all ranks.
 
     Example:
         >>> from poslens.fit.binning import Binning

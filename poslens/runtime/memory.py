@@ -127,9 +127,12 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 class InsufficientMemoryError(PoslensError, MemoryError):
     """Even one sequence per forward pass does not fit the memory budget.
 
-    Attributes: ``estimate`` (the batch-1 :class:`MemoryEstimate` at the
-    requested length), ``budget`` and ``need`` (bytes compared), and
-    ``max_seq_len``, the longest sequence that fits at batch 1 (0 if none).
+    Args:
+        message: The error message.
+        estimate: The batch-1 :class:`MemoryEstimate` at the requested length (kept as ``.estimate``).
+        need: Bytes one sequence needs (kept as ``.need``).
+        budget: Bytes the budget allows (kept as ``.budget``).
+        max_seq_len: The longest sequence that fits at batch 1, 0 if none (kept as ``.max_seq_len``).
 
     Example:
         >>> est = MemoryEstimate(1, 4096, weights=200 * MiB, runtime=0, activations=0, scores=0, attention=0,
@@ -154,6 +157,19 @@ class MemoryEstimate:
     ``total = runtime + weights + activations + sums + max(slack·attention, slack·(scores + capture), logits)``
     (the module docstring explains each term); ``increase`` is the part above
     the loaded model, ``total - runtime - weights``.
+
+    Attributes:
+        batch_size: Sequences per forward pass.
+        seq_len: Tokens per sequence.
+        weights: Bytes of the model's parameters and buffers.
+        runtime: Bytes the process holds besides the weights (:func:`runtime_bytes`).
+        activations: Bytes of the residual stream and block activations.
+        scores: Bytes of one layer's attention scores.
+        attention: Bytes of the attention's own work buffers.
+        capture: Bytes of the capture's work buffers for one layer.
+        logits: Bytes of the output logits.
+        sums: Bytes of the accumulated sums, held for the whole run.
+        slack: The allocator slack multiplying the transient terms.
 
     Example:
         >>> e = MemoryEstimate(1, 8, weights=100 * MiB, runtime=0, activations=MiB, scores=MiB,
@@ -216,6 +232,9 @@ class MemoryEstimate:
     def describe(self) -> str:
         """The sum in one line, in MiB.
 
+        Returns:
+            ``batch B × T=…: peak … MiB = weights … + …``, the terms of the total.
+
         Example:
             >>> e = MemoryEstimate(2, 512, weights=512 * MiB, runtime=0, activations=54 * MiB, scores=18 * MiB,
             ...                    attention=36 * MiB, capture=4 * MiB, logits=MiB // 2, sums=69 * MiB)
@@ -236,6 +255,9 @@ class MemoryEstimate:
 
     def as_dict(self) -> dict[str, Any]:
         """The components plus ``increase`` and ``total``, for JSON.
+
+        Returns:
+            ``{component: bytes}``, with ``increase`` and ``total``.
 
         Example:
             >>> MemoryEstimate(1, 8, weights=1, runtime=0, activations=0, scores=0, attention=0,
@@ -272,6 +294,14 @@ def weight_bytes(model: Any, dtype: torch.dtype | None = None, device: str | tor
     """Bytes of hf_model's parameters and buffers (floating ones counted in ``dtype`` if given).
 
     ``device`` restricts the count to tensors on that kind of device.
+
+    Args:
+        model: A :class:`~poslens.model.loading.PosModel` (or anything with ``hf_model``).
+        dtype: Count floating tensors at this dtype's size; default their own.
+        device: Count only tensors on this kind of device; default all.
+
+    Returns:
+        The bytes.
 
     Example:
         >>> weight_bytes(model) / 2**20  # doctest: +SKIP
@@ -384,6 +414,22 @@ def estimate_peak_bytes(
     run accumulates (its sums are held for the whole run). The formula is in
     the module docstring.
 
+    Args:
+        model: The model to plan for.
+        batch_size: Sequences per forward pass.
+        seq_len: Tokens per sequence.
+        dtype: The model dtype to plan for; default its weights' dtype.
+        block_elements: The capture's row-block buffer size; default the device's.
+        runtime_bytes: Resident memory besides the weights, added to the total.
+        device: The device whose allocator slack applies; default the model's.
+        groups: Number of groups the run accumulates.
+
+    Returns:
+        The estimate, by component.
+
+    Raises:
+        ValueError: When ``batch_size``, ``seq_len`` or ``groups`` is below 1.
+
     Example:
         >>> import tempfile, poslens
         >>> from poslens.model.tiny import save_tiny_model
@@ -423,6 +469,15 @@ def parse_bytes(text: str | int) -> int:
     kB, MB, GB, TB are powers of 1000; KiB, MiB, GiB, TiB and the bare letters
     K, M, G, T powers of 1024.
 
+    Args:
+        text: The size, as text or a number of bytes.
+
+    Returns:
+        The size in bytes.
+
+    Raises:
+        InputError: When ``text`` is not a size, or not a positive finite one.
+
     Example:
         >>> parse_bytes("512MiB"), parse_bytes("2G"), parse_bytes("1.5GB"), parse_bytes(1024)
         (536870912, 2147483648, 1500000000, 1024)
@@ -445,6 +500,9 @@ def parse_bytes(text: str | int) -> int:
 def resident_bytes() -> int:
     """This process's resident memory now (RSS, read through psutil), in bytes.
 
+    Returns:
+        The resident set size in bytes.
+
     Example:
         >>> resident_bytes() > 0
         True
@@ -462,6 +520,9 @@ def release_free_heap() -> bool:
     :func:`poslens.measurement.pipeline.collect_sums` and
     :func:`poslens.measure` call this when they finish. Returns False where
     the C library has no ``malloc_trim`` (not glibc); nothing changes then.
+
+    Returns:
+        Whether ``malloc_trim`` could be called.
 
     Example:
         >>> release_free_heap() in (True, False)
@@ -488,6 +549,12 @@ def cgroup_room_bytes(root: str | Path | None = None) -> int | None:
     ``memory/memory.limit_in_bytes`` − ``memory/memory.usage_in_bytes``.
     None where neither can be read (macOS, Windows, no cgroup), for v2's
     ``max`` and for v1's "no limit" value (about 2**63).
+
+    Args:
+        root: The cgroup folder to read; default :data:`CGROUP_ROOT`.
+
+    Returns:
+        The bytes left under the limit, or ``None``.
 
     Example:
         >>> import tempfile, pathlib
@@ -522,6 +589,16 @@ def free_memory_bytes(device: str | torch.device | None = None, *, cgroup_root: 
     left under a cgroup memory limit (:func:`cgroup_room_bytes` of
     ``cgroup_root``). CUDA: the free bytes of ``torch.cuda.mem_get_info``
     plus what PyTorch's caching allocator holds unused.
+
+    Args:
+        device: ``"cpu"`` or a CUDA device; default the CPU.
+        cgroup_root: The cgroup folder whose limit also bounds the CPU's; default :data:`CGROUP_ROOT`.
+
+    Returns:
+        The bytes available.
+
+    Raises:
+        ValueError: When ``device`` is neither a CPU nor a CUDA device.
 
     Example:
         >>> free_memory_bytes("cpu") > 0
@@ -572,6 +649,13 @@ def runtime_bytes(model: Any, device: str | torch.device | None = None) -> int:
     after a free (dequantizing a GGUF file leaves hundreds of MiB) counts as
     held, so a plan errs on the safe side. CUDA: allocated bytes minus the
     weights on the device.
+
+    Args:
+        model: The loaded model.
+        device: The device to measure; default the model's.
+
+    Returns:
+        The bytes held besides the weights (never below 0).
 
     Example:
         >>> runtime_bytes(model) > 100 * 2**20  # doctest: +SKIP
@@ -632,6 +716,24 @@ def plan_batch(
     Raises :class:`InsufficientMemoryError` when one sequence does not fit,
     with the batch-1 estimate, the budget, and the longest sequence length that
     would fit at batch 1 in its message.
+
+    Args:
+        model: The loaded model.
+        seq_len: Tokens per sequence.
+        n_seqs: Number of sequences to measure (the batch size's upper bound).
+        budget_bytes: The memory budget of the whole process; default: plan against the free memory.
+        device: The device to plan for; default the model's.
+        dtype: The model dtype to plan for; default its weights' dtype.
+        block_elements: The capture's row-block buffer size; default the device's.
+        runtime: Resident memory besides the weights; measured when a budget is given and this is not.
+        groups: Number of groups the run accumulates.
+
+    Returns:
+        The batch size.
+
+    Raises:
+        InsufficientMemoryError: When one sequence does not fit.
+        ValueError: When ``n_seqs`` or ``seq_len`` is below 1.
 
     Example:
         >>> import tempfile, poslens
@@ -718,6 +820,22 @@ def choose_batch_size(
     groups). Under torchrun every rank plans and all take the smallest result,
     so that they shard the same list of batches; if one rank cannot fit one
     sequence, every rank raises :class:`InsufficientMemoryError`.
+
+    Args:
+        model: The loaded model.
+        seq_len: Tokens per sequence.
+        n_seqs: Number of sequences to measure.
+        groups: Number of groups the sequences are split into.
+        batch_size: The batch size asked for (an upper bound when planning).
+        max_memory: ``None``, ``"free"``, or a memory budget.
+        device: The device to plan for; default the model's.
+
+    Returns:
+        The batch size, the same on every rank.
+
+    Raises:
+        InsufficientMemoryError: When this rank, or another rank, cannot fit one sequence.
+        ValueError: When ``batch_size`` is below 1.
 
     Example:
         >>> choose_batch_size(model, 128, n_seqs=32, groups=8, batch_size=6)  # doctest: +SKIP

@@ -79,10 +79,13 @@ from poslens.study.settings import command_line
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
 INCONCLUSIVE = "inconclusive"
+#: The verdict of a claim whose figures the run did not measure.
 NOT_MEASURED = "not measured"
 
+#: The columns of the claims table, in order.
 CLAIM_COLUMNS = ["claim", "statement", "model", "figure", "ci_low", "ci_high", "rule", "verdict"]
 
+#: The statement of each claim, C1–C6.
 STATEMENTS = {
     "C1": "attention patterns carry absolute position",
     "C2": "the mask source exists by construction",
@@ -123,6 +126,21 @@ def figure_row(
 
     Defaults: the model aggregate (layer −1, head −1) over all queries, no intervention.
 
+    Args:
+        metric: The ``metric`` column.
+        value: The ``value`` column.
+        ci_low: The ``ci_low`` column.
+        ci_high: The ``ci_high`` column.
+        model: The ``model`` column.
+        variant: The ``variant`` column.
+        intervention: The ``intervention`` column.
+        layer: The ``layer`` column (−1: the mean over layers ≥ 1).
+        head: The ``head`` column (−1: the mean over heads).
+        query_window: The ``query_window`` column.
+
+    Returns:
+        ``{column: value}``.
+
     Example:
         >>> figure_row("c_res", 0.01, 0.0, 0.02, layer=3, query_window="early")["layer"]
         3
@@ -143,6 +161,13 @@ def figure_row(
 
 def model_label(model: str, variant: str | None) -> str:
     """The ``model`` column of a claim row: the model, and its variant in parentheses unless ``base``.
+
+    Args:
+        model: The model name.
+        variant: Its variant (``None`` or ``base`` for none).
+
+    Returns:
+        The label.
 
     Example:
         >>> model_label("smollm2-135m", "base"), model_label("smollm2-135m", "ntk:4")
@@ -172,6 +197,13 @@ def _fmt(x: float) -> str:
 class Figure:
     """One figure a rule reads: its name in the rule, value, interval, and where it came from.
 
+    Attributes:
+        name: The name the rule reads it by.
+        value: The point value.
+        ci_low: Lower end of its 95% interval.
+        ci_high: Upper end of its 95% interval.
+        where: The table row it was read from (metric, layer, head, window), as the ``rule`` column quotes it.
+
     Example:
         >>> Figure("probe_r2", 0.6, 0.5, 0.7).text()
         'probe_r2 = 0.6 [0.5, 0.7]'
@@ -185,6 +217,9 @@ class Figure:
 
     def text(self) -> str:
         """The figure as it is quoted among a rule's inputs: ``name = value [ci_low, ci_high]``.
+
+        Returns:
+            The quoted figure.
 
         Example:
             >>> Figure("c_res", 0.01, float("nan"), 0.02).text()
@@ -203,6 +238,10 @@ _OPERATORS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": opera
 class Bound:
     """One number of a named figure (its ``value``, ``ci_low`` or ``ci_high``), as a condition's threshold.
 
+    Attributes:
+        figure: The figure's name.
+        bound: ``value``, ``ci_low`` or ``ci_high``.
+
     Example:
         >>> Bound("c_res (standard)", "ci_low").text(), Bound("readout_chance").text()
         ('c_res (standard) ci_low', 'readout_chance')
@@ -218,6 +257,9 @@ class Bound:
     def text(self) -> str:
         """``figure`` for its value, ``figure ci_low`` / ``figure ci_high`` for a bound of its interval.
 
+        Returns:
+            The bound in words.
+
         Example:
             >>> Bound("c_res", "ci_high").text()
             'c_res ci_high'
@@ -226,6 +268,15 @@ class Bound:
 
     def of(self, figures: Mapping[str, Figure]) -> float:
         """This number, read from ``figures`` (keyed by name).
+
+        Args:
+            figures: The figures, by name.
+
+        Returns:
+            The number.
+
+        Raises:
+            ValueError: When the figure is not among ``figures``.
 
         Example:
             >>> Bound("c_res", "ci_high").of({"c_res": Figure("c_res", 0.01, 0.0, 0.02)})
@@ -244,6 +295,13 @@ class Condition:
     decides whether it holds on a set of figures. A NaN on either side makes
     it false, as every comparison with NaN is. ``note`` is an explanation
     shown in parentheses after the text; it does not take part in the decision.
+
+    Attributes:
+        figure: The figure's name.
+        bound: Which of its numbers is compared: ``value``, ``ci_low`` or ``ci_high``.
+        op: The comparison: ``>``, ``>=``, ``<`` or ``<=``.
+        threshold: A number, or a :class:`Bound` of another figure.
+        note: An explanation shown after the text; not part of the decision.
 
     Example:
         >>> c = Condition("c_res", "ci_low", ">", 0.0)
@@ -267,6 +325,9 @@ class Condition:
     def text(self) -> str:
         """The condition in words, e.g. ``rho_mask (layer 0) ci_low > 0.5``.
 
+        Returns:
+            The condition in words.
+
         Example:
             >>> Condition("c_res", "ci_low", ">", 0.0).text()
             'c_res ci_low > 0'
@@ -276,6 +337,12 @@ class Condition:
 
     def holds(self, figures: Mapping[str, Figure]) -> bool:
         """Whether the condition holds on ``figures`` (keyed by name); ``ValueError`` if a figure it reads is absent.
+
+        Args:
+            figures: The figures, by name.
+
+        Returns:
+            Whether it holds (false when either side is NaN).
 
         Example:
             >>> Condition("c_res", "ci_high", "<=", 0.0).holds({"c_res": Figure("c_res", 0.0, float("nan"), float("nan"))})
@@ -294,6 +361,11 @@ class Rule:
     :meth:`text` is what the ``rule`` column says; :func:`verdict` applies the
     same object to figures, so the two cannot disagree. ``remark`` is shown after
     the rule (figures that are reported but not used, where a check lives).
+
+    Attributes:
+        supported_if: Conditions that all must hold for ``supported``.
+        not_supported_if: Conditions any of which gives ``not supported``.
+        remark: Text shown after the rule.
 
     Example:
         >>> rule = Rule(supported_if=(Condition("c_res", "ci_low", ">", 0.0),),
@@ -315,6 +387,9 @@ class Rule:
     def text(self) -> str:
         """The rule in words, with the thresholds it uses.
 
+        Returns:
+            The rule in words.
+
         Example:
             >>> Rule((Condition("c_res", "ci_low", ">", 0.0),), (Condition("c_res", "ci_high", "<=", 0.0),)).text()
             'supported if c_res ci_low > 0; not supported if c_res ci_high <= 0; inconclusive otherwise'
@@ -328,6 +403,9 @@ class Rule:
 
     def figures(self) -> tuple[str, ...]:
         """The names of the figures the rule reads, in order of first use.
+
+        Returns:
+            The figure names.
 
         Example:
             >>> C3_RULE.figures()
@@ -346,6 +424,16 @@ def verdict(rule: Rule, figures: Iterable[Figure]) -> str:
     reads makes that condition false, so NaN alone never gives ``supported`` or
     ``not supported``. ``ValueError`` if two figures share a name or a figure the
     rule reads is missing.
+
+    Args:
+        rule: The rule.
+        figures: The figures it reads, with distinct names.
+
+    Returns:
+        ``supported``, ``not supported`` or ``inconclusive``.
+
+    Raises:
+        ValueError: When two figures share a name, or a figure the rule reads is missing.
 
     Example:
         >>> rule = Rule((Condition("r", "ci_low", ">", 0.0),), (Condition("r", "ci_high", "<=", 0.0),))
@@ -374,6 +462,15 @@ JOINT = "supported if every comparison is supported; not supported if any is not
 
 def joint(verdicts: Iterable[str]) -> str:
     """The verdict of several comparisons taken together, as :data:`JOINT` says.
+
+    Args:
+        verdicts: At least one verdict.
+
+    Returns:
+        The joint verdict.
+
+    Raises:
+        ValueError: When ``verdicts`` is empty.
 
     Example:
         >>> joint(["supported", "supported"]), joint(["supported", "inconclusive"]), joint(["inconclusive", "not supported"])
@@ -469,6 +566,12 @@ def claim_c1(leakage: Any) -> list[dict[str, Any]]:
 
     **Choice:** two rows per model, one per figure, both with the joint verdict.
 
+    Args:
+        leakage: The leakage part (a tidy DataFrame or a :class:`~poslens.measurement.result.Result`).
+
+    Returns:
+        The claims rows, ``{column: value}`` with the columns of :data:`CLAIM_COLUMNS`.
+
     Example:
         >>> t = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
         ...                   figure_row("probe_r2", 0.3, -0.1, 0.7)])
@@ -540,6 +643,12 @@ def claim_c2(leakage: Any) -> list[dict[str, Any]]:
     Five rows per model (c_mask at layer 0, c_mask at layer −1, c_res,
     rho_mask and count_share at layer 0), with the joint verdict.
 
+    Args:
+        leakage: The leakage part (a tidy DataFrame or a :class:`~poslens.measurement.result.Result`).
+
+    Returns:
+        The claims rows, ``{column: value}`` with the columns of :data:`CLAIM_COLUMNS`.
+
     Example:
         >>> t = pd.DataFrame([figure_row("c_mask", 0.02, 0.01, 0.03, layer=0),
         ...                   figure_row("c_mask", 0.01, 0.005, 0.015, layer=-1),
@@ -593,6 +702,14 @@ def claim_c3(leakage: Any, ablation: Any, query_window: str = "early") -> list[d
 
     Two rows per (model, ablation), with the joint verdict.
 
+    Args:
+        leakage: The leakage part (a tidy DataFrame or a :class:`~poslens.measurement.result.Result`).
+        ablation: The sink-ablation part.
+        query_window: The window the figures are read in.
+
+    Returns:
+        The claims rows, ``{column: value}`` with the columns of :data:`CLAIM_COLUMNS`.
+
     Example:
         >>> leak = pd.DataFrame([figure_row("c_res", 0.01, 0.005, 0.015, query_window="early")])
         >>> abl = pd.DataFrame([figure_row("reduction", 0.3, 0.1, 0.5, query_window="early",
@@ -628,6 +745,13 @@ def label_cases(table: Any, standard: tuple[str, str] = ("smollm2-135m", "base")
     - ``None`` (left out of C4) otherwise, and when a row is both NTK and sliding
       (e.g. ``ntk:2+window:64``, or gemma3-270m with NTK), which would confound
       the comparison.
+
+    Args:
+        table: A tidy table of several (model, variant) runs.
+        standard: The (model, variant) that is the standard case.
+
+    Returns:
+        The labelled copy.
 
     Example:
         >>> t = pd.DataFrame([figure_row("c_res", 0, 0, 0, model=m, variant=v) for m, v in
@@ -701,6 +825,17 @@ def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any
     used, since they share sequences and are not independent). Rule on sign
     (:data:`C4_SLOPE_RULE`): ``supported`` if ci_low > 0, ``not supported`` if
     ci_high ≤ 0, ``inconclusive`` otherwise.
+
+    Args:
+        comparison: The comparison part, with a ``case`` column.
+        query_window: The window the figures are read in.
+
+    Returns:
+        The claims rows, ``{column: value}`` with the columns of :data:`CLAIM_COLUMNS`.
+
+    Raises:
+        ValueError: When a (model, variant) has more than one case, there is not exactly one standard,
+            or an NTK or sliding case is missing.
 
     Example:
         >>> rows = [figure_row("c_res", v, lo, hi, model=m, variant=var, query_window="early", layer=layer)
@@ -787,6 +922,16 @@ def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any
 def c5_rule(target: float = 0.4, band: float = 0.1) -> Rule:
     """C5's rule on one reduction: its interval holds ``target`` and lies above zero, or lies outside target ± band.
 
+    Args:
+        target: The reduction C5 expects.
+        band: Half-width of the band around ``target`` outside which C5 is not supported.
+
+    Returns:
+        The rule.
+
+    Raises:
+        ValueError: When ``band`` is negative.
+
     Example:
         >>> c5_rule().text()  # doctest: +NORMALIZE_WHITESPACE
         'supported if reduction ci_low <= 0.4 and reduction ci_high >= 0.4 and reduction ci_low > 0;
@@ -821,6 +966,15 @@ def claim_c5(bos_swap: Any, target: float = 0.4, band: float = 0.1, query_window
     ci_low > 0; ``not supported`` if ci_high < target − band or
     ci_low > target + band; ``inconclusive`` otherwise (default target 0.4,
     band 0.1).
+
+    Args:
+        bos_swap: The BOS-replacement part.
+        target: The reduction C5 expects.
+        band: Half-width of the band around ``target``.
+        query_window: The window the figures are read in.
+
+    Returns:
+        The claims rows, ``{column: value}`` with the columns of :data:`CLAIM_COLUMNS`.
 
     Example:
         >>> t = pd.DataFrame([figure_row("reduction", v, lo, hi, intervention=k, query_window="early")
@@ -863,6 +1017,16 @@ def c6_rule(tolerance: float = 1e-5, alpha: float = 0.05) -> Rule:
 
     ``readout_chance`` is 1/K for K position-0 tokens; ``readout_p_value`` is
     the label-permutation test's p-value, judged at level ``alpha``.
+
+    Args:
+        tolerance: The largest BOS dispersion that counts as constant.
+        alpha: The level of the readout's permutation test.
+
+    Returns:
+        The rule.
+
+    Raises:
+        ValueError: When ``alpha`` is not in (0, 1).
 
     Example:
         >>> [c.text() for c in c6_rule(tolerance=1e-6, alpha=0.01).supported_if]  # doctest: +NORMALIZE_WHITESPACE
@@ -917,6 +1081,17 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> 
 
     Three rows per model (bos dispersion maximum, none dispersion, readout
     accuracy), with the joint verdict.
+
+    Args:
+        fingerprint: The fingerprint part.
+        tolerance: The largest BOS dispersion that counts as constant.
+        alpha: The level of the readout's permutation test.
+
+    Returns:
+        The claims rows, ``{column: value}`` with the columns of :data:`CLAIM_COLUMNS`.
+
+    Raises:
+        ValueError: When a model's fingerprint has no per-layer rows, or several rows per layer.
 
     Example:
         >>> t = pd.DataFrame([figure_row("dispersion", 0.0, 0.0, 0.0, intervention="position0:bos", layer=l) for l in (0, 1)]
@@ -993,6 +1168,15 @@ def not_measured_summary(table: pd.DataFrame, out: Any = "DIR", present: Iterabl
     already there (:func:`poslens.study.settings.command_line`). Empty when every
     claim was measured.
 
+    Args:
+        table: The claims table.
+        out: The study folder the commands write to.
+        present: The parts already in ``out``.
+        settings: The study's settings, for the commands' options.
+
+    Returns:
+        The line (empty when every claim was measured).
+
     Example:
         >>> leakage = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06), figure_row("probe_r2", 0.6, 0.5, 0.7)])
         >>> table = evaluate(leakage=leakage, claims=["C1", "C3", "C6"])
@@ -1036,6 +1220,25 @@ def evaluate(
     ``c6_tolerance`` and ``c6_alpha`` pass to :func:`claim_c6` (BOS dispersion
     bound; level of the readout's permutation test).
     A required row missing from a given table raises ``ValueError``.
+
+    Args:
+        leakage: The leakage part (C1, C2, C3).
+        ablation: The sink-ablation part (C3).
+        bos_swap: The BOS-replacement part (C5).
+        comparison: The comparison part, with a ``case`` column (C4).
+        fingerprint: The fingerprint part (C6).
+        claims: The claims to evaluate.
+        c4_window: The window C4 reads.
+        c5_target: The reduction C5 expects.
+        c5_band: Half-width of C5's band around ``c5_target``.
+        c6_tolerance: The largest BOS dispersion C6 counts as constant.
+        c6_alpha: The level of C6's permutation test.
+
+    Returns:
+        The claims table.
+
+    Raises:
+        ValueError: When ``claims`` names an unknown claim, or a given table lacks a row a claim needs.
 
     Example:
         >>> out = evaluate()

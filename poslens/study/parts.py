@@ -79,6 +79,12 @@ def check_same_settings(parts: dict[str, Result]) -> None:
     the names present in both parts' ``meta["settings"]`` are compared. A part
     without ``meta["settings"]`` (written by an older poslens) is refused.
 
+    Args:
+        parts: The study parts, by name.
+
+    Raises:
+        MixedSettingsError: When a part records no settings, or two parts disagree on a setting both record.
+
     Example:
         >>> import pandas as pd
         >>> small = Result(pd.DataFrame(), {"settings": {"n_seqs": 2, "seq_len": 32, "tau": 0.3}})
@@ -113,6 +119,14 @@ def check_same_settings(parts: dict[str, Result]) -> None:
 def complete_parts(out: str | Path, settings: Settings, names: list[str]) -> list[str]:
     """The parts among ``names`` saved in ``out`` with ``settings``: those a rerun would reuse.
 
+    Args:
+        out: The study folder.
+        settings: The study's settings.
+        names: Part names.
+
+    Returns:
+        The names of the parts a rerun would reuse, in the order given.
+
     Example:
         >>> complete_parts("no/such/folder", Settings(), ["leakage", "sinks"])
         []
@@ -131,6 +145,14 @@ def complete_parts(out: str | Path, settings: Settings, names: list[str]) -> lis
 
 def mismatch_message(path: Path, saved: dict[str, Any] | None, wanted: dict[str, Any]) -> str:
     """The message for a part at ``path`` made with ``saved`` settings when ``wanted`` were asked for.
+
+    Args:
+        path: The saved part's file.
+        saved: The settings it records (``None``: none).
+        wanted: The settings asked for.
+
+    Returns:
+        The message, naming each setting that differs.
 
     Example:
         >>> print(mismatch_message(Path("out/leakage.parquet"), {"n_seqs": 32, "seq_len": 256},
@@ -152,6 +174,14 @@ def mismatch_message(path: Path, saved: dict[str, Any] | None, wanted: dict[str,
 
 def part_key(settings: Settings, names: tuple[str, ...], inputs: dict[str, str]) -> str:
     """The reuse key of a part: a short hash of the settings ``names`` and of the input files' hashes.
+
+    Args:
+        settings: The study's settings.
+        names: The settings the part depends on.
+        inputs: ``{file: sha256}`` of the part's input files.
+
+    Returns:
+        The first 16 hex digits of a SHA-256.
 
     Example:
         >>> part_key(Settings(), MEASURE_KEYS, {"c.txt": "00"}) == part_key(Settings(), MEASURE_KEYS, {"c.txt": "01"})
@@ -189,6 +219,12 @@ def cached_part(
 
     Returns:
         The part, reused or computed.
+
+    Raises:
+        SettingsMismatchError: When the saved part was made with other settings (and not ``overwrite``).
+        InputsChangedError: When the saved part's input files changed since (and not ``overwrite``).
+        SumsMismatchError: When the saved part's ``.sums.npz`` is missing or another table's (and not ``overwrite``).
+        OutputConflictError: When a file the part would write was not written by poslens.
 
     Example:
         >>> cached_part(Path("results"), "leakage", settings, MEASURE_KEYS, lambda: ...)  # doctest: +SKIP
@@ -255,6 +291,12 @@ def _refusal(path: Path, saved_meta: dict[str, Any], wanted: dict[str, Any], inp
 class Study:
     """Runs and caches the study's parts for one settings object in one folder.
 
+    Args:
+        settings: The study's settings.
+        out: The study folder, where parts, claims and the report are written.
+        log: Where progress lines go.
+        overwrite: Measure again parts saved with other settings or inputs, replacing their files.
+
     Example:
         >>> study = Study(Settings.quick(), "results/quick")  # doctest: +SKIP
         >>> study.leakage().summary("early")  # doctest: +SKIP
@@ -275,6 +317,9 @@ class Study:
 
         Computed from the files alone, before any model loads (:mod:`poslens.study.inputs`).
 
+        Returns:
+            ``{file path: sha256}``.
+
         Example:
             >>> sorted(Study(Settings(corpus="random", model="no/such/model"), "out").inputs())
             []
@@ -291,6 +336,9 @@ class Study:
     def model(self):
         """The model of ``settings.model`` and ``settings.variant``, loaded on first use.
 
+        Returns:
+            The loaded :class:`~poslens.model.loading.PosModel`.
+
         Example:
             >>> model = study.model()  # doctest: +SKIP
             >>> model.name, model.n_layers, study.model() is model  # doctest: +SKIP
@@ -303,6 +351,9 @@ class Study:
 
     def corpus(self):
         """The corpus of the settings (position 0 as ``settings.position0`` says), made on first use.
+
+        Returns:
+            The :class:`~poslens.model.corpus.Corpus`.
 
         Example:
             >>> study.corpus().tokens.shape, study.corpus().position0  # doctest: +SKIP
@@ -322,6 +373,9 @@ class Study:
     def leakage(self) -> Result:
         """Baseline leakage, decomposition and probe (methodology §3–§5).
 
+        Returns:
+            The part's tidy result, reused from the folder when it matches.
+
         Example:
             >>> result = study.leakage()  # doctest: +SKIP
             >>> round(result.value("c_res", "early"), 4), round(result.value("c_mask", "early"), 4)  # doctest: +SKIP
@@ -331,6 +385,9 @@ class Study:
 
     def sinks(self) -> Result:
         """Sink scores and sink-reading head counts (methodology §6).
+
+        Returns:
+            The part's tidy result, reused from the folder when it matches.
 
         Example:
             >>> study.sinks().value("sink_heads")  # sink-reading heads over all layers  # doctest: +SKIP
@@ -344,6 +401,9 @@ class Study:
 
     def bos_swap(self) -> Result:
         """Reduction of C_res for each BOS-embedding replacement (methodology §7).
+
+        Returns:
+            The part's tidy result, reused from the folder when it matches.
 
         Example:
             >>> rows = study.bos_swap().select("reduction", "early", layer=-1)  # doctest: +SKIP
@@ -369,6 +429,9 @@ class Study:
     def ablate_sinks(self) -> Result:
         """Sink-path ablation of the sink-reading heads and the reduction of C_res (methodology §7).
 
+        Returns:
+            The part's tidy result, reused from the folder when it matches.
+
         Example:
             >>> result = study.ablate_sinks()  # doctest: +SKIP
             >>> len(result.meta["ablation"]["heads"]), round(result.value("reduction", "early"), 3)  # doctest: +SKIP
@@ -392,6 +455,9 @@ class Study:
     def fingerprint(self) -> Result:
         """Position-0 fingerprint: dispersion, trajectory similarity, readout (methodology §8).
 
+        Returns:
+            The part's tidy result, reused from the folder when it matches.
+
         Example:
             >>> rows = study.fingerprint().select("dispersion", layer=-1)  # doctest: +SKIP
             >>> dict(zip(rows["intervention"], rows["value"].round(3).tolist()))  # doctest: +SKIP
@@ -411,6 +477,9 @@ class Study:
 
     def compare(self) -> Result:
         """C_res and C_mask by layer across standard, NTK and sliding-window cases (C4).
+
+        Returns:
+            The part's tidy result, reused from the folder when it matches.
 
         Example:
             >>> rows = study.compare().select("c_res", "all", layer=-1, head=-1)  # doctest: +SKIP
@@ -438,6 +507,15 @@ class Study:
 
         The parts must agree on every setting they share (:func:`check_same_settings`,
         else :class:`MixedSettingsError`): a claim never pairs figures of different runs.
+
+        Args:
+            parts: The study parts, by name.
+
+        Returns:
+            The claims table (:data:`~poslens.study.claims.CLAIM_COLUMNS`).
+
+        Raises:
+            MixedSettingsError: When two parts disagree on a setting they share.
 
         Example:
             >>> table = study.claims({"leakage": study.leakage(), "ablate-sinks": study.ablate_sinks()})  # doctest: +SKIP
@@ -470,6 +548,13 @@ class Study:
         ``write(tmp)`` fills a temporary file; the file is then listed in the
         folder's manifest (:mod:`poslens.ownership`) and in :attr:`written`.
 
+        Args:
+            path: The file to write.
+            write: ``write(tmp)`` writes the content to ``tmp``.
+
+        Returns:
+            ``path``.
+
         Example:
             >>> import tempfile, pathlib
             >>> study = Study(Settings(), tempfile.mkdtemp())
@@ -485,6 +570,12 @@ class Study:
 
     def with_settings(self, **changes: Any) -> "Study":
         """A study in the same folder with some settings changed (a saved part made with other settings is refused, not replaced).
+
+        Args:
+            **changes: Settings to change.
+
+        Returns:
+            A new study with the changed settings, the same folder, log and ``overwrite``.
 
         Example:
             >>> study = Study(Settings.quick(), "results/quick")

@@ -20,6 +20,30 @@ from poslens.mechanisms.architectures import Case
 class Settings:
     """Everything a study part depends on. ``quick()`` and ``full()`` give the two presets.
 
+    Attributes:
+        model: The model to measure (a registry name or a local folder).
+        variant: Its inference-time variant (``base`` for none).
+        corpus: The text source (:func:`~poslens.model.corpus.make_corpus`).
+        text_field: The text field of a JSONL or Parquet ``corpus``.
+        n_seqs: Sequences of the measured parts.
+        seq_len: Tokens per sequence of the measured parts.
+        groups: Number of groups of the delete-one-group jackknife.
+        early: Query positions of the ``early`` window.
+        seed: Seed of the text windows.
+        batch_size: Sequences per forward pass (an upper bound when planning memory).
+        max_memory: The memory budget (``"free"``, or a size such as ``"8GB"``).
+        position0: What position 0 holds (``bos``; :func:`~poslens.model.corpus.make_corpus`).
+        dtype: The weights' dtype.
+        device_map: A transformers device map, or ``None``.
+        tau: Sink-score threshold of the sink-reading heads.
+        replacements: The BOS replacements of the patching part.
+        fingerprint_seqs: Sequences per position-0 setting of the fingerprint.
+        fingerprint_len: Tokens per sequence of the fingerprint.
+        compare_seqs: Sequences per case of the architecture comparison.
+        compare_len: Tokens per sequence of the architecture comparison.
+        compare_quick: Whether the comparison runs the quick set of cases.
+        cases: The comparison's cases; empty: :func:`~poslens.mechanisms.architectures.default_cases`.
+
     Example:
         >>> Settings.quick().n_seqs, Settings.full().seq_len
         (16, 256)
@@ -52,6 +76,12 @@ class Settings:
     def quick(cls, **overrides: Any) -> "Settings":
         """The quick preset (minutes on a laptop CPU): the defaults, with ``overrides``.
 
+        Args:
+            **overrides: Settings to change.
+
+        Returns:
+            The settings.
+
         Example:
             >>> s = Settings.quick(model="gemma3-270m")
             >>> s.model, s.n_seqs, s.seq_len, s.compare_quick
@@ -68,6 +98,12 @@ class Settings:
         for the architecture comparison, and the quick preset's four cases (more
         sequences before more cases: each C4 comparison needs narrow intervals).
 
+        Args:
+            **overrides: Settings to change.
+
+        Returns:
+            The settings.
+
         Example:
             >>> s = Settings.full(seq_len=512)
             >>> s.n_seqs, s.seq_len, s.compare_seqs, s.compare_len, s.compare_quick
@@ -81,6 +117,12 @@ class Settings:
 
     def key(self, *names: str) -> str:
         """A short hash of the named settings (all if none).
+
+        Args:
+            *names: Setting names.
+
+        Returns:
+            The first 16 hex digits of the SHA-256 of the named values.
 
         Example:
             >>> Settings().key("model", "n_seqs")
@@ -155,6 +197,13 @@ def command_line(command: str, settings: dict[str, Any], out: Any) -> str:
 
 def settings_values(settings: Settings, names: tuple[str, ...]) -> dict[str, Any]:
     """The values of the settings ``names``, as JSON would store them (tuples become lists).
+
+    Args:
+        settings: The settings.
+        names: Setting names.
+
+    Returns:
+        ``{name: value}``, JSON-ready.
 
     Example:
         >>> settings_values(Settings(), ("n_seqs", "replacements"))
