@@ -18,7 +18,7 @@ from rich.table import Table
 
 from poslens.errors import PoslensError
 from poslens.files import remove_stale_temporaries
-from poslens.measurement.result import OutputNotWritableError, Result, ensure_writable_dir
+from poslens.measurement.result import OutputNotWritableError, Result, ensure_writable_dir, reading_notes
 from poslens.mechanisms.interventions import BosReplacement
 from poslens.model.cache import folder_size, size_text
 from poslens.model.corpus import make_corpus
@@ -297,9 +297,12 @@ def _say_written(study: Study) -> None:
 
 def _show(result, metric: str, title: str) -> None:
     rows = result.table[(result.table["metric"] == metric) & (result.table["head"] == -1)]
-    Console(width=max(console.width, 130)).print(
-        escape(title), rows[["intervention", "layer", "query_window", "value", "ci_low", "ci_high"]].to_string(index=False)
-    )
+    wide = Console(width=max(console.width, 130))
+    wide.print(escape(title), rows[["intervention", "layer", "query_window", "value", "ci_low", "ci_high"]].to_string(index=False))
+    # the same words as the notebook display: a reduction above 1 is a change of sign, not a removal of more than all
+    for window in sorted(set(rows["query_window"])):
+        for note in reading_notes(rows, query_window=window, metrics=(metric,)):
+            wide.print(escape(f"{window} queries: {note}"))
 
 
 @app.command()
