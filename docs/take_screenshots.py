@@ -7,15 +7,19 @@ of an executed ``.ipynb``; it is exported with nbconvert's HTML exporter first::
     .venv/bin/python docs/take_screenshots.py --site site --notebook docs/tutorials/05_your_text_head_by_head.ipynb --out /tmp/shots
 
 Chromium runs headless behind a proxy that does not exist, so any page that needs the
-network (a CDN script, a web font) shows it: the page is served from ``file://`` only.
+network (a CDN script, a web font) shows it: the site is served from this machine's
+loopback interface only (the search index needs http, not ``file://``).
 The pages' failed requests are listed beside each PNG.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import http.server
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -35,17 +39,27 @@ def _driver(width: int, height: int):
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 f"--window-size={width},{height}", "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>"):
+                 f"--window-size={width},{height}", "--proxy-server=http://127.0.0.1:9"):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
 
 
-def _shoot(driver, url: str, png: Path) -> list[str]:
+def _shoot(driver, url: str, png: Path, figures: int = 0) -> list[str]:
+    """The page's top, then (for ``figures`` > 0) each of its first plotly figures scrolled into view."""
     driver.get(url)
     time.sleep(2.0)
     driver.save_screenshot(str(png))
-    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] in ("SEVERE", "WARNING")]
+    drawn = driver.execute_script("return document.querySelectorAll('.plotly-graph-div .main-svg').length")
+    for k in range(figures):
+        found = driver.execute_script(
+            f"const d = document.querySelectorAll('.plotly-graph-div')[{k}]; if (d) {{ d.scrollIntoView(); window.scrollBy(0, -120); }} return !!d;")
+        if not found:
+            break
+        time.sleep(0.5)
+        driver.save_screenshot(str(png.with_name(f"{png.stem}-figure{k + 1}.png")))
+    messages = [entry["message"] for entry in driver.get_log("browser") if entry["level"] in ("SEVERE", "WARNING")]
+    return messages + [f"(info) {drawn} plotly svg layers drawn"]
 
 
 def main() -> None:
@@ -59,6 +73,10 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     site = Path(args.site).resolve()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
     driver = _driver(args.width, args.height)
     problems: dict[str, list[str]] = {}
     try:
@@ -67,8 +85,8 @@ def main() -> None:
             if not (site / path).exists():
                 problems[name] = [f"missing: {site / path}"]
                 continue
-            url = (site / path).as_uri() + (f"#{anchor}" if anchor else "")
-            problems[name] = _shoot(driver, url, out / f"{name}.png")
+            url = base + path.removesuffix("index.html") + (f"#{anchor}" if anchor else "")
+            problems[name] = _shoot(driver, url, out / f"{name}.png", figures=3 if "tutorial" in name else 0)
         if args.notebook:
             import nbformat
             from nbconvert import HTMLExporter
@@ -77,9 +95,10 @@ def main() -> None:
             html, _ = HTMLExporter().from_notebook_node(notebook)
             exported = out / (Path(args.notebook).stem + ".html")
             exported.write_text(html, encoding="utf-8")
-            problems["notebook"] = _shoot(driver, exported.as_uri(), out / "notebook.png")
+            problems["notebook"] = _shoot(driver, exported.as_uri(), out / "notebook.png", figures=3)
     finally:
         driver.quit()
+        server.shutdown()
     (out / "console.json").write_text(json.dumps(problems, indent=1), encoding="utf-8")
     for name, messages in problems.items():
         print(f"{name}: {len(messages)} console warnings/errors" + "".join(f"\n  {m[:200]}" for m in messages))
