@@ -226,6 +226,7 @@ def test_missing_package_names_install_command(name, package, command, monkeypat
         poslens.load_model(name)
     assert command in str(info.value)
     assert name in str(info.value)
+    assert f"poslens models --install {name}" in str(info.value)
 
 
 def test_folder_without_config(tmp_path):

