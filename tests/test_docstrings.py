@@ -191,16 +191,19 @@ def check_function(where: str, fn: ast.FunctionDef | ast.AsyncFunctionDef, *, me
     is_property = bool(decorators & {"property", "cached_property", "setter"})
     if not is_property and returns_value(fn) and not any(s in parts for s in RETURNS):
         problems.append(Problem(where, "no Returns section (it returns a value)"))
+    return problems + raises_problems(where, fn, [parts], "it raises")
+
+
+def raises_problems(where: str, fn: ast.FunctionDef, docs: list[dict[str, str]], what: str) -> list[Problem]:
+    """A missing Raises section, or the types it leaves out, when ``fn``'s own body raises."""
     raises, types = raised_types(fn)
-    if raises:
-        body = next((parts[s] for s in RAISES if s in parts), None)
-        if body is None:
-            problems.append(Problem(where, f"no Raises section (it raises {', '.join(sorted(types)) or 'an exception'})"))
-        else:
-            missing = sorted(t for t in types if t not in documented_names(body))
-            if missing:
-                problems.append(Problem(where, f"Raises does not name {', '.join(missing)}"))
-    return problems
+    if not raises:
+        return []
+    body = next((doc[s] for doc in docs for s in RAISES if s in doc), None)
+    if body is None:
+        return [Problem(where, f"no Raises section ({what} {', '.join(sorted(types)) or 'an exception'})")]
+    missing = sorted(t for t in types if t not in documented_names(body))
+    return [Problem(where, f"Raises does not name {', '.join(missing)}")] if missing else []
 
 
 def check_class(where: str, cls: ast.ClassDef) -> list[Problem]:
@@ -225,15 +228,7 @@ def check_class(where: str, cls: ast.ClassDef) -> list[Problem]:
             if missing:
                 problems.append(Problem(where, f"Args/Attributes does not name {', '.join(missing)}"))
     if init is not None:
-        raises, types = raised_types(init)
-        if raises:
-            body = next((p[s] for p in (parts, init_parts) for s in RAISES if s in p), None)
-            if body is None:
-                problems.append(Problem(where, f"no Raises section (its constructor raises {', '.join(sorted(types)) or 'an exception'})"))
-            else:
-                missing = sorted(t for t in types if t not in documented_names(body))
-                if missing:
-                    problems.append(Problem(where, f"Raises does not name {', '.join(missing)}"))
+        problems += raises_problems(where, init, [parts, init_parts], "its constructor raises")
     for node in cls.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
             problems += check_function(f"{where}.{node.name}", node, method=True)
