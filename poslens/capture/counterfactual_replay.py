@@ -76,9 +76,22 @@ class CounterfactualReplay:
         self._row_query_bin = torch.as_tensor(binning.query_bin[:t], dtype=torch.long)  # c(i)
         self._weights: dict[str, np.ndarray] = {}  # exp(−A) of one group's variants, [G, L, H, C·B] per window
         self._weights_group: int | None = None
+        self._device_weights: dict[str, torch.Tensor] = {}  # exp(−A) cells per window, and the rows' query bins, on an accelerator
+        self._device_weights_key: tuple[int, str] | None = None
+        self._pending: dict[str, torch.Tensor] = {}  # Σ log Z' of the current batch on the device, [variant, L, H, rows]
+        self._pending_group: int | None = None
 
     def _row_weights(self, group: int, layer: int) -> dict[str, Float[torch.Tensor, "variants heads rows bins"]]:
         """exp(−A) of ``group``'s variants for ``layer``, for each row's cells (its query bin's), per window."""
+        self._group_weights(group)
+        out = {}
+        for w, x in self._weights.items():
+            cells = torch.as_tensor(x[:, layer]).unflatten(-1, (self.n_query_bins, self.n_offset_bins))  # [variant, head, C, B]
+            out[w] = cells.index_select(2, self._row_query_bin[: self.rows[w]])
+        return out
+
+    def _group_weights(self, group: int) -> None:
+        """Fill :attr:`_weights` with exp(−A) of ``group``'s variants, [G, L, H, C·B] per window, unless it holds them."""
         if self._weights_group != group:
             residuals = self.residuals_of(group)
             for w in WINDOWS:
@@ -87,16 +100,13 @@ class CounterfactualReplay:
                     self._weights[w] = np.empty_like(residuals[w])
                 np.exp(np.negative(residuals[w], out=self._weights[w]), out=self._weights[w])
             self._weights_group = group
-        out = {}
-        for w, x in self._weights.items():
-            cells = torch.as_tensor(x[:, layer]).unflatten(-1, (self.n_query_bins, self.n_offset_bins))  # [variant, head, C, B]
-            out[w] = cells.index_select(2, self._row_query_bin[: self.rows[w]])
-        return out
 
-    def add(self, group: int, layer: int, row_bins: Float[np.ndarray, "batch heads seq bins"]) -> None:
+    def add(self, group: int, layer: int,
+            row_bins: Float[np.ndarray, "batch heads seq bins"] | Float[torch.Tensor, "batch heads seq bins"]) -> None:
         """Add Σ over the batch of log Z'_i per row and variant of ``layer`` to ``group``.
 
-        ``row_bins`` is [batch, H, T, 1 + bins]: each row's maximum, then its sums of exp(s − max) per offset bin.
+        ``row_bins`` is [batch, H, T, 1 + bins]: each row's maximum, then its sums of exp(s − max) per offset bin,
+        from the store (numpy) or from the second pass (a tensor; on an accelerator the sums stay there until :meth:`flush`).
 
         Args:
             group: The group of the batch's sequences.
@@ -107,6 +117,9 @@ class CounterfactualReplay:
             >>> # see the class example
         """
         bins = torch.as_tensor(row_bins)
+        if bins.device.type != "cpu":
+            self._add_on_device(group, layer, bins)
+            return
         row_max, per_bin = bins[..., 0], bins[..., 1:]
         for window, weights in self._row_weights(group, layer).items():
             n = self.rows[window]
@@ -115,6 +128,54 @@ class CounterfactualReplay:
             # figures amplify beyond 1e-12
             z = (per_bin[:, None, :, :n] * weights[None]).sum(-1)  # [batch, variant, head, row]
             self.log_partition[window][group, :, layer] += (torch.log(z) + row_max[:, None, :, :n]).sum(0).numpy()
+
+    def _add_on_device(self, group: int, layer: int, bins: Float[torch.Tensor, "batch heads seq bins"]) -> None:
+        """:meth:`add` for row-bin sums on an accelerator: the same arithmetic, summed on the device until :meth:`flush`.
+
+        No host synchronization: the weights of the group's variants go to the device once per group, and
+        the sums stay there until the end of the batch.
+        """
+        if self._pending_group not in (None, group):
+            self.flush()
+        self._pending_group = group
+        device = bins.device
+        row_max, per_bin = bins[..., 0], bins[..., 1:]
+        self._group_weights(group)  # exp(−A) of the group's variants, on the host, once per group
+        if self._device_weights_key != (group, str(device)):
+            # the per-cell weights [variant, L, H, C, B] (small), and each row's query bin, copied once per group
+            self._device_weights = {w: torch.as_tensor(x).unflatten(-1, (self.n_query_bins, self.n_offset_bins)).to(device)
+                                    for w, x in self._weights.items()}
+            self._device_weights["row_query_bin"] = self._row_query_bin.to(device)
+            self._device_weights_key = (group, str(device))
+        for window in WINDOWS:
+            n = self.rows[window]
+            cells = self._device_weights[window][:, layer]  # [variant, head, C, B]
+            weights = cells.index_select(2, self._device_weights["row_query_bin"][:n])
+            z = (per_bin[:, None, :, :n] * weights[None]).sum(-1)
+            if window not in self._pending:
+                shape = self.log_partition[window].shape[1:]  # [variant, layer, head, row]
+                self._pending[window] = torch.zeros(shape, dtype=torch.float64, device=device)
+            self._pending[window][:, layer] += (torch.log(z) + row_max[:, None, :, :n]).sum(0)
+
+    def flush(self) -> None:
+        """Add the sums held on the device (by :meth:`add` on accelerator tensors) to :attr:`log_partition`.
+
+        One copy to the host per window; call it at the end of each batch. Nothing to do on the CPU.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> from poslens.fit.binning import Binning
+            >>> b = Binning(8, early=4); zero = np.zeros((1, 1, 1, b.n_query_bins * b.n_offset_bins))
+            >>> replay = CounterfactualReplay(SimpleNamespace(n_layers=1, n_heads=1), b, lambda g: {"early": zero, "all": zero}, groups=1)
+            >>> replay.flush()   # nothing was added on a device: nothing to hand over
+            >>> float(replay.log_partition["all"].sum())
+            0.0
+        """
+        if self._pending_group is None:
+            return
+        for window, pending in self._pending.items():
+            self.log_partition[window][self._pending_group] += pending.cpu().numpy()
+        self._pending, self._pending_group = {}, None
 
     def replay(self, store: RowBinStore, progress: bool = False, description: str = "counterfactual") -> None:
         """:meth:`add` every entry of ``store``, in the order written.

@@ -363,6 +363,7 @@ class CellSums:
         row_count: Number of sequences that contributed to each query position, [T].
         group_sizes: Number of sequences in each group, [G].
         layer_windows: Each layer's sliding window (``None``: full causal); empty when unknown.
+        counterfactual: The route the per-sequence counterfactual took, why, and the bytes it kept on disk; empty until run.
 
     Example:
         >>> sums = CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16))
@@ -376,6 +377,7 @@ class CellSums:
     row_count: Float[np.ndarray, " seq"]
     group_sizes: Float[np.ndarray, " groups"] = field(default_factory=lambda: np.zeros(0))
     layer_windows: tuple[int | None, ...] = ()
+    counterfactual: dict = field(default_factory=dict)  # the route of the per-sequence counterfactual (poslens.runtime.disk), once run
 
     @classmethod
     def zeros(

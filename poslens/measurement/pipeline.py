@@ -17,6 +17,7 @@ import torch
 from poslens.capture.counterfactual_replay import CounterfactualReplay
 from poslens.capture.leakage_capture import LeakageCapture
 from poslens.capture.row_bin_store import RowBinStore, check_disk_space, store_bytes
+from poslens.capture.second_pass import SecondPass
 from poslens.errors import InputError, ParameterTypeError
 from poslens.fit.binning import Binning
 from poslens.fit.counterfactual import counterfactual_sums, residuals
@@ -28,6 +29,7 @@ from poslens.model.hooks import Hook, attn_scores, run_with_hooks
 from poslens.model.loading import require_pos_model
 from poslens.progress import progress_bar
 from poslens.runtime import distributed
+from poslens.runtime.disk import check_route, choose_route
 from poslens.runtime.memory import choose_batch_size, release_free_heap
 from poslens.version import __version__
 
@@ -144,18 +146,27 @@ def collect_sums(
     progress: bool = True,
     description: str = "measuring",
     max_memory: int | str | None = None,
+    counterfactual: str = "auto",
+    disk_budget: int | str | None = None,
 ) -> CellSums:
     """Run the model over the corpus with capture hooks and return the grouped cell sums.
 
     One forward pass over the corpus streams every cell sum of methodology §3 and
-    the sums the counterfactual fit needs, and writes each sequence's per-row
-    offset-bin sums of exp(s) to a temporary file
-    (:mod:`poslens.capture.row_bin_store`, 8·L·H·T·(1 + bins) bytes per sequence;
-    :class:`poslens.capture.row_bin_store.InsufficientDiskError` before anything
-    runs if ``TMPDIR`` lacks the room). The replay then renormalizes each
-    sequence's logits for the per-sequence counterfactual of methodology §4.4 (i)
+    the sums the counterfactual fit needs. The per-sequence counterfactual of
+    methodology §4.4 (i) then renormalizes each sequence's logits
     (:mod:`poslens.capture.counterfactual_replay`), with each group's absolute
-    component fitted on the other groups. Under torchrun each rank runs every
+    component fitted on the other groups, by one of two routes that give the
+    same figures (:mod:`poslens.runtime.disk`): ``counterfactual="store"`` keeps
+    each sequence's per-row offset-bin sums of exp(s) in a temporary file
+    between the pass and the replay (:mod:`poslens.capture.row_bin_store`,
+    8·L·H·T·(1 + bins) bytes per sequence;
+    :class:`poslens.capture.row_bin_store.InsufficientDiskError` before anything
+    runs if ``TMPDIR`` lacks the room); ``"second-pass"`` keeps nothing and runs
+    the same batches through the model again (:mod:`poslens.capture.second_pass`);
+    ``"auto"`` keeps the store when its size, known before the run starts, fits
+    ``disk_budget`` (default the smaller of 4 GB and half the free space), and
+    makes the second pass otherwise. The returned sums' ``counterfactual``
+    attribute says which route ran, why, and how many bytes went to disk. Under torchrun each rank runs every
     K-th batch and the sums are all-reduced after the pass and after the replay (see
     :mod:`poslens.runtime.distributed`), so every rank returns the whole corpus's sums.
     ``max_memory`` picks the batch size: ``"free"`` plans against the memory free
@@ -173,9 +184,11 @@ def collect_sums(
         progress: Whether to show a progress bar.
         description: The progress bar's label.
         max_memory: ``"free"`` or a memory budget to plan the batch size against.
+        counterfactual: ``"auto"``, ``"store"`` or ``"second-pass"``: the route of the per-sequence counterfactual.
+        disk_budget: The most temporary disk ``"auto"`` lets the store take (bytes or ``"2GB"``).
 
     Returns:
-        The grouped cell sums, with the counterfactual's.
+        The grouped cell sums, with the counterfactual's and, as ``.counterfactual``, the route taken.
 
     Raises:
         TypeError: When ``model`` is not a :class:`~poslens.model.loading.PosModel`.
@@ -190,6 +203,7 @@ def collect_sums(
     """
     require_pos_model(model, "collect_sums()")
     interventions = check_arguments(corpus, interventions, groups=groups, early=early, batch_size=batch_size)
+    check_route(counterfactual)
     check_corpus_fits(model, corpus)
     if corpus.seq_len > (model.max_context or corpus.seq_len):
         raise InputError(
@@ -200,26 +214,67 @@ def collect_sums(
     distributed.init_from_env()
     batch_size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)
     plan = batches(corpus.n_seqs, groups, batch_size)[distributed.rank() :: distributed.world_size()]
-    check_disk_space(store_bytes(sum(len(index) for _, index in plan), model.n_layers, model.n_heads, corpus.seq_len, binning.n_offset_bins))
-    store = RowBinStore()
+    estimate = store_bytes(sum(len(index) for _, index in plan), model.n_layers, model.n_heads, corpus.seq_len, binning.n_offset_bins)
+    route = choose_route(counterfactual, estimate, disk_budget)
+    if route.route == "store":
+        check_disk_space(estimate)
+    store = RowBinStore() if route.route == "store" else None
     capture = LeakageCapture(model, binning, groups, probe=probe, store=store)
     show = progress and distributed.is_main()
     try:
-        for group, index in progress_bar(plan, desc=description, unit="batch", disable=not show, leave=False):
-            tokens = corpus.tokens[index]
-            extra: list[Hook] = [h for iv in interventions for h in iv.hooks(model, tokens)]
-            capture.group = group
-            capture.add_structure(len(index))
-            # nothing after the last layer's scores is measured: the pass ends there
-            run_with_hooks(model, tokens, extra + capture.hooks(), stop_after=attn_scores(model.n_layers - 1))
+        forward_passes(model, corpus, plan, interventions, capture, show, description, before_each=capture.add_structure)
         sums = distributed.all_reduce_sums(capture.sums)
         replay = CounterfactualReplay(model, sums.binning, cross_fitted_residuals(sums), groups)
-        replay.replay(store, progress=show, description=f"{description} (counterfactual)")
+        if store is not None:
+            stored = store.nbytes
+            replay.replay(store, progress=show, description=f"{description} (counterfactual)")
+        else:
+            stored = 0
+            second = SecondPass(model, binning, replay, block_elements=capture.block_elements)
+            forward_passes(model, corpus, plan, interventions, second, show, f"{description} (counterfactual, second pass)")
     finally:
-        store.close()
+        if store is not None:
+            store.close()
     add_counterfactual(sums, replay)
+    sums.counterfactual = {**route.describe(), "stored_bytes": stored}
     release_free_heap()  # the hooks' freed arrays, so that the next forward pass finds an unfragmented heap
     return sums
+
+
+def forward_passes(
+    model: Any, corpus: Corpus, plan: Sequence[tuple[int, np.ndarray]], interventions: Sequence[Intervention], owner: Any,
+    progress: bool, description: str, before_each: Callable[[int], None] | None = None,
+) -> None:
+    """Run one forward pass per batch of ``plan`` with the interventions' hooks, then ``owner``'s, up to the last layer's scores.
+
+    ``owner`` is a :class:`~poslens.capture.leakage_capture.LeakageCapture` (the
+    first pass) or a :class:`~poslens.capture.second_pass.SecondPass`: its
+    ``group`` is set before each pass and its ``flush()`` called after it. The
+    second pass runs this with the first pass's plan, so that both see the same
+    batches with the same interventions.
+
+    Args:
+        model: The loaded model.
+        corpus: The token corpus.
+        plan: ``[(group, sequence indices)]`` of this process (:func:`batches`).
+        interventions: Interventions whose hooks run before ``owner``'s.
+        owner: What the hooks fill: its ``group``, ``hooks()`` and ``flush()``.
+        progress: Whether to show a progress bar.
+        description: The progress bar's label.
+        before_each: Called with the batch size before each pass (the first pass's structural sums).
+
+    Example:
+        >>> forward_passes(model, corpus, batches(16, 8, 4), (), capture, False, "measuring")  # doctest: +SKIP
+    """
+    for group, index in progress_bar(plan, desc=description, unit="batch", disable=not progress, leave=False):
+        tokens = corpus.tokens[index]
+        extra: list[Hook] = [h for iv in interventions for h in iv.hooks(model, tokens)]
+        owner.group = group
+        if before_each is not None:
+            before_each(len(index))
+        # nothing after the last layer's scores is measured: the pass ends there
+        run_with_hooks(model, tokens, extra + owner.hooks(), stop_after=attn_scores(model.n_layers - 1))
+        owner.flush()
 
 
 def cross_fitted_residuals(sums: CellSums) -> Callable[[int], dict[str, np.ndarray]]:
@@ -293,7 +348,7 @@ def add_counterfactual(sums: CellSums, replay: CounterfactualReplay) -> None:
 
 def measure_scores(
     layer_scores: Sequence[torch.Tensor], groups: int = 8, early: int = 32, layer_windows: Sequence[int | None] | None = None,
-    name: str = "synthetic",
+    name: str = "synthetic", counterfactual: str = "store",
 ) -> Result:
     """:func:`measure` on attention scores given directly, one [N, H, T, T] tensor per layer (no model).
 
@@ -308,6 +363,8 @@ def measure_scores(
         early: Q, the bound of the early query window 1 ≤ i < Q.
         layer_windows: Each layer's sliding window (``None``: full causal); default all full causal.
         name: The ``model`` column of the table.
+        counterfactual: ``"store"`` (the row-bin store) or ``"second-pass"`` (the sums recomputed from the scores
+            once the absolute component is fitted); the figures are the same.
 
     Returns:
         The tidy result, with its sums.
@@ -324,19 +381,29 @@ def measure_scores(
     n_seqs, n_heads, t, _ = scores[0].shape
     windows = list(layer_windows) if layer_windows is not None else [None] * len(scores)
     model = SimpleNamespace(n_layers=len(scores), n_heads=n_heads, window=windows)
-    store = RowBinStore()
+    if check_route(counterfactual) == "auto":
+        raise InputError("measure_scores takes counterfactual='store' or 'second-pass', not 'auto'")
+    store = RowBinStore() if counterfactual == "store" else None
     capture = LeakageCapture(model, Binning(t, early=early), groups, probe=False, store=store)
     assignment = group_of(n_seqs, groups)
-    for g in range(groups):
-        index = np.nonzero(assignment == g)[0]
+    indices = [np.nonzero(assignment == g)[0] for g in range(groups)]
+    for g, index in enumerate(indices):
         capture.group = g
         capture.add_structure(len(index))
         for layer, x in enumerate(scores):
             capture.reduce(layer, x[index])
+        capture.flush()
     sums = capture.sums
     replay = CounterfactualReplay(model, sums.binning, cross_fitted_residuals(sums), groups)
-    replay.replay(store)
-    store.close()
+    if store is not None:
+        replay.replay(store)
+        store.close()
+    else:
+        second = SecondPass(model, sums.binning, replay)
+        for g, index in enumerate(indices):
+            for layer, x in enumerate(scores):
+                replay.add(g, layer, second.row_bins(layer, x[index]))
+            replay.flush()
     add_counterfactual(sums, replay)
     table = tidy(metrics_with_intervals(sums, probe=False), name, "base", "none")
     meta = {"model": {"model": name}, "settings": {"groups": groups, "early": early, "layer_windows": windows, "n_seqs": n_seqs}}
@@ -539,6 +606,8 @@ def measure(
     probe: bool = True,
     progress: bool = True,
     max_memory: int | str | None = None,
+    counterfactual: str = "auto",
+    disk_budget: int | str | None = None,
 ) -> Result:
     """Measure absolute-position leakage and its mask / residual-stream decomposition.
 
@@ -558,6 +627,10 @@ def measure(
         probe: Whether to fit the position probe (``probe_r2``).
         progress: Whether to show a progress bar.
         max_memory: ``"free"`` or a memory budget to plan the batch size against (:func:`collect_sums`).
+        counterfactual: ``"auto"``, ``"store"`` or ``"second-pass"``: how the per-sequence counterfactual gets each
+            sequence's row sums, from temporary disk or from a second forward pass (:func:`collect_sums`); the
+            figures are the same, and ``meta["counterfactual"]`` records the route and why.
+        disk_budget: The most temporary disk ``"auto"`` lets the store take (bytes or ``"2GB"``).
 
     Returns:
         The tidy table of every metric with its 95% interval, the run's metadata and the cell sums.
@@ -582,7 +655,9 @@ def measure(
     start = time.perf_counter()
     distributed.init_from_env()
     batch_size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)
-    sums = collect_sums(model, corpus, groups, early, batch_size, interventions, probe, progress)
+    check_route(counterfactual)
+    sums = collect_sums(model, corpus, groups, early, batch_size, interventions, probe, progress,
+                        counterfactual=counterfactual, disk_budget=disk_budget)
     forward_seconds = time.perf_counter() - start
     label = "+".join(iv.label for iv in interventions) or "none"
     table = tidy(metrics_with_intervals(sums, probe=probe), model.name, model.variant_name, label)
@@ -594,8 +669,11 @@ def measure(
         "max_memory": None if max_memory is None else str(max_memory),
         "probe": probe,
         "interventions": [iv.describe() for iv in interventions],
+        "counterfactual": counterfactual,
+        "disk_budget": None if disk_budget is None else str(disk_budget),
     }
     settings["world_size"] = distributed.world_size()
     meta = run_metadata(model, corpus, settings)
+    meta["counterfactual"] = sums.counterfactual
     meta["timings"] = {"forward_seconds": forward_seconds, "total_seconds": time.perf_counter() - start}
     return Result(table, meta, sums)

@@ -86,6 +86,8 @@ def compare(
     loader: Callable[[str, str], Any] = lambda name, variant: load_model(name, variant=variant),
     progress: bool = True,
     text_field: str = "text",
+    counterfactual: str = "auto",
+    disk_budget: int | str | None = None,
 ) -> Result:
     """Measure every case on the same text and return one stacked result.
 
@@ -109,6 +111,8 @@ def compare(
         loader: ``loader(name, variant)`` loads a case's model.
         progress: Whether to show progress bars.
         text_field: The text field of a JSONL or Parquet ``source``.
+        counterfactual: The per-sequence counterfactual's route (:func:`poslens.measure`).
+        disk_budget: The most temporary disk the store may take under ``"auto"``.
 
     Returns:
         One result with every case's rows.
@@ -123,7 +127,7 @@ def compare(
         require_pos_model(model, "compare() (the model its loader returned)")
         corpus = make_corpus(model, source, n_seqs=n_seqs, seq_len=seq_len, position0="bos", seed=seed, text_field=text_field)
         result = measure(model, corpus, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory,
-                         probe=False, progress=progress)
+                         probe=False, progress=progress, counterfactual=counterfactual, disk_budget=disk_budget)
         result.meta["case"] = {"case": case.case, "inference_time": case.inference_time}
         results.append(result)
     out = concat(results)

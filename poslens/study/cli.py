@@ -26,6 +26,7 @@ from poslens.model.loading import load_model
 from poslens.model.registry import REGISTRY, install_argv, registry_entry
 from poslens.model.variants import parse_variant
 from poslens.runtime import distributed
+from poslens.runtime.disk import ROUTES
 from poslens.runtime.memory import parse_bytes
 from poslens.study.claims import not_measured_summary
 from poslens.study.output_lock import OutputLock
@@ -47,6 +48,24 @@ def _memory_option(value: str) -> str:
         parse_bytes(value)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
+    return value
+
+
+def _route_option(value: str) -> str:
+    """Check ``--counterfactual`` when the command line is parsed."""
+    if value not in ROUTES:
+        raise typer.BadParameter(f"--counterfactual must be one of {', '.join(ROUTES)}, got {value!r}")
+    return value
+
+
+def _disk_budget_option(value: str | None) -> str | None:
+    """Check ``--disk-budget`` when the command line is parsed: a size such as 2GB."""
+    if value is None:
+        return None
+    try:
+        parse_bytes(value)
+    except ValueError as error:
+        raise typer.BadParameter(f"--disk-budget: {error}") from error
     return value
 
 
@@ -270,6 +289,14 @@ _MAX_MEMORY = typer.Option(
     "free", "--max-memory", callback=lambda v: _memory_option(v),
     help="Memory budget for the whole process, e.g. 8GB or 512MiB; 'free' (default): 80% of the memory free now, "
          "for the forward pass. Lowers the batch size to what fits, or stops with the numbers and the longest --seq-len that fits.")
+_COUNTERFACTUAL = typer.Option(
+    "auto", "--counterfactual", callback=lambda v: _route_option(v),
+    help="How the per-sequence counterfactual gets each sequence's row sums: 'store' keeps them on temporary disk (TMPDIR, "
+         "8·L·H·T·(1 + bins) bytes per sequence), 'second-pass' runs the model a second time and keeps nothing, 'auto' (default) "
+         "keeps the store when it fits --disk-budget. The figures are the same.")
+_DISK_BUDGET = typer.Option(
+    None, "--disk-budget", callback=lambda v: _disk_budget_option(v),
+    help="Most temporary disk the store may take under --counterfactual auto, e.g. 2GB; default the smaller of 4 GB and half the free space.")
 _DTYPE = typer.Option("float32", help="Weights' dtype: float32, bfloat16 or float16 (sums stay float64).")
 _DEVICE_MAP = typer.Option(None, help="transformers device map, e.g. 'auto' to spread a large model over GPUs.")
 _TAU = typer.Option(0.3, callback=_tau_option, help="Sink-reading threshold τ, in (0, 1].")
@@ -309,7 +336,8 @@ def _show(result, metric: str, title: str) -> None:
 def leakage(
     model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
     n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
-    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
+    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
+    disk_budget: Optional[str] = _DISK_BUDGET, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
     overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
     """Measure position leakage and its mask / residual-stream decomposition (methodology §3–§5).
@@ -323,7 +351,7 @@ def leakage(
     with _output_folder(out):
         study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
                        n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
-                       max_memory=max_memory, dtype=dtype, device_map=device_map)
+                       max_memory=max_memory, counterfactual=counterfactual, disk_budget=disk_budget, dtype=dtype, device_map=device_map)
         result = study.leakage()
     if not distributed.is_main():
         return  # under torchrun, rank 0 prints and writes
@@ -339,7 +367,8 @@ def leakage(
 def sinks(
     model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
     n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
-    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
+    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
+    disk_budget: Optional[str] = _DISK_BUDGET, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
     tau: float = _TAU, overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
     """Sink score of every head and sink-reading head counts per layer (methodology §6), from the leakage part.
@@ -351,7 +380,7 @@ def sinks(
     with _output_folder(out):
         study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
                        n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
-                       max_memory=max_memory, dtype=dtype, device_map=device_map, tau=tau)
+                       max_memory=max_memory, counterfactual=counterfactual, disk_budget=disk_budget, dtype=dtype, device_map=device_map, tau=tau)
         result = study.sinks()
     counts = result.table[result.table["metric"] == "sink_heads"]
     console.print(counts[["layer", "value", "ci_low", "ci_high"]].to_string(index=False))
@@ -362,7 +391,8 @@ def sinks(
 def bos_swap(
     model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
     n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
-    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
+    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
+    disk_budget: Optional[str] = _DISK_BUDGET, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
     replacement: list[str] = typer.Option(
         ["mean"], callback=_replacement_option, help="mean, zero, noise or token:<id or string>; repeat for several."),
     overwrite: bool = _OVERWRITE, out: Path = _OUT,
@@ -376,7 +406,8 @@ def bos_swap(
     with _output_folder(out):
         study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
                        n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
-                       max_memory=max_memory, dtype=dtype, device_map=device_map, replacements=tuple(replacement))
+                       max_memory=max_memory, counterfactual=counterfactual,
+                       disk_budget=disk_budget, dtype=dtype, device_map=device_map, replacements=tuple(replacement))
         result = study.bos_swap()
     _show(result, "reduction", "reduction of C_res = 1 − C_res(after)/C_res(before)")
     _say_written(study)
@@ -386,7 +417,8 @@ def bos_swap(
 def ablate_sinks(
     model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
     n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
-    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
+    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
+    disk_budget: Optional[str] = _DISK_BUDGET, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
     tau: float = _TAU, overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
     """Ablate the sink path of sink-reading heads and report the reduction of C_res (methodology §7).
@@ -398,7 +430,7 @@ def ablate_sinks(
     with _output_folder(out):
         study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
                        n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
-                       max_memory=max_memory, dtype=dtype, device_map=device_map, tau=tau)
+                       max_memory=max_memory, counterfactual=counterfactual, disk_budget=disk_budget, dtype=dtype, device_map=device_map, tau=tau)
         result = study.ablate_sinks()
     _show(result, "reduction", "reduction of C_res under sink-path ablation")
     _say_written(study)
@@ -408,7 +440,8 @@ def ablate_sinks(
 def fingerprint(
     model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
     n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
-    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
+    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
+    disk_budget: Optional[str] = _DISK_BUDGET, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
     tau: float = _TAU,
     fingerprint_seqs: int = typer.Option(16, min=1, help="Sequences per position-0 setting."),
     fingerprint_len: int = typer.Option(48, min=2, help="Tokens per fingerprint sequence."),
@@ -425,7 +458,8 @@ def fingerprint(
     with _output_folder(out):
         study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
                        n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
-                       max_memory=max_memory, dtype=dtype, device_map=device_map, tau=tau, fingerprint_seqs=fingerprint_seqs,
+                       max_memory=max_memory, counterfactual=counterfactual,
+                       disk_budget=disk_budget, dtype=dtype, device_map=device_map, tau=tau, fingerprint_seqs=fingerprint_seqs,
                        fingerprint_len=fingerprint_len)
         result = study.fingerprint()
     rows = result.table[(result.table["layer"] == -1)]
@@ -438,7 +472,8 @@ def compare_command(
     compare_seqs: int = typer.Option(8, "--n-seqs", min=1, help="Sequences per case."),
     compare_len: int = typer.Option(640, "--seq-len", min=2, help="Tokens per sequence (beyond gemma3's 512 window by default)."),
     groups: int = _GROUPS, early: Optional[int] = _EARLY, seed: int = _SEED, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
-    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY,
+    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
+    disk_budget: Optional[str] = _DISK_BUDGET,
     full: bool = typer.Option(False, help="All NTK α ∈ {2,4,8} and windows {64,128}, not one of each."),
     overwrite: bool = _OVERWRITE, out: Path = _OUT,
 ) -> None:
@@ -450,7 +485,8 @@ def compare_command(
     early = _early(early, seq_len=compare_len)
     with _output_folder(out):
         study = _study(out, overwrite, compare_seqs=compare_seqs, compare_len=compare_len, groups=groups, early=early, seed=seed,
-                       corpus=corpus, text_field=text_field, batch_size=batch_size, max_memory=max_memory, compare_quick=not full)
+                       corpus=corpus, text_field=text_field, batch_size=batch_size, max_memory=max_memory, counterfactual=counterfactual,
+                       disk_budget=disk_budget, compare_quick=not full)
         result = study.compare()
     rows = result.table[(result.table["layer"] == -1) & (result.table["head"] == -1) & result.table["metric"].isin(["c_res", "c_mask"])]
     console.print(rows[["model", "variant", "query_window", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
@@ -521,7 +557,8 @@ def report(
     compare_seqs: Optional[int] = typer.Option(None, min=1, help="Override the comparison's sequences per case."),
     compare_len: Optional[int] = typer.Option(None, min=2, help="Override the comparison's sequence length."),
     batch_size: Optional[int] = typer.Option(None, min=1, help="Override the preset's largest batch size (4)."),
-    max_memory: str = _MAX_MEMORY,
+    max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
+    disk_budget: Optional[str] = _DISK_BUDGET,
     overwrite: bool = _OVERWRITE,
 ) -> None:
     """Run the whole study and write report.html, every table (Parquet + CSV), claims.csv and run.json.
@@ -532,7 +569,7 @@ def report(
                                         fingerprint_len=fingerprint_len, compare_seqs=compare_seqs, compare_len=compare_len,
                                         batch_size=batch_size).items()
                  if v is not None}
-    overrides["max_memory"] = max_memory
+    overrides.update(max_memory=max_memory, counterfactual=counterfactual, disk_budget=disk_budget)
     settings = Settings.quick(model=model, **overrides) if quick else Settings.full(model=model, **overrides)
     counts = dict(n_seqs=settings.n_seqs, fingerprint_seqs=settings.fingerprint_seqs)
     _check_fill(settings.groups, **counts, **({} if skip_compare else dict(compare_seqs=settings.compare_seqs)))

@@ -367,8 +367,12 @@ class Study:
 
     def _measure(self, interventions=(), probe: bool = True) -> Result:
         s = self.settings
-        return measure(self.model(), self.corpus(), groups=s.groups, early=s.early, batch_size=s.batch_size,
-                       max_memory=s.max_memory, interventions=interventions, probe=probe)
+        result = measure(self.model(), self.corpus(), groups=s.groups, early=s.early, batch_size=s.batch_size,
+                         max_memory=s.max_memory, interventions=interventions, probe=probe,
+                         counterfactual=s.counterfactual, disk_budget=s.disk_budget)
+        route = result.meta["counterfactual"]
+        self.log(f"counterfactual: {route['route']} ({route['reason']})")
+        return result
 
     def leakage(self) -> Result:
         """Baseline leakage, decomposition and probe (methodology §3–§5).
@@ -498,7 +502,7 @@ class Study:
             "compare", names,
             lambda: compare(cases, n_seqs=s.compare_seqs, seq_len=s.compare_len, groups=s.groups, early=s.early,
                             seed=s.seed, source=s.corpus, batch_size=s.batch_size, max_memory=s.max_memory,
-                            text_field=s.text_field),
+                            text_field=s.text_field, counterfactual=s.counterfactual, disk_budget=s.disk_budget),
             inputs,
         )
 

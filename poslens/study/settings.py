@@ -32,6 +32,8 @@ class Settings:
         seed: Seed of the text windows.
         batch_size: Sequences per forward pass (an upper bound when planning memory).
         max_memory: The memory budget (``"free"``, or a size such as ``"8GB"``).
+        counterfactual: The per-sequence counterfactual's route: ``auto``, ``store`` or ``second-pass`` (the same figures).
+        disk_budget: The most temporary disk the store may take under ``auto`` (default: the smaller of 4 GB and half the free space).
         position0: What position 0 holds (``bos``; :func:`~poslens.model.corpus.make_corpus`).
         dtype: The weights' dtype.
         device_map: A transformers device map, or ``None``.
@@ -60,6 +62,8 @@ class Settings:
     seed: int = 0
     batch_size: int = 4
     max_memory: str = "free"
+    counterfactual: str = "auto"
+    disk_budget: str | None = None
     position0: str = "bos"
     dtype: str = "float32"
     device_map: str | None = None
@@ -143,7 +147,7 @@ OPTION_NAMES = {
     "groups": "--groups", "early": "--early", "seed": "--seed", "batch_size": "--batch-size", "position0": "--bos",
     "dtype": "--dtype", "tau": "--tau", "replacements": "--replacement", "fingerprint_seqs": "--fingerprint-seqs",
     "fingerprint_len": "--fingerprint-len", "compare_seqs": "--compare-seqs", "compare_len": "--compare-len",
-    "compare_quick": "--full", "cases": "cases",
+    "compare_quick": "--full", "cases": "cases", "counterfactual": "--counterfactual", "disk_budget": "--disk-budget",
 }
 
 

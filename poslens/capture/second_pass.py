@@ -1,0 +1,182 @@
+"""The per-sequence counterfactual's second forward pass: each row's offset-bin sums of exp(s), folded in as they come.
+
+The route without temporary disk (:mod:`poslens.runtime.disk`). Once the first
+pass's sums have fixed the absolute component A, a second forward pass over the
+same batches, with the same interventions, recomputes on every layer what the
+row-bin store would have kept, each row's maximum m_i and its sums
+S_ib = Σ_{j∈b} exp(s_ij − m_i) per offset bin b, and hands them at once to
+:meth:`poslens.capture.counterfactual_replay.CounterfactualReplay.add`, so
+nothing of size N outlives a layer. The arithmetic is the first pass's, step for
+step, on the same row blocks (:class:`poslens.capture.leakage_capture.RowBlock`),
+so both routes give the same figures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from jaxtyping import Float
+
+from poslens.capture.counterfactual_replay import CounterfactualReplay
+from poslens.capture.leakage_capture import EXP_FLOOR, LayerStructure, RowBlock, default_block_elements
+from poslens.fit.binning import Binning
+from poslens.model import hooks as hook_names
+
+
+def row_bin_sums(
+    scores: Float[torch.Tensor, "batch heads seq seq"], blocks: list[RowBlock], n_offset_bins: int,
+    work: Float[torch.Tensor, " buffer"] | None = None,
+) -> Float[torch.Tensor, "batch heads seq bins"]:
+    """Each row's maximum, then its sums of exp(s − max) per offset bin, from one layer's scores, block by block.
+
+    The same steps as the first pass's (:meth:`poslens.capture.leakage_capture.LeakageCapture.reduce`):
+    a float64 copy of the block's visible key span, its row maxima, exp of s − max
+    floored at :data:`~poslens.capture.leakage_capture.EXP_FLOOR`, the invisible
+    keys zeroed, one running sum along keys, and differences at the offset bins' edges.
+
+    Args:
+        scores: A layer's pre-softmax scores, [batch, H, T, T], masked entries at the dtype minimum.
+        blocks: The layer's row blocks (:meth:`RowBlock.build` over :meth:`LayerStructure.row_blocks`).
+        n_offset_bins: Number of offset bins B.
+        work: A float64 buffer of at least batch·H·(largest block size) elements to reuse; default a fresh one.
+
+    Returns:
+        ``[batch, H, T, 1 + B]`` float64 on the scores' device: the maximum first, then the B bin sums.
+
+    Example:
+        >>> b = Binning(8); st = LayerStructure.build(b, window=None)
+        >>> blocks = [RowBlock.build(st, r0, r1, torch.device("cpu")) for r0, r1 in st.row_blocks(64)]
+        >>> uniform = torch.zeros(1, 1, 8, 8).masked_fill(torch.ones(8, 8).triu(1).bool(), torch.finfo(torch.float32).min)
+        >>> out = row_bin_sums(uniform, blocks, b.n_offset_bins)
+        >>> out[0, 0, :, 1:].sum(-1).tolist()   # row i sees i + 1 keys, each exp(0 − 0) = 1
+        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    """
+    batch, heads, t, _ = scores.shape
+    device = scores.device
+    out = torch.empty(batch, heads, t, 1 + n_offset_bins, dtype=torch.float64, device=device)
+    largest = max(batch * heads * block.size for block in blocks)
+    if work is None or work.numel() < largest:
+        work = torch.empty(largest, dtype=torch.float64, device=device)
+    for block in blocks:
+        r0, r1, k0 = block.r0, block.r1, block.k0
+        n_rows, span = r1 - r0, r1 - k0
+        exp_s = work[: batch * heads * block.size].view(batch, heads, n_rows, span)
+        exp_s.copy_(scores[:, :, r0:r1, k0:r1])
+        row_max = exp_s.amax(-1, keepdim=True)
+        exp_s.sub_(row_max).clamp_(min=EXP_FLOOR).exp_()
+        for c0, c1, invisible in block.masked_columns:
+            exp_s[..., c0:c1].masked_fill_(invisible, 0.0)
+        running = exp_s.cumsum_(-1)
+        at_edges = running.gather(-1, block.edge_at.expand(batch, heads, n_rows, n_offset_bins + 1)) * block.edge_used
+        out[:, :, r0:r1, 0] = row_max[..., 0]
+        out[:, :, r0:r1, 1:] = at_edges[..., :-1] - at_edges[..., 1:]
+    return out
+
+
+class SecondPass:
+    """Hooks that fold every layer's row-bin sums into a :class:`CounterfactualReplay` during a second forward pass.
+
+    Set :attr:`group` before each forward pass, run it with :meth:`hooks`, then
+    call :meth:`flush` (which hands the replay's device-side sums to the host once per batch).
+
+    Args:
+        model: The hooked model (its ``n_layers``, ``n_heads`` and ``window``).
+        binning: The query and offset bins of the measurement.
+        replay: The replay to fold the sums into; its residuals come from the first pass.
+        block_elements: Size of a row-block work buffer; default :func:`~poslens.capture.leakage_capture.default_block_elements`
+            (the first pass's: the same blocks give the same rounding).
+
+    Example:
+        >>> second = SecondPass(model, sums.binning, replay)   # doctest: +SKIP
+        >>> second.group = 0; run_with_hooks(model, tokens, second.hooks()); second.flush()   # doctest: +SKIP
+    """
+
+    def __init__(self, model: Any, binning: Binning, replay: CounterfactualReplay, block_elements: int | None = None) -> None:
+        self.model = model
+        self.binning = binning
+        self.replay = replay
+        self.block_elements = block_elements
+        self.group = 0
+        self._structures: dict[int | None, LayerStructure] = {}
+        self._blocks: dict[tuple, list[RowBlock]] = {}
+        self._work: torch.Tensor | None = None
+
+    def structure(self, layer: int) -> LayerStructure:
+        """The layer's visible pairs, as the first pass builds them (a window at least T wide counts as none).
+
+        Args:
+            layer: A layer index.
+
+        Returns:
+            The layer's structure.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> second = SecondPass(SimpleNamespace(n_layers=2, n_heads=1, window=[None, 64]), Binning(8), replay=None)
+            >>> second.structure(1).window is None
+            True
+        """
+        window = self.model.window[layer]
+        if window is not None and window >= self.binning.seq_len:
+            window = None
+        if window not in self._structures:
+            self._structures[window] = LayerStructure.build(self.binning, window)
+        return self._structures[window]
+
+    def row_bins(self, layer: int, scores: Float[torch.Tensor, "batch heads seq seq"]) -> Float[torch.Tensor, "batch heads seq bins"]:
+        """One layer's row maxima and offset-bin sums of exp(s − max), on the first pass's row blocks.
+
+        Args:
+            layer: The layer index.
+            scores: The layer's pre-softmax scores, [batch, H, T, T].
+
+        Returns:
+            ``[batch, H, T, 1 + B]`` float64 on the scores' device.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> second = SecondPass(SimpleNamespace(n_layers=1, n_heads=1, window=[None]), Binning(8), replay=None)
+            >>> s = torch.zeros(2, 1, 8, 8).masked_fill(torch.ones(8, 8).triu(1).bool(), torch.finfo(torch.float32).min)
+            >>> second.row_bins(0, s).shape[-1] == 1 + Binning(8).n_offset_bins
+            True
+        """
+        batch, heads = scores.shape[:2]
+        st, device = self.structure(layer), scores.device
+        key = (st.window, batch * heads, str(device))
+        if key not in self._blocks:
+            elements = self.block_elements or default_block_elements(device)
+            self._blocks[key] = [RowBlock.build(st, r0, r1, device) for r0, r1 in st.row_blocks(max(1, elements // (batch * heads)))]
+        blocks = self._blocks[key]
+        largest = max(batch * heads * block.size for block in blocks)
+        if self._work is None or self._work.device != device or self._work.numel() < largest:
+            self._work = torch.empty(largest, dtype=torch.float64, device=device)
+        return row_bin_sums(scores, blocks, self.binning.n_offset_bins, self._work)
+
+    def hooks(self) -> list[tuple[str, Any]]:
+        """One hook per layer on ``blocks.{l}.attn.hook_attn_scores``; each passes the scores on unchanged.
+
+        Returns:
+            ``[(hook name, hook function)]``, as ``run_with_hooks`` takes them.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> [n for n, _ in SecondPass(SimpleNamespace(n_layers=2, n_heads=1, window=[None, None]), Binning(8), None).hooks()]
+            ['blocks.0.attn.hook_attn_scores', 'blocks.1.attn.hook_attn_scores']
+        """
+        return [(hook_names.attn_scores(layer), self._make_hook(layer)) for layer in range(self.model.n_layers)]
+
+    def _make_hook(self, layer: int):
+        def hook(scores: torch.Tensor, hook: Any) -> torch.Tensor:
+            self.replay.add(self.group, layer, self.row_bins(layer, scores))
+            return scores
+
+        return hook
+
+    def flush(self) -> None:
+        """Hand the replay's device-side sums of the batch to the host (nothing to do on the CPU).
+
+        Example:
+            >>> second.flush()   # doctest: +SKIP
+        """
+        self.replay.flush()
