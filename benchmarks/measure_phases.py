@@ -57,6 +57,7 @@ def main() -> None:
             state["capture"].group = k
             state["capture"].add_structure(1)
             run_with_hooks(model, corpus.tokens[k : k + 1], state["capture"].hooks(), stop_after=attn_scores(model.n_layers - 1))
+            state["capture"].flush()  # the sync-free (CUDA) path adds its sums here
 
     def fit_a():
         state["residuals"] = cross_fitted_residuals(state["capture"].sums)

@@ -115,11 +115,23 @@ def test_store_keeps_what_was_written_in_order():
 
 
 def test_collect_sums_refuses_before_running_when_the_temporary_disk_is_too_small(tiny_llama_dir, monkeypatch):
+    from poslens.runtime import disk
+
     model = poslens.load_model(tiny_llama_dir)
     corpus = poslens.make_corpus(model, "random", n_seqs=4, seq_len=16)
     need = store_bytes(4, model.n_layers, model.n_heads, 16, Binning(16).n_offset_bins)
-    monkeypatch.setattr(row_bin_store.shutil, "disk_usage", lambda path: SimpleNamespace(free=need - 1))
+
+    def free(room):
+        for module in (row_bin_store, disk):
+            monkeypatch.setattr(module.shutil, "disk_usage", lambda path: SimpleNamespace(free=room))
+
+    free(need - 1)
     with pytest.raises(InsufficientDiskError, match=r"needs 0\.0 GB of temporary disk in .*TMPDIR"):
-        collect_sums(model, corpus, groups=2, progress=False)
-    monkeypatch.setattr(row_bin_store.shutil, "disk_usage", lambda path: SimpleNamespace(free=need))
-    assert collect_sums(model, corpus, groups=2, progress=False).row_count[0] == 4   # exactly enough room
+        collect_sums(model, corpus, groups=2, progress=False, counterfactual="store")  # the store, asked for outright
+    free(need)
+    assert collect_sums(model, corpus, groups=2, progress=False, counterfactual="store").row_count[0] == 4   # exactly enough room
+    # "auto" budgets half the free space: the store fits at twice its size free, and the second pass runs below that
+    free(2 * need)
+    assert collect_sums(model, corpus, groups=2, progress=False).counterfactual["route"] == "store"
+    free(2 * need - 2)
+    assert collect_sums(model, corpus, groups=2, progress=False).counterfactual["route"] == "second-pass"

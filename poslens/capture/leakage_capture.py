@@ -17,10 +17,28 @@ The per-row pieces are folded into query bins with a one-hot matrix and added to
 maximum and, from one cumulative sum of exp(s − max) along keys, its sums per
 offset bin, for the per-sequence counterfactual
 (:mod:`poslens.capture.counterfactual_replay`).
+
+There are two paths, chosen by ``LeakageCapture(sync_free=...)`` (default: the
+sync-free path when the scores are on CUDA):
+
+- the host path (CPU default): each layer's pieces are copied to the host once
+  per layer and added to the sums there; a mask mismatch or a non-finite score
+  raises from :meth:`LeakageCapture.reduce` itself.
+- the sync-free path: :meth:`LeakageCapture.reduce` issues no host
+  synchronization (no ``.item()``, ``bool(tensor)``, ``.cpu()``, ``nonzero``, no
+  branch on data). Each layer's pieces go into one flat device tensor, the mask
+  and finite checks become device flags in it, the row-bin arrays are copied to
+  pinned host memory without blocking, and the offset diagonals of a row block are
+  folded into cells by one matrix product and one ``index_add_`` instead of a loop
+  over its query bins. :meth:`LeakageCapture.flush`, called after each forward
+  pass, copies all of it to the host in one transfer, adds it to the sums, writes
+  the row-bin store and raises the deferred errors (same messages, naming layer
+  and head). On CPU the two paths agree to rounding (≈1e-15 relative).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +86,8 @@ def default_block_elements(device: str | torch.device) -> int:
 class MaskMismatchError(PoslensError, RuntimeError):
     """The scores' masked entries are not the ones poslens expects for this layer.
 
-    Raised by :meth:`LeakageCapture.reduce` on a layer's first batch when keys
+    Raised by :meth:`LeakageCapture.reduce` (on the sync-free path: by
+    :meth:`LeakageCapture.flush`) on a layer's first batch when keys
     outside the causal (or sliding-window) mask carry finite scores, or visible
     keys are masked (e.g. padding).
 
@@ -85,7 +104,8 @@ class MaskMismatchError(PoslensError, RuntimeError):
 class NonFiniteScoresError(PoslensError, FloatingPointError):
     """NaN or inf among the visible attention scores (e.g. float16 overflow).
 
-    Raised by :meth:`LeakageCapture.reduce`; the message names the layer and head.
+    Raised by :meth:`LeakageCapture.reduce` (on the sync-free path: by
+    :meth:`LeakageCapture.flush`); the message names the layer and head.
 
     Example:
         >>> from types import SimpleNamespace
@@ -107,6 +127,19 @@ def _non_finite(layer: int, head: int) -> NonFiniteScoresError:
         f"NaN or inf in the attention scores of layer {layer}, head {head} "
         "(in float16 this is usually overflow: use --dtype float32 or bfloat16)"
     )
+
+
+@dataclass
+class _Pending:
+    """One sync-free :meth:`LeakageCapture.reduce` call whose pieces wait on the device for :meth:`LeakageCapture.flush`."""
+
+    group: int
+    layer: int
+    batch: int
+    checking: bool  # the mask flags are in ``flat``
+    parts: list[tuple[str, tuple[int, ...]]]  # (name, shape) of the pieces at the start of ``flat``
+    flat: Float[torch.Tensor, " values"]  # the pieces, then the flags (as 0.0 / 1.0): bad rows [B·H], then mask ok, hidden unmasked, bad heads [H]
+    row_bins: Float[torch.Tensor, "batch heads seq bins"] | None  # on the host (pinned on CUDA, copied without blocking)
 
 
 @dataclass
@@ -344,11 +377,14 @@ class LeakageCapture:
         check_mask: Whether to check that masked scores sit at the dtype minimum.
         block_elements: Size of a row-block work buffer; default :func:`default_block_elements`.
         store: Where to keep each sequence's row-bin sums for the counterfactual replay; ``None``: not kept.
+        sync_free: Whether :meth:`reduce` defers every host synchronization to :meth:`flush` (see the module
+            docstring); ``None``: when the scores are on CUDA. Call :meth:`flush` after each forward pass.
 
     Example:
         >>> capture = LeakageCapture(model, Binning(64), groups=4)  # doctest: +SKIP
         >>> capture.group = 0  # doctest: +SKIP
         >>> run_with_hooks(model, tokens, capture.hooks())  # doctest: +SKIP
+        >>> capture.flush()  # doctest: +SKIP
     """
 
     def __init__(
@@ -360,8 +396,11 @@ class LeakageCapture:
         check_mask: bool = True,
         block_elements: int | None = None,
         store: RowBinStore | None = None,
+        sync_free: bool | None = None,
     ) -> None:
         self.model = model
+        self.sync_free = sync_free  # None: on when the scores are on CUDA
+        self._pending: list[_Pending] = []  # sync-free reduce() calls not yet flushed
         self.store = store  # where each sequence's row-bin sums go for the counterfactual replay (None: not kept)
         self.block_elements = block_elements  # float64 elements per work buffer; None: by device
         self.binning = binning
@@ -374,6 +413,7 @@ class LeakageCapture:
         self._block_cache: dict[tuple, list[RowBlock]] = {}
         self._device_cache: dict[tuple, tuple[torch.Tensor, ...]] = {}
         self._structure_cache: dict[int | None, dict[str, np.ndarray]] = {}
+        self._diagonal_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         t = binning.seq_len
         qbin = torch.as_tensor(binning.query_bin)
         self._fold = torch.zeros(binning.n_query_bins, t, dtype=torch.float64)
@@ -385,6 +425,7 @@ class LeakageCapture:
         self._window_rows = {
             w: torch.as_tensor(windows[w][q_of_row]) for w in WINDOWS
         }  # [T] bool: row i in window w
+        self._window_row_counts = np.array([float(self._window_rows[w].sum()) for w in WINDOWS])  # probe rows per sequence
         self.early_rows = min(binning.early, t)  # rows 1 ≤ i < early_rows form the early window
         layer_windows = tuple(self.structure(layer).window for layer in range(model.n_layers))
         self.sums = CellSums.zeros(groups, model.n_layers, model.n_heads, binning, layer_windows)
@@ -509,7 +550,9 @@ class LeakageCapture:
     def reduce(self, layer: int, scores: Float[torch.Tensor, "batch heads query key"]) -> None:
         """Fold one layer's scores [batch, head, T, T] into the sums of the current group.
 
-        Masked entries must be at the dtype minimum, as in ``hook_attn_scores``.
+        Masked entries must be at the dtype minimum, as in ``hook_attn_scores``. On the
+        sync-free path (see :class:`LeakageCapture`) the pieces wait on the device and the
+        two checks below raise from :meth:`flush` instead.
 
         Args:
             layer: The layer index.
@@ -518,6 +561,7 @@ class LeakageCapture:
         Raises:
             ValueError: When the scores are not T × T for the binning's length T.
             NonFiniteScoresError: When a visible score is NaN or infinite.
+            MaskMismatchError: On a layer's first batch, when the masked entries are not the layer's invisible keys.
 
         Example:
             >>> from types import SimpleNamespace
@@ -533,9 +577,13 @@ class LeakageCapture:
             raise ValueError(f"expected scores of {t}×{t}, got {t_q}×{t_k}")
         st = self.structure(layer)
         device = scores.device
+        deferred = self.sync_free if self.sync_free is not None else device.type == "cuda"
+        if deferred and self._pending and self._pending[0].group != self.group:
+            self.flush()  # a batch never spans two groups: the pieces pending are another group's
         checking = self.check_mask and layer not in self._checked  # the first sequence of the layer's first batch
         threshold = MASKED_BELOW * torch.finfo(scores.dtype).min
         f64 = {"dtype": torch.float64, "device": device}
+        mask_ok = torch.ones((), dtype=torch.bool, device=device) if deferred and checking else None  # the device flag
         log_z, row_sum, row_js, row_sq = (torch.empty(batch, heads, t, **f64) for _ in range(4))
         features = torch.empty(batch, heads, t, len(FEATURES), **f64)
         n_b = self.binning.n_offset_bins
@@ -564,12 +612,18 @@ class LeakageCapture:
             torch.sub(s, row_max, out=exp_s).clamp_(min=EXP_FLOOR).exp_()
             mask_holds = True
             for c0, c1, invisible in block.masked_columns:
-                if checking:  # the invisible keys of the block's span are masked
+                if checking and mask_ok is not None:  # as below, as a device flag
+                    mask_ok &= (s[:1, ..., c0:c1].masked_fill(~invisible, threshold) <= threshold).all()
+                elif checking:  # the invisible keys of the block's span are masked
                     mask_holds &= _at_most(s[:1, ..., c0:c1].masked_fill(~invisible, threshold), threshold)
                 s[..., c0:c1].masked_fill_(invisible, 0.0)
                 exp_s[..., c0:c1].masked_fill_(invisible, 0.0)
             visible = s  # masked entries are 0 from here on
-            if checking:  # the visible keys are not masked, and the keys outside the span are
+            if checking and mask_ok is not None:  # as below, as a device flag (all() of an empty part is true)
+                mask_ok &= (s[:1] > threshold).all()
+                for part in (scores[:1, :, r0:r1, r1:], scores[:1, :, r0:r1, :k0]):
+                    mask_ok &= (part <= threshold).all()
+            elif checking:  # the visible keys are not masked, and the keys outside the span are
                 outside = (scores[:1, :, r0:r1, r1:], scores[:1, :, r0:r1, :k0])
                 mask_holds &= bool(s[:1].amin() > threshold) and all(_at_most(part, threshold) for part in outside)
                 if not mask_holds:
@@ -582,7 +636,10 @@ class LeakageCapture:
             self_weight = torch.diagonal(exp_s, offset=r0 - k0, dim1=-2, dim2=-1).clone()
             if k0 == 0:
                 key0_logits[:, rows] = visible[..., 0].sum(0)
-            self._add_diagonal_sums(flat, (batch, heads, n_rows, span), block, logit_cells, offset_sums)
+            if deferred:
+                self._add_diagonal_sums_at_once(flat, (batch, heads, n_rows, span), block, logit_cells, offset_sums)
+            else:
+                self._add_diagonal_sums(flat, (batch, heads, n_rows, span), block, logit_cells, offset_sums)
             if row_bins is not None:
                 # one running sum of exp(s − max) gives the partition function (its last entry) and each
                 # offset bin's sum for the counterfactual replay (differences at the bins' edges)
@@ -600,6 +657,16 @@ class LeakageCapture:
             features[:, :, rows, 2] = self_weight / partition
             features[:, :, rows, 3] = 1.0 / partition  # the row maximum has exp_s = 1
         finite = torch.isfinite(row_sum) & torch.isfinite(log_z)
+        if deferred:
+            self._checked.add(layer)  # checked in flush()
+            flags = [~finite.all(-1)]  # [B, H]: a non-finite row of sequence b, head h
+            if mask_ok is not None:  # what _explain_mask_failure reads, for flush() to explain a failed check
+                valid = self._valid_on_device(st, device)
+                first = scores[:1]
+                bad = torch.isnan(first) | torch.isposinf(first) | (torch.isneginf(first) & valid)
+                flags += [mask_ok, ((first > threshold) & ~valid).any(), bad.flatten(2).any(-1)[0]]
+            self._defer(layer, st, checking, log_z, row_sum, row_js, row_sq, logit_cells, features, key0_logits, offset_sums, flags, row_bins)
+            return
         if not finite.all():
             raise _non_finite(layer, int(torch.nonzero(~finite)[0, 1]))
         self._checked.add(layer)
@@ -640,6 +707,76 @@ class LeakageCapture:
                 if windows["early"][query_bin]:
                     offset_sums[1, :, :span] += by_offset
 
+    def _add_diagonal_sums_at_once(
+        self,
+        flat: Float[torch.Tensor, " buffer"],
+        shape: tuple[int, int, int, int],
+        block: "RowBlock",
+        logit_cells: Float[torch.Tensor, "heads qbins obins"],
+        offset_sums: Float[torch.Tensor, "2 heads seq"],
+    ) -> None:
+        """:meth:`_add_diagonal_sums` without the loop over the block's query bins (the sync-free path).
+
+        The diagonals, summed over the batch, are folded over the rows by one matrix
+        [R, query bins of the block + 2] (one-hot query bins, then the all / early windows)
+        and added to the cells by one ``index_add_`` over (query bin, offset bin).
+        """
+        batch, heads, n_rows, span = shape
+        width = span + n_rows
+        diagonals = flat.as_strided(
+            (batch, heads, span, n_rows), (heads * n_rows * width, n_rows * width, 1, width + 1), flat.storage_offset() + 1
+        )
+        rows_to_columns, cell_index = self._diagonal_tables(block, flat.device)
+        n_segments = rows_to_columns.shape[1] - 2
+        folded = diagonals.sum(0) @ rows_to_columns  # [H, S, segments + 2]
+        logit_cells.view(heads, -1).index_add_(1, cell_index, folded[..., :n_segments].reshape(heads, -1))
+        offset_sums[:, :, :span] += rearrange(folded[..., n_segments:], "head col window -> window head col").flip(-1)
+
+    def _diagonal_tables(self, block: "RowBlock", device: torch.device) -> tuple[Float[torch.Tensor, "rows columns"], Int[torch.Tensor, " cells"]]:
+        """For :meth:`_add_diagonal_sums_at_once`: the rows' fold matrix and each (column, query bin)'s cell index, once per block."""
+        key = (block.r0, block.r1, block.k0, str(device))
+        if key not in self._diagonal_cache:
+            windows, segments = self._bin_windows, block.query_segments
+            matrix = torch.zeros(block.r1 - block.r0, len(segments) + 2, dtype=torch.float64)
+            for k, (query_bin, first, end) in enumerate(segments):
+                matrix[first:end, k] = 1.0
+                if windows["all"][query_bin]:
+                    matrix[first:end, -2] = 1.0
+                    if windows["early"][query_bin]:
+                        matrix[first:end, -1] = 1.0
+            query_bins = torch.tensor([query_bin for query_bin, _, _ in segments], device=device)
+            index = block.offset_bin_of_column[:, None] + self.binning.n_offset_bins * query_bins[None, :]  # [S, segments]
+            self._diagonal_cache[key] = (matrix.to(device), index.reshape(-1))
+        return self._diagonal_cache[key]
+
+    def _cell_parts(
+        self,
+        st: LayerStructure,
+        log_z: Float[torch.Tensor, "batch heads seq"],
+        row_sum: Float[torch.Tensor, "batch heads seq"],
+        row_js: Float[torch.Tensor, "batch heads seq"],
+        row_sq: Float[torch.Tensor, "batch heads seq"],
+        logit_cells: Float[torch.Tensor, "heads qbins obins"],
+        key0_logits: Float[torch.Tensor, "heads seq"],
+        offset_sums: Float[torch.Tensor, "2 heads seq"],
+    ) -> dict[str, torch.Tensor]:
+        """One layer's pieces by :class:`~poslens.fit.sums.SumArrays` field, folded into query bins, on the scores' device."""
+        fold, keys, per_bin, n_visible = self._on_device(st, log_z.device)
+        z_sum = log_z.sum(0)  # [H, T]
+        return {
+            "logit": logit_cells,
+            "log_partition": einsum(fold, z_sum, per_bin, "qbin seq, head seq, seq obin -> head qbin obin"),
+            "logit_sq": row_sq.sum(0) @ fold.T,
+            "log_partition_sq": ((log_z**2).sum(0) * n_visible) @ fold.T,
+            "logit_x_log_partition": (log_z * row_sum).sum(0) @ fold.T,
+            "logit_x_query_position": (row_sum.sum(0) * keys) @ fold.T,
+            "logit_x_key_position": row_js.sum(0) @ fold.T,
+            "logit_by_row": row_sum.sum(0),
+            "key0_logit_by_row": key0_logits,
+            "logit_by_offset_all": offset_sums[0],
+            "logit_by_offset_early": offset_sums[1, :, : self.early_rows],
+        }
+
     def _accumulate(
         self,
         layer: int,
@@ -653,24 +790,10 @@ class LeakageCapture:
         key0_logits: Float[torch.Tensor, "heads seq"],
         offset_sums: Float[torch.Tensor, "2 heads seq"],
     ) -> None:
-        """Fold one layer's per-row pieces into query bins and add them to the current group."""
+        """Fold one layer's per-row pieces into query bins and add them to the current group (the host path)."""
         a, g = self.sums.per_group, self.group
-        fold, keys, per_bin, n_visible = self._on_device(st, log_z.device)
-        z_sum = log_z.sum(0)  # [H, T]
-        parts = {  # by SumArrays field, but "features", which is folded on the host
-            "logit": logit_cells,
-            "log_partition": einsum(fold, z_sum, per_bin, "qbin seq, head seq, seq obin -> head qbin obin"),
-            "logit_sq": row_sq.sum(0) @ fold.T,
-            "log_partition_sq": ((log_z**2).sum(0) * n_visible) @ fold.T,
-            "logit_x_log_partition": (log_z * row_sum).sum(0) @ fold.T,
-            "logit_x_query_position": (row_sum.sum(0) * keys) @ fold.T,
-            "logit_x_key_position": row_js.sum(0) @ fold.T,
-            "logit_by_row": row_sum.sum(0),
-            "key0_logit_by_row": key0_logits,
-            "logit_by_offset_all": offset_sums[0],
-            "logit_by_offset_early": offset_sums[1, :, : self.early_rows],
-            "features": rearrange(features, "batch head seq feature -> batch seq head feature"),
-        }
+        parts = self._cell_parts(st, log_z, row_sum, row_js, row_sq, logit_cells, key0_logits, offset_sums)
+        parts["features"] = rearrange(features, "batch head seq feature -> batch seq head feature")  # folded on the host
         # one device-to-host copy per layer: on a GPU each copy waits for the queue to drain
         flat = torch.cat([part.reshape(-1) for part in parts.values()]).cpu()
         pieces = dict(zip(parts, flat.split([part.numel() for part in parts.values()])))
@@ -683,6 +806,119 @@ class LeakageCapture:
         self.sums.row_features[layer] += rearrange(per_row, "seq head feature -> head feature seq").numpy()
         if self.probe:
             self._add_probe(layer, features)
+
+    def _defer(
+        self,
+        layer: int,
+        st: LayerStructure,
+        checking: bool,
+        log_z: Float[torch.Tensor, "batch heads seq"],
+        row_sum: Float[torch.Tensor, "batch heads seq"],
+        row_js: Float[torch.Tensor, "batch heads seq"],
+        row_sq: Float[torch.Tensor, "batch heads seq"],
+        logit_cells: Float[torch.Tensor, "heads qbins obins"],
+        features: Float[torch.Tensor, "batch heads seq features"],
+        key0_logits: Float[torch.Tensor, "heads seq"],
+        offset_sums: Float[torch.Tensor, "2 heads seq"],
+        flags: list[torch.Tensor],
+        row_bins: Float[torch.Tensor, "batch heads seq bins"] | None,
+    ) -> None:
+        """The sync-free path's end of :meth:`reduce`: every piece, folded on the device, in one flat tensor for :meth:`flush`."""
+        batch, heads, t = log_z.shape
+        parts = self._cell_parts(st, log_z, row_sum, row_js, row_sq, logit_cells, key0_logits, offset_sums)
+        per_row = rearrange(features, "batch head seq feature -> batch seq head feature").sum(0)  # [T, H, F]
+        parts["features"] = einsum(self._on_device(st, log_z.device)[0], per_row, "qbin seq, seq head feature -> head feature qbin")
+        parts["row_features"] = rearrange(per_row, "seq head feature -> head feature seq")
+        if self.probe:  # the probe's design sums, as _add_probe forms them on the host
+            ones = torch.ones(batch, t, 1, dtype=torch.float64, device=log_z.device)
+            x = torch.cat([ones, rearrange(features, "batch head seq feature -> batch seq (head feature)")], -1)
+            y = torch.log1p(self._key_positions(log_z.device))[None, :].expand(batch, t)
+            per_window: dict[str, list[torch.Tensor]] = {"probe_gram": [], "probe_design_x_target": [], "probe_target": [], "probe_target_sq": []}
+            for window in WINDOWS:
+                rows = self._window_index(window, log_z.device)
+                xs = rearrange(x.index_select(1, rows), "batch row probe -> (batch row) probe")
+                ys = y.index_select(1, rows).reshape(-1)
+                for name, value in zip(per_window, (xs.T @ xs, xs.T @ ys, ys.sum(), (ys * ys).sum())):
+                    per_window[name].append(value)
+            parts.update({name: torch.stack(values) for name, values in per_window.items()})
+        if row_bins is not None and row_bins.is_cuda:  # to pinned host memory, without waiting; flush() writes it
+            host = torch.empty(row_bins.shape, dtype=row_bins.dtype, pin_memory=True)
+            row_bins = host.copy_(row_bins, non_blocking=True)
+        flat = torch.cat([part.reshape(-1) for part in parts.values()] + [flag.reshape(-1).double() for flag in flags])
+        shapes = [(name, tuple(part.shape)) for name, part in parts.items()]
+        self._pending.append(_Pending(self.group, layer, batch, checking, shapes, flat, row_bins))
+
+    def flush(self) -> None:
+        """Add the pieces the sync-free :meth:`reduce` calls left on the device to the sums, in one device-to-host copy.
+
+        Call it after each forward pass (and before reading :attr:`sums`). It also
+        writes their row-bin arrays to the store, and raises the checks' errors that
+        :meth:`reduce` deferred, for the first call (in order) that failed; the
+        calls before it are added, as on the host path. Nothing pending (the host
+        path, or a second call): nothing happens.
+
+        Raises:
+            MaskMismatchError: When a layer's first batch had scores masked other than as the layer's mask.
+            NonFiniteScoresError: When a visible score was NaN or infinite; names the layer and head.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> capture = LeakageCapture(SimpleNamespace(n_layers=1, n_heads=1, window=[None]), Binning(8), groups=2, sync_free=True)
+            >>> scores = torch.zeros(1, 1, 8, 8).masked_fill(torch.ones(8, 8).triu(1).bool(), torch.finfo(torch.float32).min)
+            >>> capture.reduce(0, scores)
+            >>> float(capture.sums.row_features.sum())   # still on the device
+            0.0
+            >>> capture.flush()
+            >>> capture.sums.row_features[0, 0, 0].round(3).tolist()   # key-0 mass of uniform attention: 1/(i+1)
+            [1.0, 0.5, 0.333, 0.25, 0.2, 0.167, 0.143, 0.125]
+            >>> capture.reduce(0, torch.full((1, 1, 8, 8), float("nan")))   # nothing raised yet
+            >>> capture.flush()
+            Traceback (most recent call last):
+            ...
+            poslens.capture.leakage_capture.NonFiniteScoresError: NaN or inf in the attention scores of layer 0, head 0 ...
+        """
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        # the one device-to-host copy of the pass: it waits for the queue once, and for the pinned row-bin copies too
+        host = torch.cat([call.flat for call in pending]).cpu()
+        a = self.sums.per_group
+        for call, flat in zip(pending, host.split([call.flat.numel() for call in pending])):
+            heads = self.model.n_heads
+            sizes = [math.prod(shape) for _, shape in call.parts]
+            values = flat.split(sizes + [flat.numel() - sum(sizes)])
+            flags = values[-1]
+            bad_rows = flags[: call.batch * heads].view(call.batch, heads) > 0
+            if call.checking and not flags[call.batch * heads] > 0:  # the mask check failed: explain it as reduce() would
+                hidden_unmasked, bad_heads = bool(flags[call.batch * heads + 1] > 0), flags[call.batch * heads + 2 :] > 0
+                if bad_heads.any():
+                    raise _non_finite(call.layer, int(torch.nonzero(bad_heads)[0, 0]))
+                raise self._mask_error(call.layer, hidden_unmasked)
+            if bad_rows.any():
+                raise _non_finite(call.layer, int(torch.nonzero(bad_rows)[0, 1]))
+            g, layer = call.group, call.layer
+            for (name, shape), value in zip(call.parts, values):
+                if name == "row_features":
+                    self.sums.row_features[layer] += value.view(shape).numpy()
+                else:
+                    getattr(a, name)[g, layer] += value.view(shape).numpy()
+            if self.probe:
+                a.probe_row_count[g, layer] += call.batch * self._window_row_counts
+            if call.row_bins is not None:
+                self.store.write(g, layer, call.row_bins.numpy())
+
+    def _window_index(self, window: str, device: torch.device) -> Int[torch.Tensor, " rows"]:
+        """The rows of probe window ``window`` as indices on ``device`` (a boolean index would synchronize)."""
+        key = (f"window_rows_{window}", str(device))
+        if key not in self._device_cache:
+            self._device_cache[key] = (torch.nonzero(self._window_rows[window])[:, 0].to(device),)
+        return self._device_cache[key][0]
+
+    def _valid_on_device(self, st: LayerStructure, device: torch.device) -> Bool[torch.Tensor, "seq seq"]:
+        key = ("valid", st.window, str(device))
+        if key not in self._device_cache:
+            self._device_cache[key] = (st.valid.to(device),)
+        return self._device_cache[key][0]
 
     def _on_device(self, st: LayerStructure, device: torch.device) -> tuple[
         Float[torch.Tensor, "qbins seq"], Float[torch.Tensor, " seq"], Float[torch.Tensor, "seq obins"], Float[torch.Tensor, " seq"]
@@ -717,12 +953,16 @@ class LeakageCapture:
         if bad.any():
             raise _non_finite(layer, int(torch.nonzero(bad)[0, 1]))
         unmasked = scores > MASKED_BELOW * torch.finfo(scores.dtype).min
-        if (unmasked & ~valid).any():
-            raise MaskMismatchError(
+        raise self._mask_error(layer, bool((unmasked & ~valid).any()))
+
+    def _mask_error(self, layer: int, hidden_unmasked: bool) -> MaskMismatchError:
+        """The mask check's error: invisible keys carry finite scores (``hidden_unmasked``), else visible keys are masked."""
+        if hidden_unmasked:
+            return MaskMismatchError(
                 f"layer {layer}: keys poslens treats as invisible (window={self.model.window[layer]}) carry finite "
                 "scores; the model's mask differs from the one recorded on the model"
             )
-        raise MaskMismatchError(
+        return MaskMismatchError(
             f"layer {layer}: keys poslens treats as visible are masked in the scores "
             f"(window={self.model.window[layer]}); padding is not supported, use equal-length sequences"
         )

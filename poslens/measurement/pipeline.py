@@ -369,6 +369,9 @@ def measure_scores(
     Returns:
         The tidy result, with its sums.
 
+    Raises:
+        InputError: When ``counterfactual`` is not ``"store"`` or ``"second-pass"``.
+
     Example:
         >>> t = 24; i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
         >>> logits = (-0.1 * (i - j)).float().masked_fill(j > i, torch.finfo(torch.float32).min)
