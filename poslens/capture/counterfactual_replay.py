@@ -126,8 +126,12 @@ class CounterfactualReplay:
             # each row's bins weighted by its query bin's exp(−A), summed over bins: elementwise products and a
             # sum, not a matmul (einsum), whose other order of summation changes the rounding, which the
             # figures amplify beyond 1e-12
-            z = (per_bin[:, None, :, :n] * weights[None]).sum(-1)  # [batch, variant, head, row]
-            self.log_partition[window][group, :, layer] += (torch.log(z) + row_max[:, None, :, :n]).sum(0).numpy()
+            # one variant at a time: the product is [batch, head, row, bin], not G times that (the second pass
+            # makes it inside the forward, where it adds to the peak)
+            target = self.log_partition[window][group, :, layer]  # [variant, head, row]
+            for variant in range(weights.shape[0]):
+                z = (per_bin[:, :, :n] * weights[variant][None]).sum(-1)  # [batch, head, row]
+                target[variant] += (torch.log(z) + row_max[:, :, :n]).sum(0).numpy()
 
     def _add_on_device(self, group: int, layer: int, bins: Float[torch.Tensor, "batch heads seq bins"]) -> None:
         """:meth:`add` for row-bin sums on an accelerator: the same arithmetic, summed on the device until :meth:`flush`.
@@ -151,11 +155,12 @@ class CounterfactualReplay:
             n = self.rows[window]
             cells = self._device_weights[window][:, layer]  # [variant, head, C, B]
             weights = cells.index_select(2, self._device_weights["row_query_bin"][:n])
-            z = (per_bin[:, None, :, :n] * weights[None]).sum(-1)
             if window not in self._pending:
                 shape = self.log_partition[window].shape[1:]  # [variant, layer, head, row]
                 self._pending[window] = torch.zeros(shape, dtype=torch.float64, device=device)
-            self._pending[window][:, layer] += (torch.log(z) + row_max[:, None, :, :n]).sum(0)
+            for variant in range(weights.shape[0]):
+                z = (per_bin[:, :, :n] * weights[variant][None]).sum(-1)  # [batch, head, row]
+                self._pending[window][variant, layer] += (torch.log(z) + row_max[:, :, :n]).sum(0)
 
     def flush(self) -> None:
         """Add the sums held on the device (by :meth:`add` on accelerator tensors) to :attr:`log_partition`.

@@ -32,7 +32,7 @@ def row_bin_sums(
 
     The same steps as the first pass's (:meth:`poslens.capture.leakage_capture.LeakageCapture.reduce`):
     a float64 copy of the block's visible key span, its row maxima, exp of s − max
-    floored at :data:`~poslens.capture.leakage_capture.EXP_FLOOR`, the invisible
+    floored at ``EXP_FLOOR``, the invisible
     keys zeroed, one running sum along keys, and differences at the offset bins' edges.
 
     Args:

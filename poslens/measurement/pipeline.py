@@ -215,7 +215,8 @@ def collect_sums(
     batch_size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)
     plan = batches(corpus.n_seqs, groups, batch_size)[distributed.rank() :: distributed.world_size()]
     estimate = store_bytes(sum(len(index) for _, index in plan), model.n_layers, model.n_heads, corpus.seq_len, binning.n_offset_bins)
-    route = choose_route(counterfactual, estimate, disk_budget)
+    # the ranks of one node share its temporary folder, and so the budget
+    route = choose_route(counterfactual, estimate, disk_budget, processes=distributed.local_world_size())
     if route.route == "store":
         check_disk_space(estimate)
     store = RowBinStore() if route.route == "store" else None

@@ -15,7 +15,7 @@ same figures:
 
 ``"auto"`` (the default) takes the store when its size, known before the run
 starts, fits the disk budget, and the second pass otherwise. The default budget
-is the smaller of :data:`DEFAULT_DISK_BUDGET` (4 GB) and half the free space of
+is the smaller of ``DEFAULT_DISK_BUDGET`` (4 GB) and half the free space of
 the temporary folder, so the disk a run uses stops growing with N once the
 budget is reached.
 """
@@ -91,7 +91,7 @@ class CounterfactualRoute:
 
 
 def check_route(requested: Any) -> str:
-    """Check a ``counterfactual=`` argument: one of :data:`ROUTES`.
+    """Check a ``counterfactual=`` argument: one of ``ROUTES``.
 
     Args:
         requested: The argument.
@@ -115,19 +115,23 @@ def check_route(requested: Any) -> str:
     return requested
 
 
-def choose_route(requested: str, estimated_store_bytes: int, budget: int | str | None = None, directory: str | None = None) -> CounterfactualRoute:
+def choose_route(requested: str, estimated_store_bytes: int, budget: int | str | None = None, directory: str | None = None,
+                 processes: int = 1) -> CounterfactualRoute:
     """Decide, before the run starts, whether the counterfactual keeps the row-bin store or makes a second pass.
 
     ``"auto"`` keeps the store when ``estimated_store_bytes`` fits ``budget``
     (default :func:`default_disk_budget`), else makes a second pass. ``"store"``
     and ``"second-pass"`` are taken as asked; the store's room on disk is
     checked when it is created (:func:`poslens.capture.row_bin_store.check_disk_space`).
+    The budget is the whole machine's: ``processes`` processes writing to the
+    same folder (the ranks of one node under torchrun) get an equal share each.
 
     Args:
         requested: ``"auto"``, ``"store"`` or ``"second-pass"``.
         estimated_store_bytes: What the store would hold for this run.
         budget: The disk budget in bytes or as text (``"2GB"``); default :func:`default_disk_budget`.
         directory: The folder the store would go in; default the temporary folder.
+        processes: How many processes share the folder and the budget (each estimates its own store).
 
     Returns:
         The route, with the reason and the figures it was decided on.
@@ -140,10 +144,12 @@ def choose_route(requested: str, estimated_store_bytes: int, budget: int | str |
         'store'
         >>> choose_route("auto", estimated_store_bytes=5 * 10**9, budget="1GB").route
         'second-pass'
+        >>> choose_route("auto", estimated_store_bytes=5 * 10**8, budget="1GB", processes=4).route   # 250 MB each
+        'second-pass'
     """
     check_route(requested)
     directory = directory or tempfile.gettempdir()
-    budget_bytes = default_disk_budget(directory) if budget is None else parse_bytes(budget)
+    budget_bytes = (default_disk_budget(directory) if budget is None else parse_bytes(budget)) // max(1, processes)
     need, room = f"{estimated_store_bytes / 1e9:.1f} GB", f"{budget_bytes / 1e9:.1f} GB"
     if requested == "store":
         return CounterfactualRoute("store", requested, f"asked for the row-bin store ({need} of temporary disk)",

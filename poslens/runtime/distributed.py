@@ -66,6 +66,21 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
+def local_world_size() -> int:
+    """Number of processes on this machine (torchrun's ``LOCAL_WORLD_SIZE``; 1 outside a launcher): those that share its ``TMPDIR``.
+
+    Returns:
+        The number of processes on this node.
+
+    Example:
+        >>> local_world_size()
+        1
+    """
+    if world_size() == 1:
+        return 1
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world_size())))
+
+
 def is_main() -> bool:
     """Whether this process writes results (rank 0).
 
