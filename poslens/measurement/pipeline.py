@@ -231,7 +231,12 @@ def collect_sums(
             replay.replay(store, progress=show, description=f"{description} (counterfactual)")
         else:
             stored = 0
-            second = SecondPass(model, binning, replay, block_elements=capture.block_elements)
+            block_elements = capture.block_elements
+            # the first pass's row-block caches and work buffers would sit beside the second pass's own, inside
+            # the forward's peak: drop them, and hand the freed heap back
+            del capture
+            release_free_heap()
+            second = SecondPass(model, binning, replay, block_elements=block_elements)
             forward_passes(model, corpus, plan, interventions, second, show, f"{description} (counterfactual, second pass)")
     finally:
         if store is not None:
