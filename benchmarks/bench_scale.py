@@ -73,6 +73,8 @@ import time
 from pathlib import Path
 from statistics import median
 
+from bench_measure import status_mb  # this folder is on sys.path when the script runs
+
 ROUTES = ("plain", "store", "second-pass")
 #: Goals per route: (time / plain, peak / plain), at every T ≥ GOAL_MIN_LENGTH.
 GOALS = {"store": (1.25, 1.1), "second-pass": (2.3, 1.1)}
@@ -81,18 +83,6 @@ GOAL_MIN_LENGTH = 1024
 FLAT_SHARE = 0.05
 #: Above this length one round is run whatever ``--rounds`` says.
 ONE_ROUND_ABOVE = 2048
-
-
-def status_mb(field: str) -> float:
-    """A memory field of /proc/self/status (VmRSS, VmHWM) in MiB."""
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-# ----------------------------------------------------------------------------- one route, in a fresh process
 
 
 def run_route(case: dict, route: str) -> dict:
