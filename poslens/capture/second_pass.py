@@ -83,7 +83,7 @@ class SecondPass:
     Args:
         model: The hooked model (its ``n_layers``, ``n_heads`` and ``window``).
         binning: The query and offset bins of the measurement.
-        replay: The replay to fold the sums into; its residuals come from the first pass.
+        replay: The replay to fold the sums into; its residuals come from the first pass (``None``: :meth:`row_bins` only).
         block_elements: Size of a row-block work buffer; default :func:`~poslens.capture.leakage_capture.default_block_elements`
             (the first pass's: the same blocks give the same rounding).
 
@@ -92,7 +92,7 @@ class SecondPass:
         >>> second.group = 0; run_with_hooks(model, tokens, second.hooks()); second.flush()   # doctest: +SKIP
     """
 
-    def __init__(self, model: Any, binning: Binning, replay: CounterfactualReplay, block_elements: int | None = None) -> None:
+    def __init__(self, model: Any, binning: Binning, replay: CounterfactualReplay | None, block_elements: int | None = None) -> None:
         self.model = model
         self.binning = binning
         self.replay = replay
