@@ -257,6 +257,31 @@ class LayerStructure:
         return blocks
 
 
+def cached_structure(structures: dict[int | None, LayerStructure], binning: Binning, window: int | None) -> LayerStructure:
+    """The :class:`LayerStructure` of a layer with sliding window ``window``, built once per width into ``structures``.
+
+    A window at least as wide as the sequence counts as full causal attention.
+
+    Args:
+        structures: The cache, by effective window (``None``: full causal).
+        binning: The query and offset bins of the measurement.
+        window: The layer's sliding window, or ``None``.
+
+    Returns:
+        The structure, shared by every layer of the same effective window.
+
+    Example:
+        >>> cache = {}
+        >>> cached_structure(cache, Binning(8), 64).window is None, list(cache)   # width 64 ≥ T = 8: full
+        (True, [None])
+    """
+    if window is not None and window >= binning.seq_len:
+        window = None  # a window wider than the sequence changes nothing
+    if window not in structures:
+        structures[window] = LayerStructure.build(binning, window)
+    return structures[window]
+
+
 @dataclass
 class RowBlock:
     """Query rows [r0, r1) of one layer with their key span [k0, r1), the columns to mask, and the indices of their bins.
@@ -473,12 +498,7 @@ class LeakageCapture:
             >>> capture.structure(1).n_visible.tolist()
             [1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]
         """
-        window = self.model.window[layer]
-        if window is not None and window >= self.binning.seq_len:
-            window = None  # a window wider than the sequence changes nothing
-        if window not in self._structures:
-            self._structures[window] = LayerStructure.build(self.binning, window)
-        return self._structures[window]
+        return cached_structure(self._structures, self.binning, self.model.window[layer])
 
     def hooks(self) -> list[tuple[str, Any]]:
         """One hook per layer on ``blocks.{l}.attn.hook_attn_scores``.

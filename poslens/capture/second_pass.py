@@ -19,7 +19,7 @@ import torch
 from jaxtyping import Float
 
 from poslens.capture.counterfactual_replay import CounterfactualReplay
-from poslens.capture.leakage_capture import EXP_FLOOR, LayerStructure, RowBlock, default_block_elements
+from poslens.capture.leakage_capture import EXP_FLOOR, LayerStructure, RowBlock, cached_structure, default_block_elements
 from poslens.fit.binning import Binning
 from poslens.model import hooks as hook_names
 
@@ -117,12 +117,7 @@ class SecondPass:
             >>> second.structure(1).window is None
             True
         """
-        window = self.model.window[layer]
-        if window is not None and window >= self.binning.seq_len:
-            window = None
-        if window not in self._structures:
-            self._structures[window] = LayerStructure.build(self.binning, window)
-        return self._structures[window]
+        return cached_structure(self._structures, self.binning, self.model.window[layer])
 
     def row_bins(self, layer: int, scores: Float[torch.Tensor, "batch heads seq seq"]) -> Float[torch.Tensor, "batch heads seq bins"]:
         """One layer's row maxima and offset-bin sums of exp(s − max), on the first pass's row blocks.
