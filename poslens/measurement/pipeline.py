@@ -247,11 +247,35 @@ def collect_sums(
     return sums
 
 
+def hooks_after_capture(model: Any, tokens: torch.Tensor, interventions: Sequence[Intervention]) -> list[Hook]:
+    """The hooks interventions ask to run after the capture's (``hooks_after_capture``, e.g. a relativizing edit).
+
+    An intervention that edits a layer's scores after they are measured (methodology §11) defines
+    ``hooks_after_capture(model, tokens)``; the others add nothing here.
+
+    Args:
+        model: The loaded model.
+        tokens: The batch's token ids, [batch, pos].
+        interventions: The run's interventions.
+
+    Returns:
+        ``[(hook name, hook function)]`` in the interventions' order.
+
+    Example:
+        >>> from poslens.mechanisms.interventions import BosReplacement
+        >>> hooks_after_capture(None, torch.zeros(1, 4), [BosReplacement("mean")])
+        []
+    """
+    return [h for iv in interventions if hasattr(iv, "hooks_after_capture") for h in iv.hooks_after_capture(model, tokens)]
+
+
 def forward_passes(
     model: Any, corpus: Corpus, plan: Sequence[tuple[int, np.ndarray]], interventions: Sequence[Intervention], owner: Any,
     progress: bool, description: str, before_each: Callable[[int], None] | None = None,
 ) -> None:
     """Run one forward pass per batch of ``plan`` with the interventions' hooks, then ``owner``'s, up to the last layer's scores.
+
+    Hooks an intervention asks to run after the capture (:func:`hooks_after_capture`) come last.
 
     ``owner`` is a :class:`~poslens.capture.leakage_capture.LeakageCapture` (the
     first pass) or a :class:`~poslens.capture.second_pass.SecondPass`: its
@@ -275,11 +299,12 @@ def forward_passes(
     for group, index in progress_bar(plan, desc=description, unit="batch", disable=not progress, leave=False):
         tokens = corpus.tokens[index]
         extra: list[Hook] = [h for iv in interventions for h in iv.hooks(model, tokens)]
+        after = hooks_after_capture(model, tokens, interventions)
         owner.group = group
         if before_each is not None:
             before_each(len(index))
         # nothing after the last layer's scores is measured: the pass ends there
-        run_with_hooks(model, tokens, extra + owner.hooks(), stop_after=attn_scores(model.n_layers - 1))
+        run_with_hooks(model, tokens, extra + owner.hooks() + after, stop_after=attn_scores(model.n_layers - 1))
         owner.flush()
 
 
