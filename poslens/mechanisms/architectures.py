@@ -14,6 +14,8 @@ import pandas as pd
 
 from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result, concat
+from poslens.mechanisms.comparisons import DEFAULT_METRICS, case_figures, check_paired, compare_figures, to_meta
+from poslens.mechanisms.comparisons import META_KEY as COMPARISONS_KEY
 from poslens.model.corpus import make_corpus
 from poslens.model.loading import load_model, require_pos_model
 from poslens.progress import progress_bar
@@ -88,8 +90,9 @@ def compare(
     text_field: str = "text",
     counterfactual: str = "auto",
     disk_budget: int | str | None = None,
+    comparison_metrics: tuple[str, ...] = DEFAULT_METRICS,
 ) -> Result:
-    """Measure every case on the same text and return one stacked result.
+    """Measure every case on the same text and return one stacked result, with the comparisons between the cases.
 
     Each model gets its own tokenization of the same source with the same seed;
     position 0 is each model's BOS. The default length (640) is beyond
@@ -97,6 +100,17 @@ def compare(
     ``batch_size`` and ``max_memory`` go to :func:`poslens.measure`, which plans
     the batch size of each case. ``text_field`` names the text field of a
     JSONL or Parquet ``source``.
+
+    While each case's cell sums are at hand, the comparisons of methodology
+    §9.1 are computed (:func:`poslens.mechanisms.comparisons.compare_figures`:
+    paired differences of each variant against its model's ``base``, trends
+    over ``ntk:α`` and ``window:W``, depth slopes, and independent differences
+    between models) and kept in ``meta["comparisons"]``; read them with
+    :func:`poslens.mechanisms.comparisons.comparison_table`. Variants of one
+    model must get the same token ids (a loader whose variants tokenize
+    differently is refused with
+    :class:`~poslens.mechanisms.comparisons.UnpairedCasesError` as soon as
+    the second such case is measured). The stacked result keeps no cell sums.
 
     Args:
         cases: The cases to measure.
@@ -113,15 +127,21 @@ def compare(
         text_field: The text field of a JSONL or Parquet ``source``.
         counterfactual: The per-sequence counterfactual's route (:func:`poslens.measure`).
         disk_budget: The most temporary disk the store may take under ``"auto"``.
+        comparison_metrics: The figures the comparisons compare (refitted from the cell sums).
 
     Returns:
-        One result with every case's rows.
+        One result with every case's rows; ``meta["comparisons"]`` holds the comparison table.
+
+    Raises:
+        UnpairedCasesError: When two variants of one model were measured on different token ids or groups.
 
     Example:
         >>> result = compare(default_cases(quick=True), n_seqs=8, seq_len=128)  # doctest: +SKIP
         >>> case_table(result)  # doctest: +SKIP
+        >>> from poslens.mechanisms.comparisons import comparison_table
+        >>> comparison_table(result).query("kind == 'paired' and metric == 'c_res' and layer == -1")  # doctest: +SKIP
     """
-    results = []
+    results, figures = [], []
     for case in progress_bar(cases, desc="architectures", unit="case", disable=not progress):
         model = loader(case.model, case.variant)
         require_pos_model(model, "compare() (the model its loader returned)")
@@ -129,9 +149,16 @@ def compare(
         result = measure(model, corpus, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory,
                          probe=False, progress=progress, counterfactual=counterfactual, disk_budget=disk_budget)
         result.meta["case"] = {"case": case.case, "inference_time": case.inference_time}
+        # the paired comparisons refit each case without each group: take what they need while the sums are here
+        figures.append(case_figures(result, comparison_metrics))
+        same_model = next((f for f in figures[:-1] if (f.model, f.intervention) == (figures[-1].model, figures[-1].intervention)), None)
+        if same_model is not None:
+            check_paired(figures[-1], same_model)  # before the next case is measured, not after all of them
+        result.sums = None  # the stacked result keeps no sums
         results.append(result)
     out = concat(results)
     out.meta["cases"] = [c.__dict__ | {"inference_time": c.inference_time} for c in cases]
+    out.meta[COMPARISONS_KEY] = to_meta(compare_figures(figures))
     return out
 
 
