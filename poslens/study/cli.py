@@ -494,9 +494,103 @@ def compare_command(
     _say_written(study)
 
 
+def _modes_option(value: str) -> str:
+    """Check ``--modes`` when the command line is parsed: a comma list of relativization modes, each once."""
+    from poslens.fit.relativize import MODES
+
+    modes = [m.strip() for m in value.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise typer.BadParameter(f"{value!r} is not a comma list of relativization modes; choose from {', '.join(MODES)} "
+                                 f"(e.g. --modes {MODES[1]} or --modes {','.join(MODES)})")
+    if len(set(modes)) < len(modes):
+        raise typer.BadParameter(f"{value!r} names a mode twice; name each of {', '.join(MODES)} at most once")
+    return ",".join(modes)
+
+
+def _sizes_option(value: str | None) -> str | None:
+    """Check the form of ``--calibration-sizes`` when the command line is parsed: a comma list of integers ≥ 2."""
+    if value is None:
+        return None
+    words = [w.strip() for w in value.split(",") if w.strip()]
+    if not words or not all(w.isdigit() and int(w) >= 2 for w in words):
+        raise typer.BadParameter(f"{value!r} is not a comma list of calibration sizes (integers ≥ 2, e.g. 8,16)")
+    return ",".join(str(n) for n in sorted({int(w) for w in words}))
+
+
+@app.command()
+def relativize(
+    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
+    n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
+    batch_size: int = _BATCH_SIZE, counterfactual: str = _COUNTERFACTUAL,
+    disk_budget: Optional[str] = _DISK_BUDGET, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
+    modes: str = typer.Option("all,key0,all-but-key0", callback=_modes_option,
+                              help="Relativization modes, a comma list of all (every column), key0 (key 0 only), "
+                                   "all-but-key0 (every column but key 0)."),
+    calibration_seqs: Optional[int] = typer.Option(None, min=2, show_default="--n-seqs",
+                                                   help="Sequences of the calibration corpus the edit is fitted on."),
+    calibration_seed: Optional[int] = typer.Option(
+        None, show_default="--seed + 1",
+        help="Seed of the calibration corpus (same --corpus and --seq-len); it must differ from --seed, so that the corpora are disjoint."),
+    calibration_sizes: Optional[str] = typer.Option(
+        None, callback=_sizes_option, show_default="half and all of --calibration-seqs",
+        help="Calibration sizes to fit the edit on, a comma list (the spread between them is the calibration's own noise)."),
+    no_loss: bool = typer.Option(False, "--no-loss", help="Skip the change in next-token loss (it runs the full forward per edit)."),
+    overwrite: bool = _OVERWRITE, out: Path = _OUT,
+) -> None:
+    """Relativize every layer and measure each before its own edit: the cumulative attribution (methodology §11).
+
+    Writes attribution.parquet (per layer and mode: L(log a), C_res, C_mask, levels and paired differences),
+    attribution_summary.parquet (r = 1 − mean over layers ≥ 2 of L edited / unedited), attribution_loss.parquet and
+    attribution.json (provenance, the calibration corpora included). --batch-size is used as given (no --max-memory).
+
+    Example: poslens relativize --model smollm2-135m --modes all,key0 --calibration-sizes 8,16 --out results/quick
+    """
+    _check_fill(groups, n_seqs=n_seqs)
+    early = _early(early, seq_len=seq_len)
+    n_calibration = n_seqs if calibration_seqs is None else calibration_seqs
+    if calibration_seed is not None and calibration_seed == seed:
+        raise typer.BadParameter(
+            f"--calibration-seed {calibration_seed} is the measured corpus's --seed: the calibration corpus (same --corpus and "
+            f"--seq-len) must be disjoint from the measured one; pass another seed, or leave it out (--seed + 1 = {seed + 1})",
+            param_hint="'--calibration-seed'")
+    sizes = tuple(int(n) for n in calibration_sizes.split(",")) if calibration_sizes else ()
+    if sizes and max(sizes) > n_calibration:
+        raise typer.BadParameter(f"{max(sizes)} is more than the {n_calibration} sequences of the calibration corpus "
+                                 f"(--calibration-seqs, default --n-seqs); use sizes in 2..{n_calibration}",
+                                 param_hint="'--calibration-sizes'")
+    with _output_folder(out):
+        study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
+                       n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
+                       counterfactual=counterfactual, disk_budget=disk_budget, dtype=dtype,
+                       device_map=device_map, relativize_modes=tuple(modes.split(",")), calibration_seqs=calibration_seqs,
+                       calibration_seed=calibration_seed, calibration_sizes=sizes, relativize_loss=not no_loss)
+        result = study.relativize()
+    if not distributed.is_main():
+        return
+    wide = Console(width=max(console.width, 130))
+    table = Table(title="r = 1 − mean over layers ≥ 2 of L(log a) relativized / unedited, 95% CI (paired jackknife)")
+    for column in ("mode", "calibration size", "queries", "r", "95% CI"):
+        table.add_column(column)
+    summary = result.summary.sort_values(["mode", "calibration_size", "query_window"])
+    for row in summary.itertuples():
+        table.add_row(escape(str(row.mode)), str(row.calibration_size), str(row.query_window), f"{row.value:.3g}",
+                      f"[{row.ci_low:.3g}, {row.ci_high:.3g}]")
+    wide.print(table)
+    loss = result.loss[result.loss["query_bin"] == -1] if len(result.loss) else result.loss
+    if len(loss):
+        table = Table(title="change in next-token loss over all positions ≥ 1 (edited − unedited, nats per token), 95% CI")
+        for column in ("edit", "Δ loss", "95% CI"):
+            table.add_column(column)
+        for row in loss.itertuples():
+            table.add_row(escape(str(row.edit)), f"{row.value:+.3g}", f"[{row.ci_low:+.3g}, {row.ci_high:+.3g}]")
+        wide.print(table)
+    _say_written(study)
+
+
 @app.command()
 def claims(out: Path = typer.Option(..., help="Folder holding the parts written by the other commands.")) -> None:
-    """Compute the verdicts C1–C6 from the tables in a folder; writes claims.csv.
+    """Compute the verdicts C1–C6 from the tables in a folder; writes claims.csv and claim_inputs.csv.
 
     Refuses tables made with different settings (claims would mix them); names the commands of claims not measured.
 
@@ -514,7 +608,7 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
             raise typer.BadParameter(
                 f"{out} holds none of leakage/bos-swap/ablate-sinks/compare/fingerprint .parquet; run those commands first")
         study = Study(Settings(), out)
-        table = study.claims(parts)
+        table = study.claims(parts).table
     console.print(escape(table[["claim", "model", "figure", "ci_low", "ci_high", "verdict"]].to_string(index=False)))
     missing = not_measured_summary(table, out, present=parts, settings=_recorded_settings(parts))
     if missing:
@@ -639,7 +733,7 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
         "parts": {name: f"{name}.parquet" for name in parts},
     }
     study.write(Path(out) / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=1, default=str)))
-    console.print(escape(claims_table[["claim", "model", "verdict"]].to_string(index=False)))
+    console.print(escape(claims_table.table[["claim", "model", "verdict"]].to_string(index=False)))
     missing = not_measured_summary(claims_table, out, present=parts, settings=settings_dict)
     if missing:
         console.print(escape(missing))

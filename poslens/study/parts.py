@@ -26,11 +26,11 @@ import hashlib
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
 
-from poslens.errors import InputsChangedError, PoslensError, SumsMismatchError
+from poslens.errors import InputError, InputsChangedError, PoslensError, SumsMismatchError
 from poslens.files import atomic_write
 from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result, saved_files
@@ -43,7 +43,14 @@ from poslens.model.loading import check_seq_len, load_model
 from poslens.ownership import check_replaceable, record_written, remove_ours
 from poslens.runtime import distributed
 from poslens.study.inputs import changed_inputs, corpus_inputs, inputs_key, model_inputs
-from poslens.study.settings import MEASURE_KEYS, OPTION_NAMES, Settings, settings_values
+from poslens.study.settings import COMMAND_SETTINGS, MEASURE_KEYS, OPTION_NAMES, Settings, settings_values
+
+if TYPE_CHECKING:
+    from poslens.mechanisms.attribution import Attribution
+    from poslens.study.claims import Claims
+
+#: The files of the relativize part (:meth:`Study.relativize`, :meth:`~poslens.mechanisms.attribution.Attribution.save`).
+RELATIVIZE_FILES = ("attribution.parquet", "attribution_summary.parquet", "attribution_loss.parquet", "attribution.json")
 
 __all__ = ["MEASURE_KEYS", "OPTION_NAMES", "Settings", "Study", "cached_part", "check_same_settings", "complete_parts"]
 
@@ -506,8 +513,74 @@ class Study:
             inputs,
         )
 
-    def claims(self, parts: dict[str, Result]) -> pd.DataFrame:
-        """Verdicts C1–C6 from whichever parts were run; writes ``claims.csv``.
+    def relativize(self) -> Attribution:
+        """Cumulative attribution: every layer relativized in each mode, each measured before its own edit (methodology §11).
+
+        The edit is fitted on a calibration corpus of the same source and length
+        and another seed (``calibration_seed``, default ``seed + 1``), disjoint
+        from the measured corpus. The part is the four files of
+        :meth:`~poslens.mechanisms.attribution.Attribution.save` (:data:`RELATIVIZE_FILES`),
+        whose ``attribution.json`` records the settings, inputs and key; it is
+        reused, refused or measured again (``overwrite``) like the other parts.
+
+        Returns:
+            The :class:`~poslens.mechanisms.attribution.Attribution`, reused from the folder when it matches.
+
+        Raises:
+            InputError: When the calibration seed is the measured corpus's seed (the corpora would not be disjoint).
+            SettingsMismatchError: When the saved part was made with other settings (and not ``overwrite``).
+            InputsChangedError: When the saved part's input files changed since (and not ``overwrite``).
+
+        Example:
+            >>> study.relativize().figure("all")[["value", "ci_low", "ci_high"]]  # doctest: +SKIP
+        """
+        from poslens.mechanisms.attribution import Attribution, cumulative_attribution
+
+        s = self.settings
+        calibration_seed = s.seed + 1 if s.calibration_seed is None else s.calibration_seed
+        if calibration_seed == s.seed:
+            raise InputError(f"--calibration-seed {calibration_seed} is the measured corpus's --seed: the calibration corpus "
+                             f"must be disjoint from the measured one; pass another seed (default --seed + 1 = {s.seed + 1})")
+        names = COMMAND_SETTINGS["relativize"]
+        inputs = self.inputs()
+        key, wanted = part_key(s, names, inputs), settings_values(s, names)
+        files = [self.out / name for name in RELATIVIZE_FILES]
+        record = self.out / "attribution.json"
+        if record.exists():
+            try:
+                previous = Attribution.load(self.out)
+            except Exception as error:  # an unreadable part is computed again, loudly
+                self.log(f"[relativize] {self.out} holds an attribution that cannot be read ({type(error).__name__}: {error}); "
+                         "computing it again")
+                remove_ours(files)
+            else:
+                if previous.meta.get("settings_key") == key:
+                    self.log(f"[relativize] reusing {record}")
+                    return previous
+                if not self.overwrite:
+                    raise _refusal(record, previous.meta, wanted, inputs)
+                self.log(f"[relativize] {record} was made with other settings or inputs; measuring it again (--overwrite)")
+                remove_ours(files)
+        for target in files:
+            check_replaceable(target)
+        self.log("[relativize] computing")
+        start = time.perf_counter()
+        model = self.model()
+        calibration = make_corpus(model, s.corpus, n_seqs=s.calibration_seqs or s.n_seqs, seq_len=s.seq_len,
+                                  position0=s.position0, seed=calibration_seed, text_field=s.text_field)
+        result = cumulative_attribution(model, self.corpus(), calibration, modes=s.relativize_modes, groups=s.groups,
+                                        early=s.early, batch_size=s.batch_size, calibration_sizes=s.calibration_sizes or None,
+                                        loss=s.relativize_loss, counterfactual=s.counterfactual, disk_budget=s.disk_budget)
+        result.meta.update(settings_key=key, settings=wanted, inputs=inputs, part_seconds=time.perf_counter() - start)
+        if distributed.is_main():  # under torchrun, rank 0 writes
+            written = result.save(self.out)
+            record_written(written)
+            self.written.extend(written)
+            self.log(f"[relativize] done in {result.meta['part_seconds']:.0f} s -> " + ", ".join(str(f) for f in written))
+        return result
+
+    def claims(self, parts: dict[str, Result]) -> Claims:
+        """Verdicts C1–C6 from whichever parts were run; writes ``claims.csv`` and ``claim_inputs.csv``.
 
         The parts must agree on every setting they share (:func:`check_same_settings`,
         else :class:`MixedSettingsError`): a claim never pairs figures of different runs.
@@ -516,17 +589,17 @@ class Study:
             parts: The study parts, by name.
 
         Returns:
-            The claims table (:data:`~poslens.study.claims.CLAIM_COLUMNS`).
+            The claims (:class:`~poslens.study.claims.Claims`: the claims table and the inputs table).
 
         Raises:
             MixedSettingsError: When two parts disagree on a setting they share.
 
         Example:
             >>> table = study.claims({"leakage": study.leakage(), "ablate-sinks": study.ablate_sinks()})  # doctest: +SKIP
-            >>> dict(zip(table["claim"], table["verdict"]))  # doctest: +SKIP
+            >>> dict(zip(table.table["claim"], table.table["verdict"]))  # doctest: +SKIP
             {'C1': 'supported', 'C2': 'supported', 'C3': 'supported', 'C4': 'not measured', 'C5': 'not measured', 'C6': 'not measured'}
         """
-        from poslens.study.claims import evaluate, label_cases
+        from poslens.study.claims import CLAIMS_FILE, INPUTS_FILE, evaluate, label_cases
 
         check_same_settings(parts)
         comparison = parts.get("compare")
@@ -537,13 +610,14 @@ class Study:
             leakage=parts.get("leakage"),
             ablation=ablation,
             bos_swap=parts.get("bos-swap"),
-            comparison=label_cases(comparison.table) if comparison is not None else None,
+            comparison=label_cases(comparison) if comparison is not None else None,  # the cases compare recorded
             fingerprint=parts.get("fingerprint"),
             # an imposed window of W changes nothing for queries i < W, so C4 compares all queries
             c4_window="all",
         )
         self.out.mkdir(parents=True, exist_ok=True)
-        self.write(self.out / "claims.csv", lambda tmp: table.to_csv(tmp, index=False))
+        self.write(self.out / CLAIMS_FILE, lambda tmp: table.table.to_csv(tmp, index=False))
+        self.write(self.out / INPUTS_FILE, lambda tmp: table.inputs.to_csv(tmp, index=False))
         return table
 
     def write(self, path: Path, write: Callable[[Path], None]) -> Path:

@@ -13,6 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from poslens.fit.relativize import MODES
 from poslens.mechanisms.architectures import Case
 
 
@@ -45,6 +46,11 @@ class Settings:
         compare_len: Tokens per sequence of the architecture comparison.
         compare_quick: Whether the comparison runs the quick set of cases.
         cases: The comparison's cases; empty: :func:`~poslens.mechanisms.architectures.default_cases`.
+        relativize_modes: The relativization modes of the cumulative attribution (methodology §11).
+        calibration_seqs: Sequences of its calibration corpus (``None``: ``n_seqs``).
+        calibration_seed: Seed of its calibration corpus (``None``: ``seed + 1``; it must differ from ``seed``).
+        calibration_sizes: Its calibration sizes (empty: half and all of the calibration corpus).
+        relativize_loss: Whether it measures the change in next-token loss.
 
     Example:
         >>> Settings.quick().n_seqs, Settings.full().seq_len
@@ -75,6 +81,11 @@ class Settings:
     compare_len: int = 640
     compare_quick: bool = True
     cases: tuple[Case, ...] = field(default=())
+    relativize_modes: tuple[str, ...] = MODES
+    calibration_seqs: int | None = None
+    calibration_seed: int | None = None
+    calibration_sizes: tuple[int, ...] = ()
+    relativize_loss: bool = True
 
     @classmethod
     def quick(cls, **overrides: Any) -> "Settings":
@@ -148,6 +159,8 @@ OPTION_NAMES = {
     "dtype": "--dtype", "tau": "--tau", "replacements": "--replacement", "fingerprint_seqs": "--fingerprint-seqs",
     "fingerprint_len": "--fingerprint-len", "compare_seqs": "--compare-seqs", "compare_len": "--compare-len",
     "compare_quick": "--full", "cases": "cases", "counterfactual": "--counterfactual", "disk_budget": "--disk-budget",
+    "relativize_modes": "--modes", "calibration_seqs": "--calibration-seqs", "calibration_seed": "--calibration-seed",
+    "calibration_sizes": "--calibration-sizes", "relativize_loss": "--no-loss",
 }
 
 
@@ -159,6 +172,7 @@ COMMAND_SETTINGS = {
     "ablate-sinks": (*MEASURE_KEYS, "tau"),
     "fingerprint": (*MEASURE_KEYS, "tau", "fingerprint_seqs", "fingerprint_len"),
     "compare": ("compare_seqs", "compare_len", "compare_quick", "groups", "early", "seed", "corpus", "text_field", "batch_size"),
+    "relativize": (*MEASURE_KEYS, "relativize_modes", "calibration_seqs", "calibration_seed", "calibration_sizes", "relativize_loss"),
 }
 _COMPARE_OPTIONS = {"compare_seqs": "--n-seqs", "compare_len": "--seq-len"}
 
@@ -194,6 +208,10 @@ def command_line(command: str, settings: dict[str, Any], out: Any) -> str:
         elif name == "replacements":
             for kind in value:
                 words += ["--replacement", str(kind)]
+        elif name == "relativize_loss":
+            words += [] if value else ["--no-loss"]
+        elif name in ("relativize_modes", "calibration_sizes"):
+            words += [OPTION_NAMES[name], ",".join(str(v) for v in value)]
         else:
             words += [_COMPARE_OPTIONS.get(name, OPTION_NAMES[name]) if command == "compare" else OPTION_NAMES[name], str(value)]
     return " ".join([*words, "--out", str(out)])
