@@ -18,4 +18,4 @@ def study_from_args(description: str) -> Study:
 
 
 def show(claims) -> None:
-    print(claims[["claim", "model", "figure", "ci_low", "ci_high", "verdict"]].to_string(index=False))
+    print(claims.table[["claim", "model", "figure", "ci_low", "ci_high", "verdict"]].to_string(index=False))

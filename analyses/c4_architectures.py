@@ -8,4 +8,4 @@ from poslens.study.claims import evaluate, label_cases
 study = study_from_args(__doc__)
 comparison = study.compare()
 plots.sources_by_layer(comparison.table, "all").write_html(study.out / "c4_architectures.html")
-show(evaluate(comparison=label_cases(comparison.table), claims=["C4"], c4_window="all"))
+show(evaluate(comparison=label_cases(comparison), claims=["C4"], c4_window="all"))

@@ -1,7 +1,8 @@
 """Write the findings page (``docs/findings.md``) from the tables of a ``poslens report`` run folder.
 
-Reads what ``poslens report`` writes into its folder: ``claims.csv``,
-``run.json`` and the parts ``leakage``, ``sinks``, ``bos-swap``,
+Reads what ``poslens report`` writes into its folder: ``claims.csv`` and
+``claim_inputs.csv`` (the verdicts and the figures each rests on, with their
+roles: the page reads those columns, never a rule's words), ``run.json`` and the parts ``leakage``, ``sinks``, ``bos-swap``,
 ``ablate-sinks``, ``fingerprint`` and ``compare`` (``.parquet``: the tidy
 table and its provenance, as :meth:`poslens.measurement.result.Result.load` reads them,
 without the cell sums). Every figure on the page is taken from
@@ -28,7 +29,6 @@ import json
 import math
 import os
 import platform
-import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -37,6 +37,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from poslens.measurement.result import META_KEY, Result
+from poslens.study.claims import CLAIMS_FILE, INPUTS_FILE, Claims
 
 PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "compare")
 WINDOW_TEXT = {"early": "early queries (1 ≤ i < Q)", "all": "all queries (1 ≤ i < T)"}
@@ -247,55 +248,78 @@ def weights_note(models: dict[str, dict[str, Any]]) -> str:
             + "; ".join(quantized.values()) + "); " + ", ".join(plain) + " ran unquantized.")
 
 
-def figure_label(rule: str) -> str:
-    """Which figure a claims row reports, shortened from its rule text (``metric, layer, window``); '' if unparsed."""
-    head = rule.split(". rule:", 1)[0] if ". rule:" in rule else ""
-    metric = re.search(r"metric '([^']+)'", head)
-    if not metric:
+def figure_label(source: Any) -> str:
+    """Which figure an input is (``metric, layers, window``), from its fields in the inputs table; '' for a threshold.
+
+    ``source`` is one row of ``claim_inputs.csv`` (:data:`poslens.study.claims.INPUT_COLUMNS`).
+    """
+    metric = source["metric"]
+    if source["statistic"] == "threshold" or not isinstance(metric, str) or not metric:
         return ""
-    parts = [f"`{metric.group(1)}`"]
-    layer = re.search(r"layer (-?\d+)", head)
-    layers = re.search(r"layers (\d+\.\.\d+)", head)
-    if head.startswith("figure: maximum over layers"):
+    parts = [f"`{metric}`"]
+    if source["statistic"] == "max over layers":
         parts.append("max over layers")
-    elif layers:
-        parts.append(f"layers {layers.group(1)}")
-    elif layer:
-        parts.append("layers ≥ 1" if layer.group(1) == "-1" else f"layer {layer.group(1)}")
-    window = re.search(r"window '([^']+)'", head)
-    if window:
-        parts.append(f"{window.group(1)} queries")
+    elif source["statistic"] == "slope over layers":
+        parts.append(f"layers {int(source['layer_first'])}..{int(source['layer_last'])}")
+    elif not pd.isna(source["layer"]):
+        parts.append("layers ≥ 1" if int(source["layer"]) == -1 else f"layer {int(source['layer'])}")
+    elif not pd.isna(source["layer_first"]):  # a figure over the layers from one on (C3's and C7's r: layers ≥ 2)
+        parts.append(f"layers ≥ {int(source['layer_first'])}")
+    window = source["query_window"]
+    if isinstance(window, str) and window:
+        parts.append(f"{window} queries")
     return ", ".join(parts)
 
 
+def input_text(source: Any) -> str:
+    """An input in words: ``name = value [low, high] (role)``, or without the interval for a point value."""
+    if pd.isna(source["ci_low"]) and pd.isna(source["ci_high"]):
+        number = num(source["value"])
+    else:
+        number = with_interval(source["value"], source["ci_low"], source["ci_high"])
+    return f"{source['name']} = {number} ({source['role']})"
+
+
+def read_claims(folder: Path) -> Claims | None:
+    """The claims of the run folder (``claims.csv`` and ``claim_inputs.csv``), or None when either is missing."""
+    if not all((folder / name).exists() for name in (CLAIMS_FILE, INPUTS_FILE)):
+        return None
+    return Claims.read(folder)
+
+
 def claims_section(folder: Path) -> str:
-    path = folder / "claims.csv"
     lines = ["## Claims", ""]
-    if not path.exists():
-        return "\n".join(lines + ["*`claims.csv` is not in this run folder.*", ""])
-    claims = pd.read_csv(path)
+    claims = read_claims(folder)
+    if claims is None:
+        return "\n".join(lines + [f"*`{CLAIMS_FILE}` or `{INPUTS_FILE}` is not in this run folder "
+                                  f"(run `poslens claims --out {folder}`).*", ""])
     lines.append("Each verdict is computed from the figures by the rule stated with it (methodology §9); "
                  "none is written by hand. A claim can rest on several figures, one row each. Intervals are 95%.")
     lines.append("")
     rows, seen = [], set()
-    for _, r in claims.iterrows():
+    for _, r in claims.table.iterrows():
         figure = "—" if pd.isna(r["figure"]) else with_interval(r["figure"], r["ci_low"], r["ci_high"])
         statement = "" if r["claim"] in seen else r["statement"]
         seen.add(r["claim"])
+        inputs = claims.inputs_of(r["key"])
+        shown = inputs[inputs["name"] == r["figure_name"]]
         rows.append([f"**{r['claim']}**" if statement else r["claim"], statement,
-                     r["model"] if not pd.isna(r["model"]) else "—", figure_label(str(r["rule"])), figure,
-                     f"**{r['verdict']}**"])
+                     r["model"] if r["model"] is not None and not pd.isna(r["model"]) else "—",
+                     figure_label(shown.iloc[0]) if len(shown) else "", figure, f"**{r['verdict']}**"])
     lines.append(markdown_table(["claim", "statement", "model / comparison", "figure", "value [95%]", "verdict"], rows,
                                 ["l", "l", "l", "l", "r", "l"]))
-    # The rule of a claim is shared by its rows: give each distinct rule once. Plain HTML inside
-    # <details>: Markdown in a raw HTML block is not rendered (no md_in_html), HTML is, on the docs
-    # site and on GitHub alike.
+    # The rule of a claim is shared by its rows: give each distinct rule, with the inputs it read, once. Plain HTML
+    # inside <details>: Markdown in a raw HTML block is not rendered (no md_in_html), HTML is, on the docs site and on
+    # GitHub alike.
     items = []
-    for claim, part in claims.groupby("claim", sort=False):
-        texts = [str(t) for t in part["rule"]]
-        rules = list(dict.fromkeys(t.split(". rule:", 1)[1].strip() if ". rule:" in t else t for t in texts))
-        items.append(f"<li><b>{html.escape(str(claim))}</b>: " + "<br>".join(html.escape(t) for t in rules) + "</li>")
-    lines += ["", "<details><summary>The rule behind each verdict, with the figures it read</summary><ul>"
+    for claim, part in claims.table.groupby("claim", sort=False):
+        texts = []
+        for _, r in part.iterrows():
+            inputs = claims.inputs_of(r["key"])
+            listed = "; ".join(input_text(i) for _, i in inputs.iterrows())
+            texts.append(f"{r['rule']}. inputs: {listed}" if listed else str(r["rule"]))
+        items.append(f"<li><b>{html.escape(str(claim))}</b>: " + "<br>".join(html.escape(t) for t in dict.fromkeys(texts)) + "</li>")
+    lines += ["", "<details><summary>The rule behind each verdict, with the figures it read (and their role)</summary><ul>"
               + "".join(items) + "</ul></details>", ""]
     return "\n".join(lines)
 
@@ -305,18 +329,22 @@ SUMMARY_END = "<!-- claims-summary:end -->"
 
 
 def claims_summary(folder: Path, findings_link: str = "docs/findings.md") -> str:
-    """The short claims table: one row per claim and case, its first figure with the interval, and the verdict.
+    """The short claims table: one row per claim and case, the headline figure with its interval, and the verdict.
 
-    A claim's rows share one joint verdict; the first row's figure is the claim's
-    headline (C1: held-out leakage, C3: C_res at early queries, ...), the
-    findings page gives the others.
+    A claim's rows share one joint verdict; the headline is the input whose role
+    is ``headline`` (C1: held-out leakage, C3: the reduction by sink-path
+    ablation, ...), read from ``claim_inputs.csv``; the findings page gives the others.
     """
-    claims = pd.read_csv(folder / "claims.csv")
+    claims = Claims.read(folder)
+    table = claims.table
     rows = []
-    for (claim, model), part in claims.groupby(["claim", claims["model"].fillna("—")], sort=False):
+    for (claim, model), part in table.groupby(["claim", table["model"].fillna("—")], sort=False):
         first = part.iloc[0]
-        figure = "—" if pd.isna(first["figure"]) else with_interval(first["figure"], first["ci_low"], first["ci_high"])
-        label = figure_label(str(first["rule"]))
+        top = claims.headline(first["key"])
+        if top is None or pd.isna(top["value"]):
+            figure, label = "—", ""
+        else:
+            figure, label = with_interval(top["value"], top["ci_low"], top["ci_high"]), figure_label(top)
         rows.append([f"**{claim}**", first["statement"], model, f"{label}: {figure}" if label else figure, f"**{first['verdict']}**"])
     table = markdown_table(["claim", "statement", "model / case", "headline figure [95%]", "verdict"], rows, ["l", "l", "l", "l", "l"])
     note = (f"*From the full run's tables (`docs/findings_data`, 4-bit quantized weights), written by "
@@ -498,7 +526,7 @@ def build(folder: Path) -> str:
         "",
         f"*Generated on {generated} by `.venv/bin/python docs/make_findings.py --results {folder}` from the tables "
         f"of the run folder `{folder}` ("
-        + ", ".join(f"`{name}`" for name in ["claims.csv", "run.json"] + [f"{p}.parquet" for p in parts] if (folder / name).exists())
+        + ", ".join(f"`{name}`" for name in [CLAIMS_FILE, INPUTS_FILE, "run.json"] + [f"{p}.parquet" for p in parts] if (folder / name).exists())
         + "). Every figure below is read from those tables; none is typed in. "
         + weights_note(recorded_models(run, parts)) + "*",
         "",

@@ -24,6 +24,7 @@ from poslens.study.claims import (
     C4_SLOPE_RULE,
     CLAIM_COLUMNS,
     INCONCLUSIVE,
+    INPUT_COLUMNS,
     JOINT,
     NOT_MEASURED,
     NOT_SUPPORTED,
@@ -41,6 +42,7 @@ from poslens.study.claims import (
     claim_c4,
     claim_c5,
     claim_c6,
+    claim_c7,
     evaluate,
     figure_row,
     joint,
@@ -64,6 +66,26 @@ def only_verdict(rows: list[dict]) -> str:
     found = verdicts(rows)
     assert len(found) == 1, found
     return found.pop()
+
+
+def inputs(r: dict) -> dict[str, tuple[float, float, float, str]]:
+    """A claims row's inputs (its ``inputs`` field): name -> (value, ci_low, ci_high, role)."""
+    return {i.figure.name: (i.figure.value, i.figure.ci_low, i.figure.ci_high, i.role) for i in r["inputs"]}
+
+
+def same(got, want) -> bool:
+    """Equal, element by element, with NaN equal to NaN (inputs are the tables' own numbers, copied, not computed)."""
+    if isinstance(want, dict):
+        return set(got) == set(want) and all(same(got[k], want[k]) for k in want)
+    if isinstance(want, tuple):
+        return len(got) == len(want) and all(same(g, w) for g, w in zip(got, want))
+    if isinstance(want, float) and np.isnan(want):
+        return isinstance(got, float) and np.isnan(got)
+    return got == want
+
+
+def sources(r: dict) -> dict[str, Figure]:
+    return {i.figure.name: i.figure for i in r["inputs"]}
 
 
 # --------------------------------------------------------------------------- C1
@@ -91,6 +113,9 @@ def test_c1_three_verdicts(leak, probe, expected):
     assert all(r["statement"] == STATEMENTS["C1"] for r in rows)
     assert "ci_low > 0" in rows[0]["rule"] and "ci_high <= 0" in rows[0]["rule"]
     assert "leakage_pattern_heldout" in rows[0]["rule"] and "probe_r2" in rows[1]["rule"]
+    assert [r["figure_name"] for r in rows] == ["leakage_pattern_heldout", "probe_r2"]
+    for r in rows:  # both rows rest on both figures; the held-out leakage is the headline
+        assert same(inputs(r), {"leakage_pattern_heldout": (*leak, "headline"), "probe_r2": (*probe, "decides")})
 
 
 def test_c1_ignores_other_windows_and_interventions_and_splits_models():
@@ -175,15 +200,27 @@ def test_c2_three_verdicts(kw, expected):
     rows = claim_c2(c2_table(**kw))
     assert len(rows) == 5
     assert only_verdict(rows) == expected
-    figures = {**C2_OK, **kw}
+    figures = {**C2_OK, "share": (0.9, 0.8, 1.0), **kw}
     assert [r["figure"] for r in rows][:4] == pytest.approx([figures[k][0] for k in ("mask0", "mask_deep", "res0", "rho0")], nan_ok=True)
     rule = rows[0]["rule"]
     assert "c_mask (layer 0) ci_low > 0 and c_mask (layers >= 1) ci_low > 0" in rule and "rho_mask (layer 0) ci_low > 0.5" in rule
     assert "rho_mask (layer 0) ci_high < 0.5" in rule and "tests/test_leakage_controls.py" in rule
-    assert "c_mask (layers >= 1) = " in rule and "count_share (layer 0) = " in rule
-    assert f"C_mask - C_res at layer 0 = {figures['mask0'][0] - figures['res0'][0]:.4g}" in rule
-    assert "layer 0" in rows[0]["rule"].split(". rule:")[0] and "layer -1" in rows[1]["rule"].split(". rule:")[0]
-    assert "metric 'rho_mask', layer 0" in rows[3]["rule"] and "metric 'count_share', layer 0" in rows[4]["rule"]
+    got = inputs(rows[0])
+    roles = {name: role for name, (*_, role) in got.items()}
+    assert roles == {"c_mask (layer 0)": "headline", "c_mask (layers >= 1)": "decides", "c_res (layer 0)": "reported",
+                     "rho_mask (layer 0)": "decides", "count_share (layer 0)": "reported", "c_mask - c_res (layer 0)": "reported"}
+    for key, name in [("mask0", "c_mask (layer 0)"), ("mask_deep", "c_mask (layers >= 1)"), ("res0", "c_res (layer 0)"),
+                      ("rho0", "rho_mask (layer 0)"), ("share", "count_share (layer 0)")]:
+        assert got[name][:3] == pytest.approx(figures[key], nan_ok=True), name
+    difference = got["c_mask - c_res (layer 0)"]
+    assert difference[0] == pytest.approx(figures["mask0"][0] - figures["res0"][0], nan_ok=True)
+    assert np.isnan(difference[1]) and np.isnan(difference[2])  # a point value: no interval in the table
+    where = sources(rows[0])
+    assert (where["c_mask (layer 0)"].metric, where["c_mask (layer 0)"].layer) == ("c_mask", 0)
+    assert (where["c_mask (layers >= 1)"].metric, where["c_mask (layers >= 1)"].layer) == ("c_mask", -1)
+    assert (where["rho_mask (layer 0)"].metric, where["count_share (layer 0)"].metric) == ("rho_mask", "count_share")
+    assert [r["figure_name"] for r in rows] == ["c_mask (layer 0)", "c_mask (layers >= 1)", "c_res (layer 0)", "rho_mask (layer 0)",
+                                                "count_share (layer 0)"]
 
 
 @pytest.mark.parametrize("metric, layer", [("count_share", 0), ("rho_mask", 0), ("c_mask", -1), ("c_res", 0)])
@@ -226,8 +263,11 @@ def test_c3_three_verdicts(res, red, expected):
     assert len(rows) == 2
     assert only_verdict(rows) == expected
     assert [r["figure"] for r in rows] == [res[0], red[0]]
-    assert "reduction ci_low > 0" in rows[0]["rule"] and "window 'early'" in rows[0]["rule"]
-    assert "sink-ablation:0.3" in rows[1]["rule"]
+    assert "reduction ci_low > 0" in rows[0]["rule"]
+    for r in rows:
+        assert same(inputs(r), {"c_res": (*res, "decides"), "reduction": (*red, "headline")})
+        assert {f.query_window for f in sources(r).values()} == {"early"}
+    assert sources(rows[1])["reduction"].intervention == "sink-ablation:0.3" and sources(rows[1])["c_res"].intervention == "none"
 
 
 def test_c3_one_evaluation_per_ablation_label():
@@ -262,7 +302,12 @@ def c4_table(ntk: tuple, sliding: tuple, per_layer=RISING) -> pd.DataFrame:
     ]
     rows += [row("c_res", v, v - 0.005, v + 0.005, model="gemma3-270m", layer=layer, query_window="early") for layer, v in per_layer]
     rows += [row("c_res", 9, 9, 9, model="gemma3-270m", layer=layer, head=0, query_window="early") for layer, _ in per_layer]
-    return label_cases(frame(*rows))
+    return label_cases(Result(frame(*rows), {"cases": CASES}))
+
+
+CASES = [dict(model=STANDARD[0], variant=STANDARD[1], case="standard"), dict(model="smollm2-135m", variant="ntk:4", case="ntk"),
+         dict(model="gemma3-270m", variant="base", case="sliding")]
+"""The cases as :func:`poslens.mechanisms.architectures.compare` records them (``meta["cases"]``)."""
 
 
 @pytest.mark.parametrize(
@@ -281,8 +326,13 @@ def test_c4_three_verdicts(ntk, sliding, expected):
     assert [r["model"] for r in comparisons] == ["smollm2-135m (ntk:4) vs smollm2-135m", "gemma3-270m vs smollm2-135m"]
     assert only_verdict(comparisons) == expected
     assert [r["figure"] for r in comparisons] == [ntk[0], sliding[0]]
-    assert "wholly below" in comparisons[0]["rule"] and "c_res (standard) = 0.01 [0.008, 0.012]" in comparisons[0]["rule"]
-    assert "c_res (ntk) = " in comparisons[0]["rule"] and "c_res (sliding) = " in comparisons[1]["rule"]
+    assert "wholly below" in comparisons[0]["rule"]
+    assert same(inputs(comparisons[0]), {"c_res (ntk)": (*ntk, "headline"), "c_res (standard)": (*STD_CI, "decides")})
+    assert same(inputs(comparisons[1]), {"c_res (sliding)": (*sliding, "headline"), "c_res (standard)": (*STD_CI, "decides")})
+    assert [(r["group"], r["case"]) for r in comparisons] == [("smollm2-135m (ntk:4)", "ntk"), ("gemma3-270m", "sliding")]
+    # each comparison's own verdict, and the joint one every comparison row carries
+    own = [verdict(C4_RULES[r["case"]], [Figure(n, *v[:3]) for n, v in inputs(r).items()]) for r in comparisons]
+    assert [r["own_verdict"] for r in comparisons] == own and expected == joint(own)
 
 
 def test_c4_window_parameter_selects_rows():
@@ -308,7 +358,11 @@ def test_c4_depth_slope_three_verdicts(per_layer, expected):
     assert slope["figure"] == pytest.approx(np.polyfit(layers, values, 1)[0])
     assert slope["ci_low"] <= slope["figure"] <= slope["ci_high"]
     assert slope["verdict"] == expected
-    assert "jackknife" in slope["rule"] and "95%" in slope["rule"] and "layers 1..5" in slope["rule"]
+    assert "jackknife" in slope["rule"] and "95%" in slope["rule"]
+    figure = sources(slope)["c_res slope per layer"]
+    assert (figure.statistic, figure.layer_first, figure.layer_last, figure.metric) == ("slope over layers", 1, 5, "c_res")
+    assert inputs(slope)["c_res slope per layer"][3] == "headline"
+    assert (slope["group"], slope["case"], slope["own_verdict"]) == ("gemma3-270m", "sliding", expected)
 
 
 def test_depth_slope_jackknife_matches_hand_formula():
@@ -338,23 +392,26 @@ def test_c4_needs_every_case_and_enough_layers():
         claim_c4(few)
 
 
-def test_label_cases():
-    t = frame(
-        *[
-            row("c_res", 0, 0, 0, model=m, variant=v)
-            for m, v in [
-                ("smollm2-135m", "base"),
-                ("smollm2-135m", "ntk:2"),
-                ("smollm2-135m", "window:64"),
-                ("smollm2-135m", "ntk:2+window:64"),
-                ("gemma3-270m", "base"),
-                ("other", "base"),
-            ]
-        ]
-    )
-    assert label_cases(t)["case"].tolist() == ["standard", "ntk", "sliding", None, "sliding", None]
-    assert label_cases(t, standard=("other", "base"))["case"].tolist()[-1] == "standard"
+def test_label_cases_reads_the_cases_compare_recorded_not_the_variant_names():
+    from poslens.mechanisms.architectures import Case
+
+    pairs = [("smollm2-135m", "base"), ("smollm2-135m", "ntk:2"), ("smollm2-135m", "window:64"), ("gemma3-270m", "base"),
+             ("ntk-trained", "base"), ("other", "base")]
+    t = frame(*[row("c_res", 0, 0, 0, model=m, variant=v) for m, v in pairs])
+    # names that would mislead a parser: an NTK-trained model under variant "base", a "window:64" run compared as standard
+    recorded = [Case("smollm2-135m", "window:64", "standard"), Case("smollm2-135m", "ntk:2", "ntk"),
+                Case("gemma3-270m", "base", "sliding"), Case("ntk-trained", "base", "ntk")]
+    result = Result(t, {"cases": [c.__dict__ | {"inference_time": c.inference_time} for c in recorded]})
+    assert label_cases(result)["case"].tolist() == [None, "ntk", "standard", "sliding", "ntk", None]
+    assert label_cases(t, recorded)["case"].tolist() == [None, "ntk", "standard", "sliding", "ntk", None]
     assert "case" not in t.columns  # a copy
+    from poslens.errors import InputError
+
+    with pytest.raises(InputError, match="no cases recorded"):
+        label_cases(t)
+    with pytest.raises(InputError, match="two cases"):
+        label_cases(t, [*recorded, Case("gemma3-270m", "base", "standard")])
+    assert label_cases(t.assign(case="ntk"))["case"].tolist() == ["ntk"] * len(pairs)  # a table labelled already
 
 
 # --------------------------------------------------------------------------- C5
@@ -376,9 +433,13 @@ def test_c5_three_verdicts(red, expected):
     t = frame(row("reduction", *red, intervention="bos:mean", query_window="early"))
     (r,) = claim_c5(t)
     assert r["verdict"] == expected
-    assert r["model"] == "m, bos:mean"
+    assert r["model"] == r["group"] == "m, bos:mean"
     for threshold in ("0.4", "0.1", "0.3", "0.5"):
         assert threshold in r["rule"]
+    got = inputs(r)
+    assert same(got["reduction"], (*red, "headline"))
+    assert got["target"][0] == 0.4 and got["band"][0] == 0.1 and got["target"][3] == got["band"][3] == "decides"
+    assert sources(r)["reduction"].intervention == "bos:mean" and sources(r)["target"].statistic == "threshold"
 
 
 def test_c5_one_row_per_kind_and_custom_thresholds():
@@ -391,6 +452,7 @@ def test_c5_one_row_per_kind_and_custom_thresholds():
     moved = claim_c5(t, target=0.8, band=0.2)
     assert verdicts(moved) == {NOT_SUPPORTED}
     assert "0.8" in moved[0]["rule"] and "0.6" in moved[0]["rule"] and "1" in moved[0]["rule"]
+    assert (inputs(moved[0])["target"][0], inputs(moved[0])["band"][0]) == (0.8, 0.2)
     with pytest.raises(ValueError, match="band"):
         claim_c5(t, band=-0.1)
 
@@ -442,9 +504,15 @@ def test_c6_three_verdicts(kw, expected):
     assert only_verdict(rows) == expected
     chance = kw.get("chance", 0.125)
     rule = rows[0]["rule"]
-    assert "1e-05" in rule and f"readout_chance = {chance:.4g} (1/K, K = {round(1 / chance)})" in rule
-    assert "readout_p_value <= 0.05" in rule and f"readout_p_value = {kw.get('p_value', 0.005):.4g}" in rule
-    assert "readout_chance_permuted (null mean, central 95%) = 0.124 [0.09, 0.16]" in rule
+    assert "1e-05" in rule and "readout_p_value <= 0.05" in rule
+    got = inputs(rows[0])
+    assert got["readout_chance"][0] == chance and np.isnan(got["readout_chance"][1])  # point values: no interval
+    assert got["readout_p_value"][0] == kw.get("p_value", 0.005) and np.isnan(got["readout_p_value"][2])
+    assert f"K = {round(1 / chance)}" in sources(rows[0])["readout_chance"].where
+    assert same(got["readout_chance_permuted (null mean, central 95%)"], (0.124, 0.09, 0.16, "reported"))
+    assert same(got["dispersion (none)"], (*kw.get("none", (0.2, 0.1, 0.3)), "headline"))
+    assert {name: role for name, (*_, role) in got.items() if role == "decides"} == dict.fromkeys(
+        ["max dispersion (bos)", "readout_accuracy", "readout_chance", "readout_p_value"], "decides")
     assert [r["figure"] for r in rows][2] == kw.get("acc", (0.9,))[0]
 
 
@@ -452,7 +520,7 @@ def test_c6_alpha_is_a_parameter():
     assert only_verdict(claim_c6(c6_table(p_value=0.03), alpha=0.01)) == INCONCLUSIVE
     assert only_verdict(claim_c6(c6_table(p_value=0.03), alpha=0.05)) == SUPPORTED
     assert "readout_p_value <= 0.01" in claim_c6(c6_table(), alpha=0.01)[0]["rule"]
-    assert evaluate(fingerprint=c6_table(p_value=0.03), claims=["C6"], c6_alpha=0.01)["verdict"].tolist() == [INCONCLUSIVE] * 3
+    assert evaluate(fingerprint=c6_table(p_value=0.03), claims=["C6"], c6_alpha=0.01).table["verdict"].tolist() == [INCONCLUSIVE] * 3
     with pytest.raises(ValueError, match="alpha"):
         claim_c6(c6_table(), alpha=0.0)
 
@@ -471,7 +539,9 @@ def test_c6_accepts_every_one_over_k(k):
 
 def test_c6_reports_the_maximum_bos_dispersion_and_tolerance_is_a_parameter():
     rows = claim_c6(c6_table(bos=(0.0, 3e-6, 1e-7)))
-    assert rows[0]["figure"] == 3e-6 and "at layer 1" in rows[0]["rule"]
+    bos = sources(rows[0])["max dispersion (bos)"]
+    assert rows[0]["figure"] == 3e-6 and bos.layer == 1 and "at layer 1" in bos.where
+    assert (bos.statistic, bos.layer_first, bos.layer_last) == ("max over layers", 0, 2)
     assert rows[1]["figure"] == 0.2 and rows[2]["figure"] == 0.9
     assert only_verdict(claim_c6(c6_table(bos=(0.0, 3e-6, 1e-7)), tolerance=1e-6)) == NOT_SUPPORTED
     assert "1e-06" in claim_c6(c6_table(), tolerance=1e-6)[0]["rule"]
@@ -600,10 +670,6 @@ def test_joint():
         joint([])
 
 
-def rule_part(text: str) -> str:
-    return text.split(". rule: ", 1)[1].split(". inputs: ", 1)[0]
-
-
 def test_every_rule_text_in_the_table_is_its_rule_objects_text():
     leakage = pd.concat([c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)), c2_table(), c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[0]])
     out = evaluate(
@@ -615,7 +681,7 @@ def test_every_rule_text_in_the_table_is_its_rule_objects_text():
         c5_target=0.5,
         c6_alpha=0.01,
     )
-    texts = {claim: set(part["rule"].map(rule_part)) for claim, part in out.groupby("claim")}
+    texts = {claim: set(part["rule"]) for claim, part in out.table.groupby("claim")}
     assert texts["C1"] == {C1_RULE.text()}
     assert texts["C2"] == {C2_RULE.text()}
     assert texts["C3"] == {C3_RULE.text()}
@@ -626,27 +692,232 @@ def test_every_rule_text_in_the_table_is_its_rule_objects_text():
     assert slope.endswith("; " + C4_SLOPE_RULE.text())
 
 
+# --------------------------------------------------------------------------- C4 by differences (methodology §9.1)
+
+
+RECORDED = [dict(model="smollm2-135m", variant="base", case="standard"), dict(model="smollm2-135m", variant="ntk:4", case="ntk"),
+            dict(model="smollm2-135m", variant="window:64", case="sliding"), dict(model="gemma3-270m", variant="base", case="sliding")]
+
+
+def comparison_rows(ntk=(-0.002, -0.003, -0.001), window=(0.002, 0.001, 0.003), window_depth=(0.01, 0.005, 0.015),
+                    slope=(0.02, 0.01, 0.03), gemma=(0.003, 0.001, 0.005), gemma_depth=(0.01, 0.002, 0.02),
+                    trend=(-0.001, -0.002, -0.0005)) -> pd.DataFrame:
+    """A comparison table as compare records it (the columns of poslens.mechanisms.comparisons.COMPARISON_COLUMNS)."""
+    def one(model, variant, metric, figure, comparison, kind, ref=("", ""), parameter="", layer=-1, window="all"):
+        return dict(model=model, variant=variant, intervention="none", metric=metric, query_window=window, layer=layer, head=-1,
+                    value=figure[0], ci_low=figure[1], ci_high=figure[2], comparison=comparison, kind=kind,
+                    reference_model=ref[0], reference_variant=ref[1], parameter=parameter, se=0.001, df=7.0, detectable=0.0031)
+    base = ("smollm2-135m", "base")
+    rows = [
+        one("smollm2-135m", "ntk:4", "c_res", ntk, "ntk:4 − base", "paired", base),
+        one("smollm2-135m", "window:64", "c_res", window, "window:64 − base", "paired", base),
+        one("smollm2-135m", "window:64", "c_res_depth_slope", window_depth, "window:64 − base", "paired", base),
+        one("smollm2-135m", "window:64", "c_res_depth_slope", slope, "window:64", "depth-slope"),
+        one("gemma3-270m", "base", "c_res", gemma, "gemma3-270m − smollm2-135m", "independent", base),
+        one("gemma3-270m", "base", "c_res_depth_slope", gemma_depth, "gemma3-270m − smollm2-135m", "independent", base),
+        one("smollm2-135m", "ntk", "c_res", trend, "slope on log2 α (base, ntk:4)", "trend", parameter="log2 alpha"),
+        # rows C4 does not read: other layers, windows, metrics, the standard's own depth slope
+        one("smollm2-135m", "ntk:4", "c_res", (9, 9, 9), "ntk:4 − base", "paired", base, layer=3),
+        one("smollm2-135m", "ntk:4", "c_res", (9, 9, 9), "ntk:4 − base", "paired", base, window="early"),
+        one("smollm2-135m", "ntk:4", "c_mask", (9, 9, 9), "ntk:4 − base", "paired", base),
+        one("smollm2-135m", "base", "c_res_depth_slope", (-9, -9, -9), "base", "depth-slope"),
+        one("smollm2-135m", "ntk:4", "c_res_depth_slope", (9, 9, 9), "ntk:4 − base", "paired", base),
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_c4_by_differences_reads_each_comparison_in_its_predicted_direction():
+    rows = claims.claim_c4_differences(comparison_rows(), RECORDED)
+    assert [(r["model"], r["case"], r["own_verdict"]) for r in rows] == [
+        ("smollm2-135m (ntk:4) − smollm2-135m: c_res, paired", "ntk", SUPPORTED),
+        ("smollm2-135m (window:64) − smollm2-135m: c_res, paired", "sliding", SUPPORTED),
+        ("smollm2-135m (window:64) − smollm2-135m: c_res_depth_slope, paired", "sliding", SUPPORTED),
+        ("smollm2-135m (window:64): c_res_depth_slope", "sliding", SUPPORTED),
+        ("gemma3-270m − smollm2-135m: c_res, independent", "sliding", SUPPORTED),
+        ("gemma3-270m − smollm2-135m: c_res_depth_slope, independent", "sliding", SUPPORTED),
+        ("smollm2-135m, ntk cases: trend of c_res on log2 alpha", "ntk", SUPPORTED),
+    ]
+    assert verdicts(rows) == {SUPPORTED}
+    assert [r["group"] for r in rows][:2] == ["smollm2-135m (ntk:4)", "smollm2-135m (window:64)"]
+    first = inputs(rows[0])
+    assert same(first["c_res (ntk:4 − base)"], (-0.002, -0.003, -0.001, "headline"))
+    detectable = first["detectable |c_res (ntk:4 − base)|"]
+    assert detectable[0] == 0.0031 and np.isnan(detectable[1]) and detectable[3] == "reported"
+    assert sources(rows[0])["c_res (ntk:4 − base)"].statistic == "paired difference"
+    assert "c_res (ntk:4 − base) ci_high < 0" in rows[0]["rule"] and "all comparisons together" in rows[0]["rule"]
+
+
+@pytest.mark.parametrize(
+    "kw, own, expected",
+    [
+        ({"ntk": (0.002, 0.001, 0.003)}, NOT_SUPPORTED, NOT_SUPPORTED),  # NTK raises C_res: the opposite direction
+        ({"ntk": (-0.001, -0.003, 0.001)}, INCONCLUSIVE, INCONCLUSIVE),  # the paired interval holds 0
+        ({"ntk": (-0.001, -0.003, 0.0)}, INCONCLUSIVE, INCONCLUSIVE),  # ci_high = 0 does not exclude 0
+        ({"ntk": (0.0, 0.0, 0.002)}, INCONCLUSIVE, INCONCLUSIVE),  # nor does ci_low = 0 the other way
+        ({"trend": (0.001, 0.0005, 0.002)}, NOT_SUPPORTED, NOT_SUPPORTED),
+        ({"ntk": (np.nan, np.nan, np.nan)}, INCONCLUSIVE, INCONCLUSIVE),
+    ],
+)
+def test_c4_by_differences_three_verdicts(kw, own, expected):
+    rows = claims.claim_c4_differences(comparison_rows(**kw), RECORDED)
+    changed = rows[0] if "ntk" in kw else rows[-1]
+    assert changed["own_verdict"] == own
+    assert verdicts(rows) == {expected}  # every row carries the joint verdict
+    assert sum(r["own_verdict"] != SUPPORTED for r in rows) == 1
+
+
+def test_c4_sliding_directions_and_what_is_left_out():
+    rows = claims.claim_c4_differences(comparison_rows(window_depth=(-0.01, -0.02, -0.005), gemma=(-0.003, -0.005, -0.001)), RECORDED)
+    own = {r["model"]: r["own_verdict"] for r in rows}
+    assert own["smollm2-135m (window:64) − smollm2-135m: c_res_depth_slope, paired"] == NOT_SUPPORTED
+    assert own["gemma3-270m − smollm2-135m: c_res, independent"] == NOT_SUPPORTED
+    # an independent comparison against a model that is not the standard is not read
+    other = comparison_rows().assign(reference_model=lambda t: t["reference_model"].where(t["kind"] != "independent", "x"))
+    assert not any("independent" in r["model"] for r in claims.claim_c4_differences(other, RECORDED))
+    # a trend needs its members' case: without an ntk case of the model, the NTK trend is not read
+    recorded = [c for c in RECORDED if c["case"] != "ntk"] + [dict(model="smollm2-135m", variant="ntk:4", case="sliding")]
+    with pytest.raises(ValueError, match="no ntk comparison"):
+        claims.claim_c4_differences(comparison_rows(), recorded)
+    with pytest.raises(ValueError, match="no sliding comparison"):
+        claims.claim_c4_differences(comparison_rows()[lambda t: ~t["variant"].isin(["window:64"]) & (t["kind"] != "independent")],
+                                    RECORDED)
+    with pytest.raises(ValueError, match="direction"):
+        claims.c4_sign_rule("x", 0)
+
+
+def test_evaluate_decides_c4_by_differences_when_compare_recorded_them():
+    labelled = c4_table((0.009, 0.005, 0.009), (0.03, 0.02, 0.04))
+    old = evaluate(comparison=labelled, claims=["C4"]).table
+    assert "c_res (standard)" in set(evaluate(comparison=labelled, claims=["C4"]).inputs["name"])  # no table: the case intervals
+    assert old["verdict"].iloc[0] == INCONCLUSIVE
+    for empty in (None, comparison_rows().iloc[0:0]):
+        assert evaluate(comparison=labelled, claims=["C4"], c4_comparisons=empty).table["verdict"].tolist() == old["verdict"].tolist()
+    every = frame(*[row("c_res", 0.01, 0.0, 0.02, model=c["model"], variant=c["variant"]) for c in RECORDED])  # the cases' rows
+    new = evaluate(comparison=label_cases(Result(every, {"cases": RECORDED})), claims=["C4"],
+                   c4_comparisons=comparison_rows(), c4_window="all")
+    assert len(new.table) == 7 and set(new.table["verdict"]) == {SUPPORTED}
+    _check_inputs(new)
+
+
+# --------------------------------------------------------------------------- C7 and C3's causal figure
+
+
+def attribution_summary(r_all=(0.3, 0.2, 0.4), key0=(0.02, -0.05, 0.09), placebo=(0.01, -0.02, 0.04), small=(0.35, 0.2, 0.5),
+                        model="m", variant="base") -> pd.DataFrame:
+    """The relativize part's summary table: r per mode and calibration size, in both windows (the early ones must not be read)."""
+    rows = []
+    for mode, size, figure in [("all", 16, r_all), ("all", 8, small), ("key0", 16, key0), ("key0", 8, (9.0, 9.0, 9.0)),
+                               ("all-but-key0", 16, (9.0, 9.0, 9.0)), ("placebo:all", 16, placebo)]:
+        for window, shift in (("all", 0.0), ("early", 5.0)):
+            rows.append(dict(model=model, variant=variant, mode=mode, calibration_size=size, metric="reduction_ge2",
+                             query_window=window, value=figure[0] + shift, ci_low=figure[1] + shift, ci_high=figure[2] + shift))
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(
+    "r, expected",
+    [
+        ((0.3, 0.2, 0.4), SUPPORTED),
+        ((0.15, 0.1, 0.2), INCONCLUSIVE),  # ci_low = 0.10 is not > 0.10 (and ci_high > 0.10: not equivalent either)
+        ((0.15, 0.11, 0.2), SUPPORTED),
+        ((0.0, -0.05, 0.05), NOT_SUPPORTED),  # within [-0.1, 0.1]: equivalence
+        ((0.0, -0.1, 0.1), NOT_SUPPORTED),  # the bounds count as within
+        ((0.05, -0.02, 0.12), INCONCLUSIVE),  # reaches above 0.10
+        ((-0.05, -0.15, 0.02), INCONCLUSIVE),  # reaches below -0.10
+        ((-0.3, -0.4, -0.2), INCONCLUSIVE),  # wholly below: neither supported nor equivalent to no effect
+        ((0.0, np.nan, 0.05), INCONCLUSIVE),
+    ],
+)
+def test_c7_three_verdicts_with_the_equivalence_test(r, expected):
+    (row_,) = claim_c7(attribution_summary(r_all=r))
+    assert row_["verdict"] == row_["own_verdict"] == expected
+    assert row_["figure"] == r[0] and row_["figure_name"] == "r (all)"
+    assert "r (all) ci_low > 0.1" in row_["rule"] and "r (all) ci_low >= -0.1 and r (all) ci_high <= 0.1" in row_["rule"]
+    got = inputs(row_)
+    assert same(got["r (all)"], (*r, "headline"))  # the largest calibration size, window "all"
+    assert same(got["r (all, calibration size 8)"], (0.35, 0.2, 0.5, "reported"))  # the calibration's own noise
+    assert same(got["r (placebo:all)"], (0.01, -0.02, 0.04, "reported"))
+    assert set(got) == {"r (all)", "r (all, calibration size 8)", "r (placebo:all)"}  # no loss table given
+    figure = sources(row_)["r (all)"]
+    assert (figure.metric, figure.intervention, figure.query_window, figure.layer_first) == ("reduction_ge2", "relativize:all", "all", 2)
+
+
+def test_c7_reads_an_attribution_object_with_its_loss_table():
+    from types import SimpleNamespace
+
+    loss = pd.DataFrame([dict(model="m", variant="base", edit=edit, query_bin=b, query_low=1, query_high=64, metric="loss_change",
+                              value=v, ci_low=v - 0.01, ci_high=v + 0.01)
+                         for edit, b, v in [("relativize:all", -1, 0.2), ("relativize:all", 0, 9.0), ("placebo:all", -1, 0.05),
+                                            ("relativize:key0", -1, 9.0)]])
+    (row_,) = claim_c7(SimpleNamespace(summary=attribution_summary(), loss=loss))
+    got = inputs(row_)
+    assert same(got["loss_change (relativize:all)"], (0.2, 0.2 - 0.01, 0.2 + 0.01, "reported"))  # the table's numbers, copied
+    assert same(got["loss_change (placebo:all)"], (0.05, 0.05 - 0.01, 0.05 + 0.01, "reported"))
+    assert row_["verdict"] == SUPPORTED
+    two = pd.concat([attribution_summary(), attribution_summary(r_all=(0.0, -0.05, 0.05), model="other")])
+    assert [(r["model"], r["verdict"]) for r in claim_c7(two)] == [("m", SUPPORTED), ("other", NOT_SUPPORTED)]
+    with pytest.raises(ValueError, match="mode 'all'"):
+        claim_c7(attribution_summary().query("mode != 'all'"))
+    with pytest.raises(ValueError, match="lacks column"):
+        claim_c7(attribution_summary().drop(columns=["calibration_size"]))
+    with pytest.raises(ValueError, match="2 rows"):
+        claim_c7(pd.concat([attribution_summary(), attribution_summary().query("mode == 'all' and calibration_size == 16")]))
+
+
+def test_c3_reports_the_key0_figure_beside_the_ablation_without_deciding_by_it():
+    leak, abl = c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))
+    plain = claim_c3(leak, abl)
+    for key0 in [(0.02, -0.05, 0.09), (-0.5, -0.6, -0.4), (0.5, 0.4, 0.6)]:  # null, negative, positive: C3's verdict stays
+        rows = claim_c3(leak, abl, attribution=attribution_summary(key0=key0))
+        assert [r["verdict"] for r in rows] == [r["verdict"] for r in plain] == [SUPPORTED, SUPPORTED]
+        assert same(inputs(rows[0])["r (key0)"], (*key0, "reported"))
+        assert sources(rows[0])["r (key0)"].intervention == "relativize:key0"
+        assert {k: v for k, v in inputs(rows[0]).items() if k != "r (key0)"} == inputs(plain[0])
+    assert "r (key0)" in C3_RULE.text() and "does not refute C3" in C3_RULE.text()
+    with pytest.raises(ValueError, match=r"attribution: no row for .*model 'm'.*mode 'key0'"):
+        claim_c3(leak, abl, attribution=attribution_summary().query("mode != 'key0'"))
+    out = evaluate(leak, abl, attribution=attribution_summary(), claims=["C3", "C7"])
+    assert out.table["verdict"].tolist() == [SUPPORTED] * 3
+
+
+def test_an_equivalence_rule_needs_all_its_refuting_conditions():
+    rule = Rule((Condition("r", "ci_low", ">", 0.1),), (Condition("r", "ci_low", ">=", -0.1), Condition("r", "ci_high", "<=", 0.1)),
+                not_supported_when="all")
+    assert rule.text() == "supported if r ci_low > 0.1; not supported if r ci_low >= -0.1 and r ci_high <= 0.1; inconclusive otherwise"
+    assert verdict(rule, [Figure("r", 0.0, -0.05, 0.05)]) == NOT_SUPPORTED
+    assert verdict(rule, [Figure("r", 0.0, -0.05, 0.2)]) == INCONCLUSIVE  # one refuting condition alone is not enough
+    anyone = replace(rule, not_supported_when="any")
+    assert verdict(anyone, [Figure("r", 0.0, -0.05, 0.2)]) == NOT_SUPPORTED and " or " in anyone.text()
+    with pytest.raises(ValueError, match="not_supported_when"):
+        replace(rule, not_supported_when="most")
+
+
 # --------------------------------------------------------------------------- evaluate
 
 
 def test_evaluate_columns_and_not_measured():
-    out = evaluate()
-    assert list(out.columns) == CLAIM_COLUMNS == ["claim", "statement", "model", "figure", "ci_low", "ci_high", "rule", "verdict"]
-    assert out["claim"].tolist() == ["C1", "C2", "C3", "C4", "C5", "C6"]
+    claims_ = evaluate()
+    out = claims_.table
+    assert list(out.columns) == CLAIM_COLUMNS == ["key", "claim", "statement", "model", "group", "case", "figure_name", "figure",
+                                                  "ci_low", "ci_high", "rule", "own_verdict", "verdict"]
+    assert list(claims_.inputs.columns) == INPUT_COLUMNS and claims_.inputs.empty
+    assert out["key"].tolist() == ["C1.1", "C2.1", "C3.1", "C4.1", "C5.1", "C6.1", "C7.1"]
+    assert out["claim"].tolist() == ["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
     assert set(out["verdict"]) == {NOT_MEASURED} == {"not measured"} and set(out["rule"]) == {"not measured"}
     assert out["statement"].tolist() == list(STATEMENTS.values())
 
 
 def test_only_leakage_leaves_c3_to_c6_not_measured_and_names_their_commands():
     leakage = pd.concat([c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)), c2_table(), c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[0]])
-    out = evaluate(leakage=leakage)
+    out = evaluate(leakage=leakage).table
     verdicts = out.groupby("claim")["verdict"].agg(set).to_dict()
     assert verdicts == {"C1": {SUPPORTED}, "C2": {SUPPORTED}, "C3": {NOT_MEASURED}, "C4": {NOT_MEASURED},
-                        "C5": {NOT_MEASURED}, "C6": {NOT_MEASURED}}
+                        "C5": {NOT_MEASURED}, "C6": {NOT_MEASURED}, "C7": {NOT_MEASURED}}
     assert INCONCLUSIVE not in set(out["verdict"])
     line = not_measured_summary(out, "results/x", present=["leakage"])
     assert line == ("not measured: C3 (run: poslens ablate-sinks --out results/x), C4 (run: poslens compare --out results/x), "
-                    "C5 (run: poslens bos-swap --out results/x), C6 (run: poslens fingerprint --out results/x)")
+                    "C5 (run: poslens bos-swap --out results/x), C6 (run: poslens fingerprint --out results/x), "
+                    "C7 (run: poslens relativize --out results/x)")
     # with nothing present, C3 names both of its commands, C1 and C2 the leakage command
     everything = not_measured_summary(evaluate(), "D")
     assert everything.startswith("not measured: C1 (run: poslens leakage --out D), C2 (run: poslens leakage --out D), "
@@ -659,18 +930,19 @@ def test_evaluate_everything():
     ablation = c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[1]
     bos_swap = frame(row("reduction", 0.4, 0.35, 0.45, intervention="bos:mean", query_window="early"))
     comparison = c4_table((0.002, 0.001, 0.003), (0.03, 0.02, 0.04))
-    out = evaluate(Result(leakage, {}), Result(ablation, {}), bos_swap, comparison, c6_table())
+    both = evaluate(Result(leakage, {}), Result(ablation, {}), bos_swap, comparison, c6_table(), attribution_summary())
+    out = both.table
     assert list(out.columns) == CLAIM_COLUMNS
     assert set(out["claim"]) == set(STATEMENTS)
     assert set(out["verdict"]) == {SUPPORTED}
     assert out["figure"].dtype == float and out["rule"].str.len().min() > 20
     # C3 without its ablation table is not measured; C1 and C2 still evaluate.
-    partial = evaluate(leakage=leakage)
+    partial = evaluate(leakage=leakage).table
     assert partial.set_index("claim").loc["C3", "rule"] == "not measured"
     assert partial.set_index("claim").loc["C3", "verdict"] == NOT_MEASURED
     assert set(partial[partial["claim"].isin(["C1", "C2"])]["verdict"]) == {SUPPORTED}
     # Thresholds pass through.
-    moved = evaluate(bos_swap=bos_swap, claims=["C5"], c5_target=0.8)
+    moved = evaluate(bos_swap=bos_swap, claims=["C5"], c5_target=0.8).table
     assert moved["verdict"].tolist() == [NOT_SUPPORTED]
 
 
@@ -678,9 +950,97 @@ def test_evaluate_propagates_missing_rows_and_rejects_unknown_claims():
     with pytest.raises(ValueError, match="c_mask"):
         evaluate(leakage=c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)))
     with pytest.raises(ValueError, match="unknown claim"):
-        evaluate(claims=["C7"])
+        evaluate(claims=["C8"])
 
 
 def test_docstring_examples_run():
     result = doctest.testmod(claims, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 10 and result.failed == 0
+
+
+# --------------------------------------------------------------------------- claims as data
+
+
+def _everything(tmp_path=None):
+    leakage = pd.concat([c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)), c2_table(), c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[0]])
+    return evaluate(
+        leakage,
+        c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[1],
+        frame(*[row("reduction", v, lo, hi, intervention=k, query_window="early")
+                for k, v, lo, hi in [("bos:mean", 0.4, 0.35, 0.45), ("bos:zero", 2.5, 1.6, 3.3)]]),
+        c4_table((0.009, 0.005, 0.009), (0.03, 0.02, 0.04)),
+        c6_table(),
+        attribution_summary(),
+    )
+
+
+def _check_inputs(out: claims.Claims) -> None:
+    """Every verdict row has its inputs in the inputs table: name, value, interval and role, one headline the rule reads."""
+    table, found = out.table, out.inputs
+    assert table["key"].is_unique and set(found["key"]) <= set(table["key"])
+    assert set(found["role"]) <= set(claims.ROLES) and set(found["statistic"]) <= set(claims.STATISTICS)
+    for _, r in table.iterrows():
+        mine = found[found["key"] == r["key"]]
+        if r["verdict"] == NOT_MEASURED:
+            assert mine.empty
+            continue
+        assert len(mine) >= 1 and mine["name"].is_unique
+        assert mine[["name", "value", "ci_low", "ci_high", "role"]].notna().any(axis=None)
+        assert mine["name"].notna().all() and mine["role"].notna().all() and mine["value"].notna().all()
+        assert (mine["role"] == "headline").sum() == 1, r["key"]
+        shown = mine[mine["name"] == r["figure_name"]]
+        assert len(shown) == 1, (r["key"], r["figure_name"])
+        assert same(tuple(shown[["value", "ci_low", "ci_high"]].iloc[0]), (r["figure"], r["ci_low"], r["ci_high"]))
+
+
+def test_the_inputs_table_has_name_value_interval_and_role_for_every_verdict_row(tmp_path):
+    out = _everything()
+    assert set(out.table["claim"]) == set(STATEMENTS)
+    _check_inputs(out)
+    _check_inputs(evaluate(leakage=c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)), claims=["C1", "C3"]))
+    # both tables survive the CSV files a study writes, one beside the other
+    out.table.to_csv(tmp_path / claims.CLAIMS_FILE, index=False)
+    out.inputs.to_csv(tmp_path / claims.INPUTS_FILE, index=False)
+    back = claims.Claims.read(tmp_path)
+    _check_inputs(back)
+    assert back.table["verdict"].tolist() == out.table["verdict"].tolist() and back.table["key"].tolist() == out.table["key"].tolist()
+    pd.testing.assert_frame_equal(back.inputs.reset_index(drop=True), out.inputs.reset_index(drop=True), check_dtype=False)
+    assert back.table.loc[back.table["claim"] == "C1", "case"].isna().all()
+    assert back.table.loc[back.table["claim"] == "C4", "case"].tolist() == ["ntk", "sliding", "sliding"]
+
+
+def test_each_verdict_is_the_rule_applied_to_its_recorded_inputs():
+    # the inputs table holds exactly the figures that decided: applying the rule to them again gives the row's own verdict
+    out = _everything()
+    rules = {"C1": C1_RULE, "C2": C2_RULE, "C3": C3_RULE, "C6": c6_rule(), "C7": claims.C7_RULE}
+    for _, r in out.table.iterrows():
+        mine = out.inputs[(out.inputs["key"] == r["key"]) & out.inputs["role"].isin(["headline", "decides"])]
+        figures = [Figure(i["name"], i["value"], i["ci_low"], i["ci_high"]) for _, i in mine.iterrows() if i["statistic"] != "threshold"]
+        if r["claim"] == "C4":
+            rule = C4_SLOPE_RULE if r["figure_name"] == "c_res slope per layer" else C4_RULES[r["case"]]
+        elif r["claim"] == "C5":
+            t = {i["name"]: i["value"] for _, i in mine.iterrows() if i["statistic"] == "threshold"}
+            rule = c5_rule(t["target"], t["band"])
+        else:
+            rule = rules[r["claim"]]
+        assert verdict(rule, figures) == r["own_verdict"], r["key"]
+    c4 = out.table[out.table["claim"] == "C4"]
+    assert c4["own_verdict"].tolist() == [INCONCLUSIVE, SUPPORTED, SUPPORTED]  # NTK overlaps; sliding above; slope rising
+    assert set(c4.iloc[:2]["verdict"]) == {INCONCLUSIVE}  # the joint verdict of the comparisons
+
+
+def test_inputs_and_claims_refuse_bad_shapes(tmp_path):
+    with pytest.raises(ValueError, match="role must be one of"):
+        claims.Input(Figure("r", 1.0, 0.0, 2.0), "headlines")
+    with pytest.raises(ValueError, match="statistic must be one of"):
+        Figure("r", 1.0, 0.0, 2.0, statistic="median")
+    out = _everything()
+    from poslens.errors import InputError, NotFoundError
+
+    with pytest.raises(InputError, match="lacks column"):
+        claims.Claims(out.table.drop(columns=["key"]), out.inputs)
+    with pytest.raises(InputError, match="not in the claims table"):
+        claims.Claims(out.table[out.table["claim"] != "C6"], out.inputs)
+    with pytest.raises(NotFoundError, match="claim_inputs.csv"):
+        out.table.to_csv(tmp_path / "claims.csv", index=False)
+        claims.Claims.read(tmp_path)

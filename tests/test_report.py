@@ -18,12 +18,12 @@ from poslens.measurement.result import Result, concat
 from poslens.model.registry import REGISTRY
 from poslens.model.tiny import save_tiny_model
 from poslens.study.claims import (
-    CLAIM_COLUMNS,
     INCONCLUSIVE,
     NOT_MEASURED,
     NOT_SUPPORTED,
     STATEMENTS,
     SUPPORTED,
+    Claims,
     claim_c1,
     claim_c2,
     evaluate,
@@ -73,8 +73,8 @@ def _measure(folder: str | Path) -> Result:
     return poslens.measure(model, corpus, groups=SETTINGS["groups"], early=SETTINGS["early"], progress=False)
 
 
-def _claims(result: Result) -> pd.DataFrame:
-    return pd.DataFrame(claim_c1(result) + claim_c2(result), columns=CLAIM_COLUMNS)
+def _claims(result: Result) -> Claims:
+    return Claims.from_rows(claim_c1(result) + claim_c2(result))
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,8 @@ def test_model_name_with_script_is_escaped(user_result, tmp_path):
     name = user_result.meta["model"]["model"]
     assert SCRIPT_NAME in name and (user_result.table["model"] == name).all()
     claims = _claims(user_result)
-    claims.loc[0, "statement"] = claims.loc[0, "rule"] = "<b>bold</b> & <script>alert(2)</script>"
+    claims.table.loc[0, "statement"] = claims.table.loc[0, "rule"] = "<b>bold</b> & <script>alert(2)</script>"
+    claims.inputs.loc[0, "name"] = "<i>input</i>"
     path = build_report({"leakage": user_result}, claims, {**SETTINGS, "model": name}, tmp_path / "report.html")
     text, page = read_page(path)
     # the raw strings nowhere in the page (plotly's JSON writes "<" as \u003c), their escaped forms in the table and settings
@@ -107,6 +108,7 @@ def test_model_name_with_script_is_escaped(user_result, tmp_path):
     assert "&lt;script&gt;alert(1)" in text and "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;script&gt;alert(2)&lt;/script&gt;" in text
     cells = "".join(page.texts["td"])
     assert name in cells and "<b>bold</b> & <script>alert(2)</script>" in cells
+    assert "<i>input</i>" not in text and "&lt;i&gt;input&lt;/i&gt; = " in text and "<i>input</i> = " in cells
     assert name in "".join(page.texts["code"])
     # the only scripts are plotly's, trusted: its config and plotly.js once, then one per figure
     assert text.count("window.PlotlyConfig") == 1
@@ -180,23 +182,28 @@ def _summary(text: str) -> list[dict[str, str]]:
 
 
 def test_the_page_opens_with_a_verdict_summary_one_row_per_claim_and_case(user_result, tmp_path):
-    """C1 and C2 of the tiny model, C3–C6 not measured: six summary rows, each a badge, a sentence and its rule folded."""
+    """C1 and C2 of the tiny model, C3–C7 not measured: seven summary rows, each a badge, a sentence and its rule folded."""
     claims = evaluate(leakage=user_result)
     path = build_report({"leakage": user_result}, claims, SETTINGS, tmp_path / "report.html")
     text = path.read_text(encoding="utf-8")
     # the summary comes before the first figure and before the long claims table
     assert text.index('<table class="summary">') < text.index('class="plotly-graph-div"') < text.index('<table class="claims">')
     rows = _summary(text)
-    assert [r["cells"].split()[0] for r in rows] == ["C1", "C2", "C3", "C4", "C5", "C6"]
+    assert [r["cells"].split()[0] for r in rows] == ["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
+    table, inputs = claims.table, claims.inputs
     for row, claim in zip(rows, ["C1", "C2"]):
-        verdict = claims.loc[claims["claim"] == claim, "verdict"].unique().item()
+        verdict = table.loc[table["claim"] == claim, "verdict"].unique().item()
         assert row["badge"] == verdict and row["badge_class"] == f"badge {verdict.replace(' ', '-')}"
-        # the disclosure holds the rule and its inputs, exactly as claims.csv words them
-        rule = claims.loc[claims["claim"] == claim, "rule"].iloc[0]
-        assert rule.split(". rule: ")[1].split(". inputs: ")[0] in row["details"]
-        assert rule.split(". inputs: ")[1] in row["details"]
-        headline = claims[claims["claim"] == claim].iloc[0]
-        assert f"{headline['figure']:.4g}".replace("-", "−") in row["cells"]
+        # the disclosure holds the rule as claims.csv words it, and every input of claim_inputs.csv with its role
+        rule = table.loc[table["claim"] == claim, "rule"].iloc[0]
+        assert rule in row["details"]
+        mine = inputs[inputs["key"] == f"{claim}.1"]
+        assert len(mine) >= 2
+        for _, i in mine.iterrows():
+            number = f"{i['value']:.4g}".replace("-", "−")
+            assert f"{i['name']} = {number}" in row["details"] and f"({i['role']})" in row["details"]
+        headline = mine[mine["role"] == "headline"].iloc[0]
+        assert f"{headline['value']:.4g}".replace("-", "−") in row["cells"]
         assert row["sentence"].startswith({SUPPORTED: STATEMENTS[claim][:1].upper() + STATEMENTS[claim][1:],
                                            NOT_SUPPORTED: "Against the claim that", INCONCLUSIVE: "Undecided whether"}[verdict])
     for row in rows[2:]:
@@ -217,7 +224,10 @@ def test_summary_groups_c4_by_case_and_c5_by_replacement_with_the_joint_verdict(
                    ("gemma3-270m", "base", 3, 0.01, 0.0, 0.02)]]
     swaps = [figure_row("reduction", v, lo, hi, intervention=k, query_window="early")
              for k, v, lo, hi in [("bos:mean", 0.4, 0.35, 0.45), ("bos:zero", 0.1, 0.05, 0.15)]]
-    claims = evaluate(comparison=label_cases(pd.DataFrame(compare)), bos_swap=pd.DataFrame(swaps), claims=["C4", "C5"])
+    cases = [dict(model="smollm2-135m", variant="base", case="standard"), dict(model="smollm2-135m", variant="ntk:4", case="ntk"),
+             dict(model="gemma3-270m", variant="base", case="sliding")]
+    claims = evaluate(comparison=label_cases(Result(pd.DataFrame(compare), {"cases": cases})), bos_swap=pd.DataFrame(swaps),
+                      claims=["C4", "C5"])
     rows = summary_rows(claims)
     assert [(r["claim"], r["case"], r["verdict"]) for r in rows] == [
         ("C4", "smollm2-135m (ntk:4)", SUPPORTED),

@@ -73,12 +73,13 @@ def test_the_report_shows_not_measured_claims_apart_with_their_commands(folders,
     out = tmp_path / "report"
     table = Study(Settings(), out).claims(parts)
     page = build_report(parts, table, {"n_seqs": 8}, out / "report.html").read_text(encoding="utf-8")
-    for claim in ("C4", "C5", "C6"):
+    for claim in ("C4", "C5", "C6", "C7"):
         assert f'<tr class="not-measured"><td>{claim}</td>' in page, claim
-    assert page.count('<tr class="not-measured">') == 3 and "<b>not measured</b>" in page
+    assert page.count('<tr class="not-measured">') == 4 and "<b>not measured</b>" in page
     assert ".not-measured {" in page  # styled apart from inconclusive
     assert (f'<p class="not-measured-summary">not measured: C4 (run: poslens compare --out {out}), '
-            f"C5 (run: poslens bos-swap --n-seqs 8 --out {out}), C6 (run: poslens fingerprint --n-seqs 8 --out {out})</p>") in page
+            f"C5 (run: poslens bos-swap --n-seqs 8 --out {out}), C6 (run: poslens fingerprint --n-seqs 8 --out {out}), "
+            f"C7 (run: poslens relativize --n-seqs 8 --out {out})</p>") in page
 
 
 def test_claims_refuse_a_leakage_part_of_other_sizes(folders, tmp_path):

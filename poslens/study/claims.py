@@ -1,4 +1,4 @@
-"""Verdicts on the claims C1–C6 of methodology §9, computed from tidy tables.
+"""Verdicts on the claims C1–C7 of methodology §9 and §11, computed from tidy tables.
 
 Every verdict is ``supported``, ``not supported`` or ``inconclusive`` (or
 ``not measured`` when a claim's input tables were not given) and is computed
@@ -16,21 +16,43 @@ and decides (:func:`verdict`, the one function that turns figures into a
 verdict, for every claim), so the text in the table cannot drift from the
 decision. C4 combines the verdicts of its comparisons with :func:`joint`.
 
-Each claim function returns a list of dict rows with the keys of :data:`CLAIM_COLUMNS`:
+Claims are data. Each claim function returns a list of dict rows with the
+keys of :data:`CLAIM_COLUMNS` and one more, ``inputs``: the :class:`Input`
+objects (a :class:`Figure` and its role) the row's verdict rests on. Of the columns:
 
-- ``claim``: ``"C1"`` … ``"C6"``;
+- ``key``: the row's key, ``"C1.1"``, ``"C1.2"``, … (claim and row number),
+  which the inputs table refers to;
+- ``claim``: ``"C1"`` … ``"C7"``;
 - ``statement``: the claim as the methodology page states it (:data:`STATEMENTS`);
 - ``model``: the model, with its variant in parentheses when it is not
   ``base`` (:func:`model_label`); C5 appends the replacement kind
   (``"smollm2-135m, bos:mean"``), C4 comparison rows read
   ``"<case> vs <standard>"`` and C4 depth rows
-  ``"<case>: slope of c_res over layers >= 1"``;
-- ``figure``, ``ci_low``, ``ci_high``: the number this row reports and its
-  interval;
-- ``rule``: ``figure: <which figure the row shows: metric, layer, head, query
-  window, intervention>. rule: <the rule's text>. inputs: <the figures the
-  rule was applied to>``, sometimes followed by a note;
-- ``verdict``.
+  ``"<case>: slope of c_res over layers >= 1"``. A label for people, never read back;
+- ``group``: the rows that one line of a summary reads together: the model
+  label, C5's with its replacement kind, and for C4 the compared (model,
+  variant), whose comparison and depth rows form one group;
+- ``case``: C4's architecture case (``standard``, ``ntk``, ``sliding``) as
+  :func:`poslens.mechanisms.architectures.compare` recorded it (see
+  :func:`label_cases`); empty for the other claims;
+- ``figure_name``, ``figure``, ``ci_low``, ``ci_high``: which of the row's
+  inputs this row shows, its number and interval;
+- ``rule``: the rule's text (:meth:`Rule.text`), the words of the rule alone;
+- ``own_verdict``: the verdict of the row's own rule on its own inputs (for a
+  C4 comparison, that comparison alone);
+- ``verdict``: the claim's verdict for the row (for C4 comparisons, :func:`joint` of all of them).
+
+The inputs of every row form a second, long table (:data:`INPUT_COLUMNS`), one
+row per (claim row ``key``, input): its ``name``, ``value`` and interval
+(``ci_low``, ``ci_high``; NaN for a point value such as a p-value, a chance
+level or a rule's threshold), its ``role`` (:data:`ROLES`: ``headline``, the
+figure a one-line summary of the row quotes; ``decides``, read by the rule;
+``reported``, shown but not used), and where it came from (the part's
+``metric``, ``model``, ``variant``, ``intervention``, ``layer``, ``head`` and
+``query_window``, the ``statistic`` taken over rows, and ``where`` in words).
+The headline is always one the rule reads. :func:`evaluate` returns both
+tables as :class:`Claims`; the report, the README table and the findings page
+read these columns and never the rule's words.
 
 Conventions shared by all claims:
 
@@ -45,33 +67,38 @@ Conventions shared by all claims:
 - A required row that is missing (or present more than once) raises
   ``ValueError`` naming the metric, layer, head, window and intervention.
 
-:func:`evaluate` collects all six into one DataFrame; a claim whose input
-table was not given gets one row with verdict and rule ``not measured``, and
-:func:`not_measured_summary` names the commands that would measure it.
+:func:`evaluate` collects all seven into one :class:`Claims`; a claim whose input
+table was not given gets one row with verdict and rule ``not measured`` (and no
+inputs), and :func:`not_measured_summary` names the commands that would measure it.
 
 Example:
-    >>> C3_RULE.text()
+    >>> C3_RULE.text().split(". ")[0]
     'supported if c_res ci_low > 0 and reduction ci_low > 0; not supported if c_res ci_high <= 0 or reduction ci_high <= 0; inconclusive otherwise'
     >>> verdict(C3_RULE, [Figure("c_res", 0.01, 0.005, 0.015), Figure("reduction", 0.3, -0.1, 0.7)])
     'inconclusive'
     >>> rows = [figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
     ...         figure_row("probe_r2", 0.6, 0.5, 0.7)]
     >>> out = evaluate(leakage=pd.DataFrame(rows), claims=["C1", "C5"])
-    >>> out[["claim", "verdict", "rule"]].to_dict("records")[-1]
-    {'claim': 'C5', 'verdict': 'not measured', 'rule': 'not measured'}
-    >>> out["verdict"].tolist()
+    >>> out.table[["key", "claim", "verdict", "rule"]].to_dict("records")[-1]
+    {'key': 'C5.1', 'claim': 'C5', 'verdict': 'not measured', 'rule': 'not measured'}
+    >>> out.table["verdict"].tolist()
     ['supported', 'supported', 'not measured']
+    >>> out.inputs.loc[out.inputs["key"] == "C1.1", ["name", "value", "ci_low", "ci_high", "role"]].values.tolist()
+    [['leakage_pattern_heldout', 0.05, 0.04, 0.06, 'headline'], ['probe_r2', 0.6, 0.5, 0.7, 'decides']]
 """
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
+from poslens.errors import InputError, NotFoundError
 from poslens.fit.stats import depth_slope
 from poslens.measurement.result import COLUMNS
 from poslens.study.settings import command_line
@@ -83,9 +110,27 @@ INCONCLUSIVE = "inconclusive"
 NOT_MEASURED = "not measured"
 
 #: The columns of the claims table, in order.
-CLAIM_COLUMNS = ["claim", "statement", "model", "figure", "ci_low", "ci_high", "rule", "verdict"]
+CLAIM_COLUMNS = ["key", "claim", "statement", "model", "group", "case", "figure_name", "figure", "ci_low", "ci_high", "rule",
+                 "own_verdict", "verdict"]
 
-#: The statement of each claim, C1–C6.
+#: The columns of the claim inputs table (one row per claims row and input), in order.
+INPUT_COLUMNS = ["key", "claim", "name", "role", "value", "ci_low", "ci_high", "statistic", "metric", "model", "variant",
+                 "intervention", "layer", "head", "query_window", "layer_first", "layer_last", "where"]
+
+HEADLINE = "headline"
+"""The role of the figure a one-line summary of a claims row quotes (one per row, always one the rule reads)."""
+DECIDES = "decides"
+"""The role of a figure (or threshold) the row's rule reads."""
+REPORTED = "reported"
+"""The role of a figure shown beside the verdict that the rule does not read."""
+#: The roles an input can have.
+ROLES = (HEADLINE, DECIDES, REPORTED)
+
+#: The ``statistic`` of an input: how it was taken from the part's rows.
+STATISTICS = ("row", "max over layers", "slope over layers", "difference", "threshold", "paired difference",
+              "independent difference", "trend", "depth slope", "detectable")
+
+#: The statement of each claim, C1–C7.
 STATEMENTS = {
     "C1": "attention patterns carry absolute position",
     "C2": "the mask source exists by construction",
@@ -93,6 +138,7 @@ STATEMENTS = {
     "C4": "NTK suppresses, sliding window accumulates, standard in between",
     "C5": "BOS replacement removes ~40% of C_res at early queries",
     "C6": "the fingerprint is constant with auto-BOS, varies otherwise",
+    "C7": "later layers' absolute position depends on earlier layers' absolute logits",
 }
 
 ZERO = 0.0
@@ -200,13 +246,26 @@ class Figure:
     Attributes:
         name: The name the rule reads it by.
         value: The point value.
-        ci_low: Lower end of its 95% interval.
-        ci_high: Upper end of its 95% interval.
-        where: The table row it was read from (metric, layer, head, window), as the ``rule`` column quotes it.
+        ci_low: Lower end of its 95% interval (NaN for a point value).
+        ci_high: Upper end of its 95% interval (NaN for a point value).
+        where: Where it came from, in words (metric, layer, head, window, …), for people.
+        statistic: How it was taken from the part's rows (:data:`STATISTICS`): ``row`` (one row),
+            ``max over layers``, ``slope over layers``, ``difference`` (of two figures) or ``threshold`` (a rule's number).
+        metric: The part's metric it was read from ("" for a threshold).
+        model: The ``model`` column of its row(s).
+        variant: The ``variant`` column.
+        intervention: The ``intervention`` column.
+        layer: Its row's layer (−1: the mean over layers ≥ 1; for ``max over layers``, the layer of the maximum), or None.
+        head: Its row's head (−1: the mean over heads), or None.
+        query_window: The query window of its row(s) ("" when the figure spans windows or has none).
+        layer_first: For a statistic over layers, the first layer it spans.
+        layer_last: For a statistic over layers, the last layer it spans.
 
     Example:
         >>> Figure("probe_r2", 0.6, 0.5, 0.7).text()
         'probe_r2 = 0.6 [0.5, 0.7]'
+        >>> Figure("readout_p_value", 0.005, float("nan"), float("nan")).text()
+        'readout_p_value = 0.005'
     """
 
     name: str
@@ -214,18 +273,103 @@ class Figure:
     ci_low: float
     ci_high: float
     where: str = ""
+    statistic: str = "row"
+    metric: str = ""
+    model: str = ""
+    variant: str = ""
+    intervention: str = ""
+    layer: int | None = None
+    head: int | None = None
+    query_window: str = ""
+    layer_first: int | None = None
+    layer_last: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"statistic must be one of {STATISTICS}, got {self.statistic!r}")
 
     def text(self) -> str:
-        """The figure as it is quoted among a rule's inputs: ``name = value [ci_low, ci_high]``.
+        """The figure in words: ``name = value [ci_low, ci_high]``, or ``name = value`` for a point value (both bounds NaN).
 
         Returns:
-            The quoted figure.
+            The figure in words.
 
         Example:
             >>> Figure("c_res", 0.01, float("nan"), 0.02).text()
             'c_res = 0.01 [nan, 0.02]'
         """
+        if _isnan(self.ci_low) and _isnan(self.ci_high):
+            return f"{self.name} = {_fmt(self.value)}"
         return f"{self.name} = {_fmt(self.value)} [{_fmt(self.ci_low)}, {_fmt(self.ci_high)}]"
+
+
+def _isnan(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and np.isnan(x))
+
+
+def _point(figure: Figure) -> Figure:
+    """``figure`` as a point value (a p-value, a chance level): its interval set to NaN, as the inputs table records it."""
+    return dataclasses.replace(figure, ci_low=np.nan, ci_high=np.nan)
+
+
+def threshold(name: str, value: float, where: str) -> Figure:
+    """A number of a rule (a target, a band) as an input: a point value with statistic ``threshold``.
+
+    Args:
+        name: Its name among the inputs.
+        value: The number.
+        where: What it is, in words.
+
+    Returns:
+        The figure.
+
+    Example:
+        >>> threshold("target", 0.4, "the reduction C5 expects").text()
+        'target = 0.4'
+    """
+    return Figure(name, float(value), np.nan, np.nan, where, statistic="threshold")
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input of a claims row: a :class:`Figure` and its role (:data:`ROLES`).
+
+    Attributes:
+        figure: The figure.
+        role: ``headline`` (the figure a one-line summary quotes; the rule reads it), ``decides`` (the rule reads it)
+            or ``reported`` (shown, not used).
+
+    Example:
+        >>> Input(Figure("c_res", 0.01, 0.0, 0.02), "headline").record("C3.1", "C3")["role"]
+        'headline'
+    """
+
+    figure: Figure
+    role: str
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+
+    def record(self, key: str, claim: str) -> dict[str, Any]:
+        """The input as one row of the inputs table (:data:`INPUT_COLUMNS`).
+
+        Args:
+            key: The claims row's key.
+            claim: The claim.
+
+        Returns:
+            ``{column: value}``.
+
+        Example:
+            >>> Input(Figure("r", 0.3, 0.1, 0.5, metric="reduction", layer=-1), "decides").record("C5.1", "C5")["layer"]
+            -1
+        """
+        f = self.figure
+        return dict(key=key, claim=claim, name=f.name, role=self.role, value=f.value, ci_low=f.ci_low, ci_high=f.ci_high,
+                    statistic=f.statistic, metric=f.metric, model=f.model, variant=f.variant, intervention=f.intervention,
+                    layer=f.layer, head=f.head, query_window=f.query_window, layer_first=f.layer_first,
+                    layer_last=f.layer_last, where=f.where)
 
 
 BOUNDS = ("value", "ci_low", "ci_high")
@@ -356,7 +500,8 @@ class Condition:
 @dataclass(frozen=True)
 class Rule:
     """A three-way decision rule: ``supported`` if all of ``supported_if`` hold, else ``not supported`` if
-    any of ``not_supported_if`` holds, else ``inconclusive``.
+    any of ``not_supported_if`` holds (all of them, for an equivalence test: ``not_supported_when="all"``),
+    else ``inconclusive``.
 
     :meth:`text` is what the ``rule`` column says; :func:`verdict` applies the
     same object to figures, so the two cannot disagree. ``remark`` is shown after
@@ -364,8 +509,9 @@ class Rule:
 
     Attributes:
         supported_if: Conditions that all must hold for ``supported``.
-        not_supported_if: Conditions any of which gives ``not supported``.
+        not_supported_if: Conditions any of which gives ``not supported`` (all of which, with ``not_supported_when="all"``).
         remark: Text shown after the rule.
+        not_supported_when: ``"any"`` (default) or ``"all"``: how ``not_supported_if`` combines.
 
     Example:
         >>> rule = Rule(supported_if=(Condition("c_res", "ci_low", ">", 0.0),),
@@ -374,15 +520,20 @@ class Rule:
         'supported if c_res ci_low > 0; not supported if c_res ci_high <= 0; inconclusive otherwise'
         >>> rule.figures()
         ('c_res',)
+        >>> C7_RULE.text().split("; ")[1]
+        'not supported if r (all) ci_low >= -0.1 and r (all) ci_high <= 0.1 (the interval within [-0.1, 0.1]: equivalence)'
     """
 
     supported_if: tuple[Condition, ...]
     not_supported_if: tuple[Condition, ...]
     remark: str = ""
+    not_supported_when: str = "any"
 
     def __post_init__(self) -> None:
         if not self.supported_if or not self.not_supported_if:
             raise ValueError("a rule needs at least one condition for 'supported' and one for 'not supported'")
+        if self.not_supported_when not in ("any", "all"):
+            raise ValueError(f"not_supported_when must be 'any' or 'all', got {self.not_supported_when!r}")
 
     def text(self) -> str:
         """The rule in words, with the thresholds it uses.
@@ -396,7 +547,8 @@ class Rule:
         """
         text = (
             "supported if " + " and ".join(c.text() for c in self.supported_if)
-            + "; not supported if " + " or ".join(c.text() for c in self.not_supported_if)
+            + "; not supported if " + (" or " if self.not_supported_when == "any" else " and ").join(
+                c.text() for c in self.not_supported_if)
             + "; inconclusive otherwise"
         )
         return text + (f". {self.remark}" if self.remark else "")
@@ -451,7 +603,8 @@ def verdict(rule: Rule, figures: Iterable[Figure]) -> str:
         raise ValueError(f"the rule reads figure(s) {missing}, which are not among the figures given: {list(by_name)}")
     if all(c.holds(by_name) for c in rule.supported_if):
         return SUPPORTED
-    if any(c.holds(by_name) for c in rule.not_supported_if):
+    refuting = [c.holds(by_name) for c in rule.not_supported_if]
+    if any(refuting) if rule.not_supported_when == "any" else all(refuting):
         return NOT_SUPPORTED
     return INCONCLUSIVE
 
@@ -513,7 +666,12 @@ def _pick(table: pd.DataFrame, source: str, name: str | None = None, **filters: 
     if len(rows) > 1:
         raise ValueError(f"{source}: {len(rows)} rows for {where}; expected exactly one")
     row = rows.iloc[0]
-    return Figure(name or filters["metric"], float(row["value"]), float(row["ci_low"]), float(row["ci_high"]), where)
+    return Figure(
+        name or filters["metric"], float(row["value"]), float(row["ci_low"]), float(row["ci_high"]), where,
+        metric=str(row["metric"]), model=str(row["model"]), variant=str(row["variant"]),
+        intervention=str(row["intervention"]), layer=int(row["layer"]), head=int(row["head"]),
+        query_window=str(row["query_window"]),
+    )
 
 
 def _keys(table: pd.DataFrame, source: str, what: str) -> list[tuple[str, str]]:
@@ -524,22 +682,52 @@ def _keys(table: pd.DataFrame, source: str, what: str) -> list[tuple[str, str]]:
     return [(str(m), str(v)) for m, v in zip(pairs["model"], pairs["variant"])]
 
 
-def _row(claim: str, model: str, fig: Figure, rule: str, outcome: str) -> dict[str, Any]:
+def _inputs(rule: Rule, figures: Iterable[Figure], headline: str, extra: Iterable[Input] = ()) -> tuple[Input, ...]:
+    """The inputs of a row: each figure with its role (``headline``, else ``decides`` if ``rule`` reads it, else
+    ``reported``), then ``extra``."""
+    read = set(rule.figures())
+    if headline not in read:
+        raise ValueError(f"the headline figure {headline!r} is not one the rule reads: {sorted(read)}")
+    roles = tuple(Input(f, HEADLINE if f.name == headline else DECIDES if f.name in read else REPORTED) for f in figures)
+    return roles + tuple(extra)
+
+
+def _row(claim: str, model: str, fig: Figure, rule: str, outcome: str, inputs: Iterable[Input], *,
+         group: str | None = None, case: str | None = None, own: str | None = None) -> dict[str, Any]:
+    """One claims row; ``inputs`` go with it as a field (``inputs``), ``fig`` must be one of them."""
+    inputs = tuple(inputs)
+    names = [i.figure.name for i in inputs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{claim}: two inputs share a name: {names}")
+    if fig.name not in names:
+        raise ValueError(f"{claim}: the row shows {fig.name!r}, which is not among its inputs {names}")
+    if sum(i.role == HEADLINE for i in inputs) != 1:
+        raise ValueError(f"{claim}: a row needs exactly one headline input, got {[(i.figure.name, i.role) for i in inputs]}")
     return dict(
+        key="",
         claim=claim,
         statement=STATEMENTS[claim],
         model=model,
+        group=model if group is None else group,
+        case=case,
+        figure_name=fig.name,
         figure=fig.value,
         ci_low=fig.ci_low,
         ci_high=fig.ci_high,
         rule=rule,
+        own_verdict=outcome if own is None else own,
         verdict=outcome,
+        inputs=inputs,
     )
 
 
-def _rule_text(shows: str, rule: str, inputs: Iterable[Figure], note: str = "") -> str:
-    text = f"figure: {shows}. rule: {rule}. inputs: " + "; ".join(f.text() for f in inputs)
-    return text + (f". {note}" if note else "")
+def _keyed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with their keys, ``"<claim>.<n>"`` numbered from 1 per claim."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["claim"]] = counts.get(r["claim"], 0) + 1
+        r["key"] = f"{r['claim']}.{counts[r['claim']]}"
+    return rows
 
 
 # --------------------------------------------------------------------------- C1
@@ -584,9 +772,10 @@ def claim_c1(leakage: Any) -> list[dict[str, Any]]:
     for model, variant in _keys(_select(t, intervention="none"), "leakage", "intervention 'none'"):
         figs = [_pick(t, "leakage", metric=m, model=model, variant=variant, **base) for m in ("leakage_pattern_heldout", "probe_r2")]
         outcome = verdict(C1_RULE, figs)
+        inputs = _inputs(C1_RULE, figs, "leakage_pattern_heldout")
         for f in figs:
-            rows.append(_row("C1", model_label(model, variant), f, _rule_text(f.where, C1_RULE.text(), figs), outcome))
-    return rows
+            rows.append(_row("C1", model_label(model, variant), f, C1_RULE.text(), outcome, inputs))
+    return _keyed(rows)
 
 
 # --------------------------------------------------------------------------- C2
@@ -628,8 +817,8 @@ def claim_c2(leakage: Any) -> list[dict[str, Any]]:
       C_mask − C_res = 2·C_mask − L = (2ρ_mask − 1)·L, and with L > 0 it is
       positive exactly when ρ_mask > 1/2. When the rule says ``supported``,
       L = C_mask/ρ_mask > 0 holds as well (both positive), so ρ_mask > 1/2
-      there means C_mask > C_res. The point difference c_mask − c_res is quoted
-      in the rule's note;
+      there means C_mask > C_res. The point difference c_mask − c_res is a
+      reported input (``c_mask - c_res (layer 0)``, no interval);
     - ``count_share`` at layer 0 (C_count / C_mask, the count term's part of the
       mask source; reported, not used by the rule, but required).
 
@@ -669,10 +858,16 @@ def claim_c2(leakage: Any) -> list[dict[str, Any]]:
         mask0, mask_deep, res0, rho0, share0 = pick("c_mask", 0), pick("c_mask", -1), pick("c_res", 0), pick("rho_mask", 0), pick("count_share", 0)
         figs = (mask0, mask_deep, res0, rho0, share0)
         outcome = verdict(C2_RULE, figs)
-        note = f"C_mask - C_res at layer 0 = {_fmt(mask0.value - res0.value)} (point value; no interval in the table, decided through rho_mask)"
+        difference = Figure(
+            "c_mask - c_res (layer 0)", mask0.value - res0.value, np.nan, np.nan,
+            "c_mask (layer 0) - c_res (layer 0), a point value: the table holds no interval for it, the rule decides through rho_mask",
+            statistic="difference", metric="", model=model, variant=variant, intervention="none", layer=0, head=-1,
+            query_window="all",
+        )
+        inputs = _inputs(C2_RULE, figs, "c_mask (layer 0)", extra=(Input(difference, REPORTED),))
         for f in figs:
-            rows.append(_row("C2", model_label(model, variant), f, _rule_text(f.where, C2_RULE.text(), figs, note), outcome))
-    return rows
+            rows.append(_row("C2", model_label(model, variant), f, C2_RULE.text(), outcome, inputs))
+    return _keyed(rows)
 
 
 # --------------------------------------------------------------------------- C3
@@ -681,11 +876,16 @@ def claim_c2(leakage: Any) -> list[dict[str, Any]]:
 C3_RULE = Rule(
     supported_if=(Condition("c_res", "ci_low", ">", ZERO), Condition("reduction", "ci_low", ">", ZERO)),
     not_supported_if=(Condition("c_res", "ci_high", "<=", ZERO), Condition("reduction", "ci_high", "<=", ZERO)),
+    remark=(
+        "r (key0), the reduction of mean L(log a) over layers >= 2 with key 0 relativized in every layer, is reported "
+        "beside the ablation when the relativize part was run, not used: a null key-0 result does not refute C3 "
+        "by itself (methodology §11)"
+    ),
 )
 """C3's rule: C_res and its reduction by sink-path ablation both above zero, or either at or below it."""
 
 
-def claim_c3(leakage: Any, ablation: Any, query_window: str = "early") -> list[dict[str, Any]]:
+def claim_c3(leakage: Any, ablation: Any, query_window: str = "early", attribution: Any = None) -> list[dict[str, Any]]:
     """C3, the residual source runs through position 0 and sink-reading heads.
 
     Figures, per (model, variant) and per sink-ablation intervention found in
@@ -700,12 +900,20 @@ def claim_c3(leakage: Any, ablation: Any, query_window: str = "early") -> list[d
     ci_low > 0; ``not supported`` if c_res ci_high ≤ 0 or reduction ci_high ≤ 0;
     ``inconclusive`` otherwise.
 
+    With ``attribution`` (the relativize part), each row also reports the causal
+    figure declared for C3 (methodology §11): ``r (key0)``, the reduction of
+    mean L(log a) over layers ≥ 2 with key 0 relativized in every layer, at the
+    largest calibration size, window ``all`` (:func:`attribution_figure`). It is
+    read beside the ablation and does not take part in the verdict: a null
+    key-0 result does not refute C3 by itself.
+
     Two rows per (model, ablation), with the joint verdict.
 
     Args:
         leakage: The leakage part (a tidy DataFrame or a :class:`~poslens.measurement.result.Result`).
         ablation: The sink-ablation part.
         query_window: The window the figures are read in.
+        attribution: The relativize part (:class:`~poslens.mechanisms.attribution.Attribution`, or its summary table), or None.
 
     Returns:
         The claims rows, ``{column: value}`` with the columns of :data:`CLAIM_COLUMNS`.
@@ -720,61 +928,86 @@ def claim_c3(leakage: Any, ablation: Any, query_window: str = "early") -> list[d
     leak = _table(leakage, "leakage")
     abl = _table(ablation, "ablation")
     sink = abl[abl["intervention"].astype(str).str.startswith("sink-ablation")]
+    summary = None if attribution is None else _attribution(attribution)[0]
     rows = []
     for model, variant in _keys(sink, "ablation", "an intervention starting with 'sink-ablation'"):
         res = _pick(leak, "leakage", metric="c_res", query_window=query_window, intervention="none", model=model, variant=variant, **_MODEL_AGGREGATE)
+        causal = () if summary is None else (Input(attribution_figure(summary, model, variant, "key0"), REPORTED),)
         labels = _select(sink, model=model, variant=variant)["intervention"].drop_duplicates()
         for label in labels:
             red = _pick(abl, "ablation", metric="reduction", query_window=query_window, intervention=label,
                         model=model, variant=variant, **_MODEL_AGGREGATE)
             outcome = verdict(C3_RULE, (res, red))
+            inputs = _inputs(C3_RULE, (res, red), "reduction", extra=causal)
             for f in (res, red):
-                rows.append(_row("C3", model_label(model, variant), f, _rule_text(f.where, C3_RULE.text(), (res, red)), outcome))
-    return rows
+                rows.append(_row("C3", model_label(model, variant), f, C3_RULE.text(), outcome, inputs))
+    return _keyed(rows)
 
 
 # --------------------------------------------------------------------------- C4
 
 
-def label_cases(table: Any, standard: tuple[str, str] = ("smollm2-135m", "base")) -> pd.DataFrame:
-    """A copy of ``table`` with a ``case`` column for :func:`claim_c4`.
+def _recorded_cases(cases: Iterable[Any]) -> dict[tuple[str, str], str]:
+    """(model, variant) → case, from :class:`~poslens.mechanisms.architectures.Case` objects or dicts with those keys."""
+    found: dict[tuple[str, str], str] = {}
+    for c in cases:
+        get = c.get if isinstance(c, Mapping) else lambda name, c=c: getattr(c, name, None)
+        model, variant, case = get("model"), get("variant"), get("case")
+        if model is None or variant is None or case is None:
+            raise InputError(f"comparison: a recorded case needs a model, a variant and a case, got {c!r}")
+        key = (str(model), str(variant))
+        if found.get(key, case) != case:
+            raise InputError(f"comparison: {key} is recorded with two cases, {found[key]!r} and {case!r}")
+        found[key] = str(case)
+    return found
 
-    - ``standard``: the (model, variant) pair ``standard``;
-    - ``ntk``: a variant with an ``ntk:α`` part;
-    - ``sliding``: a variant with a ``window:W`` part, or model ``gemma3-270m``;
-    - ``None`` (left out of C4) otherwise, and when a row is both NTK and sliding
-      (e.g. ``ntk:2+window:64``, or gemma3-270m with NTK), which would confound
-      the comparison.
+
+def label_cases(comparison: Any, cases: Iterable[Any] | None = None) -> pd.DataFrame:
+    """A copy of the comparison's table with a ``case`` column for :func:`claim_c4`, from the cases ``compare`` recorded.
+
+    Each row's case is the one :func:`poslens.mechanisms.architectures.compare`
+    measured its (model, variant) as: the ``case`` of the
+    :class:`~poslens.mechanisms.architectures.Case` it built, recorded in the
+    result's metadata (``meta["cases"]``). Nothing is read from the variant's
+    name, so an NTK-trained model is an ``ntk`` case when it was compared as one.
+    ``cases`` (Case objects, or dicts with ``model``, ``variant`` and ``case``)
+    replaces the recorded list, e.g. for a bare table. A (model, variant) that
+    no recorded case names gets ``None`` and is left out of C4.
 
     Args:
-        table: A tidy table of several (model, variant) runs.
-        standard: The (model, variant) that is the standard case.
+        comparison: The result of ``compare`` (a :class:`~poslens.measurement.result.Result`), or its tidy table with ``cases``.
+        cases: The cases the table was measured as; default: the ones the result records.
 
     Returns:
-        The labelled copy.
+        The labelled copy of the table.
+
+    Raises:
+        InputError: When no cases are given or recorded (and the table has no ``case`` column), or a (model, variant)
+            is recorded with two cases.
 
     Example:
         >>> t = pd.DataFrame([figure_row("c_res", 0, 0, 0, model=m, variant=v) for m, v in
-        ...     [("smollm2-135m", "base"), ("smollm2-135m", "ntk:4"), ("smollm2-135m", "window:64"),
-        ...      ("gemma3-270m", "base"), ("gemma3-270m", "ntk:2"), ("other", "base")]])
-        >>> label_cases(t)["case"].tolist()
-        ['standard', 'ntk', 'sliding', 'sliding', None, None]
+        ...     [("smollm2-135m", "base"), ("smollm2-135m", "ntk:4"), ("gemma3-270m", "base"), ("other", "base")]])
+        >>> recorded = [dict(model="smollm2-135m", variant="base", case="standard"),
+        ...             dict(model="smollm2-135m", variant="ntk:4", case="ntk"), dict(model="gemma3-270m", variant="base", case="sliding")]
+        >>> label_cases(t, recorded)["case"].tolist()
+        ['standard', 'ntk', 'sliding', None]
+        >>> from poslens.measurement.result import Result
+        >>> label_cases(Result(t, {"cases": recorded}))["case"].tolist()
+        ['standard', 'ntk', 'sliding', None]
     """
-    t = _table(table, "comparison").copy()
-
-    def case(model: str, variant: str) -> str | None:
-        if (model, variant) == tuple(standard):
-            return "standard"
-        parts = str(variant).split("+")
-        ntk = any(p.startswith("ntk:") for p in parts)
-        sliding = any(p.startswith("window:") for p in parts) or model == "gemma3-270m"
-        if ntk and not sliding:
-            return "ntk"
-        if sliding and not ntk:
-            return "sliding"
-        return None
-
-    t["case"] = pd.Series([case(str(m), str(v)) for m, v in zip(t["model"], t["variant"])], index=t.index, dtype=object)
+    t = _table(comparison, "comparison").copy()
+    if cases is None:
+        cases = (getattr(comparison, "meta", None) or {}).get("cases")
+        if cases is None:
+            if "case" in t.columns:
+                return t
+            raise InputError(
+                "comparison: no cases recorded (meta['cases'] of poslens.mechanisms.architectures.compare) and none given; "
+                "pass cases=[Case(model, variant, case), ...] or rerun poslens compare"
+            )
+    by_key = _recorded_cases(cases)
+    t["case"] = pd.Series([by_key.get((str(m), str(v))) for m, v in zip(t["model"], t["variant"])], index=t.index, dtype=object)
     return t
 
 
@@ -815,8 +1048,9 @@ def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any
     wholly above (ci_low > standard ci_high), a sliding case the other way round,
     ``inconclusive`` otherwise. Every comparison row carries the joint verdict
     (:func:`joint`): ``supported`` if every comparison is, ``not supported`` if
-    any is not, ``inconclusive`` otherwise. Each row's rule text also says how
-    its own comparison came out.
+    any is not, ``inconclusive`` otherwise; its ``own_verdict`` says how its own
+    comparison came out. A case's comparison and depth rows share its ``group``
+    (the compared model label) and carry its ``case``.
 
     Depth rows, one per sliding case: the least-squares slope of per-layer
     ``c_res`` (head −1, same window) on the layer index over layers ≥ 1, in
@@ -846,7 +1080,9 @@ def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any
         ...             ("gemma3-270m", "base", 1, 0.01, 0.0, 0.02),
         ...             ("gemma3-270m", "base", 2, 0.03, 0.02, 0.04),
         ...             ("gemma3-270m", "base", 3, 0.05, 0.04, 0.06)]]
-        >>> out = claim_c4(label_cases(pd.DataFrame(rows)))
+        >>> cases = [dict(model="smollm2-135m", variant="base", case="standard"),
+        ...          dict(model="smollm2-135m", variant="ntk:4", case="ntk"), dict(model="gemma3-270m", variant="base", case="sliding")]
+        >>> out = claim_c4(label_cases(pd.DataFrame(rows), cases))
         >>> [(r["model"], r["verdict"]) for r in out]  # doctest: +NORMALIZE_WHITESPACE
         [('smollm2-135m (ntk:4) vs smollm2-135m', 'supported'),
          ('gemma3-270m vs smollm2-135m', 'supported'),
@@ -873,27 +1109,22 @@ def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any
     std_key = standards[0]
     std = pick(*std_key, "standard")
     std_label = model_label(*std_key)
-    said = {SUPPORTED: "as claimed", NOT_SUPPORTED: "against the claim", INCONCLUSIVE: "undecided"}
-    comparisons: list[tuple[str, tuple[str, str], Figure, str, str]] = []
+    comparisons: list[tuple[str, tuple[str, str], Figure, str]] = []
     for case in ("ntk", "sliding"):
         rule = C4_RULES[case]
         for key in by_case[case]:
             f = pick(*key, case)
-            outcome = verdict(rule, (f, std))
-            figures = {f.name: f, std.name: std}
-            # the note of the condition that holds says where this interval lies ("wholly below"/"wholly above")
-            held = [c.note for c in (*rule.supported_if, *rule.not_supported_if) if c.holds(figures)]
-            note = f"this comparison: {case} interval {held[0] if held else 'overlapping'} the standard's ({said[outcome]})"
-            comparisons.append((case, key, f, note, outcome))
-    together = joint(c[4] for c in comparisons)
+            comparisons.append((case, key, f, verdict(rule, (f, std))))
+    together = joint(c[3] for c in comparisons)
     rule_text = (
         f"ntk case: {C4_RULES['ntk'].text()}. sliding case: {C4_RULES['sliding'].text()}. "
         f"all comparisons together: {JOINT}"
     )
     rows = []
-    for case, key, f, note, _ in comparisons:
-        shows = f"{f.where} ({case}) against the standard {std.where}"
-        rows.append(_row("C4", f"{model_label(*key)} vs {std_label}", f, _rule_text(shows, rule_text, (f, std), note), together))
+    for case, key, f, outcome in comparisons:
+        inputs = _inputs(C4_RULES[case], (f, std), f.name)
+        rows.append(_row("C4", f"{model_label(*key)} vs {std_label}", f, rule_text, together, inputs,
+                         group=model_label(*key), case=case, own=outcome))
 
     slope_rule = (
         f"least-squares slope of per-layer c_res on the layer index over layers >= 1 (delta R^2 per layer), "
@@ -910,10 +1141,163 @@ def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any
             raise ValueError(f"comparison: {len(per_layer)} per-layer rows (layer >= 1) for {where}; the depth slope needs at least 3")
         per_layer = per_layer.sort_values("layer")
         s, lo, hi = depth_slope(per_layer["layer"].to_numpy(), per_layer["value"].to_numpy(), CONFIDENCE)
-        fig = Figure("c_res slope per layer", s, lo, hi, f"{where}, layers {int(per_layer['layer'].min())}..{int(per_layer['layer'].max())}")
+        first, last = int(per_layer["layer"].min()), int(per_layer["layer"].max())
+        fig = Figure("c_res slope per layer", s, lo, hi, f"{where}, layers {first}..{last}", statistic="slope over layers",
+                     metric="c_res", model=model, variant=variant, intervention="none", head=-1, query_window=query_window,
+                     layer_first=first, layer_last=last)
         outcome = verdict(C4_SLOPE_RULE, (fig,))
-        rows.append(_row("C4", f"{model_label(*key)}: slope of c_res over layers >= 1", fig, _rule_text(fig.where, slope_rule, (fig,)), outcome))
-    return rows
+        rows.append(_row("C4", f"{model_label(*key)}: slope of c_res over layers >= 1", fig, slope_rule, outcome,
+                         _inputs(C4_SLOPE_RULE, (fig,), fig.name), group=model_label(*key), case="sliding"))
+    return _keyed(rows)
+
+
+# --------------------------------------------------------------------------- C4 by differences (methodology §9.1)
+
+
+_C4_STATISTIC = {"paired": "paired difference", "independent": "independent difference", "trend": "trend",
+                 "depth-slope": "depth slope"}
+DEPTH_METRIC = "c_res_depth_slope"
+"""The comparison table's metric for the slope of per-layer C_res over the fraction of depth l/(L−1), layers ≥ 1."""
+
+C4_DIRECTIONS = {
+    ("ntk", "paired", "c_res"): -1,
+    ("ntk", "trend", "c_res"): -1,
+    ("sliding", "paired", "c_res"): +1,
+    ("sliding", "paired", DEPTH_METRIC): +1,
+    ("sliding", "depth-slope", DEPTH_METRIC): +1,
+    ("sliding", "trend", DEPTH_METRIC): -1,
+    ("sliding", "independent", "c_res"): +1,
+    ("sliding", "independent", DEPTH_METRIC): +1,
+}
+"""C4 by differences (methodology §9.1), fixed before the full run: per (case, kind, metric) of a comparison, the
+direction the claim predicts. NTK lowers C_res against its base (paired), and more with α (negative trend on log2 α);
+a window raises C_res and its depth slope against its base (paired), its depth slope is positive (accumulation), and
+grows as W shrinks (negative trend of the depth slope on log2 W); a natively windowed model has a larger C_res and
+depth slope than the standard model (independent samples). Comparisons of other (case, kind, metric) are not read."""
+
+
+def c4_sign_rule(name: str, direction: int) -> Rule:
+    """The rule of one C4 comparison: its interval excludes 0 in the predicted ``direction`` (supported) or the opposite one.
+
+    Args:
+        name: The figure's name.
+        direction: +1 (the claim predicts a positive difference, slope or trend) or −1.
+
+    Returns:
+        The rule.
+
+    Raises:
+        ValueError: When ``direction`` is not ±1.
+
+    Example:
+        >>> c4_sign_rule("c_res (ntk:4 - base)", -1).text()
+        'supported if c_res (ntk:4 - base) ci_high < 0; not supported if c_res (ntk:4 - base) ci_low > 0; inconclusive otherwise'
+    """
+    if direction not in (-1, 1):
+        raise ValueError(f"direction must be +1 or -1, got {direction}")
+    up, down = Condition(name, "ci_low", ">", ZERO), Condition(name, "ci_high", "<", ZERO)
+    return Rule((up,), (down,)) if direction > 0 else Rule((down,), (up,))
+
+
+def _c4_case_of(by_key: Mapping[tuple[str, str], str], row: Any) -> str | None:
+    """The case a comparison row speaks for, from the cases compare recorded (a trend: its members' case)."""
+    if row["kind"] == "trend":
+        members = {case for (m, _), case in by_key.items() if m == row["model"] and case in ("ntk", "sliding")}
+        wanted = {"log2 alpha": "ntk", "log2 window": "sliding"}.get(str(row["parameter"]))
+        return wanted if wanted in members else None
+    return by_key.get((str(row["model"]), str(row["variant"])))
+
+
+def claim_c4_differences(comparisons: pd.DataFrame, cases: Iterable[Any], query_window: str = "all") -> list[dict[str, Any]]:
+    """C4 decided by the intervals of differences, trends and depth slopes (methodology §9.1).
+
+    ``comparisons`` is the comparison table of
+    :func:`poslens.mechanisms.architectures.compare`
+    (:func:`poslens.mechanisms.comparisons.comparison_table`); ``cases`` are the
+    cases compare recorded (``meta["cases"]``), which give each row its case.
+    Every row at the model aggregate (layer −1) in ``query_window`` whose
+    (case, kind, metric) :data:`C4_DIRECTIONS` names is one comparison: NTK
+    against its base (paired) and the trend over α; a window against its base
+    (C_res and its depth slope, paired), its own depth slope, and the trend of
+    the depth slope over W; a natively windowed model against the standard
+    model (independent samples). Each comparison's rule (:func:`c4_sign_rule`):
+    ``supported`` when its interval excludes 0 in the predicted direction, ``not
+    supported`` when it excludes 0 in the other, ``inconclusive`` otherwise
+    (``own_verdict``). Every row carries the claim's joint verdict
+    (:func:`joint`) and reports how large a difference the data could have
+    detected (``detectable``: two-sided 5%, 80% power) beside its figure.
+
+    Args:
+        comparisons: The comparison table.
+        cases: The recorded cases (:class:`~poslens.mechanisms.architectures.Case` objects or dicts).
+        query_window: The window read (C4 reads ``all``: a window of W changes nothing for queries i < W).
+
+    Returns:
+        The claims rows, ``{column: value}`` with the columns of :data:`CLAIM_COLUMNS` and their ``inputs``.
+
+    Raises:
+        ValueError: When the table holds no NTK comparison or no sliding-window comparison.
+
+    Example:
+        >>> base = dict(intervention="none", query_window="all", layer=-1, head=-1, parameter="", se=0.001, df=7.0, detectable=0.003)
+        >>> table = pd.DataFrame([
+        ...     dict(base, model="s", variant="ntk:4", metric="c_res", value=-0.002, ci_low=-0.003, ci_high=-0.001,
+        ...          comparison="ntk:4 − base", kind="paired", reference_model="s", reference_variant="base"),
+        ...     dict(base, model="s", variant="window:64", metric="c_res", value=0.002, ci_low=-0.001, ci_high=0.005,
+        ...          comparison="window:64 − base", kind="paired", reference_model="s", reference_variant="base")])
+        >>> cases = [dict(model="s", variant="base", case="standard"), dict(model="s", variant="ntk:4", case="ntk"),
+        ...          dict(model="s", variant="window:64", case="sliding")]
+        >>> [(r["model"], r["own_verdict"], r["verdict"]) for r in claim_c4_differences(table, cases)]  # doctest: +NORMALIZE_WHITESPACE
+        [('s (ntk:4) − s: c_res, paired', 'supported', 'inconclusive'),
+         ('s (window:64) − s: c_res, paired', 'inconclusive', 'inconclusive')]
+    """
+    by_key = _recorded_cases(cases)
+    t = comparisons[(comparisons["layer"] == -1) & (comparisons["query_window"] == query_window)]
+    found: list[tuple[str, Any, Figure, Rule, tuple[Input, ...]]] = []
+    for _, r in t.iterrows():
+        case = _c4_case_of(by_key, r)
+        if r["kind"] == "independent" and by_key.get((str(r["reference_model"]), str(r["reference_variant"]))) != "standard":
+            continue  # a natively windowed (or NTK-trained) model is compared with the standard one only
+        direction = C4_DIRECTIONS.get((case, str(r["kind"]), str(r["metric"])))
+        if direction is None:
+            continue
+        name = f"{r['metric']} ({r['comparison']})"
+        where = (f"comparison {r['comparison']!r} ({r['kind']}), metric {r['metric']!r}, layer -1, head -1, window "
+                 f"{query_window!r}, model {r['model']!r}, variant {r['variant']!r}"
+                 + (f", against model {r['reference_model']!r}, variant {r['reference_variant']!r}" if r["reference_model"] else "")
+                 + (f", per unit of {r['parameter']}" if r["parameter"] else "")
+                 + f"; {r['df']:g} df")
+        figure = Figure(name, float(r["value"]), float(r["ci_low"]), float(r["ci_high"]), where,
+                        statistic=_C4_STATISTIC[str(r["kind"])], metric=str(r["metric"]), model=str(r["model"]),
+                        variant=str(r["variant"]), intervention=str(r["intervention"]), layer=-1, head=-1,
+                        query_window=query_window)
+        detectable = Figure(f"detectable |{name}|", float(r["detectable"]), np.nan, np.nan,
+                            f"the smallest |value| this comparison would detect (two-sided 5%, 80% power): "
+                            f"(t_0.975 + t_0.80) x se, se = {r['se']:.4g}, {r['df']:g} df",
+                            statistic="detectable", metric=str(r["metric"]), model=str(r["model"]), variant=str(r["variant"]),
+                            intervention=str(r["intervention"]), layer=-1, head=-1, query_window=query_window)
+        rule = c4_sign_rule(name, direction)
+        found.append((case, r, figure, rule, _inputs(rule, (figure,), name, extra=(Input(detectable, REPORTED),))))
+    for needed in ("ntk", "sliding"):
+        if not any(case == needed for case, *_ in found):
+            raise ValueError(f"comparison table: no {needed} comparison C4 reads (layer -1, window {query_window!r}); "
+                             f"rerun poslens compare with {needed} cases")
+    outcomes = [verdict(rule, (figure,)) for _, _, figure, rule, _ in found]
+    together = joint(outcomes)
+    rows = []
+    for (case, r, figure, rule, inputs), outcome in zip(found, outcomes):
+        kind = str(r["kind"])
+        subject = model_label(str(r["model"]), str(r["variant"]))
+        if kind in ("paired", "independent"):
+            label = f"{subject} − {model_label(str(r['reference_model']), str(r['reference_variant']))}: {r['metric']}, {kind}"
+        elif kind == "trend":
+            subject = f"{r['model']}, {case} cases"
+            label = f"{subject}: trend of {r['metric']} on {r['parameter']}"
+        else:
+            label = f"{subject}: {r['metric']}"
+        rules = f"this comparison: {rule.text()}. all comparisons together: {JOINT}"
+        rows.append(_row("C4", label, figure, rules, together, inputs, group=subject, case=case, own=outcome))
+    return _keyed(rows)
 
 
 # --------------------------------------------------------------------------- C5
@@ -984,6 +1368,8 @@ def claim_c5(bos_swap: Any, target: float = 0.4, band: float = 0.1, query_window
         [('m, bos:mean', 'supported'), ('m, bos:noise', 'inconclusive'), ('m, bos:zero', 'not supported')]
     """
     rule = c5_rule(target, band)
+    target_fig = threshold("target", target, "the reduction C5 expects")
+    band_fig = threshold("band", band, "half-width of the band around the target outside which C5 is not supported")
     t = _table(bos_swap, "bos_swap")
     swaps = t[t["intervention"].astype(str).str.startswith("bos:")]
     rows = []
@@ -992,8 +1378,9 @@ def claim_c5(bos_swap: Any, target: float = 0.4, band: float = 0.1, query_window
         for kind in kinds:
             f = _pick(t, "bos_swap", metric="reduction", query_window=query_window, intervention=kind,
                       model=model, variant=variant, **_MODEL_AGGREGATE)
-            rows.append(_row("C5", f"{model_label(model, variant)}, {kind}", f, _rule_text(f.where, rule.text(), (f,)), verdict(rule, (f,))))
-    return rows
+            inputs = _inputs(rule, (f,), "reduction", extra=(Input(target_fig, DECIDES), Input(band_fig, DECIDES)))
+            rows.append(_row("C5", f"{model_label(model, variant)}, {kind}", f, rule.text(), verdict(rule, (f,)), inputs))
+    return _keyed(rows)
 
 
 # --------------------------------------------------------------------------- C6
@@ -1120,9 +1507,12 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> 
         top = int(np.nanargmax(values)) if np.isfinite(values).any() else 0
         bos_max = float(np.max(values))  # NaN if any layer is NaN: then neither side of the rule holds
         top_row = bos.iloc[top]
+        first, last = int(bos["layer"].min()), int(bos["layer"].max())
         bos_fig = Figure(
             "max dispersion (bos)", bos_max, float(top_row["ci_low"]), float(top_row["ci_high"]),
-            f"maximum over layers {int(bos['layer'].min())}..{int(bos['layer'].max())} of {where} (at layer {int(top_row['layer'])})",
+            f"maximum over layers {first}..{last} of {where} (at layer {int(top_row['layer'])})",
+            statistic="max over layers", metric="dispersion", model=model, variant=variant, intervention="position0:bos",
+            layer=int(top_row["layer"]), head=-1, layer_first=first, layer_last=last,
         )
         none = _pick(t, "fingerprint", "dispersion (none)", metric="dispersion", layer=-1, head=-1,
                      intervention="position0:none", model=model, variant=variant)
@@ -1131,11 +1521,167 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> 
         chance, k = _readout_chance(t, model, variant)
         null = _pick(t, "fingerprint", "readout_chance_permuted (null mean, central 95%)", metric="readout_chance_permuted", **varied)
         p_value = _pick(t, "fingerprint", metric="readout_p_value", **varied)
+        chance = dataclasses.replace(_point(chance), where=f"{chance.where} (1/K, K = {k} position-0 tokens)")
+        p_value = _point(p_value)
         outcome = verdict(rule, (bos_fig, none, acc, chance, p_value))
-        note = f"readout_chance = {_fmt(chance.value)} (1/K, K = {k}); {null.text()}; readout_p_value = {_fmt(p_value.value)}"
+        inputs = _inputs(rule, (bos_fig, none, acc, chance, p_value, null), "dispersion (none)")
         for f in (bos_fig, none, acc):
-            rows.append(_row("C6", model_label(model, variant), f, _rule_text(f.where, rule.text(), (bos_fig, none, acc), note), outcome))
-    return rows
+            rows.append(_row("C6", model_label(model, variant), f, rule.text(), outcome, inputs))
+    return _keyed(rows)
+
+
+# --------------------------------------------------------------------------- C7
+
+
+R_METRIC = "reduction_ge2"
+"""The relativize part's summary metric: r = 1 − mean over layers ≥ 2 of L(log a) edited / unedited (methodology §11)."""
+
+SUMMARY_COLUMNS = ("model", "variant", "mode", "calibration_size", "metric", "query_window", "value", "ci_low", "ci_high")
+"""The columns of the relativize part's summary table that C3 and C7 read."""
+
+C7_MARGIN = 0.10
+"""C7's margin on r: supported above it, not supported (equivalence) within ±it; fixed before the full run."""
+
+C7_RULE = Rule(
+    supported_if=(Condition("r (all)", "ci_low", ">", C7_MARGIN),),
+    not_supported_if=(
+        Condition("r (all)", "ci_low", ">=", -C7_MARGIN),
+        Condition("r (all)", "ci_high", "<=", C7_MARGIN, note=f"the interval within [{-C7_MARGIN:g}, {C7_MARGIN:g}]: equivalence"),
+    ),
+    not_supported_when="all",
+    remark=(
+        "r (all) = 1 - mean over layers >= 2 of L(log a) with every layer's absolute logits relativized in every column "
+        "(each layer measured with exactly the layers below it edited) / unedited, on the same tokens, at the largest "
+        "calibration size; r at the other calibration sizes, the matched-norm relative placebo and the change in "
+        "next-token loss are reported, not used"
+    ),
+)
+"""C7's rule: r's interval above the margin, or (equivalence) wholly within ±margin."""
+
+
+def _attribution(x: Any) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The relativize part's summary table (checked) and its loss table (None when absent)."""
+    summary = getattr(x, "summary", x)
+    if not isinstance(summary, pd.DataFrame):
+        raise TypeError(f"attribution: expected an Attribution or its summary DataFrame, got {type(x).__name__}")
+    missing = [c for c in SUMMARY_COLUMNS if c not in summary.columns]
+    if missing:
+        raise ValueError(f"attribution: summary table lacks column(s) {missing}")
+    loss = getattr(x, "loss", None)
+    needed = ("model", "variant", "edit", "query_bin", "metric", "value", "ci_low", "ci_high")
+    if not isinstance(loss, pd.DataFrame) or loss.empty or any(c not in loss.columns for c in needed):
+        loss = None
+    return summary, loss
+
+
+def attribution_figure(summary: pd.DataFrame, model: str, variant: str, mode: str, query_window: str = "all",
+                       calibration_size: int | None = None) -> Figure:
+    """r of one relativization mode (or placebo) from the relativize part's summary, as a claim's input.
+
+    Args:
+        summary: The summary table (:data:`SUMMARY_COLUMNS`).
+        model: The model.
+        variant: Its variant.
+        mode: ``all``, ``key0``, ``all-but-key0`` or ``placebo:<mode>``.
+        query_window: The window.
+        calibration_size: The calibration size; default: the largest one there is for this mode.
+
+    Returns:
+        The figure, named ``r (<mode>)`` (with the calibration size when one is asked for).
+
+    Raises:
+        ValueError: When the summary has no such row, or several.
+
+    Example:
+        >>> s = pd.DataFrame([dict(model="m", variant="base", mode="all", calibration_size=n, metric="reduction_ge2",
+        ...                        query_window="all", value=v, ci_low=v - 0.1, ci_high=v + 0.1) for n, v in [(8, 0.3), (16, 0.25)]])
+        >>> attribution_figure(s, "m", "base", "all").text(), attribution_figure(s, "m", "base", "all", calibration_size=8).name
+        ('r (all) = 0.25 [0.15, 0.35]', 'r (all, calibration size 8)')
+    """
+    where = _where(metric=R_METRIC, query_window=query_window, model=model, variant=variant) + f", mode {mode!r}"
+    rows = _select(summary, metric=R_METRIC, mode=mode, query_window=query_window, model=model, variant=variant)
+    if len(rows) == 0:
+        raise ValueError(f"attribution: no row for {where}")
+    size = int(rows["calibration_size"].max()) if calibration_size is None else int(calibration_size)
+    rows = rows[rows["calibration_size"] == size]
+    if len(rows) != 1:
+        raise ValueError(f"attribution: {len(rows)} rows for {where}, calibration size {size}; expected exactly one")
+    row = rows.iloc[0]
+    name = f"r ({mode})" if calibration_size is None else f"r ({mode}, calibration size {size})"
+    edit = mode if mode.startswith("placebo") else f"relativize:{mode}"
+    return Figure(
+        name, float(row["value"]), float(row["ci_low"]), float(row["ci_high"]),
+        f"{where}, calibration size {size}: 1 - mean over layers >= 2 of L(log a) edited / unedited, paired jackknife",
+        metric=R_METRIC, model=str(model), variant=str(variant), intervention=edit, head=-1, query_window=query_window,
+        layer_first=2,
+    )
+
+
+def _loss_figure(loss: pd.DataFrame, model: str, variant: str, edit: str) -> Figure | None:
+    """The change in next-token loss over all positions ≥ 1 under ``edit``, or None when the table has none."""
+    rows = _select(loss, metric="loss_change", edit=edit, query_bin=-1, model=model, variant=variant)
+    if len(rows) != 1:
+        return None
+    row = rows.iloc[0]
+    return Figure(f"loss_change ({edit})", float(row["value"]), float(row["ci_low"]), float(row["ci_high"]),
+                  f"metric 'loss_change' (nats per token, edited - unedited), edit {edit!r}, positions >= 1, "
+                  f"model {model!r}, variant {variant!r}, paired jackknife",
+                  metric="loss_change", model=str(model), variant=str(variant), intervention=edit, query_window="all")
+
+
+def claim_c7(attribution: Any) -> list[dict[str, Any]]:
+    """C7, later layers' absolute position depends on earlier layers' absolute logits (methodology §11).
+
+    Figure, per (model, variant) of the relativize part's summary: ``r (all)``,
+    the reduction of mean L(log a) over layers ≥ 2 under the cumulative "every
+    column" edit (each layer measured with exactly the layers below it
+    relativized), window ``all``, at the largest calibration size
+    (:func:`attribution_figure`).
+
+    Rule (:data:`C7_RULE`, margin :data:`C7_MARGIN` = 0.10, fixed before the
+    full run): ``supported`` if r's ci_low > 0.10; ``not supported`` if its
+    interval lies within [−0.10, 0.10] (an equivalence test: ci_low ≥ −0.10 and
+    ci_high ≤ 0.10); ``inconclusive`` otherwise.
+
+    Reported beside it, not used: r at every other calibration size (the
+    calibration's own noise), ``r (placebo:all)`` (the matched-norm, purely
+    relative placebo), and the change in next-token loss under the edit and the
+    placebo, when the part measured them.
+
+    One row per (model, variant).
+
+    Args:
+        attribution: The relativize part (:class:`~poslens.mechanisms.attribution.Attribution`, or its summary table).
+
+    Returns:
+        The claims rows, ``{column: value}`` with the columns of :data:`CLAIM_COLUMNS` and their ``inputs``.
+
+    Raises:
+        ValueError: When the summary has no ``all`` row for a model, or several.
+
+    Example:
+        >>> s = pd.DataFrame([dict(model="m", variant="base", mode=mode, calibration_size=16, metric="reduction_ge2",
+        ...                        query_window="all", value=v, ci_low=lo, ci_high=hi)
+        ...                   for mode, v, lo, hi in [("all", 0.05, -0.02, 0.08), ("placebo:all", 0.01, -0.03, 0.05)]])
+        >>> [(r["model"], r["verdict"], r["figure"]) for r in claim_c7(s)]
+        [('m', 'not supported', 0.05)]
+    """
+    summary, loss = _attribution(attribution)
+    present = _select(summary, metric=R_METRIC, mode="all")
+    rows = []
+    for model, variant in _keys(present, "attribution", f"metric {R_METRIC!r} with mode 'all'"):
+        r_all = attribution_figure(summary, model, variant, "all")
+        mine = _select(summary, metric=R_METRIC, mode="all", query_window="all", model=model, variant=variant)
+        others = sorted({int(n) for n in mine["calibration_size"]} - {int(mine["calibration_size"].max())})
+        reported = [attribution_figure(summary, model, variant, "all", calibration_size=n) for n in others]
+        if len(_select(summary, metric=R_METRIC, mode="placebo:all", query_window="all", model=model, variant=variant)):
+            reported.append(attribution_figure(summary, model, variant, "placebo:all"))
+        if loss is not None:
+            reported += [f for f in (_loss_figure(loss, model, variant, e) for e in ("relativize:all", "placebo:all")) if f]
+        outcome = verdict(C7_RULE, (r_all,))
+        inputs = _inputs(C7_RULE, (r_all, *reported), r_all.name)
+        rows.append(_row("C7", model_label(model, variant), r_all, C7_RULE.text(), outcome, inputs))
+    return _keyed(rows)
 
 
 # --------------------------------------------------------------------------- all
@@ -1148,16 +1694,166 @@ MEASURED_BY = {
     "C4": ("compare",),
     "C5": ("bos-swap",),
     "C6": ("fingerprint",),
+    "C7": ("relativize",),
 }
-"""The ``poslens`` commands (and parts) whose tables each claim reads."""
+"""The ``poslens`` commands (and parts) whose tables each claim reads (C3 also reads ``relativize`` when it was run)."""
 
 
 def _not_measured(claim: str) -> dict[str, Any]:
-    return dict(claim=claim, statement=STATEMENTS[claim], model=None, figure=np.nan, ci_low=np.nan, ci_high=np.nan,
-                rule=NOT_MEASURED, verdict=NOT_MEASURED)
+    return dict(key=f"{claim}.1", claim=claim, statement=STATEMENTS[claim], model=None, group=None, case=None, figure_name=None,
+                figure=np.nan, ci_low=np.nan, ci_high=np.nan, rule=NOT_MEASURED, own_verdict=NOT_MEASURED,
+                verdict=NOT_MEASURED, inputs=())
 
 
-def not_measured_summary(table: pd.DataFrame, out: Any = "DIR", present: Iterable[str] = (),
+CLAIMS_FILE = "claims.csv"
+"""The file the claims table is written to, in a study's folder."""
+INPUTS_FILE = "claim_inputs.csv"
+"""The file the claims' inputs table is written to, beside :data:`CLAIMS_FILE`."""
+
+_INTEGER_INPUTS = ("layer", "head", "layer_first", "layer_last")
+
+
+def _typed(table: pd.DataFrame, inputs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    table = table.astype({"figure": float, "ci_low": float, "ci_high": float})
+    inputs = inputs.astype({"value": float, "ci_low": float, "ci_high": float, **{c: "Int64" for c in _INTEGER_INPUTS}})
+    return table, inputs
+
+
+@dataclass(frozen=True)
+class Claims:
+    """The verdicts of the claims and the inputs they rest on: two tidy tables joined on ``key``.
+
+    Attributes:
+        table: One row per verdict, the columns :data:`CLAIM_COLUMNS`.
+        inputs: One row per (claims row, input), the columns :data:`INPUT_COLUMNS`.
+
+    Example:
+        >>> leakage = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06), figure_row("probe_r2", 0.6, 0.5, 0.7)])
+        >>> claims = evaluate(leakage=leakage, claims=["C1"])
+        >>> claims.inputs_of("C1.2")[["name", "role"]].values.tolist()
+        [['leakage_pattern_heldout', 'headline'], ['probe_r2', 'decides']]
+        >>> float(claims.headline("C1.2")["value"])
+        0.05
+    """
+
+    table: pd.DataFrame
+    inputs: pd.DataFrame
+
+    def __post_init__(self) -> None:
+        for name, frame, columns in (("claims table", self.table, CLAIM_COLUMNS), ("inputs table", self.inputs, INPUT_COLUMNS)):
+            missing = [c for c in columns if c not in frame.columns]
+            if missing:
+                raise InputError(f"the {name} lacks column(s) {missing} (written by an older poslens? rerun poslens claims)")
+        strays = sorted(set(self.inputs["key"]) - set(self.table["key"]))
+        if strays:
+            raise InputError(f"the inputs table names claims rows that are not in the claims table: {strays}")
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> Claims:
+        """Both tables from claims rows (the dicts the claim functions return, each with its ``inputs`` field).
+
+        Args:
+            rows: The rows, with distinct keys.
+
+        Returns:
+            The claims.
+
+        Raises:
+            ValueError: When two rows share a key.
+
+        Example:
+            >>> Claims.from_rows(claim_c1(pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
+            ...                                         figure_row("probe_r2", 0.6, 0.5, 0.7)]))).inputs.shape
+            (4, 18)
+        """
+        rows = list(rows)
+        keys = [r["key"] for r in rows]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"claims rows share a key: {sorted(k for k in set(keys) if keys.count(k) > 1)}")
+        table = pd.DataFrame([{c: r[c] for c in CLAIM_COLUMNS} for r in rows], columns=CLAIM_COLUMNS)
+        inputs = pd.DataFrame([i.record(r["key"], r["claim"]) for r in rows for i in r["inputs"]], columns=INPUT_COLUMNS)
+        return cls(*_typed(table, inputs))
+
+    @classmethod
+    def read(cls, folder: str | Path) -> Claims:
+        """The claims a study wrote into ``folder`` (:data:`CLAIMS_FILE` and :data:`INPUTS_FILE`).
+
+        Args:
+            folder: The study's folder.
+
+        Returns:
+            The claims.
+
+        Raises:
+            NotFoundError: When either file is missing.
+            InputError: When a file lacks a column (an older poslens wrote it).
+
+        Example:
+            >>> import tempfile
+            >>> folder = Path(tempfile.mkdtemp())
+            >>> written = evaluate(leakage=pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
+            ...                                          figure_row("probe_r2", 0.6, 0.5, 0.7)]), claims=["C1", "C5"])
+            >>> _ = written.table.to_csv(folder / CLAIMS_FILE, index=False); _ = written.inputs.to_csv(folder / INPUTS_FILE, index=False)
+            >>> back = Claims.read(folder)
+            >>> back.table["verdict"].tolist(), back.inputs["layer"].tolist()
+            (['supported', 'supported', 'not measured'], [-1, -1, -1, -1])
+        """
+        folder = Path(folder)
+        for name in (CLAIMS_FILE, INPUTS_FILE):
+            if not (folder / name).exists():
+                raise NotFoundError(f"{folder / name} is missing; run poslens claims --out {folder}")
+        text = {c: "string" for c in ("key", "claim", "statement", "model", "group", "case", "figure_name", "rule",
+                                       "own_verdict", "verdict")}
+        table = pd.read_csv(folder / CLAIMS_FILE, dtype=text, keep_default_na=False, na_values={
+            c: [""] for c in CLAIM_COLUMNS})
+        inputs = pd.read_csv(folder / INPUTS_FILE, keep_default_na=False, na_values={c: [""] for c in INPUT_COLUMNS}, dtype={
+            c: "string" for c in ("key", "claim", "name", "role", "statistic", "metric", "model", "variant", "intervention",
+                                  "query_window", "where")})
+        for frame in (table, inputs):
+            for column in frame.columns:
+                if frame[column].dtype == "string":
+                    frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
+        for frame, columns in ((table, ("figure", "ci_low", "ci_high")), (inputs, ("value", "ci_low", "ci_high"))):
+            for column in columns:
+                frame[column] = pd.to_numeric(frame[column].replace({"nan": np.nan}))
+        for column in ("metric", "model", "variant", "intervention", "query_window", "where"):
+            inputs[column] = inputs[column].fillna("")
+        return cls(*_typed(table, inputs))
+
+    def inputs_of(self, key: str) -> pd.DataFrame:
+        """The inputs of one claims row, in the order its claim gave them.
+
+        Args:
+            key: The row's key.
+
+        Returns:
+            Its rows of :attr:`inputs` (none for a claim not measured).
+
+        Example:
+            >>> len(evaluate(claims=["C3"]).inputs_of("C3.1"))
+            0
+        """
+        return self.inputs[self.inputs["key"] == key]
+
+    def headline(self, key: str) -> pd.Series | None:
+        """The headline input of one claims row (role ``headline``), or None for a row without inputs.
+
+        Args:
+            key: The row's key.
+
+        Returns:
+            The input's row, or None.
+
+        Example:
+            >>> evaluate(claims=["C3"]).headline("C3.1") is None
+            True
+        """
+        rows = self.inputs_of(key)
+        rows = rows[rows["role"] == HEADLINE]
+        return rows.iloc[0] if len(rows) else None
+
+
+def not_measured_summary(table: pd.DataFrame | Claims, out: Any = "DIR", present: Iterable[str] = (),
                          settings: dict[str, Any] | None = None) -> str:
     """One line naming the claims of ``table`` that were not measured and the commands that would measure them.
 
@@ -1169,7 +1865,7 @@ def not_measured_summary(table: pd.DataFrame, out: Any = "DIR", present: Iterabl
     claim was measured.
 
     Args:
-        table: The claims table.
+        table: The claims (a :class:`Claims`, or its claims table).
         out: The study folder the commands write to.
         present: The parts already in ``out``.
         settings: The study's settings, for the commands' options.
@@ -1184,9 +1880,10 @@ def not_measured_summary(table: pd.DataFrame, out: Any = "DIR", present: Iterabl
         'not measured: C3 (run: poslens ablate-sinks --out results/quick), C6 (run: poslens fingerprint --out results/quick)'
         >>> not_measured_summary(table, "A", present=["leakage"], settings={"n_seqs": 4, "groups": 2})
         'not measured: C3 (run: poslens ablate-sinks --n-seqs 4 --groups 2 --out A), C6 (run: poslens fingerprint --n-seqs 4 --groups 2 --out A)'
-        >>> not_measured_summary(table[table["claim"] == "C1"])
+        >>> not_measured_summary(table.table[table.table["claim"] == "C1"])
         ''
     """
+    table = table.table if isinstance(table, Claims) else table
     present = set(present)
     pieces = []
     for claim in dict.fromkeys(table.loc[table["verdict"] == NOT_MEASURED, "claim"]):
@@ -1195,26 +1892,40 @@ def not_measured_summary(table: pd.DataFrame, out: Any = "DIR", present: Iterabl
     return "not measured: " + ", ".join(pieces) if pieces else ""
 
 
+def _c4(comparison: Any, query_window: str, comparisons: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """C4 by differences when the comparison table holds rows, else by the intervals of the cases themselves."""
+    if comparisons is None or len(comparisons) == 0:
+        return claim_c4(comparison, query_window)
+    cases = (getattr(comparison, "meta", None) or {}).get("cases")
+    if cases is None:
+        t = _table(comparison, "comparison", extra=("case",))
+        pairs = t[["model", "variant", "case"]].drop_duplicates()
+        cases = [dict(model=m, variant=v, case=c) for m, v, c in zip(pairs["model"], pairs["variant"], pairs["case"]) if c in CASES]
+    return claim_c4_differences(comparisons, cases, query_window)
+
+
 def evaluate(
     leakage: Any = None,
     ablation: Any = None,
     bos_swap: Any = None,
     comparison: Any = None,
     fingerprint: Any = None,
+    attribution: Any = None,
     *,
     claims: Iterable[str] = tuple(STATEMENTS),
     c4_window: str = "early",
+    c4_comparisons: pd.DataFrame | None = None,
     c5_target: float = 0.4,
     c5_band: float = 0.1,
     c6_tolerance: float = 1e-5,
     c6_alpha: float = 0.05,
 ) -> pd.DataFrame:
-    """All claims' verdicts as one DataFrame with columns :data:`CLAIM_COLUMNS`.
+    """All claims' verdicts and their inputs: the claims table (:data:`CLAIM_COLUMNS`) and the inputs table (:data:`INPUT_COLUMNS`).
 
     Inputs are tidy DataFrames or :class:`poslens.measurement.result.Result` objects:
     ``leakage`` (C1, C2, C3), ``ablation`` (C3), ``bos_swap`` (C5),
-    ``comparison`` (C4, with a ``case`` column, see :func:`label_cases`) and
-    ``fingerprint`` (C6). A claim whose inputs were not all given gets one row
+    ``comparison`` (C4, with a ``case`` column, see :func:`label_cases`),
+    ``fingerprint`` (C6) and ``attribution`` (C7; C3 reports its causal figure from it). A claim whose inputs were not all given gets one row
     with verdict and rule ``not measured`` (:data:`NOT_MEASURED`). ``claims`` limits
     which claims are evaluated at all (the others are left out of the table).
     ``c6_tolerance`` and ``c6_alpha`` pass to :func:`claim_c6` (BOS dispersion
@@ -1227,26 +1938,31 @@ def evaluate(
         bos_swap: The BOS-replacement part (C5).
         comparison: The comparison part, with a ``case`` column (C4).
         fingerprint: The fingerprint part (C6).
+        attribution: The relativize part (C7, and C3's reported causal figure):
+            a :class:`~poslens.mechanisms.attribution.Attribution` or its summary table.
         claims: The claims to evaluate.
         c4_window: The window C4 reads.
+        c4_comparisons: The comparison table compare recorded (:func:`poslens.mechanisms.comparisons.comparison_table`);
+            when it holds rows, C4 is decided by differences (:func:`claim_c4_differences`, methodology §9.1) with the
+            cases of ``comparison.meta["cases"]``; else (a compare part of an older poslens) by :func:`claim_c4`.
         c5_target: The reduction C5 expects.
         c5_band: Half-width of C5's band around ``c5_target``.
         c6_tolerance: The largest BOS dispersion C6 counts as constant.
         c6_alpha: The level of C6's permutation test.
 
     Returns:
-        The claims table.
+        The claims (:class:`Claims`: ``table`` and ``inputs``).
 
     Raises:
         ValueError: When ``claims`` names an unknown claim, or a given table lacks a row a claim needs.
 
     Example:
         >>> out = evaluate()
-        >>> list(out.columns) == CLAIM_COLUMNS, set(out["rule"]), set(out["verdict"])
-        (True, {'not measured'}, {'not measured'})
+        >>> list(out.table.columns) == CLAIM_COLUMNS, set(out.table["rule"]), set(out.table["verdict"]), len(out.inputs)
+        (True, {'not measured'}, {'not measured'}, 0)
         >>> t = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
         ...                   figure_row("probe_r2", -0.2, -0.3, -0.1)])
-        >>> evaluate(leakage=t, claims=["C1"])["verdict"].tolist()
+        >>> evaluate(leakage=t, claims=["C1"]).table["verdict"].tolist()
         ['not supported', 'not supported']
     """
     wanted = set(claims)
@@ -1256,15 +1972,15 @@ def evaluate(
     plan = [
         ("C1", (leakage,), lambda: claim_c1(leakage)),
         ("C2", (leakage,), lambda: claim_c2(leakage)),
-        ("C3", (leakage, ablation), lambda: claim_c3(leakage, ablation)),
-        ("C4", (comparison,), lambda: claim_c4(comparison, c4_window)),
+        ("C3", (leakage, ablation), lambda: claim_c3(leakage, ablation, attribution=attribution)),
+        ("C4", (comparison,), lambda: _c4(comparison, c4_window, c4_comparisons)),
         ("C5", (bos_swap,), lambda: claim_c5(bos_swap, c5_target, c5_band)),
         ("C6", (fingerprint,), lambda: claim_c6(fingerprint, c6_tolerance, c6_alpha)),
+        ("C7", (attribution,), lambda: claim_c7(attribution)),
     ]
     rows: list[dict[str, Any]] = []
     for claim, inputs, run in plan:
         if claim not in wanted:
             continue
         rows.extend(run() if all(x is not None for x in inputs) else [_not_measured(claim)])
-    out = pd.DataFrame(rows, columns=CLAIM_COLUMNS)
-    return out.astype({"figure": float, "ci_low": float, "ci_high": float})
+    return Claims.from_rows(rows)

@@ -599,6 +599,7 @@ class Study:
             >>> dict(zip(table.table["claim"], table.table["verdict"]))  # doctest: +SKIP
             {'C1': 'supported', 'C2': 'supported', 'C3': 'supported', 'C4': 'not measured', 'C5': 'not measured', 'C6': 'not measured'}
         """
+        from poslens.mechanisms.comparisons import comparison_table
         from poslens.study.claims import CLAIMS_FILE, INPUTS_FILE, evaluate, label_cases
 
         check_same_settings(parts)
@@ -612,8 +613,11 @@ class Study:
             bos_swap=parts.get("bos-swap"),
             comparison=label_cases(comparison) if comparison is not None else None,  # the cases compare recorded
             fingerprint=parts.get("fingerprint"),
+            attribution=parts.get("relativize"),  # C7, and C3's causal figure (reported)
             # an imposed window of W changes nothing for queries i < W, so C4 compares all queries
             c4_window="all",
+            # C4 by paired/independent differences and trends (methodology §9.1) when compare recorded them
+            c4_comparisons=comparison_table(comparison) if comparison is not None else None,
         )
         self.out.mkdir(parents=True, exist_ok=True)
         self.write(self.out / CLAIMS_FILE, lambda tmp: table.table.to_csv(tmp, index=False))

@@ -43,6 +43,7 @@ from poslens.study.claims import (
     NOT_SUPPORTED,
     STATEMENTS,
     SUPPORTED,
+    Claims,
     joint,
     not_measured_summary,
 )
@@ -64,13 +65,20 @@ def _code(text: str) -> Markup:
 _TEMPLATES.filters["code"] = _code
 
 
-def _claim_rows(claims: pd.DataFrame) -> list[dict[str, str]]:
+def _inputs_text(inputs: pd.DataFrame) -> str:
+    """A row's inputs in words, from the inputs table: ``name = value [ci_low, ci_high] (role)``, ``; ``-separated."""
+    return "; ".join(f"{r['name']} = {_quoted(r).text()} ({r['role']})" for _, r in inputs.iterrows())
+
+
+def _claim_rows(claims: Claims) -> list[dict[str, str]]:
     rows = []
-    for _, r in claims.iterrows():
+    for _, r in claims.table.iterrows():
         figure = "—" if pd.isna(r["figure"]) else f"{r['figure']:.4g} [{r['ci_low']:.4g}, {r['ci_high']:.4g}]"
         model = "—" if r["verdict"] == NOT_MEASURED and (r["model"] is None or pd.isna(r["model"])) else str(r["model"])
-        rows.append(dict(css=_css(r["verdict"]), claim=str(r["claim"]), statement=str(r["statement"]),
-                         model=model, figure=figure, verdict=str(r["verdict"]), rule=str(r["rule"])))
+        shown = "" if r["figure_name"] is None or pd.isna(r["figure_name"]) else str(r["figure_name"])
+        rows.append(dict(css=_css(r["verdict"]), claim=str(r["claim"]), statement=str(r["statement"]), model=model,
+                         shown=shown, figure=figure, verdict=str(r["verdict"]), rule=str(r["rule"]),
+                         inputs=_inputs_text(claims.inputs_of(r["key"]))))
     return rows
 
 
@@ -80,28 +88,21 @@ def _css(verdict: Any) -> str:
 
 # --------------------------------------------------------------------------- the verdict summary
 
-_HEADLINE = {
-    "C1": (0, "held-out ΔR²"),
-    "C2": (0, "C_mask at layer 0"),
-    "C3": (1, "reduction of C_res by sink-path ablation"),
-    "C4": (0, "C_res"),
-    "C5": (0, "reduction of C_res"),
-    "C6": (1, "dispersion without BOS"),
+_HEADLINE_LABEL = {
+    "C1": "held-out ΔR²",
+    "C2": "C_mask at layer 0",
+    "C3": "reduction of C_res by sink-path ablation",
+    "C4": "C_res",
+    "C5": "reduction of C_res",
+    "C6": "dispersion without BOS",
+    "C7": "reduction of L(log a) over layers ≥ 2, every column relativized",
 }
-"""Per claim, which of a group's rows (in the order claims.py writes them) is the headline figure, and its label."""
-
-_C4_CASE = re.compile(r"^(?P<case>.*?)(?: vs .*|: slope of c_res over layers >= 1)$")
-_RULE = re.compile(r"^figure: (?P<figure>.*?)\. rule: (?P<rule>.*?)\. inputs: (?P<inputs>.*)$", re.S)
-_NUMBER = r"nan|-?inf|-?\d+(?:\.\d*)?(?:e[-+]?\d+)?"
-_INPUT = re.compile(
-    rf"(?:^|(?<=; )|(?<=\. ))(?P<name>[A-Za-z_](?:(?! = )[^;\[\]])*?) = (?P<value>{_NUMBER})"
-    rf"(?: \[(?P<low>{_NUMBER}), (?P<high>{_NUMBER})\])?"
-)
+"""Per claim, the words that label its headline figure (the input whose role is ``headline``) in the summary."""
 
 
 @dataclass(frozen=True)
 class _Quoted:
-    """A number as a rule's inputs quote it: value, and its interval unless it is a point value."""
+    """A number as the inputs table gives it: value, and its interval unless it is a point value (NaN bounds)."""
 
     value: float
     ci_low: float = math.nan
@@ -125,37 +126,13 @@ class _Quoted:
         return f"interval reaching {name}"
 
 
+def _quoted(record: Any) -> _Quoted:
+    """An input's number (a row of the inputs table) as :class:`_Quoted`."""
+    return _Quoted(float(record["value"]), float(record["ci_low"]), float(record["ci_high"]))
+
+
 def _num(x: float) -> str:
     return "nan" if not math.isfinite(x) else f"{x:.4g}".replace("-", "−")
-
-
-def rule_inputs(rule: str) -> dict[str, tuple[float, float, float]]:
-    """The figures a claim row's rule was applied to, read back from its ``rule`` text: name → (value, ci_low, ci_high).
-
-    Point values quoted in the rule's note (a chance level, a p-value) come
-    with NaN bounds. Empty for a rule text without inputs (``not measured``).
-
-    Args:
-        rule: A claims row's ``rule`` text.
-
-    Returns:
-        ``{figure name: (value, ci_low, ci_high)}``.
-
-    Example:
-        >>> rule_inputs("figure: metric 'c_res'. rule: supported if c_res ci_low > 0. "
-        ...             "inputs: c_res = 0.01 [0.005, 0.015]; reduction = -0.1 [-0.3, 0.1]. readout_p_value = 0.005")
-        {'c_res': (0.01, 0.005, 0.015), 'reduction': (-0.1, -0.3, 0.1), 'readout_p_value': (0.005, nan, nan)}
-        >>> rule_inputs("not measured")
-        {}
-    """
-    parts = _RULE.match(rule)
-    if parts is None:
-        return {}
-    found = {}
-    for m in _INPUT.finditer(parts["inputs"]):
-        low, high = (float(m["low"]), float(m["high"])) if m["low"] is not None else (math.nan, math.nan)
-        found[m["name"].strip()] = (float(m["value"]), low, high)
-    return found
 
 
 def _lead(verdict: str, statement: str) -> str:
@@ -201,8 +178,9 @@ def _removal(red: _Quoted, subject: str, it: str, named: str) -> str:
     return text
 
 
-def _reading(claim: str, case: str, f: dict[str, _Quoted], rules: list[str]) -> str:
-    """What the figures of one group say, per claim; raises KeyError when an input it quotes is absent."""
+def _reading(claim: str, f: dict[str, _Quoted], inputs: pd.DataFrame, records: list[dict[str, Any]]) -> str:
+    """What the figures of one group say, per claim, from its inputs (``f``: name → number; ``inputs``: their rows of the
+    inputs table; ``records``: the group's claims rows); raises KeyError when an input it quotes is absent."""
     if claim == "C1":
         h, p = f["leakage_pattern_heldout"], f["probe_r2"]
         text = f"held-out ΔR² of log attention on absolute position is {h.text()} ({h.side(0, '0')})"
@@ -223,10 +201,27 @@ def _reading(claim: str, case: str, f: dict[str, _Quoted], rules: list[str]) -> 
                 f"against C_res {r0.text()} there")
     if claim == "C3":
         res, red = f["c_res"], f["reduction"]
-        return (f"C_res at early queries is {res.text()} ({res.side(0, '0')}), and "
+        text = (f"C_res at early queries is {res.text()} ({res.side(0, '0')}), and "
                 f"{_removal(red, 'ablating the sink path of the sink-reading heads', 'it', 'C_res')} ({red.side(0, '0')})")
+        if "r (key0)" in f:
+            key0 = f["r (key0)"]
+            text += (f"; beside it, relativizing key 0 in every layer lowers mean L(log a) over layers ≥ 2 by "
+                     f"{key0.text(percent=True)} ({key0.side(0, '0')}), which is reported and does not decide: key 0 is not "
+                     "the sink path's only route, so a null here would not refute the claim")
+        return text
+    if claim == "C4" and "c_res (standard)" not in f:  # decided by differences, trends and depth slopes (methodology §9.1)
+        said = {SUPPORTED: "as claimed", NOT_SUPPORTED: "against the claim"}
+        pieces = []
+        for r in records:
+            name = str(r["figure_name"])
+            x, detectable = f[name], f.get(f"detectable |{name}|")
+            text = f"{name} is {x.text()} ({said.get(str(r['own_verdict']), 'undecided')}"
+            if detectable is not None:
+                text += f"; the data could detect {detectable.text()}"
+            pieces.append(text + ")")
+        return f"the {records[0]['case']} case: " + "; ".join(pieces)
     if claim == "C4":
-        kind = "ntk" if "c_res (ntk)" in f else "sliding"
+        kind = str(records[0]["case"])
         x, std = f[f"c_res ({kind})"], f["c_res (standard)"]
         if x.ci_high < std.ci_low:
             where = "wholly below"
@@ -241,11 +236,10 @@ def _reading(claim: str, case: str, f: dict[str, _Quoted], rules: list[str]) -> 
         return text
     if claim == "C5":
         red = f["reduction"]
-        kind = case.rsplit(", ", 1)[-1]
+        kind = inputs.loc[inputs["name"] == "reduction", "intervention"].iloc[0]
         text = _removal(red, f"replacing the BOS embedding ({kind})", "C_res at early queries", "C_res at early queries")
-        band = re.search(r"target ([\d.]+) - band ([\d.]+)", " ".join(rules))
-        if band:
-            target, width = float(band[1]), float(band[2])
+        if "target" in f and "band" in f:
+            target, width = f["target"].value, f["band"].value
             lies = ", " if not (red.value < 0 or red.value > 1) else "; its interval lies "  # after a sentence on a sign change
             if red.ci_low <= target <= red.ci_high:
                 text += f"; the interval holds {target:.0%}"
@@ -264,53 +258,80 @@ def _reading(claim: str, case: str, f: dict[str, _Quoted], rules: list[str]) -> 
         if "readout_p_value" in f:
             text += f" (permutation p = {f['readout_p_value'].text()})"
         return text
+    if claim == "C7":
+        r = f["r (all)"]
+        margin = 0.10
+        if r.ci_low > margin:
+            where = f"above {margin:.0%}"
+        elif r.ci_low >= -margin and r.ci_high <= margin:
+            where = f"within ±{margin:.0%}: no effect of that size"
+        else:
+            where = f"reaching ±{margin:.0%}"
+        text = (f"relativizing every layer's absolute logits in every column lowers mean L(log a) over layers ≥ 2 by "
+                f"{r.text(percent=True)} (interval {where})")
+        if "r (placebo:all)" in f:
+            text += f", against {f['r (placebo:all)'].text(percent=True)} for a purely relative placebo of matched norm"
+        smaller = inputs[(inputs["metric"] == "reduction_ge2") & (inputs["intervention"] == "relativize:all")
+                         & (inputs["role"] == "reported")]
+        if len(smaller):  # the same edit fitted on less calibration data: the calibration's own noise
+            text += "; fitted on less calibration data: " + ", ".join(_quoted(row).text(percent=True) for _, row in smaller.iterrows())
+        if "loss_change (relativize:all)" in f:
+            text += f"; next-token loss changes by {f['loss_change (relativize:all)'].text()} nats per token"
+            if "loss_change (placebo:all)" in f:
+                text += f" ({f['loss_change (placebo:all)'].text()} under the placebo)"
+        return text
     raise KeyError(claim)
 
 
-def _sentence(claim: str, case: str, verdict: str, statement: str, headline: str, rules: list[str]) -> str:
+def _sentence(claim: str, verdict: str, statement: str, headline: str, inputs: pd.DataFrame,
+              records: list[dict[str, Any]]) -> str:
     if verdict == NOT_MEASURED:
         return f"{statement[:1].upper() + statement[1:]}: not measured, the parts it reads are not in this report."
-    quoted: dict[str, _Quoted] = {}
-    for rule in rules:
-        quoted.update({name: _Quoted(*numbers) for name, numbers in rule_inputs(rule).items()})
+    quoted = {str(r["name"]): _quoted(r) for _, r in inputs.iterrows()}
     try:
-        reading = _reading(claim, case, quoted, rules)
-    except KeyError:  # a rule text of another shape: say the headline figure alone
+        reading = _reading(claim, quoted, inputs, records)
+    except KeyError:  # inputs of another shape (a claim whose figures changed): say the headline figure alone
         reading = headline
     return f"{_lead(verdict, statement)}: {reading}."
 
 
-def _rule_blocks(rules: list[str]) -> list[dict[str, str]]:
-    """The distinct rules of a group with their inputs, and the figure each row shows."""
-    blocks: dict[tuple[str, str], dict[str, Any]] = {}
-    for rule in rules:
-        parts = _RULE.match(rule)
-        if parts is None:
-            blocks.setdefault((rule, ""), dict(rule=rule, inputs="", figures=[]))
-            continue
-        block = blocks.setdefault((parts["rule"], parts["inputs"]), dict(rule=parts["rule"], inputs=parts["inputs"], figures=[]))
-        block["figures"].append(parts["figure"])
+def _rule_blocks(claims: Claims, records: list[dict[str, Any]], verdict: str) -> list[dict[str, Any]]:
+    """The distinct rules of a group with their inputs (from the inputs table), and the figure each row shows."""
+    blocks: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in records:
+        inputs = claims.inputs_of(r["key"])
+        listed = [dict(name=str(i["name"]), number=_quoted(i).text(), role=str(i["role"]), where=str(i["where"]))
+                  for _, i in inputs.iterrows()]
+        own = str(r["own_verdict"])
+        signature = (str(r["rule"]), own, tuple((i["name"], i["number"], i["role"]) for i in listed))
+        block = blocks.setdefault(signature, dict(rule=str(r["rule"]), inputs=listed, figures=[],
+                                                  own=own if own != verdict else ""))
+        shown = inputs[inputs["name"] == r["figure_name"]]
+        if len(shown):
+            block["figures"].append(f"{r['figure_name']}: {shown['where'].iloc[0]}")
     return list(blocks.values())
 
 
-def summary_rows(claims: pd.DataFrame, out: Any = "DIR", present: Any = (), settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The verdict summary: one row per claim and case, with joint verdict, headline figure, a sentence and the rules.
+def summary_rows(claims: Claims, out: Any = "DIR", present: Any = (), settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The verdict summary: one row per claim and group, with joint verdict, headline figure, a sentence and the rules.
 
-    Rows of ``claims`` (columns :data:`poslens.study.claims.CLAIM_COLUMNS`)
-    are grouped by claim and ``model`` (for C4 by case: a case's comparison
-    with the standard and its depth slope form one group); a group's verdict
-    is :func:`poslens.study.claims.joint` of its rows. Each summary row holds
-    ``claim``, ``case``, ``verdict``, ``css`` (the verdict as a CSS class),
-    ``label`` and ``figure`` (the headline figure and its interval),
-    ``sentence`` (one plain sentence reading the figures, led by the verdict)
-    and ``rules`` (the distinct rule texts with their inputs, for the
-    disclosure). A claim not measured names the commands that would measure
-    it into ``out`` (parts in ``present`` are not suggested again).
+    Rows of ``claims.table`` (columns :data:`poslens.study.claims.CLAIM_COLUMNS`)
+    are grouped by claim and ``group`` (for C4 a case's comparison with the
+    standard and its depth slope form one group); a group's verdict is
+    :func:`poslens.study.claims.joint` of its rows. Every figure comes from
+    ``claims.inputs``, the inputs table, by name and role; the rule's words are
+    shown, never read. Each summary row holds ``claim``, ``case`` (the group),
+    ``verdict``, ``css`` (the verdict as a CSS class), ``label`` and
+    ``figure`` (the headline input of the group's first row and its interval),
+    ``sentence`` (one plain sentence reading the inputs, led by the verdict)
+    and ``rules`` (the distinct rules with their inputs, for the disclosure). A
+    claim not measured names the commands that would measure it into ``out``
+    (parts in ``present`` are not suggested again).
 
     Args:
-        claims: The claims table.
+        claims: The claims (:class:`poslens.study.claims.Claims`).
         out: The study folder the suggested commands write to.
-        present: The parts the study has.
+        present: The parts already in ``out``.
         settings: The study's settings, for the suggested commands.
 
     Returns:
@@ -330,33 +351,28 @@ def summary_rows(claims: pd.DataFrame, out: Any = "DIR", present: Any = (), sett
         'not measured: C5 (run: poslens bos-swap --out results)'
     """
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for record in claims.to_dict("records"):
-        claim, model = str(record["claim"]), record["model"]
-        if record["verdict"] == NOT_MEASURED or model is None or pd.isna(model):
-            case = "—"
-        elif claim == "C4" and (m := _C4_CASE.match(str(model))):
-            case = m["case"]
-        else:
-            case = str(model)
+    for record in claims.table.to_dict("records"):
+        claim, group = str(record["claim"]), record["group"]
+        case = "—" if record["verdict"] == NOT_MEASURED or group is None or pd.isna(group) else str(group)
         groups.setdefault((claim, case), []).append(record)
     rows = []
     for (claim, case), records in groups.items():
         verdict = joint(r["verdict"] for r in records) if all(r["verdict"] != NOT_MEASURED for r in records) else NOT_MEASURED
-        index, label = _HEADLINE.get(claim, (0, ""))
-        top = records[index] if index < len(records) else records[0]
-        if pd.isna(top["figure"]):
+        top = claims.headline(records[0]["key"])
+        if top is None or pd.isna(top["value"]):
             figure, label = "—", ""
         else:
-            figure = f"{_num(top['figure'])} [{_num(top['ci_low'])}, {_num(top['ci_high'])}]"
-        rules = [str(r["rule"]) for r in records]
+            figure, label = f"{_num(top['value'])} [{_num(top['ci_low'])}, {_num(top['ci_high'])}]", _HEADLINE_LABEL.get(claim, "")
         statement = str(records[0]["statement"])
+        keys = [r["key"] for r in records]
+        inputs = claims.inputs[claims.inputs["key"].isin(keys)].drop_duplicates("name")
         if verdict == NOT_MEASURED:
-            blocks = [dict(rule=not_measured_summary(pd.DataFrame(records), out, present, settings), inputs="", figures=[])]
+            blocks = [dict(rule=not_measured_summary(pd.DataFrame(records), out, present, settings), inputs=[], figures=[], own="")]
         else:
-            blocks = _rule_blocks(rules)
+            blocks = _rule_blocks(claims, records, verdict)
         rows.append(dict(
             claim=claim, case=case, verdict=verdict, css=_css(verdict), statement=statement, label=label, figure=figure,
-            sentence=_sentence(claim, case, verdict, statement, f"{label} {figure}".strip(), rules), rules=blocks,
+            sentence=_sentence(claim, verdict, statement, f"{label} {figure}".strip(), inputs, records), rules=blocks,
         ))
     return rows
 
@@ -372,16 +388,17 @@ _FIGURE_METRICS = {
 """The metrics each part's figures draw, named in the page's metric list beside those the rules quote."""
 
 
-def metric_names(claims: pd.DataFrame, present: Any = ()) -> list[dict[str, str]]:
+def metric_names(claims: Claims, present: Any = ()) -> list[dict[str, str]]:
     """The metrics this page names, with what each means, from :data:`poslens.fit.metric_glossary.GLOSSARY`.
 
-    A metric is listed when a rule of ``claims`` names it or a figure of a part
-    in ``present`` draws it, in the glossary's order; each entry holds ``name``,
-    ``short`` (its definition's first sentence), ``range``, ``sign`` (what its
-    sign and extremes mean) and ``section`` (the methodology section).
+    A metric is listed when an input of ``claims`` was read from it (the
+    ``metric`` column of the inputs table) or a figure of a part in ``present``
+    draws it, in the glossary's order; each entry holds ``name``, ``short``
+    (its definition's first sentence), ``range``, ``sign`` (what its sign and
+    extremes mean) and ``section`` (the methodology section).
 
     Args:
-        claims: The claims table.
+        claims: The claims (:class:`poslens.study.claims.Claims`).
         present: The parts the study has.
 
     Returns:
@@ -394,34 +411,34 @@ def metric_names(claims: pd.DataFrame, present: Any = ()) -> list[dict[str, str]
         >>> [r["name"] for r in rows], "changed sign" in rows[0]["sign"]
         (['reduction'], True)
     """
-    text = " ".join(str(rule) for rule in claims["rule"]) if "rule" in claims else ""
+    read = {str(m) for m in claims.inputs["metric"] if isinstance(m, str) and m}
     drawn = {name for part in present for name in _FIGURE_METRICS.get(part, ())}
     return [
         dict(name=name, short=entry.short(), range=entry.range, sign=entry.sign, section=entry.section)
         for name, entry in GLOSSARY.items()
-        if name in drawn or re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text)
+        if name in drawn or name in read
     ]
 
 
-def claims_html(claims: pd.DataFrame) -> str:
-    """The claims table as HTML, one row per verdict, coloured by verdict; every cell is escaped.
+def claims_html(claims: Claims) -> str:
+    """The claims table as HTML, one row per verdict, coloured by verdict, with each row's inputs; every cell is escaped.
 
     A claim that was not measured gets the row class ``not-measured``, styled apart from ``inconclusive``.
 
     Args:
-        claims: The claims table.
+        claims: The claims (:class:`poslens.study.claims.Claims`).
 
     Returns:
         The HTML table.
 
     Example:
-        >>> import pandas as pd
-        >>> row = dict(claim="C1", statement="s", model="<m>", figure=0.1, ci_low=0.0, ci_high=0.2, rule="r", verdict="supported")
-        >>> page = claims_html(pd.DataFrame([row]))
-        >>> '<tr class="supported">' in page, "<td>&lt;m&gt;</td>" in page
-        (True, True)
-        >>> missing = dict(row, model=None, figure=float("nan"), rule="not measured", verdict="not measured")
-        >>> '<tr class="not-measured">' in claims_html(pd.DataFrame([missing]))
+        >>> from poslens.study.claims import evaluate, figure_row
+        >>> t = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06, model="<m>"),
+        ...                   figure_row("probe_r2", 0.6, 0.5, 0.7, model="<m>")])
+        >>> page = claims_html(evaluate(leakage=t, claims=["C1", "C5"]))
+        >>> '<tr class="supported">' in page, "<td>&lt;m&gt;</td>" in page, "probe_r2 = 0.6 [0.5, 0.7] (decides)" in page
+        (True, True, True)
+        >>> '<tr class="not-measured">' in page
         True
     """
     return _TEMPLATES.get_template("claims.html").render(rows=_claim_rows(claims))
@@ -531,7 +548,7 @@ def _claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[s
     return figures
 
 
-def build_report(parts: dict[str, Result], claims: pd.DataFrame, settings: dict[str, Any], path: str | Path) -> Path:
+def build_report(parts: dict[str, Result], claims: Claims, settings: dict[str, Any], path: str | Path) -> Path:
     """Write the report page for whichever study parts are present (never over a file poslens did not write).
 
     The page opens on the verdict summary (:func:`summary_rows`): a badge per
@@ -547,7 +564,7 @@ def build_report(parts: dict[str, Result], claims: pd.DataFrame, settings: dict[
 
     Args:
         parts: The study parts present, by name.
-        claims: The claims table.
+        claims: The claims (:class:`poslens.study.claims.Claims`: the claims table and its inputs).
         settings: The study's settings.
         path: The HTML file to write.
 
