@@ -5,8 +5,10 @@ The public API, re-exported here (the tutorials use only these names):
 - loading and measuring: :func:`load_model`, :func:`make_corpus`, :func:`measure`, :class:`Result`;
 - interventions and their effect: :class:`BosReplacement`, :class:`SinkAblation`, :func:`reduction`;
 - per-head answers: :func:`sink_heads` (the sink-reading heads with their C_res and C_mask);
+- cause: :func:`calibrate_relativization` and :class:`Relativization` (an edit that leaves each head's logits no
+  absolute component), :func:`cumulative_attribution` (every layer relativized, each measured before its own edit);
 - architectures: :class:`Case`, :func:`compare`, :func:`case_table`;
-- the study: :class:`Study`, :class:`Settings`, :mod:`claims` (verdicts C1–C6), :mod:`plots`.
+- the study: :class:`Study`, :class:`Settings`, :mod:`claims` (verdicts C1–C7), :mod:`plots`.
 
 Everything else lives in the layers (``poslens.fit``, ``poslens.model``, ...; see docs/architecture.md).
 
@@ -23,8 +25,11 @@ from poslens.measurement import plots
 from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result
 from poslens.mechanisms.architectures import Case, case_table, compare
+from poslens.mechanisms.attribution import cumulative_attribution
 from poslens.mechanisms.effects import reduction
 from poslens.mechanisms.interventions import BosReplacement, SinkAblation
+from poslens.mechanisms.relativization import Relativization
+from poslens.mechanisms.relativization import calibrate as calibrate_relativization
 from poslens.mechanisms.sinks import sink_heads
 from poslens.model.corpus import Corpus, make_corpus
 from poslens.model.loading import ModelNotSupportedError, PosModel, load_model
@@ -41,15 +46,18 @@ __all__ = [
     "ModelNotSupportedError",
     "PosModel",
     "REGISTRY",
+    "Relativization",
     "Result",
     "Settings",
     "SinkAblation",
     "Study",
     "Variant",
     "__version__",
+    "calibrate_relativization",
     "case_table",
     "claims",
     "compare",
+    "cumulative_attribution",
     "load_model",
     "make_corpus",
     "measure",

@@ -50,7 +50,8 @@ def test_the_files_load_and_hold_the_modes_asked_for(measured):
         assert (out / name).exists(), name
     a = Attribution.load(out)
     assert set(a.table["mode"]) == {"none", "key0", "all", "placebo:all"}
-    assert sorted(set(a.table.loc[a.table["mode"] == "key0", "calibration_size"])) == [4, 6]
+    assert sorted(set(a.table.loc[a.table["mode"] == "key0", "calibration_size"])) == [6]  # other modes: the largest size
+    assert sorted(set(a.table.loc[a.table["mode"] == "all", "calibration_size"])) == [4, 6]  # the calibration's noise
     assert set(a.table.loc[a.table["mode"] == "placebo:all", "calibration_size"]) == {6}  # the placebo: largest size only
     assert set(a.summary["mode"]) == {"key0", "all", "placebo:all"}
     assert set(a.loss["edit"]) == {"relativize:all", "relativize:key0", "placebo:all", "placebo:key0"}
@@ -58,10 +59,10 @@ def test_the_files_load_and_hold_the_modes_asked_for(measured):
     # the calibration corpus: the measured source and length, 4 and 6 sequences, seed --seed + 1
     calibration = a.meta["calibration"]["all@6"]["calibration"]
     assert calibration["seed"] == 1 and calibration["n_seqs"] == 6 and calibration["seq_len"] == 16
-    assert a.meta["calibration"]["key0@4"]["calibration"]["n_seqs"] == 4
+    assert a.meta["calibration"]["all@4"]["calibration"]["n_seqs"] == 4 and "key0@4" not in a.meta["calibration"]
     # every layer of the tiny Llama (3), both windows, per mode and size; r per mode and size
     levels = a.table[(a.table["metric"] == "leakage_pattern") & (a.table["kind"] == "level") & (a.table["layer"] >= 0)]
-    assert len(levels) == 3 * 2 * (1 + 2 + 2 + 1)
+    assert len(levels) == 3 * 2 * (1 + 1 + 2 + 1)  # none, key0, all at two sizes, the placebo
     assert np.isfinite(a.figure("all")["value"]) and np.isfinite(a.figure("key0", "early")["value"])
     # the summary printed: one r row per mode, size and window, and the loss over all positions per edit
     assert "relativize:key0" in output and "placebo:all" in output and "calibration size" in output

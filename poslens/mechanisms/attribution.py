@@ -286,14 +286,16 @@ def cumulative_attribution(
     model: Any, corpus: Corpus, calibration: Corpus, modes: Sequence[str] = MODES, groups: int = 8, early: int = 32,
     batch_size: int | None = 4, calibration_sizes: Sequence[int] | None = None, loss: bool = True,
     placebo_seed: int = 0, progress: bool = True, counterfactual: str = "auto", disk_budget: int | str | None = None,
+    interventions: Sequence[Any] = (),
 ) -> Attribution:
     """Relativize every layer in each mode and measure each layer before its own edit (methodology §11).
 
-    Per calibration size n (default: half the calibration corpus and all of it,
-    so that the calibration's own noise shows as the difference between the two)
-    and mode, the edit is calibrated on the first n calibration sequences and the
-    corpus measured with every layer edited. The figures are paired with the
-    unedited measurement of the same tokens and groups.
+    Each mode's edit is calibrated on the whole calibration corpus and the corpus
+    measured with every layer edited. The smaller calibration sizes (default:
+    half the calibration corpus) are run for mode ``all`` only (or the first mode
+    when ``all`` is not asked), on the first n calibration sequences, so that the
+    calibration's own noise shows as the difference between the sizes. The
+    figures are paired with the unedited measurement of the same tokens and groups.
 
     Args:
         model: The loaded model.
@@ -303,12 +305,15 @@ def cumulative_attribution(
         groups: Number of jackknife groups.
         early: Q of the early window.
         batch_size: Sequences per forward pass of the measurements.
-        calibration_sizes: Calibration sizes to run (default: half and all of ``calibration``).
+        calibration_sizes: Calibration sizes to run (default: half and all of ``calibration``); the largest is used
+            for every mode, the others for mode ``all`` only.
         loss: Whether to measure the change in next-token loss (edits and placebos; at the largest size only).
         placebo_seed: Seed of the placebos' relative kernels.
         progress: Whether to show progress bars.
         counterfactual: The measurements' counterfactual route (``poslens.measure``).
         disk_budget: The measurements' disk budget (``poslens.measure``).
+        interventions: Other interventions (e.g. a BOS replacement) in every forward: the unedited run, the
+            calibrations, the edited runs and the loss; the edit composes with them.
 
     Returns:
         The :class:`Attribution`.
@@ -324,7 +329,7 @@ def cumulative_attribution(
         >>> corpus = poslens.make_corpus(model, "random", n_seqs=8, seq_len=24, seed=0)
         >>> calibration = poslens.make_corpus(model, "random", n_seqs=8, seq_len=24, seed=1)
         >>> a = cumulative_attribution(model, corpus, calibration, modes=["key0"], groups=2, early=8, progress=False)
-        >>> sorted(set(a.table["mode"])), sorted(set(a.summary["calibration_size"]))
+        >>> sorted(set(a.table["mode"])), sorted(set(a.summary["calibration_size"]))   # key0 alone: its noise at 4 too
         (['key0', 'none'], [4, 8])
         >>> a.figure("key0")[["value", "ci_low", "ci_high"]].notna().all()
         np.True_
@@ -339,7 +344,8 @@ def cumulative_attribution(
             raise InputError(f"calibration sizes must lie in 2..{calibration.n_seqs} (the calibration corpus), got {size}")
     options = dict(groups=groups, early=early, batch_size=batch_size, probe=False, progress=progress,
                    counterfactual=counterfactual, disk_budget=disk_budget)
-    base = measure(model, corpus, **options)
+    others = list(interventions)
+    base = measure(model, corpus, interventions=others, **options)
     base_all, base_reps = _replicated(base)
     table: list[dict[str, Any]] = []
     for metric in FIGURES:
@@ -350,22 +356,23 @@ def cumulative_attribution(
     loss_rows: list[pd.DataFrame] = []
     calibrations: dict[str, Any] = {}
     binning = Binning(corpus.seq_len, early)
-    base_nll = next_token_nll(model, corpus, (), batch_size or 4) if loss else None
+    base_nll = next_token_nll(model, corpus, others, batch_size or 4) if loss else None
     for size in sizes:
         subset = calibration.subset(list(range(size)))
-        for mode in modes:
-            fit = calibrate(model, subset, mode, early, progress=progress)
+        # the smaller sizes show the calibration's own noise: once, on the mode that edits most
+        for mode in (modes if size == sizes[-1] else [m for m in modes if m == "all"] or list(modes[:1])):
+            fit = calibrate(model, subset, mode, early, interventions=others, progress=progress)
             calibrations[f"{mode}@{size}"] = fit.describe()
             edits = [Relativization(fit)]
             if mode == "all" and size == sizes[-1]:
                 edits.append(RelativePlacebo(fit, seed=placebo_seed))  # the figure's placebo curve
             for edit in edits:
                 label = mode if isinstance(edit, Relativization) else edit.label
-                edited = measure(model, corpus, interventions=[edit], **options)
+                edited = measure(model, corpus, interventions=[*others, edit], **options)
                 table, summary = _paired_rows(model, label, size, edited, base_all, base_reps, table, summary)
             if loss and size == sizes[-1]:
                 for edit in (Relativization(fit), RelativePlacebo(fit, seed=placebo_seed)):
-                    frame = loss_change(next_token_nll(model, corpus, [edit], batch_size or 4), base_nll, groups, binning)
+                    frame = loss_change(next_token_nll(model, corpus, [*others, edit], batch_size or 4), base_nll, groups, binning)
                     frame.insert(0, "edit", edit.label)
                     loss_rows.append(frame)
     loss_table = pd.concat(loss_rows, ignore_index=True) if loss_rows else pd.DataFrame(
@@ -376,6 +383,7 @@ def cumulative_attribution(
     meta = {"model": base.meta.get("model"), "corpus": base.meta.get("corpus"), "calibration": calibrations,
             "settings": {"modes": list(modes), "groups": groups, "early": early, "batch_size": batch_size,
                          "calibration_sizes": sizes, "loss": loss, "placebo_seed": placebo_seed,
-                         "counterfactual": counterfactual, "first_layer": FIRST_LAYER},
+                         "counterfactual": counterfactual, "first_layer": FIRST_LAYER,
+                         "interventions": [iv.describe() for iv in others]},
             "timings": {"total_seconds": time.perf_counter() - start}}
     return Attribution(pd.DataFrame(table), pd.DataFrame(summary), loss_table, meta)

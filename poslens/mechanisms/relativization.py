@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -241,7 +241,8 @@ def _check_length(expected: int, scores: torch.Tensor, what: str) -> None:
                          f"calibrate on a corpus of the measured length")
 
 
-def calibrate(model: Any, corpus: Corpus, mode: str = "all", early: int = 32, progress: bool = False) -> RelativizationFit:
+def calibrate(model: Any, corpus: Corpus, mode: str = "all", early: int = 32, interventions: Sequence[Any] = (),
+              progress: bool = False) -> RelativizationFit:
     """Fit every layer's absolute terms bottom up on ``corpus``, with the layers below edited in ``mode``.
 
     The corpus runs as one batch in one forward pass: at each layer the hook sums
@@ -249,13 +250,17 @@ def calibrate(model: Any, corpus: Corpus, mode: str = "all", early: int = 32, pr
     edited), fits that layer's A and κ (:func:`poslens.fit.relativize.edit_solver`)
     and subtracts what ``mode`` edits before the next layer. The corpus must be
     disjoint from the one measured: use the same source with another seed.
-    Memory grows with the corpus like that of a batch of its size.
+    Memory grows with the corpus like that of a batch of its size. Other
+    ``interventions`` (a BOS replacement, a sink ablation) run in the same
+    forward, as they will in the measurement: their hooks before the fit's, and
+    their ``hooks_after_capture`` after it.
 
     Args:
         model: The loaded model (:func:`poslens.load_model`).
         corpus: The calibration corpus (:func:`poslens.make_corpus`), of the length to be measured.
         mode: ``"all"``, ``"key0"`` or ``"all-but-key0"``.
         early: Q of the binning (the measurement's ``early``).
+        interventions: Interventions the edit is to compose with, run in the calibration forward too.
         progress: Whether to show a progress bar over layers.
 
     Returns:
@@ -273,7 +278,7 @@ def calibrate(model: Any, corpus: Corpus, mode: str = "all", early: int = 32, pr
         >>> fit.cells.shape, fit.calibration["n_seqs"]
         ((3, 4, 16, 16), 4)
     """
-    from poslens.measurement.pipeline import tokens_sha256  # the one hash of token ids
+    from poslens.measurement.pipeline import hooks_after_capture, tokens_sha256  # the pipeline's own hook order and hash
 
     check_mode(mode)
     if not isinstance(corpus, Corpus):
@@ -298,13 +303,16 @@ def calibrate(model: Any, corpus: Corpus, mode: str = "all", early: int = 32, pr
             return scores - _edit(st, terms.for_mode(mode), scores.device, scores.dtype)[None]
         return hook
 
-    hooks = [(hook_names.attn_scores(layer), fit_and_edit(layer)) for layer in range(n_layers)]
+    hooks = [h for iv in interventions for h in iv.hooks(model, corpus.tokens)]
+    hooks += [(hook_names.attn_scores(layer), fit_and_edit(layer)) for layer in range(n_layers)]
+    hooks += hooks_after_capture(model, corpus.tokens, interventions)
     try:
         hook_names.run_with_hooks(model, corpus.tokens, hooks, stop_after=hook_names.attn_scores(n_layers - 1))
     finally:
         bar.close()
     record = {"source": corpus.source, "seed": corpus.seed, "n_seqs": corpus.n_seqs, "seq_len": t,
-              "position0": corpus.position0, "tokens_sha256": tokens_sha256(corpus.tokens)}
+              "position0": corpus.position0, "tokens_sha256": tokens_sha256(corpus.tokens),
+              "interventions": [iv.describe() for iv in interventions]}
     return RelativizationFit(mode, cells, key0, t, early, windows, record,
                              {"model": model.name, "variant": model.variant_name})
 

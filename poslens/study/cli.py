@@ -20,6 +20,7 @@ from poslens.errors import PoslensError
 from poslens.files import remove_stale_temporaries
 from poslens.measurement.result import OutputNotWritableError, Result, ensure_writable_dir, reading_notes
 from poslens.mechanisms.interventions import BosReplacement
+from poslens.mechanisms.architectures import default_cases
 from poslens.model.cache import folder_size, size_text
 from poslens.model.corpus import make_corpus
 from poslens.model.loading import load_model
@@ -521,7 +522,9 @@ def _sizes_option(value: str | None) -> str | None:
 @app.command()
 def relativize(
     model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
-    n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
+    n_seqs: int = typer.Option(Settings.relativize_seqs, "--n-seqs", min=1, help="Sequences of the measured corpus."),
+    seq_len: int = typer.Option(Settings.relativize_len, "--seq-len", min=2, help="Tokens per sequence (measured and calibration)."),
+    seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
     batch_size: int = _BATCH_SIZE, counterfactual: str = _COUNTERFACTUAL,
     disk_budget: Optional[str] = _DISK_BUDGET, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
     modes: str = typer.Option("all,key0,all-but-key0", callback=_modes_option,
@@ -561,8 +564,8 @@ def relativize(
                                  param_hint="'--calibration-sizes'")
     with _output_folder(out):
         study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
-                       n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
-                       counterfactual=counterfactual, disk_budget=disk_budget, dtype=dtype,
+                       relativize_seqs=n_seqs, relativize_len=seq_len, seed=seed, groups=groups, early=early,
+                       batch_size=batch_size, counterfactual=counterfactual, disk_budget=disk_budget, dtype=dtype,
                        device_map=device_map, relativize_modes=tuple(modes.split(",")), calibration_seqs=calibration_seqs,
                        calibration_seed=calibration_seed, calibration_sizes=sizes, relativize_loss=not no_loss)
         result = study.relativize()
@@ -590,7 +593,7 @@ def relativize(
 
 @app.command()
 def claims(out: Path = typer.Option(..., help="Folder holding the parts written by the other commands.")) -> None:
-    """Compute the verdicts C1–C6 from the tables in a folder; writes claims.csv and claim_inputs.csv.
+    """Compute the verdicts C1–C7 from the tables in a folder; writes claims.csv and claim_inputs.csv.
 
     Refuses tables made with different settings (claims would mix them); names the commands of claims not measured.
 
@@ -604,9 +607,14 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
             path = Path(out) / f"{name}.parquet"
             if path.exists():
                 parts[name] = Result.load(path)
+        if (Path(out) / "attribution.json").exists():
+            from poslens.mechanisms.attribution import Attribution
+
+            parts["relativize"] = Attribution.load(out)
         if not parts:
             raise typer.BadParameter(
-                f"{out} holds none of leakage/bos-swap/ablate-sinks/compare/fingerprint .parquet; run those commands first")
+                f"{out} holds none of leakage/bos-swap/ablate-sinks/compare/fingerprint .parquet or attribution.json; "
+                "run those commands first")
         study = Study(Settings(), out)
         table = study.claims(parts).table
     console.print(escape(table[["claim", "model", "figure", "ci_low", "ci_high", "verdict"]].to_string(index=False)))
@@ -650,6 +658,8 @@ def report(
     fingerprint_len: Optional[int] = typer.Option(None, min=2, help="Override the fingerprint's sequence length."),
     compare_seqs: Optional[int] = typer.Option(None, min=1, help="Override the comparison's sequences per case."),
     compare_len: Optional[int] = typer.Option(None, min=2, help="Override the comparison's sequence length."),
+    relativize_seqs: Optional[int] = typer.Option(None, min=1, help="Override the cumulative attribution's sequences."),
+    relativize_len: Optional[int] = typer.Option(None, min=2, help="Override the cumulative attribution's sequence length."),
     batch_size: Optional[int] = typer.Option(None, min=1, help="Override the preset's largest batch size (4)."),
     max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
     disk_budget: Optional[str] = _DISK_BUDGET,
@@ -661,16 +671,17 @@ def report(
     """
     overrides = {k: v for k, v in dict(n_seqs=n_seqs, seq_len=seq_len, groups=groups, fingerprint_seqs=fingerprint_seqs,
                                         fingerprint_len=fingerprint_len, compare_seqs=compare_seqs, compare_len=compare_len,
+                                        relativize_seqs=relativize_seqs, relativize_len=relativize_len,
                                         batch_size=batch_size).items()
                  if v is not None}
     overrides.update(max_memory=max_memory, counterfactual=counterfactual, disk_budget=disk_budget)
     settings = Settings.quick(model=model, **overrides) if quick else Settings.full(model=model, **overrides)
-    counts = dict(n_seqs=settings.n_seqs, fingerprint_seqs=settings.fingerprint_seqs)
+    counts = dict(n_seqs=settings.n_seqs, fingerprint_seqs=settings.fingerprint_seqs, relativize_seqs=settings.relativize_seqs)
     _check_fill(settings.groups, **counts, **({} if skip_compare else dict(compare_seqs=settings.compare_seqs)))
-    _early(None, seq_len=settings.seq_len, fingerprint_len=settings.fingerprint_len,
+    _early(None, seq_len=settings.seq_len, fingerprint_len=settings.fingerprint_len, relativize_len=settings.relativize_len,
            **({} if skip_compare else dict(compare_len=settings.compare_len)))
     study = Study(settings, out, log=lambda message: console.print(escape(message), soft_wrap=True), overwrite=overwrite)
-    plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint"] + ([] if skip_compare else ["compare"])
+    plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "relativize"] + ([] if skip_compare else ["compare"])
     with _output_folder(out):
         try:
             _run_report(study, quick, model, plan)
@@ -694,11 +705,14 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
     if not quick:
         per_token = _calibrate_seconds_per_token(model)
         s = settings
-        cases = 4 if s.compare_quick else 7
+        cases = len(default_cases(quick=s.compare_quick))
         # per_token is timed with collect_sums itself (the forward with its hooks, then the counterfactual replay)
         tokens = s.n_seqs * s.seq_len * (1 + 1 + len(s.replacements)) * (1 + s.seq_len / 1024)
         tokens += (2 * s.fingerprint_seqs + 256) * s.fingerprint_len
         tokens += (cases + 1) * s.compare_seqs * s.compare_len * (1 + s.compare_len / 1024)  # gemma3-270m: about twice
+        # the attribution: the unedited run, each mode, the smaller calibration and the placebo; then the loss forwards
+        measured = 1 + len(s.relativize_modes) + 2
+        tokens += (measured + 2 * len(s.relativize_modes)) * s.relativize_seqs * s.relativize_len * (1 + s.relativize_len / 1024)
         console.print(f"--full: expecting roughly {tokens * per_token / 60:.0f} minutes on this machine "
                       f"(calibrated at {per_token * 1e3:.1f} ms per token; gemma3-270m costs more per token)")
     parts, timings = {}, {}
@@ -730,7 +744,7 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
         "corpus": leakage_meta.get("corpus"),
         "versions": leakage_meta.get("versions"),
         "timings_seconds": timings,
-        "parts": {name: f"{name}.parquet" for name in parts},
+        "parts": {name: "attribution.parquet" if name == "relativize" else f"{name}.parquet" for name in parts},
     }
     study.write(Path(out) / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=1, default=str)))
     console.print(escape(claims_table.table[["claim", "model", "verdict"]].to_string(index=False)))

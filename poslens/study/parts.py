@@ -23,6 +23,7 @@ recorded in the part's metadata. Nothing else picks a batch size.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -140,9 +141,14 @@ def complete_parts(out: str | Path, settings: Settings, names: list[str]) -> lis
     """
     complete = []
     for name in names:
-        path = Path(out) / f"{name}.parquet"
+        path = Path(out) / ("attribution.json" if name == "relativize" else f"{name}.parquet")
         try:
-            saved = Result.load(path).meta.get("settings") if path.exists() else None
+            if not path.exists():
+                saved = None
+            elif name == "relativize":
+                saved = json.loads(path.read_text()).get("settings")
+            else:
+                saved = Result.load(path).meta.get("settings")
         except Exception:  # unreadable: a rerun computes it again
             saved = None
         if saved and saved == settings_values(settings, tuple(saved)):
@@ -566,9 +572,11 @@ class Study:
         self.log("[relativize] computing")
         start = time.perf_counter()
         model = self.model()
-        calibration = make_corpus(model, s.corpus, n_seqs=s.calibration_seqs or s.n_seqs, seq_len=s.seq_len,
+        measured = make_corpus(model, s.corpus, n_seqs=s.relativize_seqs, seq_len=s.relativize_len,
+                               position0=s.position0, seed=s.seed, text_field=s.text_field)
+        calibration = make_corpus(model, s.corpus, n_seqs=s.calibration_seqs or s.relativize_seqs, seq_len=s.relativize_len,
                                   position0=s.position0, seed=calibration_seed, text_field=s.text_field)
-        result = cumulative_attribution(model, self.corpus(), calibration, modes=s.relativize_modes, groups=s.groups,
+        result = cumulative_attribution(model, measured, calibration, modes=s.relativize_modes, groups=s.groups,
                                         early=s.early, batch_size=s.batch_size, calibration_sizes=s.calibration_sizes or None,
                                         loss=s.relativize_loss, counterfactual=s.counterfactual, disk_budget=s.disk_budget)
         result.meta.update(settings_key=key, settings=wanted, inputs=inputs, part_seconds=time.perf_counter() - start)
@@ -580,7 +588,7 @@ class Study:
         return result
 
     def claims(self, parts: dict[str, Result]) -> Claims:
-        """Verdicts C1–C6 from whichever parts were run; writes ``claims.csv`` and ``claim_inputs.csv``.
+        """Verdicts C1–C7 from whichever parts were run; writes ``claims.csv`` and ``claim_inputs.csv``.
 
         The parts must agree on every setting they share (:func:`check_same_settings`,
         else :class:`MixedSettingsError`): a claim never pairs figures of different runs.

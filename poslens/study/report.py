@@ -529,6 +529,28 @@ def _claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[s
                 quantized_note(c),
             ),
         ))
+    if "relativize" in parts:
+        attribution = parts["relativize"]
+        record = settings.get("relativize_seqs"), settings.get("relativize_len")
+        figures["C7"].append((
+            plots.plot_attribution(attribution.table, "all"),
+            _caption("L(log a) by layer, all queries, unedited and with every layer relativized (methodology §11): the edited "
+                     "curve at layer l is measured with layers < l edited and layer l as the model computes it, so layer 0 "
+                     "is the negative control. 'every column' removes each head's whole absolute logit component, 'key 0 "
+                     "only' its key-0 term per query bin, 'all but key 0' the rest; the placebo subtracts a purely relative "
+                     "kernel of the same norm. C7 reads r = 1 − mean over layers ≥ 2 of the edited L over the unedited one "
+                     "under 'every column'; C3 reports the same under 'key 0 only'. "
+                     f"{record[0]} sequences × {record[1]} tokens; paired delete-one-group jackknife 95% intervals.",
+                     quantized_note(attribution)),
+        ))
+        if len(attribution.loss):
+            figures["C7"].append((
+                plots.plot_loss_change(attribution.loss),
+                _caption("What each edit costs the model: the change in next-token loss (nats per token) per query bin, "
+                         "beside the purely relative placebo of the same norm. An edit that costs far more than its "
+                         "placebo runs the model off its distribution for reasons that are about position.",
+                         quantized_note(attribution)),
+            ))
     if "bos-swap" in parts:
         swap = parts["bos-swap"]
         figures["C5"].append((

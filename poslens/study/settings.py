@@ -46,8 +46,10 @@ class Settings:
         compare_len: Tokens per sequence of the architecture comparison.
         compare_quick: Whether the comparison runs the quick set of cases.
         cases: The comparison's cases; empty: :func:`~poslens.mechanisms.architectures.default_cases`.
-        relativize_modes: The relativization modes of the cumulative attribution (methodology §11).
-        calibration_seqs: Sequences of its calibration corpus (``None``: ``n_seqs``).
+        relativize_seqs: Sequences of the cumulative attribution's measured corpus (methodology §11).
+        relativize_len: Tokens per sequence of the cumulative attribution (a shorter T: it measures each mode again).
+        relativize_modes: The relativization modes of the cumulative attribution.
+        calibration_seqs: Sequences of its calibration corpus (``None``: ``relativize_seqs``).
         calibration_seed: Seed of its calibration corpus (``None``: ``seed + 1``; it must differ from ``seed``).
         calibration_sizes: Its calibration sizes (empty: half and all of the calibration corpus).
         relativize_loss: Whether it measures the change in next-token loss.
@@ -81,6 +83,8 @@ class Settings:
     compare_len: int = 640
     compare_quick: bool = True
     cases: tuple[Case, ...] = field(default=())
+    relativize_seqs: int = 16
+    relativize_len: int = 64
     relativize_modes: tuple[str, ...] = MODES
     calibration_seqs: int | None = None
     calibration_seed: int | None = None
@@ -106,12 +110,16 @@ class Settings:
 
     @classmethod
     def full(cls, **overrides: Any) -> "Settings":
-        """The full preset, sized to finish within an hour on 2 CPU cores, with ``overrides``.
+        """The full preset, sized to finish within 90 minutes on 2 CPU cores, with ``overrides``.
 
-        Sizes come from the quick run's interval widths (docs/findings.md): twice
-        the sequences and length for the measured parts, twice the sequences
-        for the architecture comparison, and the quick preset's four cases (more
-        sequences before more cases: each C4 comparison needs narrow intervals).
+        Twice the quick preset's sequences and length for the measured parts; the
+        architecture comparison runs every dose-response case (NTK α ∈ {2, 4, 8},
+        windows W ∈ {32, 64, 128, 256}, beside the base model and gemma3-270m) on
+        16 sequences at a shorter T = 512 (every W below T; all SmolLM2 variants
+        read the same token ids, so their differences are paired), and the
+        cumulative attribution 32 sequences × 128 tokens (it measures the corpus
+        once per mode and calibration size). More sequences before more cases:
+        each comparison needs a narrow interval of its difference.
 
         Args:
             **overrides: Settings to change.
@@ -121,12 +129,12 @@ class Settings:
 
         Example:
             >>> s = Settings.full(seq_len=512)
-            >>> s.n_seqs, s.seq_len, s.compare_seqs, s.compare_len, s.compare_quick
-            (32, 512, 16, 640, True)
+            >>> s.n_seqs, s.seq_len, s.compare_seqs, s.compare_len, s.compare_quick, s.relativize_len
+            (32, 512, 16, 512, False, 128)
         """
         base = dict(
             n_seqs=32, seq_len=256, fingerprint_seqs=64, fingerprint_len=64,
-            compare_seqs=16, compare_len=640, compare_quick=True,
+            compare_seqs=16, compare_len=512, compare_quick=False, relativize_seqs=32, relativize_len=128,
         )
         return cls(**{**base, **overrides})
 
@@ -159,7 +167,7 @@ OPTION_NAMES = {
     "dtype": "--dtype", "tau": "--tau", "replacements": "--replacement", "fingerprint_seqs": "--fingerprint-seqs",
     "fingerprint_len": "--fingerprint-len", "compare_seqs": "--compare-seqs", "compare_len": "--compare-len",
     "compare_quick": "--full", "cases": "cases", "counterfactual": "--counterfactual", "disk_budget": "--disk-budget",
-    "relativize_modes": "--modes", "calibration_seqs": "--calibration-seqs", "calibration_seed": "--calibration-seed",
+    "relativize_seqs": "--relativize-seqs", "relativize_len": "--relativize-len", "relativize_modes": "--modes", "calibration_seqs": "--calibration-seqs", "calibration_seed": "--calibration-seed",
     "calibration_sizes": "--calibration-sizes", "relativize_loss": "--no-loss",
 }
 
@@ -172,9 +180,13 @@ COMMAND_SETTINGS = {
     "ablate-sinks": (*MEASURE_KEYS, "tau"),
     "fingerprint": (*MEASURE_KEYS, "tau", "fingerprint_seqs", "fingerprint_len"),
     "compare": ("compare_seqs", "compare_len", "compare_quick", "groups", "early", "seed", "corpus", "text_field", "batch_size"),
-    "relativize": (*MEASURE_KEYS, "relativize_modes", "calibration_seqs", "calibration_seed", "calibration_sizes", "relativize_loss"),
+    "relativize": ("model", "variant", "corpus", "text_field", "relativize_seqs", "relativize_len", "groups", "early", "seed",
+                   "batch_size", "position0", "dtype", "relativize_modes", "calibration_seqs", "calibration_seed", "calibration_sizes", "relativize_loss"),
 }
-_COMPARE_OPTIONS = {"compare_seqs": "--n-seqs", "compare_len": "--seq-len"}
+_COMMAND_OPTIONS = {  # a command's own --n-seqs and --seq-len, for the settings they stand for
+    "compare": {"compare_seqs": "--n-seqs", "compare_len": "--seq-len"},
+    "relativize": {"relativize_seqs": "--n-seqs", "relativize_len": "--seq-len"},
+}
 
 
 def command_line(command: str, settings: dict[str, Any], out: Any) -> str:
@@ -213,7 +225,7 @@ def command_line(command: str, settings: dict[str, Any], out: Any) -> str:
         elif name in ("relativize_modes", "calibration_sizes"):
             words += [OPTION_NAMES[name], ",".join(str(v) for v in value)]
         else:
-            words += [_COMPARE_OPTIONS.get(name, OPTION_NAMES[name]) if command == "compare" else OPTION_NAMES[name], str(value)]
+            words += [_COMMAND_OPTIONS.get(command, {}).get(name, OPTION_NAMES[name]), str(value)]
     return " ".join([*words, "--out", str(out)])
 
 
