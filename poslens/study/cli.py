@@ -19,8 +19,8 @@ from rich.table import Table
 from poslens.errors import PoslensError
 from poslens.files import remove_stale_temporaries
 from poslens.measurement.result import OutputNotWritableError, Result, ensure_writable_dir, reading_notes
-from poslens.mechanisms.interventions import BosReplacement
 from poslens.mechanisms.architectures import default_cases
+from poslens.mechanisms.interventions import BosReplacement
 from poslens.model.cache import folder_size, size_text
 from poslens.model.corpus import make_corpus
 from poslens.model.loading import load_model

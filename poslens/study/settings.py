@@ -167,7 +167,8 @@ OPTION_NAMES = {
     "dtype": "--dtype", "tau": "--tau", "replacements": "--replacement", "fingerprint_seqs": "--fingerprint-seqs",
     "fingerprint_len": "--fingerprint-len", "compare_seqs": "--compare-seqs", "compare_len": "--compare-len",
     "compare_quick": "--full", "cases": "cases", "counterfactual": "--counterfactual", "disk_budget": "--disk-budget",
-    "relativize_seqs": "--relativize-seqs", "relativize_len": "--relativize-len", "relativize_modes": "--modes", "calibration_seqs": "--calibration-seqs", "calibration_seed": "--calibration-seed",
+    "relativize_seqs": "--relativize-seqs", "relativize_len": "--relativize-len", "relativize_modes": "--modes",
+    "calibration_seqs": "--calibration-seqs", "calibration_seed": "--calibration-seed",
     "calibration_sizes": "--calibration-sizes", "relativize_loss": "--no-loss",
 }
 
@@ -181,7 +182,8 @@ COMMAND_SETTINGS = {
     "fingerprint": (*MEASURE_KEYS, "tau", "fingerprint_seqs", "fingerprint_len"),
     "compare": ("compare_seqs", "compare_len", "compare_quick", "groups", "early", "seed", "corpus", "text_field", "batch_size"),
     "relativize": ("model", "variant", "corpus", "text_field", "relativize_seqs", "relativize_len", "groups", "early", "seed",
-                   "batch_size", "position0", "dtype", "relativize_modes", "calibration_seqs", "calibration_seed", "calibration_sizes", "relativize_loss"),
+                   "batch_size", "position0", "dtype", "relativize_modes", "calibration_seqs", "calibration_seed",
+                   "calibration_sizes", "relativize_loss"),
 }
 _COMMAND_OPTIONS = {  # a command's own --n-seqs and --seq-len, for the settings they stand for
     "compare": {"compare_seqs": "--n-seqs", "compare_len": "--seq-len"},
