@@ -433,3 +433,72 @@ def plot_loss_change(loss: pd.DataFrame) -> Figure:
                                                   subtitle=dict(text=run)),
                       xaxis_title="query positions", yaxis_title="Δ loss (nats per token)", height=420)
     return Figure(fig)
+
+
+def plot_dose_response(comparisons: pd.DataFrame, metric: str = "c_res", query_window: str = "all") -> Figure:
+    """C4's dose-responses: each variant's paired difference from its base model, against NTK α and window W.
+
+    It draws the ``paired`` rows (layer −1: the mean over layers ≥ 1) of the
+    comparison table of :func:`poslens.mechanisms.comparisons.comparison_table`:
+    one panel for the ``ntk:α`` variants (α = 1 is the base model, difference 0),
+    one for the ``window:W`` variants, each point with its paired 95% interval, on
+    log-2 axes. The panel titles give the trend rows' slopes per doubling with
+    their intervals, as the table holds them. Every number is read from the table.
+
+    Args:
+        comparisons: The comparison table (columns variant, metric, query_window, layer, kind, comparison, value, ci_low, ci_high).
+        metric: The compared figure (``c_res``, ``c_mask``, ``leakage_pattern`` or ``c_res_depth_slope``).
+        query_window: ``"all"`` or ``"early"``.
+
+    Returns:
+        The figure.
+
+    Raises:
+        ValueError: When the table has no paired ``ntk:`` or ``window:`` rows for this metric and window.
+
+    Example:
+        >>> rows = pd.DataFrame([dict(variant=v, metric="c_res", query_window="all", layer=-1, kind="paired",
+        ...                           comparison=f"{v} − base", value=d, ci_low=d - 0.1, ci_high=d + 0.1)
+        ...                      for v, d in (("ntk:2", -0.1), ("ntk:4", -0.2), ("window:64", 0.3))])
+        >>> [trace.name for trace in plot_dose_response(rows).data]
+        ['NTK α', 'window W']
+    """
+    from poslens.model.variants import parse_variant
+
+    rows = comparisons[(comparisons["metric"] == metric) & (comparisons["query_window"] == query_window)]
+    paired = rows[(rows["kind"] == "paired") & (rows["layer"] == -1)]
+    points: dict[str, list[tuple[float, Any]]] = {"ntk": [], "window": []}
+    for _, row in paired.iterrows():
+        variant = parse_variant(str(row["variant"]))
+        if variant.ntk_alpha is not None and variant.window is None:
+            points["ntk"].append((float(variant.ntk_alpha), row))
+        elif variant.window is not None and variant.ntk_alpha is None:
+            points["window"].append((float(variant.window), row))
+    if not points["ntk"] and not points["window"]:
+        raise ValueError(f"no paired ntk: or window: rows for metric {metric!r} in window {query_window!r}")
+    trends = rows[rows["kind"] == "trend"]
+
+    def trend_text(family: str) -> str:
+        hit = trends[(trends["variant"] == family) & (trends["layer"] == -1)]
+        if hit.empty:
+            return "no trend (fewer than two parameter values)"
+        t = hit.iloc[0]
+        return f"slope per doubling {t['value']:.3g} [{t['ci_low']:.3g}, {t['ci_high']:.3g}]"
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(f"NTK α: {trend_text('ntk')}", f"window W: {trend_text('window')}"))
+    for col, (family, name) in enumerate((("ntk", "NTK α"), ("window", "window W")), start=1):
+        found = sorted(points[family], key=lambda p: p[0])
+        if family == "ntk":
+            found = [(1.0, None)] + found  # the base model: α = 1, no difference from itself
+        x = [p for p, _ in found]
+        y = [0.0 if r is None else float(r["value"]) for _, r in found]
+        up = [0.0 if r is None else float(r["ci_high"]) - float(r["value"]) for _, r in found]
+        down = [0.0 if r is None else float(r["value"]) - float(r["ci_low"]) for _, r in found]
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=name,
+                                 error_y=dict(type="data", array=up, arrayminus=down, visible=True)), row=1, col=col)
+        fig.update_xaxes(type="log", title_text=name, row=1, col=col)
+    fig.add_hline(y=0, line=dict(color="grey", dash="dot"))
+    fig.update_yaxes(title_text=f"{metric}: variant − base (paired, layers ≥ 1)", row=1, col=1)
+    fig.update_layout(title=dict(text=f"Dose-responses of {metric} ({query_window} queries), paired differences from the base model"),
+                      height=420)
+    return fig

@@ -37,6 +37,7 @@ from poslens.files import atomic_write_text
 from poslens.fit.metric_glossary import GLOSSARY
 from poslens.measurement import plots
 from poslens.measurement.result import Result, quantized_note
+from poslens.mechanisms.comparisons import comparison_table
 from poslens.ownership import check_replaceable, record_written
 from poslens.study.claims import (
     NOT_MEASURED,
@@ -529,6 +530,18 @@ def _claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[s
                 quantized_note(c),
             ),
         ))
+    if "compare" in parts:
+        comparisons = comparison_table(parts["compare"])
+        paired = comparisons[(comparisons["kind"] == "paired") & (comparisons["metric"] == "c_res")]
+        if any(str(v).startswith(("ntk:", "window:")) for v in paired["variant"]):
+            figures["C4"].append((
+                plots.plot_dose_response(comparisons, "c_res", "all"),
+                _caption("Each variant's C_res (mean over layers ≥ 1, all queries) minus its base model's, on the same token "
+                         "ids and groups, with the paired delete-one-group jackknife 95% interval; the panel titles give "
+                         "the least-squares slope per doubling of α or W and its interval (methodology §9.1). C4 reads "
+                         "these differences and slopes, not whether two cases' own intervals overlap.",
+                         quantized_note(parts["compare"])),
+            ))
     if "relativize" in parts:
         attribution = parts["relativize"]
         record = settings.get("relativize_seqs"), settings.get("relativize_len")
