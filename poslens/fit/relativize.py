@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from jaxtyping import Float
 
-from poslens.fit.counterfactual import Structure, fit_logits
+from poslens.fit.counterfactual import Structure, fit_logits, structural_cells, structural_sums
 
 MODES = ("all", "key0", "all-but-key0")
 """What a relativizing edit subtracts: A and κ (``all``), κ only (``key0``) or A only (``all-but-key0``)."""
@@ -338,16 +338,7 @@ def dense_sums(st: Structure, logits: Float[np.ndarray, "*heads query key"]) -> 
         >>> [x.shape for x in dense_sums(st, np.ones((4, 4)))]
         [(4,), (4,), (4,), (16,)]
     """
-    t = st.rows
-    i, j = np.meshgrid(np.arange(t), np.arange(t), indexing="ij")
-    delta = i - j
-    visible = (delta >= 0) & (delta < st.n_offsets) & (i >= 1)
-    x = np.where(visible, logits[..., :t, :t], 0.0)
-    offsets = np.stack([np.where(delta == k, x, 0.0).sum((-2, -1)) for k in range(st.n_offsets)], axis=-1)
-    cell = st.query_bin[:t][:, None] * st.n_offset_bins + st.offset_bin[np.clip(delta, 0, st.n_offsets - 1)]
-    n_cells = len(st.pair_cells)
-    cells = np.stack([np.where(visible & (cell == k), x, 0.0).sum((-2, -1)) for k in range(n_cells)], axis=-1)
-    return x.sum(-1), x[..., :, 0] * st.key0, offsets, cells
+    return (*structural_sums(st, logits), structural_cells(st, logits))
 
 
 def edit_values(st: Structure, terms: AbsoluteTerms) -> Float[np.ndarray, "*heads query key"]:
