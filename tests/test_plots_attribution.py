@@ -40,7 +40,7 @@ def test_one_trace_per_mode_at_the_largest_size_with_the_unedited_curve_first_an
         np.testing.assert_allclose(trace.error_y.array, [0.2] * 4)
         np.testing.assert_allclose(trace.error_y.arrayminus, [0.1 + layer / 100 for layer in LAYERS])
     subtitle = fig.layout.title.subtitle.text
-    assert "layers < l relativized" in subtitle and "layer 0 is the negative control" in subtitle and "m (base)" in subtitle
+    assert "layers < l relativized" in subtitle and "layer 0: the negative control" in subtitle and "m (base)" in subtitle
 
 
 def test_the_early_window_draws_the_early_rows():

@@ -387,8 +387,8 @@ def plot_attribution(table: pd.DataFrame, query_window: str = "all") -> Figure:
         part = part.sort_values("layer")
         fig.add_trace(go.Scatter(x=part["layer"], y=part["value"], error_y=_errors(part), mode="lines+markers", name=name,
                                  line=line))
-    caption = (f"{run}; edited curves at layer l: layers < l relativized, fitted on {largest} calibration sequences; "
-               "layer 0 is the negative control (nothing below it is edited)")
+    caption = (f"{run}; at layer l, layers < l relativized (calibration: {largest} sequences); "
+               "layer 0: the negative control")
     fig.update_layout(title=dict(text=f"Cumulative attribution: L(log a) by layer ({query_window} queries)",
                                  subtitle=dict(text=caption)),
                       xaxis_title="layer l", yaxis_title=f"L(log a), head mean, {query_window} queries", height=460)
