@@ -2,8 +2,8 @@
 
 :func:`cumulative_attribution` calibrates each mode's edit on a calibration
 corpus (:func:`poslens.mechanisms.relativization.calibrate`), measures the
-corpus once unedited and once per mode and calibration size with every layer
-relativized (:class:`~poslens.mechanisms.relativization.Relativization`, whose
+corpus once unedited, once per mode (and for mode ``all`` once more at the
+smaller calibration size) with every layer relativized (:class:`~poslens.mechanisms.relativization.Relativization`, whose
 edit runs after the capture), and reports per layer L(log a), C_res and C_mask,
 edited against unedited on the same tokens with paired delete-one-group
 jackknife intervals, and (mode ``all``, largest calibration size) the same under

@@ -118,7 +118,7 @@ class Settings:
         16 sequences at a shorter T = 512 (every W below T; all SmolLM2 variants
         read the same token ids, so their differences are paired), and the
         cumulative attribution 32 sequences × 128 tokens (it measures the corpus
-        once per mode and calibration size). More sequences before more cases:
+        once per mode, once more at the smaller calibration size). More sequences before more cases:
         each comparison needs a narrow interval of its difference.
 
         Args:
