@@ -4,7 +4,11 @@
    replaced by a relative kernel g(i − j) (two heads with a constant key-0 bias as well) plus independent
    per-sequence noise of sd 0.3 or 1.0. The edit fitted on it must be calibration noise only: exactly 0
    without noise, linear in the noise, of size of order sd/√N_cal (shrinking like 1/√N_cal), and it must
-   leave L(log a) and C_res of the edited scores within a small tolerance of the unedited ones.
+   leave L(log a) and C_res of the edited scores unchanged within their interval, one that holds the
+   calibration's noise (the spread over four disjoint calibration groups) beside the measured corpus's
+   (measured: the intervals run over ±1–6% of L, and a fixed absolute term of three times the calibration
+   offsets' size falls outside them at one to three of the three layers), and within 0.1·L of the unedited
+   figures for a single calibration group.
 2. **An absolute signal injected at layer k = 0** (methodology §4.4 (h)): an absolute term is added to layer
    0's scores only, so that layers 1 and 2 get its position information only through layer 0's attention
    output. Relativizing layer 0 must remove that downstream signal: layers ≥ 1 (the aggregate over layers
@@ -232,6 +236,71 @@ def test_relative_stack_is_unchanged_by_the_edit(plain_folder, stack_corpora, st
         for layer in range(model.n_layers):
             worst = max(abs(paired(base, moved, metric, layer)[0]) for metric in ("leakage_pattern", "c_res"))
             assert worst > 0.1 * level(base, "leakage_pattern", layer), (layer, worst)
+
+
+N_CALIBRATIONS = 4  # disjoint calibration groups of N_CAL sequences (the calibration corpus holds 4·N_CAL)
+FAMILY_Z = 2.865  # two-sided normal quantile at 1 − 0.05/12: Bonferroni over 3 layers × 2 figures × 2 noise levels
+
+
+def over_calibrations(base: tuple[dict, list[dict]], edited: list[tuple[dict, list[dict]]], metric: str,
+                      layer: int) -> tuple[float, float, float]:
+    """The mean over calibration groups of edited − base, with an interval that holds both noises.
+
+    Each edited measurement used the edit fitted on one disjoint calibration group. se² is the paired
+    delete-one-group jackknife variance over the measurement groups of the mean difference (the measured
+    corpus's noise) plus s²/K, s the spread of the K differences (the calibration's noise, which the paired
+    interval of one edit cannot see). The interval is ± FAMILY_Z·se.
+    """
+    w = WINDOWS.index("all")
+    pick = lambda figures: figures[metric][w, layer, -1]  # noqa: E731
+    per_calibration = np.array([pick(e[0]) - pick(base[0]) for e in edited])
+    reps = np.array([[pick(o) - pick(b) for b, o in zip(base[1], e[1])] for e in edited]).mean(axis=0)
+    g = len(reps)
+    se_measured2 = (g - 1) / g * np.sum((reps - reps.mean()) ** 2)
+    se = np.sqrt(se_measured2 + per_calibration.var(ddof=1) / len(edited))
+    mean = float(per_calibration.mean())
+    return mean, mean - FAMILY_Z * float(se), mean + FAMILY_Z * float(se)
+
+
+@pytest.fixture(scope="module")
+def calibration_group_fits(plain_folder, stack_corpora):
+    """{sd: [fit on calibration group k]} for sd 0.3 and 1.0, K disjoint groups of N_CAL sequences."""
+    _, calibration = stack_corpora
+    fits = {}
+    for sd in (0.3, 1.0):
+        model = relative_stack(plain_folder, sd)
+        fits[sd] = [calibrate(model, calibration.subset(list(range(k * N_CAL, (k + 1) * N_CAL))), "all", early=EARLY)
+                    for k in range(N_CALIBRATIONS)]
+    return fits
+
+
+@pytest.mark.parametrize("sd", [0.3, 1.0])
+def test_relative_stack_is_unchanged_within_its_interval(plain_folder, stack_corpora, calibration_group_fits, sd):
+    """Per layer, the change of L(log a) and C_res under the edit lies within its interval, which holds the
+    calibration's noise (methodology §11: "bootstrap the calibration groups") as well as the measured corpus's.
+
+    The edit is fitted on each of K = 4 disjoint calibration groups of 16 sequences; the interval of the mean
+    change is built from the paired jackknife over the measurement groups and the spread over the calibration
+    groups (:func:`over_calibrations`), at a family-wise 95% level (Bonferroni over the 12 intervals of both
+    noise levels). That it can fail: the same edits plus a fixed absolute term (the first group's edit, so of
+    the calibration offsets' own size, the same in every group) move L(log a) outside its interval at some
+    layer, which a spread over calibrations alone cannot absorb."""
+    corpus, _ = stack_corpora
+    model = relative_stack(plain_folder, sd)
+    base = replicated(poslens.measure(model, corpus, **OPTIONS))
+    fits = calibration_group_fits[sd]
+    edited = [replicated(poslens.measure(model, corpus, interventions=[EditBeforeCapture(Relativization(fit))], **OPTIONS))
+              for fit in fits]
+    for layer in range(model.n_layers):
+        for metric in ("leakage_pattern", "c_res"):
+            d = over_calibrations(base, edited, metric, layer)
+            assert d[1] <= 0.0 <= d[2], (sd, layer, metric, d, level(base, "leakage_pattern", layer))
+    fixed = fits[0]
+    shifted = [replicated(poslens.measure(model, corpus, interventions=[EditBeforeCapture(Relativization(
+        dataclasses.replace(fit, cells=fit.cells + 3 * fixed.cells, key0=fit.key0 + 3 * fixed.key0)))], **OPTIONS))
+        for fit in fits]
+    caught = [excludes_zero(over_calibrations(base, shifted, "leakage_pattern", layer)) for layer in range(model.n_layers)]
+    assert any(caught), (sd, [over_calibrations(base, shifted, "leakage_pattern", layer) for layer in range(model.n_layers)])
 
 
 # -- 2 and 3. an absolute signal injected at layer 0 ----------------------------------------------------
