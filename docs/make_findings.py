@@ -37,9 +37,15 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from poslens.measurement.result import META_KEY, Result
+from poslens.mechanisms.attribution import Attribution
+from poslens.mechanisms.comparisons import comparison_table
 from poslens.study.claims import CLAIMS_FILE, INPUTS_FILE, Claims
 
 PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "compare")
+ATTRIBUTION_FILES = ("attribution.parquet", "attribution_summary.parquet", "attribution_loss.parquet", "attribution.json")
+FIGURES = Path(__file__).parent / "img" / "findings"  # written by docs/make_findings_figures.py
+MODE_TEXT = {"none": "unedited", "all": "every column", "key0": "key 0 only", "all-but-key0": "every column but key 0",
+             "placebo:all": "placebo (relative, norm of 'every column')"}
 WINDOW_TEXT = {"early": "early queries (1 ≤ i < Q)", "all": "all queries (1 ≤ i < T)"}
 
 
@@ -384,7 +390,7 @@ def leakage_section(parts: dict[str, Result]) -> str:
     return "\n".join(lines)
 
 
-def compare_section(parts: dict[str, Result]) -> str:
+def compare_section(parts: dict[str, Result], page: Path) -> str:
     lines = ["## C_res and C_mask by layer, per architecture case (C4)", ""]
     if "compare" not in parts:
         return "\n".join(lines + [missing("compare")])
@@ -395,6 +401,14 @@ def compare_section(parts: dict[str, Result]) -> str:
     lines.append("All queries (1 ≤ i < T), aggregated over heads; the last row of each table aggregates over layers ≥ 1. "
                  "Intervals are 95% (jackknife over groups of sequences). Inference-time variants are labelled as such.")
     lines.append("")
+    for name, caption in (
+            ("sources_native.png", "C_res and C_mask by layer, all queries: the native models, SmolLM2-135M (standard RoPE) "
+                                   "and Gemma 3 270M (native sliding window), 4-bit quantized weights."),
+            ("sources_ntk.png", "C_res and C_mask by layer, all queries: SmolLM2-135M and its NTK-scaled variants "
+                                "(inference-time, never trained with α), 4-bit quantized weights."),
+            ("sources_window.png", "C_res and C_mask by layer, all queries: SmolLM2-135M with imposed sliding windows "
+                                   "(inference-time), 4-bit quantized weights.")):
+        lines.append(image(name, caption, page))
     for (model, variant), part in t.groupby(["model", "variant"], sort=False):
         case = cases.get((model, variant), {})
         kind = "inference-time variant" if variant not in ("base", "") else "native"
@@ -411,6 +425,101 @@ def compare_section(parts: dict[str, Result]) -> str:
             rows.append(row)
         lines.append(markdown_table(["layer", "C_res [95%]", "C_mask [95%]"], rows))
         lines.append("")
+    return "\n".join(lines)
+
+
+def image(name: str, caption: str, page: Path) -> str:
+    """A figure of ``docs/make_findings_figures.py`` with its caption, or a line saying it was not drawn."""
+    path = FIGURES / name
+    if not path.exists():
+        return f"*Figure `{name}` is not drawn: run `.venv/bin/python docs/make_findings_figures.py`.*\n"
+    link = os.path.relpath(path, page.parent.resolve()).replace(os.sep, "/")
+    return f"![{caption}]({link})\n\n*{caption}*\n"
+
+
+def comparisons_section(parts: dict[str, Result], page: Path) -> str:
+    """C4's paired differences, dose-response trends, independent differences and depth slopes (methodology §9.1)."""
+    lines = ["## C4 by differences: paired, dose-responses, depth slopes (methodology §9.1)", ""]
+    if "compare" not in parts:
+        return "\n".join(lines + [missing("compare")])
+    c = comparison_table(parts["compare"])
+    c = c[(c["metric"] == "c_res") & (c["query_window"] == "all") & (c["layer"] == -1) & (c["head"] == -1)]
+    if c.empty:
+        return "\n".join(lines + ["*`compare.parquet` records no comparisons (saved by an older poslens).*", ""])
+    lines.append("C_res over layers ≥ 1, all queries. A variant of one model is compared with its base on the same "
+                 "token ids and groups (paired delete-one-group jackknife); the dose-responses are least-squares "
+                 "slopes of those differences per doubling of α or W; models with different tokenizers are compared "
+                 "as independent samples (Welch); depth slopes compare how C_res changes per fraction of depth. "
+                 "'Detectable' is the minimum detectable difference, (t₀.₉₇₅ + t₀.₈₀)·se: a true difference of that "
+                 "size would give an interval that excludes 0 with probability 80%.")
+    lines.append("")
+    rows = []
+    for _, r in c.iterrows():
+        rows.append([r["kind"], cell(r["comparison"]), with_interval(r["value"], r["ci_low"], r["ci_high"]),
+                     num(r["detectable"])])
+    lines.append(markdown_table(["kind", "comparison", "value [95%]", "detectable |difference|"], rows, ["l", "l", "r", "r"]))
+    lines += ["", image("dose_response.png", "C4's dose-responses: each inference-time variant's C_res minus its base "
+                        "model's on the same tokens, against NTK α and window W, with paired 95% intervals; the panel "
+                        "titles give the slope per doubling (4-bit SmolLM2).", page)]
+    return "\n".join(lines)
+
+
+def read_attribution(folder: Path) -> Attribution | None:
+    """The relativize part of the run folder, or None when its files are missing."""
+    if not all((folder / name).exists() for name in ATTRIBUTION_FILES):
+        return None
+    return Attribution.load(folder)
+
+
+def attribution_section(folder: Path, page: Path) -> str:
+    """The cumulative relativization (methodology §11): r per mode, L(log a) per layer, the loss change."""
+    lines = ["## Relativizing the forward pass (C7, and C3's causal figure)", ""]
+    a = read_attribution(folder)
+    if a is None:
+        return "\n".join(lines + ["*The relativize part (`attribution.*`) is not in this run folder: not measured.*", ""])
+    settings = a.meta.get("settings") or {}
+    corpus = a.meta.get("corpus") or {}
+    lines.append("Every layer's scores are edited so that their absolute logit component is gone, and each layer is "
+                 "captured before its own edit, so layer l is measured with layers < l edited (methodology §11). "
+                 "r = 1 − mean over layers ≥ 2 of the edited L(log a) over the unedited one, with a paired "
+                 "delete-one-group jackknife 95% interval; the edit is fitted on a calibration corpus disjoint "
+                 "from the measured one, at two sizes for 'every column' (the calibration's own noise). "
+                 f"Measured corpus: {corpus.get('n_seqs', '?')} sequences × {corpus.get('seq_len', '?')} tokens; "
+                 f"settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items() if not isinstance(v, (list, dict))) + ".")
+    lines.append("")
+    summary = a.summary[a.summary["query_window"] == "all"]
+    rows = [[MODE_TEXT.get(str(r["mode"]), str(r["mode"])), count(r["calibration_size"]),
+             with_interval(r["value"], r["ci_low"], r["ci_high"])] for _, r in summary.iterrows()]
+    lines.append(markdown_table(["edit", "calibration sequences", "r, all queries [95%]"], rows, ["l", "r", "r"]))
+    lines.append("")
+    levels = a.table[(a.table["metric"] == "leakage_pattern") & (a.table["kind"] == "level") & (a.table["query_window"] == "all")]
+    largest = levels.groupby("mode")["calibration_size"].transform("max")
+    levels = levels[levels["calibration_size"] == largest]
+    modes = [m for m in MODE_TEXT if m in set(levels["mode"])]
+    rows = []
+    for layer in layer_order(levels["layer"]):
+        row = [layer_name(layer)]
+        for mode in modes:
+            r = levels[(levels["mode"] == mode) & (levels["layer"] == layer)]
+            row.append(with_interval(*r[["value", "ci_low", "ci_high"]].iloc[0]) if len(r) else "—")
+        rows.append(row)
+    lines.append("L(log a) per layer, all queries, unedited and under each edit (largest calibration size):")
+    lines.append("")
+    lines.append(markdown_table(["layer"] + [MODE_TEXT[m] for m in modes], rows))
+    lines.append("")
+    lines.append(image("attribution.png", "L(log a) by layer, all queries, unedited and with every layer relativized in "
+                       "each mode, beside the purely relative placebo of matched norm; layer 0 is the negative control "
+                       "(4-bit SmolLM2).", page))
+    if len(a.loss):
+        rows = []
+        for _, r in a.loss[a.loss["query_bin"] == -1].iterrows():
+            rows.append([MODE_TEXT.get(str(r["edit"]).replace("relativize:", ""), str(r["edit"])),
+                         with_interval(r["value"], r["ci_low"], r["ci_high"])])
+        lines.append("Change in next-token loss (nats per token, all positions; per query bin in the figure):")
+        lines.append("")
+        lines.append(markdown_table(["edit", "Δ loss [95%]"], rows, ["l", "r"]))
+        lines += ["", image("loss_change.png", "Change in next-token loss per query bin under each edit, beside its purely "
+                            "relative placebo of matched norm (4-bit SmolLM2).", page)]
     return "\n".join(lines)
 
 
@@ -516,7 +625,7 @@ def fingerprint_section(parts: dict[str, Result]) -> str:
 # --------------------------------------------------------------------------- page
 
 
-def build(folder: Path) -> str:
+def build(folder: Path, out: Path = Path("docs/findings.md")) -> str:
     run_path = folder / "run.json"
     run = json.loads(run_path.read_text()) if run_path.exists() else {}
     parts = load_parts(folder)
@@ -537,7 +646,9 @@ def build(folder: Path) -> str:
         claims_section(folder),
         provenance(folder, run, parts),
         leakage_section(parts),
-        compare_section(parts),
+        compare_section(parts, out),
+        comparisons_section(parts, out),
+        attribution_section(folder, out),
         bos_section(parts),
         ablation_section(parts),
         sinks_section(parts, run),
@@ -555,7 +666,7 @@ def main() -> None:
     args = parser.parse_args()
     if not args.results.is_dir():
         parser.error(f"{args.results} is not a folder; run `poslens report --full --out {args.results}` first")
-    text = build(args.results)
+    text = build(args.results, args.out)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     print(f"wrote {args.out} from {args.results}")

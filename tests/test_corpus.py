@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from poslens import make_corpus
+from poslens.errors import InputError
 from poslens.model.corpus import read_texts
 from poslens.model.tiny import byte_tokenizer
 
@@ -272,3 +273,23 @@ def test_subset_keeps_provenance(tok):
     assert torch.equal(part.tokens, corpus.tokens[[4, 1]])
     assert part.position0_token_ids == [corpus.position0_token_ids[4], corpus.position0_token_ids[1]]
     assert (part.source, part.seed, part.position0) == (corpus.source, corpus.seed, corpus.position0)
+
+
+def test_excluding_makes_two_seeds_draws_disjoint():
+    """Two seeds' draws of one source share windows often (windows lie on a fixed grid): 300 of the 911 byte windows of 511 tokens
+    from each seed share about a third. ``excluding`` drops exactly those, keeps the order of the rest, and refuses
+    when too few are left."""
+    tok = byte_tokenizer()
+    measured = make_corpus(tok, "docs", n_seqs=300, seq_len=512, seed=0)
+    drawn = make_corpus(tok, "docs", n_seqs=600, seq_len=512, seed=1)
+    rows = {tuple(r) for r in measured.tokens.tolist()}
+    shared = [tuple(r) in rows for r in drawn.tokens.tolist()]
+    assert sum(shared[:300]) > 0  # the collision the plain draw would have
+    kept = drawn.excluding(measured, 300)
+    assert kept.n_seqs == 300 and not any(tuple(r) in rows for r in kept.tokens.tolist())
+    expected = [r for r, s in zip(drawn.tokens.tolist(), shared) if not s][:300]
+    assert kept.tokens.tolist() == expected
+    last = [i for i, s in enumerate(shared) if not s][299]
+    assert kept.meta["excluded_shared"] == sum(shared[:last])
+    with pytest.raises(InputError, match="only .* are not in the other corpus"):
+        drawn.excluding(measured, 600)

@@ -186,7 +186,8 @@ def _check_disjoint(corpus: Corpus, calibration: Corpus) -> None:
     shared = sum(tuple(row) in measured for row in calibration.tokens.tolist())
     if shared:
         raise InputError(f"{shared} calibration sequence(s) also appear in the measured corpus: calibrate on a disjoint "
-                         "corpus (the same source with another seed)")
+                         "corpus (the same source with another seed, without the measured sequences: draw N_cal + N "
+                         "sequences and keep calibration.excluding(corpus, N_cal))")
 
 
 def _paired_rows(model: Any, mode: str, size: int, edited: Result, base_all: dict[str, np.ndarray],

@@ -126,6 +126,49 @@ class Corpus:
             dict(self.meta),
         )
 
+    def excluding(self, other: "Corpus", n_seqs: int) -> "Corpus":
+        """The first ``n_seqs`` sequences that are not in ``other``: a corpus disjoint from it, by construction.
+
+        Windows of one source and length are cut on a fixed grid, so two draws
+        share a window exactly or not at all: dropping the identical sequences
+        makes the draws disjoint. Draw ``n_seqs + other.n_seqs`` sequences with
+        the other seed and keep what this returns, as the relativization's
+        calibration corpus does (methodology §11: disjoint from the measured one).
+
+        Args:
+            other: The corpus to be disjoint from (the measured one).
+            n_seqs: How many sequences to keep.
+
+        Returns:
+            The sequences kept, in order, with this corpus's provenance and
+            ``meta["excluded_shared"]``, the number of sequences dropped before the last one kept.
+
+        Raises:
+            InputError: Fewer than ``n_seqs`` sequences are left.
+
+        Example:
+            >>> c = Corpus(torch.arange(8).view(4, 2), "docs", 1, "none", [0, 2, 4, 6], ["a", "b", "c", "d"])
+            >>> measured = c.subset([1])
+            >>> kept = c.excluding(measured, 2)
+            >>> kept.tokens.tolist(), kept.meta["excluded_shared"]
+            ([[0, 1], [4, 5]], 1)
+        """
+        shared = {tuple(row) for row in other.tokens.tolist()}
+        keep, dropped = [], 0
+        for index, row in enumerate(self.tokens.tolist()):
+            if len(keep) == n_seqs:
+                break
+            if tuple(row) in shared:
+                dropped += 1
+            else:
+                keep.append(index)
+        if len(keep) < n_seqs:
+            raise InputError(f"only {len(keep)} of {self.tokens.shape[0]} sequences are not in the other corpus; "
+                             f"{n_seqs} were asked for: draw more sequences")
+        kept = self.subset(keep)
+        kept.meta["excluded_shared"] = dropped
+        return kept
+
 
 def docs_texts() -> list[str]:
     """The offline default text: CPython's bundled documentation topics, in sorted key order.

@@ -524,7 +524,10 @@ class Study:
 
         The edit is fitted on a calibration corpus of the same source and length
         and another seed (``calibration_seed``, default ``seed + 1``), disjoint
-        from the measured corpus. The part is the four files of
+        from the measured corpus by construction: N_cal + N windows are drawn
+        and every one the measured corpus also holds is dropped
+        (:meth:`~poslens.model.corpus.Corpus.excluding`; two seeds' draws of a
+        small source share windows often). The part is the four files of
         :meth:`~poslens.mechanisms.attribution.Attribution.save` (:data:`RELATIVIZE_FILES`),
         whose ``attribution.json`` records the settings, inputs and key; it is
         reused, refused or measured again (``overwrite``) like the other parts.
@@ -574,8 +577,11 @@ class Study:
         model = self.model()
         measured = make_corpus(model, s.corpus, n_seqs=s.relativize_seqs, seq_len=s.relativize_len,
                                position0=s.position0, seed=s.seed, text_field=s.text_field)
-        calibration = make_corpus(model, s.corpus, n_seqs=s.calibration_seqs or s.relativize_seqs, seq_len=s.relativize_len,
-                                  position0=s.position0, seed=calibration_seed, text_field=s.text_field)
+        # draw enough with the other seed to drop every window the measured corpus also holds: disjoint by construction
+        n_calibration = s.calibration_seqs or s.relativize_seqs
+        calibration = make_corpus(model, s.corpus, n_seqs=n_calibration + measured.n_seqs, seq_len=s.relativize_len,
+                                  position0=s.position0, seed=calibration_seed,
+                                  text_field=s.text_field).excluding(measured, n_calibration)
         result = cumulative_attribution(model, measured, calibration, modes=s.relativize_modes, groups=s.groups,
                                         early=s.early, batch_size=s.batch_size, calibration_sizes=s.calibration_sizes or None,
                                         loss=s.relativize_loss, counterfactual=s.counterfactual, disk_budget=s.disk_budget)
