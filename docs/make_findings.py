@@ -39,7 +39,8 @@ import pyarrow.parquet as pq
 from poslens.measurement.result import META_KEY, Result
 from poslens.mechanisms.attribution import Attribution
 from poslens.mechanisms.comparisons import comparison_table
-from poslens.study.claims import CLAIMS_FILE, INPUTS_FILE, Claims
+from poslens.study.claims import CLAIMS_FILE, INCONCLUSIVE, INPUTS_FILE, NOT_MEASURED, Claims
+from poslens.study.report import summary_rows
 
 PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "compare")
 ATTRIBUTION_FILES = ("attribution.parquet", "attribution_summary.parquet", "attribution_loss.parquet", "attribution.json")
@@ -523,6 +524,137 @@ def attribution_section(folder: Path, page: Path) -> str:
     return "\n".join(lines)
 
 
+def _input(claims: Claims, claim: str, name: str) -> pd.Series | None:
+    """The first input called ``name`` among the rows of ``claim``, or None."""
+    t = claims.inputs
+    rows = t[(t["claim"] == claim) & (t["name"] == name)]
+    return rows.iloc[0] if len(rows) else None
+
+
+def _quote(row: pd.Series | None, percent: bool = False) -> str:
+    if row is None:
+        return "—"
+    scale, unit = (100.0, "%") if percent else (1.0, "")
+    if pd.isna(row["ci_low"]):
+        return f"{num(row['value'] * scale)}{unit}"
+    places = decimals(float(row["value"]) * scale)
+    return (f"{num(row['value'] * scale, places)}{unit} [{num(row['ci_low'] * scale, places)}{unit}, "
+            f"{num(row['ci_high'] * scale, places)}{unit}]")
+
+
+def _scope(run: dict[str, Any]) -> str:
+    settings = run.get("settings") or {}
+    return (f"one model, {settings.get('model', '?')}, with 4-bit quantized weights, on "
+            f"{settings.get('n_seqs', '?')} sequences × {settings.get('seq_len', '?')} tokens of CPython's documentation")
+
+
+def _open_questions(claim: str, claims: Claims, parts: dict[str, Result], run: dict[str, Any]) -> str:
+    """What the data of ``claim`` could not decide, from the same tables (one or two sentences)."""
+    rows = claims.table[claims.table["claim"] == claim]
+    verdicts = set(rows["verdict"])
+    if verdicts == {NOT_MEASURED}:
+        return "Nothing: the claim was not measured in this run."
+    if claim == "C1":
+        return (f"The figures come from {_scope(run)}: they say that this model's patterns carry position, not how "
+                "large the signal is in other models or at other lengths.")
+    if claim == "C2":
+        return ("That the mask source exists is true by construction; the figures measure its size. They do not say "
+                "how much of the later layers' absolute position the mask wrote there in earlier layers (C_res counts "
+                "that too, methodology §4.6): that is C7's question.")
+    if claim == "C3":
+        key0 = _input(claims, "C3", "r (key0)")
+        if key0 is None:
+            return ("The causal figure, relativizing key 0 in every layer, was not measured in this run, so the claim "
+                    "rests on the sink-path ablation alone.")
+        if key0["ci_high"] < 0:
+            effect = "raised the later layers' L(log a) instead of lowering it"
+        elif key0["ci_low"] > 0:
+            effect = "lowered the later layers' L(log a)"
+        else:
+            effect = "changed the later layers' L(log a) by an amount the data cannot tell from 0"
+        return (f"Whether the key-0 logit is the sink path's route: relativizing key 0 in every layer {effect} "
+                f"(r = {_quote(key0, percent=True)}). Key 0 is not the only route (a relative sink logit still "
+                "writes a_i0·v₀, which varies with i through the normalization), so this neither confirms nor "
+                "refutes the claim; the ablation, which fixes a_i0 itself, is what decides it.")
+    if claim == "C4":
+        undecided = []
+        for _, r in rows.iterrows():
+            if r["own_verdict"] == INCONCLUSIVE:
+                name = str(r["figure_name"])
+                figure = _input(claims, "C4", name)
+                detectable = _input(claims, "C4", f"detectable |{name}|")
+                text = f"{name} {_quote(figure)}"
+                if detectable is not None:
+                    text += f" (detectable: {num(detectable['value'])})"
+                undecided.append(text)
+        text = ""
+        if undecided:
+            text = ("The data could not decide: " + "; ".join(dict.fromkeys(undecided))
+                    + ". A true difference smaller than the detectable one would be missed four times in five. ")
+        return text + ("The NTK and window cases are inference-time variants of a model trained with neither, so the "
+                       "figures say what α and W do to SmolLM2 as trained, not what a model trained with them shows; "
+                       "Gemma 3 differs from SmolLM2 in size, data and training as well as in its window.")
+    if claim == "C5":
+        return ("Why the replacements differ: each writes another vector at position 0, and the reduction measures "
+                "what C_res does afterwards, not which direction of the BOS residual the sink heads read. A reduction "
+                "above 100% means C_res changed sign, which no target of 40% anticipates.")
+    if claim == "C6":
+        return (f"The figures come from {_scope(run)}; the readout reads the sink-reading heads together, so they do "
+                "not say which head carries the fingerprint.")
+    if claim == "C7":
+        r = _input(claims, "C7", "r (all)")
+        placebo = _input(claims, "C7", "r (placebo:all)")
+        loss, loss_placebo = _input(claims, "C7", "loss_change (relativize:all)"), _input(claims, "C7", "loss_change (placebo:all)")
+        if r is None:
+            return "Nothing: the relativization was not measured."
+        pieces = []
+        if r["ci_low"] > 0.10:
+            pieces.append(f"The reduction r = {_quote(r, percent=True)} lies above 10%")
+        elif r["ci_low"] >= -0.10 and r["ci_high"] <= 0.10:
+            pieces.append(f"The reduction r = {_quote(r, percent=True)} lies within ±10%: an effect of 10% or more is excluded, "
+                          "a smaller one is not")
+        elif r["ci_high"] < -0.10:
+            pieces.append(f"The edit did not remove the later layers' absolute position: it raised it (r = "
+                          f"{_quote(r, percent=True)}, wholly below −10%), which the rule, fixed before the run, "
+                          "counts neither as support nor as the equivalence a 'not supported' needs")
+        else:
+            pieces.append(f"The interval of r, {_quote(r, percent=True)}, lies neither above 10% nor within ±10%")
+        if placebo is not None:
+            pieces.append(f"the purely relative placebo of the same norm gives r = {_quote(placebo, percent=True)}")
+        if loss is not None:
+            text = f"the edit changes next-token loss by {_quote(loss)} nats per token"
+            if loss_placebo is not None:
+                text += f" against {_quote(loss_placebo)} under the placebo"
+            pieces.append(text)
+        text = "; ".join(pieces) + ". " if pieces else ""
+        return text + ("What the data cannot tell apart: later layers that rebuild absolute position from the edited "
+                       "residual stream, and a model pushed off its distribution by the edit, which the loss change "
+                       "beside the placebo bounds but does not exclude.")
+    return ""
+
+
+def decided_section(folder: Path, parts: dict[str, Result], run: dict[str, Any]) -> str:
+    """One paragraph per claim: what the data decided (the report's sentences) and what they could not."""
+    lines = ["## What the data decided, claim by claim", ""]
+    claims = read_claims(folder)
+    if claims is None:
+        return "\n".join(lines + [f"*`{CLAIMS_FILE}` or `{INPUTS_FILE}` is not in this run folder.*", ""])
+    lines.append("Each paragraph is generated from the claims and inputs tables: first the verdict of each case with "
+                 "the figures it read (the sentences of the HTML report), then what those figures could not decide. "
+                 "Rules and margins were fixed in code before the run.")
+    lines.append("")
+    by_claim: dict[str, list[dict[str, Any]]] = {}
+    for row in summary_rows(claims, str(folder), present=list(parts), settings=run.get("settings") or {}):
+        by_claim.setdefault(row["claim"], []).append(row)
+    for claim, rows in by_claim.items():
+        verdicts = ", ".join(f"{r['verdict']}" + (f" ({r['case']})" if r["case"] not in ("—", "") and len(rows) > 1 else "")
+                             for r in rows)
+        said = " ".join(r["sentence"] for r in rows)
+        lines.append(f"**{claim}: {verdicts}.** {said} {_open_questions(claim, claims, parts, run)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def reduction_rows(result: Result) -> list[list[str]]:
     rows = []
     t = result.table
@@ -644,6 +776,7 @@ def build(folder: Path, out: Path = Path("docs/findings.md")) -> str:
         head += ["*`run.json` is missing from the run folder: the run's provenance is incomplete.*", ""]
     sections = [
         claims_section(folder),
+        decided_section(folder, parts, run),
         provenance(folder, run, parts),
         leakage_section(parts),
         compare_section(parts, out),

@@ -265,3 +265,32 @@ def test_c4_by_differences_in_words():
                                "c_res (ntk:4 − base) is −0.001 [−0.003, 0.001] (undecided; the data could detect 0.0031).")
     window = rows["smollm2-135m (window:64)"]["sentence"]
     assert "c_res_depth_slope (window:64 − base) is 0.01 [0.005, 0.015] (as claimed; the data could detect 0.0031)" in window
+
+
+def test_the_findings_page_has_a_paragraph_per_claim_read_from_the_tables(tmp_path):
+    """docs/make_findings.py's paragraphs: one per claim, in order, the report's sentences and what the figures could
+    not decide, with the figures of the inputs table (a changed input changes the paragraph)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("make_findings", Path(__file__).parents[1] / "docs" / "make_findings.py")
+    findings = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(findings)
+    claims = _all_claims()
+    claims.table.to_csv(tmp_path / "claims.csv", index=False)
+    claims.inputs.to_csv(tmp_path / "claim_inputs.csv", index=False)
+    run = {"settings": {"model": "m", "n_seqs": 4, "seq_len": 8}}
+    paragraphs = [line for line in findings.decided_section(tmp_path, {}, run).splitlines() if line.startswith("**C")]
+    assert [p.split(":")[0] for p in paragraphs] == ["**C1", "**C2", "**C3", "**C4", "**C5", "**C6", "**C7"]
+    c7 = paragraphs[-1]
+    assert c7.startswith("**C7: not supported.** Against the claim that later layers' absolute position depends")
+    assert "The reduction r = 5.000% [-2.000%, 8.000%] lies within ±10%: an effect of 10% or more is excluded, a smaller one is not" in c7
+    assert "the purely relative placebo of the same norm gives r = 1.000% [-2.000%, 4.000%]" in c7
+    c3 = paragraphs[2]
+    assert "relativizing key 0 in every layer changed the later layers' L(log a) by an amount the data cannot tell from 0" in c3
+    assert "m, with 4-bit quantized weights, on 4 sequences × 8 tokens" in paragraphs[0]
+    inputs = claims.inputs.copy()
+    inputs.loc[(inputs["claim"] == "C7") & (inputs["name"] == "r (all)"), ["value", "ci_low", "ci_high"]] = [-0.5, -0.8, -0.2]
+    Claims(claims.table, inputs).inputs.to_csv(tmp_path / "claim_inputs.csv", index=False)
+    c7 = [line for line in findings.decided_section(tmp_path, {}, run).splitlines() if line.startswith("**C7")][0]
+    assert "it raised it (r = -50.00% [-80.00%, -20.00%], wholly below −10%)" in c7
