@@ -16,6 +16,7 @@ output folder (:data:`FIGURES` gives their names).
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -27,7 +28,7 @@ import pandas as pd
 from plotly.graph_objects import Figure
 
 sys.path.insert(0, str(Path(__file__).parent))
-from make_findings import load_parts  # noqa: E402
+from make_findings import load_parts, recorded_models  # noqa: E402
 
 from poslens.measurement import plots  # noqa: E402
 from poslens.mechanisms.attribution import Attribution  # noqa: E402
@@ -139,13 +140,20 @@ def main() -> None:
     if not args.results.is_dir():
         parser.error(f"{args.results} is not a folder")
     parts = load_parts(args.results)
+    run_path = args.results / "run.json"
+    run = json.loads(run_path.read_text()) if run_path.exists() else {}
+    quantized = sorted({str(info["quantized"]) for info in recorded_models(run, parts).values() if info.get("quantized")})
     drawn = {}
     for name, (what, draw, width) in FIGURES.items():
         fig = draw(parts, args.results)
         if fig is None:
             print(f"skipped {name} ({what}): its tables are not in {args.results}")
-        else:
-            drawn[name] = (fig, width)
+            continue
+        if quantized:  # figures from the embedded models say so on the image itself
+            title = fig.layout.title.text or ""
+            fig.update_layout(title_text=f"{title}<br><sup>4-bit quantized embedded models: {'; '.join(quantized)}</sup>",
+                              margin_t=110)
+        drawn[name] = (fig, width)
     args.out.mkdir(parents=True, exist_ok=True)
     for path in capture(drawn, args.out):
         print(f"wrote {path}")
