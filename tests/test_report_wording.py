@@ -235,14 +235,21 @@ def test_c7_and_c3s_causal_figure_in_words():
     assert c7["verdict"] == "not supported" and c7["figure"] == "0.05 [−0.02, 0.08]"
     assert c7["sentence"] == (
         "Against the claim that later layers' absolute position depends on earlier layers' absolute logits: relativizing every "
-        "layer's absolute logits in every column lowers mean L(log a) over layers ≥ 2 by 5% [−2%, 8%] (interval within ±10%: "
+        "layer's absolute logits in every column lowers mean L(log a) over layers ≥ 2 (r = 5% [−2%, 8%], interval within ±10%: "
         "no effect of that size), against 1% [−2%, 4%] for a purely relative placebo of matched norm; fitted on less "
         "calibration data: 7% [−5%, 15%].")
     c3 = rows["C3"]
     assert c3["verdict"] == "supported"
-    assert c3["sentence"].endswith("; beside it, relativizing key 0 in every layer lowers mean L(log a) over layers ≥ 2 by "
-                                   "2% [−5%, 9%] (interval reaching 0), which is reported and does not decide: key 0 is not "
+    assert c3["sentence"].endswith("; beside it, relativizing key 0 in every layer lowers mean L(log a) over layers ≥ 2 "
+                                   "(r = 2% [−5%, 9%], interval reaching 0), which is reported and does not decide: key 0 is not "
                                    "the sink path's only route, so a null here would not refute the claim.")
+    # an edit that raised the figure is said to raise it, and an interval wholly below −10% is named as such
+    claims = _all_claims()
+    inputs = claims.inputs.copy()
+    inputs.loc[(inputs["claim"] == "C7") & (inputs["name"] == "r (all)"), ["value", "ci_low", "ci_high"]] = [-0.9, -1.2, -0.6]
+    c7 = next(r for r in summary_rows(Claims(claims.table, inputs)) if r["claim"] == "C7")
+    assert ("relativizing every layer's absolute logits in every column raises mean L(log a) over layers ≥ 2 (r = −90% "
+            "[−120%, −60%], interval wholly below −10%: the edit raised it)") in c7["sentence"]
 
 
 def test_c4_by_differences_in_words():
@@ -284,8 +291,9 @@ def test_the_findings_page_has_a_paragraph_per_claim_read_from_the_tables(tmp_pa
     assert [p.split(":")[0] for p in paragraphs] == ["**C1", "**C2", "**C3", "**C4", "**C5", "**C6", "**C7"]
     c7 = paragraphs[-1]
     assert c7.startswith("**C7: not supported.** Against the claim that later layers' absolute position depends")
-    assert "The reduction r = 5.000% [-2.000%, 8.000%] lies within ±10%: an effect of 10% or more is excluded, a smaller one is not" in c7
-    assert "the purely relative placebo of the same norm gives r = 1.000% [-2.000%, 4.000%]" in c7
+    assert "(r = 5% [−2%, 8%], interval within ±10%: no effect of that size)" in c7
+    assert "What the data cannot tell apart: later layers that rebuild absolute position" in c7
+    assert "counts an r wholly below −10%" not in c7
     c3 = paragraphs[2]
     assert "relativizing key 0 in every layer changed the later layers' L(log a) by an amount the data cannot tell from 0" in c3
     assert "m, with 4-bit quantized weights, on 4 sequences × 8 tokens" in paragraphs[0]
@@ -293,4 +301,5 @@ def test_the_findings_page_has_a_paragraph_per_claim_read_from_the_tables(tmp_pa
     inputs.loc[(inputs["claim"] == "C7") & (inputs["name"] == "r (all)"), ["value", "ci_low", "ci_high"]] = [-0.5, -0.8, -0.2]
     Claims(claims.table, inputs).inputs.to_csv(tmp_path / "claim_inputs.csv", index=False)
     c7 = [line for line in findings.decided_section(tmp_path, {}, run).splitlines() if line.startswith("**C7")][0]
-    assert "it raised it (r = -50.00% [-80.00%, -20.00%], wholly below −10%)" in c7
+    assert "(r = −50% [−80%, −20%], interval wholly below −10%: the edit raised it)" in c7
+    assert "The rule, fixed before the run, counts an r wholly below −10% neither as support nor as the equivalence" in c7

@@ -179,6 +179,16 @@ def _removal(red: _Quoted, subject: str, it: str, named: str) -> str:
     return text
 
 
+def _changes(r: _Quoted) -> str:
+    """What a reduction r = 1 − after/before did to the figure, in a verb: r < 0 raised it.
+
+    Example:
+        >>> _changes(_Quoted(0.3, 0.1, 0.5)), _changes(_Quoted(-0.9, -1.2, -0.6))
+        ('lowers', 'raises')
+    """
+    return "raises" if r.value < 0 else "lowers"
+
+
 def _reading(claim: str, f: dict[str, _Quoted], inputs: pd.DataFrame, records: list[dict[str, Any]]) -> str:
     """What the figures of one group say, per claim, from its inputs (``f``: name → number; ``inputs``: their rows of the
     inputs table; ``records``: the group's claims rows); raises KeyError when an input it quotes is absent."""
@@ -206,8 +216,8 @@ def _reading(claim: str, f: dict[str, _Quoted], inputs: pd.DataFrame, records: l
                 f"{_removal(red, 'ablating the sink path of the sink-reading heads', 'it', 'C_res')} ({red.side(0, '0')})")
         if "r (key0)" in f:
             key0 = f["r (key0)"]
-            text += (f"; beside it, relativizing key 0 in every layer lowers mean L(log a) over layers ≥ 2 by "
-                     f"{key0.text(percent=True)} ({key0.side(0, '0')}), which is reported and does not decide: key 0 is not "
+            text += (f"; beside it, relativizing key 0 in every layer {_changes(key0)} mean L(log a) over layers ≥ 2 "
+                     f"(r = {key0.text(percent=True)}, {key0.side(0, '0')}), which is reported and does not decide: key 0 is not "
                      "the sink path's only route, so a null here would not refute the claim")
         return text
     if claim == "C4" and "c_res (standard)" not in f:  # decided by differences, trends and depth slopes (methodology §9.1)
@@ -266,10 +276,12 @@ def _reading(claim: str, f: dict[str, _Quoted], inputs: pd.DataFrame, records: l
             where = f"above {margin:.0%}"
         elif r.ci_low >= -margin and r.ci_high <= margin:
             where = f"within ±{margin:.0%}: no effect of that size"
+        elif r.ci_high < -margin:
+            where = f"wholly below −{margin:.0%}: the edit raised it"
         else:
             where = f"reaching ±{margin:.0%}"
-        text = (f"relativizing every layer's absolute logits in every column lowers mean L(log a) over layers ≥ 2 by "
-                f"{r.text(percent=True)} (interval {where})")
+        text = (f"relativizing every layer's absolute logits in every column {_changes(r)} mean L(log a) over layers ≥ 2 "
+                f"(r = {r.text(percent=True)}, interval {where})")
         if "r (placebo:all)" in f:
             text += f", against {f['r (placebo:all)'].text(percent=True)} for a purely relative placebo of matched norm"
         smaller = inputs[(inputs["metric"] == "reduction_ge2") & (inputs["intervention"] == "relativize:all")
