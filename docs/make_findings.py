@@ -39,14 +39,16 @@ import pyarrow.parquet as pq
 from poslens.measurement.result import META_KEY, Result
 from poslens.mechanisms.attribution import Attribution
 from poslens.mechanisms.comparisons import comparison_table
-from poslens.study.claims import CLAIMS_FILE, INCONCLUSIVE, INPUTS_FILE, NOT_MEASURED, Claims
+from poslens.study.claims import CLAIMS_FILE, INCONCLUSIVE, INPUTS_FILE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED, Claims
 from poslens.study.report import summary_rows
 
 PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "compare")
 ATTRIBUTION_FILES = ("attribution.parquet", "attribution_summary.parquet", "attribution_loss.parquet", "attribution.json")
 FIGURES = Path(__file__).parent / "img" / "findings"  # written by docs/make_findings_figures.py
 MODE_TEXT = {"none": "unedited", "all": "every column", "key0": "key 0 only", "all-but-key0": "every column but key 0",
-             "placebo:all": "placebo (relative, norm of 'every column')"}
+             "placebo:all": "placebo (relative, norm of 'every column')",
+             "placebo:key0": "placebo (relative, norm of 'key 0 only')",
+             "placebo:all-but-key0": "placebo (relative, norm of 'every column but key 0')"}
 WINDOW_TEXT = {"early": "early queries (1 ≤ i < Q)", "all": "all queries (1 ≤ i < T)"}
 
 
@@ -444,10 +446,12 @@ def comparisons_section(parts: dict[str, Result], page: Path) -> str:
     if "compare" not in parts:
         return "\n".join(lines + [missing("compare")])
     c = comparison_table(parts["compare"])
-    c = c[(c["metric"] == "c_res") & (c["query_window"] == "all") & (c["layer"] == -1) & (c["head"] == -1)]
+    c = c[c["metric"].isin(["c_res", "c_res_depth_slope"]) & (c["query_window"] == "all") & (c["layer"] == -1) & (c["head"] == -1)]
+    c = c.sort_values("metric", kind="stable")
     if c.empty:
         return "\n".join(lines + ["*`compare.parquet` records no comparisons (saved by an older poslens).*", ""])
-    lines.append("C_res over layers ≥ 1, all queries. A variant of one model is compared with its base on the same "
+    lines.append("C_res over layers ≥ 1 (`c_res`) and its depth slope (`c_res_depth_slope`: the least-squares slope of "
+                 "per-layer C_res on the fraction of depth), all queries. A variant of one model is compared with its base on the same "
                  "token ids and groups (paired delete-one-group jackknife); the dose-responses are least-squares "
                  "slopes of those differences per doubling of α or W; models with different tokenizers are compared "
                  "as independent samples (Welch); depth slopes compare how C_res changes per fraction of depth. "
@@ -456,9 +460,11 @@ def comparisons_section(parts: dict[str, Result], page: Path) -> str:
     lines.append("")
     rows = []
     for _, r in c.iterrows():
-        rows.append([r["kind"], cell(r["comparison"]), with_interval(r["value"], r["ci_low"], r["ci_high"]),
+        name = f"{r['model']} ({r['variant']})" if r["kind"] == "depth-slope" else r["comparison"]  # one per model
+        rows.append([f"`{r['metric']}`", r["kind"], cell(name), with_interval(r["value"], r["ci_low"], r["ci_high"]),
                      num(r["detectable"])])
-    lines.append(markdown_table(["kind", "comparison", "value [95%]", "detectable |difference|"], rows, ["l", "l", "r", "r"]))
+    lines.append(markdown_table(["figure", "kind", "comparison", "value [95%]", "detectable |difference|"], rows,
+                                ["l", "l", "l", "r", "r"]))
     lines += ["", image("dose_response.png", "C4's dose-responses: each inference-time variant's C_res minus its base "
                         "model's on the same tokens, against NTK α and window W, with paired 95% intervals; the panel "
                         "titles give the slope per doubling (4-bit SmolLM2).", page)]
@@ -536,16 +542,68 @@ def _quote(row: pd.Series | None, percent: bool = False) -> str:
         return "—"
     scale, unit = (100.0, "%") if percent else (1.0, "")
     if pd.isna(row["ci_low"]):
-        return f"{num(row['value'] * scale)}{unit}"
+        return f"{num(row['value'] * scale)}{unit}".replace("-", "−")
     places = decimals(float(row["value"]) * scale)
-    return (f"{num(row['value'] * scale, places)}{unit} [{num(row['ci_low'] * scale, places)}{unit}, "
+    text = (f"{num(row['value'] * scale, places)}{unit} [{num(row['ci_low'] * scale, places)}{unit}, "
             f"{num(row['ci_high'] * scale, places)}{unit}]")
+    return text.replace("-", "−")  # the minus of the report's sentences
 
 
 def _scope(run: dict[str, Any]) -> str:
     settings = run.get("settings") or {}
     return (f"one model, {settings.get('model', '?')}, with 4-bit quantized weights, on "
             f"{settings.get('n_seqs', '?')} sequences × {settings.get('seq_len', '?')} tokens of CPython's documentation")
+
+
+def _mode_split(parts: dict[str, Any]) -> str:
+    """r under the key-0-only and all-but-key-0 edits, in words (the attribution's summary), or '' when absent."""
+    a = parts.get("relativize")
+    if a is None:
+        return ""
+    rows = a.summary[(a.summary["query_window"] == "all") & a.summary["mode"].isin(["key0", "all-but-key0"])]
+    said = []
+    for mode, words in (("all-but-key0", "every column but key 0"), ("key0", "key 0's term alone")):
+        r = rows[rows["mode"] == mode]
+        if not len(r):
+            continue
+        r = r[r["calibration_size"] == r["calibration_size"].max()].iloc[0]
+        verb = "raises" if r["ci_high"] < 0 else "lowers" if r["ci_low"] > 0 else "changes by an amount not told from 0"
+        said.append(f"relativizing {words} {verb} it (r = {_quote(r, percent=True)})")
+    return "split by mode, " + " and ".join(said) if said else ""
+
+
+def _c4_reading(claims: Claims) -> str:
+    """C4's comparisons sorted by what each said: as claimed, against the claim, undecided (with what it could detect)."""
+    rows = claims.table[claims.table["claim"] == "C4"]
+    buckets: dict[str, list[str]] = {SUPPORTED: [], NOT_SUPPORTED: [], INCONCLUSIVE: []}
+    for _, r in rows.iterrows():
+        name = str(r["figure_name"])
+        text = f"{name} = {_quote(_input(claims, 'C4', name))}"
+        detectable = _input(claims, "C4", f"detectable |{name}|")
+        if r["own_verdict"] == INCONCLUSIVE and detectable is not None:
+            text += f" (could detect {num(detectable['value'])})"
+        buckets.setdefault(str(r["own_verdict"]), []).append(text)
+    said = []
+    for verdict, words in ((SUPPORTED, "As claimed"), (NOT_SUPPORTED, "Against the claim"), (INCONCLUSIVE, "Undecided")):
+        if buckets.get(verdict):
+            said.append(f"{words}: " + "; ".join(dict.fromkeys(buckets[verdict])) + ".")
+    for _, r in rows.iterrows():  # the dose-responses in words: which way the figure moves with α or W
+        name, figure = str(r["figure_name"]), _input(claims, "C4", str(r["figure_name"]))
+        if figure is None or "slope on log2" not in name or not (figure["ci_low"] > 0 or figure["ci_high"] < 0):
+            continue
+        up = figure["ci_low"] > 0
+        if "window" in name:
+            said.append(f"The window's dose-response: {name.split(' (')[0]} {'grows' if up else 'falls'} with W, so a "
+                        f"narrower window {'accumulates less' if up else 'accumulates more'} (the claim expects more).")
+        else:
+            said.append(f"The NTK dose-response: {name.split(' (')[0]} {'grows' if up else 'falls'} as α grows "
+                        "(the claim expects it to fall).")
+    joint_verdict = str(rows["verdict"].iloc[0]) if len(rows) else NOT_MEASURED
+    rule = {NOT_SUPPORTED: "one comparison against the claim makes the claim not supported",
+            SUPPORTED: "every comparison is as claimed",
+            INCONCLUSIVE: "no comparison is against the claim, but not every one is as claimed"}.get(joint_verdict, "")
+    lead = f"C4 is decided by all its comparisons together ({rule})." if rule else ""
+    return " ".join([lead] + said)
 
 
 def _open_questions(claim: str, claims: Claims, parts: dict[str, Result], run: dict[str, Any]) -> str:
@@ -572,28 +630,15 @@ def _open_questions(claim: str, claims: Claims, parts: dict[str, Result], run: d
             effect = "lowered the later layers' L(log a)"
         else:
             effect = "changed the later layers' L(log a) by an amount the data cannot tell from 0"
-        return (f"Whether the key-0 logit is the sink path's route: relativizing key 0 in every layer {effect} "
-                f"(r = {_quote(key0, percent=True)}). Key 0 is not the only route (a relative sink logit still "
+        return (f"Whether the key-0 logit is the sink path's route: relativizing key 0 in every layer {effect}. "
+                "Key 0 is not the only route (a relative sink logit still "
                 "writes a_i0·v₀, which varies with i through the normalization), so this neither confirms nor "
                 "refutes the claim; the ablation, which fixes a_i0 itself, is what decides it.")
     if claim == "C4":
-        undecided = []
-        for _, r in rows.iterrows():
-            if r["own_verdict"] == INCONCLUSIVE:
-                name = str(r["figure_name"])
-                figure = _input(claims, "C4", name)
-                detectable = _input(claims, "C4", f"detectable |{name}|")
-                text = f"{name} {_quote(figure)}"
-                if detectable is not None:
-                    text += f" (detectable: {num(detectable['value'])})"
-                undecided.append(text)
-        text = ""
-        if undecided:
-            text = ("The data could not decide: " + "; ".join(dict.fromkeys(undecided))
-                    + ". A true difference smaller than the detectable one would be missed four times in five. ")
-        return text + ("The NTK and window cases are inference-time variants of a model trained with neither, so the "
-                       "figures say what α and W do to SmolLM2 as trained, not what a model trained with them shows; "
-                       "Gemma 3 differs from SmolLM2 in size, data and training as well as in its window.")
+        return ("The NTK and window cases are inference-time variants of a model trained with neither, so the "
+                "figures say what α and W do to SmolLM2 as trained, not what a model trained with them shows; "
+                "Gemma 3 differs from SmolLM2 in size, data and training as well as in its window. A true difference "
+                "smaller than a comparison's detectable one would be missed four times in five.")
     if claim == "C5":
         return ("Why the replacements differ: each writes another vector at position 0, and the reduction measures "
                 "what C_res does afterwards, not which direction of the BOS residual the sink heads read. A reduction "
@@ -603,29 +648,16 @@ def _open_questions(claim: str, claims: Claims, parts: dict[str, Result], run: d
                 "not say which head carries the fingerprint.")
     if claim == "C7":
         r = _input(claims, "C7", "r (all)")
-        placebo = _input(claims, "C7", "r (placebo:all)")
-        loss, loss_placebo = _input(claims, "C7", "loss_change (relativize:all)"), _input(claims, "C7", "loss_change (placebo:all)")
         if r is None:
             return "Nothing: the relativization was not measured."
         pieces = []
-        if r["ci_low"] > 0.10:
-            pieces.append(f"The reduction r = {_quote(r, percent=True)} lies above 10%")
-        elif r["ci_low"] >= -0.10 and r["ci_high"] <= 0.10:
-            pieces.append(f"The reduction r = {_quote(r, percent=True)} lies within ±10%: an effect of 10% or more is excluded, "
-                          "a smaller one is not")
-        elif r["ci_high"] < -0.10:
-            pieces.append(f"The edit did not remove the later layers' absolute position: it raised it (r = "
-                          f"{_quote(r, percent=True)}, wholly below −10%), which the rule, fixed before the run, "
-                          "counts neither as support nor as the equivalence a 'not supported' needs")
-        else:
-            pieces.append(f"The interval of r, {_quote(r, percent=True)}, lies neither above 10% nor within ±10%")
-        if placebo is not None:
-            pieces.append(f"the purely relative placebo of the same norm gives r = {_quote(placebo, percent=True)}")
-        if loss is not None:
-            text = f"the edit changes next-token loss by {_quote(loss)} nats per token"
-            if loss_placebo is not None:
-                text += f" against {_quote(loss_placebo)} under the placebo"
-            pieces.append(text)
+        if r["ci_high"] < -0.10:
+            pieces.append("The rule, fixed before the run, counts an r wholly below −10% neither as support nor as "
+                          "the equivalence a 'not supported' needs: the edit did not remove the later layers' absolute "
+                          "position, it added to it")
+        split = _mode_split(parts)
+        if split:
+            pieces.append(split)
         text = "; ".join(pieces) + ". " if pieces else ""
         return text + ("What the data cannot tell apart: later layers that rebuild absolute position from the edited "
                        "residual stream, and a model pushed off its distribution by the edit, which the loss change "
@@ -647,9 +679,11 @@ def decided_section(folder: Path, parts: dict[str, Result], run: dict[str, Any])
     for row in summary_rows(claims, str(folder), present=list(parts), settings=run.get("settings") or {}):
         by_claim.setdefault(row["claim"], []).append(row)
     for claim, rows in by_claim.items():
-        verdicts = ", ".join(f"{r['verdict']}" + (f" ({r['case']})" if r["case"] not in ("—", "") and len(rows) > 1 else "")
-                             for r in rows)
-        said = " ".join(r["sentence"] for r in rows)
+        if len({r["verdict"] for r in rows}) == 1:
+            verdicts = rows[0]["verdict"]
+        else:
+            verdicts = ", ".join(f"{r['verdict']} ({r['case']})" for r in rows)
+        said = _c4_reading(claims) if claim == "C4" and rows[0]["verdict"] != NOT_MEASURED else " ".join(r["sentence"] for r in rows)
         lines.append(f"**{claim}: {verdicts}.** {said} {_open_questions(claim, claims, parts, run)}")
         lines.append("")
     return "\n".join(lines)
@@ -767,7 +801,8 @@ def build(folder: Path, out: Path = Path("docs/findings.md")) -> str:
         "",
         f"*Generated on {generated} by `.venv/bin/python docs/make_findings.py --results {folder}` from the tables "
         f"of the run folder `{folder}` ("
-        + ", ".join(f"`{name}`" for name in [CLAIMS_FILE, INPUTS_FILE, "run.json"] + [f"{p}.parquet" for p in parts] if (folder / name).exists())
+        + ", ".join(f"`{name}`" for name in [CLAIMS_FILE, INPUTS_FILE, "run.json"] + [f"{p}.parquet" for p in parts]
+                    + list(ATTRIBUTION_FILES) if (folder / name).exists())
         + "). Every figure below is read from those tables; none is typed in. "
         + weights_note(recorded_models(run, parts)) + "*",
         "",
@@ -776,7 +811,7 @@ def build(folder: Path, out: Path = Path("docs/findings.md")) -> str:
         head += ["*`run.json` is missing from the run folder: the run's provenance is incomplete.*", ""]
     sections = [
         claims_section(folder),
-        decided_section(folder, parts, run),
+        decided_section(folder, {**parts, **({'relativize': a} if (a := read_attribution(folder)) else {})}, run),
         provenance(folder, run, parts),
         leakage_section(parts),
         compare_section(parts, out),

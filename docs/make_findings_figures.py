@@ -67,35 +67,36 @@ def _attribution(folder: Path) -> Attribution | None:
     return Attribution.load(folder) if (folder / "attribution.parquet").exists() else None
 
 
-#: name → (what it shows, how it is drawn from the parts and the run folder, width in px).
-FIGURES: dict[str, tuple[str, Callable[[dict[str, Any], Path], Figure | None], int]] = {
+#: name → (what it shows, how it is drawn from the parts and the run folder, width in px, which of the run's models it
+#: draws: a test on their names as run.json records them, "smollm2-135m (ntk:4)"; its note on 4-bit weights names those).
+FIGURES: dict[str, tuple[str, Callable[[dict[str, Any], Path], Figure | None], int, Callable[[str], bool]]] = {
     "sources_ntk.png": (
         "C_res and C_mask by layer: SmolLM2 standard RoPE and its NTK variants",
         lambda parts, folder: _sources(parts, lambda m, v: _is_smollm(m) and (v == "base" or v.startswith("ntk:")),
                                        "C_res and C_mask by layer, all queries: standard RoPE and NTK α (inference-time)"),
-        1500),
+        1500, _is_smollm),
     "sources_window.png": (
         "C_res and C_mask by layer: SmolLM2 with imposed sliding windows",
         lambda parts, folder: _sources(parts, lambda m, v: _is_smollm(m) and (v == "base" or v.startswith("window:")),
                                        "C_res and C_mask by layer, all queries: standard RoPE and imposed windows W (inference-time)"),
-        1800),
+        1800, _is_smollm),
     "sources_native.png": (
         "C_res and C_mask by layer: SmolLM2 against Gemma 3 (native sliding window)",
         lambda parts, folder: _sources(parts, lambda m, v: v == "base",
                                        "C_res and C_mask by layer, all queries: the native models"),
-        1100),
+        1100, lambda name: name.endswith("(base)")),
     "dose_response.png": (
         "C4's dose-responses: paired differences of C_res against NTK α and window W",
         lambda parts, folder: _dose_response(parts),
-        1100),
+        1100, _is_smollm),
     "attribution.png": (
         "Cumulative relativization: L(log a) by layer, unedited and under each mode, with the placebo",
         lambda parts, folder: (a := _attribution(folder)) and plots.plot_attribution(a.table, "all"),
-        1100),
+        1100, _is_smollm),
     "loss_change.png": (
         "What each edit costs: change in next-token loss per query bin, beside the placebo",
         lambda parts, folder: (a := _attribution(folder)) and (plots.plot_loss_change(a.loss) if len(a.loss) else None),
-        1100),
+        1100, _is_smollm),
 }
 
 
@@ -142,9 +143,11 @@ def main() -> None:
     parts = load_parts(args.results)
     run_path = args.results / "run.json"
     run = json.loads(run_path.read_text()) if run_path.exists() else {}
-    quantized = sorted({str(info["quantized"]) for info in recorded_models(run, parts).values() if info.get("quantized")})
+    models = recorded_models(run, parts)
     drawn = {}
-    for name, (what, draw, width) in FIGURES.items():
+    for name, (what, draw, width, drawn_models) in FIGURES.items():
+        quantized = sorted({f"{model.split(' (')[0]}: {info['quantized']}" for model, info in models.items()
+                            if drawn_models(model) and info.get("quantized")})
         fig = draw(parts, args.results)
         if fig is None:
             print(f"skipped {name} ({what}): its tables are not in {args.results}")
