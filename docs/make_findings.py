@@ -803,7 +803,8 @@ def build(folder: Path, out: Path = Path("docs/findings.md")) -> str:
         f"of the run folder `{folder}` ("
         + ", ".join(f"`{name}`" for name in [CLAIMS_FILE, INPUTS_FILE, "run.json"] + [f"{p}.parquet" for p in parts]
                     + list(ATTRIBUTION_FILES) if (folder / name).exists())
-        + "). Every figure below is read from those tables; none is typed in. "
+        + "). Every figure below is read from those tables; none is typed in. The images are drawn from the same "
+        f"tables by `.venv/bin/python docs/make_findings_figures.py --results {folder}`. "
         + weights_note(recorded_models(run, parts)) + "*",
         "",
     ]
