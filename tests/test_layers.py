@@ -8,6 +8,7 @@ Layers, lowest first (docs/architecture.md draws the same picture):
     poslens.capture      the hooks that turn a forward pass into cell sums
     poslens.runtime      memory planning, torchrun
     poslens.measurement  collect sums -> fit -> tidy table (Result)
+    poslens.zoo          trainer of controlled model families (same data and seed, position scheme varied)
     poslens.mechanisms   sinks, interventions, fingerprint, architectures, effects
     poslens.study        study parts, claims, report, plots, CLI
 
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "poslens"
-LAYERS = ["base", "fit", "model", "capture", "runtime", "measurement", "mechanisms", "study"]
+LAYERS = ["base", "fit", "model", "capture", "runtime", "measurement", "zoo", "mechanisms", "study"]
 
 
 def _module_name(path: Path) -> str:

@@ -1,0 +1,397 @@
+"""Train a zoo family: every member and seed in lockstep, saved as Hugging Face folders with their logs.
+
+:func:`train_family` builds each run (member × seed) from the seed's initial
+weights, then takes every training step for all runs together: a seed's batch
+is drawn once and fed to each member, so the members of a seed see the same
+data in the same order, and a time budget stops every run at the same step.
+The optimizer is AdamW with linear warmup, then a cosine decay to a tenth of
+the peak (or a constant rate); its progress is the larger of the step's share
+of ``steps`` and the elapsed share of the time budget, the same for every run.
+On CUDA the forward runs under bf16 autocast (float32 weights); on the CPU in float32.
+
+The output folder holds, per run, ``<member>-s<seed>/`` (the model, its
+byte tokenizer, ``log.jsonl`` with one line per checkpoint and ``run.json``),
+and for the family ``zoo.json`` (settings and data), ``log.csv`` (every
+checkpoint of every run, rewritten at each checkpoint), ``held_out.jsonl``
+(the held-out documents, a ``--corpus`` for the measuring commands) and
+``summary.csv`` / ``summary.md`` (one row per run). A rerun with the same
+settings into the same folder reuses the trained family.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import torch
+
+from poslens.errors import InputError, OutputConflictError
+from poslens.files import atomic_write, atomic_write_text
+from poslens.model.tiny import byte_tokenizer
+from poslens.version import __version__
+from poslens.zoo.data import ZooData, held_out_batch, load_data, sample_batch
+from poslens.zoo.evaluate import autocast, held_out_loss, next_token_loss, sink_count, sink_scores
+from poslens.zoo.family import MEMBERS, NOPE_NOTE, initial_model, member_config, parse_members
+
+#: The learning-rate schedules after the warmup.
+SCHEDULES = ("cosine", "constant")
+#: The columns of the summary table (``summary.csv``), one row per run.
+SUMMARY_COLUMNS = ["member", "label", "seed", "rope_theta", "sliding_window", "steps", "tokens", "train_loss", "held_out_loss",
+                   "sink_heads", "max_sink_score", "stopped_by", "seconds", "folder"]
+
+
+@dataclass(frozen=True)
+class ZooSettings:
+    """Everything a family's training depends on (the defaults are sized for one GPU).
+
+    Attributes:
+        members: Member names (:data:`poslens.zoo.family.MEMBERS`).
+        seeds: Seeds; each gives the initial weights and the data order, shared by every member.
+        steps: Training steps (each run takes the same number).
+        seq_len: Tokens per training sequence T, BOS included.
+        width: Hidden size.
+        depth: Layers.
+        heads: Attention heads per layer.
+        batch_size: Sequences per step.
+        lr: Peak learning rate.
+        warmup: Linear warmup steps.
+        schedule: ``cosine`` (to a tenth of ``lr``) or ``constant`` after the warmup.
+        weight_decay: AdamW's weight decay.
+        grad_clip: Largest gradient norm.
+        eval_every: Steps between checkpoints (the first is at step 0, the last at the final step).
+        eval_seqs: Held-out sequences per checkpoint (loss and sink scores).
+        tau: Sink-score threshold τ of the sink count.
+        held_out: The held-out fraction of the documents' hash range.
+        time_budget: Seconds of training per run (the family stops after ``time_budget`` × runs); ``None``: steps only.
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``.
+        save_checkpoints: Also save each checkpoint's weights, under ``<run>/checkpoints/step-<n>/``.
+        max_documents: Keep only the first this many documents (tiny test families); ``None``: all.
+
+    Example:
+        >>> s = ZooSettings(steps=10, seq_len=64)
+        >>> s.members, s.seeds, s.runs()[:2]
+        (('standard', 'large-base-trained', 'sliding'), (0, 1), [('standard', 0), ('large-base-trained', 0)])
+    """
+
+    members: tuple[str, ...] = tuple(MEMBERS)
+    seeds: tuple[int, ...] = (0, 1)
+    steps: int = 3000
+    seq_len: int = 512
+    width: int = 256
+    depth: int = 4
+    heads: int = 4
+    batch_size: int = 32
+    lr: float = 1e-3
+    warmup: int = 100
+    schedule: str = "cosine"
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 250
+    eval_seqs: int = 32
+    tau: float = 0.3
+    held_out: float = 0.1
+    time_budget: float | None = None
+    device: str = "auto"
+    save_checkpoints: bool = False
+    max_documents: int | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "members", parse_members(self.members))
+        object.__setattr__(self, "seeds", tuple(dict.fromkeys(int(s) for s in self.seeds)))
+        if not self.seeds:
+            raise InputError("no seed given; pass at least one (two or more measure the training variance)")
+        if self.schedule not in SCHEDULES:
+            raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        for name in ("steps", "seq_len", "batch_size", "eval_every", "eval_seqs"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.seq_len < 4:
+            raise InputError(f"seq_len must be at least 4 (BOS and a few tokens), got {self.seq_len}")
+        if self.time_budget is not None and not self.time_budget > 0:
+            raise InputError(f"time_budget must be a positive number of seconds per run, or None; got {self.time_budget}")
+        if not 0 < self.tau <= 1:
+            raise InputError(f"tau must lie in (0, 1], got {self.tau}")
+        member_config(self.members[0], self.width, self.depth, self.heads, self.seq_len)  # checks the sizes
+
+    def runs(self) -> list[tuple[str, int]]:
+        """Every (member, seed) run, seed by seed.
+
+        Returns:
+            The runs.
+
+        Example:
+            >>> ZooSettings(members=("sliding",), seeds=(0, 1)).runs()
+            [('sliding', 0), ('sliding', 1)]
+        """
+        return [(member, seed) for seed in self.seeds for member in self.members]
+
+    def to_dict(self) -> dict:
+        """The settings as a JSON-ready dict (what ``zoo.json`` records and a rerun compares).
+
+        Returns:
+            The dict.
+
+        Example:
+            >>> ZooSettings().to_dict()["members"]
+            ['standard', 'large-base-trained', 'sliding']
+        """
+        return json.loads(json.dumps(asdict(self)))
+
+
+def run_name(member: str, seed: int) -> str:
+    """The folder name of a run: ``<member>-s<seed>``.
+
+    Args:
+        member: The member's name.
+        seed: The seed.
+
+    Returns:
+        The name.
+
+    Example:
+        >>> run_name("sliding", 1)
+        'sliding-s1'
+    """
+    return f"{member}-s{seed}"
+
+
+def learning_rate(settings: ZooSettings, step: int, progress: float) -> float:
+    """The learning rate at ``step``: linear warmup, then cosine to a tenth of the peak (or constant).
+
+    Args:
+        settings: The family's settings.
+        step: The step (0-based).
+        progress: How far training is, in [0, 1] (the larger of the step and the time shares).
+
+    Returns:
+        The rate.
+
+    Example:
+        >>> s = ZooSettings(lr=1e-3, warmup=10)
+        >>> learning_rate(s, 4, 0.0), learning_rate(s, 50, 0.0), round(learning_rate(s, 50, 1.0), 6)
+        (0.0005, 0.001, 0.0001)
+    """
+    warm = min(1.0, (step + 1) / settings.warmup) if settings.warmup > 0 else 1.0
+    if settings.schedule == "constant":
+        return settings.lr * warm
+    p = min(1.0, max(0.0, progress))
+    return settings.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"device {name!r} asked for, but CUDA is not available here; use --device cpu or auto")
+    return device
+
+
+def _check_out(out: Path, settings: ZooSettings, data: ZooData, overwrite: bool) -> bool:
+    """True when ``out`` already holds this family, trained with these settings and data (reuse it)."""
+    record = out / "zoo.json"
+    runs = [out / run_name(m, s) for m, s in settings.runs()]
+    if record.exists():
+        saved = json.loads(record.read_text())
+        same = saved.get("settings") == settings.to_dict() and saved.get("data", {}).get("sha256") == data.sha256
+        if same and all((run / "run.json").exists() for run in runs) and (out / "summary.csv").exists():
+            return True
+        if not same and not overwrite:
+            raise OutputConflictError(
+                f"{out} holds a zoo family trained with other settings or data ({record}); pass --overwrite "
+                "(overwrite=True) to train it again, or choose another --out")
+        return False
+    taken = [run for run in runs if run.exists() and any(run.iterdir())]
+    if taken and not overwrite:
+        raise OutputConflictError(f"{taken[0]} exists and is not empty, and {out} has no zoo.json: poslens did not train it; "
+                                  "choose another --out, or pass --overwrite to replace it")
+    return False
+
+
+@dataclass
+class _Run:
+    member: str
+    seed: int
+    folder: Path
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_sum: torch.Tensor
+    loss_steps: int = 0
+    rows: list[dict] = field(default_factory=list)
+
+
+def train_family(out: str | Path, settings: ZooSettings | None = None, log: Callable[[str], None] = print,
+                 overwrite: bool = False) -> pd.DataFrame:
+    """Train the family of ``settings`` into ``out`` and return its summary (one row per run).
+
+    Args:
+        out: The output folder (created).
+        settings: The family's settings (default :class:`ZooSettings`).
+        log: Where progress lines go.
+        overwrite: Train again a family that ``out`` holds with other settings, replacing its runs.
+
+    Returns:
+        The summary table (:data:`SUMMARY_COLUMNS`), also written as ``summary.csv`` and ``summary.md``.
+
+    Raises:
+        OutputConflictError: When ``out`` holds a family trained with other settings, or run folders poslens did not write.
+        InputError: When the device is not available.
+
+    Example:
+        >>> import tempfile
+        >>> s = ZooSettings(steps=2, seq_len=16, width=16, depth=1, heads=2, batch_size=2, eval_seqs=2, seeds=(0,),
+        ...                 members=("standard",), max_documents=30, device="cpu")
+        >>> table = train_family(tempfile.mkdtemp(), s, log=lambda line: None)
+        >>> table[["member", "seed", "steps", "stopped_by"]].values.tolist()
+        [['standard', 0, 2, 'steps']]
+    """
+    settings = settings or ZooSettings()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = _device(settings.device)
+    data = load_data(settings.held_out, settings.max_documents)
+    if _check_out(out, settings, data, overwrite):
+        log(f"{out}: every run is already trained with these settings and data; reusing it")
+        return pd.read_csv(out / "summary.csv")
+    data.write_held_out(out / "held_out.jsonl")
+    record = {"poslens_version": __version__, "settings": settings.to_dict(), "data": data.describe(), "device": str(device),
+              "architecture": "MistralForCausalLM", "nope": NOPE_NOTE}
+    atomic_write_text(out / "zoo.json", json.dumps(record, indent=1))
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    runs = []
+    for member, seed in settings.runs():
+        folder = out / run_name(member, seed)
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        config = member_config(member, settings.width, settings.depth, settings.heads, settings.seq_len)
+        model = initial_model(config, seed).to(device).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay,
+                                      **({"fused": True} if device.type == "cuda" else {}))
+        runs.append(_Run(member, seed, folder, model, optimizer, torch.zeros((), device=device)))
+    generators = {seed: torch.Generator().manual_seed(seed) for seed in settings.seeds}
+    eval_tokens = held_out_batch(data.held_out, settings.seq_len, settings.eval_seqs)
+    budget = settings.time_budget * len(runs) if settings.time_budget else None
+    n_params = sum(p.numel() for p in runs[0].model.parameters())
+    log(f"zoo: {len(runs)} runs ({', '.join(settings.members)} × seeds {list(settings.seeds)}), {n_params / 1e6:.2f} M parameters "
+        f"each, {settings.steps} steps of {settings.batch_size} × {settings.seq_len} tokens, on {device}"
+        + (f", at most {budget:.0f} s" if budget else ""))
+    start = time.perf_counter()
+    _checkpoint(runs, settings, out, 0, 0.0, eval_tokens, log)
+    step, stopped_by, lr = 0, "steps", None
+    while step < settings.steps:
+        elapsed = time.perf_counter() - start
+        if budget is not None and elapsed >= budget:
+            stopped_by = "time"
+            break
+        progress = max(step / settings.steps, elapsed / budget if budget else 0.0)
+        lr = learning_rate(settings, step, progress)
+        batches = {seed: sample_batch(data.train, settings.seq_len, settings.batch_size, g).to(device) for seed, g in generators.items()}
+        for run in runs:
+            for group in run.optimizer.param_groups:
+                group["lr"] = lr
+            with autocast(device):
+                loss = next_token_loss(run.model, batches[run.seed])
+            run.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(run.model.parameters(), settings.grad_clip)
+            run.optimizer.step()
+            run.loss_sum += loss.detach()
+            run.loss_steps += 1
+        step += 1
+        if step % settings.eval_every == 0 and step < settings.steps:
+            _checkpoint(runs, settings, out, step, time.perf_counter() - start, eval_tokens, log, lr)
+    seconds = time.perf_counter() - start
+    if runs[0].rows[-1]["step"] != step:  # the last checkpoint, unless a time stop fell on one
+        _checkpoint(runs, settings, out, step, seconds, eval_tokens, log, lr)
+    return _finish(runs, settings, out, data, step, stopped_by, seconds, log)
+
+
+def _checkpoint(runs: list[_Run], settings: ZooSettings, out: Path, step: int, seconds: float, eval_tokens: torch.Tensor,
+                log: Callable[[str], None], lr: float | None = None) -> None:
+    """Held-out loss and sink scores of every run at ``step``: a line in each ``log.jsonl`` and ``log.csv`` rewritten."""
+    for run in runs:
+        scores = sink_scores(run.model, eval_tokens)
+        row = {
+            "member": run.member, "label": MEMBERS[run.member].label, "seed": run.seed, "step": step,
+            "tokens": step * settings.batch_size * settings.seq_len, "seconds": round(seconds, 2), "lr": lr,
+            "train_loss": float(run.loss_sum / run.loss_steps) if run.loss_steps else None,
+            "held_out_loss": held_out_loss(run.model, eval_tokens), "sink_heads": sink_count(scores, settings.tau),
+            "max_sink_score": float(scores.max()), "sink_heads_by_layer": [sink_count(layer, settings.tau) for layer in scores],
+            "sink_scores": [[round(float(v), 4) for v in layer] for layer in scores],
+        }
+        run.rows.append(row)
+        run.loss_sum.zero_()
+        run.loss_steps = 0
+        with open(run.folder / "log.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+        if settings.save_checkpoints:
+            _save_model(run.model, run.folder / "checkpoints" / f"step-{step:06d}")
+    table = pd.DataFrame([{k: v for k, v in row.items() if k != "sink_scores"} for run in runs for row in run.rows])
+    atomic_write(out / "log.csv", lambda tmp: table.to_csv(tmp, index=False))
+    last = table[table["step"] == step]
+    log(f"step {step}: held-out loss " + ", ".join(f"{run_name(r.member, r.seed)} {r.held_out_loss:.3f} ({r.sink_heads} sinks)"
+                                                   for r in last.itertuples()))
+
+
+def _save_model(model: torch.nn.Module, folder: Path) -> None:
+    """The model (float32) and its byte tokenizer, as a folder :func:`poslens.load_model` reads."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the zoo logs its own progress
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+
+
+def _finish(runs: list[_Run], settings: ZooSettings, out: Path, data: ZooData, steps: int, stopped_by: str, seconds: float,
+            log: Callable[[str], None]) -> pd.DataFrame:
+    rows = []
+    for run in runs:
+        _save_model(run.model, run.folder)
+        last = run.rows[-1]
+        config = run.model.config
+        summary = {
+            "member": run.member, "label": MEMBERS[run.member].label, "seed": run.seed, "rope_theta": config.rope_parameters["rope_theta"],
+            "sliding_window": config.sliding_window, "steps": steps, "tokens": steps * settings.batch_size * settings.seq_len,
+            "train_loss": last["train_loss"], "held_out_loss": last["held_out_loss"], "sink_heads": last["sink_heads"],
+            "max_sink_score": last["max_sink_score"], "stopped_by": stopped_by, "seconds": round(seconds, 2),
+            "folder": run.folder.name,
+        }
+        rows.append(summary)
+        atomic_write_text(run.folder / "run.json", json.dumps({**summary, "settings": settings.to_dict(), "data": data.describe(),
+                                                                "poslens_version": __version__}, indent=1))
+    table = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    atomic_write(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
+    atomic_write_text(out / "summary.md", summary_markdown(table))
+    log(f"zoo: {len(runs)} runs trained for {steps} steps in {seconds:.0f} s (stopped by {stopped_by}); wrote {out / 'summary.csv'}")
+    return table
+
+
+def summary_markdown(table: pd.DataFrame) -> str:
+    """The summary table as Markdown, one row per run.
+
+    Args:
+        table: The summary (:data:`SUMMARY_COLUMNS`).
+
+    Returns:
+        The Markdown text.
+
+    Example:
+        >>> row = dict.fromkeys(SUMMARY_COLUMNS, 1)
+        >>> summary_markdown(pd.DataFrame([row])).splitlines()[0].startswith("| member | label |")
+        True
+    """
+    columns = [c for c in SUMMARY_COLUMNS if c in table.columns]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in table[columns].itertuples(index=False):
+        cells = ["" if isinstance(v, float) and math.isnan(v) else f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

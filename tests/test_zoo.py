@@ -1,0 +1,166 @@
+"""The model zoo on the CPU: a tiny family trained through ``poslens zoo``, reloaded and measured.
+
+One module-scoped run of the command trains all three members with two seeds
+for a few steps (width 32, 2 layers, T = 32, the first 60 documents). The tests
+check that the members differ only in the position scheme (configs, initial
+weights, data order), that each folder loads through ``load_model`` with the
+window and RoPE base it was trained with, that ``measure`` runs end to end on
+one, that the checkpoints' sink scores are poslens's own, and that the command
+reuses, refuses and stops as it says.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import poslens
+from poslens.errors import InputError, OutputConflictError
+from poslens.mechanisms.sinks import key0_means
+from poslens.study.cli import app
+from poslens.zoo.data import documents, held_out_batch, is_held_out, load_data, sample_batch
+from poslens.zoo.evaluate import sink_scores
+from poslens.zoo.family import MEMBERS, POSITION_FIELDS, initial_model, member_config, sliding_window
+from poslens.zoo.train import ZooSettings, train_family
+
+runner = CliRunner()
+TINY = ["--steps", "3", "--seq-len", "32", "--width", "32", "--depth", "2", "--heads", "2", "--batch-size", "4",
+        "--eval-every", "2", "--eval-seqs", "4", "--max-documents", "60", "--device", "cpu"]
+RUNS = [f"{member}-s{seed}" for seed in (0, 1) for member in MEMBERS]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory):
+    out = tmp_path_factory.mktemp("zoo") / "family"
+    done = runner.invoke(app, ["zoo", *TINY, "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    return out, done.output
+
+
+def test_the_command_writes_every_run_and_the_tables(family):
+    out, output = family
+    summary = pd.read_csv(out / "summary.csv")
+    assert summary["folder"].tolist() == RUNS
+    assert set(summary["steps"]) == {3} and set(summary["stopped_by"]) == {"steps"}
+    assert summary["held_out_loss"].between(0, 10).all()
+    log = pd.read_csv(out / "log.csv")
+    assert sorted(set(log["step"])) == [0, 2, 3]  # step 0, every --eval-every, and the last
+    assert len(log) == 3 * len(RUNS) and log["sink_heads"].between(0, 4).all()
+    lines = [json.loads(line) for line in (out / "standard-s0" / "log.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in lines] == [0, 2, 3] and len(lines[0]["sink_scores"]) == 2  # [layer][head]
+    record = json.loads((out / "zoo.json").read_text())
+    assert record["settings"]["seeds"] == [0, 1] and record["data"]["n_documents"] == 60
+    assert "summary.csv" in output and "held_out_loss" in output
+
+
+def test_members_differ_only_in_the_position_scheme(family):
+    out, _ = family
+    configs = {run: json.loads((out / run / "config.json").read_text()) for run in RUNS}
+    shared = [{k: v for k, v in c.items() if k not in POSITION_FIELDS} for c in configs.values()]
+    assert all(c == shared[0] for c in shared), "members' configs differ outside the position fields"
+    assert {c["architectures"][0] for c in configs.values()} == {"MistralForCausalLM"}
+    assert configs["standard-s0"]["rope_parameters"]["rope_theta"] == 1e4 and configs["standard-s0"]["sliding_window"] is None
+    assert configs["large-base-trained-s0"]["rope_parameters"]["rope_theta"] == 1e6
+    assert configs["sliding-s0"]["sliding_window"] == sliding_window(32) == 4
+    assert configs["sliding-s0"]["rope_parameters"]["rope_theta"] == 1e4
+
+
+def test_same_seed_same_initial_weights_other_seed_other_weights():
+    states = {name: initial_model(member_config(name, 32, 2, 2, 32), seed=0).state_dict() for name in MEMBERS}
+    first = states["standard"]
+    for name, state in states.items():
+        assert all(torch.equal(first[key], state[key]) for key in first), name
+    other = initial_model(member_config("standard", 32, 2, 2, 32), seed=1).state_dict()
+    assert not torch.equal(first["model.layers.0.self_attn.q_proj.weight"], other["model.layers.0.self_attn.q_proj.weight"])
+
+
+def test_data_order_is_shared_by_the_members():
+    # a member trained alone ends with the very weights it has when trained beside the others: the others draw no batch
+    # of their own and change no random state, so each member of a seed sees the same batches in the same order
+    settings = dict(steps=2, seq_len=16, width=16, depth=1, heads=2, batch_size=2, eval_every=2, eval_seqs=2, seeds=(0,),
+                    max_documents=30, device="cpu")
+    quiet = lambda line: None  # noqa: E731
+    import tempfile
+    from pathlib import Path
+
+    alone, beside = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
+    train_family(alone, ZooSettings(members=("standard",), **settings), log=quiet)
+    train_family(beside, ZooSettings(members=("sliding", "standard"), **settings), log=quiet)
+    from safetensors.torch import load_file
+
+    a, b = load_file(alone / "standard-s0" / "model.safetensors"), load_file(beside / "standard-s0" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    data = load_data(max_documents=30)
+    assert torch.equal(sample_batch(data.train, 16, 3, g1), sample_batch(data.train, 16, 3, g2))
+
+
+def test_the_held_out_split_is_by_name_and_disjoint():
+    data = load_data(max_documents=80)
+    names = [name for name, _ in documents()[:80]]
+    assert data.held_out_names == [name for name in names if is_held_out(name)]
+    assert 0 < len(data.held_out_names) < len(names) // 2
+    assert torch.equal(held_out_batch(data.held_out, 16, 3), held_out_batch(data.held_out, 16, 3))
+    assert load_data(max_documents=80).sha256 == data.sha256 != load_data(max_documents=79).sha256
+
+
+def test_each_run_loads_with_its_window_and_base(family):
+    out, _ = family
+    for run, window, base in [("standard-s0", None, 1e4), ("large-base-trained-s1", None, 1e6), ("sliding-s1", 4, 1e4)]:
+        model = poslens.load_model(out / run, device="cpu")
+        assert model.architecture == "mistral" and model.n_layers == 2 and model.n_heads == 2
+        assert model.window == [window, window] and model.rope_base == [base, base], run
+
+
+def test_measure_end_to_end_and_the_sink_scores_are_poslens_own(family):
+    out, _ = family
+    model = poslens.load_model(out / "sliding-s0", device="cpu")
+    corpus = poslens.make_corpus(model, str(out / "held_out.jsonl"), n_seqs=4, seq_len=32, seed=0)
+    assert corpus.position0 == "bos" and bool((corpus.tokens[:, 0] == 1).all())
+    result = poslens.measure(model, corpus, groups=2, early=8, batch_size=2, progress=False)
+    for metric in ("c_res", "c_mask"):
+        assert pd.notna(result.value(metric, "all")), metric
+    heads = [(layer, head) for layer in range(2) for head in range(2)]
+    theirs = key0_means(result, heads)
+    from transformers import AutoModelForCausalLM
+
+    ours = sink_scores(AutoModelForCausalLM.from_pretrained(out / "sliding-s0"), corpus.tokens)  # the bridge wraps model.hf_model
+    for layer, head in heads:
+        assert ours[layer, head].item() == pytest.approx(theirs[(layer, head)], abs=1e-5)
+
+
+def test_a_rerun_reuses_and_other_settings_are_refused(family):
+    out, _ = family
+    again = runner.invoke(app, ["zoo", *TINY, "--out", str(out)])
+    assert again.exit_code == 0 and "reusing" in again.output
+    with pytest.raises(OutputConflictError, match="other settings"):
+        train_family(out, ZooSettings(steps=4, seq_len=32, width=32, depth=2, heads=2, max_documents=60, device="cpu"))
+
+
+def test_bad_options_are_refused_before_training(tmp_path):
+    for option, word in [(["--members", "nope"], "unknown zoo member"), (["--seeds", "a,b"], "integer seeds"),
+                         (["--width", "30", "--heads", "4"], "multiple of heads")]:
+        done = runner.invoke(app, ["zoo", *TINY, *option, "--out", str(tmp_path / "x")])
+        assert done.exit_code == 2 and word in " ".join(done.output.split()), (option, done.output)
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(InputError, match="schedule"):
+        ZooSettings(schedule="linear")
+
+
+def test_a_time_budget_stops_every_run_at_the_same_step(tmp_path):
+    settings = ZooSettings(steps=10_000, seq_len=16, width=16, depth=1, heads=2, batch_size=2, eval_every=5000, eval_seqs=2,
+                           seeds=(0,), members=("standard", "sliding"), max_documents=30, device="cpu", time_budget=0.5)
+    table = train_family(tmp_path, settings, log=lambda line: None)
+    assert set(table["stopped_by"]) == {"time"} and table["steps"].nunique() == 1 and 0 < table["steps"].iloc[0] < 10_000
