@@ -33,6 +33,9 @@ from poslens.study.claims import not_measured_summary
 from poslens.study.output_lock import OutputLock
 from poslens.study.parts import Settings, Study, complete_parts
 from poslens.version import __version__
+from poslens.zoo.family import MEMBERS as ZOO_MEMBERS
+from poslens.zoo.family import parse_members
+from poslens.zoo.train import ZooSettings, train_family
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -589,6 +592,70 @@ def relativize(
             table.add_row(escape(str(row.edit)), f"{row.value:+.3g}", f"[{row.ci_low:+.3g}, {row.ci_high:+.3g}]")
         wide.print(table)
     _say_written(study)
+
+
+def _seeds_option(value: str) -> str:
+    """Check ``--seeds`` when the command line is parsed: a comma list of integers."""
+    words = [w.strip() for w in value.split(",") if w.strip()]
+    if not words or not all(w.lstrip("-").isdigit() for w in words):
+        raise typer.BadParameter(f"{value!r} is not a comma list of integer seeds (e.g. --seeds 0,1)")
+    return ",".join(words)
+
+
+def _members_option(value: str) -> str:
+    """Check ``--members`` when the command line is parsed: a comma list of zoo members."""
+    try:
+        return ",".join(parse_members(value))
+    except PoslensError as error:
+        raise typer.BadParameter(str(error)) from error
+
+
+@app.command()
+def zoo(
+    out: Path = typer.Option(..., help="Output folder: one Hugging Face model folder per member and seed, log.csv, summary.csv/.md."),
+    steps: int = typer.Option(ZooSettings.steps, min=1, help="Training steps (every run takes the same number)."),
+    seq_len: int = typer.Option(ZooSettings.seq_len, min=4, help="Tokens per training sequence T, BOS included (the sliding window is T/8)."),
+    width: int = typer.Option(ZooSettings.width, min=2, help="Hidden size."),
+    depth: int = typer.Option(ZooSettings.depth, min=1, help="Layers."),
+    heads: int = typer.Option(ZooSettings.heads, min=1, help="Attention heads per layer (width must be a multiple, with an even head size)."),
+    batch_size: int = typer.Option(ZooSettings.batch_size, min=1, help="Sequences per training step."),
+    lr: float = typer.Option(ZooSettings.lr, min=0.0, help="Peak learning rate (AdamW)."),
+    warmup: int = typer.Option(ZooSettings.warmup, min=0, help="Linear warmup steps."),
+    schedule: str = typer.Option(ZooSettings.schedule, help="cosine (to a tenth of --lr) or constant, after the warmup."),
+    seeds: str = typer.Option("0,1", callback=_seeds_option,
+                              help="Seeds, a comma list: each gives the initial weights and data order of every member."),
+    members: str = typer.Option(",".join(ZOO_MEMBERS), callback=_members_option,
+                                help="Members, a comma list of standard, large-base-trained, sliding (NoPE is left out)."),
+    eval_every: int = typer.Option(ZooSettings.eval_every, min=1, help="Steps between checkpoints (held-out loss, sink count)."),
+    eval_seqs: int = typer.Option(ZooSettings.eval_seqs, min=1, help="Held-out sequences per checkpoint."),
+    tau: float = _TAU,
+    time_budget: Optional[float] = typer.Option(None, min=0.001, help="Seconds of training per run (member × seed); the family stops "
+                                                "at this times the number of runs. Default: --steps only."),
+    device: str = typer.Option("auto", help="auto (CUDA when available), cpu or cuda[:i]."),
+    save_checkpoints: bool = typer.Option(False, "--save-checkpoints", help="Also save each checkpoint's weights under <run>/checkpoints/."),
+    max_documents: Optional[int] = typer.Option(None, min=2, help="Train on the first this many documents only (tiny test families)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Train again a family that --out holds with other settings."),
+) -> None:
+    """Train a controlled family of small models that differ only in their position scheme (the model zoo).
+
+    Every member and seed is a Mistral model trained in lockstep on the Python standard library's source (byte tokens);
+    each is saved as a Hugging Face folder that --model of the measuring commands accepts.
+
+    Example: poslens zoo --steps 2000 --seq-len 512 --width 256 --depth 4 --seeds 0,1 --time-budget 40 --out results/zoo
+    """
+    try:
+        settings = ZooSettings(
+            members=tuple(members.split(",")), seeds=tuple(int(s) for s in seeds.split(",")), steps=steps, seq_len=seq_len,
+            width=width, depth=depth, heads=heads, batch_size=batch_size, lr=lr, warmup=warmup, schedule=schedule,
+            eval_every=eval_every, eval_seqs=eval_seqs, tau=tau, time_budget=time_budget, device=device,
+            save_checkpoints=save_checkpoints, max_documents=max_documents)
+    except PoslensError as error:
+        raise typer.BadParameter(str(error)) from error
+    with _output_folder(out):
+        table = train_family(out, settings, log=lambda message: console.print(escape(message), soft_wrap=True), overwrite=overwrite)
+    columns = ["member", "seed", "steps", "tokens", "train_loss", "held_out_loss", "sink_heads", "stopped_by"]
+    Console(width=max(console.width, 130)).print(escape(table[columns].to_string(index=False)))
+    console.print(escape(f"wrote {Path(out) / 'summary.csv'}, {Path(out) / 'log.csv'} and one model folder per run in {out}"), soft_wrap=True)
 
 
 @app.command()
