@@ -67,76 +67,14 @@ export TOKENIZERS_PARALLELISM=false
 # the step functions run in a child bash under timeout (timeout runs programs, not functions): what they read
 export REPO DEVICE SMALL PY BUDGET LENGTHS WARMUP_LEN TEST_FILTER START RESULTS SITE MODEL_DIR
 
-log() { echo "[gpu_suite $(($(date +%s) - START))s] $*" | tee -a "$RESULTS/suite.log"; }
-
-# step NAME MAX_SECONDS COMMAND...: run COMMAND under a timeout of MAX_SECONDS, or of what is left of the
-# budget (less 15 s for packing) if that is less; its stdout and stderr go to NAME.log.
-step() {
-    local name=$1 max=$2
-    shift 2
-    local left=$((BUDGET - 15 - ($(date +%s) - START)))
-    local limit=$((max < left ? max : left))
-    if [ "$limit" -lt 5 ]; then
-        log "$name: skipped, the budget of ${BUDGET}s is spent"
-        printf '%s\tskipped (budget)\t0\t0\n' "$name" >>"$STEPS"
-        FAILED=1
-        return 1
-    fi
-    log "$name: start (timeout ${limit}s)"
-    local t0 rc
-    t0=$(date +%s)
-    if [ "$(type -t "$1")" = function ]; then
-        timeout -k 10 "$limit" bash -c "$1" >"$RESULTS/$name.log" 2>&1
-    else
-        timeout -k 10 "$limit" "$@" >"$RESULTS/$name.log" 2>&1
-    fi
-    rc=$?
-    local took=$(($(date +%s) - t0)) status=ok
-    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then status="timed out"; elif [ "$rc" -ne 0 ]; then status="failed (rc $rc)"; fi
-    printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$took" "$limit" >>"$STEPS"
-    log "$name: $status after ${took}s"
-    if [ "$status" != ok ]; then
-        FAILED=1
-        tail -n 15 "$RESULTS/$name.log" | sed 's/^/    /'
-        return 1
-    fi
-}
+LOG_NAME=gpu_suite LOG_FILE=suite.log STEP_ECHO=0
+# shellcheck source=benchmarks/gpu_common.sh
+source "$REPO/benchmarks/gpu_common.sh"  # log, step, install_wheels
 
 # 1. install the missing packages from .gpu_wheels/ (one python process finds them: importing each would be slow)
 install_missing() {
-    if [ ! -f .gpu_wheels/manifest.txt ]; then
-        echo "no .gpu_wheels/manifest.txt: nothing can be installed (run bash benchmarks/gpu_wheels.sh where pip reaches PyPI)"
-        missing=""
-    else
-        # GPU_SUITE_FORCE_INSTALL="mod1 mod2": install those even if importable (to check this step on a full machine)
-        missing=$("$PY" - .gpu_wheels/manifest.txt "${GPU_SUITE_FORCE_INSTALL:-}" <<'EOF'
-import importlib.metadata, importlib.util, sys
-force = set(sys.argv[2].split())
-for line in open(sys.argv[1]):
-    module, spec, *pin = line.split()
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    if found and pin:  # a pinned package counts as found at its manifest version only
-        dist, version = spec.split("==")
-        try:
-            found = importlib.metadata.version(dist) == version
-        except importlib.metadata.PackageNotFoundError:
-            found = False
-    if module in force or not found:
-        print(spec)
-EOF
-)
-    fi
-    if [ -n "$missing" ]; then
-        echo "installing from .gpu_wheels (--no-deps): $missing"
-        # shellcheck disable=SC2086
-        "$PY" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
-            --find-links .gpu_wheels --target "$SITE" $missing || return 1
-    else
-        echo "nothing to install: every module of .gpu_wheels/manifest.txt imports"
-    fi
+    # GPU_SUITE_FORCE_INSTALL="mod1 mod2": install those even if importable (to check this step on a full machine)
+    install_wheels "${GPU_SUITE_FORCE_INSTALL:-}" || return 1
     # what is not in the wheels must be on the machine; then poslens, TransformerLens and the bridge must import
     "$PY" - <<'EOF'
 import importlib.metadata, importlib.util, sys
@@ -233,7 +171,7 @@ pack() {
 }
 trap pack EXIT
 trap 'exit 1' TERM INT  # killed from outside: still pack what there is
-export -f install_missing record_environment run_tests run_bench
+export -f install_wheels install_missing record_environment run_tests run_bench
 
 log "device $DEVICE, small $SMALL, budget ${BUDGET}s, python $PY, output $OUT"
 step install 60 install_missing

@@ -63,73 +63,13 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUF
 export PYTHONPATH="$REPO:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export REPO DEVICE SMALL PY BUDGET START RESULTS SITE RUN_SECONDS
 
-log() { echo "[zoo_gpu $(($(date +%s) - START))s] $*" | tee -a "$RESULTS/zoo_gpu.log"; }
-
-# phase NAME MAX_SECONDS COMMAND...: COMMAND under a timeout of MAX_SECONDS or what is left of the budget (less 15 s
-# for packing), whichever is less; its output goes to NAME.log (and is echoed as it comes).
-phase() {
-    local name=$1 max=$2
-    shift 2
-    local left=$((BUDGET - 15 - ($(date +%s) - START)))
-    local limit=$((max < left ? max : left))
-    if [ "$limit" -lt 5 ]; then
-        log "$name: skipped, the budget of ${BUDGET}s is spent"
-        printf '%s\tskipped (budget)\t0\t0\n' "$name" >>"$STEPS"
-        FAILED=1
-        return 1
-    fi
-    log "$name: start (timeout ${limit}s)"
-    local t0 rc
-    t0=$(date +%s)
-    if [ "$(type -t "$1")" = function ]; then
-        timeout -k 10 "$limit" bash -c "$1" 2>&1 | tee "$RESULTS/$name.log"
-    else
-        timeout -k 10 "$limit" "$@" 2>&1 | tee "$RESULTS/$name.log"
-    fi
-    rc=${PIPESTATUS[0]}
-    local took=$(($(date +%s) - t0)) status=ok
-    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then status="timed out"; elif [ "$rc" -ne 0 ]; then status="failed (rc $rc)"; fi
-    printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$took" "$limit" >>"$STEPS"
-    log "$name: $status after ${took}s"
-    if [ "$status" != ok ]; then
-        FAILED=1
-        return 1
-    fi
-}
+LOG_NAME=zoo_gpu LOG_FILE=zoo_gpu.log STEP_ECHO=1
+# shellcheck source=benchmarks/gpu_common.sh
+source "$REPO/benchmarks/gpu_common.sh"  # log, step, install_wheels
 
 # 1. the missing packages, from .gpu_wheels/ (the pattern of benchmarks/gpu_suite.sh)
 install_missing() {
-    if [ ! -f .gpu_wheels/manifest.txt ]; then
-        echo "no .gpu_wheels/manifest.txt: nothing can be installed (run bash benchmarks/gpu_wheels.sh where pip reaches PyPI)"
-        missing=""
-    else
-        missing=$("$PY" - .gpu_wheels/manifest.txt <<'EOF'
-import importlib.metadata, importlib.util, sys
-for line in open(sys.argv[1]):
-    module, spec, *pin = line.split()
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    if found and pin:  # a pinned package counts as found at its manifest version only
-        dist, version = spec.split("==")
-        try:
-            found = importlib.metadata.version(dist) == version
-        except importlib.metadata.PackageNotFoundError:
-            found = False
-    if not found:
-        print(spec)
-EOF
-)
-    fi
-    if [ -n "$missing" ]; then
-        echo "installing from .gpu_wheels (--no-deps): $missing"
-        # shellcheck disable=SC2086
-        "$PY" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
-            --find-links .gpu_wheels --target "$SITE" $missing || return 1
-    else
-        echo "nothing to install from .gpu_wheels"
-    fi
+    install_wheels || return 1
     "$PY" - <<'EOF'
 import importlib.metadata, importlib.util, sys
 need = ["torch", "numpy", "transformers", "scipy", "pandas", "pyarrow", "safetensors", "tokenizers", "typer", "transformer_lens"]
@@ -196,16 +136,16 @@ pack() {
 }
 trap pack EXIT
 trap 'exit 1' TERM INT  # killed from outside: still pack what there is
-export -f install_missing record_environment train measure
+export -f install_wheels install_missing record_environment train measure
 export TRAIN_FLAGS_STR="${TRAIN_FLAGS[*]}" MEASURE_FLAGS_STR="${MEASURE_FLAGS[*]}"
 
 log "device $DEVICE, small $SMALL, budget ${BUDGET}s, python $PY, output $OUT"
-phase install 45 install_missing
-phase environment 20 record_environment
-if phase train "$TRAIN_MAX" train; then
-    phase measure "$BUDGET" measure
+step install 45 install_missing
+step environment 20 record_environment
+if step train "$TRAIN_MAX" train; then
+    step measure "$BUDGET" measure
 else
-    [ -f "$RESULTS/zoo/summary.csv" ] && phase measure "$BUDGET" measure || {
+    [ -f "$RESULTS/zoo/summary.csv" ] && step measure "$BUDGET" measure || {
         log "measure: skipped, no trained family"
         printf 'measure\tskipped (no family)\t0\t0\n' >>"$STEPS"
     }
