@@ -159,3 +159,18 @@ def test_no_loss_skips_the_loss_and_one_mode_runs_alone(tiny_llama_dir, tmp_path
     assert "change in next-token loss" not in done.output
     with pytest.raises(ValueError, match="no loss_change rows"):
         plot_loss_change(a.loss)
+
+
+def test_a_corpus_too_small_for_two_disjoint_corpora_is_refused_in_words(tiny_llama_dir, tmp_path):
+    # the measured corpus fits (15 windows of 15 bytes, 8 asked for), but not beside a disjoint calibration corpus
+    # of as many: one message naming both counts, no traceback
+    text = tmp_path / "small.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 5)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "COLUMNS": "400"}
+    process = subprocess.run([sys.executable, "-m", "poslens.study.cli", "relativize", "--model", str(tiny_llama_dir),
+                              "--corpus", str(text), "--n-seqs", "8", "--seq-len", "16", "--groups", "2", "--early", "6",
+                              "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=300)
+    said = process.stdout + process.stderr
+    assert process.returncode != 0 and "Traceback" not in said, said
+    assert ("the calibration corpus must be disjoint from the measured one, so the corpus must hold 8 + 8 = 16 windows "
+            "of 16 tokens") in message(said), said

@@ -536,7 +536,8 @@ class Study:
             The :class:`~poslens.mechanisms.attribution.Attribution`, reused from the folder when it matches.
 
         Raises:
-            InputError: When the calibration seed is the measured corpus's seed (the corpora would not be disjoint).
+            InputError: When the calibration seed is the measured corpus's seed (the corpora would not be disjoint),
+                or the corpus holds fewer windows than the two disjoint corpora need (N + N_cal).
             SettingsMismatchError: When the saved part was made with other settings (and not ``overwrite``).
             InputsChangedError: When the saved part's input files changed since (and not ``overwrite``).
 
@@ -579,9 +580,14 @@ class Study:
                                position0=s.position0, seed=s.seed, text_field=s.text_field)
         # draw enough with the other seed to drop every window the measured corpus also holds: disjoint by construction
         n_calibration = s.calibration_seqs or s.relativize_seqs
-        calibration = make_corpus(model, s.corpus, n_seqs=n_calibration + measured.n_seqs, seq_len=s.relativize_len,
-                                  position0=s.position0, seed=calibration_seed,
-                                  text_field=s.text_field).excluding(measured, n_calibration)
+        try:
+            drawn = make_corpus(model, s.corpus, n_seqs=n_calibration + measured.n_seqs, seq_len=s.relativize_len,
+                                position0=s.position0, seed=calibration_seed, text_field=s.text_field)
+        except InputError as error:
+            raise InputError(f"the calibration corpus must be disjoint from the measured one, so the corpus must hold "
+                             f"{measured.n_seqs} + {n_calibration} = {measured.n_seqs + n_calibration} windows of "
+                             f"{s.relativize_len} tokens (--n-seqs + --calibration-seqs); {error}") from error
+        calibration = drawn.excluding(measured, n_calibration)
         result = cumulative_attribution(model, measured, calibration, modes=s.relativize_modes, groups=s.groups,
                                         early=s.early, batch_size=s.batch_size, calibration_sizes=s.calibration_sizes or None,
                                         loss=s.relativize_loss, counterfactual=s.counterfactual, disk_budget=s.disk_budget)
