@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from jaxtyping import Bool, Int
 
+from poslens.options import DEFAULTS
+
 
 def geometric_edges(length: int, exact: int = 16, growth: float = 1.25) -> list[int]:
     """Bin edges ``[0, 1, …, exact, ceil(exact·g), …, length]``.
@@ -53,12 +55,12 @@ class Binning:
 
     Example:
         >>> b = Binning(64, early=32)
-        >>> int(b.offset_bin[20]), int(b.query_bin[31]), b.windows["early"].tolist()[:3]
+        >>> int(b.offset_bin[20]), int(b.query_bin[31]), b.query_windows["early"].tolist()[:3]
         (17, 18, [False, True, True])
     """
 
     seq_len: int
-    early: int = 32
+    early: int = DEFAULTS.early
     offset_edges: tuple[int, ...] = field(init=False)
     query_edges: tuple[int, ...] = field(init=False)
 
@@ -111,12 +113,12 @@ class Binning:
         return np.searchsorted(self.query_edges, np.arange(self.seq_len), side="right") - 1
 
     @property
-    def windows(self) -> dict[str, Bool[np.ndarray, " qbins"]]:
+    def query_windows(self) -> dict[str, Bool[np.ndarray, " qbins"]]:
         """Boolean masks over query bins: ``early`` (1 ≤ i < Q) and ``all`` (1 ≤ i < T); query 0 is never in.
 
         Example:
-            >>> w = Binning(64, early=32).windows
-            >>> int(w["early"].sum()), int(w["all"].sum()), bool(w["all"][0])   # bins in each window
+            >>> w = Binning(64, early=32).query_windows
+            >>> int(w["early"].sum()), int(w["all"].sum()), bool(w["all"][0])   # bins in each query window
             (18, 22, False)
         """
         lower = np.array(self.query_edges[:-1])

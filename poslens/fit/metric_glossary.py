@@ -12,6 +12,9 @@ list, and that a real measurement by every producer emits exactly these names.
 Rewrite the page's list after editing an entry with::
 
     .venv/bin/python -m poslens.fit.metric_glossary docs/glossary.md
+
+Longer than 400 lines because it is one table of data: one entry per metric
+name, each with its definition, formula, range, sign and rows.
 """
 
 from __future__ import annotations
@@ -63,8 +66,10 @@ class MetricEntry:
 
 MEASURE = "every measurement (`poslens.measure`, `poslens leakage`, the baseline and intervention runs, `compare`)"
 _PER_HEAD = "windows `early` and `all`; every layer and head, head −1 (mean over heads) and layer −1 (mean over layers ≥ 1)"
-_NaN_SST = (" A head whose fitted quantity has no variance in the window gets no row (missing, not a number); its aggregates "
-            "average the heads where it is defined.")
+_NaN_SST = (
+    " A head whose fitted quantity has no variance in the window gets no row (missing, not a number); its aggregates "
+    "average the heads where it is defined."
+)
 _LEAK = "ΔR² of nested least-squares fits: 0 when absolute query position explains nothing beyond the offset"
 
 _decomposition_sign = (
@@ -84,13 +89,13 @@ GLOSSARY: dict[str, MetricEntry] = {
         "Leakage: how much absolute position the attention pattern carries",
         "L(log a), the primary leakage of a head. The share of variance of the log attention weights log a_ij, over the "
         "window's query rows i ≥ 1 and visible keys j, explained by the absolute query position beyond the offset i − j: "
-        "R² of the additive model (offset bin + query bin) minus R² of the relative model (offset bin alone)."
-        + _NaN_SST,
+        "R² of the additive model (offset bin + query bin) minus R² of the relative model (offset bin alone)." + _NaN_SST,
         r"L(\log a) = R^2_F - R^2_R = \lVert P(\log a) \rVert^2 / SST(\log a)",
         "[0, 1]",
         f"Never negative in-sample ({_LEAK}). It carries a small positive bias from the fitted query-bin parameters: see "
         "`leakage_pattern_bias` and the held-out `leakage_pattern_heldout`.",
-        "methodology §3.1", f"{_PER_HEAD}; {MEASURE}",
+        "methodology §3.1",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "leakage_logit": MetricEntry(
         "Leakage: how much absolute position the attention pattern carries",
@@ -98,23 +103,29 @@ GLOSSARY: dict[str, MetricEntry] = {
         "log a_ij. The softmax ignores any per-query shift of the logits, so absolute position in the logits need not "
         "reach the pattern." + _NaN_SST,
         r"L(s) = \lVert P(s) \rVert^2 / SST(s)",
-        "[0, 1]", f"Never negative in-sample ({_LEAK}).",
-        "methodology §3.1", f"{_PER_HEAD}; {MEASURE}",
+        "[0, 1]",
+        f"Never negative in-sample ({_LEAK}).",
+        "methodology §3.1",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "leakage_pattern_saturated": MetricEntry(
         "Leakage: how much absolute position the attention pattern carries",
         "L(log a) with the saturated model: the cell means over (offset bin, query bin) in place of the additive fit, "
         "so interactions between offset and query position count too." + _NaN_SST,
         r"L_{sat}(\log a) = \lVert f_S - f_R \rVert^2 / SST(\log a)",
-        "[0, 1], at least `leakage_pattern`", f"Never negative in-sample ({_LEAK}).",
-        "methodology §3.1", f"{_PER_HEAD}; {MEASURE}",
+        "[0, 1], at least `leakage_pattern`",
+        f"Never negative in-sample ({_LEAK}).",
+        "methodology §3.1",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "leakage_logit_saturated": MetricEntry(
         "Leakage: how much absolute position the attention pattern carries",
         "L(s) with the saturated model (cell means over offset bin × query bin)." + _NaN_SST,
         r"L_{sat}(s) = \lVert f_S - f_R \rVert^2 / SST(s)",
-        "[0, 1], at least `leakage_logit`", f"Never negative in-sample ({_LEAK}).",
-        "methodology §3.1", f"{_PER_HEAD}; {MEASURE}",
+        "[0, 1], at least `leakage_logit`",
+        f"Never negative in-sample ({_LEAK}).",
+        "methodology §3.1",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "leakage_count": MetricEntry(
         "Leakage: how much absolute position the attention pattern carries",
@@ -122,8 +133,10 @@ GLOSSARY: dict[str, MetricEntry] = {
         "query i sees: log(i + 1) under the causal mask, log W once a window of W is full. For a head with constant logits "
         "log a = −c − const, so its `leakage_pattern` equals this." + _NaN_SST,
         r"L(c) = \lVert P(c) \rVert^2 / SST(c), \quad c_i = \log \lvert V_i \rvert",
-        "[0, 1]", f"Never negative ({_LEAK}).",
-        "methodology §3.1", f"{_PER_HEAD}; {MEASURE}",
+        "[0, 1]",
+        f"Never negative ({_LEAK}).",
+        "methodology §3.1",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "leakage_linear": MetricEntry(
         "Leakage: how much absolute position the attention pattern carries",
@@ -131,8 +144,10 @@ GLOSSARY: dict[str, MetricEntry] = {
         "ordinary least squares with an intercept (the first model is the regression on [i − j, i], as i − j, i and j "
         "are collinear). It misses non-linear dependence such as log(i + 1), which is why the binned L is primary.",
         r"R^2(s \sim i - j, i, j) - R^2(s \sim i - j)",
-        "[0, 1]", "Not negative (nested least squares); a plain division, so a head with constant logits gives NaN.",
-        "methodology §3.2", f"{_PER_HEAD}; {MEASURE}",
+        "[0, 1]",
+        "Not negative (nested least squares); a plain division, so a head with constant logits gives NaN.",
+        "methodology §3.2",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "leakage_pattern_heldout": MetricEntry(
         "Leakage: how much absolute position the attention pattern carries",
@@ -145,7 +160,8 @@ GLOSSARY: dict[str, MetricEntry] = {
         "alone does: no absolute position beyond the offset is detectable at this sample size (the in-sample fit was "
         "fitting noise). Its interval comes from the spread of the per-fold values (mean ± t · sd / √G over G folds), "
         "so it is wide when each group holds few sequences or G is small.",
-        "methodology §5", f"{_PER_HEAD}; {MEASURE}",
+        "methodology §5",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "leakage_logit_heldout": MetricEntry(
         "Leakage: how much absolute position the attention pattern carries",
@@ -154,7 +170,8 @@ GLOSSARY: dict[str, MetricEntry] = {
         "(−∞, 1]",
         "Negative when the fitted query-bin terms predict the held-out group worse than the offset alone: no detectable "
         "absolute position in the logits at this size. Interval from the per-fold spread, wide with few sequences.",
-        "methodology §5", f"{_PER_HEAD}; {MEASURE}",
+        "methodology §5",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "leakage_pattern_bias": MetricEntry(
         "Leakage: how much absolute position the attention pattern carries",
@@ -164,7 +181,8 @@ GLOSSARY: dict[str, MetricEntry] = {
         "[−1, ∞) in principle; near 0 in practice",
         "Positive: the in-sample figure overstates the leakage by about this much. Negative only by noise (the held-out "
         "fit happened to score better). Its interval comes from the per-fold values.",
-        "methodology §5", f"{_PER_HEAD}; {MEASURE}",
+        "methodology §5",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     # ----------------------------------------------------------------- decodability (methodology §3.3)
     "key0_mass": MetricEntry(
@@ -172,29 +190,37 @@ GLOSSARY: dict[str, MetricEntry] = {
         "Mean over the window's query rows i ≥ 1 of a_i0, the weight on key 0 (the position-0 token). Over the `all` "
         "window it is the head's sink score. Under a sliding window a_i0 = 0 once key 0 is out of view, and those rows count.",
         r"\frac{1}{n} \sum_{i \ge 1} a_{i0}",
-        "[0, 1]", "Not negative.",
-        "methodology §3.3", f"{_PER_HEAD}; {MEASURE}",
+        "[0, 1]",
+        "Not negative.",
+        "methodology §3.3",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "entropy": MetricEntry(
         "Decodability: row features of the attention pattern",
         "Mean over the window's query rows of the entropy of row i of the pattern, in nats.",
         r"\frac{1}{n} \sum_{i \ge 1} \left( - \sum_{j \in V_i} a_{ij} \log a_{ij} \right)",
-        "[0, log T] (row i can reach log |V_i|: uniform attention)", "Not negative.",
-        "methodology §3.3", f"{_PER_HEAD}; {MEASURE}",
+        "[0, log T] (row i can reach log |V_i|: uniform attention)",
+        "Not negative.",
+        "methodology §3.3",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "self_mass": MetricEntry(
         "Decodability: row features of the attention pattern",
         "Mean over the window's query rows of a_ii, the weight a query puts on its own position.",
         r"\frac{1}{n} \sum_{i \ge 1} a_{ii}",
-        "[0, 1]", "Not negative.",
-        "methodology §3.3", f"{_PER_HEAD}; {MEASURE}",
+        "[0, 1]",
+        "Not negative.",
+        "methodology §3.3",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "max_mass": MetricEntry(
         "Decodability: row features of the attention pattern",
         "Mean over the window's query rows of the largest weight in the row.",
         r"\frac{1}{n} \sum_{i \ge 1} \max_j a_{ij}",
-        "(0, 1]; row i's maximum is at least 1/|V_i|", "Not negative.",
-        "methodology §3.3", f"{_PER_HEAD}; {MEASURE}",
+        "(0, 1]; row i's maximum is at least 1/|V_i|",
+        "Not negative.",
+        "methodology §3.3",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "probe_r2": MetricEntry(
         "Decodability: row features of the attention pattern",
@@ -223,31 +249,39 @@ GLOSSARY: dict[str, MetricEntry] = {
         "visible keys, built per sequence) does not reproduce. It counts the absolute component of the logits, "
         "whatever its origin; claims C3–C5 read it.",
         r"C_{res} = \rho_{res} \, L(\log a)",
-        "usually [0, L(log a)]", _decomposition_sign,
-        "methodology §4.2", f"{_PER_HEAD}; {MEASURE}",
+        "usually [0, L(log a)]",
+        _decomposition_sign,
+        "methodology §4.2",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "c_mask": MetricEntry(
         "Decomposition: mask versus residual stream",
         "C_mask, the mask component of L(log a): the part of the leakage that the mask-only counterfactual a' reproduces. "
         "It is what the causal mask's softmax normalization makes of relative logits and a constant sink. Claim C2 reads it.",
         r"C_{mask} = \rho_{mask} \, L(\log a)",
-        "usually [0, L(log a)]", _decomposition_sign,
-        "methodology §4.2", f"{_PER_HEAD}; {MEASURE}",
+        "usually [0, L(log a)]",
+        _decomposition_sign,
+        "methodology §4.2",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "rho_mask": MetricEntry(
         "Decomposition: mask versus residual stream",
         "ρ_mask, the mask's share of the leakage: the projection of the pattern's absolute part P(log a) on the "
         "counterfactual's P(log a'), as a fraction of ‖P(log a)‖². Inner products are weighted by pair counts.",
         r"\rho_{mask} = \langle P(\log a), P(\log a') \rangle / \lVert P(\log a) \rVert^2",
-        "usually [0, 1]", _share_sign,
-        "methodology §4.2", f"{_PER_HEAD} (aggregate: `c_mask` / `leakage_pattern` of the aggregates); {MEASURE}",
+        "usually [0, 1]",
+        _share_sign,
+        "methodology §4.2",
+        f"{_PER_HEAD} (aggregate: `c_mask` / `leakage_pattern` of the aggregates); {MEASURE}",
     ),
     "rho_res": MetricEntry(
         "Decomposition: mask versus residual stream",
         "ρ_res, the residual stream's share of the leakage: 1 − ρ_mask.",
         r"\rho_{res} = 1 - \rho_{mask}",
-        "usually [0, 1]", _share_sign,
-        "methodology §4.2", f"{_PER_HEAD} (aggregate: `c_res` / `leakage_pattern` of the aggregates); {MEASURE}",
+        "usually [0, 1]",
+        _share_sign,
+        "methodology §4.2",
+        f"{_PER_HEAD} (aggregate: `c_res` / `leakage_pattern` of the aggregates); {MEASURE}",
     ),
     "c_count": MetricEntry(
         "Decomposition: mask versus residual stream",
@@ -255,63 +289,75 @@ GLOSSARY: dict[str, MetricEntry] = {
         "c_i = log |V_i|, times L(log a). It is the simplest mask effect: dividing by the number of visible keys.",
         r"C_{count} = \frac{\langle P(\log a), -P(c) \rangle}{\lVert P(\log a) \rVert^2} \, L(\log a)",
         "usually [0, L(log a)]",
-        "Negative when the pattern's absolute part runs against the count term (attention sharpening, not flattening, "
-        "as i grows).",
-        "methodology §4.2", f"{_PER_HEAD}; {MEASURE}",
+        "Negative when the pattern's absolute part runs against the count term (attention sharpening, not flattening, as i grows).",
+        "methodology §4.2",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "count_share": MetricEntry(
         "Decomposition: mask versus residual stream",
-        "The count term's share of the mask component: C_count / C_mask. 1 for a head with constant logits, whose whole "
-        "leakage is the count term.",
+        "The count term's share of the mask component: C_count / C_mask. 1 for a head with constant logits, whose whole leakage is the count term.",
         r"C_{count} / C_{mask}",
         "usually [0, 1]; unbounded",
         "Above 1 when the rest of the mask effect (the relative kernel and the sink, renormalized) works against the "
         "count term; negative when C_count and C_mask have opposite signs. Unstable where C_mask is near 0. Aggregates "
         "are ratios of the aggregated components.",
-        "methodology §4.2", f"{_PER_HEAD}; {MEASURE}",
+        "methodology §4.2",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "c_res_saturated": MetricEntry(
         "Decomposition: mask versus residual stream",
         "C_res with the saturated projection (cell means minus the relative fit) and L = `leakage_pattern_saturated`.",
         r"\rho_{res,sat} \, L_{sat}(\log a)",
-        "usually [0, L_sat]", _decomposition_sign.replace("L(log a)", "L_sat(log a)"),
-        "methodology §4.2", f"{_PER_HEAD}; {MEASURE}",
+        "usually [0, L_sat]",
+        _decomposition_sign.replace("L(log a)", "L_sat(log a)"),
+        "methodology §4.2",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "c_mask_saturated": MetricEntry(
         "Decomposition: mask versus residual stream",
         "C_mask with the saturated projection and L = `leakage_pattern_saturated`.",
         r"\rho_{mask,sat} \, L_{sat}(\log a)",
-        "usually [0, L_sat]", _decomposition_sign.replace("L(log a)", "L_sat(log a)"),
-        "methodology §4.2", f"{_PER_HEAD}; {MEASURE}",
+        "usually [0, L_sat]",
+        _decomposition_sign.replace("L(log a)", "L_sat(log a)"),
+        "methodology §4.2",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "c_count_saturated": MetricEntry(
         "Decomposition: mask versus residual stream",
         "C_count with the saturated projection and L = `leakage_pattern_saturated`.",
         r"\frac{\langle P_{sat}(\log a), -P_{sat}(c) \rangle}{\lVert P_{sat}(\log a) \rVert^2} \, L_{sat}(\log a)",
-        "usually [0, L_sat]", "Negative when the pattern's absolute part runs against the count term.",
-        "methodology §4.2", f"{_PER_HEAD}; {MEASURE}",
+        "usually [0, L_sat]",
+        "Negative when the pattern's absolute part runs against the count term.",
+        "methodology §4.2",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "rho_res_saturated": MetricEntry(
         "Decomposition: mask versus residual stream",
         "ρ_res with the saturated projection.",
         r"1 - \rho_{mask,sat}",
-        "usually [0, 1]", _share_sign,
-        "methodology §4.2", f"{_PER_HEAD}; {MEASURE}",
+        "usually [0, 1]",
+        _share_sign,
+        "methodology §4.2",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "rho_mask_saturated": MetricEntry(
         "Decomposition: mask versus residual stream",
         "ρ_mask with the saturated projection.",
         r"\langle P_{sat}(\log a), P_{sat}(\log a') \rangle / \lVert P_{sat}(\log a) \rVert^2",
-        "usually [0, 1]", _share_sign,
-        "methodology §4.2", f"{_PER_HEAD}; {MEASURE}",
+        "usually [0, 1]",
+        _share_sign,
+        "methodology §4.2",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "count_share_saturated": MetricEntry(
         "Decomposition: mask versus residual stream",
         "count_share with the saturated projection: C_count_saturated / C_mask_saturated.",
         r"C_{count,sat} / C_{mask,sat}",
-        "usually [0, 1]; unbounded", "As `count_share`: above 1 or negative when the rest of the mask effect works "
+        "usually [0, 1]; unbounded",
+        "As `count_share`: above 1 or negative when the rest of the mask effect works "
         "against the count term; unstable where C_mask_saturated is near 0.",
-        "methodology §4.2", f"{_PER_HEAD}; {MEASURE}",
+        "methodology §4.2",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "c_res_meanfield": MetricEntry(
         "Decomposition: mask versus residual stream",
@@ -319,45 +365,57 @@ GLOSSARY: dict[str, MetricEntry] = {
         "per sequence. Reported beside `c_res` for comparison; it is biased upward on heads with content-dependent "
         "(noisy) logits, because the mean of log Z_i is not log Z_i of the mean logits, so claims do not use it.",
         r"(1 - \rho_{mask}^{mf}) \, L(\log a)",
-        "usually [0, L(log a)]", _decomposition_sign + " Its noise-floor bias does not shrink with more sequences.",
-        "methodology §4.1; methodology §4.4", f"{_PER_HEAD}; {MEASURE}",
+        "usually [0, L(log a)]",
+        _decomposition_sign + " Its noise-floor bias does not shrink with more sequences.",
+        "methodology §4.1; methodology §4.4",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "c_mask_meanfield": MetricEntry(
         "Decomposition: mask versus residual stream",
         "C_mask with the mean-field counterfactual (see `c_res_meanfield`).",
         r"\rho_{mask}^{mf} \, L(\log a)",
-        "usually [0, L(log a)]", _decomposition_sign,
-        "methodology §4.1; methodology §4.4", f"{_PER_HEAD}; {MEASURE}",
+        "usually [0, L(log a)]",
+        _decomposition_sign,
+        "methodology §4.1; methodology §4.4",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "rho_res_meanfield": MetricEntry(
         "Decomposition: mask versus residual stream",
         "ρ_res with the mean-field counterfactual.",
         r"1 - \rho_{mask}^{mf}",
-        "usually [0, 1]", _share_sign,
-        "methodology §4.1; methodology §4.4", f"{_PER_HEAD}; {MEASURE}",
+        "usually [0, 1]",
+        _share_sign,
+        "methodology §4.1; methodology §4.4",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "rho_mask_meanfield": MetricEntry(
         "Decomposition: mask versus residual stream",
         "ρ_mask with the mean-field counterfactual.",
         r"\langle P(\log a), P(\log a'^{(mf)}) \rangle / \lVert P(\log a) \rVert^2",
-        "usually [0, 1]", _share_sign,
-        "methodology §4.1; methodology §4.4", f"{_PER_HEAD}; {MEASURE}",
+        "usually [0, 1]",
+        _share_sign,
+        "methodology §4.1; methodology §4.4",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "c_res_logit": MetricEntry(
         "Decomposition: mask versus residual stream",
-        "Version 1's residual component, kept for comparison only (\"logit split, not invariant to per-query shifts\"): "
+        'Version 1\'s residual component, kept for comparison only ("logit split, not invariant to per-query shifts"): '
         "the share of P(log a) along P(s), times L(log a). A per-query shift of the logits, which leaves the pattern "
         "unchanged, moves it; no claim uses it.",
         r"\frac{\langle P(\log a), P(s) \rangle}{\lVert P(\log a) \rVert^2} \, L(\log a)",
-        "unbounded", "Any sign, and far outside [0, L] on heads whose logits carry a per-query shift.",
-        "methodology §4", f"{_PER_HEAD}; {MEASURE}",
+        "unbounded",
+        "Any sign, and far outside [0, L] on heads whose logits carry a per-query shift.",
+        "methodology §4",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     "c_mask_logit": MetricEntry(
         "Decomposition: mask versus residual stream",
         "Version 1's mask component, kept for comparison only: L(log a) − `c_res_logit`.",
         r"L(\log a) - C_{res}^{logit}",
-        "unbounded", "Any sign; not invariant to per-query shifts of the logits.",
-        "methodology §4", f"{_PER_HEAD}; {MEASURE}",
+        "unbounded",
+        "Any sign; not invariant to per-query shifts of the logits.",
+        "methodology §4",
+        f"{_PER_HEAD}; {MEASURE}",
     ),
     # ----------------------------------------------------------------- sinks (methodology §6)
     "sink_score": MetricEntry(
@@ -365,7 +423,8 @@ GLOSSARY: dict[str, MetricEntry] = {
         "A head's sink score: the mean over queries i ≥ 1 of a_i0 (its `key0_mass` over the `all` window). A head is "
         "sink-reading if its score is at least τ (default 0.3).",
         r"\frac{1}{T - 1} \sum_{i \ge 1} a_{i0}",
-        "[0, 1]", "Not negative.",
+        "[0, 1]",
+        "Not negative.",
         "methodology §6",
         "window `all`; every layer and head (no aggregate rows); `sink_table`, `poslens sinks`",
     ),
@@ -374,7 +433,8 @@ GLOSSARY: dict[str, MetricEntry] = {
         "The number of sink-reading heads (sink score ≥ τ). Its interval runs from the heads whose score interval lies "
         "wholly at or above τ to the heads whose interval reaches τ.",
         r"\lvert \lbrace h : \text{score}(h) \ge \tau \rbrace \rvert",
-        "0 … number of heads (per layer: H; model: layers × H)", "A count: never negative.",
+        "0 … number of heads (per layer: H; model: layers × H)",
+        "A count: never negative.",
         "methodology §6",
         "window `all`; head −1: per layer, and layer −1 = the count over every layer, layer 0 included (unlike the other "
         "layer −1 rows); `sink_table`, `poslens sinks`",
@@ -404,7 +464,8 @@ GLOSSARY: dict[str, MetricEntry] = {
         "from their mean, relative to the mean's norm. With an auto-prepended BOS position 0 sees only itself, so it must "
         "be 0 to floating point (the built-in check: at most 1e-5 over layers).",
         r"\frac{1}{N} \sum_n \lVert x_n - \bar x \rVert / \lVert \bar x \rVert",
-        "[0, ∞)", "Not negative; 0 means the same vector for every input.",
+        "[0, ∞)",
+        "Not negative; 0 means the same vector for every input.",
         "methodology §8",
         "window `all`, head −1; layer l = the residual entering block l (0: the embedding), l = L the residual leaving "
         "the last block, −1 = the mean over 1 … L; `intervention` `position0:bos` or `position0:none`; `fingerprint`",
@@ -414,7 +475,8 @@ GLOSSARY: dict[str, MetricEntry] = {
         "Mean pairwise cosine similarity of the position-0 trajectories of K distinct first tokens, each run as a "
         "one-token input. Interval: delete-one-token jackknife.",
         r"\frac{2}{K(K-1)} \sum_{k < k'} \cos(x_k, x_{k'})",
-        "[−1, 1]", "1: the trajectories point the same way; 0: orthogonal; negative: opposed.",
+        "[−1, 1]",
+        "1: the trajectories point the same way; 0: orthogonal; negative: opposed.",
         "methodology §8",
         "window `all`, head −1; layers as for `dispersion`; intervention `position0:varied`; `fingerprint`",
     ),
@@ -424,33 +486,41 @@ GLOSSARY: dict[str, MetricEntry] = {
         "The features are the heads' outputs (hook_z, mean over positions i ≥ 1), standardized on the training folds; "
         "the classifier is the nearest class centroid, trained on all groups but g, tested on g, pooled over the folds.",
         r"\frac{1}{N} \sum_n [\hat y_n = y_n]",
-        "[0, 1]; chance is 1/K (`readout_chance`)", "Not negative; the fold interval is clipped to [0, 1].",
+        "[0, 1]; chance is 1/K (`readout_chance`)",
+        "Not negative; the fold interval is clipped to [0, 1].",
         "methodology §8",
-        "window `all`, head −1; layer l reads only the heads of layer l, layer −1 all read heads together; intervention "
+        "window `all`, head −1; layer l reads only the heads of layer l; layer −1 is no aggregate over layers (unlike "
+        "the other layer −1 rows) but one readout of all read heads of every layer together; intervention "
         "`position0:varied`; `fingerprint`",
     ),
     "readout_chance": MetricEntry(
         "Fingerprint of position 0",
         "Chance accuracy of the readout: 1/K for K balanced classes. A point value: its interval is the value.",
         r"1 / K",
-        "(0, 1]", "Not negative.",
-        "methodology §8", "as `readout_accuracy`",
+        "(0, 1]",
+        "Not negative.",
+        "methodology §8",
+        "as `readout_accuracy`",
     ),
     "readout_chance_permuted": MetricEntry(
         "Fingerprint of position 0",
         "The label-permutation null of the readout. The same folds and classifier run on seeded permutations of the "
         "labels within each group (default 200); the value is the null's mean, the interval its 2.5% and 97.5% quantiles.",
         r"E_\pi \, acc(\pi(y))",
-        "[0, 1]", "Not negative; near `readout_chance` for a balanced design.",
-        "methodology §8", "as `readout_accuracy`",
+        "[0, 1]",
+        "Not negative; near `readout_chance` for a balanced design.",
+        "methodology §8",
+        "as `readout_accuracy`",
     ),
     "readout_p_value": MetricEntry(
         "Fingerprint of position 0",
         "Permutation p-value of the readout accuracy against the null: the share of permutations (counting the "
         "observed labels once) that score at least the observed accuracy. A point value: its interval is the value.",
         r"p = (1 + \lvert \lbrace \pi : acc(\pi) \ge acc \rbrace \rvert) / (1 + n_{perm})",
-        "[1/(1 + n_perm), 1]", "Not negative; small values mean the readout beats the null.",
-        "methodology §8", "as `readout_accuracy`",
+        "[1/(1 + n_perm), 1]",
+        "Not negative; small values mean the readout beats the null.",
+        "methodology §8",
+        "as `readout_accuracy`",
     ),
 }
 """Every metric a result table can hold, by name, in the order the glossary page lists them."""
@@ -482,7 +552,11 @@ def glossary_markdown() -> str:
             group = e.group
             lines += ["", f"## {group}"]
         lines += [
-            "", f"### `{name}` {{#{name}}}", "", e.definition, "",
+            "",
+            f"### `{name}` {{#{name}}}",
+            "",
+            e.definition,
+            "",
             f"- **Formula:** ${e.formula}$",
             f"- **Range:** {e.range}",
             f"- **Sign and extremes:** {e.sign}",

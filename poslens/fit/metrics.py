@@ -1,6 +1,6 @@
-"""Every figure of a measurement, from cell sums, with 95% intervals over groups.
+"""Every figure of a measurement, from cell sums (their intervals: :mod:`poslens.fit.metric_intervals`).
 
-Arrays are indexed [window, layer, head] with one extra layer index (the last,
+Arrays are indexed [query_window, layer, head] with one extra layer index (the last,
 layer = −1 in tables: the mean over layers ≥ 1) and one extra head index
 (the last, head = −1: the mean over heads). Shares (ρ, count_share) of an
 aggregate are ratios of aggregated components, so C_res + C_mask =
@@ -10,6 +10,7 @@ leakage_pattern holds for aggregates too.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 from einops import rearrange
@@ -20,16 +21,14 @@ from poslens.fit.counterfactual import meanfield_cells
 from poslens.fit.decompose import share, split
 from poslens.fit.stats import (
     Projection,
-    fold_interval,
     held_out_r2,
-    jackknife_interval,
     linear_r2_gain,
     project,
     ridge_fit,
     total_sum_of_squares,
     weighted_inner,
 )
-from poslens.fit.sums import FEATURES, WINDOWS, CellSums, SumArrays
+from poslens.fit.sums import FEATURES, QUERY_WINDOWS, CellSums, SumFields
 
 ADDITIVE = (
     "leakage_pattern",
@@ -63,7 +62,7 @@ HELD_OUT = ("leakage_pattern_heldout", "leakage_logit_heldout")
 
 
 def _layers_sharing_counts(mask: Bool[np.ndarray, " qbins"], pair_count: Float[np.ndarray, "layers qbins obins"]) -> list[list[int]]:
-    """The layers in runs whose pair counts agree over the query bins of ``mask``: every causal layer, or those of one window.
+    """The layers in runs whose pair counts agree over the query bins of ``mask``: every causal layer, or those of one sliding window.
 
     A projection depends on nothing else, so each run is projected at once.
     """
@@ -78,7 +77,9 @@ def _layer_part(run: Projection, index: int | tuple[int, ...]) -> Projection:
     return Projection(run.counts, run.relative[index], run.additive[index], run.saturated[index])
 
 
-def _window_cells(p: SumArrays, layer: int, mask: Bool[np.ndarray, " qbins"]) -> tuple[
+def _query_window_cells(
+    p: SumFields, layer: int, mask: Bool[np.ndarray, " qbins"]
+) -> tuple[
     Float[np.ndarray, "kept obins"], Float[np.ndarray, "heads kept obins"], Float[np.ndarray, "heads kept obins"], Float[np.ndarray, "kept obins"]
 ]:
     """Pair counts, Σ s, Σ log Z and Σ c of one layer's cells in the ``kept`` query bins of ``mask``."""
@@ -96,31 +97,37 @@ def _ratio(
 
 
 def head_metrics(
-    p: SumArrays, binning: Binning, layer_windows: tuple[int | None, ...]
-) -> dict[str, Float[np.ndarray, "windows layers heads"]]:
-    """All per-head metrics [window, layer, head] from pooled sums ``p`` (ratios are left to :func:`aggregate`).
+    p: SumFields,
+    counterfactual: Mapping[str, Float[np.ndarray, "layers heads qbins obins"]],
+    binning: Binning,
+    layer_windows: tuple[int | None, ...],
+) -> dict[str, Float[np.ndarray, "query_windows layers heads"]]:
+    """All per-head metrics [query_window, layer, head] from pooled sums ``p`` (ratios are left to :func:`aggregate`).
 
+    ``counterfactual`` holds the same replicate's per-sequence counterfactual cells
+    (:meth:`poslens.fit.counterfactual_cells.CounterfactualCells.pooled` or ``.leave_out(g)``);
     ``layer_windows`` is each layer's sliding window (None: causal), as kept in
     :attr:`poslens.fit.sums.CellSums.layer_windows`.
 
     Args:
         p: Pooled sums of one replicate (no group axis).
+        counterfactual: That replicate's per-sequence counterfactual cells, ``{query_window: [L, H, C, B]}``.
         binning: The query and offset bins of the measurement.
         layer_windows: Each layer's sliding window (``None``: full causal).
 
     Returns:
-        ``{metric name: [window, layer, head] array}``.
+        ``{metric name: [query_window, layer, head] array}``.
 
     Example:
-        >>> m = head_metrics(sums.pooled(), sums.binning, sums.layer_windows)  # doctest: +SKIP
+        >>> m = head_metrics(sums.pooled(), sums.counterfactual_cells.pooled(), sums.binning, sums.layer_windows)  # doctest: +SKIP
         >>> m["c_res"].shape  # doctest: +SKIP
         (2, 30, 9)
     """
     n_layers, n_heads = p.logit.shape[:2]
-    out = {name: np.full((len(WINDOWS), n_layers, n_heads), np.nan) for name in ADDITIVE}
-    for w, window in enumerate(WINDOWS):
-        mask = binning.windows[window]
-        meanfield = meanfield_cells(p, binning, layer_windows, window)
+    out = {name: np.full((len(QUERY_WINDOWS), n_layers, n_heads), np.nan) for name in ADDITIVE}
+    for w, query_window in enumerate(QUERY_WINDOWS):
+        mask = binning.query_windows[query_window]
+        meanfield = meanfield_cells(p, binning, layer_windows, query_window)
         projections = {}  # layer: (projection of s, log Z, log a' and mean-field log a'; projection of the count term)
         for layers in _layers_sharing_counts(mask, p.pair_count):
             counts = p.pair_count[layers[0]][mask]
@@ -128,13 +135,15 @@ def head_metrics(
                 continue
             # [layers, 4, H, K]; the count term's [layers, 1, K] keeps a heads axis so that its products stay
             # vector·matrix ones, as they were for one layer
-            run = project(np.stack([x[layers][:, :, mask] for x in (p.logit, p.log_partition, p.counterfactual(window), meanfield)], axis=1), counts)
+            run = project(
+                np.stack([x[layers][:, :, mask] for x in (p.logit, p.log_partition, counterfactual[query_window], meanfield)], axis=1), counts
+            )
             run_c = project(np.ascontiguousarray(p.count_term[layers][:, mask])[:, None], counts)
             projections.update({layer: (_layer_part(run, k), _layer_part(run_c, (k, 0))) for k, layer in enumerate(layers)})
         # the rest one layer at a time, on arrays laid out as they always were: numpy sums them in the same
         # order, so every figure is the same, to the bit, as with one projection per layer
         for layer in range(n_layers):
-            counts, y_s, y_z, y_c = _window_cells(p, layer, mask)
+            counts, y_s, y_z, y_c = _query_window_cells(p, layer, mask)
             total = counts.sum()
             if total == 0:
                 continue
@@ -166,9 +175,7 @@ def head_metrics(
                 "jj": p.key_position_sq[layer][mask].sum(),
                 "ij": p.query_x_key_position[layer][mask].sum(),
             }
-            moments.update(
-                n=total, y1=s_tot, yi=p.logit_x_query_position[layer][:, mask].sum(-1), yj=p.logit_x_key_position[layer][:, mask].sum(-1)
-            )
+            moments.update(n=total, y1=s_tot, yi=p.logit_x_query_position[layer][:, mask].sum(-1), yj=p.logit_x_key_position[layer][:, mask].sum(-1))
             out["leakage_linear"][w, layer] = linear_r2_gain(moments, sst_s)
             for suffix, p_pattern, p_cf_, leak, p_count in (
                 ("", p_a, p_cf, leak_a, p_c),
@@ -188,14 +195,14 @@ def head_metrics(
     return out
 
 
-def aggregate(per_head: dict[str, Float[np.ndarray, "windows layers heads"]]) -> dict[str, Float[np.ndarray, "windows layers+1 heads+1"]]:
+def aggregate(per_head: dict[str, Float[np.ndarray, "query_windows layers heads"]]) -> dict[str, Float[np.ndarray, "query_windows layers+1 heads+1"]]:
     """Add the head = −1 (mean over heads) and layer = −1 (mean over layers ≥ 1) entries.
 
     Args:
-        per_head: ``{metric name: [window, layer, head] array}``, as :func:`head_metrics` returns.
+        per_head: ``{metric name: [query_window, layer, head] array}``, as :func:`head_metrics` returns.
 
     Returns:
-        The same metrics, [window, layer + 1, head + 1], the means last.
+        The same metrics, [query_window, layer + 1, head + 1], the means last.
 
     Example:
         >>> agg = aggregate({"c_res": np.ones((2, 3, 4)), "c_mask": np.ones((2, 3, 4)),
@@ -224,27 +231,33 @@ def aggregate(per_head: dict[str, Float[np.ndarray, "windows layers heads"]]) ->
 
 
 def all_metrics(
-    p: SumArrays, binning: Binning, layer_windows: tuple[int | None, ...]
-) -> dict[str, Float[np.ndarray, "windows layers_and_mean heads_and_mean"]]:
-    """Per-head metrics with their aggregates, from pooled sums.
+    p: SumFields,
+    counterfactual: Mapping[str, Float[np.ndarray, "layers heads qbins obins"]],
+    binning: Binning,
+    layer_windows: tuple[int | None, ...],
+) -> dict[str, Float[np.ndarray, "query_windows layers_and_mean heads_and_mean"]]:
+    """Per-head metrics with their aggregates, from pooled sums and the same replicate's counterfactual cells.
 
     Args:
         p: Pooled sums (no group axis).
+        counterfactual: That replicate's per-sequence counterfactual cells, ``{query_window: [L, H, C, B]}``.
         binning: The query and offset bins of the measurement.
         layer_windows: Each layer's sliding window (``None``: full causal).
 
     Returns:
-        ``{metric name: [window, layer + 1, head + 1] array}``.
+        ``{metric name: [query_window, layer + 1, head + 1] array}``.
 
     Example:
-        >>> all_metrics(sums.pooled(), sums.binning, sums.layer_windows)["c_res"].shape  # doctest: +SKIP
+        >>> all_metrics(sums.pooled(), sums.counterfactual_cells.pooled(), sums.binning, sums.layer_windows)["c_res"].shape  # doctest: +SKIP
         (2, 31, 10)"""
-    return aggregate(head_metrics(p, binning, layer_windows))
+    return aggregate(head_metrics(p, counterfactual, binning, layer_windows))
 
 
-def held_out_metrics(sums: CellSums) -> tuple[
-    dict[str, Float[np.ndarray, "windows layers_and_mean heads_and_mean"]],
-    dict[str, Float[np.ndarray, "groups windows layers_and_mean heads_and_mean"]],
+def held_out_metrics(
+    sums: CellSums,
+) -> tuple[
+    dict[str, Float[np.ndarray, "query_windows layers_and_mean heads_and_mean"]],
+    dict[str, Float[np.ndarray, "groups query_windows layers_and_mean heads_and_mean"]],
 ]:
     """Cross-fitted ΔR²: fit on all groups but g, score on g (methodology §5's bias check).
 
@@ -266,12 +279,12 @@ def held_out_metrics(sums: CellSums) -> tuple[
     g_count = sums.n_groups
     binning = sums.binning
     n_layers, n_heads = sums.n_layers, sums.n_heads
-    gain = {k: np.full((g_count, len(WINDOWS), n_layers, n_heads), np.nan) for k in HELD_OUT}
-    sst = {k: np.full((g_count, len(WINDOWS), n_layers, n_heads), np.nan) for k in HELD_OUT}
+    gain = {k: np.full((g_count, len(QUERY_WINDOWS), n_layers, n_heads), np.nan) for k in HELD_OUT}
+    sst = {k: np.full((g_count, len(QUERY_WINDOWS), n_layers, n_heads), np.nan) for k in HELD_OUT}
     for g, train in enumerate(sums.leave_out_each()):
         test = sums.group(g)
-        for w, window in enumerate(WINDOWS):
-            mask = binning.windows[window]
+        for w, query_window in enumerate(QUERY_WINDOWS):
+            mask = binning.query_windows[query_window]
             projections = {}  # layer: (projection of s, of log Z), fitted on train; a run of layers at once, as in head_metrics
             for layers in _layers_sharing_counts(mask, train.pair_count):
                 counts = train.pair_count[layers[0]][mask]
@@ -280,7 +293,7 @@ def held_out_metrics(sums: CellSums) -> tuple[
                     projections.update({layer: (_layer_part(run_s, k), _layer_part(run_z, k)) for k, layer in enumerate(layers)})
             for layer in range(n_layers):
                 counts = train.pair_count[layer][mask]
-                t_counts, t_s, t_z, _ = _window_cells(test, layer, mask)
+                t_counts, t_s, t_z, _ = _query_window_cells(test, layer, mask)
                 if counts.sum() == 0 or t_counts.sum() == 0:
                     continue
                 cells = counts > 0
@@ -307,8 +320,8 @@ def held_out_metrics(sums: CellSums) -> tuple[
     pooled, folds = {}, {}
     for key in HELD_OUT:
         with np.errstate(divide="ignore", invalid="ignore"):
-            per_fold = aggregate({key: rearrange(gain[key] / sst[key], "group window layer head -> (group window) layer head")})[key]
-            folds[key] = rearrange(per_fold, "(group window) layer head -> group window layer head", group=g_count)
+            per_fold = aggregate({key: rearrange(gain[key] / sst[key], "group query_window layer head -> (group query_window) layer head")})[key]
+            folds[key] = rearrange(per_fold, "(group query_window) layer head -> group query_window layer head", group=g_count)
             head_pooled = np.nansum(gain[key], 0) / np.nansum(sst[key], 0)
         pooled[key] = aggregate({key: head_pooled})[key]
     return pooled, folds
@@ -316,19 +329,19 @@ def held_out_metrics(sums: CellSums) -> tuple[
 
 def probe_metrics(
     sums: CellSums, penalty: float = 1e-3
-) -> tuple[Float[np.ndarray, "windows layers_and_mean"], Float[np.ndarray, "groups windows layers_and_mean"]]:
+) -> tuple[Float[np.ndarray, "query_windows layers_and_mean"], Float[np.ndarray, "groups query_windows layers_and_mean"]]:
     """Held-out R² of a ridge probe from one layer's head features to log(i + 1).
 
     Features per query row: a_i0, entropy, a_ii and max_j a_ij of every head.
     Fold g trains on the other groups and scores on g. Returns (pooled R²,
-    per-fold R² [G, ...]), both [window, layer + 1] (last = mean over layers ≥ 1).
+    per-fold R² [G, ...]), both [query_window, layer + 1] (last = mean over layers ≥ 1).
 
     Args:
         sums: Grouped sums (at least 2 groups).
         penalty: Ridge penalty, relative to each feature's variance (:func:`~poslens.fit.stats.ridge_fit`).
 
     Returns:
-        ``(pooled, per_fold)``: the held-out R², [window, layer + 1] and [G, window, layer + 1].
+        ``(pooled, per_fold)``: the held-out R², [query_window, layer + 1] and [G, query_window, layer + 1].
 
     Example:
         >>> r2, per_fold = probe_metrics(sums)  # doctest: +SKIP
@@ -336,91 +349,38 @@ def probe_metrics(
         (2, 31)
     """
     g_count, n_layers = sums.n_groups, sums.n_layers
-    sse = np.zeros((g_count, len(WINDOWS), n_layers))
+    sse = np.zeros((g_count, len(QUERY_WINDOWS), n_layers))
     sst = np.zeros_like(sse)
     for g, train in enumerate(sums.leave_out_each()):
         test = sums.group(g)
-        for w in range(len(WINDOWS)):
+        for w in range(len(QUERY_WINDOWS)):
             for layer in range(n_layers):
                 if train.probe_row_count[layer, w] < 2 or test.probe_row_count[layer, w] < 2:
                     sse[g, w, layer] = sst[g, w, layer] = np.nan
                     continue
                 theta = ridge_fit(
-                    train.probe_gram[layer, w], train.probe_design_x_target[layer, w], train.probe_target[layer, w],
-                    train.probe_row_count[layer, w], penalty,
+                    train.probe_gram[layer, w],
+                    train.probe_design_x_target[layer, w],
+                    train.probe_target[layer, w],
+                    train.probe_row_count[layer, w],
+                    penalty,
                 )
                 sse[g, w, layer], sst[g, w, layer] = held_out_r2(
-                    theta, test.probe_gram[layer, w], test.probe_design_x_target[layer, w], test.probe_target_sq[layer, w],
-                    test.probe_target[layer, w], test.probe_row_count[layer, w],
+                    theta,
+                    test.probe_gram[layer, w],
+                    test.probe_design_x_target[layer, w],
+                    test.probe_target_sq[layer, w],
+                    test.probe_target[layer, w],
+                    test.probe_row_count[layer, w],
                 )
     with np.errstate(divide="ignore", invalid="ignore"):
         folds = 1 - sse / sst
         pooled = 1 - np.nansum(sse, 0) / np.nansum(sst, 0)
 
-    def with_mean(x: Float[np.ndarray, "*groups windows layers"]) -> Float[np.ndarray, "*groups windows layers+1"]:
+    def with_mean(x: Float[np.ndarray, "*groups query_windows layers"]) -> Float[np.ndarray, "*groups query_windows layers+1"]:
         later = x[..., 1:] if n_layers > 1 else x
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             return np.concatenate([x, np.nanmean(later, axis=-1, keepdims=True)], axis=-1)
 
     return with_mean(pooled), with_mean(folds)
-
-
-def metrics_with_intervals(sums: CellSums, probe: bool = True) -> dict[
-    str,
-    tuple[
-        Float[np.ndarray, "windows layers_and_mean heads_and_mean"],
-        Float[np.ndarray, "windows layers_and_mean heads_and_mean"],
-        Float[np.ndarray, "windows layers_and_mean heads_and_mean"],
-    ],
-]:
-    """Every metric as (value, ci_low, ci_high) arrays [window, layer + 1, head + 1].
-
-    In-sample metrics get delete-one-group jackknife intervals (each replicate
-    refits P and the mean-field counterfactual's g and β without group g; the
-    per-sequence counterfactual's cell sums keep the cross-fitted residual each
-    group used in the replay); held-out ones
-    (``*_heldout``, ``probe_r2``) intervals from their per-fold spread;
-    ``leakage_pattern_bias`` is in-sample minus held-out, jackknifed per fold.
-
-    Args:
-        sums: Grouped sums of one measurement.
-        probe: Whether to fit the position probe (``probe_r2``).
-
-    Returns:
-        ``{metric name: (value, ci_low, ci_high)}``, each [window, layer + 1, head + 1].
-
-    Raises:
-        ValueError: When the sums have fewer than 2 groups (no interval can be formed).
-
-    Example:
-        >>> value, low, high = metrics_with_intervals(sums)["c_res"]  # doctest: +SKIP
-    """
-    if sums.n_groups < 2:
-        raise ValueError("intervals need at least 2 groups of sequences")
-    estimate = all_metrics(sums.pooled(), sums.binning, sums.layer_windows)
-    replicates = [all_metrics(replicate, sums.binning, sums.layer_windows) for replicate in sums.leave_out_each()]
-    result = {}
-    for name, value in estimate.items():
-        low, high = jackknife_interval(value, np.stack([r[name] for r in replicates]))
-        result[name] = (value, low, high)
-    pooled, folds = held_out_metrics(sums)
-    for name in HELD_OUT:
-        low, high = fold_interval(pooled[name], folds[name])
-        result[name] = (pooled[name], low, high)
-    bias = estimate["leakage_pattern"] - pooled["leakage_pattern_heldout"]
-    low, high = fold_interval(bias, estimate["leakage_pattern"][None] - folds["leakage_pattern_heldout"])
-    result["leakage_pattern_bias"] = (bias, low, high)
-    if not probe:
-        return result
-    probe, probe_folds = probe_metrics(sums)
-    low, high = fold_interval(probe, probe_folds)
-    shape = estimate["c_res"].shape
-    for name, values in (("probe_r2", (probe, low, high)),):
-        arrays = []
-        for v in values:
-            full = np.full(shape, np.nan)
-            full[:, :, -1] = v
-            arrays.append(full)
-        result[name] = tuple(arrays)
-    return result

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 from jaxtyping import Float
 
-from poslens.fit.counterfactual import Structure, fit_logits, structural_cells, structural_sums
+from poslens.fit.counterfactual import fit_logits
+from poslens.fit.mask_structure import MaskStructure, structural_cells, structural_sums
 
 MODES = ("all", "key0", "all-but-key0")
 """What a relativizing edit subtracts: A and κ (``all``), κ only (``key0``) or A only (``all-but-key0``)."""
@@ -58,7 +59,7 @@ class AbsoluteTerms:
     cells: Float[np.ndarray, "*heads qbins obins"]
     key0: Float[np.ndarray, "*heads qbins"]
 
-    def for_mode(self, mode: str) -> "AbsoluteTerms":
+    def for_mode(self, mode: str) -> AbsoluteTerms:
         """The terms an edit in ``mode`` subtracts: both (``all``), κ only (``key0``) or A only (``all-but-key0``).
 
         Args:
@@ -106,7 +107,7 @@ class EditSolver:
     """The structure's columns of (A, κ) and the linear map from a head's sums to its terms.
 
     Attributes:
-        structure: The window's structure.
+        structure: The structure of the layer and query window.
         cell_columns: Flat cell indices c·B + b that get an A, [K_A].
         key0_columns: Query bins that get a κ, [K_κ].
         column_sums: Each column's structural sums over one sequence:
@@ -117,13 +118,13 @@ class EditSolver:
 
     Example:
         >>> from poslens.fit.binning import Binning
-        >>> from poslens.fit.counterfactual import structure
-        >>> solver = edit_solver(structure(Binning(8), rows=8, window=None))
+        >>> from poslens.fit.mask_structure import structure
+        >>> solver = edit_solver(structure(Binning(8), rows=8, sliding_window=None))
         >>> len(solver.cell_columns), len(solver.key0_columns)   # exact bins: 35 one-pair cells, 7 of them key 0's
         (28, 7)
     """
 
-    structure: Structure
+    structure: MaskStructure
     cell_columns: np.ndarray
     key0_columns: np.ndarray
     column_sums: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -131,8 +132,9 @@ class EditSolver:
     gram: np.ndarray
     operator: np.ndarray
 
-    def projected(self, row_sums: np.ndarray, key0_sums: np.ndarray, offset_sums: np.ndarray,
-                  cell_sums: np.ndarray, key0_bin_sums: np.ndarray) -> np.ndarray:
+    def projected(
+        self, row_sums: np.ndarray, key0_sums: np.ndarray, offset_sums: np.ndarray, cell_sums: np.ndarray, key0_bin_sums: np.ndarray
+    ) -> np.ndarray:
         """Zᵀ(I − P)y of a field y given by its sums over one sequence's pairs, [..., K].
 
         Args:
@@ -147,8 +149,8 @@ class EditSolver:
 
         Example:
             >>> from poslens.fit.binning import Binning
-            >>> from poslens.fit.counterfactual import structure
-            >>> solver = edit_solver(structure(Binning(8), rows=8, window=None))
+            >>> from poslens.fit.mask_structure import structure
+            >>> solver = edit_solver(structure(Binning(8), rows=8, sliding_window=None))
             >>> bool(np.allclose(solver.projected(*solver.column_sums), solver.operator))   # Zᵀ(I − P)Z
             True
         """
@@ -161,8 +163,7 @@ class EditSolver:
         residual_key0 = key0_bin_sums - fitted_key0_bins
         return np.concatenate([residual_cells[..., self.cell_columns], residual_key0[..., self.key0_columns]], axis=-1)
 
-    def terms(self, row_sums: np.ndarray, key0_sums: np.ndarray, offset_sums: np.ndarray,
-              cell_sums: np.ndarray, n_seqs: float) -> AbsoluteTerms:
+    def terms(self, row_sums: np.ndarray, key0_sums: np.ndarray, offset_sums: np.ndarray, cell_sums: np.ndarray, n_seqs: float) -> AbsoluteTerms:
         """The minimum-norm least-squares A and κ of heads whose logits have these sums over ``n_seqs`` sequences.
 
         Args:
@@ -177,8 +178,8 @@ class EditSolver:
 
         Example:
             >>> from poslens.fit.binning import Binning
-            >>> from poslens.fit.counterfactual import structure
-            >>> st = structure(Binning(8), rows=8, window=None)
+            >>> from poslens.fit.mask_structure import structure
+            >>> st = structure(Binning(8), rows=8, sliding_window=None)
             >>> i, j = np.meshgrid(np.arange(8), np.arange(8), indexing="ij")
             >>> relative = -0.3 * (i - j) + 2.0 * (j == 0)   # relative logits and a constant sink
             >>> t = edit_solver(st).terms(*dense_sums(st, relative), 1.0)
@@ -187,8 +188,7 @@ class EditSolver:
         """
         st = self.structure
         key0_bin_sums = _by_query_bin(st, key0_sums[..., : st.rows] * st.key0)
-        rhs = self.projected(row_sums[..., : st.rows], key0_sums[..., : st.rows], offset_sums[..., : st.n_offsets],
-                             cell_sums, key0_bin_sums) / n_seqs
+        rhs = self.projected(row_sums[..., : st.rows], key0_sums[..., : st.rows], offset_sums[..., : st.n_offsets], cell_sums, key0_bin_sums) / n_seqs
         x = rhs @ self.to_terms.T
         return self.unpack(x)
 
@@ -203,8 +203,8 @@ class EditSolver:
 
         Example:
             >>> from poslens.fit.binning import Binning
-            >>> from poslens.fit.counterfactual import structure
-            >>> solver = edit_solver(structure(Binning(8), rows=8, window=None))
+            >>> from poslens.fit.mask_structure import structure
+            >>> solver = edit_solver(structure(Binning(8), rows=8, sliding_window=None))
             >>> t = solver.unpack(np.ones(35))
             >>> float(t.cells.sum()), float(t.key0.sum())
             (28.0, 7.0)
@@ -219,7 +219,7 @@ class EditSolver:
         return AbsoluteTerms(cells.reshape(*x.shape[:-1], n_q, st.n_offset_bins), key0)
 
 
-def _at_rows(values: np.ndarray, st: Structure) -> np.ndarray:
+def _at_rows(values: np.ndarray, st: MaskStructure) -> np.ndarray:
     """values[..., i] for rows i < D, 0 beyond (key 0 is hidden there anyway)."""
     out = np.zeros((*values.shape[:-1], st.rows))
     n = min(st.rows, st.n_offsets)
@@ -227,7 +227,7 @@ def _at_rows(values: np.ndarray, st: Structure) -> np.ndarray:
     return out
 
 
-def _by_query_bin(st: Structure, per_row: np.ndarray) -> np.ndarray:
+def _by_query_bin(st: MaskStructure, per_row: np.ndarray) -> np.ndarray:
     """Sum a per-row array [..., rows] over each query bin: [..., C]."""
     n_q = len(st.pair_cells) // st.n_offset_bins
     out = np.zeros((*per_row.shape[:-1], n_q))
@@ -238,7 +238,9 @@ def _by_query_bin(st: Structure, per_row: np.ndarray) -> np.ndarray:
     return out
 
 
-def _column_sums(st: Structure, cell_columns: np.ndarray, key0_columns: np.ndarray) -> tuple[np.ndarray, ...]:
+def _column_sums(
+    st: MaskStructure, cell_columns: np.ndarray, key0_columns: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The structural sums, over one sequence, of each (A, κ) column's 0/1 field."""
     n_b = st.n_offset_bins
     n_q = len(st.pair_cells) // n_b
@@ -267,26 +269,31 @@ def _column_sums(st: Structure, cell_columns: np.ndarray, key0_columns: np.ndarr
     bins_k = np.zeros((len(key0_columns), n_q))
     bins_k[np.arange(len(key0_columns)), key0_columns] = row_k.sum(-1)
     del rows
-    return tuple(np.concatenate(pair) for pair in
-                 ((row_a, row_k), (key0_a, row_k), (offset_a, offset_k), (cells_a, cells_k), (bins_a, bins_k)))
+    return (
+        np.concatenate((row_a, row_k)),
+        np.concatenate((key0_a, row_k)),
+        np.concatenate((offset_a, offset_k)),
+        np.concatenate((cells_a, cells_k)),
+        np.concatenate((bins_a, bins_k)),
+    )
 
 
-def edit_solver(st: Structure) -> EditSolver:
+def edit_solver(st: MaskStructure) -> EditSolver:
     """Build the (A, κ) columns of a structure and the map from a head's sums to its minimum-norm terms.
 
     The structure must be the query window "all" of its layer. Costs O(K · rows) for the columns' sums and
     O(K³) for the solve, K = the number of columns (a few hundred at T = 1024).
 
     Args:
-        st: The window's structure (:func:`poslens.fit.counterfactual.structure`).
+        st: The structure of the layer in query window "all" (:func:`poslens.fit.mask_structure.structure`).
 
     Returns:
         The solver every head of the structure uses.
 
     Example:
         >>> from poslens.fit.binning import Binning
-        >>> from poslens.fit.counterfactual import structure
-        >>> solver = edit_solver(structure(Binning(32), rows=32, window=8))
+        >>> from poslens.fit.mask_structure import structure
+        >>> solver = edit_solver(structure(Binning(32), rows=32, sliding_window=8))
         >>> solver.operator.shape == solver.gram.shape == solver.to_terms.shape
         True
     """
@@ -319,13 +326,13 @@ def edit_solver(st: Structure) -> EditSolver:
     return EditSolver(st, cell_columns, key0_columns, sums, to_terms, gram, operator)
 
 
-def dense_sums(st: Structure, logits: Float[np.ndarray, "*heads query key"]) -> tuple[np.ndarray, ...]:
+def dense_sums(st: MaskStructure, logits: Float[np.ndarray, "*heads query key"]) -> tuple[np.ndarray, ...]:
     """Row, key-0, offset and cell sums of one sequence's dense logits [..., T, T] over the structure's pairs.
 
     A small dense helper for examples and checks; a calibration forward computes the same sums from its scores.
 
     Args:
-        st: The window's structure.
+        st: The structure of the layer and query window.
         logits: One sequence's logits, [..., T, T].
 
     Returns:
@@ -333,19 +340,19 @@ def dense_sums(st: Structure, logits: Float[np.ndarray, "*heads query key"]) -> 
 
     Example:
         >>> from poslens.fit.binning import Binning
-        >>> from poslens.fit.counterfactual import structure
-        >>> st = structure(Binning(4), rows=4, window=None)
+        >>> from poslens.fit.mask_structure import structure
+        >>> st = structure(Binning(4), rows=4, sliding_window=None)
         >>> [x.shape for x in dense_sums(st, np.ones((4, 4)))]
         [(4,), (4,), (4,), (16,)]
     """
     return (*structural_sums(st, logits), structural_cells(st, logits))
 
 
-def edit_values(st: Structure, terms: AbsoluteTerms) -> Float[np.ndarray, "*heads query key"]:
+def edit_values(st: MaskStructure, terms: AbsoluteTerms) -> Float[np.ndarray, "*heads query key"]:
     """The edit E_ij = A[c(i), b(i − j)] + κ[c(i)]·[j = 0] on the visible pairs of rows i ≥ 1, 0 elsewhere: [..., T, T].
 
     Args:
-        st: The window's structure (rows = T).
+        st: The structure of the layer in query window "all" (rows = T).
         terms: The terms to subtract (already restricted to a mode, :meth:`AbsoluteTerms.for_mode`).
 
     Returns:
@@ -353,8 +360,8 @@ def edit_values(st: Structure, terms: AbsoluteTerms) -> Float[np.ndarray, "*head
 
     Example:
         >>> from poslens.fit.binning import Binning
-        >>> from poslens.fit.counterfactual import structure
-        >>> st = structure(Binning(4), rows=4, window=None)
+        >>> from poslens.fit.mask_structure import structure
+        >>> st = structure(Binning(4), rows=4, sliding_window=None)
         >>> e = edit_values(st, AbsoluteTerms(np.zeros((4, 4)), np.ones(4)))
         >>> e[:, 0].tolist(), float(e.sum())   # κ on key 0 of rows 1..3 only
         ([0.0, 1.0, 1.0, 1.0], 3.0)

@@ -1,6 +1,6 @@
 """Nested least squares on cell sums: binned and linear ΔR², held-out ΔR², probes, intervals, depth slopes.
 
-All fits take *pooled* sums (:class:`poslens.fit.sums.SumArrays` without the group axis, from
+All fits take *pooled* sums (:class:`poslens.fit.sums.SumFields` without the group axis, from
 :class:`poslens.fit.sums.CellSums`) and one layer's cells inside a query window.
 Both regression models of methodology §3.1 predict a constant per cell
 (query bin c, offset bin b), so with cell counts n_cb and cell sums Y_cb:
@@ -11,7 +11,7 @@ Both regression models of methodology §3.1 predict a constant per cell
 - the saturated model fits the cell means f_S = Y_cb / n_cb.
 
 P(y) = f_F − f_R, and ‖P(y)‖² = Σ n_cb P_cb² = SSR_R − SSR_F, so
-L(y) = ‖P(y)‖² / SST(y) needs only Σy² over the window for SST.
+L(y) = ‖P(y)‖² / SST(y) needs only Σy² over the query window for SST.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from scipy import stats as scipy_stats
 
 @dataclass
 class Projection:
-    """Fitted cell values of models R, F and saturated for one layer and window.
+    """Fitted cell values of models R, F and saturated for one layer and query window.
 
     Arrays are [..., K] over the K non-empty cells; ``counts`` is [K].
 
@@ -111,7 +111,7 @@ def project(sums: Float[np.ndarray, "*batch qbins obins"], counts: Float[np.ndar
     bin_sum = y @ offset_onehot
     bin_n = n @ offset_onehot
     relative = bin_sum[..., b_idx] / bin_n[b_idx]
-    used = a.any(axis=0)  # bins with no cell in this window carry no parameter
+    used = a.any(axis=0)  # bins with no cell in this query window carry no parameter
     a = a[:, used]
     rhs = y @ a  # [..., p]: Aᵀ Y with Y cell sums (= Aᵀ W ȳ)
     coef = rhs @ _gram_inverse(a, n)
@@ -120,8 +120,8 @@ def project(sums: Float[np.ndarray, "*batch qbins obins"], counts: Float[np.ndar
 
 
 def _gram_inverse(a: Float[np.ndarray, "cells params"], n: Float[np.ndarray, " cells"]) -> Float[np.ndarray, "params params"]:
-    """(Aᵀ diag(n) A)⁻¹, cached: counts differ between layers, windows and jackknife
-    replicates only through the window and a common scale, so few distinct ones occur."""
+    """(Aᵀ diag(n) A)⁻¹, cached: counts differ between layers, query windows and jackknife
+    replicates only through the query window and a common scale, so few distinct ones occur."""
     scale = n.sum()
     key = (a.shape, a.tobytes(), (n / scale).round(12).tobytes())
     inverse = _GRAM_CACHE.get(key)

@@ -1,13 +1,13 @@
 """Per-group sufficient statistics: the only thing a measurement keeps of the forward pass.
 
-:class:`SumArrays` holds every statistic as a named float64 array. In
+:class:`SumFields` holds every statistic as a named float64 array. In
 :attr:`CellSums.per_group` each array has the group axis first and is a plain
 sum over (sequence, query, key) pairs, so sums from batches, groups and
 processes add; :meth:`CellSums.pooled`, :meth:`CellSums.leave_out`,
 :meth:`CellSums.leave_out_groups` and :meth:`CellSums.group` return the same
 type without the group axis. Cells are indexed ``[query_bin, offset_bin]``.
 Shapes (G groups, L layers, H heads, C query bins, B offset bins, F = 4 row
-features, W = 2 windows, D = 4H + 1 probe features, T positions):
+features, W = 2 query windows, D = 4H + 1 probe features, T positions):
 
 =========================== ================== ==========================================================
 field                       shape              sum over pairs (or rows) of
@@ -40,43 +40,42 @@ logit_by_row                G, L, H, T         Σ_{j∈V_i} s_ij per exact row i
 key0_logit_by_row           G, L, H, T         s_i0 per exact row (0 where key 0 is not visible)
 logit_by_offset_all         G, L, H, T         s_{i,i−Δ} per exact offset Δ, rows 1 ≤ i < T
 logit_by_offset_early       G, L, H, Q         the same over the early rows 1 ≤ i < Q (Q capped at T)
-counterfactual_all          G, L, H, C, B      log a'_ij(n) of the per-sequence counterfactual, all-window fit
-counterfactual_early        G, L, H, C, B      the same for the early window's own fit (cells outside it: 0)
-counterfactual_*_replicate  G, L, H, C, B      row g: the jackknife replicate without group g, whole
 =========================== ================== ==========================================================
 
-The ``counterfactual_*`` sums come from the replay
-(:mod:`poslens.capture.counterfactual_replay`): each group's counterfactual
-uses the fit on the other groups (cross-fitting). Replicates refit that fit
-too, so they are not the sum over the other groups: :meth:`CellSums.leave_out`
-takes them from ``counterfactual_*_replicate``, and the other reductions leave
-the replicate arrays out (``None``).
+The per-sequence counterfactual's cells are fitted values, not sums (each
+group's use the absolute component fitted on the other groups): they live in
+:class:`poslens.fit.counterfactual_cells.CounterfactualCells`, which
+:attr:`CellSums.counterfactual_cells` carries beside the sums and
+:func:`poslens.fit.sums_files.save_sums` writes into the same file.
+
+Longer than 400 lines because it is one table of data: the 35 statistics are
+listed three times side by side (the table above, :class:`SumFields`'s fields
+and :func:`array_shapes`), and a new statistic is added to all three at once;
+the saved-file format is :mod:`poslens.fit.sums_files`, the byte counts
+:mod:`poslens.fit.sums_sizes`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 from jaxtyping import Float
 
 from poslens.fit.binning import Binning
+from poslens.fit.counterfactual_cells import CounterfactualCells
 
 FEATURES = ("key0_mass", "entropy", "self_mass", "max_mass")
-WINDOWS = ("early", "all")
-#: Fields that hold whole jackknife replicates (row g: without group g), not per-group sums.
-REPLICATES = ("counterfactual_all_replicate", "counterfactual_early_replicate")
+QUERY_WINDOWS = ("early", "all")
 
 
 @dataclass
-class SumArrays:
-    """Every statistic of the table above, as a named array.
+class SumFields:
+    """One set of every statistic of the table above, each a named array.
 
     With the group axis first (``*groups`` = G) in :attr:`CellSums.per_group`;
-    without it (``*groups`` empty) once pooled or reduced. The replicate fields
-    exist only with the group axis; the reductions set them to ``None``.
+    without it (``*groups`` empty) once pooled or reduced.
 
     Attributes:
         pair_count: Sum of 1 (pair count; structural). Shape (G, L, C, B).
@@ -107,13 +106,9 @@ class SumArrays:
         key0_logit_by_row: Sum of s_i0 per exact row (0 where key 0 is not visible). Shape (G, L, H, T).
         logit_by_offset_all: Sum of s_{i,i−Δ} per exact offset Δ, rows 1 ≤ i < T. Shape (G, L, H, T).
         logit_by_offset_early: Sum of s_{i,i−Δ} per exact offset Δ over the early rows 1 ≤ i < Q (Q capped at T). Shape (G, L, H, Q).
-        counterfactual_all: Sum of log a'_ij(n) of the per-sequence counterfactual, all-window fit. Shape (G, L, H, C, B).
-        counterfactual_early: Sum of log a'_ij(n) of the per-sequence counterfactual, the early window's fit (0 outside it). Shape (G, L, H, C, B).
-        counterfactual_all_replicate: Row g: ``counterfactual_all`` refitted without group g; ``None`` once reduced. Shape (G, L, H, C, B).
-        counterfactual_early_replicate: Row g: ``counterfactual_early`` refitted without group g; ``None`` once reduced. Shape (G, L, H, C, B).
 
     Example:
-        >>> a = SumArrays.zeros(groups=2, layers=3, heads=4, binning=Binning(32))
+        >>> a = SumFields.zeros(groups=2, layers=3, heads=4, binning=Binning(32))
         >>> a.logit.shape   # groups, layers, heads, query bins, offset bins
         (2, 3, 4, 19, 19)
     """
@@ -136,36 +131,32 @@ class SumArrays:
     query_x_key_position: Float[np.ndarray, "*groups layers qbins"]
     query_row_count: Float[np.ndarray, "*groups qbins"]
     features: Float[np.ndarray, "*groups layers heads features qbins"]
-    probe_gram: Float[np.ndarray, "*groups layers windows probe probe"]
-    probe_design_x_target: Float[np.ndarray, "*groups layers windows probe"]
-    probe_target: Float[np.ndarray, "*groups layers windows"]
-    probe_target_sq: Float[np.ndarray, "*groups layers windows"]
-    probe_row_count: Float[np.ndarray, "*groups layers windows"]
+    probe_gram: Float[np.ndarray, "*groups layers query_windows probe probe"]
+    probe_design_x_target: Float[np.ndarray, "*groups layers query_windows probe"]
+    probe_target: Float[np.ndarray, "*groups layers query_windows"]
+    probe_target_sq: Float[np.ndarray, "*groups layers query_windows"]
+    probe_row_count: Float[np.ndarray, "*groups layers query_windows"]
     sequence_count: Float[np.ndarray, " *groups"]
     logit_by_row: Float[np.ndarray, "*groups layers heads seq"]
     key0_logit_by_row: Float[np.ndarray, "*groups layers heads seq"]
     logit_by_offset_all: Float[np.ndarray, "*groups layers heads seq"]
     logit_by_offset_early: Float[np.ndarray, "*groups layers heads early"]
-    counterfactual_all: Float[np.ndarray, "*groups layers heads qbins obins"]
-    counterfactual_early: Float[np.ndarray, "*groups layers heads qbins obins"]
-    counterfactual_all_replicate: Float[np.ndarray, "*groups layers heads qbins obins"] | None = None
-    counterfactual_early_replicate: Float[np.ndarray, "*groups layers heads qbins obins"] | None = None
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
         """The field names, in the order of the table above.
 
         Returns:
-            The names of all fields, replicates included.
+            The names of all fields.
 
         Example:
-            >>> SumArrays.names()[:3]
+            >>> SumFields.names()[:3]
             ('pair_count', 'count_term', 'logit')
         """
         return tuple(f.name for f in fields(cls))
 
     @classmethod
-    def zeros(cls, groups: int, layers: int, heads: int, binning: Binning) -> "SumArrays":
+    def zeros(cls, groups: int, layers: int, heads: int, binning: Binning) -> SumFields:
         """Zeroed arrays (with the group axis) for every statistic.
 
         Args:
@@ -178,88 +169,50 @@ class SumArrays:
             Float64 zeros of the shapes :func:`array_shapes` gives.
 
         Example:
-            >>> a = SumArrays.zeros(groups=2, layers=3, heads=4, binning=Binning(32))
-            >>> a.probe_gram.shape   # groups, layers, windows, 4 features × 4 heads + 1
+            >>> a = SumFields.zeros(groups=2, layers=3, heads=4, binning=Binning(32))
+            >>> a.probe_gram.shape   # groups, layers, query windows, 4 features × 4 heads + 1
             (2, 3, 2, 17, 17)
         """
         return cls(**{name: np.zeros(shape, dtype=np.float64) for name, shape in array_shapes(groups, layers, heads, binning).items()})
 
-    def as_dict(self) -> dict[str, Float[np.ndarray, "..."]]:
-        """``{field name: array}`` for every field that holds an array (replicates left out when ``None``).
+    def as_dict(self) -> dict[str, Float[np.ndarray, ...]]:
+        """``{field name: array}`` for every field.
 
         Returns:
             The arrays by field name, in the order of :meth:`names`.
 
         Example:
-            >>> a = SumArrays.zeros(groups=2, layers=1, heads=1, binning=Binning(8))
-            >>> len(a.as_dict()) == len(SumArrays.names())
+            >>> a = SumFields.zeros(groups=2, layers=1, heads=1, binning=Binning(8))
+            >>> len(a.as_dict()) == len(SumFields.names())
             True
         """
-        return {name: getattr(self, name) for name in self.names() if getattr(self, name) is not None}
+        return {name: getattr(self, name) for name in self.names()}
 
-    def counterfactual(self, window: str) -> Float[np.ndarray, "*groups layers heads qbins obins"]:
-        """``counterfactual_early`` or ``counterfactual_all`` by window name.
-
-        Args:
-            window: ``"early"`` or ``"all"``.
-
-        Returns:
-            The counterfactual sums of that window (the same array, not a copy).
-
-        Example:
-            >>> a = SumArrays.zeros(groups=2, layers=1, heads=1, binning=Binning(8))
-            >>> a.counterfactual("early") is a.counterfactual_early
-            True
-        """
-        return {"early": self.counterfactual_early, "all": self.counterfactual_all}[_window(window)]
-
-    def counterfactual_replicate(self, window: str) -> Float[np.ndarray, "groups layers heads qbins obins"]:
-        """``counterfactual_early_replicate`` or ``counterfactual_all_replicate`` by window name.
+    def logit_by_offset(self, query_window: str) -> Float[np.ndarray, "*groups layers heads offsets"]:
+        """``logit_by_offset_early`` or ``logit_by_offset_all`` by query window name.
 
         Args:
-            window: ``"early"`` or ``"all"``.
+            query_window: ``"early"`` or ``"all"``.
 
         Returns:
-            The per-group replicate counterfactual sums of that window.
-
-        Raises:
-            ValueError: When these sums have no replicate arrays (pooled or reduced sums).
+            The per-offset logit sums of that query window.
 
         Example:
-            >>> a = SumArrays.zeros(groups=2, layers=1, heads=1, binning=Binning(8))
-            >>> a.counterfactual_replicate("all") is a.counterfactual_all_replicate
-            True
-        """
-        replicate = {"early": self.counterfactual_early_replicate, "all": self.counterfactual_all_replicate}[_window(window)]
-        if replicate is None:
-            raise ValueError("these sums have no replicate arrays (only the per-group sums of CellSums.per_group do)")
-        return replicate
-
-    def logit_by_offset(self, window: str) -> Float[np.ndarray, "*groups layers heads offsets"]:
-        """``logit_by_offset_early`` or ``logit_by_offset_all`` by window name.
-
-        Args:
-            window: ``"early"`` or ``"all"``.
-
-        Returns:
-            The per-offset logit sums of that window.
-
-        Example:
-            >>> a = SumArrays.zeros(groups=2, layers=1, heads=1, binning=Binning(64, early=32))
+            >>> a = SumFields.zeros(groups=2, layers=1, heads=1, binning=Binning(64, early=32))
             >>> a.logit_by_offset("early").shape, a.logit_by_offset("all").shape
             ((2, 1, 1, 32), (2, 1, 1, 64))
         """
-        return {"early": self.logit_by_offset_early, "all": self.logit_by_offset_all}[_window(window)]
+        return {"early": self.logit_by_offset_early, "all": self.logit_by_offset_all}[_query_window(query_window)]
 
 
-def _window(window: str) -> str:
-    if window not in WINDOWS:
-        raise ValueError(f"unknown query window {window!r}; choose one of: {', '.join(WINDOWS)}")
-    return window
+def _query_window(query_window: str) -> str:
+    if query_window not in QUERY_WINDOWS:
+        raise ValueError(f"unknown query window {query_window!r}; choose one of: {', '.join(QUERY_WINDOWS)}")
+    return query_window
 
 
 def array_shapes(groups: int, layers: int, heads: int, binning: Binning) -> dict[str, tuple[int, ...]]:
-    """The shape of every statistic in the table above, by :class:`SumArrays` field name.
+    """The shape of every statistic in the table above, by :class:`SumFields` field name.
 
     Args:
         groups: Number of groups G.
@@ -268,93 +221,58 @@ def array_shapes(groups: int, layers: int, heads: int, binning: Binning) -> dict
         binning: The query and offset bins.
 
     Returns:
-        ``{field name: shape}`` for every :class:`SumArrays` field, with the group axis first.
+        ``{field name: shape}`` for every :class:`SumFields` field, with the group axis first.
 
     Example:
         >>> array_shapes(2, 3, 4, Binning(32))["logit"]   # groups, layers, heads, query bins, offset bins
         (2, 3, 4, 19, 19)
     """
     g, l, h, t = groups, layers, heads, binning.seq_len
-    c, b, f, w, d = binning.n_query_bins, binning.n_offset_bins, len(FEATURES), len(WINDOWS), len(FEATURES) * heads + 1
+    c, b, f, w, d = binning.n_query_bins, binning.n_offset_bins, len(FEATURES), len(QUERY_WINDOWS), len(FEATURES) * heads + 1
     q = min(binning.early, t)
     return {
-        "pair_count": (g, l, c, b), "count_term": (g, l, c, b),
-        "logit": (g, l, h, c, b), "log_partition": (g, l, h, c, b),
-        "query_pair_count": (g, l, c), "count_term_sq": (g, l, c),
-        "logit_sq": (g, l, h, c), "log_partition_sq": (g, l, h, c), "logit_x_log_partition": (g, l, h, c),
-        "logit_x_query_position": (g, l, h, c), "logit_x_key_position": (g, l, h, c),
-        "query_position": (g, l, c), "key_position": (g, l, c), "query_position_sq": (g, l, c),
-        "key_position_sq": (g, l, c), "query_x_key_position": (g, l, c),
+        "pair_count": (g, l, c, b),
+        "count_term": (g, l, c, b),
+        "logit": (g, l, h, c, b),
+        "log_partition": (g, l, h, c, b),
+        "query_pair_count": (g, l, c),
+        "count_term_sq": (g, l, c),
+        "logit_sq": (g, l, h, c),
+        "log_partition_sq": (g, l, h, c),
+        "logit_x_log_partition": (g, l, h, c),
+        "logit_x_query_position": (g, l, h, c),
+        "logit_x_key_position": (g, l, h, c),
+        "query_position": (g, l, c),
+        "key_position": (g, l, c),
+        "query_position_sq": (g, l, c),
+        "key_position_sq": (g, l, c),
+        "query_x_key_position": (g, l, c),
         "query_row_count": (g, c),
         "features": (g, l, h, f, c),
-        "probe_gram": (g, l, w, d, d), "probe_design_x_target": (g, l, w, d),
-        "probe_target": (g, l, w), "probe_target_sq": (g, l, w), "probe_row_count": (g, l, w),
+        "probe_gram": (g, l, w, d, d),
+        "probe_design_x_target": (g, l, w, d),
+        "probe_target": (g, l, w),
+        "probe_target_sq": (g, l, w),
+        "probe_row_count": (g, l, w),
         "sequence_count": (g,),
-        "logit_by_row": (g, l, h, t), "key0_logit_by_row": (g, l, h, t),
-        "logit_by_offset_all": (g, l, h, t), "logit_by_offset_early": (g, l, h, q),
-        "counterfactual_all": (g, l, h, c, b), "counterfactual_early": (g, l, h, c, b),
-        "counterfactual_all_replicate": (g, l, h, c, b), "counterfactual_early_replicate": (g, l, h, c, b),
+        "logit_by_row": (g, l, h, t),
+        "key0_logit_by_row": (g, l, h, t),
+        "logit_by_offset_all": (g, l, h, t),
+        "logit_by_offset_early": (g, l, h, q),
     }
-
-
-def sums_bytes(groups: int, layers: int, heads: int, binning: Binning) -> int:
-    """Bytes that :meth:`CellSums.zeros` allocates for these sizes, without allocating them.
-
-    The accumulators live for the whole capture run; at the default 8 groups
-    they are tens of MiB for a 30-layer model (see :mod:`poslens.runtime.memory`).
-
-    Args:
-        groups: Number of groups G.
-        layers: Number of layers L.
-        heads: Number of heads H per layer.
-        binning: The query and offset bins.
-
-    Returns:
-        The bytes of every float64 array a :class:`CellSums` of these sizes holds.
-
-    Example:
-        >>> s = CellSums.zeros(groups=2, layers=3, heads=4, binning=Binning(32))
-        >>> held = [*s.per_group.as_dict().values(), s.row_features, s.row_count, s.group_sizes]
-        >>> sums_bytes(2, 3, 4, Binning(32)) == sum(a.nbytes for a in held)
-        True
-    """
-    elements = sum(int(np.prod(shape)) for shape in array_shapes(groups, layers, heads, binning).values())
-    elements += layers * heads * len(FEATURES) * binning.seq_len + binning.seq_len + groups  # row_features, row_count, group_sizes
-    return 8 * elements
-
-
-def counterfactual_bytes(groups: int, layers: int, heads: int, binning: Binning) -> int:
-    """Bytes the counterfactual replay holds besides the sums: per window, the cross-fitted residuals A
-    (per group, per variant of the current group, and as exp(−A) weights, each [G, L, H, C·B]),
-    and Σ log Z' per group, variant, layer, head and row.
-
-    Args:
-        groups: Number of groups G.
-        layers: Number of layers L.
-        heads: Number of heads H per layer.
-        binning: The query and offset bins.
-
-    Returns:
-        The bytes of the replay's residual and log-partition arrays.
-
-    Example:
-        >>> counterfactual_bytes(2, 3, 4, Binning(32)) > 0
-        True
-    """
-    cells = binning.n_query_bins * binning.n_offset_bins
-    rows = binning.seq_len + min(binning.early, binning.seq_len)
-    return 8 * (len(WINDOWS) * 3 * groups * layers * heads * cells + groups * groups * layers * heads * rows)
 
 
 @dataclass
 class CellSums:
     """Grouped sums of one measurement, with what is needed to fit them.
 
-    ``per_group`` holds the :class:`SumArrays` with the group axis first;
+    ``per_group`` holds the :class:`SumFields` with the group axis first;
     ``row_features`` [L, H, F, T] holds per-query sums over all sequences (for
     curves); ``row_count`` [T] the number of sequences that contributed;
     ``layer_windows`` the sliding window of each layer (None: full causal), which
-    the counterfactual fit of methodology §4.1 needs.
+    the counterfactual fit of methodology §4.1 needs; ``counterfactual_cells``
+    the per-sequence counterfactual's cells (fitted values, kept beside the sums:
+    :mod:`poslens.fit.counterfactual_cells`), zero until the replay fills them.
 
     Attributes:
         binning: The query and offset bins the sums were taken over.
@@ -364,6 +282,7 @@ class CellSums:
         group_sizes: Number of sequences in each group, [G].
         layer_windows: Each layer's sliding window (``None``: full causal); empty when unknown.
         counterfactual: The route the per-sequence counterfactual took, why, and the bytes it kept on disk; empty until run.
+        counterfactual_cells: The per-sequence counterfactual's cells, per group and per replicate; zeros until run.
 
     Example:
         >>> sums = CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16))
@@ -372,17 +291,21 @@ class CellSums:
     """
 
     binning: Binning
-    per_group: SumArrays
+    per_group: SumFields
     row_features: Float[np.ndarray, "layers heads features seq"]
     row_count: Float[np.ndarray, " seq"]
     group_sizes: Float[np.ndarray, " groups"] = field(default_factory=lambda: np.zeros(0))
     layer_windows: tuple[int | None, ...] = ()
     counterfactual: dict = field(default_factory=dict)  # the route of the per-sequence counterfactual (poslens.runtime.disk), once run
+    counterfactual_cells: CounterfactualCells | None = None  # None: zeros of the sums' shape (set in __post_init__)
+
+    def __post_init__(self) -> None:
+        if self.counterfactual_cells is None:
+            groups, *shape = self.per_group.logit.shape
+            self.counterfactual_cells = CounterfactualCells.zeros(QUERY_WINDOWS, groups, tuple(shape))
 
     @classmethod
-    def zeros(
-        cls, groups: int, layers: int, heads: int, binning: Binning, layer_windows: tuple[int | None, ...] | None = None
-    ) -> "CellSums":
+    def zeros(cls, groups: int, layers: int, heads: int, binning: Binning, layer_windows: tuple[int | None, ...] | None = None) -> CellSums:
         """Empty sums (all zeros) for ``groups`` groups of a model with ``layers`` × ``heads``.
 
         Args:
@@ -393,7 +316,7 @@ class CellSums:
             layer_windows: Each layer's sliding window (``None``: full causal); default all full causal.
 
         Returns:
-            Zeroed sums, ready for :class:`~poslens.capture.leakage_capture.LeakageCapture` to add into.
+            Zeroed sums, ready for :class:`~poslens.capture.cell_sum_capture.CellSumCapture` to add into.
 
         Example:
             >>> s = CellSums.zeros(groups=3, layers=2, heads=4, binning=Binning(16))
@@ -402,7 +325,7 @@ class CellSums:
         """
         return cls(
             binning=binning,
-            per_group=SumArrays.zeros(groups, layers, heads, binning),
+            per_group=SumFields.zeros(groups, layers, heads, binning),
             row_features=np.zeros((layers, heads, len(FEATURES), binning.seq_len)),
             row_count=np.zeros(binning.seq_len),
             group_sizes=np.zeros(groups),
@@ -439,12 +362,11 @@ class CellSums:
         """
         return int(self.per_group.logit.shape[2])
 
-    def _reduce_groups(self, take: Callable[[np.ndarray], np.ndarray]) -> SumArrays:
-        """``take`` (which removes the group axis) applied to every per-group array; replicates left out."""
-        arrays = {name: np.asarray(take(array)) for name, array in self.per_group.as_dict().items() if name not in REPLICATES}
-        return SumArrays(**arrays)
+    def _reduce_groups(self, take: Callable[[np.ndarray], np.ndarray]) -> SumFields:
+        """``take`` (which removes the group axis) applied to every per-group array."""
+        return SumFields(**{name: np.asarray(take(array)) for name, array in self.per_group.as_dict().items()})
 
-    def pooled(self) -> SumArrays:
+    def pooled(self) -> SumFields:
         """Sums over all groups (the group axis removed).
 
         Returns:
@@ -458,8 +380,8 @@ class CellSums:
         """
         return self._reduce_groups(lambda a: a.sum(axis=0))
 
-    def leave_out(self, group: int) -> SumArrays:
-        """Sums over all groups but ``group`` (a jackknife replicate); the counterfactual sums are the replicate's own.
+    def leave_out(self, group: int) -> SumFields:
+        """Sums over all groups but ``group`` (a jackknife replicate; its counterfactual cells: ``counterfactual_cells.leave_out``).
 
         Args:
             group: Index of the group to leave out.
@@ -475,7 +397,7 @@ class CellSums:
         """
         return self._without(self.pooled(), group)
 
-    def leave_out_each(self) -> Iterator[SumArrays]:
+    def leave_out_each(self) -> Iterator[SumFields]:
         """:meth:`leave_out` of every group in turn (the jackknife replicates), pooling the groups once for all of them.
 
         Yields:
@@ -491,22 +413,18 @@ class CellSums:
         for group in range(self.n_groups):
             yield self._without(pooled, group)
 
-    def _without(self, pooled: SumArrays, group: int) -> SumArrays:
-        """``pooled`` (from :meth:`pooled`) less the sums of ``group``, with the replicate's own counterfactual sums."""
-        return replace(
-            SumArrays(**{name: np.asarray(total - getattr(self.per_group, name)[group]) for name, total in pooled.as_dict().items()}),
-            counterfactual_all=self.per_group.counterfactual_replicate("all")[group],
-            counterfactual_early=self.per_group.counterfactual_replicate("early")[group],
-        )
+    def _without(self, pooled: SumFields, group: int) -> SumFields:
+        """``pooled`` (from :meth:`pooled`) less the sums of ``group``."""
+        return SumFields(**{name: np.asarray(total - getattr(self.per_group, name)[group]) for name, total in pooled.as_dict().items()})
 
-    def leave_out_groups(self, groups: set[int]) -> SumArrays:
-        """Sums over all groups but those in ``groups`` (per-group arrays only; no replicate arrays).
+    def leave_out_groups(self, groups: set[int]) -> SumFields:
+        """Sums over all groups but those in ``groups``.
 
         Args:
             groups: Indices of the groups to leave out.
 
         Returns:
-            The sums of the remaining groups, without the group axis; the replicate fields are ``None``.
+            The sums of the remaining groups, without the group axis.
 
         Example:
             >>> s = CellSums.zeros(groups=3, layers=1, heads=1, binning=Binning(16))
@@ -517,7 +435,7 @@ class CellSums:
         keep = [g for g in range(self.n_groups) if g not in groups]
         return self._reduce_groups(lambda a: a[keep].sum(axis=0))
 
-    def group(self, group: int) -> SumArrays:
+    def group(self, group: int) -> SumFields:
         """Sums of one group.
 
         Args:
@@ -534,7 +452,11 @@ class CellSums:
         """
         return self._reduce_groups(lambda a: a[group])
 
-    def __add__(self, other: "CellSums") -> "CellSums":
+    def _cells(self) -> CounterfactualCells:
+        assert self.counterfactual_cells is not None, "CellSums.__post_init__ always sets the counterfactual cells"
+        return self.counterfactual_cells
+
+    def __add__(self, other: CellSums) -> CellSums:
         if self.binning != other.binning or self.per_group.logit.shape != other.per_group.logit.shape:
             raise ValueError("cannot add sums of different shapes or binnings")
         if self.layer_windows != other.layer_windows:
@@ -542,88 +464,10 @@ class CellSums:
         theirs = other.per_group.as_dict()
         return CellSums(
             self.binning,
-            SumArrays(**{name: array + theirs[name] for name, array in self.per_group.as_dict().items()}),
+            SumFields(**{name: array + theirs[name] for name, array in self.per_group.as_dict().items()}),
             self.row_features + other.row_features,
             self.row_count + other.row_count,
             self.group_sizes + other.group_sizes,
             self.layer_windows,
+            counterfactual_cells=self._cells() + other._cells(),
         )
-
-    def save(self, path: str | Path, tag: str = "") -> None:
-        """Write the sums to a ``.npz`` file (reload with :meth:`load`).
-
-        ``tag`` is stored with the arrays (:meth:`tag_of` reads it back):
-        :meth:`poslens.measurement.result.Result.save` writes the same tag into
-        the Parquet file, so a table is never paired with another run's sums.
-
-        Args:
-            path: The ``.npz`` file to write.
-            tag: A label stored with the arrays, to pair them with a table (default none).
-
-        Example:
-            >>> import tempfile, pathlib; path = pathlib.Path(tempfile.mkdtemp()) / "sums.npz"
-            >>> CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16)).save(path)
-            >>> path.exists()
-            True
-        """
-        np.savez_compressed(
-            path,
-            seq_len=self.binning.seq_len,
-            early=self.binning.early,
-            row_features=self.row_features,
-            row_count=self.row_count,
-            group_sizes=self.group_sizes,
-            layer_windows=np.array([-1 if w is None else w for w in self.layer_windows], dtype=np.int64),
-            tag=np.array(tag),
-            **{f"a_{name}": array for name, array in self.per_group.as_dict().items()},
-        )
-
-    @staticmethod
-    def tag_of(path: str | Path) -> str:
-        """The tag a sums file was saved with (``""`` for none, or for sums saved by an older poslens).
-
-        Args:
-            path: A ``.npz`` file written by :meth:`save`.
-
-        Returns:
-            The stored tag, or ``""``.
-
-        Example:
-            >>> import tempfile, pathlib; path = pathlib.Path(tempfile.mkdtemp()) / "sums.npz"
-            >>> CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16)).save(path, tag="run-1")
-            >>> CellSums.tag_of(path)
-            'run-1'
-        """
-        with np.load(path) as data:
-            return str(data["tag"]) if "tag" in data.files else ""
-
-    @classmethod
-    def load(cls, path: str | Path) -> "CellSums":
-        """Read sums written by :meth:`save`; sums written by an older poslens (other array names) raise ``ValueError``.
-
-        Args:
-            path: A ``.npz`` file written by :meth:`save`.
-
-        Returns:
-            The sums as they were saved.
-
-        Raises:
-            ValueError: When the file lacks arrays the current version needs (written by an older poslens).
-
-        Example:
-            >>> import tempfile, pathlib; path = pathlib.Path(tempfile.mkdtemp()) / "sums.npz"
-            >>> CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(16, early=8)).save(path)
-            >>> back = CellSums.load(path)
-            >>> back.binning == Binning(16, early=8), back.n_groups, back.per_group.logit.shape
-            (True, 2, (2, 1, 1, 16, 16))
-        """
-        with np.load(path) as data:
-            binning = Binning(int(data["seq_len"]), early=int(data["early"]))
-            stored = {k[2:] for k in data.files if k.startswith("a_")}
-            missing = [name for name in SumArrays.names() if name not in stored]
-            if missing:
-                shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
-                raise ValueError(f"{path}: sums written by an older poslens lack {shown}; measure again")
-            arrays = SumArrays(**{name: data[f"a_{name}"] for name in SumArrays.names()})
-            windows = tuple(None if w < 0 else int(w) for w in data["layer_windows"]) if "layer_windows" in data.files else ()
-            return cls(binning, arrays, data["row_features"], data["row_count"], data["group_sizes"], windows)

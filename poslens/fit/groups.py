@@ -1,0 +1,35 @@
+"""Contiguous groups of sequences: the delete-one-group jackknife groups and the cross-validation folds.
+
+Every interval of poslens is computed over the same groups: a measurement's
+cell sums are kept per group (:mod:`poslens.measurement.pipeline`), and the
+fingerprint's jackknife and readout folds (:mod:`poslens.fit.readout`) split
+the sequences the same way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def group_of(n_seqs: int, groups: int) -> np.ndarray:
+    """Group index of each sequence: contiguous, near-equal blocks.
+
+    Args:
+        n_seqs: Number of sequences.
+        groups: Number of groups, at least 2.
+
+    Returns:
+        The group of each sequence, [n_seqs].
+
+    Raises:
+        ValueError: When ``groups`` is below 2, or exceeds ``n_seqs``.
+
+    Example:
+        >>> group_of(10, 4).tolist()
+        [0, 0, 0, 1, 1, 2, 2, 2, 3, 3]
+    """
+    if groups < 2:
+        raise ValueError(f"groups must be ≥ 2 for intervals, got {groups}")
+    if n_seqs < groups:
+        raise ValueError(f"{n_seqs} sequences cannot fill {groups} groups; use at least {groups} sequences or fewer groups")
+    return (np.arange(n_seqs) * groups) // n_seqs
