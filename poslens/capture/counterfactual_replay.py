@@ -4,14 +4,14 @@ methodology §4.4 (i): the mask-only counterfactual fitted to the mean pattern i
 biased when logits vary between sequences (the mean of log Z_i is not log Z_i
 of the mean logits). The per-sequence counterfactual removes the head's
 absolute component A (per query-bin × offset-bin cell, fitted on the other
-groups: :meth:`poslens.fit.counterfactual.WindowFit.residual_cells`) from every
+groups: :meth:`poslens.fit.counterfactual.WindowFit.absolute_component_cells`) from every
 sequence's logits and renormalizes them over the visible keys:
 
     log a'_ij(n) = s_ij(n) − A_cb − log Z'_i(n),   log Z'_i(n) = logsumexp_{j∈V_i} (s_ij(n) − A_cb)
 
 The cell sums of s and the counts are known from the first pass, so only
-Σ_n log Z'_i(n) per row is left, once per query window (each window has its
-own fit) and per residual variant: the estimate's A, and one A per jackknife
+Σ_n log Z'_i(n) per row is left, once per query window (each query window has its
+own fit) and per variant of A: the estimate's A, and one A per jackknife
 replicate, refitted without the replicate's group too, so that the intervals
 carry the noise of A. A is constant over each (query bin, offset bin) cell, so
 per row it needs only the row's maximum m_i and its sums S_ib of exp(s_ij − m_i)
@@ -25,40 +25,41 @@ so every variant costs O(bins) per row, and no second forward pass is needed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 import torch
 from jaxtyping import Float
 
+from poslens.capture.attention_layout import HeadCounts
 from poslens.capture.row_bin_store import RowBinStore
-from poslens.fit.sums import WINDOWS
+from poslens.fit.binning import Binning
+from poslens.fit.cross_fit import CrossFit
+from poslens.fit.sums import QUERY_WINDOWS
 from poslens.progress import progress_bar
 
 
 class CounterfactualReplay:
-    """Accumulates Σ_n log Z'_i(n) per group, residual variant, layer, head and row, for each query window.
+    """Accumulates Σ_n log Z'_i(n) per group, variant of A, layer, head and row, for each query window.
 
-    ``residuals_of(g)`` gives, for the sequences of group g, ``{window: [G, L, H, C·B]}``:
-    variant v = g is A^(−g), fitted without group g (the estimate); variant
-    v ≠ g is A^(−g,−v), fitted without groups g and v (for the jackknife
-    replicate that deletes group v). :attr:`log_partition` holds
-    ``{window: [G, G, L, H, rows]}`` (group, variant, …) with rows = Q for
+    ``cross_fit`` holds each group's fit of A (:func:`poslens.fit.cross_fit.cross_fitted_absolute_components`);
+    for the sequences of group g, :meth:`~poslens.fit.cross_fit.CrossFit.variants` gives
+    ``{query_window: [G, L, H, C·B]}``: variant v = g is A^(−g), fitted without
+    group g (the estimate); variant v ≠ g is A^(−g,−v), fitted without groups
+    g and v (for the jackknife replicate that deletes group v). :attr:`log_partition` holds
+    ``{query_window: [G, G, L, H, rows]}`` (group, variant, …) with rows = Q for
     ``early`` and T for ``all``.
 
     Args:
         model: The hooked model the scores come from.
         binning: The query and offset bins of the measurement.
-        residuals_of: ``residuals_of(g)`` gives the residual variants for the sequences of group g.
+        cross_fit: Each group's fit of the absolute component A.
         groups: Number of groups G.
 
     Example:
         >>> from types import SimpleNamespace
-        >>> from poslens.fit.binning import Binning
         >>> b = Binning(8, early=4)
-        >>> zero = np.zeros((1, 1, 1, b.n_query_bins * b.n_offset_bins))
-        >>> replay = CounterfactualReplay(SimpleNamespace(n_layers=1, n_heads=1), b, lambda g: {"early": zero, "all": zero}, groups=1)
+        >>> zero = {w: np.zeros((2, 1, 1, b.n_query_bins * b.n_offset_bins)) for w in ("early", "all")}
+        >>> cross = CrossFit(zero, {w: x[0] for w, x in zero.items()}, np.ones(2))   # A = 0 for every group
+        >>> replay = CounterfactualReplay(SimpleNamespace(n_layers=1, n_heads=1), b, cross, groups=2)
         >>> row_bins = np.zeros((1, 1, 8, 1 + b.n_offset_bins))   # row maxima 0, and uniform logits:
         >>> row_bins[0, 0, :, 1] = np.arange(1, 9)                 # row i's i + 1 keys each add exp(0)
         >>> replay.add(0, 0, row_bins)
@@ -66,23 +67,23 @@ class CounterfactualReplay:
         [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
     """
 
-    def __init__(self, model: Any, binning: Any, residuals_of: Callable[[int], dict[str, np.ndarray]], groups: int) -> None:
+    def __init__(self, model: HeadCounts, binning: Binning, cross_fit: CrossFit, groups: int) -> None:
         self.binning = binning
-        self.residuals_of = residuals_of
+        self.cross_fit = cross_fit
         t = binning.seq_len
         self.rows = {"early": min(binning.early, t), "all": t}
-        self.log_partition = {w: np.zeros((groups, groups, model.n_layers, model.n_heads, self.rows[w])) for w in WINDOWS}
+        self.log_partition = {w: np.zeros((groups, groups, model.n_layers, model.n_heads, self.rows[w])) for w in QUERY_WINDOWS}
         self.n_query_bins, self.n_offset_bins = binning.n_query_bins, binning.n_offset_bins
         self._row_query_bin = torch.as_tensor(binning.query_bin[:t], dtype=torch.long)  # c(i)
-        self._weights: dict[str, np.ndarray] = {}  # exp(−A) of one group's variants, [G, L, H, C·B] per window
+        self._weights: dict[str, np.ndarray] = {}  # exp(−A) of one group's variants, [G, L, H, C·B] per query window
         self._weights_group: int | None = None
-        self._device_weights: dict[str, torch.Tensor] = {}  # exp(−A) cells per window, and the rows' query bins, on an accelerator
+        self._device_weights: dict[str, torch.Tensor] = {}  # exp(−A) cells per query window, and the rows' query bins, on an accelerator
         self._device_weights_key: tuple[int, str] | None = None
         self._pending: dict[str, torch.Tensor] = {}  # Σ log Z' of the current batch on the device, [variant, L, H, rows]
         self._pending_group: int | None = None
 
     def _row_weights(self, group: int, layer: int) -> dict[str, Float[torch.Tensor, "variants heads rows bins"]]:
-        """exp(−A) of ``group``'s variants for ``layer``, for each row's cells (its query bin's), per window."""
+        """exp(−A) of ``group``'s variants for ``layer``, for each row's cells (its query bin's), per query window."""
         self._group_weights(group)
         out = {}
         for w, x in self._weights.items():
@@ -91,18 +92,17 @@ class CounterfactualReplay:
         return out
 
     def _group_weights(self, group: int) -> None:
-        """Fill :attr:`_weights` with exp(−A) of ``group``'s variants, [G, L, H, C·B] per window, unless it holds them."""
+        """Fill :attr:`_weights` with exp(−A) of ``group``'s variants, [G, L, H, C·B] per query window, unless it holds them."""
         if self._weights_group != group:
-            residuals = self.residuals_of(group)
-            for w in WINDOWS:
+            absolute = self.cross_fit.variants(group)
+            for w in QUERY_WINDOWS:
                 # the same buffers for every group: a fresh array each time costs more in page faults than the exponentials
                 if w not in self._weights:
-                    self._weights[w] = np.empty_like(residuals[w])
-                np.exp(np.negative(residuals[w], out=self._weights[w]), out=self._weights[w])
+                    self._weights[w] = np.empty_like(absolute[w])
+                np.exp(np.negative(absolute[w], out=self._weights[w]), out=self._weights[w])
             self._weights_group = group
 
-    def add(self, group: int, layer: int,
-            row_bins: Float[np.ndarray, "batch heads seq bins"] | Float[torch.Tensor, "batch heads seq bins"]) -> None:
+    def add(self, group: int, layer: int, row_bins: Float[np.ndarray, "batch heads seq bins"] | Float[torch.Tensor, "batch heads seq bins"]) -> None:
         """Add Σ over the batch of log Z'_i per row and variant of ``layer`` to ``group``.
 
         ``row_bins`` is [batch, H, T, 1 + bins]: each row's maximum, then its sums of exp(s − max) per offset bin,
@@ -121,14 +121,14 @@ class CounterfactualReplay:
             self._add_on_device(group, layer, bins)
             return
         row_max, per_bin = bins[..., 0], bins[..., 1:]
-        for window, weights in self._row_weights(group, layer).items():
-            n = self.rows[window]
+        for query_window, weights in self._row_weights(group, layer).items():
+            n = self.rows[query_window]
             # each row's bins weighted by its query bin's exp(−A), summed over bins: elementwise products and a
             # sum, not a matmul (einsum), whose other order of summation changes the rounding, which the
             # figures amplify beyond 1e-12
             # one variant at a time: the product is [batch, head, row, bin], not G times that (the second pass
             # makes it inside the forward, where it adds to the peak)
-            target = self.log_partition[window][group, :, layer]  # [variant, head, row]
+            target = self.log_partition[query_window][group, :, layer]  # [variant, head, row]
             for variant in range(weights.shape[0]):
                 z = (per_bin[:, :, :n] * weights[variant][None]).sum(-1)  # [batch, head, row]
                 target[variant] += (torch.log(z) + row_max[:, :, :n]).sum(0).numpy()
@@ -147,39 +147,41 @@ class CounterfactualReplay:
         self._group_weights(group)  # exp(−A) of the group's variants, on the host, once per group
         if self._device_weights_key != (group, str(device)):
             # the per-cell weights [variant, L, H, C, B] (small), and each row's query bin, copied once per group
-            self._device_weights = {w: torch.as_tensor(x).unflatten(-1, (self.n_query_bins, self.n_offset_bins)).to(device)
-                                    for w, x in self._weights.items()}
+            self._device_weights = {
+                w: torch.as_tensor(x).unflatten(-1, (self.n_query_bins, self.n_offset_bins)).to(device) for w, x in self._weights.items()
+            }
             self._device_weights["row_query_bin"] = self._row_query_bin.to(device)
             self._device_weights_key = (group, str(device))
-        for window in WINDOWS:
-            n = self.rows[window]
-            cells = self._device_weights[window][:, layer]  # [variant, head, C, B]
+        for query_window in QUERY_WINDOWS:
+            n = self.rows[query_window]
+            cells = self._device_weights[query_window][:, layer]  # [variant, head, C, B]
             weights = cells.index_select(2, self._device_weights["row_query_bin"][:n])
-            if window not in self._pending:
-                shape = self.log_partition[window].shape[1:]  # [variant, layer, head, row]
-                self._pending[window] = torch.zeros(shape, dtype=torch.float64, device=device)
+            if query_window not in self._pending:
+                shape = self.log_partition[query_window].shape[1:]  # [variant, layer, head, row]
+                self._pending[query_window] = torch.zeros(shape, dtype=torch.float64, device=device)
             for variant in range(weights.shape[0]):
                 z = (per_bin[:, :, :n] * weights[variant][None]).sum(-1)  # [batch, head, row]
-                self._pending[window][variant, layer] += (torch.log(z) + row_max[:, :, :n]).sum(0)
+                self._pending[query_window][variant, layer] += (torch.log(z) + row_max[:, :, :n]).sum(0)
 
     def flush(self) -> None:
         """Add the sums held on the device (by :meth:`add` on accelerator tensors) to :attr:`log_partition`.
 
-        One copy to the host per window; call it at the end of each batch. Nothing to do on the CPU.
+        One copy to the host per query window; call it at the end of each batch. Nothing to do on the CPU.
 
         Example:
             >>> from types import SimpleNamespace
             >>> from poslens.fit.binning import Binning
-            >>> b = Binning(8, early=4); zero = np.zeros((1, 1, 1, b.n_query_bins * b.n_offset_bins))
-            >>> replay = CounterfactualReplay(SimpleNamespace(n_layers=1, n_heads=1), b, lambda g: {"early": zero, "all": zero}, groups=1)
+            >>> b = Binning(8, early=4); zero = {w: np.zeros((2, 1, 1, b.n_query_bins * b.n_offset_bins)) for w in ("early", "all")}
+            >>> cross_fit = CrossFit(zero, {w: x[0] for w, x in zero.items()}, np.ones(2))
+            >>> replay = CounterfactualReplay(SimpleNamespace(n_layers=1, n_heads=1), b, cross_fit, groups=2)
             >>> replay.flush()   # nothing was added on a device: nothing to hand over
             >>> float(replay.log_partition["all"].sum())
             0.0
         """
         if self._pending_group is None:
             return
-        for window, pending in self._pending.items():
-            self.log_partition[window][self._pending_group] += pending.cpu().numpy()
+        for query_window, pending in self._pending.items():
+            self.log_partition[query_window][self._pending_group] += pending.cpu().numpy()
         self._pending, self._pending_group = {}, None
 
     def replay(self, store: RowBinStore, progress: bool = False, description: str = "counterfactual") -> None:
@@ -193,6 +195,7 @@ class CounterfactualReplay:
         Example:
             >>> replay.replay(store)  # doctest: +SKIP
         """
-        for group, layer, row_bins in progress_bar(store.read(), total=len(store.entries), desc=description, unit="layer",
-                                           disable=not progress, leave=False):
+        for group, layer, row_bins in progress_bar(
+            store.read(), total=len(store.entries), desc=description, unit="layer", disable=not progress, leave=False
+        ):
             self.add(group, layer, row_bins)

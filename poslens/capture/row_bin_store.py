@@ -120,10 +120,10 @@ class RowBinStore:
             [(0, 2, (1, 1, 2, 3), 0)]
         """
         if self._file is None:
-            self._file = tempfile.TemporaryFile(dir=self.directory)
+            self._file = tempfile.TemporaryFile(dir=self.directory)  # noqa: SIM115 (open for the store's life; close() ends it)
         data = np.ascontiguousarray(row_bins, dtype=np.float64)
         self._file.seek(self._end)
-        self._file.write(memoryview(data).cast("B"))
+        self._file.write(data.data.cast("B"))  # the contiguous array's own buffer, as bytes
         self.entries.append((group, layer, data.shape, self._end))
         self._end += data.nbytes
 

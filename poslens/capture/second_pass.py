@@ -7,37 +7,43 @@ row-bin store would have kept, each row's maximum m_i and its sums
 S_ib = Σ_{j∈b} exp(s_ij − m_i) per offset bin b, and hands them at once to
 :meth:`poslens.capture.counterfactual_replay.CounterfactualReplay.add`, so
 nothing of size N outlives a layer. The arithmetic is the first pass's, step for
-step, on the same row blocks (:class:`poslens.capture.leakage_capture.RowBlock`),
-so both routes give the same figures.
+step, on the same row blocks (:class:`poslens.capture.row_blocks.RowBlock`) of the same
+:class:`~poslens.capture.capture_plan.CapturePlan`, so both routes give the same figures.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from jaxtyping import Float
 
+from poslens.capture.attention_layout import AttentionLayout
+from poslens.capture.capture_plan import CapturePlan, lookup_plan
 from poslens.capture.counterfactual_replay import CounterfactualReplay
-from poslens.capture.leakage_capture import EXP_FLOOR, LayerStructure, RowBlock, cached_structure, default_block_elements
+from poslens.capture.row_blocks import EXP_FLOOR, RowBlock
 from poslens.fit.binning import Binning
 from poslens.model import hooks as hook_names
+from poslens.model.hooks import Hook
 
 
 def row_bin_sums(
-    scores: Float[torch.Tensor, "batch heads seq seq"], blocks: list[RowBlock], n_offset_bins: int,
+    scores: Float[torch.Tensor, "batch heads seq seq"],
+    blocks: list[RowBlock],
+    n_offset_bins: int,
     work: Float[torch.Tensor, " buffer"] | None = None,
 ) -> Float[torch.Tensor, "batch heads seq bins"]:
     """Each row's maximum, then its sums of exp(s − max) per offset bin, from one layer's scores, block by block.
 
-    The same steps as the first pass's (:meth:`poslens.capture.leakage_capture.LeakageCapture.reduce`):
+    The same steps as the first pass's (:meth:`poslens.capture.cell_sum_capture.CellSumCapture.reduce`):
     a float64 copy of the block's visible key span, its row maxima, exp of s − max
     floored at ``EXP_FLOOR``, the invisible
     keys zeroed, one running sum along keys, and differences at the offset bins' edges.
 
     Args:
         scores: A layer's pre-softmax scores, [batch, H, T, T], masked entries at the dtype minimum.
-        blocks: The layer's row blocks (:meth:`RowBlock.build` over :meth:`LayerStructure.row_blocks`).
+        blocks: The layer's row blocks (:meth:`poslens.capture.capture_plan.CapturePlan.blocks`).
         n_offset_bins: Number of offset bins B.
         work: A float64 buffer of at least batch·H·(largest block size) elements to reuse; default a fresh one.
 
@@ -45,8 +51,8 @@ def row_bin_sums(
         ``[batch, H, T, 1 + B]`` float64 on the scores' device: the maximum first, then the B bin sums.
 
     Example:
-        >>> b = Binning(8); st = LayerStructure.build(b, window=None)
-        >>> blocks = [RowBlock.build(st, r0, r1, torch.device("cpu")) for r0, r1 in st.row_blocks(64)]
+        >>> b = Binning(8)
+        >>> blocks = CapturePlan.build(b, sliding_window=None).blocks(1, torch.device("cpu"), block_elements=64)
         >>> uniform = torch.zeros(1, 1, 8, 8).masked_fill(torch.ones(8, 8).triu(1).bool(), torch.finfo(torch.float32).min)
         >>> out = row_bin_sums(uniform, blocks, b.n_offset_bins)
         >>> out[0, 0, :, 1:].sum(-1).tolist()   # row i sees i + 1 keys, each exp(0 − 0) = 1
@@ -81,10 +87,10 @@ class SecondPass:
     call :meth:`flush` (which hands the replay's device-side sums to the host once per batch).
 
     Args:
-        model: The hooked model (its ``n_layers``, ``n_heads`` and ``window``).
+        model: The hooked model (its ``n_layers``, ``n_heads`` and ``sliding_windows``, each layer's sliding window).
         binning: The query and offset bins of the measurement.
-        replay: The replay to fold the sums into; its residuals come from the first pass (``None``: :meth:`row_bins` only).
-        block_elements: Size of a row-block work buffer; default :func:`~poslens.capture.leakage_capture.default_block_elements`
+        replay: The replay to fold the sums into; its absolute components come from the first pass (``None``: :meth:`row_bins` only).
+        block_elements: Size of a row-block work buffer; default :func:`~poslens.capture.row_blocks.default_block_elements`
             (the first pass's: the same blocks give the same rounding).
 
     Example:
@@ -92,32 +98,31 @@ class SecondPass:
         >>> second.group = 0; run_with_hooks(model, tokens, second.hooks()); second.flush()   # doctest: +SKIP
     """
 
-    def __init__(self, model: Any, binning: Binning, replay: CounterfactualReplay | None, block_elements: int | None = None) -> None:
+    def __init__(self, model: AttentionLayout, binning: Binning, replay: CounterfactualReplay | None, block_elements: int | None = None) -> None:
         self.model = model
         self.binning = binning
         self.replay = replay
         self.block_elements = block_elements
         self.group = 0
-        self._structures: dict[int | None, LayerStructure] = {}
-        self._blocks: dict[tuple, list[RowBlock]] = {}
+        self._plans: dict[int | None, CapturePlan] = {}  # by effective sliding window, as the first pass keeps them
         self._work: torch.Tensor | None = None
 
-    def structure(self, layer: int) -> LayerStructure:
-        """The layer's visible pairs, as the first pass builds them (a window at least T wide counts as none).
+    def plan(self, layer: int) -> CapturePlan:
+        """The layer's plan, as the first pass builds it (a sliding window at least T wide counts as none).
 
         Args:
             layer: A layer index.
 
         Returns:
-            The layer's structure.
+            The layer's plan.
 
         Example:
             >>> from types import SimpleNamespace
-            >>> second = SecondPass(SimpleNamespace(n_layers=2, n_heads=1, window=[None, 64]), Binning(8), replay=None)
-            >>> second.structure(1).window is None
+            >>> second = SecondPass(SimpleNamespace(n_layers=2, n_heads=1, sliding_windows=[None, 64]), Binning(8), replay=None)
+            >>> second.plan(1).geometry.sliding_window is None
             True
         """
-        return cached_structure(self._structures, self.binning, self.model.window[layer])
+        return lookup_plan(self._plans, self.binning, self.model.sliding_windows[layer])
 
     def row_bins(self, layer: int, scores: Float[torch.Tensor, "batch heads seq seq"]) -> Float[torch.Tensor, "batch heads seq bins"]:
         """One layer's row maxima and offset-bin sums of exp(s − max), on the first pass's row blocks.
@@ -131,24 +136,20 @@ class SecondPass:
 
         Example:
             >>> from types import SimpleNamespace
-            >>> second = SecondPass(SimpleNamespace(n_layers=1, n_heads=1, window=[None]), Binning(8), replay=None)
+            >>> second = SecondPass(SimpleNamespace(n_layers=1, n_heads=1, sliding_windows=[None]), Binning(8), replay=None)
             >>> s = torch.zeros(2, 1, 8, 8).masked_fill(torch.ones(8, 8).triu(1).bool(), torch.finfo(torch.float32).min)
             >>> second.row_bins(0, s).shape[-1] == 1 + Binning(8).n_offset_bins
             True
         """
         batch, heads = scores.shape[:2]
-        st, device = self.structure(layer), scores.device
-        key = (st.window, batch * heads, str(device))
-        if key not in self._blocks:
-            elements = self.block_elements or default_block_elements(device)
-            self._blocks[key] = [RowBlock.build(st, r0, r1, device) for r0, r1 in st.row_blocks(max(1, elements // (batch * heads)))]
-        blocks = self._blocks[key]
+        device = scores.device
+        blocks = self.plan(layer).blocks(batch * heads, device, self.block_elements)
         largest = max(batch * heads * block.size for block in blocks)
         if self._work is None or self._work.device != device or self._work.numel() < largest:
             self._work = torch.empty(largest, dtype=torch.float64, device=device)
         return row_bin_sums(scores, blocks, self.binning.n_offset_bins, self._work)
 
-    def hooks(self) -> list[tuple[str, Any]]:
+    def hooks(self) -> list[Hook]:
         """One hook per layer on ``blocks.{l}.attn.hook_attn_scores``; each passes the scores on unchanged.
 
         Returns:
@@ -156,13 +157,15 @@ class SecondPass:
 
         Example:
             >>> from types import SimpleNamespace
-            >>> [n for n, _ in SecondPass(SimpleNamespace(n_layers=2, n_heads=1, window=[None, None]), Binning(8), None).hooks()]
+            >>> [n for n, _ in SecondPass(SimpleNamespace(n_layers=2, n_heads=1, sliding_windows=[None, None]), Binning(8), None).hooks()]
             ['blocks.0.attn.hook_attn_scores', 'blocks.1.attn.hook_attn_scores']
         """
         return [(hook_names.attn_scores(layer), self._make_hook(layer)) for layer in range(self.model.n_layers)]
 
-    def _make_hook(self, layer: int):
+    def _make_hook(self, layer: int) -> Callable[[torch.Tensor, Any], torch.Tensor]:
         def hook(scores: torch.Tensor, hook: Any) -> torch.Tensor:
+            if self.replay is None:
+                raise ValueError("this SecondPass has no replay to fold the row-bin sums into: build it with one to run its hooks")
             self.replay.add(self.group, layer, self.row_bins(layer, scores))
             return scores
 
@@ -174,4 +177,5 @@ class SecondPass:
         Example:
             >>> second.flush()   # doctest: +SKIP
         """
-        self.replay.flush()
+        if self.replay is not None:
+            self.replay.flush()
