@@ -1,0 +1,142 @@
+"""What :func:`poslens.measure` takes, checked at the boundary: the interventions' protocol and the arguments' types and ranges."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+from typing import Any, Protocol, TypeGuard, cast
+
+import torch
+
+from poslens.errors import ParameterTypeError
+from poslens.model.corpus import Corpus
+from poslens.model.hooks import Hook
+from poslens.model.pos_model import PosModel
+from poslens.options import check_integers
+
+
+class Intervention(Protocol):
+    """What ``measure`` needs of an intervention: a label, hooks and a description.
+
+    The classes in :mod:`poslens.mechanisms.interventions` implement it; ``measure`` joins
+    the labels of several interventions with ``+`` in the ``intervention`` column.
+
+    Example:
+        >>> from poslens.mechanisms.interventions import BosReplacement, Position0Transplant
+        >>> "+".join(iv.label for iv in [BosReplacement("mean"), Position0Transplant("token:42")])
+        'bos:mean+transplant:42'
+    """
+
+    label: str
+
+    def hooks(self, model: PosModel, tokens: torch.Tensor) -> list[Hook]:
+        """Forward hooks for one batch ``tokens`` [batch, pos], added before the capture's own hooks.
+
+        Args:
+            model: The loaded model.
+            tokens: The batch's token ids, [batch, pos].
+
+        Returns:
+            ``[(hook name, hook function)]``, as ``run_with_hooks`` takes them.
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.testing import save_tiny_model
+            >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
+            >>> from poslens.mechanisms.interventions import Position0Transplant
+            >>> hooks = Position0Transplant("token:42").hooks(model, torch.tensor([[1, 70, 71]]))
+            >>> [name for name, _ in hooks]   # one per block
+            ['blocks.0.hook_resid_pre', 'blocks.1.hook_resid_pre', 'blocks.2.hook_resid_pre']
+        """
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """The intervention's settings, stored under ``settings["interventions"]`` in the result's metadata.
+
+        Returns:
+            The settings, JSON-ready.
+
+        Example:
+            >>> from poslens.mechanisms.interventions import BosReplacement
+            >>> BosReplacement("zero").describe()
+            {'intervention': 'bos-replacement', 'kind': 'zero', 'seed': 0, 'token_id': None}
+        """
+        ...
+
+
+class EarlyWindowWarning(UserWarning):
+    """``early`` is not below the sequence length, so the early query window holds every query.
+
+    Example:
+        >>> issubclass(EarlyWindowWarning, UserWarning)
+        True
+    """
+
+
+def check_arguments(corpus: object, interventions: object, warn: bool = True, **integers: object) -> tuple[Intervention, ...]:
+    """Check the arguments of ``measure`` and ``collect_sums`` at the boundary; returns the interventions as a tuple.
+
+    ``corpus`` must be a :class:`~poslens.model.corpus.Corpus` (a tensor of ids
+    is refused with the call that makes one); each of ``integers`` (``groups=``,
+    ``early=``, ``batch_size=``) must be an int (``batch_size`` may be None),
+    with ``groups ≥ 2`` and ``early ≥ 2``; an ``early`` not below the corpus's
+    length warns (:class:`EarlyWindowWarning`: the early rows then repeat the
+    'all' rows); a single intervention is accepted as well as a list.
+
+    Args:
+        corpus: the corpus argument.
+        interventions: one intervention, or a sequence of them.
+        warn: warn about an early query window that holds every query.
+        **integers: the integer arguments by name.
+
+    Returns:
+        The interventions, as a tuple.
+
+    Raises:
+        ParameterTypeError: a wrong type, naming the parameter.
+        InputError: a value out of range, naming the parameter.
+
+    Example:
+        >>> check_arguments(torch.zeros(2, 8), (), groups=2)
+        Traceback (most recent call last):
+        poslens.errors.ParameterTypeError: corpus must be a poslens Corpus, not a Tensor: make one with poslens.make_corpus(model, ...) ...
+        >>> c = Corpus(torch.zeros(4, 8, dtype=torch.long), "random", 0, "none", [0] * 4, ["a"] * 4)
+        >>> check_arguments(c, (), groups="2")
+        Traceback (most recent call last):
+        poslens.errors.ParameterTypeError: groups must be an int, got str '2'
+        >>> check_arguments(c, (), groups=2, early=1)
+        Traceback (most recent call last):
+        poslens.errors.InputError: early must be ≥ 2 (the early window is 1 ≤ i < early), got 1
+    """
+    if not isinstance(corpus, Corpus):
+        hint = " (its .tokens alone carry no provenance)" if isinstance(corpus, torch.Tensor) else ""
+        raise ParameterTypeError(
+            f"corpus must be a poslens Corpus, not a {type(corpus).__name__}: make one with poslens.make_corpus(model, ...) "
+            f"from a source name, a file or a folder{hint}"
+        )
+    check_integers(**integers)
+    early = integers.get("early")
+    if warn and isinstance(early, int) and early >= corpus.seq_len:
+        # check_arguments ← _checked_run ← measure or collect_sums ← the caller's line
+        warnings.warn(
+            f"early = {early} is not below the corpus's seq_len {corpus.seq_len}: the early window 1 ≤ i < early "
+            "holds every query, so the 'early' rows repeat 'all'; pass early < seq_len for an early window",
+            EarlyWindowWarning,
+            stacklevel=4,
+        )
+    if _is_intervention(interventions):
+        return (interventions,)
+    try:
+        listed = tuple(cast(Iterable[object], interventions))  # a non-iterable raises TypeError here
+    except TypeError:
+        raise ParameterTypeError(f"interventions must be an intervention or a list of them, got {type(interventions).__name__}") from None
+    checked: list[Intervention] = []
+    for item in listed:
+        if not _is_intervention(item):
+            raise ParameterTypeError(f"interventions holds a {type(item).__name__}; give poslens interventions such as BosReplacement('mean')")
+        checked.append(item)
+    return tuple(checked)
+
+
+def _is_intervention(value: object) -> TypeGuard[Intervention]:
+    return all(hasattr(value, name) for name in ("label", "hooks", "describe")) and not isinstance(value, type)
