@@ -7,17 +7,21 @@ of :func:`case_table`; a natively windowed model (gemma3-270m) is not.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
 
 import pandas as pd
 
 from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result, concat
-from poslens.mechanisms.comparisons import DEFAULT_METRICS, case_figures, check_paired, compare_figures, to_meta
+from poslens.mechanisms.comparison_cases import DEFAULT_METRICS, case_figures, check_paired
 from poslens.mechanisms.comparisons import META_KEY as COMPARISONS_KEY
+from poslens.mechanisms.comparisons import compare_figures, to_meta
 from poslens.model.corpus import make_corpus
-from poslens.model.loading import load_model, require_pos_model
+from poslens.model.guards import require_pos_model
+from poslens.model.loading import load_model
+from poslens.model.pos_model import PosModel
+from poslens.options import DEFAULTS
 from poslens.progress import progress_bar
 
 
@@ -51,12 +55,12 @@ class Case:
 
 
 def default_cases(quick: bool = False) -> list[Case]:
-    """The study's cases: smollm2-135m standard, NTK α ∈ {2, 4, 8}, windows W ∈ {32, 64, 128, 256}, and gemma3-270m.
+    """The study's cases: smollm2-135m standard, NTK α ∈ {2, 4, 8}, sliding windows W ∈ {32, 64, 128, 256}, and gemma3-270m.
 
-    ``quick`` keeps one NTK and one imposed window.
+    ``quick`` keeps one NTK and one imposed sliding window.
 
     Args:
-        quick: Keep one NTK and one imposed window only.
+        quick: Keep one NTK and one imposed sliding window only.
 
     Returns:
         The cases, in the order of the tables.
@@ -66,11 +70,11 @@ def default_cases(quick: bool = False) -> list[Case]:
         ['base', 'ntk:4', 'window:64', 'base']
     """
     ntk = [4] if quick else [2, 4, 8]
-    windows = [64] if quick else [32, 64, 128, 256]  # the window dose-response of methodology §9.1
+    sliding_windows = [64] if quick else [32, 64, 128, 256]  # the sliding-window dose-response of methodology §9.1
     return (
         [Case("smollm2-135m", "base", "standard")]
         + [Case("smollm2-135m", f"ntk:{a}", "ntk") for a in ntk]
-        + [Case("smollm2-135m", f"window:{w}", "sliding") for w in windows]
+        + [Case("smollm2-135m", f"window:{w}", "sliding") for w in sliding_windows]
         + [Case("gemma3-270m", "base", "sliding")]
     )
 
@@ -79,13 +83,13 @@ def compare(
     cases: list[Case],
     n_seqs: int = 16,
     seq_len: int = 640,
-    groups: int = 8,
-    early: int = 32,
+    groups: int = DEFAULTS.groups,
+    early: int = DEFAULTS.early,
     seed: int = 0,
     source: str = "docs",
     batch_size: int = 2,
     max_memory: int | str | None = None,
-    loader: Callable[[str, str], Any] = lambda name, variant: load_model(name, variant=variant),
+    loader: Callable[[str, str], PosModel] = lambda name, variant: load_model(name, variant=variant),
     progress: bool = True,
     text_field: str = "text",
     counterfactual: str = "auto",
@@ -109,7 +113,7 @@ def compare(
     :func:`poslens.mechanisms.comparisons.comparison_table`. Variants of one
     model must get the same token ids (a loader whose variants tokenize
     differently is refused with
-    :class:`~poslens.mechanisms.comparisons.UnpairedCasesError` as soon as
+    :class:`~poslens.mechanisms.comparison_cases.UnpairedCasesError` as soon as
     the second such case is measured). The stacked result keeps no cell sums.
 
     Args:
@@ -117,7 +121,7 @@ def compare(
         n_seqs: Sequences per case.
         seq_len: Tokens per sequence.
         groups: Number of groups.
-        early: Query positions of the ``early`` window.
+        early: Query positions of the ``early`` query window.
         seed: Seed of the text windows.
         source: The text source (:func:`~poslens.model.corpus.make_corpus`).
         batch_size: Sequences per forward pass (an upper bound with ``max_memory``).
@@ -146,8 +150,18 @@ def compare(
         model = loader(case.model, case.variant)
         require_pos_model(model, "compare() (the model its loader returned)")
         corpus = make_corpus(model, source, n_seqs=n_seqs, seq_len=seq_len, position0="bos", seed=seed, text_field=text_field)
-        result = measure(model, corpus, groups=groups, early=early, batch_size=batch_size, max_memory=max_memory,
-                         probe=False, progress=progress, counterfactual=counterfactual, disk_budget=disk_budget)
+        result = measure(
+            model,
+            corpus,
+            groups=groups,
+            early=early,
+            batch_size=batch_size,
+            max_memory=max_memory,
+            probe=False,
+            progress=progress,
+            counterfactual=counterfactual,
+            disk_budget=disk_budget,
+        )
         result.meta["case"] = {"case": case.case, "inference_time": case.inference_time}
         # the paired comparisons refit each case without each group: take what they need while the sums are here
         figures.append(case_figures(result, comparison_metrics))
@@ -179,6 +193,6 @@ def case_table(result: Result, metrics: tuple[str, ...] = ("c_res", "c_mask", "l
     """
     cases = {(c["model"], c["variant"]): c for c in result.meta.get("cases", [])}
     table = result.table[(result.table["head"] == -1) & result.table["metric"].isin(metrics)].copy()
-    table["case"] = [cases.get((m, v), {}).get("case", "?") for m, v in zip(table["model"], table["variant"])]
+    table["case"] = [cases.get((m, v), {}).get("case", "?") for m, v in zip(table["model"], table["variant"], strict=False)]
     table["kind"] = ["inference-time variant" if v not in ("base", "") else "native" for v in table["variant"]]
     return table

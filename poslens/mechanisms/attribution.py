@@ -1,7 +1,7 @@
 """Cumulative causal attribution (methodology §11): every layer relativized, each measured before its own edit.
 
 :func:`cumulative_attribution` calibrates each mode's edit on a calibration
-corpus (:func:`poslens.mechanisms.relativization.calibrate`), measures the
+corpus (:func:`poslens.mechanisms.relativization_fit.calibrate`), measures the
 corpus once unedited, once per mode (and for mode ``all`` once more at the
 smaller calibration size) with every layer relativized (:class:`~poslens.mechanisms.relativization.Relativization`, whose
 edit runs after the capture), and reports per layer L(log a), C_res and C_mask,
@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
 from poslens.errors import InputError
 from poslens.files import atomic_write, atomic_write_text
@@ -33,12 +33,15 @@ from poslens.fit.binning import Binning
 from poslens.fit.metrics import all_metrics
 from poslens.fit.relativize import MODES, check_mode
 from poslens.fit.stats import jackknife_interval
-from poslens.fit.sums import WINDOWS
-from poslens.measurement.pipeline import group_of, hooks_after_capture, measure
+from poslens.fit.sums import QUERY_WINDOWS
+from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result
-from poslens.mechanisms.relativization import RelativePlacebo, Relativization, calibrate
+from poslens.mechanisms.next_token_loss import loss_change, next_token_nll
+from poslens.mechanisms.relativization import RelativePlacebo, Relativization
+from poslens.mechanisms.relativization_fit import calibrate
 from poslens.model.corpus import Corpus
-from poslens.model.hooks import run_with_hooks
+from poslens.model.pos_model import PosModel
+from poslens.options import DEFAULTS
 
 FIGURES = ("leakage_pattern", "c_res", "c_mask")  # L(log a) and its split, per layer
 FIRST_LAYER = 2  # r averages layers ≥ 2: layer 1 has only layer 0's edit below it
@@ -50,7 +53,7 @@ class Attribution:
 
     Attributes:
         table: Per layer and mode: ``kind`` ``level`` (the figure) or ``difference`` (edited − unedited), with intervals.
-        summary: r = 1 − mean_{l ≥ 2} L(edited) / mean_{l ≥ 2} L(unedited), per mode, calibration size and window.
+        summary: r = 1 − mean_{l ≥ 2} L(edited) / mean_{l ≥ 2} L(unedited), per mode, calibration size and query window.
         loss: The change in next-token loss per query bin under each edit and placebo.
         meta: Model, corpus, calibration corpora, settings and timings.
 
@@ -117,7 +120,7 @@ class Attribution:
         return out
 
     @classmethod
-    def load(cls, folder: str | Path) -> "Attribution":
+    def load(cls, folder: str | Path) -> Attribution:
         """Read what :meth:`save` wrote.
 
         Args:
@@ -141,57 +144,86 @@ class Attribution:
         return cls(*frames, json.loads((folder / "attribution.json").read_text()))
 
 
-def _metric_arrays(result: Result, pooled: Any) -> dict[str, np.ndarray]:
-    m = all_metrics(pooled, result.sums.binning, result.sums.layer_windows)
+def _metric_arrays(result: Result, pooled: Any, counterfactual: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    m = all_metrics(pooled, counterfactual, result.sums.binning, result.sums.layer_windows)
     return {name: m[name] for name in FIGURES}
 
 
 def _replicated(result: Result) -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
-    """The figures on all groups and on each leave-one-group-out replicate: [window, layer + 1, head + 1] arrays."""
+    """The figures on all groups and on each leave-one-group-out replicate: [query window, layer + 1, head + 1] arrays."""
     sums = result.sums
-    return _metric_arrays(result, sums.pooled()), [_metric_arrays(result, sums.leave_out(g)) for g in range(sums.n_groups)]
+    cells = sums.counterfactual_cells
+    return (
+        _metric_arrays(result, sums.pooled(), cells.pooled()),
+        [_metric_arrays(result, sums.leave_out(g), cells.leave_out(g)) for g in range(sums.n_groups)],
+    )
 
 
 def _per_layer(x: np.ndarray) -> np.ndarray:
-    """[window, layer + 1, head + 1] → [window, layer + 1] of the head aggregate (layer −1 last)."""
+    """[query window, layer + 1, head + 1] → [query window, layer + 1] of the head aggregate (layer −1 last)."""
     return x[:, :, -1]
 
 
 def _reduction(edited: np.ndarray, base: np.ndarray) -> np.ndarray:
-    """r per window from [window, layer + 1] arrays of L: 1 − mean over layers ≥ 2 (edited) / (unedited)."""
+    """r per query window from [query window, layer + 1] arrays of L: 1 − mean over layers ≥ 2 (edited) / (unedited)."""
     n_layers = edited.shape[1] - 1
     if n_layers <= FIRST_LAYER:
         return np.full(edited.shape[0], np.nan)
     return 1.0 - edited[:, FIRST_LAYER:n_layers].mean(-1) / base[:, FIRST_LAYER:n_layers].mean(-1)
 
 
-def _rows(model: Any, mode: str, size: int, estimate: np.ndarray, low: np.ndarray, high: np.ndarray,
-          metric: str, kind: str) -> list[dict[str, Any]]:
+def _rows(
+    model: PosModel, mode: str, size: int, estimate: np.ndarray, low: np.ndarray, high: np.ndarray, metric: str, kind: str
+) -> list[dict[str, Any]]:
     n_layers = estimate.shape[1] - 1
     rows = []
-    for w, window in enumerate(WINDOWS):
+    for w, query_window in enumerate(QUERY_WINDOWS):
         for index in range(n_layers + 1):
             layer = -1 if index == n_layers else index
-            rows.append({"model": model.name, "variant": model.variant_name, "mode": mode, "calibration_size": size,
-                         "metric": metric, "query_window": window, "layer": layer, "kind": kind,
-                         "value": float(estimate[w, index]), "ci_low": float(low[w, index]), "ci_high": float(high[w, index])})
+            rows.append(
+                {
+                    "model": model.name,
+                    "variant": model.variant_name,
+                    "mode": mode,
+                    "calibration_size": size,
+                    "metric": metric,
+                    "query_window": query_window,
+                    "layer": layer,
+                    "kind": kind,
+                    "value": float(estimate[w, index]),
+                    "ci_low": float(low[w, index]),
+                    "ci_high": float(high[w, index]),
+                }
+            )
     return rows
 
 
 def _check_disjoint(corpus: Corpus, calibration: Corpus) -> None:
     if calibration.seq_len != corpus.seq_len:
-        raise InputError(f"the calibration corpus has sequences of {calibration.seq_len} tokens and the measured one "
-                         f"{corpus.seq_len}: the edit is fitted per position, so they must be of one length")
+        raise InputError(
+            f"the calibration corpus has sequences of {calibration.seq_len} tokens and the measured one "
+            f"{corpus.seq_len}: the edit is fitted per position, so they must be of one length"
+        )
     measured = {tuple(row) for row in corpus.tokens.tolist()}
     shared = sum(tuple(row) in measured for row in calibration.tokens.tolist())
     if shared:
-        raise InputError(f"{shared} calibration sequence(s) also appear in the measured corpus: calibrate on a disjoint "
-                         "corpus (the same source with another seed, without the measured sequences: draw N_cal + N "
-                         "sequences and keep calibration.excluding(corpus, N_cal))")
+        raise InputError(
+            f"{shared} calibration sequence(s) also appear in the measured corpus: calibrate on a disjoint "
+            "corpus (the same source with another seed, without the measured sequences: draw N_cal + N "
+            "sequences and keep calibration.excluding(corpus, N_cal))"
+        )
 
 
-def _paired_rows(model: Any, mode: str, size: int, edited: Result, base_all: dict[str, np.ndarray],
-                 base_reps: list[dict[str, np.ndarray]], table: list[dict[str, Any]], summary: list[dict[str, Any]]):
+def _paired_rows(
+    model: PosModel,
+    mode: str,
+    size: int,
+    edited: Result,
+    base_all: dict[str, np.ndarray],
+    base_reps: list[dict[str, np.ndarray]],
+    table: list[dict[str, Any]],
+    summary: list[dict[str, Any]],
+):
     """Add an edited measurement's levels, paired differences and r to the table and summary rows."""
     ed_all, ed_reps = _replicated(edited)
     for metric in FIGURES:
@@ -204,89 +236,41 @@ def _paired_rows(model: Any, mode: str, size: int, edited: Result, base_all: dic
         d_low, d_high = jackknife_interval(d_est, reps - base_reps_metric)
         table += _rows(model, mode, size, d_est, d_low, d_high, metric, "difference")
     r_est = _reduction(_per_layer(ed_all["leakage_pattern"]), _per_layer(base_all["leakage_pattern"]))
-    r_reps = np.stack([_reduction(_per_layer(e["leakage_pattern"]), _per_layer(b["leakage_pattern"]))
-                       for e, b in zip(ed_reps, base_reps)])
+    r_reps = np.stack(
+        [_reduction(_per_layer(e["leakage_pattern"]), _per_layer(b["leakage_pattern"])) for e, b in zip(ed_reps, base_reps, strict=False)]
+    )
     r_low, r_high = jackknife_interval(r_est, r_reps)
-    for w, window in enumerate(WINDOWS):
-        summary.append({"model": model.name, "variant": model.variant_name, "mode": mode, "calibration_size": size,
-                        "metric": "reduction_ge2", "query_window": window, "value": float(r_est[w]),
-                        "ci_low": float(r_low[w]), "ci_high": float(r_high[w])})
+    for w, query_window in enumerate(QUERY_WINDOWS):
+        summary.append(
+            {
+                "model": model.name,
+                "variant": model.variant_name,
+                "mode": mode,
+                "calibration_size": size,
+                "metric": "reduction_ge2",
+                "query_window": query_window,
+                "value": float(r_est[w]),
+                "ci_low": float(r_low[w]),
+                "ci_high": float(r_high[w]),
+            }
+        )
     return table, summary
 
 
-def next_token_nll(model: Any, corpus: Corpus, interventions: Sequence[Any] = (), batch_size: int = 4) -> np.ndarray:
-    """Next-token negative log-likelihood at every position of every sequence, with the interventions' hooks, [N, T − 1].
-
-    Position i's entry is −log p(token i + 1 | tokens ≤ i), in nats, in float64. The full forward runs (no early stop).
-
-    Args:
-        model: The loaded model.
-        corpus: The token corpus.
-        interventions: Interventions whose hooks (before and after the capture's place) run in the pass.
-        batch_size: Sequences per forward pass.
-
-    Returns:
-        The losses, [N, T − 1].
-
-    Example:
-        >>> import tempfile, poslens
-        >>> from poslens.model.tiny import save_tiny_model
-        >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
-        >>> next_token_nll(model, poslens.make_corpus(model, "random", n_seqs=2, seq_len=8)).shape
-        (2, 7)
-    """
-    out = []
-    for start in range(0, corpus.n_seqs, batch_size):
-        tokens = corpus.tokens[start:start + batch_size]
-        hooks = [h for iv in interventions for h in iv.hooks(model, tokens)] + hooks_after_capture(model, tokens, interventions)
-        logits = run_with_hooks(model, tokens, hooks, logits=True)
-        logp = torch.log_softmax(logits.to(torch.float64), dim=-1)[:, :-1]
-        target = tokens[:, 1:].to(logp.device)
-        out.append((-logp.gather(-1, target[..., None])[..., 0]).cpu().numpy())
-    return np.concatenate(out)
-
-
-def loss_change(edited: np.ndarray, base: np.ndarray, groups: int, binning: Binning) -> pd.DataFrame:
-    """Mean change in next-token loss per query bin (and over positions ≥ 1), with a paired jackknife over groups.
-
-    Args:
-        edited: Losses under the edit, [N, T − 1] (:func:`next_token_nll`).
-        base: Losses of the unedited model on the same tokens, [N, T − 1].
-        groups: Number of groups (the measurement's).
-        binning: The query bins.
-
-    Returns:
-        Columns query_bin (−1: every position ≥ 1), query_low, query_high, value, ci_low, ci_high.
-
-    Example:
-        >>> rng = np.random.default_rng(0)
-        >>> base = rng.normal(size=(8, 15)); t = loss_change(base + 0.5, base, 4, Binning(16, early=8))
-        >>> bool(np.allclose(t["value"], 0.5)), bool(np.allclose(t["ci_high"] - t["ci_low"], 0.0))
-        (True, True)
-    """
-    diff = edited - base  # [N, T − 1]; column i is position i
-    group = group_of(diff.shape[0], groups)
-    positions = np.arange(diff.shape[1])
-    qbin = binning.query_bin[positions]
-    edges = binning.query_edges
-    bins = [(-1, 1, diff.shape[1])] + [(c, edges[c], edges[c + 1]) for c in range(binning.n_query_bins)
-                                       if edges[c] >= 1 and edges[c] < diff.shape[1]]
-    rows = []
-    for c, low_pos, high_pos in bins:
-        columns = (positions >= 1) if c < 0 else (qbin == c)
-        values = diff[:, columns]
-        estimate = values.mean()
-        replicates = np.array([values[group != g].mean() for g in range(groups)])
-        low, high = jackknife_interval(np.array(estimate), replicates)
-        rows.append({"query_bin": c, "query_low": int(low_pos), "query_high": int(min(high_pos, diff.shape[1])),
-                     "value": float(estimate), "ci_low": float(low), "ci_high": float(high)})
-    return pd.DataFrame(rows)
-
-
 def cumulative_attribution(
-    model: Any, corpus: Corpus, calibration: Corpus, modes: Sequence[str] = MODES, groups: int = 8, early: int = 32,
-    batch_size: int | None = 4, calibration_sizes: Sequence[int] | None = None, loss: bool = True,
-    placebo_seed: int = 0, progress: bool = True, counterfactual: str = "auto", disk_budget: int | str | None = None,
+    model: PosModel,
+    corpus: Corpus,
+    calibration: Corpus,
+    modes: Sequence[str] = MODES,
+    groups: int = DEFAULTS.groups,
+    early: int = DEFAULTS.early,
+    batch_size: int | None = 4,
+    calibration_sizes: Sequence[int] | None = None,
+    loss: bool = True,
+    placebo_seed: int = 0,
+    progress: bool = True,
+    counterfactual: str = "auto",
+    disk_budget: int | str | None = None,
     interventions: Sequence[Any] = (),
 ) -> Attribution:
     """Relativize every layer in each mode and measure each layer before its own edit (methodology §11).
@@ -304,7 +288,7 @@ def cumulative_attribution(
         calibration: The calibration corpus: same length, no sequence in common with ``corpus``.
         modes: The modes to run (default all three).
         groups: Number of jackknife groups.
-        early: Q of the early window.
+        early: Q of the early query window.
         batch_size: Sequences per forward pass of the measurements.
         calibration_sizes: Calibration sizes to run (default: half and all of ``calibration``); the largest is used
             for every mode, the others for mode ``all`` only.
@@ -325,7 +309,7 @@ def cumulative_attribution(
 
     Example:
         >>> import tempfile, poslens
-        >>> from poslens.model.tiny import save_tiny_model
+        >>> from poslens.testing import save_tiny_model
         >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
         >>> corpus = poslens.make_corpus(model, "random", n_seqs=8, seq_len=24, seed=0)
         >>> calibration = poslens.make_corpus(model, "random", n_seqs=8, seq_len=24, seed=1)
@@ -343,8 +327,9 @@ def cumulative_attribution(
     for size in sizes:
         if not 2 <= size <= calibration.n_seqs:
             raise InputError(f"calibration sizes must lie in 2..{calibration.n_seqs} (the calibration corpus), got {size}")
-    options = dict(groups=groups, early=early, batch_size=batch_size, probe=False, progress=progress,
-                   counterfactual=counterfactual, disk_budget=disk_budget)
+    options = dict(
+        groups=groups, early=early, batch_size=batch_size, probe=False, progress=progress, counterfactual=counterfactual, disk_budget=disk_budget
+    )
     others = list(interventions)
     base = measure(model, corpus, interventions=others, **options)
     base_all, base_reps = _replicated(base)
@@ -361,7 +346,7 @@ def cumulative_attribution(
     for size in sizes:
         subset = calibration.subset(list(range(size)))
         # the smaller sizes show the calibration's own noise: once, on the mode that edits most
-        for mode in (modes if size == sizes[-1] else [m for m in modes if m == "all"] or list(modes[:1])):
+        for mode in modes if size == sizes[-1] else [m for m in modes if m == "all"] or list(modes[:1]):
             fit = calibrate(model, subset, mode, early, interventions=others, progress=progress)
             calibrations[f"{mode}@{size}"] = fit.describe()
             edits = [Relativization(fit)]
@@ -376,15 +361,30 @@ def cumulative_attribution(
                     frame = loss_change(next_token_nll(model, corpus, [*others, edit], batch_size or 4), base_nll, groups, binning)
                     frame.insert(0, "edit", edit.label)
                     loss_rows.append(frame)
-    loss_table = pd.concat(loss_rows, ignore_index=True) if loss_rows else pd.DataFrame(
-        columns=["edit", "query_bin", "query_low", "query_high", "value", "ci_low", "ci_high"])
+    loss_table = (
+        pd.concat(loss_rows, ignore_index=True)
+        if loss_rows
+        else pd.DataFrame(columns=["edit", "query_bin", "query_low", "query_high", "value", "ci_low", "ci_high"])
+    )
     loss_table.insert(0, "variant", model.variant_name)
     loss_table.insert(0, "model", model.name)
     loss_table.insert(3, "metric", "loss_change")
-    meta = {"model": base.meta.get("model"), "corpus": base.meta.get("corpus"), "calibration": calibrations,
-            "settings": {"modes": list(modes), "groups": groups, "early": early, "batch_size": batch_size,
-                         "calibration_sizes": sizes, "loss": loss, "placebo_seed": placebo_seed,
-                         "counterfactual": counterfactual, "first_layer": FIRST_LAYER,
-                         "interventions": [iv.describe() for iv in others]},
-            "timings": {"total_seconds": time.perf_counter() - start}}
+    meta = {
+        "model": base.meta.get("model"),
+        "corpus": base.meta.get("corpus"),
+        "calibration": calibrations,
+        "settings": {
+            "modes": list(modes),
+            "groups": groups,
+            "early": early,
+            "batch_size": batch_size,
+            "calibration_sizes": sizes,
+            "loss": loss,
+            "placebo_seed": placebo_seed,
+            "counterfactual": counterfactual,
+            "first_layer": FIRST_LAYER,
+            "interventions": [iv.describe() for iv in others],
+        },
+        "timings": {"total_seconds": time.perf_counter() - start},
+    }
     return Attribution(pd.DataFrame(table), pd.DataFrame(summary), loss_table, meta)

@@ -12,6 +12,9 @@ and ``describe()`` for the result's metadata:
   baseline mean and rescales the rest of each row so it still sums to 1;
 - :class:`Position0Transplant` overwrites the position-0 residual stream
   entering every block with the trajectory of another position-0 token.
+
+Longer than 400 lines because it is one class per intervention of the
+``intervention`` column, each with its hooks, label and ``describe()``.
 """
 
 from __future__ import annotations
@@ -22,15 +25,16 @@ from typing import Any
 import torch
 
 from poslens.model import hooks as hook_names
+from poslens.model.pos_model import PosModel
 
 REPLACEMENTS = ("mean", "zero", "noise", "token:<id or string>")
 
 
-def _embedding_module(model: Any) -> torch.nn.Module:
+def _embedding_module(model: PosModel) -> torch.nn.Module:
     return model.embedding_module()  # called directly, so that no hook fires (a hook calling it would recurse)
 
 
-def embed_tokens(model: Any, token_ids: torch.Tensor) -> torch.Tensor:
+def embed_tokens(model: PosModel, token_ids: torch.Tensor) -> torch.Tensor:
     """Embeddings of ``token_ids`` [batch, pos] through the model's own input-embedding module.
 
     Args:
@@ -50,7 +54,7 @@ def embed_tokens(model: Any, token_ids: torch.Tensor) -> torch.Tensor:
         return module(token_ids.to(device))
 
 
-def mean_embedding(model: Any, chunk: int = 8192) -> torch.Tensor:
+def mean_embedding(model: PosModel, chunk: int = 8192) -> torch.Tensor:
     """Mean over the whole vocabulary of the embedding module's output rows.
 
     Args:
@@ -74,7 +78,7 @@ def mean_embedding(model: Any, chunk: int = 8192) -> torch.Tensor:
     return (total / vocab).to(module.weight.dtype)
 
 
-def _token_id(model: Any, spec: str) -> int:
+def _token_id(model: PosModel, spec: str) -> int:
     if spec.lstrip("-").isdigit():
         token_id = int(spec)
     else:
@@ -137,7 +141,7 @@ class BosReplacement:
         """
         return {"intervention": "bos-replacement", "kind": self.kind, "seed": self.seed, "token_id": self._token}
 
-    def replacement(self, model: Any, original: torch.Tensor) -> torch.Tensor:
+    def replacement(self, model: PosModel, original: torch.Tensor) -> torch.Tensor:
         """The vectors [batch, d] that take the place of ``original`` [batch, d].
 
         ``mean`` and ``token:`` are computed once from ``model`` and cached;
@@ -171,11 +175,11 @@ class BosReplacement:
             if self.kind == "mean":
                 self._vector = mean_embedding(model)
             else:
-                self._token = _token_id(model, self.kind[len("token:"):])
+                self._token = _token_id(model, self.kind[len("token:") :])
                 self._vector = embed_tokens(model, torch.tensor([[self._token]]))[0, 0]
         return self._vector.to(original.device, original.dtype).expand_as(original)
 
-    def hooks(self, model: Any, tokens: torch.Tensor) -> list[tuple[str, Any]]:
+    def hooks(self, model: PosModel, tokens: torch.Tensor) -> list[tuple[str, Any]]:
         """A hook on ``hook_embed`` that replaces position 0 of every sequence in the batch.
 
         The replacement vector is computed before the forward pass, which also resolves a ``token:`` spec.
@@ -189,7 +193,7 @@ class BosReplacement:
 
         Example:
             >>> import tempfile, poslens
-            >>> from poslens.model.tiny import save_tiny_model
+            >>> from poslens.testing import save_tiny_model
             >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
             >>> swap = BosReplacement("token:<s>")
             >>> [name for name, _ in swap.hooks(model, torch.tensor([[70, 71, 72]]))]
@@ -245,7 +249,7 @@ class SinkAblation:
             "heads": [[layer, head, mean] for (layer, head), mean in sorted(self.key0_mean.items())],
         }
 
-    def hooks(self, model: Any, tokens: torch.Tensor) -> list[tuple[str, Any]]:
+    def hooks(self, model: PosModel, tokens: torch.Tensor) -> list[tuple[str, Any]]:
         """One hook on ``hook_pattern`` per layer that holds an ablated head.
 
         Args:
@@ -257,7 +261,7 @@ class SinkAblation:
 
         Example:
             >>> import tempfile, poslens
-            >>> from poslens.model.tiny import save_tiny_model
+            >>> from poslens.testing import save_tiny_model
             >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
             >>> ablate, seen = SinkAblation({(0, 1): 0.3}), []
             >>> record = (hook_names.attn_pattern(0), lambda pattern, hook: seen.append(pattern[0, 1]))
@@ -268,17 +272,14 @@ class SinkAblation:
         by_layer: dict[int, dict[int, float]] = {}
         for (layer, head), mean in self.key0_mean.items():
             by_layer.setdefault(layer, {})[head] = mean
-        return [
-            (hook_names.attn_pattern(layer), self._hook(heads, model.window[layer]))
-            for layer, heads in sorted(by_layer.items())
-        ]
+        return [(hook_names.attn_pattern(layer), self._hook(heads, model.sliding_windows[layer])) for layer, heads in sorted(by_layer.items())]
 
     @staticmethod
-    def _hook(heads: dict[int, float], window: int | None):
+    def _hook(heads: dict[int, float], sliding_window: int | None):
         def hook(pattern: torch.Tensor, hook: Any) -> torch.Tensor:
             out = pattern.clone()
             queries = torch.arange(1, out.shape[-2], device=out.device)
-            sees_key0 = queries < window if window is not None else torch.ones_like(queries, dtype=torch.bool)
+            sees_key0 = queries < sliding_window if sliding_window is not None else torch.ones_like(queries, dtype=torch.bool)
             sees_key0 = sees_key0[None, :]  # [1, T−1]: a sliding window may hide key 0
             for head, mean in heads.items():
                 rows = out[:, head, 1:]  # queries i ≥ 1: [batch, T−1, T]
@@ -334,7 +335,7 @@ class Position0Transplant:
         """
         return {"intervention": "position0-transplant", "token": self.token, "token_id": self._token_id}
 
-    def trajectory(self, model: Any) -> list[torch.Tensor]:
+    def trajectory(self, model: PosModel) -> list[torch.Tensor]:
         """The position-0 residual entering each block for a one-token input.
 
         Computed by one forward pass on first use, then cached.
@@ -347,7 +348,7 @@ class Position0Transplant:
 
         Example:
             >>> import tempfile, poslens
-            >>> from poslens.model.tiny import save_tiny_model
+            >>> from poslens.testing import save_tiny_model
             >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
             >>> path = Position0Transplant("token:42").trajectory(model)
             >>> len(path), path[0].shape   # one d_model vector per block
@@ -372,7 +373,7 @@ class Position0Transplant:
             self._trajectory = [seen[layer] for layer in range(model.n_layers)]
         return self._trajectory
 
-    def hooks(self, model: Any, tokens: torch.Tensor) -> list[tuple[str, Any]]:
+    def hooks(self, model: PosModel, tokens: torch.Tensor) -> list[tuple[str, Any]]:
         """One hook per block on ``hook_resid_pre`` that writes the trajectory into position 0.
 
         Args:
@@ -384,7 +385,7 @@ class Position0Transplant:
 
         Example:
             >>> import tempfile, poslens
-            >>> from poslens.model.tiny import save_tiny_model
+            >>> from poslens.testing import save_tiny_model
             >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
             >>> transplant = Position0Transplant("token:42")
             >>> [name for name, _ in transplant.hooks(model, torch.tensor([[1, 70, 71]]))]

@@ -1,7 +1,7 @@
 """Attention sinks and sink-reading heads (methodology §6).
 
 The sink score of a head is the mean over queries i ≥ 1 of a_i0, the
-``key0_mass`` row feature of a measurement over the ``all`` window. A head is
+``key0_mass`` row feature of a measurement over the ``all`` query window. A head is
 sink-reading if its score is at least τ (default 0.3). :func:`sink_heads`
 joins the sink-reading heads with their C_res and C_mask, one row per head.
 """
@@ -15,9 +15,11 @@ import numpy as np
 import pandas as pd
 
 from poslens.errors import InputError, ParameterTypeError
-from poslens.measurement.result import COLUMNS, Result
+from poslens.measurement.result import Result
+from poslens.measurement.table import COLUMNS
+from poslens.options import DEFAULTS
 
-DEFAULT_TAU = 0.3
+DEFAULT_TAU = DEFAULTS.tau
 
 
 def sink_table(result: Result, tau: float = DEFAULT_TAU) -> pd.DataFrame:
@@ -83,7 +85,7 @@ def sink_reading_heads(result: Result, tau: float = DEFAULT_TAU) -> list[tuple[i
     """
     table = sink_table(result, tau)
     heads = table[(table["metric"] == "sink_score") & (table["value"] >= tau)]
-    return sorted((int(layer), int(head)) for layer, head in zip(heads["layer"], heads["head"]))
+    return sorted((int(layer), int(head)) for layer, head in zip(heads["layer"], heads["head"], strict=False))
 
 
 def key0_means(result: Result, heads: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
@@ -108,12 +110,12 @@ def key0_means(result: Result, heads: list[tuple[int, int]]) -> dict[tuple[int, 
     """
     if result.sums is None:
         raise ValueError("this result kept no sums; measure it again (poslens.measurement.pipeline keeps them)")
-    windows = result.meta.get("model", {}).get("window")
+    sliding_windows = result.meta.get("model", {}).get("window")
     features = result.sums.row_features  # [L, H, F, T], feature 0 = a_i0
     counts = result.sums.row_count
     out = {}
     for layer, head in heads:
-        width = windows[layer] if windows else None
+        width = sliding_windows[layer] if sliding_windows else None
         t = features.shape[-1]
         stop = min(t, width) if width else t
         visible = np.arange(1, stop)
@@ -135,7 +137,7 @@ def sink_heads(result: Result, tau: float = DEFAULT_TAU, query_window: str = "al
     is the part of the head's absolute-position leakage that the residual
     stream supplies, C_mask the part that the causal mask's normalization
     reproduces (methodology §4), both in ``query_window``. A head whose
-    C_res or C_mask the fit left undefined in that window holds NaN there.
+    C_res or C_mask the fit left undefined in that query window holds NaN there.
     ``frame.attrs`` records ``tau``, ``query_window`` and the ``run``
     (a dict of model, variant, intervention, as in
     :meth:`~poslens.measurement.result.Result.heads`). No head reaching ``tau`` gives an empty
@@ -153,12 +155,12 @@ def sink_heads(result: Result, tau: float = DEFAULT_TAU, query_window: str = "al
     Raises:
         ParameterTypeError: ``result`` is not a Result, ``tau`` not a number, or ``query_window`` not a str.
         InputError: ``tau`` outside (0, 1]; the result lacks per-head ``key0_mass`` (window ``all``),
-            ``c_res`` or ``c_mask`` rows in the window (a sinks or fingerprint table, say);
+            ``c_res`` or ``c_mask`` rows in the query window (a sinks or fingerprint table, say);
             or it holds several runs, or one run's rows twice.
 
     Example:
         >>> import tempfile, poslens
-        >>> from poslens.model.tiny import save_tiny_model
+        >>> from poslens.testing import save_tiny_model
         >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
         >>> corpus = poslens.make_corpus(model, "random", n_seqs=4, seq_len=16)
         >>> result = poslens.measure(model, corpus, groups=2, early=8, progress=False)
@@ -180,8 +182,10 @@ def sink_heads(result: Result, tau: float = DEFAULT_TAU, query_window: str = "al
     tau = float(tau)
     table = result.table
     if not set(COLUMNS) <= set(table.columns):
-        raise InputError(f"this result's table lacks the columns {', '.join(c for c in COLUMNS if c not in table.columns)}; "
-                         "sink_heads reads a measurement made by poslens.measure")
+        raise InputError(
+            f"this result's table lacks the columns {', '.join(c for c in COLUMNS if c not in table.columns)}; "
+            "sink_heads reads a measurement made by poslens.measure"
+        )
     per_head = table[(table["layer"] >= 0) & (table["head"] >= 0)]
     wanted = {"key0_mass": "all", "c_res": query_window, "c_mask": query_window}
     held = set(per_head["metric"])
@@ -191,24 +195,28 @@ def sink_heads(result: Result, tau: float = DEFAULT_TAU, query_window: str = "al
         raise InputError(
             f"sink_heads needs per-head rows of {', '.join(repr(m) for m in missing)}, which this result lacks "
             f"(its per-head metrics: {shown or 'none'}); it reads a measurement made by poslens.measure, "
-            "not a sinks or fingerprint table")
+            "not a sinks or fingerprint table"
+        )
     rows = {}
-    for metric, window in wanted.items():
+    for metric, query_window_of_metric in wanted.items():
         of_metric = per_head[per_head["metric"] == metric]
-        rows[metric] = of_metric[of_metric["query_window"] == window]
+        rows[metric] = of_metric[of_metric["query_window"] == query_window_of_metric]
         if rows[metric].empty:
-            windows = ", ".join(map(str, dict.fromkeys(of_metric["query_window"])))
-            raise InputError(f"this result has no per-head {metric!r} rows in window {window!r} (its windows for {metric!r}: "
-                             f"{windows}); use query_window= one of them")
+            query_windows = ", ".join(map(str, dict.fromkeys(of_metric["query_window"])))
+            raise InputError(
+                f"this result has no per-head {metric!r} rows in window {query_window_of_metric!r} (its windows for {metric!r}: "
+                f"{query_windows}); use query_window= one of them"
+            )
     runs = pd.concat(rows.values())[["model", "variant", "intervention"]].drop_duplicates()
     if len(runs) > 1:
         listed = "; ".join("/".join(map(str, run)) for run in runs.itertuples(index=False))
-        raise InputError(f"sink_heads reads one run; this result holds {len(runs)} (model/variant/intervention: {listed}): "
-                         "keep one run's rows, e.g. Result(result.table.query(\"intervention == 'none'\"), result.meta)")
+        raise InputError(
+            f"sink_heads reads one run; this result holds {len(runs)} (model/variant/intervention: {listed}): "
+            "keep one run's rows, e.g. Result(result.table.query(\"intervention == 'none'\"), result.meta)"
+        )
     for metric, part in rows.items():
         if part.duplicated(["layer", "head"]).any():
-            raise InputError(f"this result repeats per-head {metric!r} rows (the same run stacked twice?); "
-                             "sink_heads reads one measurement")
+            raise InputError(f"this result repeats per-head {metric!r} rows (the same run stacked twice?); sink_heads reads one measurement")
     chosen = pd.DataFrame(sink_reading_heads(result, tau), columns=["layer", "head"], dtype="int64")
     scores = sink_table(result, tau)
     rows["sink_score"] = scores[scores["metric"] == "sink_score"]
@@ -217,5 +225,5 @@ def sink_heads(result: Result, tau: float = DEFAULT_TAU, query_window: str = "al
         part = rows[metric][["layer", "head", "value", "ci_low", "ci_high"]].astype({"layer": "int64", "head": "int64"})
         part = part.rename(columns={"value": metric, "ci_low": f"{metric}_ci_low", "ci_high": f"{metric}_ci_high"})
         out = out.merge(part, on=["layer", "head"], how="left", validate="one_to_one")
-    out.attrs = {"tau": tau, "query_window": query_window, "run": dict(zip(runs.columns, map(str, runs.iloc[0])))}
+    out.attrs = {"tau": tau, "query_window": query_window, "run": dict(zip(runs.columns, map(str, runs.iloc[0]), strict=False))}
     return out
