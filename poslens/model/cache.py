@@ -44,14 +44,15 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from filelock import FileLock, Timeout
 
@@ -155,10 +156,8 @@ def file_sha256(path: str | Path) -> str:
     # One version per path: older sizes and mtimes of the same file are forgotten.
     memo = {k: v for k, v in memo.items() if not k.startswith(f"{path}|")}
     memo[key] = digest
-    try:
+    with contextlib.suppress(OSError):  # a read-only cache: no memo, the hash is still right
         atomic_write_text(memo_file, json.dumps(memo, indent=0))
-    except OSError:
-        pass  # a read-only cache: no memo, the hash is still right
     return digest
 
 
@@ -168,11 +167,7 @@ def _hash_file(path: Path) -> str:
 
 def _entry_files(folder: Path) -> set[str]:
     """The regular files (symlinks followed) inside ``folder``, as paths relative to it, without the manifest."""
-    return {
-        p.relative_to(folder).as_posix()
-        for p in folder.rglob("*")
-        if p.is_file() and p.relative_to(folder).as_posix() != MANIFEST
-    }
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.relative_to(folder).as_posix() != MANIFEST}
 
 
 def entry_is_valid(folder: Path) -> bool:
@@ -218,8 +213,9 @@ def _stale_builds(root: Path, key: str) -> list[Path]:
     return [p for p in root.iterdir() if pattern.fullmatch(p.name) and p.is_dir() and not p.is_symlink()]
 
 
-def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = None, *, name: str | None = None,
-                  doing: str = "building its cache entry") -> Path:
+def cached_folder(
+    key: str, build: Callable[[Path], None], extra: dict | None = None, *, name: str | None = None, doing: str = "building its cache entry"
+) -> Path:
     """Return the cache entry ``key``, building it with ``build(tmp_folder)`` if needed.
 
     ``build`` writes a complete model folder into the temporary folder it is
@@ -263,8 +259,7 @@ def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = 
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            print(f"waiting for another process to finish building or checking the model cache at {folder} ...",
-                  file=sys.stderr, flush=True)
+            print(f"waiting for another process to finish building or checking the model cache at {folder} ...", file=sys.stderr, flush=True)
             lock.acquire()
     except OSError as error:
         # A read-only cache (no lock file can be made): nobody can build here, a valid entry is still usable.
@@ -287,11 +282,7 @@ def cached_folder(key: str, build: Callable[[Path], None], extra: dict | None = 
             raise _not_writable("write the poslens model cache at", root, error) from error
         try:
             build(tmp)
-            files = {
-                p.relative_to(tmp).as_posix(): _hash_file(p)
-                for p in sorted(tmp.rglob("*"))
-                if p.is_file()
-            }
+            files = {p.relative_to(tmp).as_posix(): _hash_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
             manifest = {"key": key, "files": files, **(extra or {})}
             try:
                 (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -345,7 +336,7 @@ def size_text(n_bytes: int) -> str:
     if n_bytes < 1024:
         return f"{n_bytes} bytes"
     value = float(n_bytes)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
+    for unit in ("KiB", "MiB", "GiB", "TiB"):  # noqa: B007 (the unit the loop stops at is the one printed)
         value /= 1024
         if value < 1024:
             break

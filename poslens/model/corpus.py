@@ -5,6 +5,12 @@ sources (files, folders, or texts given as a list, tuple or pandas Series)
 are tokenized without special tokens into one stream; windows of
 T (or T − 1 when a position-0 token is prepended) are cut from it end to end,
 so no two windows overlap, and N of them are drawn with a seeded generator.
+
+The texts themselves are read by :mod:`poslens.model.corpus_texts`, and the
+check that a corpus fits a model is :func:`poslens.model.guards.check_corpus_fits`.
+Longer than 400 lines because it is one job, the :class:`Corpus` and
+:func:`make_corpus`, the one function that builds it, whose every argument is
+checked and refused by name.
 """
 
 from __future__ import annotations
@@ -13,15 +19,15 @@ import hashlib
 import json
 import numbers
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
-from poslens.errors import CorpusError, InputError, ParameterTypeError
+from poslens.errors import InputError, ParameterTypeError
+from poslens.model.corpus_texts import BUILTIN_SOURCES, check_encodable, check_parameter_type, read_texts, value_snippet
 
-BUILTIN_SOURCES = ("docs", "random", "repeat")
 # Texts whose encodings tell tokenizers apart (with the vocabulary size and BOS/EOS ids).
 _PROBE_TEXTS = ("The quick brown fox jumps over the lazy dog.", "def f(x):\n    return x ** 2  # ünïcode, 12345")
 
@@ -101,7 +107,7 @@ class Corpus:
             **self.meta,
         }
 
-    def subset(self, index: Sequence[int]) -> "Corpus":
+    def subset(self, index: Sequence[int]) -> Corpus:
         """The sequences at ``index``, with the same provenance.
 
         Args:
@@ -126,7 +132,7 @@ class Corpus:
             dict(self.meta),
         )
 
-    def excluding(self, other: "Corpus", n_seqs: int) -> "Corpus":
+    def excluding(self, other: Corpus, n_seqs: int) -> Corpus:
         """The first ``n_seqs`` sequences that are not in ``other``: a corpus disjoint from it, by construction.
 
         Windows of one source and length are cut on a fixed grid, so two draws
@@ -163,287 +169,12 @@ class Corpus:
             else:
                 keep.append(index)
         if len(keep) < n_seqs:
-            raise InputError(f"only {len(keep)} of {self.tokens.shape[0]} sequences are not in the other corpus; "
-                             f"{n_seqs} were asked for: draw more sequences")
+            raise InputError(
+                f"only {len(keep)} of {self.tokens.shape[0]} sequences are not in the other corpus; {n_seqs} were asked for: draw more sequences"
+            )
         kept = self.subset(keep)
         kept.meta["excluded_shared"] = dropped
         return kept
-
-
-def docs_texts() -> list[str]:
-    """The offline default text: CPython's bundled documentation topics, in sorted key order.
-
-    Returns:
-        One text per topic of ``pydoc_data.topics``.
-
-    Example:
-        >>> len(docs_texts()) > 50
-        True
-    """
-    from pydoc_data.topics import topics
-
-    return [topics[key] for key in sorted(topics)]
-
-
-class CorpusNotFoundError(CorpusError, FileNotFoundError):
-    """The corpus path does not exist (also a ``FileNotFoundError``).
-
-    Example:
-        >>> issubclass(CorpusNotFoundError, FileNotFoundError), issubclass(CorpusNotFoundError, CorpusError)
-        (True, True)
-    """
-
-
-class CorpusFieldError(CorpusError, KeyError):
-    """A JSONL line, Parquet file or saved dataset has no field of the text's name (also a ``KeyError``).
-
-    Its message is printed as it is (a plain ``KeyError`` would quote it).
-
-    Example:
-        >>> str(CorpusFieldError("a.jsonl:1 has no field 'text'"))
-        "a.jsonl:1 has no field 'text'"
-    """
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
-_TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet")
-_FIELD_FIX = "name the field that holds the text with --text-field (command line) or text_field= (Python)"
-_JSON_TYPES = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array",
-               dict: "an object"}
-
-
-def _is_saved_dataset(folder: Path) -> bool:
-    return any((folder / name).exists() for name in ("dataset_info.json", "state.json", "dataset_dict.json"))
-
-
-def _check_type(name: str, value: Any, types: tuple[type, ...], accepts: str) -> None:
-    if not isinstance(value, types):
-        raise ParameterTypeError(f"{name} must be {accepts}, got {type(value).__name__} {_snippet(value)}")
-
-
-def _snippet(value: Any, limit: int = 40) -> str:
-    text = " ".join(repr(value).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def source_files(source: str | os.PathLike[str], text_field: str = "text") -> list[Path]:
-    """The files :func:`read_texts` reads for ``source``, in the order it reads them.
-
-    A file is itself; a folder gives its .txt / .jsonl / .parquet files (at
-    any depth, regular files only) in sorted order; a saved Hugging Face
-    dataset folder gives every regular file under it, sorted. The built-in
-    sources ``"docs"``, ``"random"`` and ``"repeat"`` (given as a str) read no
-    file. Hash these files to notice a corpus edited in place.
-
-    Args:
-        source: ``"docs"``, ``"random"``, ``"repeat"``, or the path of a file or folder.
-        text_field: the JSONL / Parquet field of the text (the listing does not
-            depend on it; it is taken for symmetry with :func:`read_texts`).
-
-    Returns:
-        The files, ``[]`` for a built-in source.
-
-    Raises:
-        CorpusNotFoundError: the path does not exist.
-        CorpusError: a folder holds no corpus file and is not a saved dataset.
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> folder = pathlib.Path(tempfile.mkdtemp())
-        >>> for name in ("b.jsonl", "a.txt", "notes.md"):
-        ...     _ = (folder / name).write_text('{"text": "x"}')
-        >>> [p.name for p in source_files(folder)], source_files("random")
-        (['a.txt', 'b.jsonl'], [])
-    """
-    _check_type("source", source, (str, os.PathLike), "a str or os.PathLike")
-    _check_type("text_field", text_field, (str,), "a str")
-    if isinstance(source, str) and source in BUILTIN_SOURCES:
-        return []
-    path = Path(source).expanduser()
-    if not path.exists():
-        raise CorpusNotFoundError(
-            f"corpus {path} does not exist; give a .txt/.jsonl/.parquet file, a folder, or one of {BUILTIN_SOURCES}")
-    if not path.is_dir():
-        return [path]
-    if _is_saved_dataset(path):
-        return sorted(p for p in path.rglob("*") if p.is_file())
-    files = sorted(p for p in path.rglob("*") if p.suffix in _TEXT_SUFFIXES and p.is_file())
-    if not files:
-        raise CorpusError(f"folder {path} holds no .txt, .jsonl or .parquet files and is not a saved dataset; "
-                          "put the texts in such files or give one file")
-    return files
-
-
-def read_texts(path: str | os.PathLike[str], text_field: str = "text") -> list[str]:
-    """Texts from a .txt file, a .jsonl file (field ``text_field``), a .parquet file, or a folder.
-
-    A folder is a Hugging Face dataset saved with ``save_to_disk`` (needs the
-    ``datasets`` package) or holds .txt / .jsonl / .parquet files, read in
-    sorted order (:func:`source_files` lists them); ``"docs"`` is
-    :func:`docs_texts`. Files must be UTF-8 (a leading byte-order mark is
-    dropped; a .txt file's line ends read as ``\\n``). A .jsonl file holds one
-    JSON object per line, each with a string in ``text_field``; blank lines
-    are skipped. A Parquet column or dataset column must hold strings. The
-    strings are taken as they are; anything else is refused, never turned
-    into a string.
-
-    Args:
-        path: a file, a folder, or ``"docs"``.
-        text_field: the JSONL / Parquet / dataset field that holds the text
-            (``--text-field`` on the command line).
-
-    Returns:
-        The texts, one per .txt file, JSONL line, or row.
-
-    Raises:
-        CorpusNotFoundError: the path does not exist.
-        CorpusFieldError: a line, file or dataset lacks ``text_field``.
-        CorpusError: a file is not UTF-8, a line is not a JSON object, a text
-            is not a string; the message names the file, the line or row, and the fix.
-        InputError: ``path`` is ``"random"`` or ``"repeat"``, sources drawn from token ids by make_corpus, with no texts.
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.jsonl"
-        >>> _ = p.write_text('{"text": "hello"}\\n\\n{"text": "world"}\\n')
-        >>> read_texts(p)
-        ['hello', 'world']
-        >>> _ = p.write_text('{"text": "hello"}\\n{"text": null}\\n')
-        >>> read_texts(p)
-        Traceback (most recent call last):
-        poslens.errors.CorpusError: .../a.jsonl:2: field 'text' is null, not a string; give each line a string in field 'text' ...
-    """
-    _check_type("path", path, (str, os.PathLike), "a str or os.PathLike")
-    if isinstance(path, str) and path == "docs":
-        return docs_texts()
-    if isinstance(path, str) and path in BUILTIN_SOURCES:
-        raise InputError(f"corpus {path!r} has no texts: it is drawn from the tokenizer's ids by make_corpus; "
-                         "give a file or folder to read_texts")
-    files = source_files(path, text_field)
-    folder = Path(path).expanduser()
-    if folder.is_dir() and _is_saved_dataset(folder):
-        return _read_hf_dataset(folder, text_field)
-    return [text for file in files for text in _read_file(file, text_field)]
-
-
-def _read_file(path: Path, text_field: str) -> list[str]:
-    if path.suffix == ".parquet":
-        return _read_parquet(path, text_field)
-    text = _decode(path)
-    if path.suffix == ".jsonl":
-        return _read_jsonl(path, text, text_field)
-    return [text.replace("\r\n", "\n").replace("\r", "\n")]
-
-
-def _decode(path: Path) -> str:
-    """The file's bytes as UTF-8 (a BOM dropped); a CorpusError names the line and byte offset of the first bad byte."""
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")  # not utf-8-sig: its error offsets would not count the BOM
-    except UnicodeDecodeError as error:
-        offset = error.start
-        line = data.count(b"\n", 0, offset) + 1
-        column = offset - (data.rfind(b"\n", 0, offset) + 1)
-        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-            guess, fix = "it starts with a UTF-16 byte-order mark", "iconv -f utf-16 -t utf-8"
-        else:
-            guess, fix = "it may be Latin-1 or cp1252", "iconv -f latin1 -t utf-8 (or -f cp1252)"
-        raise CorpusError(
-            f"{path}:{line}: byte {offset} (0x{data[offset]:02x}; byte {column} of line {line}, counting from 0) is not UTF-8; "
-            f"the file is not UTF-8 text ({guess}). "
-            f"Convert it to UTF-8, for example with {fix} {path.name} > {path.stem}.utf8{path.suffix}") from None
-    if "\x00" in text:  # valid UTF-8, but NUL between letters: UTF-16 without a byte-order mark
-        offset = data.index(b"\x00")
-        line = data.count(b"\n", 0, offset) + 1
-        raise CorpusError(
-            f"{path}:{line}: byte {offset} is a NUL byte, which no text holds; the file is probably UTF-16 without a byte-order "
-            f"mark. Convert it to UTF-8, for example with iconv -f utf-16le -t utf-8 {path.name} > {path.stem}.utf8{path.suffix}")
-    return text[1:] if text.startswith("\ufeff") else text
-
-
-def _read_jsonl(path: Path, text: str, text_field: str) -> list[str]:
-    texts = []
-    example = json.dumps({text_field: "..."})
-    for n, line in enumerate(text.split("\n"), 1):  # JSONL lines end at \n only (U+2028 and the like may sit in a string)
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise CorpusError(f"{path}:{n} is not valid JSON ({error.msg} at column {error.colno}); "
-                              f"write one JSON object per line, such as {example}") from None
-        except RecursionError:
-            raise CorpusError(f"{path}:{n} is JSON nested too deeply to read; write one JSON object per line, "
-                              f"such as {example}") from None
-        if not isinstance(record, dict):
-            kind = _JSON_TYPES.get(type(record), type(record).__name__).split()[-1]
-            kind = "JSON null" if kind == "null" else f"a JSON {kind}"
-            raise CorpusError(f"{path}:{n} is {kind} ({_snippet(record)}), not an object; "
-                              f"write one JSON object per line, such as {example}")
-        if text_field not in record:
-            raise CorpusFieldError(f"{path}:{n} has no field {text_field!r} (the line's fields: {sorted(record)}); {_FIELD_FIX}")
-        value = record[text_field]
-        if not isinstance(value, str):
-            kind = _JSON_TYPES.get(type(value), type(value).__name__)
-            shown = "" if value is None else f" ({_snippet(value)})"
-            raise CorpusError(f"{path}:{n}: field {text_field!r} is {kind}{shown}, not a string; give each line a string in "
-                              f"field {text_field!r} (drop the line, or write \"\" for an empty text)")
-        if "\\u" in line:
-            _check_encodable(value, f"{path}:{n}: field {text_field!r}")
-        texts.append(value)
-    return texts
-
-
-def _check_encodable(value: str, where: str) -> None:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise CorpusError(f"{where} holds an unpaired surrogate escape (\\u{ord(value[error.start]):04x} at character "
-                          f"{error.start}), which is no text; write the character itself or its full surrogate pair") from None
-
-
-def _check_strings(values: Any, where: str, text_field: str) -> list[str]:
-    texts = list(values)
-    for row, value in enumerate(texts, 1):
-        if not isinstance(value, str):
-            null = value is None or (isinstance(value, float) and value != value) or type(value).__name__ in ("NAType", "NaTType")
-            name = type(value).__name__
-            kind = "null" if null else f"{'an' if name[0] in 'aeiou' else 'a'} {name} ({_snippet(value)})"
-            raise CorpusError(f"{where}: row {row} of {len(texts)} (counting from 1) of column {text_field!r} is {kind}, "
-                              f"not a string; give every row a string in column {text_field!r}")
-    return texts  # Arrow strings are valid UTF-8: no surrogate to look for
-
-
-def _read_parquet(path: Path, text_field: str) -> list[str]:
-    import pandas as pd
-
-    try:
-        frame = pd.read_parquet(path)
-    except (OSError, ValueError) as error:
-        raise CorpusError(f"{path} is not a readable Parquet file ({type(error).__name__}: {error}); "
-                          "write it again, for example with pandas.DataFrame.to_parquet") from None
-    if text_field not in frame:
-        raise CorpusFieldError(f"{path} has no column {text_field!r} (columns: {list(frame.columns)}); {_FIELD_FIX}")
-    return _check_strings(frame[text_field], str(path), text_field)
-
-
-def _read_hf_dataset(path: Path, text_field: str) -> list[str]:
-    try:
-        import datasets
-    except ImportError:
-        raise ImportError(f"{path} is a saved Hugging Face dataset; reading it needs: pip install datasets") from None
-    try:
-        data = datasets.load_from_disk(str(path))
-    except (OSError, ValueError, KeyError) as error:
-        raise CorpusError(f"{path} looks like a saved Hugging Face dataset but cannot be loaded ({type(error).__name__}: "
-                          f"{error}); save it again with Dataset.save_to_disk") from None
-    if isinstance(data, datasets.DatasetDict):
-        data = data[sorted(data)[0]]
-    if text_field not in data.column_names:
-        raise CorpusFieldError(f"dataset {path} has no column {text_field!r} (columns: {data.column_names}); {_FIELD_FIX}")
-    return _check_strings(data[text_field], f"dataset {path}", text_field)
 
 
 def _position0(tokenizer: Any, position0: str) -> int | None:
@@ -454,7 +185,7 @@ def _position0(tokenizer: Any, position0: str) -> int | None:
             raise InputError("position0 (--bos) is 'bos' but this tokenizer has no BOS token; use 'none' or 'token:<id>'")
         return int(tokenizer.bos_token_id)
     if position0.startswith("token:"):
-        value = position0[len("token:"):]
+        value = position0[len("token:") :]
         if value.lstrip("-").isdigit():
             token_id = int(value)
         else:
@@ -476,7 +207,7 @@ def _as_int(name: str, value: Any) -> int:
     if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
         whole = int(value)
     fix = f"; pass {name}={int(whole)}" if whole is not None else "; pass a whole number"
-    raise ParameterTypeError(f"{name} must be an int, got {type(value).__name__} {_snippet(value)}{fix}")
+    raise ParameterTypeError(f"{name} must be an int, got {type(value).__name__} {value_snippet(value)}{fix}")
 
 
 def make_corpus(
@@ -528,7 +259,7 @@ def make_corpus(
             holds an unpaired surrogate.
 
     Example:
-        >>> from poslens.model.tiny import byte_tokenizer
+        >>> from poslens.testing import byte_tokenizer
         >>> make_corpus(byte_tokenizer(), "random", n_seqs=2, seq_len=8, seed=1).tokens.shape
         torch.Size([2, 8])
         >>> texts = ["The first paragraph of my own text.", "A second one, a little longer than the first."]
@@ -544,20 +275,23 @@ def make_corpus(
     """
     given = _given_texts(source)
     if given is None:
-        _check_type("source", source, (str, os.PathLike),
-                    f"a str or os.PathLike: one of {BUILTIN_SOURCES} or the path of a .txt/.jsonl/.parquet file or a folder, "
-                    "or a list, tuple or pandas Series of texts (to use token ids you already have, build a Corpus(tokens, ...) "
-                    "directly)")
+        check_parameter_type(
+            "source",
+            source,
+            (str, os.PathLike),
+            f"a str or os.PathLike: one of {BUILTIN_SOURCES} or the path of a .txt/.jsonl/.parquet file or a folder, "
+            "or a list, tuple or pandas Series of texts (to use token ids you already have, build a Corpus(tokens, ...) "
+            "directly)",
+        )
     n_seqs, seq_len, seed = (_as_int(name, value) for name, value in (("n_seqs", n_seqs), ("seq_len", seq_len), ("seed", seed)))
-    _check_type("position0", position0, (str,), "a str: 'bos', 'none' or 'token:<id or string>'")
-    _check_type("text_field", text_field, (str,), "a str (the JSONL / Parquet field that holds the text)")
+    check_parameter_type("position0", position0, (str,), "a str: 'bos', 'none' or 'token:<id or string>'")
+    check_parameter_type("text_field", text_field, (str,), "a str (the JSONL / Parquet field that holds the text)")
     owner = tokenizer
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
     if n_seqs < 1 or seq_len < 2:
         raise InputError(f"need n_seqs ≥ 1 and seq_len ≥ 2, got {n_seqs} and {seq_len}")
     if not -(2**63) <= seed < 2**64:  # the range torch.Generator.manual_seed takes
-        raise InputError(f"seed (--seed) {seed} is outside the range of torch's generator seeds, -2**63 … 2**64 − 1; "
-                         "pass a seed in that range")
+        raise InputError(f"seed (--seed) {seed} is outside the range of torch's generator seeds, -2**63 … 2**64 − 1; pass a seed in that range")
     first = _position0(tokenizer, position0)
     body_len = seq_len - (first is not None)
     generator = torch.Generator().manual_seed(seed)
@@ -634,10 +368,13 @@ def _given_texts(source: Any) -> tuple[list[str], str] | None:
     if isinstance(source, pd.DataFrame):
         raise ParameterTypeError(
             f"source is a pandas DataFrame (columns: {list(source.columns)}); give the column of the texts, "
-            "such as frame['text'], a Series of strings")
+            "such as frame['text'], a Series of strings"
+        )
     if isinstance(source, pd.Series):
-        kind, items = "pandas Series", [(f"index {label!r} (position {n}, counting from 0)", value)
-                                        for n, (label, value) in enumerate(source.items())]
+        kind, items = (
+            "pandas Series",
+            [(f"index {label!r} (position {n}, counting from 0)", value) for n, (label, value) in enumerate(source.items())],
+        )
     elif isinstance(source, (list, tuple)):
         kind, items = type(source).__name__, [(f"source[{n}]", value) for n, value in enumerate(source)]
     else:
@@ -646,16 +383,20 @@ def _given_texts(source: Any) -> tuple[list[str], str] | None:
         raise InputError(f"source is an empty {kind}; give at least one text (a str)")
     for where, value in items:
         if isinstance(value, str):
-            _check_encodable(value, where)
+            check_encodable(value, where)
             continue
         name = type(value).__name__
         if kind == "pandas Series":
             if value is None or (pd.api.types.is_scalar(value) and pd.isna(value)):
-                raise InputError(f"the Series of texts holds a missing value ({value!r}) at {where}; every row must be a "
-                                 "text: drop the missing rows first, for example with series.dropna()")
-            raise ParameterTypeError(f"the Series of texts holds {'an' if name[0] in 'aeiou' else 'a'} {name} "
-                                     f"({_snippet(value)}) at {where}, not a str; every row must be a str (the text itself)")
-        shown = "None" if value is None else f"{'an' if name[0] in 'aeiou' else 'a'} {name} ({_snippet(value)})"
+                raise InputError(
+                    f"the Series of texts holds a missing value ({value!r}) at {where}; every row must be a "
+                    "text: drop the missing rows first, for example with series.dropna()"
+                )
+            raise ParameterTypeError(
+                f"the Series of texts holds {'an' if name[0] in 'aeiou' else 'a'} {name} "
+                f"({value_snippet(value)}) at {where}, not a str; every row must be a str (the text itself)"
+            )
+        shown = "None" if value is None else f"{'an' if name[0] in 'aeiou' else 'a'} {name} ({value_snippet(value)})"
         raise ParameterTypeError(f"{where} is {shown}, not a str; every item of a {kind} of texts must be a str (the text itself)")
     return [value for _, value in items], f"{kind} of {len(items)} text{'s' if len(items) != 1 else ''}"
 
@@ -679,7 +420,7 @@ def tokenizer_record(tokenizer: Any) -> dict[str, Any]:
     (then the model's name is recorded). The fingerprint hashes the vocabulary
     size, the BOS/EOS ids and the encodings of a few probe texts: two loads of
     one model agree, different tokenizers differ. :func:`make_corpus` stores the
-    record in ``Corpus.meta``; :func:`check_corpus_fits` compares it with a model's.
+    record in ``Corpus.meta``; :func:`poslens.model.guards.check_corpus_fits` compares it with a model's.
 
     Args:
         tokenizer: a Hugging Face tokenizer or a PosModel.
@@ -688,7 +429,7 @@ def tokenizer_record(tokenizer: Any) -> dict[str, Any]:
         ``{"tokenizer_of": name, "tokenizer_vocab": size, "tokenizer_fingerprint": 12 hex digits}``.
 
     Example:
-        >>> from poslens.model.tiny import byte_tokenizer
+        >>> from poslens.testing import byte_tokenizer
         >>> record = tokenizer_record(byte_tokenizer())
         >>> record["tokenizer_vocab"], record == tokenizer_record(byte_tokenizer())
         (260, True)
@@ -706,59 +447,3 @@ def tokenizer_record(tokenizer: Any) -> dict[str, Any]:
         "tokenizer_vocab": len(tokenizer),
         "tokenizer_fingerprint": hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:12],
     }
-
-
-def check_corpus_fits(model: Any, corpus: Corpus) -> None:
-    """Raise ``ValueError`` unless ``corpus`` was tokenized for ``model``'s tokenizer and its ids fit the model.
-
-    A corpus from :func:`make_corpus` carries a :func:`tokenizer_record`; it must
-    match the model's. Any corpus, with or without the record (say one built
-    by hand), must hold only ids in ``0 … vocabulary size − 1`` of the model's
-    embedding. ``measure`` and ``collect_sums`` call this first.
-
-    Args:
-        model: a PosModel.
-        corpus: the corpus to check.
-
-    Raises:
-        ValueError: When the corpus was tokenized for another tokenizer (naming both), or holds an id
-            outside the model's vocabulary (naming the first).
-
-    Example:
-        >>> import tempfile, poslens
-        >>> from poslens.model.tiny import save_tiny_model
-        >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
-        >>> check_corpus_fits(model, make_corpus(model, "random", n_seqs=2, seq_len=8))   # fits
-        >>> check_corpus_fits(model, Corpus(torch.full((1, 4), 999), "random", 0, "none", [999], ["?"]))
-        Traceback (most recent call last):
-        ValueError: the corpus holds token id 999 but the model ... has 260 token ids (0 … 259); ...
-    """
-    record = {key: corpus.meta.get(key) for key in ("tokenizer_of", "tokenizer_vocab", "tokenizer_fingerprint")}
-    if record["tokenizer_fingerprint"] is not None:
-        mine = tokenizer_record(model)
-        if record["tokenizer_fingerprint"] != mine["tokenizer_fingerprint"]:
-            same_size = record["tokenizer_vocab"] == mine["tokenizer_vocab"]
-            theirs_id = f", tokenizer {record['tokenizer_fingerprint']}" if same_size else ""
-            mine_id = f", tokenizer {mine['tokenizer_fingerprint']}" if same_size else ""
-            raise ValueError(
-                f"this corpus was tokenized for {record['tokenizer_of']} (vocab {record['tokenizer_vocab']}{theirs_id}) "
-                f"but the model is {model.name} (vocab {mine['tokenizer_vocab']}{mine_id}); "
-                f"make the corpus with poslens.make_corpus(model, ...) for this model"
-            )
-    n_ids = _embedding_size(model)
-    if corpus.tokens.numel() == 0 or n_ids is None:
-        return
-    low, high = int(corpus.tokens.min()), int(corpus.tokens.max())
-    if low < 0 or high >= n_ids:
-        bad = low if low < 0 else high
-        raise ValueError(
-            f"the corpus holds token id {bad} but the model {model.name} has {n_ids} token ids (0 … {n_ids - 1}); "
-            f"make the corpus with poslens.make_corpus(model, ...) for this model"
-        )
-
-
-def _embedding_size(model: Any) -> int | None:
-    try:
-        return int(model.vocab_size())
-    except (AttributeError, TypeError):
-        return None

@@ -8,7 +8,8 @@ hooks that reduce what they see on the spot; nothing is cached whole.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -159,9 +160,7 @@ def _end_forward(tensor: torch.Tensor, hook: Any) -> None:
     raise _ForwardDone
 
 
-def run_with_hooks(
-    model: Any, tokens: torch.Tensor, hooks: Sequence[Hook] = (), logits: bool = False, stop_after: str | None = None
-) -> Any:
+def run_with_hooks(model: Any, tokens: torch.Tensor, hooks: Sequence[Hook] = (), logits: bool = False, stop_after: str | None = None) -> Any:
     """One forward pass of a :class:`poslens.model.loading.PosModel` with hooks, without gradients.
 
     The model's variant hooks (an imposed window) run first, then ``hooks`` in
@@ -210,9 +209,7 @@ def run_with_hooks(
             if getattr(model, "kind", "bridge") == "hooked":  # a HookedTransformer takes neither keyword below
                 model.bridge.run_with_hooks(tokens.to(device), fwd_hooks=all_hooks, return_type=None)
             else:  # measurements need no logits and no KV cache: keep only the last position's logits
-                model.bridge.run_with_hooks(
-                    tokens.to(device), fwd_hooks=all_hooks, return_type=None, use_cache=False, logits_to_keep=1
-                )
+                model.bridge.run_with_hooks(tokens.to(device), fwd_hooks=all_hooks, return_type=None, use_cache=False, logits_to_keep=1)
     except _ForwardDone:
         pass
     return None

@@ -1,6 +1,6 @@
 """The model the researcher already holds: a transformers model, a TransformerBridge or a HookedTransformer, measured as it is.
 
-:func:`poslens.model.loading.from_memory` (also reached through
+:func:`poslens.model.wrapping.from_memory` (also reached through
 :func:`poslens.load_model` when it is given an object instead of a name) wraps,
 without saving anything to disk (this module holds the HookedTransformer part,
 the recognition of model objects and the state-dict hash):
@@ -68,7 +68,7 @@ def model_kind(obj: Any) -> str:
 
 
 def is_model_object(obj: Any) -> bool:
-    """Whether ``obj`` is a model object :func:`~poslens.model.loading.from_memory` takes (not a name or a path).
+    """Whether ``obj`` is a model object :func:`~poslens.model.wrapping.from_memory` takes (not a name or a path).
 
     Args:
         obj: anything.
@@ -145,20 +145,22 @@ def wrap_hooked(ht: Any, tokenizer: Any, variant: Variant, name: str | None) -> 
     if getattr(cfg, "positional_embedding_type", None) != "rotary":
         raise ModelNotSupportedError(
             f"{label} is a HookedTransformer with {cfg.positional_embedding_type!r} positions, not rotary: poslens studies "
-            "RoPE models, where logits depend only on offsets")
+            "RoPE models, where logits depend only on offsets"
+        )
     if getattr(cfg, "attention_dir", "causal") != "causal":
         raise ModelNotSupportedError(f"{label} has {cfg.attention_dir!r} attention: poslens needs the causal mask")
     if getattr(cfg, "use_attention_sinks", False):
         raise ModelNotSupportedError(
             f"{label} uses attention sinks (use_attention_sinks): a learned logit per head joins each softmax after "
-            "hook_attn_scores, so the softmax of the scores poslens captures is not the model's attention")
+            "hook_attn_scores, so the softmax of the scores poslens captures is not the model's attention"
+        )
     tok = tokenizer if tokenizer is not None else getattr(ht, "tokenizer", None)
     if tok is None:
         raise InputError(f"{label} has no tokenizer: pass tokenizer= (the model's own)")
     n_layers, n_heads = int(cfg.n_layers), int(cfg.n_heads)
     if getattr(cfg, "use_local_attn", False):
         raise ModelNotSupportedError(f"{label} uses TransformerLens's local attention, which poslens has not been tested on")
-    windows = [variant.window] * n_layers
+    sliding_windows = [variant.sliding_window] * n_layers
     bos_id = tok.bos_token_id
     probe = tok("a").input_ids
     return PosModel(
@@ -175,7 +177,7 @@ def wrap_hooked(ht: Any, tokenizer: Any, variant: Variant, name: str | None) -> 
         d_head=int(cfg.d_head),
         rotary_dim=int(cfg.rotary_dim or cfg.d_head),
         rope_base=[float(cfg.rotary_base)] * n_layers,
-        window=windows,
+        sliding_windows=sliding_windows,
         max_context=int(cfg.n_ctx),
         bos_token_id=bos_id,
         bos_token=tok.bos_token,

@@ -1,7 +1,7 @@
 """The loaded model and what every measurement records of it: :class:`PosModel`, and the refusal of models poslens cannot read.
 
 :func:`poslens.model.loading.load_model` makes a PosModel from a name or a
-folder, :func:`poslens.model.loading.from_memory` from an object already in
+folder, :func:`poslens.model.wrapping.from_memory` from an object already in
 memory. Both are re-exported from :mod:`poslens.model.loading`.
 """
 
@@ -44,7 +44,7 @@ class PosModel:
 
     Attributes are plain values; ``bridge`` is the TransformerLens
     ``TransformerBridge`` and ``hf_model``/``tokenizer`` the objects under it.
-    ``window[l]`` is the sliding-window width of layer l (None = full causal);
+    ``sliding_windows[l]`` is the sliding-window width of layer l (None = full causal);
     ``rope_base[l]`` its RoPE base after any variant.
 
     Attributes:
@@ -61,7 +61,7 @@ class PosModel:
         d_head: Dimension of a head.
         rotary_dim: Number of dimensions RoPE rotates.
         rope_base: The RoPE base of each layer, after any variant.
-        window: The sliding window of each layer (``None``: full causal).
+        sliding_windows: The sliding window of each layer (``None``: full causal).
         max_context: The longest sequence the model takes.
         bos_token_id: The BOS token's id, or ``None``.
         bos_token: The BOS token, or ``None``.
@@ -91,7 +91,7 @@ class PosModel:
     d_head: int
     rotary_dim: int
     rope_base: list[float]
-    window: list[int | None]
+    sliding_windows: list[int | None]
     max_context: int
     bos_token_id: int | None
     bos_token: str | None
@@ -107,7 +107,7 @@ class PosModel:
 
         Example:
             >>> import tempfile, poslens
-            >>> from poslens.model.tiny import save_tiny_model
+            >>> from poslens.testing import save_tiny_model
             >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
             >>> model.module is model.hf_model
             True
@@ -120,7 +120,7 @@ class PosModel:
 
         Example:
             >>> import tempfile, poslens
-            >>> from poslens.model.tiny import save_tiny_model
+            >>> from poslens.testing import save_tiny_model
             >>> poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"), device="cpu").device
             device(type='cpu')
         """
@@ -134,7 +134,7 @@ class PosModel:
 
         Example:
             >>> import tempfile, torch, poslens
-            >>> from poslens.model.tiny import save_tiny_model
+            >>> from poslens.testing import save_tiny_model
             >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
             >>> model.embedding_module()(torch.tensor([[1, 2]])).shape
             torch.Size([1, 2, 64])
@@ -154,7 +154,7 @@ class PosModel:
 
         Example:
             >>> import tempfile, poslens
-            >>> from poslens.model.tiny import save_tiny_model
+            >>> from poslens.testing import save_tiny_model
             >>> poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama")).vocab_size()
             260
         """
@@ -170,15 +170,14 @@ class PosModel:
 
         Example:
             >>> import tempfile, poslens
-            >>> from poslens.model.tiny import save_tiny_model
+            >>> from poslens.testing import save_tiny_model
             >>> poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama")).rope_record()
             {'rope_type': 'default', 'rope_scaling': None}
         """
         if self.kind == "hooked":
             cfg = self.bridge.cfg
             scaled = bool(getattr(cfg, "use_NTK_by_parts_rope", False))
-            return {"rope_type": "llama3" if scaled else "default",
-                    "rope_scaling": {"factor": cfg.NTK_by_parts_factor} if scaled else None}
+            return {"rope_type": "llama3" if scaled else "default", "rope_scaling": {"factor": cfg.NTK_by_parts_factor} if scaled else None}
         return rope_summary(self.hf_model.config.get_text_config())
 
     @property
@@ -187,7 +186,7 @@ class PosModel:
 
         Example:
             >>> import tempfile, poslens
-            >>> from poslens.model.tiny import save_tiny_model
+            >>> from poslens.testing import save_tiny_model
             >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
             >>> poslens.load_model(folder).variant_name, poslens.load_model(folder, variant="ntk:2+window:4").variant_name
             ('base', 'ntk:2+window:4')
@@ -200,16 +199,16 @@ class PosModel:
 
         Example:
             >>> import tempfile, poslens
-            >>> from poslens.model.tiny import save_tiny_model
+            >>> from poslens.testing import save_tiny_model
             >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
             >>> poslens.load_model(folder).attention_kind, poslens.load_model(folder, variant="window:4").attention_kind
             ('full', 'sliding 4')
         """
-        widths = set(self.window)
+        widths = set(self.sliding_windows)
         if widths == {None}:
             return "full"
         if None not in widths and len(widths) == 1:
-            return f"sliding {self.window[0]}"
+            return f"sliding {self.sliding_windows[0]}"
         return "mixed"
 
     def variant_hooks(self) -> list[tuple[str, Any]]:
@@ -222,18 +221,18 @@ class PosModel:
 
         Example:
             >>> import tempfile, poslens
-            >>> from poslens.model.tiny import save_tiny_model
+            >>> from poslens.testing import save_tiny_model
             >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
             >>> poslens.load_model(folder).variant_hooks()
             []
             >>> [name for name, _ in poslens.load_model(folder, variant="window:4").variant_hooks()]
             ['blocks.0.attn.hook_attn_scores', 'blocks.1.attn.hook_attn_scores', 'blocks.2.attn.hook_attn_scores']
         """
-        if self.variant.window is None:
+        if self.variant.sliding_window is None:
             return []
         from poslens.model.hooks import attn_scores
 
-        return [(attn_scores(layer), window_hook(self.variant.window)) for layer in range(self.n_layers)]
+        return [(attn_scores(layer), window_hook(self.variant.sliding_window)) for layer in range(self.n_layers)]
 
     def describe(self) -> dict[str, Any]:
         """Provenance of the model, as stored in every result's metadata.
@@ -257,7 +256,7 @@ class PosModel:
             "d_head": self.d_head,
             "rotary_dim": self.rotary_dim,
             "rope_base": list(self.rope_base),
-            "window": list(self.window),
+            "window": list(self.sliding_windows),
             "max_context": self.max_context,
             "bos_token_id": self.bos_token_id,
             "bos_token": self.bos_token,
@@ -270,5 +269,3 @@ class PosModel:
             f"PosModel({self.name!r}, variant={self.variant_name!r}, {self.architecture}, "
             f"{self.n_layers} layers, {self.n_heads}/{self.n_kv_heads} heads, attention={self.attention_kind}{q})"
         )
-
-

@@ -13,9 +13,9 @@ import importlib.util
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from poslens.errors import InputError
 

@@ -38,17 +38,17 @@ class Variant:
 
     Attributes:
         ntk_alpha: The NTK scaling factor α (``ntk:α``), or ``None``.
-        window: An imposed sliding window W (``window:W``), or ``None``.
+        sliding_window: An imposed sliding window W (``window:W``), or ``None``.
         rope_base: An imposed RoPE base θ (``rope-base:θ``), or ``None``.
 
     Example:
         >>> v = parse_variant("ntk:4+window:64")
-        >>> v.ntk_alpha, v.window, str(v)
+        >>> v.ntk_alpha, v.sliding_window, str(v)
         (4.0, 64, 'ntk:4+window:64')
     """
 
     ntk_alpha: float | None = None
-    window: int | None = None
+    sliding_window: int | None = None
     rope_base: float | None = None
 
     def __str__(self) -> str:
@@ -57,8 +57,8 @@ class Variant:
             parts.append(f"ntk:{_fmt(self.ntk_alpha)}")
         if self.rope_base is not None:
             parts.append(f"rope-base:{_fmt(self.rope_base)}")
-        if self.window is not None:
-            parts.append(f"window:{self.window}")
+        if self.sliding_window is not None:
+            parts.append(f"window:{self.sliding_window}")
         return "+".join(parts) if parts else "base"
 
     @property
@@ -148,9 +148,11 @@ def parse_variant(spec: str | Variant | None) -> Variant:
                     f"C_mask); {VARIANT_HELP}"
                 )
             if number < 1 or not number.is_integer() or number > 2**62:  # wider than any context: positions are int64
-                raise InputError(f"variant {part!r}: W must be a whole number ≥ 2 (and at most 2**62; a window at least as "
-                                 f"long as the sequence imposes nothing); {VARIANT_HELP}")
-            fields["window"] = int(number)
+                raise InputError(
+                    f"variant {part!r}: W must be a whole number ≥ 2 (and at most 2**62; a window at least as "
+                    f"long as the sequence imposes nothing); {VARIANT_HELP}"
+                )
+            fields["sliding_window"] = int(number)
         elif kind == "rope-base":
             if number <= 0:
                 raise InputError(f"variant {part!r}: theta must be > 0, and indeed > 1: {_BASE_RULE}; {VARIANT_HELP}")
@@ -322,7 +324,7 @@ def apply_rope_variant(config: Any, variant: Variant, rotary_dim: int) -> None:
                 "finite and > 1"
             )
         thetas.append(theta)
-    for params, theta in zip(dicts, thetas):
+    for params, theta in zip(dicts, thetas, strict=False):
         params["rope_theta"] = theta
 
 

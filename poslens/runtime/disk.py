@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from poslens.errors import InputError
-from poslens.runtime.memory import parse_bytes
+from poslens.runtime.planner import parse_bytes
 
 ROUTES = ("auto", "store", "second-pass")
 DEFAULT_DISK_BUDGET = 4 * 10**9  # bytes: the store's default ceiling, whatever the free space
@@ -115,8 +115,9 @@ def check_route(requested: Any) -> str:
     return requested
 
 
-def choose_route(requested: str, estimated_store_bytes: int, budget: int | str | None = None, directory: str | None = None,
-                 processes: int = 1) -> CounterfactualRoute:
+def choose_route(
+    requested: str, estimated_store_bytes: int, budget: int | str | None = None, directory: str | None = None, processes: int = 1
+) -> CounterfactualRoute:
     """Decide, before the run starts, whether the counterfactual keeps the row-bin store or makes a second pass.
 
     ``"auto"`` keeps the store when ``estimated_store_bytes`` fits ``budget``
@@ -152,14 +153,27 @@ def choose_route(requested: str, estimated_store_bytes: int, budget: int | str |
     budget_bytes = (default_disk_budget(directory) if budget is None else parse_bytes(budget)) // max(1, processes)
     need, room = f"{estimated_store_bytes / 1e9:.1f} GB", f"{budget_bytes / 1e9:.1f} GB"
     if requested == "store":
-        return CounterfactualRoute("store", requested, f"asked for the row-bin store ({need} of temporary disk)",
-                                   estimated_store_bytes, budget_bytes, directory)
+        return CounterfactualRoute(
+            "store", requested, f"asked for the row-bin store ({need} of temporary disk)", estimated_store_bytes, budget_bytes, directory
+        )
     if requested == "second-pass":
-        return CounterfactualRoute("second-pass", requested, "asked for a second forward pass (no temporary disk)",
-                                   estimated_store_bytes, budget_bytes, directory)
+        return CounterfactualRoute(
+            "second-pass", requested, "asked for a second forward pass (no temporary disk)", estimated_store_bytes, budget_bytes, directory
+        )
     if estimated_store_bytes <= budget_bytes:
-        return CounterfactualRoute("store", requested, f"the row-bin store takes {need} of temporary disk, within the budget of {room}",
-                                   estimated_store_bytes, budget_bytes, directory)
-    return CounterfactualRoute("second-pass", requested,
-                               f"the row-bin store would take {need} of temporary disk, over the budget of {room}: a second forward pass instead",
-                               estimated_store_bytes, budget_bytes, directory)
+        return CounterfactualRoute(
+            "store",
+            requested,
+            f"the row-bin store takes {need} of temporary disk, within the budget of {room}",
+            estimated_store_bytes,
+            budget_bytes,
+            directory,
+        )
+    return CounterfactualRoute(
+        "second-pass",
+        requested,
+        f"the row-bin store would take {need} of temporary disk, over the budget of {room}: a second forward pass instead",
+        estimated_store_bytes,
+        budget_bytes,
+        directory,
+    )

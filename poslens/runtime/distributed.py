@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from poslens.fit.sums import CellSums, SumArrays
+from poslens.fit.sums import CellSums, SumFields
 
 
 def init_from_env() -> bool:
@@ -116,7 +116,7 @@ def all_reduce_array(array: np.ndarray) -> np.ndarray:
 
 
 def all_reduce_sums(sums: CellSums) -> CellSums:
-    """Sum every array of ``sums`` (each :class:`poslens.fit.sums.SumArrays` field and the row sums) over all ranks,
+    """Sum every array of ``sums`` (each :class:`poslens.fit.sums.SumFields` field and the row sums) over all ranks,
     in float64 (a no-op in a single process).
 
     Args:
@@ -134,7 +134,7 @@ def all_reduce_sums(sums: CellSums) -> CellSums:
         return sums
     return CellSums(
         binning=sums.binning,
-        per_group=SumArrays(**{name: all_reduce_array(array) for name, array in sums.per_group.as_dict().items()}),
+        per_group=SumFields(**{name: all_reduce_array(array) for name, array in sums.per_group.as_dict().items()}),
         row_features=all_reduce_array(sums.row_features),
         row_count=all_reduce_array(sums.row_count),
         group_sizes=all_reduce_array(sums.group_sizes),

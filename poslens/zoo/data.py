@@ -8,7 +8,7 @@ per topic, sorted by name). A document is held out when the sha256 of its name
 falls in the first ``held_out`` fraction of the hash range: the split depends
 on the names alone, not on their order or number.
 
-Tokens are bytes, with the ids of :func:`poslens.model.tiny.byte_tokenizer`
+Tokens are bytes, with the ids of :func:`poslens.testing.byte_tokenizer`
 (4 special tokens, then 256 bytes); documents are joined with EOS. A training
 sequence is BOS followed by ``seq_len - 1`` tokens from a seeded random start in
 the training stream; the held-out sequences are evenly spaced windows of the
@@ -31,7 +31,7 @@ from poslens.files import atomic_write
 
 #: Folders left out of the standard-library walk: installed packages, caches, and tests (absent in some installs).
 SKIPPED_FOLDERS = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test"})
-#: BOS and EOS of :func:`poslens.model.tiny.byte_tokenizer`: BOS opens each sequence, EOS ends each document.
+#: BOS and EOS of :func:`poslens.testing.byte_tokenizer`: BOS opens each sequence, EOS ends each document.
 BOS_ID, EOS_ID = 1, 2
 
 
@@ -125,18 +125,18 @@ def _bytes_to_symbols() -> dict[int, str]:
 
 
 def byte_ids() -> np.ndarray:
-    """The token id of each byte value under :func:`poslens.model.tiny.byte_tokenizer`: an array of 256 ids.
+    """The token id of each byte value under :func:`poslens.testing.byte_tokenizer`: an array of 256 ids.
 
     Returns:
         ``ids[b]`` is the id of byte ``b``.
 
     Example:
-        >>> from poslens.model.tiny import byte_tokenizer
+        >>> from poslens.testing import byte_tokenizer
         >>> text = "def f(x):\\n    return 'ü'"
         >>> byte_ids()[list(text.encode())].tolist() == byte_tokenizer()(text).input_ids
         True
     """
-    from poslens.model.tiny import byte_tokenizer
+    from poslens.testing import byte_tokenizer
 
     vocab = byte_tokenizer().get_vocab()
     return np.array([vocab[symbol] for _, symbol in sorted(_bytes_to_symbols().items())], dtype=np.int64)
@@ -199,8 +199,14 @@ class ZooData:
             >>> sorted(load_data(max_documents=40).describe())
             ['held_out_documents', 'held_out_tokens', 'n_documents', 'root', 'sha256', 'train_tokens']
         """
-        return {"root": self.root, "n_documents": self.n_documents, "held_out_documents": len(self.held_out_names),
-                "train_tokens": int(self.train.numel()), "held_out_tokens": int(self.held_out.numel()), "sha256": self.sha256}
+        return {
+            "root": self.root,
+            "n_documents": self.n_documents,
+            "held_out_documents": len(self.held_out_names),
+            "train_tokens": int(self.train.numel()),
+            "held_out_tokens": int(self.held_out.numel()),
+            "sha256": self.sha256,
+        }
 
     def write_held_out(self, path: str | Path) -> Path:
         """Write the held-out documents as a JSONL file (one ``{"name", "text"}`` per line), for ``--corpus``.
@@ -217,7 +223,7 @@ class ZooData:
             >>> sorted(json.loads(path.read_text().splitlines()[0]))
             ['name', 'text']
         """
-        lines = [json.dumps({"name": name, "text": text}) for name, text in zip(self.held_out_names, self.held_out_texts)]
+        lines = [json.dumps({"name": name, "text": text}) for name, text in zip(self.held_out_names, self.held_out_texts, strict=False)]
         return atomic_write(Path(path), lambda tmp: tmp.write_text("\n".join(lines) + "\n", encoding="utf-8"))
 
 
@@ -251,12 +257,18 @@ def load_data(held_out: float = 0.1, max_documents: int | None = None, root: str
     kept = [(name, content) for name, content in docs if not is_held_out(name, held_out)]
     out = [(name, content) for name, content in docs if is_held_out(name, held_out)]
     if not kept or not out:
-        raise InputError(f"the split of {len(docs)} documents at held_out={held_out} leaves "
-                         f"{len(kept)} for training and {len(out)} held out; use more documents or another held_out")
+        raise InputError(
+            f"the split of {len(docs)} documents at held_out={held_out} leaves "
+            f"{len(kept)} for training and {len(out)} held out; use more documents or another held_out"
+        )
     return ZooData(
-        train=encode([content for _, content in kept]), held_out=encode([content for _, content in out]),
-        held_out_names=[name for name, _ in out], held_out_texts=[content.decode("utf-8", "replace") for _, content in out],
-        n_documents=len(docs), sha256=digest.hexdigest(), root=str(Path(root) if root is not None else stdlib_root()),
+        train=encode([content for _, content in kept]),
+        held_out=encode([content for _, content in out]),
+        held_out_names=[name for name, _ in out],
+        held_out_texts=[content.decode("utf-8", "replace") for _, content in out],
+        n_documents=len(docs),
+        sha256=digest.hexdigest(),
+        root=str(Path(root) if root is not None else stdlib_root()),
     )
 
 

@@ -11,14 +11,15 @@ held-out sequences. A head is a sink head when its score is at least τ
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import torch
+from transformers import PreTrainedModel
 
 from poslens.errors import InputError
+from poslens.options import DEFAULTS
 
 #: The sink-score threshold τ of the sink count (poslens's default).
-DEFAULT_TAU = 0.3
+DEFAULT_TAU = DEFAULTS.tau
 
 
 def autocast(device: torch.device | str) -> contextlib.AbstractContextManager:
@@ -40,7 +41,7 @@ def autocast(device: torch.device | str) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def next_token_loss(model: Any, tokens: torch.Tensor) -> torch.Tensor:
+def next_token_loss(model: PreTrainedModel, tokens: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy (nats per token) of ``tokens`` [B, T]: positions 1..T-1 predicted from the ones before.
 
     Args:
@@ -61,7 +62,7 @@ def next_token_loss(model: Any, tokens: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def held_out_loss(model: Any, tokens: torch.Tensor, batch_size: int = 16) -> float:
+def held_out_loss(model: PreTrainedModel, tokens: torch.Tensor, batch_size: int = 16) -> float:
     """Mean next-token loss over held-out sequences, batch by batch, in eval mode (the model's mode is restored).
 
     Args:
@@ -84,7 +85,7 @@ def held_out_loss(model: Any, tokens: torch.Tensor, batch_size: int = 16) -> flo
     total, count = 0.0, 0
     try:
         for start in range(0, tokens.shape[0], batch_size):
-            batch = tokens[start:start + batch_size].to(device)
+            batch = tokens[start : start + batch_size].to(device)
             with autocast(device):
                 total += float(next_token_loss(model, batch)) * batch.shape[0]
             count += batch.shape[0]
@@ -94,7 +95,7 @@ def held_out_loss(model: Any, tokens: torch.Tensor, batch_size: int = 16) -> flo
 
 
 @torch.no_grad()
-def sink_scores(model: Any, tokens: torch.Tensor, batch_size: int = 16) -> torch.Tensor:
+def sink_scores(model: PreTrainedModel, tokens: torch.Tensor, batch_size: int = 16) -> torch.Tensor:
     """Each head's sink score: mean a_i0 over the queries i ≥ 1 that see key 0, over held-out sequences.
 
     The model runs with eager attention for this (``output_attentions``); its attention implementation and mode are restored.
@@ -129,12 +130,14 @@ def sink_scores(model: Any, tokens: torch.Tensor, batch_size: int = 16) -> torch
     sums, count = None, 0
     try:
         for start in range(0, tokens.shape[0], batch_size):
-            batch = tokens[start:start + batch_size].to(device)
+            batch = tokens[start : start + batch_size].to(device)
             with autocast(device):
                 attentions = model(batch, output_attentions=True).attentions
             if not attentions:
-                raise InputError("the model returned no attention weights (output_attentions): pass the transformers model "
-                                 "itself, not one a TransformerLens bridge wraps (load it with AutoModelForCausalLM.from_pretrained)")
+                raise InputError(
+                    "the model returned no attention weights (output_attentions): pass the transformers model "
+                    "itself, not one a TransformerLens bridge wraps (load it with AutoModelForCausalLM.from_pretrained)"
+                )
             # [layers, batch, heads]: the mean over the visible queries of each sequence's key-0 weight
             key0 = torch.stack([a[:, :, 1:stop, 0].float().mean(dim=-1) for a in attentions])
             part = key0.sum(dim=1).cpu()

@@ -104,8 +104,9 @@ def parse_members(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
     names = [name for name in names if name]
     for name in names:
         if name not in MEMBERS:
-            raise InputError(f"unknown zoo member {name!r}; choose from {', '.join(MEMBERS)} "
-                             "(NoPE is not a member: see poslens.zoo.family.NOPE_NOTE)")
+            raise InputError(
+                f"unknown zoo member {name!r}; choose from {', '.join(MEMBERS)} (NoPE is not a member: see poslens.zoo.family.NOPE_NOTE)"
+            )
     if not names:
         raise InputError(f"no zoo member given; choose from {', '.join(MEMBERS)}")
     return tuple(dict.fromkeys(names))
@@ -120,7 +121,7 @@ def member_config(member: Member | str, width: int, depth: int, heads: int, seq_
         depth: The number of layers.
         heads: Attention heads per layer (as many key/value heads); ``width`` must be a multiple.
         seq_len: Tokens per training sequence (the context, and the sliding member's window, T / 8).
-        vocab_size: The vocabulary (260: :func:`poslens.model.tiny.byte_tokenizer`).
+        vocab_size: The vocabulary (260: :func:`poslens.testing.byte_tokenizer`).
 
     Returns:
         The config, with ``architectures = ["MistralForCausalLM"]``.
@@ -137,13 +138,26 @@ def member_config(member: Member | str, width: int, depth: int, heads: int, seq_
 
     member = MEMBERS[member] if isinstance(member, str) else member
     if min(width, depth, heads, seq_len) < 1 or width % heads or (width // heads) % 2:
-        raise InputError(f"width {width} must be a positive multiple of heads {heads} with an even head size "
-                         f"(RoPE rotates pairs of dimensions), and depth {depth} and seq_len {seq_len} at least 1")
+        raise InputError(
+            f"width {width} must be a positive multiple of heads {heads} with an even head size "
+            f"(RoPE rotates pairs of dimensions), and depth {depth} and seq_len {seq_len} at least 1"
+        )
     config = MistralConfig(
-        vocab_size=vocab_size, hidden_size=width, intermediate_size=4 * width, num_hidden_layers=depth,
-        num_attention_heads=heads, num_key_value_heads=heads, head_dim=width // heads, max_position_embeddings=seq_len,
-        rope_theta=float(member.rope_theta), sliding_window=sliding_window(seq_len) if member.windowed else None,
-        bos_token_id=1, eos_token_id=2, pad_token_id=3, tie_word_embeddings=False, initializer_range=0.02,
+        vocab_size=vocab_size,
+        hidden_size=width,
+        intermediate_size=4 * width,
+        num_hidden_layers=depth,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=width // heads,
+        max_position_embeddings=seq_len,
+        rope_theta=float(member.rope_theta),
+        sliding_window=sliding_window(seq_len) if member.windowed else None,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=3,
+        tie_word_embeddings=False,
+        initializer_range=0.02,
     )
     config.architectures = ["MistralForCausalLM"]
     return config

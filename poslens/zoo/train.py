@@ -16,6 +16,9 @@ checkpoint of every run, rewritten at each checkpoint), ``held_out.jsonl``
 (the held-out documents, a ``--corpus`` for the measuring commands) and
 ``summary.csv`` / ``summary.md`` (one row per run). A rerun with the same
 settings into the same folder reuses the trained family.
+
+Longer than 400 lines because it is one job, the lockstep training loop:
+its settings, checkpoints and outputs are read and written by that loop alone.
 """
 
 from __future__ import annotations
@@ -24,16 +27,17 @@ import json
 import math
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 import torch
 
 from poslens.errors import InputError, OutputConflictError
 from poslens.files import atomic_write, atomic_write_text
-from poslens.model.tiny import byte_tokenizer
+from poslens.options import DEFAULTS
+from poslens.testing import byte_tokenizer
 from poslens.version import __version__
 from poslens.zoo.data import ZooData, held_out_batch, load_data, sample_batch
 from poslens.zoo.evaluate import autocast, held_out_loss, next_token_loss, sink_count, sink_scores
@@ -42,8 +46,22 @@ from poslens.zoo.family import MEMBERS, NOPE_NOTE, initial_model, member_config,
 #: The learning-rate schedules after the warmup.
 SCHEDULES = ("cosine", "constant")
 #: The columns of the summary table (``summary.csv``), one row per run.
-SUMMARY_COLUMNS = ["member", "label", "seed", "rope_theta", "sliding_window", "steps", "tokens", "train_loss", "held_out_loss",
-                   "sink_heads", "max_sink_score", "stopped_by", "seconds", "folder"]
+SUMMARY_COLUMNS = [
+    "member",
+    "label",
+    "seed",
+    "rope_theta",
+    "sliding_window",
+    "steps",
+    "tokens",
+    "train_loss",
+    "held_out_loss",
+    "sink_heads",
+    "max_sink_score",
+    "stopped_by",
+    "seconds",
+    "folder",
+]
 
 
 @dataclass(frozen=True)
@@ -94,7 +112,7 @@ class ZooSettings:
     grad_clip: float = 1.0
     eval_every: int = 250
     eval_seqs: int = 32
-    tau: float = 0.3
+    tau: float = DEFAULTS.tau
     held_out: float = 0.1
     time_budget: float | None = None
     device: str = "auto"
@@ -205,12 +223,15 @@ def _check_out(out: Path, settings: ZooSettings, data: ZooData, overwrite: bool)
         if not same and not overwrite:
             raise OutputConflictError(
                 f"{out} holds a zoo family trained with other settings or data ({record}); pass --overwrite "
-                "(overwrite=True) to train it again, or choose another --out")
+                "(overwrite=True) to train it again, or choose another --out"
+            )
         return False
     taken = [run for run in runs if run.exists() and any(run.iterdir())]
     if taken and not overwrite:
-        raise OutputConflictError(f"{taken[0]} exists and is not empty, and {out} has no zoo.json: poslens did not train it; "
-                                  "choose another --out, or pass --overwrite to replace it")
+        raise OutputConflictError(
+            f"{taken[0]} exists and is not empty, and {out} has no zoo.json: poslens did not train it; "
+            "choose another --out, or pass --overwrite to replace it"
+        )
     return False
 
 
@@ -226,8 +247,7 @@ class _Run:
     rows: list[dict] = field(default_factory=list)
 
 
-def train_family(out: str | Path, settings: ZooSettings | None = None, log: Callable[[str], None] = print,
-                 overwrite: bool = False) -> pd.DataFrame:
+def train_family(out: str | Path, settings: ZooSettings | None = None, log: Callable[[str], None] = print, overwrite: bool = False) -> pd.DataFrame:
     """Train the family of ``settings`` into ``out`` and return its summary (one row per run).
 
     Args:
@@ -260,8 +280,14 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
         log(f"{out}: every run is already trained with these settings and data; reusing it")
         return pd.read_csv(out / "summary.csv")
     data.write_held_out(out / "held_out.jsonl")
-    record = {"poslens_version": __version__, "settings": settings.to_dict(), "data": data.describe(), "device": str(device),
-              "architecture": "MistralForCausalLM", "nope": NOPE_NOTE}
+    record = {
+        "poslens_version": __version__,
+        "settings": settings.to_dict(),
+        "data": data.describe(),
+        "device": str(device),
+        "architecture": "MistralForCausalLM",
+        "nope": NOPE_NOTE,
+    }
     atomic_write_text(out / "zoo.json", json.dumps(record, indent=1))
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -273,16 +299,23 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
         folder.mkdir(parents=True)
         config = member_config(member, settings.width, settings.depth, settings.heads, settings.seq_len)
         model = initial_model(config, seed).to(device).train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay,
-                                      **({"fused": True} if device.type == "cuda" else {}))
+        optimizer = torch.optim.AdamW(
+            model.parameters(),
+            lr=settings.lr,
+            betas=(0.9, 0.95),
+            weight_decay=settings.weight_decay,
+            **({"fused": True} if device.type == "cuda" else {}),
+        )
         runs.append(_Run(member, seed, folder, model, optimizer, torch.zeros((), device=device)))
     generators = {seed: torch.Generator().manual_seed(seed) for seed in settings.seeds}
     eval_tokens = held_out_batch(data.held_out, settings.seq_len, settings.eval_seqs)
     budget = settings.time_budget * len(runs) if settings.time_budget else None
     n_params = sum(p.numel() for p in runs[0].model.parameters())
-    log(f"zoo: {len(runs)} runs ({', '.join(settings.members)} × seeds {list(settings.seeds)}), {n_params / 1e6:.2f} M parameters "
+    log(
+        f"zoo: {len(runs)} runs ({', '.join(settings.members)} × seeds {list(settings.seeds)}), {n_params / 1e6:.2f} M parameters "
         f"each, {settings.steps} steps of {settings.batch_size} × {settings.seq_len} tokens, on {device}"
-        + (f", at most {budget:.0f} s" if budget else ""))
+        + (f", at most {budget:.0f} s" if budget else "")
+    )
     start = time.perf_counter()
     _checkpoint(runs, settings, out, 0, 0.0, eval_tokens, log)
     step, stopped_by, lr = 0, "steps", None
@@ -314,17 +347,32 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
     return _finish(runs, settings, out, data, step, stopped_by, seconds, log)
 
 
-def _checkpoint(runs: list[_Run], settings: ZooSettings, out: Path, step: int, seconds: float, eval_tokens: torch.Tensor,
-                log: Callable[[str], None], lr: float | None = None) -> None:
+def _checkpoint(
+    runs: list[_Run],
+    settings: ZooSettings,
+    out: Path,
+    step: int,
+    seconds: float,
+    eval_tokens: torch.Tensor,
+    log: Callable[[str], None],
+    lr: float | None = None,
+) -> None:
     """Held-out loss and sink scores of every run at ``step``: a line in each ``log.jsonl`` and ``log.csv`` rewritten."""
     for run in runs:
         scores = sink_scores(run.model, eval_tokens)
         row = {
-            "member": run.member, "label": MEMBERS[run.member].label, "seed": run.seed, "step": step,
-            "tokens": step * settings.batch_size * settings.seq_len, "seconds": round(seconds, 2), "lr": lr,
+            "member": run.member,
+            "label": MEMBERS[run.member].label,
+            "seed": run.seed,
+            "step": step,
+            "tokens": step * settings.batch_size * settings.seq_len,
+            "seconds": round(seconds, 2),
+            "lr": lr,
             "train_loss": float(run.loss_sum / run.loss_steps) if run.loss_steps else None,
-            "held_out_loss": held_out_loss(run.model, eval_tokens), "sink_heads": sink_count(scores, settings.tau),
-            "max_sink_score": float(scores.max()), "sink_heads_by_layer": [sink_count(layer, settings.tau) for layer in scores],
+            "held_out_loss": held_out_loss(run.model, eval_tokens),
+            "sink_heads": sink_count(scores, settings.tau),
+            "max_sink_score": float(scores.max()),
+            "sink_heads_by_layer": [sink_count(layer, settings.tau) for layer in scores],
             "sink_scores": [[round(float(v), 4) for v in layer] for layer in scores],
         }
         run.rows.append(row)
@@ -337,8 +385,10 @@ def _checkpoint(runs: list[_Run], settings: ZooSettings, out: Path, step: int, s
     table = pd.DataFrame([{k: v for k, v in row.items() if k != "sink_scores"} for run in runs for row in run.rows])
     atomic_write(out / "log.csv", lambda tmp: table.to_csv(tmp, index=False))
     last = table[table["step"] == step]
-    log(f"step {step}: held-out loss " + ", ".join(f"{run_name(r.member, r.seed)} {r.held_out_loss:.3f} ({r.sink_heads} sinks)"
-                                                   for r in last.itertuples()))
+    log(
+        f"step {step}: held-out loss "
+        + ", ".join(f"{run_name(r.member, r.seed)} {r.held_out_loss:.3f} ({r.sink_heads} sinks)" for r in last.itertuples())
+    )
 
 
 def _save_model(model: torch.nn.Module, folder: Path) -> None:
@@ -351,23 +401,35 @@ def _save_model(model: torch.nn.Module, folder: Path) -> None:
     byte_tokenizer().save_pretrained(folder)
 
 
-def _finish(runs: list[_Run], settings: ZooSettings, out: Path, data: ZooData, steps: int, stopped_by: str, seconds: float,
-            log: Callable[[str], None]) -> pd.DataFrame:
+def _finish(
+    runs: list[_Run], settings: ZooSettings, out: Path, data: ZooData, steps: int, stopped_by: str, seconds: float, log: Callable[[str], None]
+) -> pd.DataFrame:
     rows = []
     for run in runs:
         _save_model(run.model, run.folder)
         last = run.rows[-1]
         config = run.model.config
         summary = {
-            "member": run.member, "label": MEMBERS[run.member].label, "seed": run.seed, "rope_theta": config.rope_parameters["rope_theta"],
-            "sliding_window": config.sliding_window, "steps": steps, "tokens": steps * settings.batch_size * settings.seq_len,
-            "train_loss": last["train_loss"], "held_out_loss": last["held_out_loss"], "sink_heads": last["sink_heads"],
-            "max_sink_score": last["max_sink_score"], "stopped_by": stopped_by, "seconds": round(seconds, 2),
+            "member": run.member,
+            "label": MEMBERS[run.member].label,
+            "seed": run.seed,
+            "rope_theta": config.rope_parameters["rope_theta"],
+            "sliding_window": config.sliding_window,
+            "steps": steps,
+            "tokens": steps * settings.batch_size * settings.seq_len,
+            "train_loss": last["train_loss"],
+            "held_out_loss": last["held_out_loss"],
+            "sink_heads": last["sink_heads"],
+            "max_sink_score": last["max_sink_score"],
+            "stopped_by": stopped_by,
+            "seconds": round(seconds, 2),
             "folder": run.folder.name,
         }
         rows.append(summary)
-        atomic_write_text(run.folder / "run.json", json.dumps({**summary, "settings": settings.to_dict(), "data": data.describe(),
-                                                                "poslens_version": __version__}, indent=1))
+        atomic_write_text(
+            run.folder / "run.json",
+            json.dumps({**summary, "settings": settings.to_dict(), "data": data.describe(), "poslens_version": __version__}, indent=1),
+        )
     table = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     atomic_write(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
     atomic_write_text(out / "summary.md", summary_markdown(table))
