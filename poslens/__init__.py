@@ -29,7 +29,7 @@ from poslens.mechanisms.attribution import cumulative_attribution
 from poslens.mechanisms.effects import reduction
 from poslens.mechanisms.interventions import BosReplacement, SinkAblation
 from poslens.mechanisms.relativization import Relativization
-from poslens.mechanisms.relativization import calibrate as calibrate_relativization
+from poslens.mechanisms.relativization_fit import calibrate as calibrate_relativization
 from poslens.mechanisms.sinks import sink_heads
 from poslens.model.corpus import Corpus, make_corpus
 from poslens.model.loading import ModelNotSupportedError, PosModel, load_model

@@ -22,8 +22,8 @@ import hashlib
 import os
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from poslens.errors import DiskFullError
 
@@ -90,8 +90,10 @@ def _fill(tmp: Path, path: Path, write: Callable[[Path], None]) -> None:
         write(tmp)
     except OSError as error:
         if error.errno in _FULL:
-            full = DiskFullError(f"cannot write {path}: {os.strerror(error.errno)} (the disk is full, or a file-size limit such as "
-                                 "ulimit -f was reached); free some space or write to another folder")
+            full = DiskFullError(
+                f"cannot write {path}: {os.strerror(error.errno)} (the disk is full, or a file-size limit such as "
+                "ulimit -f was reached); free some space or write to another folder"
+            )
             full.errno = error.errno
             raise full from error
         raise

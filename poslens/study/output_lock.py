@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -73,14 +74,12 @@ class OutputLock:
             self._lock.acquire(timeout=0)
         except Timeout:
             raise OutputInUseError(
-                f"{self.folder} is being written by another poslens run ({self._holder()}); wait for it to finish, "
-                "or choose another --out") from None
+                f"{self.folder} is being written by another poslens run ({self._holder()}); wait for it to finish, or choose another --out"
+            ) from None
         self.held = True
         owner = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(["poslens", *sys.argv[1:]])}
-        try:
+        with contextlib.suppress(OSError):  # the lock holds without the note
             (self.folder / OWNER).write_text(json.dumps(owner))
-        except OSError:
-            pass  # the lock holds without the note
 
     def release(self) -> None:
         """Give the lock back (its owner note is removed).
@@ -119,7 +118,7 @@ class OutputLock:
         except (OSError, ValueError, KeyError, TypeError):
             return "a process that left no note"
 
-    def __enter__(self) -> "OutputLock":
+    def __enter__(self) -> OutputLock:
         self.acquire()
         return self
 

@@ -6,7 +6,7 @@ Every part writes ``DIR/<part>.parquet`` (and ``.csv``, and its cell sums in
 corpus file, the model's files, see :mod:`poslens.study.inputs`) and a key of
 both. A rerun into the same folder reuses a part only when both match; a part
 made with other settings or from input files changed since is never reused
-or overwritten: the command stops with :class:`SettingsMismatchError` or
+or overwritten: the command stops with :class:`poslens.study.part_cache.SettingsMismatchError` or
 :class:`~poslens.errors.InputsChangedError`, naming each difference, unless
 ``overwrite`` (``--overwrite``) asks to measure it again. A file in the folder
 that poslens did not write is never replaced (:mod:`poslens.ownership`). Every
@@ -16,289 +16,53 @@ Batch size, one policy for every command: ``Settings.batch_size`` is an upper
 bound and a setting of the part (float32 forwards can differ in the last bits
 with the batch size); ``Settings.max_memory`` (default ``"free"``) lets
 :func:`poslens.measure` lower it to what fits
-(:func:`poslens.runtime.memory.choose_batch_size`), and the batch size used is
+(:func:`poslens.runtime.planner.choose_batch_size`), and the batch size used is
 recorded in the part's metadata. Nothing else picks a batch size.
+
+The reuse and refusal of saved parts is :mod:`poslens.study.part_cache`. Longer
+than 400 lines because it is one method per part of the study, each with its
+corpus, model and interventions.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from poslens.errors import InputError, InputsChangedError, PoslensError, SumsMismatchError
+from poslens.errors import InputError
 from poslens.files import atomic_write
 from poslens.measurement.pipeline import measure
-from poslens.measurement.result import Result, saved_files
+from poslens.measurement.result import Result
 from poslens.mechanisms import sinks
 from poslens.mechanisms.architectures import compare, default_cases
 from poslens.mechanisms.effects import reduction
 from poslens.mechanisms.interventions import BosReplacement, SinkAblation
-from poslens.model.corpus import make_corpus
-from poslens.model.loading import check_seq_len, load_model
+from poslens.model.corpus import Corpus, make_corpus
+from poslens.model.guards import check_seq_len
+from poslens.model.loading import load_model
+from poslens.model.pos_model import PosModel
 from poslens.ownership import check_replaceable, record_written, remove_ours
 from poslens.runtime import distributed
-from poslens.study.inputs import changed_inputs, corpus_inputs, inputs_key, model_inputs
-from poslens.study.settings import COMMAND_SETTINGS, MEASURE_KEYS, OPTION_NAMES, Settings, settings_values
+from poslens.study.inputs import corpus_inputs, model_inputs
+from poslens.study.part_cache import (
+    cached_part,
+    check_same_settings,
+    part_key,
+    refusal_error,
+)
+from poslens.study.settings import COMMAND_SETTINGS, MEASURE_KEYS, Settings, settings_values
 
 if TYPE_CHECKING:
     from poslens.mechanisms.attribution import Attribution
-    from poslens.study.claims import Claims
+    from poslens.study.claim_table import Claims
 
 #: The files of the relativize part (:meth:`Study.relativize`, :meth:`~poslens.mechanisms.attribution.Attribution.save`).
 RELATIVIZE_FILES = ("attribution.parquet", "attribution_summary.parquet", "attribution_loss.parquet", "attribution.json")
-
-__all__ = ["MEASURE_KEYS", "OPTION_NAMES", "Settings", "Study", "cached_part", "check_same_settings", "complete_parts"]
-
-
-class SettingsMismatchError(PoslensError, ValueError):
-    """A saved part was made with other settings than the ones asked for; poslens does not overwrite it.
-
-    Example:
-        >>> issubclass(SettingsMismatchError, ValueError)  # the CLI prints it as one error line
-        True
-    """
-
-
-class MixedSettingsError(PoslensError, ValueError):
-    """Parts given to the claims were made with different settings (or record none); claims would mix them.
-
-    Example:
-        >>> issubclass(MixedSettingsError, ValueError)  # the CLI prints it as one error line
-        True
-    """
-
-
-def _spelled(settings: dict[str, Any], names: list[str]) -> str:
-    return ", ".join(f"{OPTION_NAMES.get(name, name)} {settings[name]}" for name in names)
-
-
-def check_same_settings(parts: dict[str, Result]) -> None:
-    """Raise :class:`MixedSettingsError` unless every two ``parts`` agree on every setting both record.
-
-    ``parts`` maps part names (``"leakage"``, ``"compare"``, …) to results.
-    Parts depend on different settings (the architecture comparison shares
-    only groups, early, seed, corpus and batch size with the others), so only
-    the names present in both parts' ``meta["settings"]`` are compared. A part
-    without ``meta["settings"]`` (written by an older poslens) is refused.
-
-    Args:
-        parts: The study parts, by name.
-
-    Raises:
-        MixedSettingsError: When a part records no settings, or two parts disagree on a setting both record.
-
-    Example:
-        >>> import pandas as pd
-        >>> small = Result(pd.DataFrame(), {"settings": {"n_seqs": 2, "seq_len": 32, "tau": 0.3}})
-        >>> large = Result(pd.DataFrame(), {"settings": {"n_seqs": 16, "seq_len": 128, "tau": 0.3}})
-        >>> check_same_settings({"leakage": large, "sinks": large})
-        >>> try:
-        ...     check_same_settings({"leakage": small, "bos-swap": large})
-        ... except MixedSettingsError as error:
-        ...     print(error)
-        leakage.parquet (--n-seqs 2, --seq-len 32) and bos-swap.parquet (--n-seqs 16, --seq-len 128) were made with
-        different settings; claims would mix them. Remeasure one of them into its own --out.
-    """
-    unrecorded = [name for name, part in parts.items() if not part.meta.get("settings")]
-    if unrecorded:
-        listed = ", ".join(f"{name}.parquet" for name in unrecorded)
-        raise MixedSettingsError(
-            f"{listed} record(s) no settings (written by an older poslens), so claims cannot check that they match the "
-            f"other parts. Measure again: " + ", ".join(f"poslens {name}" for name in unrecorded) + " into a new --out.")
-    conflicts = []
-    names = list(parts)
-    for i, first in enumerate(names):
-        for second in names[i + 1:]:
-            a, b = parts[first].meta["settings"], parts[second].meta["settings"]
-            differing = [name for name in a if name in b and a[name] != b[name]]
-            if differing:
-                conflicts.append(f"{first}.parquet ({_spelled(a, differing)}) and {second}.parquet ({_spelled(b, differing)}) "
-                                 "were made with different settings")
-    if conflicts:
-        raise MixedSettingsError("; ".join(conflicts) + "; claims would mix them. Remeasure one of them into its own --out.")
-
-
-def complete_parts(out: str | Path, settings: Settings, names: list[str]) -> list[str]:
-    """The parts among ``names`` saved in ``out`` with ``settings``: those a rerun would reuse.
-
-    Args:
-        out: The study folder.
-        settings: The study's settings.
-        names: Part names.
-
-    Returns:
-        The names of the parts a rerun would reuse, in the order given.
-
-    Example:
-        >>> complete_parts("no/such/folder", Settings(), ["leakage", "sinks"])
-        []
-    """
-    complete = []
-    for name in names:
-        path = Path(out) / ("attribution.json" if name == "relativize" else f"{name}.parquet")
-        try:
-            if not path.exists():
-                saved = None
-            elif name == "relativize":
-                saved = json.loads(path.read_text()).get("settings")
-            else:
-                saved = Result.load(path).meta.get("settings")
-        except Exception:  # unreadable: a rerun computes it again
-            saved = None
-        if saved and saved == settings_values(settings, tuple(saved)):
-            complete.append(name)
-    return complete
-
-
-def mismatch_message(path: Path, saved: dict[str, Any] | None, wanted: dict[str, Any]) -> str:
-    """The message for a part at ``path`` made with ``saved`` settings when ``wanted`` were asked for.
-
-    Args:
-        path: The saved part's file.
-        saved: The settings it records (``None``: none).
-        wanted: The settings asked for.
-
-    Returns:
-        The message, naming each setting that differs.
-
-    Example:
-        >>> print(mismatch_message(Path("out/leakage.parquet"), {"n_seqs": 32, "seq_len": 256},
-        ...                        {"n_seqs": 16, "seq_len": 256}))
-        out/leakage.parquet was made with other settings: --n-seqs 32 there, 16 now.
-        poslens does not overwrite it: pass the same settings, choose another --out, or pass --overwrite to measure it again.
-    """
-    if not saved:
-        differing = "settings this version of poslens cannot read"
-    else:
-        differing = ", ".join(
-            f"{OPTION_NAMES.get(name, name)} {saved.get(name, '(not recorded)')} there, {value} now"
-            for name, value in wanted.items()
-            if saved.get(name) != value
-        )
-    return (f"{path} was made with other settings: {differing}. poslens does not overwrite it: "
-            "pass the same settings, choose another --out, or pass --overwrite to measure it again.")
-
-
-def part_key(settings: Settings, names: tuple[str, ...], inputs: dict[str, str]) -> str:
-    """The reuse key of a part: a short hash of the settings ``names`` and of the input files' hashes.
-
-    Args:
-        settings: The study's settings.
-        names: The settings the part depends on.
-        inputs: ``{file: sha256}`` of the part's input files.
-
-    Returns:
-        The first 16 hex digits of a SHA-256.
-
-    Example:
-        >>> part_key(Settings(), MEASURE_KEYS, {"c.txt": "00"}) == part_key(Settings(), MEASURE_KEYS, {"c.txt": "01"})
-        False
-    """
-    return hashlib.sha256(f"{settings.key(*names)}|{inputs_key(inputs)}".encode()).hexdigest()[:16]
-
-
-def cached_part(
-    out: Path, name: str, settings: Settings, names: tuple[str, ...], compute: Callable[[], Result],
-    log: Callable[[str], None] = print, inputs: dict[str, str] | None = None, overwrite: bool = False,
-    written: list[Path] | None = None,
-) -> Result:
-    """Load ``out/name.parquet`` if it was made with the same settings ``names`` and inputs, else compute and save it.
-
-    A part made with other settings, or from input files whose bytes changed
-    since, is not reused and not overwritten: :class:`SettingsMismatchError`
-    or :class:`~poslens.errors.InputsChangedError` names each difference, unless
-    ``overwrite`` is set. A part whose ``.sums.npz`` is missing or belongs to
-    another table is refused likewise (:class:`~poslens.errors.SumsMismatchError`).
-    An unreadable part that poslens wrote is computed again, and the log says so.
-    Before computing, each file the part will write is checked: one that
-    poslens did not write is never replaced (:class:`~poslens.errors.OutputConflictError`).
-
-    Args:
-        out: the output folder.
-        name: the part's name (its file is ``name.parquet``).
-        settings: the study's settings.
-        names: the settings the part depends on.
-        compute: makes the part.
-        log: where progress lines go.
-        inputs: ``{file: sha256}`` of the part's input files (:mod:`poslens.study.inputs`).
-        overwrite: measure again a part poslens made with other settings or inputs, replacing its files.
-        written: if given, the files written are appended to it.
-
-    Returns:
-        The part, reused or computed.
-
-    Raises:
-        SettingsMismatchError: When the saved part was made with other settings (and not ``overwrite``).
-        InputsChangedError: When the saved part's input files changed since (and not ``overwrite``).
-        SumsMismatchError: When the saved part's ``.sums.npz`` is missing or another table's (and not ``overwrite``).
-        OutputConflictError: When a file the part would write was not written by poslens.
-
-    Example:
-        >>> cached_part(Path("results"), "leakage", settings, MEASURE_KEYS, lambda: ...)  # doctest: +SKIP
-    """
-    path = Path(out) / f"{name}.parquet"
-    inputs = dict(inputs or {})
-    key = part_key(settings, names, inputs)
-    wanted = settings_values(settings, names)
-    if path.exists():
-        try:
-            previous = Result.load(path)
-        except SumsMismatchError as error:
-            if not overwrite:
-                raise
-            log(f"[{name}] {error}; measuring it again (--overwrite)")
-            remove_ours(_part_files(path))
-        except Exception as error:  # an unreadable part is computed again, loudly
-            log(f"[{name}] {path} cannot be read ({type(error).__name__}: {error}); computing it again")
-            remove_ours(_part_files(path))
-        else:
-            if previous.meta.get("settings_key") == key:
-                log(f"[{name}] reusing {path}")
-                return previous
-            if not overwrite:
-                raise _refusal(path, previous.meta, wanted, inputs)
-            log(f"[{name}] {path} was made with other settings or inputs; measuring it again (--overwrite)")
-            remove_ours(_part_files(path))
-    for target in _part_files(path):
-        check_replaceable(target)  # a file poslens did not write stops the part before it is computed
-    log(f"[{name}] computing")
-    start = time.perf_counter()
-    result = compute()
-    result.meta["settings_key"] = key
-    result.meta["settings"] = wanted
-    result.meta["inputs"] = inputs
-    result.meta["part_seconds"] = time.perf_counter() - start
-    if distributed.is_main():  # under torchrun, rank 0 writes
-        result.save(path)
-        files = saved_files(path, result)
-        if written is not None:
-            written.extend(files)
-        log(f"[{name}] done in {result.meta['part_seconds']:.0f} s -> " + ", ".join(str(f) for f in files))
-    return result
-
-
-def _part_files(path: Path) -> list[Path]:
-    return [path, path.with_suffix(".csv"), path.with_suffix(".sums.npz")]
-
-
-def _refusal(path: Path, saved_meta: dict[str, Any], wanted: dict[str, Any], inputs: dict[str, str]) -> PoslensError:
-    """The error for a saved part whose key differs: its settings differ, or its input files changed."""
-    saved = saved_meta.get("settings")
-    if not saved or saved != wanted:
-        return SettingsMismatchError(mismatch_message(path, saved, wanted))
-    if "inputs" not in saved_meta:
-        what = "it was made by an older poslens that did not record the hashes of its input files"
-    else:
-        what = "; ".join(changed_inputs(saved_meta["inputs"], inputs)) + f" since {path.name} was made"
-    return InputsChangedError(
-        f"{path}: {what}. poslens does not reuse or overwrite it: pass --overwrite to measure it again, "
-        "or choose another --out.")
 
 
 class Study:
@@ -321,8 +85,8 @@ class Study:
         self.log = log
         self.overwrite = overwrite
         self.written: list[Path] = []  # every file this study wrote, in order
-        self._model = None
-        self._corpus = None
+        self._model: PosModel | None = None
+        self._corpus: Corpus | None = None
         self._inputs: dict[str, str] | None = None
 
     def inputs(self) -> dict[str, str]:
@@ -343,14 +107,23 @@ class Study:
         return self._inputs
 
     def _part(self, name: str, names: tuple[str, ...], compute: Callable[[], Result], inputs: dict[str, str] | None = None) -> Result:
-        return cached_part(self.out, name, self.settings, names, compute, self.log,
-                           inputs=self.inputs() if inputs is None else inputs, overwrite=self.overwrite, written=self.written)
+        return cached_part(
+            self.out,
+            name,
+            self.settings,
+            names,
+            compute,
+            self.log,
+            inputs=self.inputs() if inputs is None else inputs,
+            overwrite=self.overwrite,
+            written=self.written,
+        )
 
-    def model(self):
+    def model(self) -> PosModel:
         """The model of ``settings.model`` and ``settings.variant``, loaded on first use.
 
         Returns:
-            The loaded :class:`~poslens.model.loading.PosModel`.
+            The loaded :class:`~poslens.model.pos_model.PosModel`.
 
         Example:
             >>> model = study.model()  # doctest: +SKIP
@@ -362,7 +135,7 @@ class Study:
             self._model = load_model(s.model, variant=s.variant, dtype=s.dtype, device_map=s.device_map)
         return self._model
 
-    def corpus(self):
+    def corpus(self) -> Corpus:
         """The corpus of the settings (position 0 as ``settings.position0`` says), made on first use.
 
         Returns:
@@ -374,15 +147,25 @@ class Study:
         """
         if self._corpus is None:
             s = self.settings
-            self._corpus = make_corpus(self.model(), s.corpus, n_seqs=s.n_seqs, seq_len=s.seq_len, position0=s.position0, seed=s.seed,
-                                       text_field=s.text_field)
+            self._corpus = make_corpus(
+                self.model(), s.corpus, n_seqs=s.n_seqs, seq_len=s.seq_len, position0=s.position0, seed=s.seed, text_field=s.text_field
+            )
         return self._corpus
 
     def _measure(self, interventions=(), probe: bool = True) -> Result:
         s = self.settings
-        result = measure(self.model(), self.corpus(), groups=s.groups, early=s.early, batch_size=s.batch_size,
-                         max_memory=s.max_memory, interventions=interventions, probe=probe,
-                         counterfactual=s.counterfactual, disk_budget=s.disk_budget)
+        result = measure(
+            self.model(),
+            self.corpus(),
+            groups=s.groups,
+            early=s.early,
+            batch_size=s.batch_size,
+            max_memory=s.max_memory,
+            interventions=interventions,
+            probe=probe,
+            counterfactual=s.counterfactual,
+            disk_budget=s.disk_budget,
+        )
         route = result.meta["counterfactual"]
         self.log(f"counterfactual: {route['route']} ({route['reason']})")
         return result
@@ -411,6 +194,7 @@ class Study:
             164.0
         """
         base = self.leakage()
+
         def compute() -> Result:
             return Result(sinks.sink_table(base, self.settings.tau), dict(base.meta))
 
@@ -484,12 +268,24 @@ class Study:
 
         s = self.settings
         names = ("fingerprint_seqs", "fingerprint_len", "tau", *MEASURE_KEYS)
-        check_seq_len(self.model(), s.fingerprint_len, option="--fingerprint-len",  # before the leakage part is measured
-                      parameter="fingerprint_len= of Settings or Study.with_settings")
+        check_seq_len(
+            self.model(),
+            s.fingerprint_len,
+            option="--fingerprint-len",  # before the leakage part is measured
+            parameter="fingerprint_len= of Settings or Study.with_settings",
+        )
         return self._part(
-            "fingerprint", names,
-            lambda: fingerprint(self.model(), n_seqs=s.fingerprint_seqs, seq_len=s.fingerprint_len, groups=s.groups,
-                                seed=s.seed, tau=s.tau, sink_result=self.leakage()),
+            "fingerprint",
+            names,
+            lambda: fingerprint(
+                self.model(),
+                n_seqs=s.fingerprint_seqs,
+                seq_len=s.fingerprint_len,
+                groups=s.groups,
+                seed=s.seed,
+                tau=s.tau,
+                sink_result=self.leakage(),
+            ),
         )
 
     def compare(self) -> Result:
@@ -506,16 +302,27 @@ class Study:
         """
         s = self.settings
         cases = list(s.cases) or default_cases(quick=s.compare_quick)
-        names = ("compare_seqs", "compare_len", "compare_quick", "cases", "groups", "early", "seed", "corpus", "text_field",
-                 "batch_size")
+        names = ("compare_seqs", "compare_len", "compare_quick", "cases", "groups", "early", "seed", "corpus", "text_field", "batch_size")
         inputs = corpus_inputs(s.corpus, s.text_field)
         for case in cases:
             inputs.update(model_inputs(case.model))
         return self._part(
-            "compare", names,
-            lambda: compare(cases, n_seqs=s.compare_seqs, seq_len=s.compare_len, groups=s.groups, early=s.early,
-                            seed=s.seed, source=s.corpus, batch_size=s.batch_size, max_memory=s.max_memory,
-                            text_field=s.text_field, counterfactual=s.counterfactual, disk_budget=s.disk_budget),
+            "compare",
+            names,
+            lambda: compare(
+                cases,
+                n_seqs=s.compare_seqs,
+                seq_len=s.compare_len,
+                groups=s.groups,
+                early=s.early,
+                seed=s.seed,
+                source=s.corpus,
+                batch_size=s.batch_size,
+                max_memory=s.max_memory,
+                text_field=s.text_field,
+                counterfactual=s.counterfactual,
+                disk_budget=s.disk_budget,
+            ),
             inputs,
         )
 
@@ -549,8 +356,10 @@ class Study:
         s = self.settings
         calibration_seed = s.seed + 1 if s.calibration_seed is None else s.calibration_seed
         if calibration_seed == s.seed:
-            raise InputError(f"--calibration-seed {calibration_seed} is the measured corpus's --seed: the calibration corpus "
-                             f"must be disjoint from the measured one; pass another seed (default --seed + 1 = {s.seed + 1})")
+            raise InputError(
+                f"--calibration-seed {calibration_seed} is the measured corpus's --seed: the calibration corpus "
+                f"must be disjoint from the measured one; pass another seed (default --seed + 1 = {s.seed + 1})"
+            )
         names = COMMAND_SETTINGS["relativize"]
         inputs = self.inputs()
         key, wanted = part_key(s, names, inputs), settings_values(s, names)
@@ -560,15 +369,14 @@ class Study:
             try:
                 previous = Attribution.load(self.out)
             except Exception as error:  # an unreadable part is computed again, loudly
-                self.log(f"[relativize] {self.out} holds an attribution that cannot be read ({type(error).__name__}: {error}); "
-                         "computing it again")
+                self.log(f"[relativize] {self.out} holds an attribution that cannot be read ({type(error).__name__}: {error}); computing it again")
                 remove_ours(files)
             else:
                 if previous.meta.get("settings_key") == key:
                     self.log(f"[relativize] reusing {record}")
                     return previous
                 if not self.overwrite:
-                    raise _refusal(record, previous.meta, wanted, inputs)
+                    raise refusal_error(record, previous.meta, wanted, inputs)
                 self.log(f"[relativize] {record} was made with other settings or inputs; measuring it again (--overwrite)")
                 remove_ours(files)
         for target in files:
@@ -576,21 +384,41 @@ class Study:
         self.log("[relativize] computing")
         start = time.perf_counter()
         model = self.model()
-        measured = make_corpus(model, s.corpus, n_seqs=s.relativize_seqs, seq_len=s.relativize_len,
-                               position0=s.position0, seed=s.seed, text_field=s.text_field)
+        measured = make_corpus(
+            model, s.corpus, n_seqs=s.relativize_seqs, seq_len=s.relativize_len, position0=s.position0, seed=s.seed, text_field=s.text_field
+        )
         # draw enough with the other seed to drop every window the measured corpus also holds: disjoint by construction
         n_calibration = s.calibration_seqs or s.relativize_seqs
         try:
-            drawn = make_corpus(model, s.corpus, n_seqs=n_calibration + measured.n_seqs, seq_len=s.relativize_len,
-                                position0=s.position0, seed=calibration_seed, text_field=s.text_field)
+            drawn = make_corpus(
+                model,
+                s.corpus,
+                n_seqs=n_calibration + measured.n_seqs,
+                seq_len=s.relativize_len,
+                position0=s.position0,
+                seed=calibration_seed,
+                text_field=s.text_field,
+            )
         except InputError as error:
-            raise InputError(f"the calibration corpus must be disjoint from the measured one, so the corpus must hold "
-                             f"{measured.n_seqs} + {n_calibration} = {measured.n_seqs + n_calibration} windows of "
-                             f"{s.relativize_len} tokens (--n-seqs + --calibration-seqs); {error}") from error
+            raise InputError(
+                f"the calibration corpus must be disjoint from the measured one, so the corpus must hold "
+                f"{measured.n_seqs} + {n_calibration} = {measured.n_seqs + n_calibration} windows of "
+                f"{s.relativize_len} tokens (--n-seqs + --calibration-seqs); {error}"
+            ) from error
         calibration = drawn.excluding(measured, n_calibration)
-        result = cumulative_attribution(model, measured, calibration, modes=s.relativize_modes, groups=s.groups,
-                                        early=s.early, batch_size=s.batch_size, calibration_sizes=s.calibration_sizes or None,
-                                        loss=s.relativize_loss, counterfactual=s.counterfactual, disk_budget=s.disk_budget)
+        result = cumulative_attribution(
+            model,
+            measured,
+            calibration,
+            modes=s.relativize_modes,
+            groups=s.groups,
+            early=s.early,
+            batch_size=s.batch_size,
+            calibration_sizes=s.calibration_sizes or None,
+            loss=s.relativize_loss,
+            counterfactual=s.counterfactual,
+            disk_budget=s.disk_budget,
+        )
         result.meta.update(settings_key=key, settings=wanted, inputs=inputs, part_seconds=time.perf_counter() - start)
         if distributed.is_main():  # under torchrun, rank 0 writes
             written = result.save(self.out)
@@ -602,14 +430,14 @@ class Study:
     def claims(self, parts: dict[str, Result]) -> Claims:
         """Verdicts C1–C7 from whichever parts were run; writes ``claims.csv`` and ``claim_inputs.csv``.
 
-        The parts must agree on every setting they share (:func:`check_same_settings`,
-        else :class:`MixedSettingsError`): a claim never pairs figures of different runs.
+        The parts must agree on every setting they share (:func:`poslens.study.part_cache.check_same_settings`,
+        else :class:`poslens.study.part_cache.MixedSettingsError`): a claim never pairs figures of different runs.
 
         Args:
             parts: The study parts, by name.
 
         Returns:
-            The claims (:class:`~poslens.study.claims.Claims`: the claims table and the inputs table).
+            The claims (:class:`~poslens.study.claim_table.Claims`: the claims table and the inputs table).
 
         Raises:
             MixedSettingsError: When two parts disagree on a setting they share.
@@ -620,7 +448,8 @@ class Study:
             {'C1': 'supported', 'C2': 'supported', 'C3': 'supported', 'C4': 'not measured', 'C5': 'not measured', 'C6': 'not measured'}
         """
         from poslens.mechanisms.comparisons import comparison_table
-        from poslens.study.claims import CLAIMS_FILE, INPUTS_FILE, evaluate, label_cases
+        from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE
+        from poslens.study.claims import evaluate
 
         check_same_settings(parts)
         comparison = parts.get("compare")
@@ -631,11 +460,11 @@ class Study:
             leakage=parts.get("leakage"),
             ablation=ablation,
             bos_swap=parts.get("bos-swap"),
-            comparison=label_cases(comparison) if comparison is not None else None,  # the cases compare recorded
+            comparison=comparison,  # C4 reads the cases compare recorded in its meta
             fingerprint=parts.get("fingerprint"),
             attribution=parts.get("relativize"),  # C7, and C3's causal figure (reported)
             # an imposed window of W changes nothing for queries i < W, so C4 compares all queries
-            c4_window="all",
+            c4_query_window="all",
             # C4 by paired/independent differences and trends (methodology §9.1) when compare recorded them
             c4_comparisons=comparison_table(comparison) if comparison is not None else None,
         )
@@ -670,7 +499,7 @@ class Study:
         self.written.append(path)
         return path
 
-    def with_settings(self, **changes: Any) -> "Study":
+    def with_settings(self, **changes: Any) -> Study:
         """A study in the same folder with some settings changed (a saved part made with other settings is refused, not replaced).
 
         Args:

@@ -15,6 +15,7 @@ from typing import Any
 
 from poslens.fit.relativize import MODES
 from poslens.mechanisms.architectures import Case
+from poslens.options import DEFAULTS, MeasureOptions
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Settings:
         n_seqs: Sequences of the measured parts.
         seq_len: Tokens per sequence of the measured parts.
         groups: Number of groups of the delete-one-group jackknife.
-        early: Query positions of the ``early`` window.
+        early: Query positions of the ``early`` query window.
         seed: Seed of the text windows.
         batch_size: Sequences per forward pass (an upper bound when planning memory).
         max_memory: The memory budget (``"free"``, or a size such as ``"8GB"``).
@@ -65,17 +66,17 @@ class Settings:
     text_field: str = "text"
     n_seqs: int = 16
     seq_len: int = 128
-    groups: int = 8
-    early: int = 32
+    groups: int = DEFAULTS.groups
+    early: int = DEFAULTS.early
     seed: int = 0
-    batch_size: int = 4
-    max_memory: str = "free"
+    batch_size: int = DEFAULTS.batch_size
+    max_memory: str = "free"  # the study plans against the memory free now; the library plans only when asked
     counterfactual: str = "auto"
     disk_budget: str | None = None
     position0: str = "bos"
     dtype: str = "float32"
     device_map: str | None = None
-    tau: float = 0.3
+    tau: float = DEFAULTS.tau
     replacements: tuple[str, ...] = ("mean", "zero", "noise", "token:eos")
     fingerprint_seqs: int = 16
     fingerprint_len: int = 48
@@ -91,8 +92,30 @@ class Settings:
     calibration_sizes: tuple[int, ...] = ()
     relativize_loss: bool = True
 
+    def __post_init__(self) -> None:
+        self.measure_options()  # refuse a bad groups, early, batch size or τ when the settings are made
+
+    def measure_options(self) -> MeasureOptions:
+        """The measurement's options these settings hold, validated (:meth:`poslens.options.MeasureOptions.validate`).
+
+        Returns:
+            The options.
+
+        Raises:
+            ParameterTypeError: An option of the wrong type.
+            InputError: An option out of range.
+
+        Example:
+            >>> Settings.quick(groups=4).measure_options().groups
+            4
+            >>> Settings(tau=0.0)
+            Traceback (most recent call last):
+            poslens.errors.InputError: tau must lie in (0, 1] (a head reads the sink when its key-0 mass is ≥ τ), got 0.0
+        """
+        return MeasureOptions(groups=self.groups, early=self.early, batch_size=self.batch_size, max_memory=self.max_memory, tau=self.tau).validate()
+
     @classmethod
-    def quick(cls, **overrides: Any) -> "Settings":
+    def quick(cls, **overrides: Any) -> Settings:
         """The quick preset (minutes on a laptop CPU): the defaults, with ``overrides``.
 
         Args:
@@ -109,7 +132,7 @@ class Settings:
         return cls(**overrides)
 
     @classmethod
-    def full(cls, **overrides: Any) -> "Settings":
+    def full(cls, **overrides: Any) -> Settings:
         """The full preset, sized to finish within 90 minutes on 2 CPU cores, with ``overrides``.
 
         Twice the quick preset's sequences and length for the measured parts; the
@@ -133,8 +156,15 @@ class Settings:
             (32, 512, 16, 512, False, 128)
         """
         base = dict(
-            n_seqs=32, seq_len=256, fingerprint_seqs=64, fingerprint_len=64,
-            compare_seqs=16, compare_len=512, compare_quick=False, relativize_seqs=32, relativize_len=128,
+            n_seqs=32,
+            seq_len=256,
+            fingerprint_seqs=64,
+            fingerprint_len=64,
+            compare_seqs=16,
+            compare_len=512,
+            compare_quick=False,
+            relativize_seqs=32,
+            relativize_len=128,
         )
         return cls(**{**base, **overrides})
 
@@ -162,14 +192,35 @@ MEASURE_KEYS = ("model", "variant", "corpus", "text_field", "n_seqs", "seq_len",
 
 #: The command-line option of each setting, for messages that tell the user what to type.
 OPTION_NAMES = {
-    "model": "--model", "variant": "--variant", "corpus": "--corpus", "text_field": "--text-field", "n_seqs": "--n-seqs", "seq_len": "--seq-len",
-    "groups": "--groups", "early": "--early", "seed": "--seed", "batch_size": "--batch-size", "position0": "--bos",
-    "dtype": "--dtype", "tau": "--tau", "replacements": "--replacement", "fingerprint_seqs": "--fingerprint-seqs",
-    "fingerprint_len": "--fingerprint-len", "compare_seqs": "--compare-seqs", "compare_len": "--compare-len",
-    "compare_quick": "--full", "cases": "cases", "counterfactual": "--counterfactual", "disk_budget": "--disk-budget",
-    "relativize_seqs": "--relativize-seqs", "relativize_len": "--relativize-len", "relativize_modes": "--modes",
-    "calibration_seqs": "--calibration-seqs", "calibration_seed": "--calibration-seed",
-    "calibration_sizes": "--calibration-sizes", "relativize_loss": "--no-loss",
+    "model": "--model",
+    "variant": "--variant",
+    "corpus": "--corpus",
+    "text_field": "--text-field",
+    "n_seqs": "--n-seqs",
+    "seq_len": "--seq-len",
+    "groups": "--groups",
+    "early": "--early",
+    "seed": "--seed",
+    "batch_size": "--batch-size",
+    "position0": "--bos",
+    "dtype": "--dtype",
+    "tau": "--tau",
+    "replacements": "--replacement",
+    "fingerprint_seqs": "--fingerprint-seqs",
+    "fingerprint_len": "--fingerprint-len",
+    "compare_seqs": "--compare-seqs",
+    "compare_len": "--compare-len",
+    "compare_quick": "--full",
+    "cases": "cases",
+    "counterfactual": "--counterfactual",
+    "disk_budget": "--disk-budget",
+    "relativize_seqs": "--relativize-seqs",
+    "relativize_len": "--relativize-len",
+    "relativize_modes": "--modes",
+    "calibration_seqs": "--calibration-seqs",
+    "calibration_seed": "--calibration-seed",
+    "calibration_sizes": "--calibration-sizes",
+    "relativize_loss": "--no-loss",
 }
 
 
@@ -181,9 +232,25 @@ COMMAND_SETTINGS = {
     "ablate-sinks": (*MEASURE_KEYS, "tau"),
     "fingerprint": (*MEASURE_KEYS, "tau", "fingerprint_seqs", "fingerprint_len"),
     "compare": ("compare_seqs", "compare_len", "compare_quick", "groups", "early", "seed", "corpus", "text_field", "batch_size"),
-    "relativize": ("model", "variant", "corpus", "text_field", "relativize_seqs", "relativize_len", "groups", "early", "seed",
-                   "batch_size", "position0", "dtype", "relativize_modes", "calibration_seqs", "calibration_seed",
-                   "calibration_sizes", "relativize_loss"),
+    "relativize": (
+        "model",
+        "variant",
+        "corpus",
+        "text_field",
+        "relativize_seqs",
+        "relativize_len",
+        "groups",
+        "early",
+        "seed",
+        "batch_size",
+        "position0",
+        "dtype",
+        "relativize_modes",
+        "calibration_seqs",
+        "calibration_seed",
+        "calibration_sizes",
+        "relativize_loss",
+    ),
 }
 _COMMAND_OPTIONS = {  # a command's own --n-seqs and --seq-len, for the settings they stand for
     "compare": {"compare_seqs": "--n-seqs", "compare_len": "--seq-len"},
@@ -247,5 +314,3 @@ def settings_values(settings: Settings, names: tuple[str, ...]) -> dict[str, Any
     """
     values = asdict(settings)
     return {name: json.loads(json.dumps(values[name], default=str)) for name in names}
-
-

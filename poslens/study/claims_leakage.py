@@ -1,0 +1,275 @@
+"""Claims C1–C3, read from the leakage and sink-ablation parts: their rules, :class:`~poslens.study.claim_table.Claim` objects and rows.
+
+Each claim is a :class:`~poslens.study.claim_table.Claim` (:data:`C1`,
+:data:`C2`, :data:`C3`): its statement, the parts it reads, its rule and its
+headline. The ``claim_c*`` functions look its estimates up (:mod:`poslens.study.lookup`),
+decide by :func:`~poslens.study.rules.verdict` and write its rows. A rule's
+words are only ever :meth:`~poslens.study.rules.Rule.text` of its object.
+
+Example:
+    >>> C1.rules[0].text().split(";")[0]
+    'supported if leakage_pattern_heldout ci_low > 0 and probe_r2 ci_low > 0'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd  # noqa: F401 (the examples build tables with it)
+
+from poslens.study.claim_table import REPORTED, Claim, Input, claim_row, keyed, model_label, with_roles
+from poslens.study.claims_relativize import attribution_estimate, attribution_tables
+from poslens.study.lookup import MODEL_AGGREGATE, figure_row, pick, rows_where, runs, tidy_table  # noqa: F401 (figure_row: examples)
+from poslens.study.rules import ZERO, Condition, Estimate, Rule, verdict
+
+# --------------------------------------------------------------------------- C1
+
+
+C1_RULE = Rule(
+    supported_if=(Condition("leakage_pattern_heldout", "ci_low", ">", ZERO), Condition("probe_r2", "ci_low", ">", ZERO)),
+    not_supported_if=(Condition("leakage_pattern_heldout", "ci_high", "<=", ZERO), Condition("probe_r2", "ci_high", "<=", ZERO)),
+)
+"""C1's rule (its words: ``C1_RULE.text()``)."""
+
+
+def claim_c1(leakage: Any) -> list[dict[str, Any]]:
+    """C1, attention patterns carry absolute position: held-out leakage and probe R².
+
+    Figures, per (model, variant), from the rows with intervention ``none`` at
+    the model aggregate (layer −1, head −1) over all queries (query window ``all``):
+    ``leakage_pattern_heldout`` (cross-fitted L(log a), free of the optimism of
+    the extra query-bin parameters) and ``probe_r2`` (held-out ridge probe to
+    log(i + 1)).
+
+    Rule: :data:`C1_RULE`, headline ``leakage_pattern_heldout`` (:data:`C1`).
+
+    **Choice:** two rows per model, one per figure, both with the joint verdict.
+
+    Args:
+        leakage: The leakage part (a tidy DataFrame or a :class:`~poslens.measurement.result.Result`).
+
+    Returns:
+        The claims rows, ``{column: value}`` with the columns of :data:`~poslens.study.claim_table.CLAIM_COLUMNS`.
+
+    Example:
+        >>> t = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
+        ...                   figure_row("probe_r2", 0.3, -0.1, 0.7)])
+        >>> [r["verdict"] for r in claim_c1(t)]
+        ['inconclusive', 'inconclusive']
+    """
+    t = tidy_table(leakage, "leakage")
+    base = dict(layer=-1, head=-1, query_window="all", intervention="none")
+    rows = []
+    for model, variant in runs(rows_where(t, intervention="none"), "leakage", "intervention 'none'"):
+        figs = [pick(t, "leakage", metric=m, model=model, variant=variant, **base) for m in ("leakage_pattern_heldout", "probe_r2")]
+        outcome = verdict(C1_RULE, figs)
+        inputs = with_roles(C1_RULE, figs, C1.headline)
+        for f in figs:
+            rows.append(claim_row(C1, model_label(model, variant), f, C1_RULE.text(), outcome, inputs))
+    return keyed(rows)
+
+
+# --------------------------------------------------------------------------- C2
+
+
+RHO_HALF = 0.5
+"""C2's threshold on ρ_mask at layer 0: C_mask − C_res = (2ρ_mask − 1)·L, so ρ_mask > 1/2 ⇔ C_mask > C_res when L > 0."""
+
+C2_RULE = Rule(
+    supported_if=(
+        Condition("c_mask (layer 0)", "ci_low", ">", ZERO),
+        Condition("c_mask (layers >= 1)", "ci_low", ">", ZERO),
+        Condition("rho_mask (layer 0)", "ci_low", ">", RHO_HALF),
+    ),
+    not_supported_if=(
+        Condition("c_mask (layer 0)", "ci_high", "<=", ZERO),
+        Condition("c_mask (layers >= 1)", "ci_high", "<=", ZERO),
+        Condition("rho_mask (layer 0)", "ci_high", "<", RHO_HALF),
+    ),
+    remark=(
+        "C_mask - C_res = (2 rho_mask - 1) L, so rho_mask > 1/2 is C_mask > C_res when L > 0, "
+        "which holds when c_mask and rho_mask are both positive. c_res and count_share at layer 0 are reported, not used; "
+        "the synthetic controls of methodology §4.4 are checked by the test suite (tests/test_leakage_controls.py), not by this table"
+    ),
+)
+"""C2's rule (its words: ``C2_RULE.text()``)."""
+
+
+def claim_c2(leakage: Any) -> list[dict[str, Any]]:
+    """C2, the mask source exists by construction: C_mask > 0 at layer 0 and over layers ≥ 1, and C_mask > C_res at layer 0.
+
+    Figures, per (model, variant), from the rows with intervention ``none``,
+    head −1 (the aggregate over heads), query window ``all``:
+
+    - ``c_mask`` at layer 0 and at layer −1 (the aggregate over layers ≥ 1, :data:`poslens.measurement.table.COLUMNS`);
+    - ``c_res`` at layer 0 (reported);
+    - ``rho_mask`` at layer 0: the mask's share ρ_mask of L(log a). The tables
+      hold no interval for C_mask − C_res, but C_mask + C_res = L, so
+      C_mask − C_res = 2·C_mask − L = (2ρ_mask − 1)·L, and with L > 0 it is
+      positive exactly when ρ_mask > 1/2. When the rule says ``supported``,
+      L = C_mask/ρ_mask > 0 holds as well (both positive), so ρ_mask > 1/2
+      there means C_mask > C_res. The point difference c_mask − c_res is a
+      reported input (``c_mask - c_res (layer 0)``, no interval);
+    - ``count_share`` at layer 0 (C_count / C_mask, the count term's part of the
+      mask source; reported, not used by the rule, but required).
+
+    Rule: :data:`C2_RULE`, headline ``c_mask (layer 0)`` (:data:`C2`). The synthetic controls of methodology §4.4 (C_res = 0 for
+    mask-only heads, clearly non-zero for absolute ones) are not table rows:
+    the test suite checks them (``tests/test_leakage_controls.py``).
+
+    Five rows per model (c_mask at layer 0, c_mask at layer −1, c_res,
+    rho_mask and count_share at layer 0), with the joint verdict.
+
+    Args:
+        leakage: The leakage part (a tidy DataFrame or a :class:`~poslens.measurement.result.Result`).
+
+    Returns:
+        The claims rows, ``{column: value}`` with the columns of :data:`~poslens.study.claim_table.CLAIM_COLUMNS`.
+
+    Example:
+        >>> t = pd.DataFrame([figure_row("c_mask", 0.02, 0.01, 0.03, layer=0),
+        ...                   figure_row("c_mask", 0.01, 0.005, 0.015, layer=-1),
+        ...                   figure_row("c_res", 0.002, -0.001, 0.005, layer=0),
+        ...                   figure_row("rho_mask", 0.9, 0.8, 1.0, layer=0),
+        ...                   figure_row("count_share", 0.9, 0.8, 1.0, layer=0)])
+        >>> [r["verdict"] for r in claim_c2(t)] == ["supported"] * 5
+        True
+    """
+    t = tidy_table(leakage, "leakage")
+    base = dict(head=-1, query_window="all", intervention="none")
+    rows = []
+    for model, variant in runs(rows_where(t, intervention="none"), "leakage", "intervention 'none'"):
+
+        def pick_at(metric: str, layer: int, model: str = model, variant: str = variant) -> Estimate:
+            label = "layer 0" if layer == 0 else "layers >= 1"
+            return pick(t, "leakage", f"{metric} ({label})", metric=metric, layer=layer, model=model, variant=variant, **base)
+
+        mask0, mask_deep, res0, rho0, share0 = (
+            pick_at("c_mask", 0),
+            pick_at("c_mask", -1),
+            pick_at("c_res", 0),
+            pick_at("rho_mask", 0),
+            pick_at("count_share", 0),
+        )
+        figs = (mask0, mask_deep, res0, rho0, share0)
+        outcome = verdict(C2_RULE, figs)
+        difference = Estimate(
+            "c_mask - c_res (layer 0)",
+            mask0.value - res0.value,
+            np.nan,
+            np.nan,
+            "c_mask (layer 0) - c_res (layer 0), a point value: the table holds no interval for it, the rule decides through rho_mask",
+            statistic="difference",
+            metric="",
+            model=model,
+            variant=variant,
+            intervention="none",
+            layer=0,
+            head=-1,
+            query_window="all",
+        )
+        inputs = with_roles(C2_RULE, figs, C2.headline, extra=(Input(difference, REPORTED),))
+        for f in figs:
+            rows.append(claim_row(C2, model_label(model, variant), f, C2_RULE.text(), outcome, inputs))
+    return keyed(rows)
+
+
+# --------------------------------------------------------------------------- C3
+
+
+C3_RULE = Rule(
+    supported_if=(Condition("c_res", "ci_low", ">", ZERO), Condition("reduction", "ci_low", ">", ZERO)),
+    not_supported_if=(Condition("c_res", "ci_high", "<=", ZERO), Condition("reduction", "ci_high", "<=", ZERO)),
+    remark=(
+        "r (key0), the reduction of mean L(log a) over layers >= 2 with key 0 relativized in every layer, is reported "
+        "beside the ablation when the relativize part was run, not used: a null key-0 result does not refute C3 "
+        "by itself (methodology §11)"
+    ),
+)
+"""C3's rule (its words: ``C3_RULE.text()``)."""
+
+
+def claim_c3(leakage: Any, ablation: Any, query_window: str = "early", attribution: Any = None) -> list[dict[str, Any]]:
+    """C3, the residual source runs through position 0 and sink-reading heads.
+
+    Figures, per (model, variant) and per sink-ablation intervention found in
+    ``ablation`` (rows whose intervention starts with ``sink-ablation``):
+
+    - ``c_res`` at the model aggregate (layer −1, head −1: :data:`poslens.measurement.table.COLUMNS`),
+      query window ``early``, intervention ``none``, from ``leakage``;
+    - ``reduction`` = 1 − C_res(ablated)/C_res(baseline) at layer −1, head −1,
+      query window ``early``, from ``ablation``.
+
+    Rule: :data:`C3_RULE`, headline ``reduction`` (:data:`C3`).
+
+    With ``attribution`` (the relativize part), each row also reports the causal
+    figure declared for C3 (methodology §11): ``r (key0)``, the reduction of
+    mean L(log a) over layers ≥ 2 with key 0 relativized in every layer, at the
+    largest calibration size, query window ``all`` (:func:`attribution_estimate`). It is
+    read beside the ablation and does not take part in the verdict: a null
+    key-0 result does not refute C3 by itself.
+
+    Two rows per (model, ablation), with the joint verdict.
+
+    Args:
+        leakage: The leakage part (a tidy DataFrame or a :class:`~poslens.measurement.result.Result`).
+        ablation: The sink-ablation part.
+        query_window: The window the figures are read in.
+        attribution: The relativize part (:class:`~poslens.mechanisms.attribution.Attribution`, or its summary table), or None.
+
+    Returns:
+        The claims rows, ``{column: value}`` with the columns of :data:`~poslens.study.claim_table.CLAIM_COLUMNS`.
+
+    Example:
+        >>> leak = pd.DataFrame([figure_row("c_res", 0.01, 0.005, 0.015, query_window="early")])
+        >>> abl = pd.DataFrame([figure_row("reduction", 0.3, 0.1, 0.5, query_window="early",
+        ...                                intervention="sink-ablation:0.3")])
+        >>> [r["verdict"] for r in claim_c3(leak, abl)]
+        ['supported', 'supported']
+    """
+    leak = tidy_table(leakage, "leakage")
+    abl = tidy_table(ablation, "ablation")
+    sink = abl[abl["intervention"].astype(str).str.startswith("sink-ablation")]
+    summary = None if attribution is None else attribution_tables(attribution)[0]
+    rows = []
+    for model, variant in runs(sink, "ablation", "an intervention starting with 'sink-ablation'"):
+        res = pick(leak, "leakage", metric="c_res", query_window=query_window, intervention="none", model=model, variant=variant, **MODEL_AGGREGATE)
+        causal = () if summary is None else (Input(attribution_estimate(summary, model, variant, "key0"), REPORTED),)
+        labels = rows_where(sink, model=model, variant=variant)["intervention"].drop_duplicates()
+        for label in labels:
+            red = pick(
+                abl, "ablation", metric="reduction", query_window=query_window, intervention=label, model=model, variant=variant, **MODEL_AGGREGATE
+            )
+            outcome = verdict(C3_RULE, (res, red))
+            inputs = with_roles(C3_RULE, (res, red), C3.headline, extra=causal)
+            for f in (res, red):
+                rows.append(claim_row(C3, model_label(model, variant), f, C3_RULE.text(), outcome, inputs))
+    return keyed(rows)
+
+
+C1 = Claim(
+    "C1",
+    "attention patterns carry absolute position",
+    parts=("leakage",),
+    measured_by=("leakage",),
+    rules=(C1_RULE,),
+    headline="leakage_pattern_heldout",
+)
+"""C1: held-out leakage and probe R² at the model aggregate over all queries (:func:`claim_c1`)."""
+
+C2 = Claim(
+    "C2", "the mask source exists by construction", parts=("leakage",), measured_by=("leakage",), rules=(C2_RULE,), headline="c_mask (layer 0)"
+)
+"""C2: C_mask at layer 0 and over layers ≥ 1, and ρ_mask at layer 0 (:func:`claim_c2`)."""
+
+C3 = Claim(
+    "C3",
+    "the residual source runs through position 0 and sink-reading heads",
+    parts=("leakage", "ablation"),
+    measured_by=("leakage", "ablate-sinks"),
+    rules=(C3_RULE,),
+    headline="reduction",
+)
+"""C3: C_res at early queries and its reduction by sink-path ablation (:func:`claim_c3`); reads the relativize part too
+when it was run (reported, not deciding)."""

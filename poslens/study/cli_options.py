@@ -1,0 +1,329 @@
+"""The options the ``poslens`` commands share, and the callbacks that check them when the command line is parsed.
+
+Every callback returns the value it was given (or its normal form) and raises
+``typer.BadParameter`` (BadParameter below) with the reason, so a wrong option stops the command
+before any model is loaded. The options of the measuring commands are the
+settings of the parts (:class:`poslens.study.settings.Settings`); their defaults
+are the quick preset's, so that commands run one after another into one folder agree.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from poslens.errors import InputError, PoslensError
+from poslens.mechanisms.interventions import BosReplacement
+from poslens.model.variants import parse_variant
+from poslens.options import DEFAULTS, MeasureOptions
+from poslens.runtime.disk import ROUTES
+from poslens.runtime.planner import parse_bytes
+from poslens.zoo.family import parse_members
+
+
+def check_max_memory(value: str) -> str:
+    """Check ``--max-memory``: ``free``, ``auto`` or a size such as 8GB.
+
+    Args:
+        value: The option as typed.
+
+    Returns:
+        The value unchanged.
+
+    Raises:
+        BadParameter: When the value is no size.
+
+    Example:
+        >>> check_max_memory("8GB"), check_max_memory("free")
+        ('8GB', 'free')
+    """
+    if value.lower() in ("free", "auto"):
+        return value
+    try:
+        parse_bytes(value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+    return value
+
+
+def check_route(value: str) -> str:
+    """Check ``--counterfactual``: one of the routes ``auto``, ``store``, ``second-pass`` (``poslens.runtime.disk.ROUTES``).
+
+    Args:
+        value: The option as typed.
+
+    Returns:
+        The value unchanged.
+
+    Raises:
+        BadParameter: When the value names no route.
+
+    Example:
+        >>> check_route("store")
+        'store'
+    """
+    if value not in ROUTES:
+        raise typer.BadParameter(f"--counterfactual must be one of {', '.join(ROUTES)}, got {value!r}")
+    return value
+
+
+def check_disk_budget(value: str | None) -> str | None:
+    """Check ``--disk-budget``: a size such as 2GB, or left out.
+
+    Args:
+        value: The option as typed, or ``None``.
+
+    Returns:
+        The value unchanged.
+
+    Raises:
+        BadParameter: When the value is no size.
+
+    Example:
+        >>> check_disk_budget("2GB"), check_disk_budget(None)
+        ('2GB', None)
+    """
+    if value is None:
+        return None
+    try:
+        parse_bytes(value)
+    except ValueError as error:
+        raise typer.BadParameter(f"--disk-budget: {error}") from error
+    return value
+
+
+def check_tau(value: float) -> float:
+    """Check ``--tau`` as :meth:`poslens.options.MeasureOptions.validate` does (nan refused).
+
+    Args:
+        value: The sink-reading threshold τ.
+
+    Returns:
+        The value unchanged.
+
+    Raises:
+        BadParameter: When τ is not in (0, 1].
+
+    Example:
+        >>> check_tau(0.3)
+        0.3
+    """
+    try:
+        MeasureOptions(tau=value).validate()
+    except InputError as error:
+        raise typer.BadParameter(f"--{error}") from error
+    return value
+
+
+def check_bos(value: str) -> str:
+    """Check the form of ``--bos``; the token itself is checked against the tokenizer later.
+
+    Args:
+        value: ``bos``, ``none`` or ``token:<id or string>``.
+
+    Returns:
+        The value unchanged.
+
+    Raises:
+        BadParameter: When the value has none of these forms, or the id is negative.
+
+    Example:
+        >>> check_bos("token:12"), check_bos("none")
+        ('token:12', 'none')
+    """
+    rest = value[len("token:") :] if value.startswith("token:") else None
+    if value in ("bos", "none") or (rest and not (rest.lstrip("-").isdigit() and int(rest) < 0)):
+        return value
+    raise typer.BadParameter(f"{value!r} is not bos, none or token:<id or string> (an id ≥ 0, or a string that is one token)")
+
+
+def check_replacements(values: list[str]) -> list[str]:
+    """Check each ``--replacement``: a BOS replacement :class:`poslens.mechanisms.interventions.BosReplacement` accepts.
+
+    Args:
+        values: The replacements as typed.
+
+    Returns:
+        The values unchanged.
+
+    Raises:
+        BadParameter: When one of them is no replacement.
+
+    Example:
+        >>> check_replacements(["mean", "zero"])
+        ['mean', 'zero']
+    """
+    for value in values:
+        try:
+            BosReplacement(value)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from error
+    return values
+
+
+def check_variant(value: str) -> str:
+    """Check ``--variant`` before any model is loaded.
+
+    Args:
+        value: ``base`` or variants such as ``ntk:4`` joined by ``+``.
+
+    Returns:
+        The value unchanged.
+
+    Raises:
+        BadParameter: When :func:`poslens.model.variants.parse_variant` refuses it.
+
+    Example:
+        >>> check_variant("ntk:4+window:64")
+        'ntk:4+window:64'
+    """
+    try:
+        parse_variant(value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+    return value
+
+
+def check_modes(value: str) -> str:
+    """Check ``--modes``: a comma list of relativization modes, each once.
+
+    Args:
+        value: The option as typed.
+
+    Returns:
+        The modes joined by commas, blanks removed.
+
+    Raises:
+        BadParameter: When a mode is unknown, named twice, or none is given.
+
+    Example:
+        >>> check_modes("all, key0")
+        'all,key0'
+    """
+    from poslens.fit.relativize import MODES
+
+    modes = [m.strip() for m in value.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise typer.BadParameter(
+            f"{value!r} is not a comma list of relativization modes; choose from {', '.join(MODES)} "
+            f"(e.g. --modes {MODES[1]} or --modes {','.join(MODES)})"
+        )
+    if len(set(modes)) < len(modes):
+        raise typer.BadParameter(f"{value!r} names a mode twice; name each of {', '.join(MODES)} at most once")
+    return ",".join(modes)
+
+
+def check_calibration_sizes(value: str | None) -> str | None:
+    """Check the form of ``--calibration-sizes``: a comma list of integers ≥ 2.
+
+    Args:
+        value: The option as typed, or ``None``.
+
+    Returns:
+        The sizes sorted, each once, joined by commas; ``None`` when left out.
+
+    Raises:
+        BadParameter: When a word is not an integer ≥ 2.
+
+    Example:
+        >>> check_calibration_sizes("16,8,8")
+        '8,16'
+    """
+    if value is None:
+        return None
+    words = [w.strip() for w in value.split(",") if w.strip()]
+    if not words or not all(w.isdigit() and int(w) >= 2 for w in words):
+        raise typer.BadParameter(f"{value!r} is not a comma list of calibration sizes (integers ≥ 2, e.g. 8,16)")
+    return ",".join(str(n) for n in sorted({int(w) for w in words}))
+
+
+def check_seeds(value: str) -> str:
+    """Check ``--seeds``: a comma list of integers.
+
+    Args:
+        value: The option as typed.
+
+    Returns:
+        The seeds joined by commas, blanks removed.
+
+    Raises:
+        BadParameter: When a word is not an integer.
+
+    Example:
+        >>> check_seeds("0, 1")
+        '0,1'
+    """
+    words = [w.strip() for w in value.split(",") if w.strip()]
+    if not words or not all(w.lstrip("-").isdigit() for w in words):
+        raise typer.BadParameter(f"{value!r} is not a comma list of integer seeds (e.g. --seeds 0,1)")
+    return ",".join(words)
+
+
+def check_members(value: str) -> str:
+    """Check ``--members``: a comma list of zoo members (:func:`poslens.zoo.family.parse_members`).
+
+    Args:
+        value: The option as typed.
+
+    Returns:
+        The members joined by commas.
+
+    Raises:
+        BadParameter: When a member is unknown.
+
+    Example:
+        >>> check_members("standard,sliding")
+        'standard,sliding'
+    """
+    try:
+        return ",".join(parse_members(value))
+    except PoslensError as error:
+        raise typer.BadParameter(str(error)) from error
+
+
+MODEL = typer.Option("smollm2-135m", help="Registry name, local model folder, or a model id in the local HF cache.")
+VARIANT = typer.Option("base", callback=check_variant, help="Inference-time variant: ntk:<a>, window:<W>, rope-base:<θ>, joined by '+'.")
+BOS = typer.Option("bos", callback=check_bos, help="Position 0: bos, none, or token:<id or string>.")
+CORPUS = typer.Option("docs", help="docs, random, repeat, or a path to .txt/.jsonl/folder.")
+N_SEQS = typer.Option(16, min=1, help="Number of sequences N.")
+SEQ_LEN = typer.Option(128, min=2, help="Tokens per sequence T (position 0 included).")
+SEED = typer.Option(0, help="Seed of the corpus sampling.")
+GROUPS = typer.Option(DEFAULTS.groups, min=2, help="Groups of sequences for the intervals.")
+EARLY = typer.Option(None, min=2, show_default=str(DEFAULTS.early), help="Q: the early window is 1 ≤ i < Q (below --seq-len).")
+BATCH_SIZE = typer.Option(
+    DEFAULTS.batch_size, min=1, help="Largest number of sequences per forward pass (a setting of the part); --max-memory may lower it."
+)
+MAX_MEMORY = typer.Option(
+    "free",
+    "--max-memory",
+    callback=lambda v: check_max_memory(v),
+    help="Memory budget for the whole process, e.g. 8GB or 512MiB; 'free' (default): 80% of the memory free now, "
+    "for the forward pass. Lowers the batch size to what fits, or stops with the numbers and the longest --seq-len that fits.",
+)
+COUNTERFACTUAL = typer.Option(
+    "auto",
+    "--counterfactual",
+    callback=lambda v: check_route(v),
+    help="How the per-sequence counterfactual gets each sequence's row sums: 'store' keeps them on temporary disk (TMPDIR, "
+    "8·L·H·T·(1 + bins) bytes per sequence), 'second-pass' runs the model a second time and keeps nothing, 'auto' (default) "
+    "keeps the store when it fits --disk-budget. The figures are the same.",
+)
+DISK_BUDGET = typer.Option(
+    None,
+    "--disk-budget",
+    callback=lambda v: check_disk_budget(v),
+    help="Most temporary disk the store may take under --counterfactual auto, e.g. 2GB; default the smaller of 4 GB and half the free space.",
+)
+DTYPE = typer.Option("float32", help="Weights' dtype: float32, bfloat16 or float16 (sums stay float64).")
+DEVICE_MAP = typer.Option(None, help="transformers device map, e.g. 'auto' to spread a large model over GPUs.")
+TAU = typer.Option(DEFAULTS.tau, callback=check_tau, help="Sink-reading threshold τ, in (0, 1].")
+TEXT_FIELD = typer.Option("text", help="Field (JSONL) or column (Parquet, saved dataset) that holds the text of a --corpus file.")
+OVERWRITE = typer.Option(
+    False,
+    "--overwrite",
+    help="Measure again a part that poslens made in --out with other settings or from "
+    "input files changed since, replacing it (files poslens did not write are never replaced).",
+)
+OUT = typer.Option(
+    ..., help="Output folder: <command>.parquet, .csv and .sums.npz are written there; parts made with the same settings and input files are reused."
+)

@@ -1,0 +1,299 @@
+"""The cache of the study's parts: a saved part is reused only when its settings and input files match.
+
+A part's table records its settings (``meta["settings"]``), the hashes of its
+input files (``meta["inputs"]``) and a key of both (:func:`part_key`).
+:func:`cached_part` reuses a saved part whose key matches, measures it when
+there is none, and otherwise refuses, naming each difference
+(:class:`SettingsMismatchError`, :class:`~poslens.errors.InputsChangedError`),
+unless ``overwrite`` asks to measure it again. :func:`check_same_settings`
+refuses to combine parts made with different settings. :class:`poslens.study.parts.Study`
+runs every part through this cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from poslens.errors import InputsChangedError, PoslensError, SumsMismatchError
+from poslens.measurement.result import Result
+from poslens.measurement.result_files import saved_files
+from poslens.ownership import check_replaceable, remove_ours
+from poslens.runtime import distributed
+from poslens.study.inputs import changed_inputs, inputs_key
+from poslens.study.settings import OPTION_NAMES, Settings, settings_values
+
+
+class SettingsMismatchError(PoslensError, ValueError):
+    """A saved part was made with other settings than the ones asked for; poslens does not overwrite it.
+
+    Example:
+        >>> issubclass(SettingsMismatchError, ValueError)  # the CLI prints it as one error line
+        True
+    """
+
+
+class MixedSettingsError(PoslensError, ValueError):
+    """Parts given to the claims were made with different settings (or record none); claims would mix them.
+
+    Example:
+        >>> issubclass(MixedSettingsError, ValueError)  # the CLI prints it as one error line
+        True
+    """
+
+
+def _spelled(settings: dict[str, Any], names: list[str]) -> str:
+    return ", ".join(f"{OPTION_NAMES.get(name, name)} {settings[name]}" for name in names)
+
+
+def check_same_settings(parts: dict[str, Result]) -> None:
+    """Raise :class:`MixedSettingsError` unless every two ``parts`` agree on every setting both record.
+
+    ``parts`` maps part names (``"leakage"``, ``"compare"``, …) to results.
+    Parts depend on different settings (the architecture comparison shares
+    only groups, early, seed, corpus and batch size with the others), so only
+    the names present in both parts' ``meta["settings"]`` are compared. A part
+    without ``meta["settings"]`` (written by an older poslens) is refused.
+
+    Args:
+        parts: The study parts, by name.
+
+    Raises:
+        MixedSettingsError: When a part records no settings, or two parts disagree on a setting both record.
+
+    Example:
+        >>> import pandas as pd
+        >>> small = Result(pd.DataFrame(), {"settings": {"n_seqs": 2, "seq_len": 32, "tau": 0.3}})
+        >>> large = Result(pd.DataFrame(), {"settings": {"n_seqs": 16, "seq_len": 128, "tau": 0.3}})
+        >>> check_same_settings({"leakage": large, "sinks": large})
+        >>> try:
+        ...     check_same_settings({"leakage": small, "bos-swap": large})
+        ... except MixedSettingsError as error:
+        ...     print(error)
+        leakage.parquet (--n-seqs 2, --seq-len 32) and bos-swap.parquet (--n-seqs 16, --seq-len 128) were made with
+        different settings; claims would mix them. Remeasure one of them into its own --out.
+    """
+    unrecorded = [name for name, part in parts.items() if not part.meta.get("settings")]
+    if unrecorded:
+        listed = ", ".join(f"{name}.parquet" for name in unrecorded)
+        raise MixedSettingsError(
+            f"{listed} record(s) no settings (written by an older poslens), so claims cannot check that they match the "
+            f"other parts. Measure again: " + ", ".join(f"poslens {name}" for name in unrecorded) + " into a new --out."
+        )
+    conflicts = []
+    names = list(parts)
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            a, b = parts[first].meta["settings"], parts[second].meta["settings"]
+            differing = [name for name in a if name in b and a[name] != b[name]]
+            if differing:
+                conflicts.append(
+                    f"{first}.parquet ({_spelled(a, differing)}) and {second}.parquet ({_spelled(b, differing)}) were made with different settings"
+                )
+    if conflicts:
+        raise MixedSettingsError("; ".join(conflicts) + "; claims would mix them. Remeasure one of them into its own --out.")
+
+
+def complete_parts(out: str | Path, settings: Settings, names: list[str]) -> list[str]:
+    """The parts among ``names`` saved in ``out`` with ``settings``: those a rerun would reuse.
+
+    Args:
+        out: The study folder.
+        settings: The study's settings.
+        names: Part names.
+
+    Returns:
+        The names of the parts a rerun would reuse, in the order given.
+
+    Example:
+        >>> complete_parts("no/such/folder", Settings(), ["leakage", "sinks"])
+        []
+    """
+    complete = []
+    for name in names:
+        path = Path(out) / ("attribution.json" if name == "relativize" else f"{name}.parquet")
+        try:
+            if not path.exists():
+                saved = None
+            elif name == "relativize":
+                saved = json.loads(path.read_text()).get("settings")
+            else:
+                saved = Result.load(path).meta.get("settings")
+        except Exception:  # unreadable: a rerun computes it again
+            saved = None
+        if saved and saved == settings_values(settings, tuple(saved)):
+            complete.append(name)
+    return complete
+
+
+def mismatch_message(path: Path, saved: dict[str, Any] | None, wanted: dict[str, Any]) -> str:
+    """The message for a part at ``path`` made with ``saved`` settings when ``wanted`` were asked for.
+
+    Args:
+        path: The saved part's file.
+        saved: The settings it records (``None``: none).
+        wanted: The settings asked for.
+
+    Returns:
+        The message, naming each setting that differs.
+
+    Example:
+        >>> print(mismatch_message(Path("out/leakage.parquet"), {"n_seqs": 32, "seq_len": 256},
+        ...                        {"n_seqs": 16, "seq_len": 256}))
+        out/leakage.parquet was made with other settings: --n-seqs 32 there, 16 now.
+        poslens does not overwrite it: pass the same settings, choose another --out, or pass --overwrite to measure it again.
+    """
+    if not saved:
+        differing = "settings this version of poslens cannot read"
+    else:
+        differing = ", ".join(
+            f"{OPTION_NAMES.get(name, name)} {saved.get(name, '(not recorded)')} there, {value} now"
+            for name, value in wanted.items()
+            if saved.get(name) != value
+        )
+    return (
+        f"{path} was made with other settings: {differing}. poslens does not overwrite it: "
+        "pass the same settings, choose another --out, or pass --overwrite to measure it again."
+    )
+
+
+def part_key(settings: Settings, names: tuple[str, ...], inputs: dict[str, str]) -> str:
+    """The reuse key of a part: a short hash of the settings ``names`` and of the input files' hashes.
+
+    Args:
+        settings: The study's settings.
+        names: The settings the part depends on.
+        inputs: ``{file: sha256}`` of the part's input files.
+
+    Returns:
+        The first 16 hex digits of a SHA-256.
+
+    Example:
+        >>> from poslens.study.settings import MEASURE_KEYS
+        >>> part_key(Settings(), MEASURE_KEYS, {"c.txt": "00"}) == part_key(Settings(), MEASURE_KEYS, {"c.txt": "01"})
+        False
+    """
+    return hashlib.sha256(f"{settings.key(*names)}|{inputs_key(inputs)}".encode()).hexdigest()[:16]
+
+
+def cached_part(
+    out: Path,
+    name: str,
+    settings: Settings,
+    names: tuple[str, ...],
+    compute: Callable[[], Result],
+    log: Callable[[str], None] = print,
+    inputs: dict[str, str] | None = None,
+    overwrite: bool = False,
+    written: list[Path] | None = None,
+) -> Result:
+    """Load ``out/name.parquet`` if it was made with the same settings ``names`` and inputs, else compute and save it.
+
+    A part made with other settings, or from input files whose bytes changed
+    since, is not reused and not overwritten: :class:`SettingsMismatchError`
+    or :class:`~poslens.errors.InputsChangedError` names each difference, unless
+    ``overwrite`` is set. A part whose ``.sums.npz`` is missing or belongs to
+    another table is refused likewise (:class:`~poslens.errors.SumsMismatchError`).
+    An unreadable part that poslens wrote is computed again, and the log says so.
+    Before computing, each file the part will write is checked: one that
+    poslens did not write is never replaced (:class:`~poslens.errors.OutputConflictError`).
+
+    Args:
+        out: the output folder.
+        name: the part's name (its file is ``name.parquet``).
+        settings: the study's settings.
+        names: the settings the part depends on.
+        compute: makes the part.
+        log: where progress lines go.
+        inputs: ``{file: sha256}`` of the part's input files (:mod:`poslens.study.inputs`).
+        overwrite: measure again a part poslens made with other settings or inputs, replacing its files.
+        written: if given, the files written are appended to it.
+
+    Returns:
+        The part, reused or computed.
+
+    Raises:
+        SettingsMismatchError: When the saved part was made with other settings (and not ``overwrite``).
+        InputsChangedError: When the saved part's input files changed since (and not ``overwrite``).
+        SumsMismatchError: When the saved part's ``.sums.npz`` is missing or another table's (and not ``overwrite``).
+        OutputConflictError: When a file the part would write was not written by poslens.
+
+    Example:
+        >>> cached_part(Path("results"), "leakage", settings, MEASURE_KEYS, lambda: ...)  # doctest: +SKIP
+    """
+    path = Path(out) / f"{name}.parquet"
+    inputs = dict(inputs or {})
+    key = part_key(settings, names, inputs)
+    wanted = settings_values(settings, names)
+    if path.exists():
+        try:
+            previous = Result.load(path)
+        except SumsMismatchError as error:
+            if not overwrite:
+                raise
+            log(f"[{name}] {error}; measuring it again (--overwrite)")
+            remove_ours(_part_files(path))
+        except Exception as error:  # an unreadable part is computed again, loudly
+            log(f"[{name}] {path} cannot be read ({type(error).__name__}: {error}); computing it again")
+            remove_ours(_part_files(path))
+        else:
+            if previous.meta.get("settings_key") == key:
+                log(f"[{name}] reusing {path}")
+                return previous
+            if not overwrite:
+                raise refusal_error(path, previous.meta, wanted, inputs)
+            log(f"[{name}] {path} was made with other settings or inputs; measuring it again (--overwrite)")
+            remove_ours(_part_files(path))
+    for target in _part_files(path):
+        check_replaceable(target)  # a file poslens did not write stops the part before it is computed
+    log(f"[{name}] computing")
+    start = time.perf_counter()
+    result = compute()
+    result.meta["settings_key"] = key
+    result.meta["settings"] = wanted
+    result.meta["inputs"] = inputs
+    result.meta["part_seconds"] = time.perf_counter() - start
+    if distributed.is_main():  # under torchrun, rank 0 writes
+        result.save(path)
+        files = saved_files(path, result)
+        if written is not None:
+            written.extend(files)
+        log(f"[{name}] done in {result.meta['part_seconds']:.0f} s -> " + ", ".join(str(f) for f in files))
+    return result
+
+
+def _part_files(path: Path) -> list[Path]:
+    return [path, path.with_suffix(".csv"), path.with_suffix(".sums.npz")]
+
+
+def refusal_error(path: Path, saved_meta: dict[str, Any], wanted: dict[str, Any], inputs: dict[str, str]) -> PoslensError:
+    """The error for a saved part whose key differs: its settings differ, or its input files changed.
+
+    Args:
+        path: The saved part's table.
+        saved_meta: Its metadata (``settings``, and ``inputs`` unless an older poslens made it).
+        wanted: The settings the part is wanted with.
+        inputs: The hashes of the input files now.
+
+    Returns:
+        A :class:`SettingsMismatchError` when the settings differ, else an :class:`~poslens.errors.InputsChangedError`.
+
+    Example:
+        >>> error = refusal_error(Path("out/leakage.parquet"), {"settings": {"seed": 0}}, {"seed": 1}, {})
+        >>> type(error).__name__, "seed" in str(error)
+        ('SettingsMismatchError', True)
+    """
+    saved = saved_meta.get("settings")
+    if not saved or saved != wanted:
+        return SettingsMismatchError(mismatch_message(path, saved, wanted))
+    if "inputs" not in saved_meta:
+        what = "it was made by an older poslens that did not record the hashes of its input files"
+    else:
+        what = "; ".join(changed_inputs(saved_meta["inputs"], inputs)) + f" since {path.name} was made"
+    return InputsChangedError(
+        f"{path}: {what}. poslens does not reuse or overwrite it: pass --overwrite to measure it again, or choose another --out."
+    )

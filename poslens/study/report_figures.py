@@ -1,0 +1,213 @@
+"""The report's figures: which plotly figures each claim shows, with their captions, from the study parts present.
+
+The figures are drawn by :mod:`poslens.measurement.plots` from the parts'
+tidy tables; no statistics are computed here. Each caption says what the
+figure shows, which of its figures the claim reads, and, for parts made from
+4-bit quantized weights, that they were (:func:`poslens.measurement.display.quantized_note`).
+:mod:`poslens.study.report` puts the figures on the page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from poslens.measurement import intervention_plots, plots
+from poslens.measurement.display import quantized_note
+from poslens.measurement.result import Result
+from poslens.mechanisms.comparisons import comparison_table
+from poslens.study.claims import STATEMENTS
+
+
+def _caption(*pieces: str) -> str:
+    return " ".join(piece for piece in pieces if piece)
+
+
+def _with_ablation(leakage: Result, ablation: Result) -> pd.DataFrame:
+    """Per-layer C_res and C_mask before and after the sink-path ablation: sources_by_layer draws one panel per run."""
+    after = ablation.table[ablation.table["metric"].isin(["c_res", "c_mask"])]
+    before = leakage.table[leakage.table["metric"].isin(["c_res", "c_mask"]) & (leakage.table["intervention"] == "none")]
+    return pd.concat([before, after], ignore_index=True)
+
+
+_REDUCTION_NOTE = "a reduction above 100% means C_res changed sign: the intervention reversed it rather than only removing it; below 0, C_res grew"
+
+
+def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[str, list[tuple[go.Figure, str]]]:
+    """The figures of each claim with their captions, from whichever parts are present.
+
+    Args:
+        parts: The study parts present, by name (``leakage``, ``sinks``, ``ablate-sinks``, ``compare``, ``relativize``,
+            ``bos-swap``, ``fingerprint``).
+        settings: The study's settings (``early``, ``tau``, ``compare_seqs``, … are quoted in the captions).
+
+    Returns:
+        Claim → ``[(figure, caption)]``; a claim with no part present has an empty list.
+
+    Example:
+        >>> figures = claim_figures({}, {})
+        >>> sorted(figures), figures["C1"]
+        (['C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7'], [])
+    """
+    figures: dict[str, list[tuple[go.Figure, str]]] = {claim: [] for claim in STATEMENTS}
+    if "leakage" in parts:
+        leakage = parts["leakage"]
+        note = quantized_note(leakage)
+        figures["C1"].append(
+            (
+                plots.leakage_heatmap(leakage.table),
+                _caption(
+                    "Binned ΔR² of log attention weights on absolute query position beyond offset, per head (all queries). "
+                    "C1 reads its held-out version at the model aggregate, and the held-out R² of a probe of position from the "
+                    "layers' attention-row features (methodology §3.3). A negative held-out figure means the fit predicts held-out "
+                    "sequences worse than their mean (for ΔR²: than the offset alone): no decodable signal at this size.",
+                    note,
+                ),
+            )
+        )
+        figures["C2"].append(
+            (
+                plots.sources_by_layer(leakage.table, "all", "C_res and C_mask by layer (all queries)"),
+                _caption(
+                    "C_mask is the part of the pattern's absolute-position leakage ΔR² that each head's mask-only "
+                    "counterfactual reproduces, C_res the rest, which the residual stream supplies (methodology §4). "
+                    "C2 reads C_mask at layer 0 and over layers ≥ 1, and the mask's share ρ_mask at layer 0.",
+                    note,
+                ),
+            )
+        )
+        ablation = parts.get("ablate-sinks")
+        if ablation is not None and not ablation.table.empty:
+            figures["C3"].append(
+                (
+                    plots.sources_by_layer(
+                        _with_ablation(leakage, ablation),
+                        "early",
+                        "C_res and C_mask by layer at early queries, before and after the sink-path ablation",
+                    ),
+                    _caption(
+                        f"Left: the baseline; right: with the sink path of the sink-reading heads ablated. Early queries 1 ≤ i < "
+                        f"{settings.get('early')}. C3 reads C_res over layers ≥ 1 and its reduction, 1 − C_res(after)/C_res(before) "
+                        f"({_REDUCTION_NOTE}).",
+                        quantized_note(leakage, ablation),
+                    ),
+                )
+            )
+        else:
+            figures["C3"].append(
+                (
+                    plots.sources_by_layer(leakage.table, "early", "C_res and C_mask by layer at early queries"),
+                    _caption(f"Early queries 1 ≤ i < {settings.get('early')}; the sink-path ablation C3 also needs is not in this report.", note),
+                )
+            )
+    if "sinks" in parts:
+        tau = settings.get("tau", 0.3)
+        sink_figure = plots.sink_scores(parts["sinks"].table, tau)
+        # in the claim's narrower column the colour bar between the panels would cover the count panel's axis
+        sink_figure.update_traces(colorbar=dict(x=1.02), selector=dict(type="heatmap"))
+        figures["C3"].append(
+            (
+                sink_figure,
+                _caption(
+                    "Sink score (mean over queries i ≥ 1 of the weight on key 0) per head, "
+                    f"and the number of heads at or above τ = {tau} per layer: the sink-reading heads whose path C3 ablates "
+                    "(interval: heads whose score interval lies wholly above τ … heads whose interval reaches τ).",
+                    quantized_note(parts["sinks"]),
+                ),
+            )
+        )
+    if "compare" in parts:
+        c = parts["compare"]
+        compare_figure = plots.sources_by_layer(c.table, "all", "C_res and C_mask by layer across architectures (all queries)")
+        compare_figure.update_annotations(font_size=11)  # one panel title per case, side by side in the claim's column
+        figures["C4"].append(
+            (
+                compare_figure,
+                _caption(
+                    "Each panel is one case: standard RoPE (smollm2-135m base), NTK-scaled RoPE and imposed windows "
+                    "(inference-time variants of smollm2-135m, labelled by their variant) and gemma3-270m's native sliding window. "
+                    "C_mask is the part of the pattern's absolute-position leakage ΔR² that each head's mask-only counterfactual "
+                    "(its relative kernel and a constant sink, renormalized over the visible keys, per sequence) reproduces; "
+                    "C_res the rest, which the residual stream supplies (methodology §4, version 2). "
+                    "All queries 1 ≤ i < T: a window of W changes nothing "
+                    "for queries i < W, so early queries cannot tell the cases apart. "
+                    f"{settings.get('compare_seqs')} sequences × {settings.get('compare_len')} tokens per case.",
+                    quantized_note(c),
+                ),
+            )
+        )
+    if "compare" in parts:
+        comparisons = comparison_table(parts["compare"])
+        paired = comparisons[(comparisons["kind"] == "paired") & (comparisons["metric"] == "c_res")]
+        if any(str(v).startswith(("ntk:", "window:")) for v in paired["variant"]):
+            figures["C4"].append(
+                (
+                    intervention_plots.plot_dose_response(comparisons, "c_res", "all"),
+                    _caption(
+                        "Each variant's C_res (mean over layers ≥ 1, all queries) minus its base model's, on the same token "
+                        "ids and groups, with the paired delete-one-group jackknife 95% interval; the panel titles give "
+                        "the least-squares slope per doubling of α or W and its interval (methodology §9.1). C4 reads "
+                        "these differences and slopes, not whether two cases' own intervals overlap.",
+                        quantized_note(parts["compare"]),
+                    ),
+                )
+            )
+    if "relativize" in parts:
+        attribution = parts["relativize"]
+        record = settings.get("relativize_seqs"), settings.get("relativize_len")
+        figures["C7"].append(
+            (
+                intervention_plots.plot_attribution(attribution.table, "all"),
+                _caption(
+                    "L(log a) by layer, all queries, unedited and with every layer relativized (methodology §11): the edited "
+                    "curve at layer l is measured with layers < l edited and layer l as the model computes it, so layer 0 "
+                    "is the negative control. 'every column' removes each head's whole absolute logit component, 'key 0 "
+                    "only' its key-0 term per query bin, 'all but key 0' the rest; the placebo subtracts a purely relative "
+                    "kernel of the same norm. C7 reads r = 1 − mean over layers ≥ 2 of the edited L over the unedited one "
+                    "under 'every column'; C3 reports the same under 'key 0 only'. "
+                    f"{record[0]} sequences × {record[1]} tokens; paired delete-one-group jackknife 95% intervals.",
+                    quantized_note(attribution),
+                ),
+            )
+        )
+        if len(attribution.loss):
+            figures["C7"].append(
+                (
+                    intervention_plots.plot_loss_change(attribution.loss),
+                    _caption(
+                        "What each edit costs the model: the change in next-token loss (nats per token) per query bin, "
+                        "beside the purely relative placebo of the same norm. An edit that costs far more than its "
+                        "placebo runs the model off its distribution for reasons that are about position.",
+                        quantized_note(attribution),
+                    ),
+                )
+            )
+    if "bos-swap" in parts:
+        swap = parts["bos-swap"]
+        figures["C5"].append(
+            (
+                plots.reductions(swap.table, "early"),
+                _caption(
+                    "Reduction of C_res at early queries, 1 − C_res(after)/C_res(before), for each BOS-embedding replacement; "
+                    f"paired delete-one-group jackknife 95% intervals. {_REDUCTION_NOTE[:1].upper() + _REDUCTION_NOTE[1:]}. "
+                    "The dotted line marks the 40% of claim C5.",
+                    quantized_note(swap),
+                ),
+            )
+        )
+    if "fingerprint" in parts:
+        meta = parts["fingerprint"].meta
+        figures["C6"].append(
+            (
+                plots.dispersion(parts["fingerprint"].table),
+                _caption(
+                    "Relative dispersion of the position-0 residual stream across inputs, by layer: with an auto-prepended BOS it is "
+                    "zero up to floating point; without BOS position 0 holds the first text token and the trajectory varies. "
+                    f"Settings: {meta.get('settings', {})}.",
+                    quantized_note(parts["fingerprint"]),
+                ),
+            )
+        )
+    return figures
