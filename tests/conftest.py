@@ -5,10 +5,13 @@ once per test session:
 
 - ``tiny_llama_dir``, ``tiny_mistral_dir``, ``tiny_gemma3_dir``: folders holding
   a tiny random Llama, Mistral (sliding window 8) and Gemma 3 (mixed windows),
-  made by :func:`poslens.model.tiny.save_tiny_model`, ready for ``load_model``;
+  made by :func:`poslens.testing.save_tiny_model`, ready for ``load_model``;
 - ``smollm2``, ``gemma3``: the embedded 4-bit models as :class:`poslens.PosModel`.
-  Tests that use them are marked ``embedded`` automatically, so
-  ``pytest -m "not embedded"`` runs the fast set only.
+  Tests that use them are marked ``embedded`` automatically.
+
+Every test also gets one kind marker (``unit``, ``integration``, ``notebooks``,
+``docs``, ``browser``) from its file, as :mod:`suite_kinds` says: ``pytest -m unit``
+(``make test-fast``) runs the fast set only.
 
 The jaxtyping shape annotations of :mod:`poslens.fit` and :mod:`poslens.capture`
 are checked at run time (beartype) for the whole session: the import hook is
@@ -25,6 +28,7 @@ import os
 from pathlib import Path
 
 import pytest
+from suite_kinds import kind_of
 
 # Never reach the network from a test: everything must come from disk.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -37,10 +41,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if any(name in getattr(item, "fixturenames", ()) for name in EMBEDDED_FIXTURES):
             item.add_marker(pytest.mark.embedded)
+        kind = kind_of(item.path, embedded=item.get_closest_marker("embedded") is not None, function=getattr(item, "originalname", item.name))
+        item.add_marker(getattr(pytest.mark, kind))
 
 
 def _tiny_dir(tmp_path_factory: pytest.TempPathFactory, kind: str) -> Path:
-    from poslens.model.tiny import save_tiny_model
+    from poslens.testing import save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp(f"tiny_{kind}"), kind)
 

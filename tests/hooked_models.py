@@ -1,5 +1,5 @@
 """Test helpers for TransformerLens 3.x: the version guard, a rotary HookedTransformer from a tiny Llama
-(:func:`poslens.model.tiny.hooked_llama`), and a float64-exact transformers Llama to compare it with."""
+(:func:`poslens.testing.hooked_llama`), and a float64-exact transformers Llama to compare it with."""
 
 from __future__ import annotations
 
@@ -17,14 +17,15 @@ def require_transformer_lens_3():
     if not version.startswith("3."):
         if os.environ.get("POSLENS_REQUIRE_TL3") == "1":
             pytest.fail(f"POSLENS_REQUIRE_TL3=1 but TransformerLens {version} is installed, not 3.x")
-        pytest.skip(f"needs TransformerLens 3.x (HookedTransformer); {version} is installed. "
-                    "make test runs these with the TransformerLens 3.9 overlay")
+        pytest.skip(
+            f"needs TransformerLens 3.x (HookedTransformer); {version} is installed. make test runs these with the TransformerLens 3.9 overlay"
+        )
     return version
 
 
 def hooked_from_hf_llama(hf, tokenizer, cls=None):
     """A rotary HookedTransformer (or ``cls``, e.g. SAELens's HookedSAETransformer) with ``hf``'s weights, in ``hf``'s dtype."""
-    from poslens.model.tiny import hooked_llama
+    from poslens.testing import hooked_llama
 
     return hooked_llama(hf, tokenizer, cls)
 

@@ -37,76 +37,21 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
+from metric_table import PER_HEAD, PER_SEQUENCE, SATURATED, SHARES  # noqa: F401 (re-exported: nr.PER_HEAD, nr.SHARES)
 from scipy import linalg, stats
 
 from poslens.model.hooks import attn_scores, run_with_hooks
 
 FMIN32 = float(torch.finfo(torch.float32).min)
 
-# Metrics this reference computes per (layer, window, head).
-PER_HEAD = (
-    "leakage_pattern",
-    "leakage_logit",
-    "leakage_pattern_saturated",
-    "leakage_logit_saturated",
-    "leakage_linear",
-    "leakage_count",
-    # methodology §4 version 2 with the per-sequence, cross-fitted counterfactual (the headline)
-    "c_res",
-    "c_mask",
-    "rho_res",
-    "rho_mask",
-    "c_count",
-    "count_share",
-    "c_res_saturated",
-    "c_mask_saturated",
-    "rho_res_saturated",
-    "rho_mask_saturated",
-    "c_count_saturated",
-    "count_share_saturated",
-    # methodology §4 version 2 with the mean-field counterfactual (additive P)
-    "c_res_meanfield",
-    "c_mask_meanfield",
-    "rho_res_meanfield",
-    "rho_mask_meanfield",
-    # methodology §4.5: version 1's logit split, for comparison only
-    "c_res_logit",
-    "c_mask_logit",
-    "key0_mass",
-    "entropy",
-    "self_mass",
-    "max_mass",
-)
-# Ratios of components: an aggregate of one is the ratio of aggregated components, not a mean of ratios.
-SHARES = (
-    "rho_res",
-    "rho_mask",
-    "count_share",
-    "rho_res_saturated",
-    "rho_mask_saturated",
-    "count_share_saturated",
-    "rho_res_meanfield",
-    "rho_mask_meanfield",
-)
-# Figures that need the per-sequence counterfactual: NaN when layer_metrics gets neither groups nor log_ap.
-PER_SEQUENCE = (
-    "c_res",
-    "c_mask",
-    "rho_res",
-    "rho_mask",
-    "count_share",
-    "c_res_saturated",
-    "c_mask_saturated",
-    "rho_res_saturated",
-    "rho_mask_saturated",
-    "count_share_saturated",
-)
-# Figures that need the saturated (cell one-hot) fit: NaN under saturated=False.
-SATURATED = tuple(m for m in PER_HEAD if m.endswith("_saturated"))
+# The metric names come from the tests' one copy of the metric table (metric_table.py, independent of poslens):
+# PER_HEAD, the figures this reference computes per (layer, window, head); SHARES, the ratios of components;
+# PER_SEQUENCE, NaN when layer_metrics gets neither groups nor log_ap; SATURATED, NaN under saturated=False.
 
 
 def _openblas_thread_controls() -> list[tuple[Callable, Callable]]:
@@ -151,7 +96,7 @@ def single_threaded_blas() -> Iterator[None]:
     try:
         yield
     finally:
-        for (set_, _), n in zip(controls, saved):
+        for (set_, _), n in zip(controls, saved, strict=False):
             set_(n)
 
 
@@ -249,6 +194,7 @@ def fitted(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     scale = np.abs(x).sum(0).max() * max(np.abs(y).max(), 1.0)
     assert np.abs(x.T @ (y - f)).max() <= 1e-10 * scale, "least-squares fit did not converge"
     return f
+
 
 class PairData:
     """The pair-level dataset of one layer and one query window.
@@ -618,11 +564,7 @@ def naive_table(
     count: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> dict:
     """{(layer, window): {metric: [H]}} for every layer of a captured model (per-sequence figures cross-fitted over ``groups``)."""
-    return {
-        (layer, w): layer_metrics(PairData(s, binning, w, count), groups=groups)
-        for layer, s in enumerate(scores)
-        for w in windows
-    }
+    return {(layer, w): layer_metrics(PairData(s, binning, w, count), groups=groups) for layer, s in enumerate(scores) for w in windows}
 
 
 def intervals(
@@ -686,7 +628,4 @@ def reference_intervals(
 
 def lookup(frame) -> dict:
     """(layer, head, window, metric) -> (value, ci_low, ci_high) from a measure table."""
-    return {
-        (int(r.layer), int(r.head), r.query_window, r.metric): (r.value, r.ci_low, r.ci_high)
-        for r in frame.itertuples(index=False)
-    }
+    return {(int(r.layer), int(r.head), r.query_window, r.metric): (r.value, r.ci_low, r.ci_high) for r in frame.itertuples(index=False)}

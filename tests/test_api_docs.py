@@ -67,10 +67,7 @@ def _documented_pages() -> set[str]:
 def test_no_raw_role_is_left(loaded) -> None:
     pkg, _ = loaded
     left = [
-        f"{obj.path}: {match.group(0)}…"
-        for obj in _objects(pkg)
-        if obj.docstring is not None
-        for match in RAW_ROLE.finditer(obj.docstring.value)
+        f"{obj.path}: {match.group(0)}…" for obj in _objects(pkg) if obj.docstring is not None for match in RAW_ROLE.finditer(obj.docstring.value)
     ]
     assert not left, "Sphinx roles the API pages would show raw:\n" + "\n".join(left)
 

@@ -20,7 +20,7 @@ from poslens.measurement.pipeline import collect_sums
 from poslens.measurement.result import Result, concat
 from poslens.mechanisms import effects
 from poslens.mechanisms.fingerprint import fingerprint
-from poslens.model.loading import require_pos_model
+from poslens.model.guards import require_pos_model
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +93,12 @@ def test_known_choices_still_work(result):
 def test_value_over_several_runs_names_them(result):
     swapped = Result(result.table.assign(intervention="bos:mean"))
     both = concat([result, swapped])
-    with raises(ValueError, "2 rows for metric='c_res', window='early', layer=-1, head=-1 come from 2 runs "
-                            "(model/variant/intervention: " + f"{result.table['model'].iloc[0]}/base/none; "
-                            f"{result.table['model'].iloc[0]}/base/bos:mean)"):
+    with raises(
+        ValueError,
+        "2 rows for metric='c_res', window='early', layer=-1, head=-1 come from 2 runs "
+        "(model/variant/intervention: " + f"{result.table['model'].iloc[0]}/base/none; "
+        f"{result.table['model'].iloc[0]}/base/bos:mean)",
+    ):
         both.value("c_res", "early")
     assert len(both.select("c_res", "early", -1, -1)) == 2
 
@@ -136,9 +139,11 @@ def test_reduction_names_metrics_and_windows(result):
 
 
 def test_bridge_is_refused_with_the_way_to_load(model, corpus):
-    for call, where in ((lambda m: poslens.measure(m, corpus, groups=2, progress=False), "measure()"),
-                        (lambda m: collect_sums(m, corpus, groups=2, progress=False), "collect_sums()"),
-                        (lambda m: fingerprint(m, n_seqs=4, seq_len=8, groups=2), "fingerprint()")):
+    for call, where in (
+        (lambda m: poslens.measure(m, corpus, groups=2, progress=False), "measure()"),
+        (lambda m: collect_sums(m, corpus, groups=2, progress=False), "collect_sums()"),
+        (lambda m: fingerprint(m, n_seqs=4, seq_len=8, groups=2), "fingerprint()"),
+    ):
         with raises(TypeError, f"{where} needs a model loaded by poslens.load_model(...) (a PosModel); got TransformerBridge. ") as caught:
             call(model.bridge)
         assert "Wrap it first, as it is: model = poslens.load_model(bridge)" in str(caught.value)
@@ -158,10 +163,14 @@ def test_hf_model_is_refused_and_the_advice_works(corpus, result, tiny_llama_dir
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     hf = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
-    with raises(TypeError, "measure() needs a model loaded by poslens.load_model(...) (a PosModel); got LlamaForCausalLM. "
-                           "Wrap it first, as it is: model = poslens.load_model(hf_model, tokenizer=tokenizer)"):
+    with raises(
+        TypeError,
+        "measure() needs a model loaded by poslens.load_model(...) (a PosModel); got LlamaForCausalLM. "
+        "Wrap it first, as it is: model = poslens.load_model(hf_model, tokenizer=tokenizer)",
+    ):
         poslens.measure(hf, corpus, progress=False)
     # following the advice gives a model that measures the same figures
-    again = poslens.measure(poslens.load_model(hf, tokenizer=AutoTokenizer.from_pretrained(tiny_llama_dir)), corpus, groups=2,
-                            early=4, progress=False)
+    again = poslens.measure(
+        poslens.load_model(hf, tokenizer=AutoTokenizer.from_pretrained(tiny_llama_dir)), corpus, groups=2, early=4, progress=False
+    )
     assert again.value("c_res", "early") == pytest.approx(result.value("c_res", "early"), abs=1e-10)

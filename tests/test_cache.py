@@ -167,9 +167,7 @@ def test_concurrent_processes_build_once(cache, tmp_path):
     counter = tmp_path / "count.txt"
     barrier = context.Barrier(3)
     queue = context.Queue()
-    processes = [
-        context.Process(target=_process_worker, args=(str(cache), str(counter), barrier, queue)) for _ in range(3)
-    ]
+    processes = [context.Process(target=_process_worker, args=(str(cache), str(counter), barrier, queue)) for _ in range(3)]
     for process in processes:
         process.start()
     outcomes = [queue.get(timeout=60) for _ in processes]

@@ -1,11 +1,11 @@
 """The capture's sync-free path: the same sums as the host path, deferred errors, and no host synchronization.
 
-``LeakageCapture(sync_free=True)`` is the path CUDA takes by default; here it is
+``CellSumCapture(sync_free=True)`` is the path CUDA takes by default; here it is
 forced on the CPU. It must give the host path's sums to 1e-12 (relative to each
 field's largest entry), the row-bin store's arrays, and the same
 :class:`NonFiniteScoresError` / :class:`MaskMismatchError` messages once
-:meth:`LeakageCapture.flush` runs. A ``TorchDispatchMode`` records every aten op
-that :meth:`LeakageCapture.reduce` issues: on the sync-free path none may force a
+:meth:`CellSumCapture.flush` runs. A ``TorchDispatchMode`` records every aten op
+that :meth:`CellSumCapture.reduce` issues: on the sync-free path none may force a
 host synchronization, and their number may not grow with the number of heads.
 """
 
@@ -20,31 +20,32 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import poslens
-from poslens.capture.leakage_capture import LeakageCapture, MaskMismatchError, NonFiniteScoresError
+from poslens.capture.cell_sum_capture import CellSumCapture
 from poslens.capture.row_bin_store import RowBinStore
+from poslens.capture.score_checks import MaskMismatchError, NonFiniteScoresError
 from poslens.fit.binning import Binning
 from poslens.model.hooks import attn_scores, run_with_hooks
 
 T, EARLY = 40, 12
-WINDOWS = [None, 7]  # a causal and a sliding-window layer
+SLIDING_WINDOWS = [None, 7]  # a causal and a sliding-window layer
 SYNC_OPS = {"aten._local_scalar_dense", "aten.nonzero", "aten.is_nonzero", "aten.item"}  # each waits for the device
 
 
-def _scores(n: int, heads: int, window: int | None, seed: int, t: int = T) -> torch.Tensor:
+def _scores(n: int, heads: int, sliding_window: int | None, seed: int, t: int = T) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     s = torch.randn(n, heads, t, t, generator=g, dtype=torch.float32) * 2.0 + 0.5
     i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
-    hidden = (j > i) if window is None else (j > i) | (i - j >= window)
+    hidden = (j > i) if sliding_window is None else (j > i) | (i - j >= sliding_window)
     return s.masked_fill(hidden, torch.finfo(torch.float32).min)
 
 
-def _capture(heads: int, sync_free: bool | None, block_elements: int, windows=WINDOWS, probe: bool = True) -> LeakageCapture:
-    model = SimpleNamespace(n_layers=len(windows), n_heads=heads, window=list(windows))
+def _capture(heads: int, sync_free: bool | None, block_elements: int, sliding_windows=SLIDING_WINDOWS, probe: bool = True) -> CellSumCapture:
+    model = SimpleNamespace(n_layers=len(sliding_windows), n_heads=heads, sliding_windows=list(sliding_windows))
     binning = Binning(T, early=EARLY)
-    return LeakageCapture(model, binning, groups=3, probe=probe, store=RowBinStore(), block_elements=block_elements, sync_free=sync_free)
+    return CellSumCapture(model, binning, groups=3, probe=probe, store=RowBinStore(), block_elements=block_elements, sync_free=sync_free)
 
 
-def _run(capture: LeakageCapture, batches: dict) -> None:
+def _run(capture: CellSumCapture, batches: dict) -> None:
     """Two passes per group, each: structure, every layer's reduce(), then flush() (as the pipeline does)."""
     for (group, _), per_layer in batches.items():
         capture.group = group
@@ -62,21 +63,21 @@ def _close(fast: np.ndarray, ref: np.ndarray, what: str) -> None:
 def _dense_logit_sums(batches: dict, binning: Binning, heads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Σ of visible s per (group, layer, head, query bin, offset bin), and per exact offset over the all / early rows, by loops."""
     n_b = binning.n_offset_bins
-    cells = np.zeros((3, len(WINDOWS), heads, binning.n_query_bins, n_b))
-    by_offset = np.zeros((2, 3, len(WINDOWS), heads, T))
+    cells = np.zeros((3, len(SLIDING_WINDOWS), heads, binning.n_query_bins, n_b))
+    by_offset = np.zeros((2, 3, len(SLIDING_WINDOWS), heads, T))
     for (group, _), per_layer in batches.items():
         for layer, scores in enumerate(per_layer):
             s = scores.double().numpy().sum(0)  # [H, T, T]
-            window = WINDOWS[layer]
+            sliding_window = SLIDING_WINDOWS[layer]
             for i in range(T):
                 q = binning.query_bin[i]
                 for j in range(i + 1):
-                    if window is not None and i - j >= window:
+                    if sliding_window is not None and i - j >= sliding_window:
                         continue
                     cells[group, layer, :, q, binning.offset_bin[i - j]] += s[:, i, j]
-                    if binning.windows["all"][q]:
+                    if binning.query_windows["all"][q]:
                         by_offset[0, group, layer, :, i - j] += s[:, i, j]
-                        if binning.windows["early"][q]:
+                        if binning.query_windows["early"][q]:
                             by_offset[1, group, layer, :, i - j] += s[:, i, j]
     return cells, by_offset[0], by_offset[1]
 
@@ -84,7 +85,9 @@ def _dense_logit_sums(batches: dict, binning: Binning, heads: int) -> tuple[np.n
 @pytest.mark.parametrize("block_elements", [1 << 19, 700])  # one row block per layer, and many
 def test_sync_free_gives_the_host_paths_sums(block_elements):
     heads = 3
-    batches = {(g, k): [_scores(2, heads, w, seed=100 * g + 10 * k + layer) for layer, w in enumerate(WINDOWS)] for g in range(3) for k in range(2)}
+    batches = {
+        (g, k): [_scores(2, heads, w, seed=100 * g + 10 * k + layer) for layer, w in enumerate(SLIDING_WINDOWS)] for g in range(3) for k in range(2)
+    }
     host, fast = _capture(heads, False, block_elements), _capture(heads, True, block_elements)
     _run(host, batches)
     _run(fast, batches)
@@ -96,8 +99,8 @@ def test_sync_free_gives_the_host_paths_sums(block_elements):
     assert np.abs(host.sums.row_features).max() > 0 and np.abs(ref["probe_gram"]).max() > 0
     stored_ref, stored = list(host.store.read()), list(fast.store.read())
     assert [(g, layer, x.shape) for g, layer, x in stored] == [(g, layer, x.shape) for g, layer, x in stored_ref]
-    assert len(stored) == 3 * 2 * len(WINDOWS)
-    for (_, _, x), (_, _, y) in zip(stored, stored_ref):
+    assert len(stored) == 3 * 2 * len(SLIDING_WINDOWS)
+    for (_, _, x), (_, _, y) in zip(stored, stored_ref, strict=False):
         _close(x, y, "row bins")
     # the fields the one-matmul diagonal fold writes, against loops over every visible pair
     cells, all_rows, early_rows = _dense_logit_sums(batches, host.binning, heads)
@@ -113,8 +116,8 @@ def test_sync_free_on_a_tiny_model(tiny_gemma3_dir):
     model = poslens.load_model(tiny_gemma3_dir)
     corpus = poslens.make_corpus(model, n_seqs=4, seq_len=24, source="random", seed=0)
     binning = Binning(24, early=8)
-    captures = [LeakageCapture(model, binning, groups=2, store=RowBinStore(), block_elements=500, sync_free=flag) for flag in (False, True)]
-    assert {model.window[layer] for layer in range(model.n_layers)} >= {None, 8}
+    captures = [CellSumCapture(model, binning, groups=2, store=RowBinStore(), block_elements=500, sync_free=flag) for flag in (False, True)]
+    assert {model.sliding_windows[layer] for layer in range(model.n_layers)} >= {None, 8}
     for capture in captures:
         for group in range(2):
             capture.group = group
@@ -129,7 +132,7 @@ def test_sync_free_on_a_tiny_model(tiny_gemma3_dir):
         _close(x, y, "row bins")
 
 
-def _error_of(capture: LeakageCapture, per_layer: list[torch.Tensor], flush: bool) -> Exception:
+def _error_of(capture: CellSumCapture, per_layer: list[torch.Tensor], flush: bool) -> Exception:
     """The error that the host path's reduce() (``flush`` False) or the sync-free path's flush() raises."""
     capture.add_structure(per_layer[0].shape[0])
     for layer, scores in enumerate(per_layer):
@@ -148,13 +151,13 @@ def _both_errors(per_layer: list[torch.Tensor], heads: int = 4) -> tuple[Excepti
 
 def test_deferred_non_finite_names_the_layer_and_head():
     # a NaN on a visible key of layer 1 (sliding), head 2, sequence 1: the finite check (the mask check sees sequence 0 only)
-    per_layer = [_scores(2, 4, w, seed=layer) for layer, w in enumerate(WINDOWS)]
+    per_layer = [_scores(2, 4, w, seed=layer) for layer, w in enumerate(SLIDING_WINDOWS)]
     per_layer[1][1, 2, 30, 27] = float("nan")
     host, fast = _both_errors(per_layer)
     assert type(fast) is type(host) is NonFiniteScoresError
     assert str(fast) == str(host) and "layer 1, head 2 " in str(fast)
     # −inf on a visible key of sequence 0, layer 0, head 3: the mask check fails and is explained as non-finite
-    per_layer = [_scores(2, 4, w, seed=layer) for layer, w in enumerate(WINDOWS)]
+    per_layer = [_scores(2, 4, w, seed=layer) for layer, w in enumerate(SLIDING_WINDOWS)]
     per_layer[0][0, 3, 5, 2] = float("-inf")
     host, fast = _both_errors(per_layer)
     assert type(fast) is type(host) is NonFiniteScoresError
@@ -168,14 +171,14 @@ def test_deferred_mask_mismatch():
     assert type(fast) is type(host) is MaskMismatchError
     assert str(fast) == str(host) and str(fast).startswith("layer 1: keys poslens treats as invisible (window=7)")
     # a visible key masked (padding) on layer 0
-    per_layer = [_scores(2, 4, w, seed=layer) for layer, w in enumerate(WINDOWS)]
+    per_layer = [_scores(2, 4, w, seed=layer) for layer, w in enumerate(SLIDING_WINDOWS)]
     per_layer[0][0, 1, 20, 3] = torch.finfo(torch.float32).min
     host, fast = _both_errors(per_layer)
     assert type(fast) is type(host) is MaskMismatchError
     assert str(fast) == str(host) and str(fast).startswith("layer 0: keys poslens treats as visible are masked")
     # the check runs on a layer's first batch only, as on the host path: a later unmasked batch is not checked
     capture = _capture(4, True, 700, probe=False)
-    _run(capture, {(0, 0): [_scores(2, 4, w, seed=layer) for layer, w in enumerate(WINDOWS)]})
+    _run(capture, {(0, 0): [_scores(2, 4, w, seed=layer) for layer, w in enumerate(SLIDING_WINDOWS)]})
     _run(capture, {(0, 1): [_scores(2, 4, None, seed=0), torch.randn(2, 4, T, T)]})
 
 
@@ -195,7 +198,7 @@ class _Ops(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def _ops_of(capture: LeakageCapture, layer: int, scores: torch.Tensor) -> _Ops:
+def _ops_of(capture: CellSumCapture, layer: int, scores: torch.Tensor) -> _Ops:
     with _Ops() as recorded:
         capture.reduce(layer, scores)
     return recorded
@@ -205,24 +208,24 @@ ROWS_KEYS = 260  # rows × keys of one row block, per (sequence, head): the same
 
 
 def _op_counts(heads: int, sync_free: bool, batch: int = 2) -> dict[str, _Ops]:
-    windows = [None, 7, None, 7]
-    capture = _capture(heads, sync_free, ROWS_KEYS * batch * heads, windows=windows)
-    scores = [_scores(batch, heads, w, seed=layer) for layer, w in enumerate(windows)]
-    for layer in (0, 1):  # builds every cache (blocks, device copies) for both structures
+    sliding_windows = [None, 7, None, 7]
+    capture = _capture(heads, sync_free, ROWS_KEYS * batch * heads, sliding_windows=sliding_windows)
+    scores = [_scores(batch, heads, w, seed=layer) for layer, w in enumerate(sliding_windows)]
+    for layer in (0, 1):  # builds both plans' blocks and device copies
         capture.reduce(layer, scores[layer])
     capture.flush()
     counts = {
         "causal, checking the mask": _ops_of(capture, 2, scores[2]),
-        "window, checking the mask": _ops_of(capture, 3, scores[3]),
+        "sliding window, checking the mask": _ops_of(capture, 3, scores[3]),
         "causal": _ops_of(capture, 0, scores[0]),
-        "window": _ops_of(capture, 1, scores[1]),
+        "sliding window": _ops_of(capture, 1, scores[1]),
     }
     capture.flush()
     return counts
 
 
 def test_sync_free_reduce_issues_no_sync_and_a_head_independent_number_of_ops():
-    blocks = {len(_capture(h, True, ROWS_KEYS * 2 * h).structure(0).row_blocks(ROWS_KEYS)) for h in (1, 2, 4, 8)}
+    blocks = {len(_capture(h, True, ROWS_KEYS * 2 * h).geometry(0).row_blocks(ROWS_KEYS)) for h in (1, 2, 4, 8)}
     assert blocks == {5}, blocks  # several row blocks, the same for every head count
     by_heads = {heads: _op_counts(heads, sync_free=True) for heads in (1, 2, 4, 8)}
     for heads, counts in by_heads.items():
@@ -245,11 +248,11 @@ def test_sync_free_reduce_issues_no_sync_and_a_head_independent_number_of_ops():
 def test_cuda_reduce_never_synchronizes_and_matches_the_host_path():
     """On CUDA the sync-free path is the default; torch's sync debug mode turns any host synchronization into an error."""
     heads = 3
-    batches = {(g, 0): [_scores(2, heads, w, seed=10 * g + layer) for layer, w in enumerate(WINDOWS)] for g in range(3)}
+    batches = {(g, 0): [_scores(2, heads, w, seed=10 * g + layer) for layer, w in enumerate(SLIDING_WINDOWS)] for g in range(3)}
     host, cuda = _capture(heads, None, 700), _capture(heads, None, 700)
     _run(host, batches)
     cuda.group = 0
-    for layer, scores in enumerate(batches[0, 0]):  # builds the caches (their one-off copies to the device may wait)
+    for layer, scores in enumerate(batches[0, 0]):  # builds the plans (their one-off copies to the device may wait)
         cuda.reduce(layer, scores.cuda())
     assert cuda._pending, "the CUDA path should defer to flush()"
     cuda.flush()

@@ -8,46 +8,40 @@ from __future__ import annotations
 
 import doctest
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+import poslens.study.claim_table as claim_table
 import poslens.study.claims as claims
+import poslens.study.claims_compare as claims_compare
+import poslens.study.claims_leakage as claims_leakage
+import poslens.study.claims_position0 as claims_position0
+import poslens.study.claims_relativize as claims_relativize
+import poslens.study.lookup as lookup
+import poslens.study.rules as rules
 from poslens.fit.stats import depth_slope
 from poslens.measurement.result import COLUMNS, Result
-from poslens.study.claims import (
-    C1_RULE,
-    C2_RULE,
-    C3_RULE,
-    C4_RULES,
-    C4_SLOPE_RULE,
-    CLAIM_COLUMNS,
+from poslens.study.claim_table import CLAIM_COLUMNS, INPUT_COLUMNS
+from poslens.study.claims import CLAIMS, STATEMENTS, evaluate, not_measured_summary
+from poslens.study.claims_compare import C4_RULES, C4_SLOPE_RULE, claim_c4, label_cases
+from poslens.study.claims_leakage import C1_RULE, C2_RULE, C3_RULE, claim_c1, claim_c2, claim_c3
+from poslens.study.claims_position0 import c5_rule, c6_rule, claim_c5, claim_c6
+from poslens.study.claims_relativize import C7_RULE, claim_c7
+from poslens.study.lookup import figure_row
+from poslens.study.rules import (
     INCONCLUSIVE,
-    INPUT_COLUMNS,
     JOINT,
     NOT_MEASURED,
     NOT_SUPPORTED,
-    STATEMENTS,
     SUPPORTED,
     Bound,
     Condition,
-    Figure,
+    Estimate,
     Rule,
-    c5_rule,
-    c6_rule,
-    claim_c1,
-    claim_c2,
-    claim_c3,
-    claim_c4,
-    claim_c5,
-    claim_c6,
-    claim_c7,
-    evaluate,
-    figure_row,
     joint,
-    label_cases,
-    not_measured_summary,
     verdict,
 )
 
@@ -70,7 +64,7 @@ def only_verdict(rows: list[dict]) -> str:
 
 def inputs(r: dict) -> dict[str, tuple[float, float, float, str]]:
     """A claims row's inputs (its ``inputs`` field): name -> (value, ci_low, ci_high, role)."""
-    return {i.figure.name: (i.figure.value, i.figure.ci_low, i.figure.ci_high, i.role) for i in r["inputs"]}
+    return {i.estimate.name: (i.estimate.value, i.estimate.ci_low, i.estimate.ci_high, i.role) for i in r["inputs"]}
 
 
 def same(got, want) -> bool:
@@ -78,14 +72,14 @@ def same(got, want) -> bool:
     if isinstance(want, dict):
         return set(got) == set(want) and all(same(got[k], want[k]) for k in want)
     if isinstance(want, tuple):
-        return len(got) == len(want) and all(same(g, w) for g, w in zip(got, want))
+        return len(got) == len(want) and all(same(g, w) for g, w in zip(got, want, strict=False))
     if isinstance(want, float) and np.isnan(want):
         return isinstance(got, float) and np.isnan(got)
     return got == want
 
 
-def sources(r: dict) -> dict[str, Figure]:
-    return {i.figure.name: i.figure for i in r["inputs"]}
+def sources(r: dict) -> dict[str, Estimate]:
+    return {i.estimate.name: i.estimate for i in r["inputs"]}
 
 
 # --------------------------------------------------------------------------- C1
@@ -164,8 +158,7 @@ def test_accepts_result_objects_and_rejects_other_types():
 C2_OK = dict(mask0=(0.02, 0.01, 0.03), mask_deep=(0.01, 0.005, 0.015), res0=(0.002, -0.001, 0.005), rho0=(0.9, 0.8, 1.0))
 
 
-def c2_table(mask0=C2_OK["mask0"], mask_deep=C2_OK["mask_deep"], res0=C2_OK["res0"], rho0=C2_OK["rho0"],
-             share=(0.9, 0.8, 1.0)) -> pd.DataFrame:
+def c2_table(mask0=C2_OK["mask0"], mask_deep=C2_OK["mask_deep"], res0=C2_OK["res0"], rho0=C2_OK["rho0"], share=(0.9, 0.8, 1.0)) -> pd.DataFrame:
     return frame(
         row("c_mask", *mask0, layer=0),
         row("c_mask", *mask_deep, layer=-1),
@@ -207,10 +200,21 @@ def test_c2_three_verdicts(kw, expected):
     assert "rho_mask (layer 0) ci_high < 0.5" in rule and "tests/test_leakage_controls.py" in rule
     got = inputs(rows[0])
     roles = {name: role for name, (*_, role) in got.items()}
-    assert roles == {"c_mask (layer 0)": "headline", "c_mask (layers >= 1)": "decides", "c_res (layer 0)": "reported",
-                     "rho_mask (layer 0)": "decides", "count_share (layer 0)": "reported", "c_mask - c_res (layer 0)": "reported"}
-    for key, name in [("mask0", "c_mask (layer 0)"), ("mask_deep", "c_mask (layers >= 1)"), ("res0", "c_res (layer 0)"),
-                      ("rho0", "rho_mask (layer 0)"), ("share", "count_share (layer 0)")]:
+    assert roles == {
+        "c_mask (layer 0)": "headline",
+        "c_mask (layers >= 1)": "decides",
+        "c_res (layer 0)": "reported",
+        "rho_mask (layer 0)": "decides",
+        "count_share (layer 0)": "reported",
+        "c_mask - c_res (layer 0)": "reported",
+    }
+    for key, name in [
+        ("mask0", "c_mask (layer 0)"),
+        ("mask_deep", "c_mask (layers >= 1)"),
+        ("res0", "c_res (layer 0)"),
+        ("rho0", "rho_mask (layer 0)"),
+        ("share", "count_share (layer 0)"),
+    ]:
         assert got[name][:3] == pytest.approx(figures[key], nan_ok=True), name
     difference = got["c_mask - c_res (layer 0)"]
     assert difference[0] == pytest.approx(figures["mask0"][0] - figures["res0"][0], nan_ok=True)
@@ -219,8 +223,13 @@ def test_c2_three_verdicts(kw, expected):
     assert (where["c_mask (layer 0)"].metric, where["c_mask (layer 0)"].layer) == ("c_mask", 0)
     assert (where["c_mask (layers >= 1)"].metric, where["c_mask (layers >= 1)"].layer) == ("c_mask", -1)
     assert (where["rho_mask (layer 0)"].metric, where["count_share (layer 0)"].metric) == ("rho_mask", "count_share")
-    assert [r["figure_name"] for r in rows] == ["c_mask (layer 0)", "c_mask (layers >= 1)", "c_res (layer 0)", "rho_mask (layer 0)",
-                                                "count_share (layer 0)"]
+    assert [r["figure_name"] for r in rows] == [
+        "c_mask (layer 0)",
+        "c_mask (layers >= 1)",
+        "c_res (layer 0)",
+        "rho_mask (layer 0)",
+        "count_share (layer 0)",
+    ]
 
 
 @pytest.mark.parametrize("metric, layer", [("count_share", 0), ("rho_mask", 0), ("c_mask", -1), ("c_res", 0)])
@@ -305,8 +314,11 @@ def c4_table(ntk: tuple, sliding: tuple, per_layer=RISING) -> pd.DataFrame:
     return label_cases(Result(frame(*rows), {"cases": CASES}))
 
 
-CASES = [dict(model=STANDARD[0], variant=STANDARD[1], case="standard"), dict(model="smollm2-135m", variant="ntk:4", case="ntk"),
-         dict(model="gemma3-270m", variant="base", case="sliding")]
+CASES = [
+    dict(model=STANDARD[0], variant=STANDARD[1], case="standard"),
+    dict(model="smollm2-135m", variant="ntk:4", case="ntk"),
+    dict(model="gemma3-270m", variant="base", case="sliding"),
+]
 """The cases as :func:`poslens.mechanisms.architectures.compare` records them (``meta["cases"]``)."""
 
 
@@ -331,7 +343,7 @@ def test_c4_three_verdicts(ntk, sliding, expected):
     assert same(inputs(comparisons[1]), {"c_res (sliding)": (*sliding, "headline"), "c_res (standard)": (*STD_CI, "decides")})
     assert [(r["group"], r["case"]) for r in comparisons] == [("smollm2-135m (ntk:4)", "ntk"), ("gemma3-270m", "sliding")]
     # each comparison's own verdict, and the joint one every comparison row carries
-    own = [verdict(C4_RULES[r["case"]], [Figure(n, *v[:3]) for n, v in inputs(r).items()]) for r in comparisons]
+    own = [verdict(C4_RULES[r["case"]], [Estimate(n, *v[:3]) for n, v in inputs(r).items()]) for r in comparisons]
     assert [r["own_verdict"] for r in comparisons] == own and expected == joint(own)
 
 
@@ -354,7 +366,7 @@ def test_c4_window_parameter_selects_rows():
 def test_c4_depth_slope_three_verdicts(per_layer, expected):
     rows = claim_c4(c4_table((0.002, 0.001, 0.003), (0.03, 0.02, 0.04), per_layer))
     (slope,) = [r for r in rows if "slope" in r["model"]]
-    layers, values = zip(*per_layer)
+    layers, values = zip(*per_layer, strict=False)
     assert slope["figure"] == pytest.approx(np.polyfit(layers, values, 1)[0])
     assert slope["ci_low"] <= slope["figure"] <= slope["ci_high"]
     assert slope["verdict"] == expected
@@ -395,12 +407,22 @@ def test_c4_needs_every_case_and_enough_layers():
 def test_label_cases_reads_the_cases_compare_recorded_not_the_variant_names():
     from poslens.mechanisms.architectures import Case
 
-    pairs = [("smollm2-135m", "base"), ("smollm2-135m", "ntk:2"), ("smollm2-135m", "window:64"), ("gemma3-270m", "base"),
-             ("ntk-trained", "base"), ("other", "base")]
+    pairs = [
+        ("smollm2-135m", "base"),
+        ("smollm2-135m", "ntk:2"),
+        ("smollm2-135m", "window:64"),
+        ("gemma3-270m", "base"),
+        ("ntk-trained", "base"),
+        ("other", "base"),
+    ]
     t = frame(*[row("c_res", 0, 0, 0, model=m, variant=v) for m, v in pairs])
     # names that would mislead a parser: an NTK-trained model under variant "base", a "window:64" run compared as standard
-    recorded = [Case("smollm2-135m", "window:64", "standard"), Case("smollm2-135m", "ntk:2", "ntk"),
-                Case("gemma3-270m", "base", "sliding"), Case("ntk-trained", "base", "ntk")]
+    recorded = [
+        Case("smollm2-135m", "window:64", "standard"),
+        Case("smollm2-135m", "ntk:2", "ntk"),
+        Case("gemma3-270m", "base", "sliding"),
+        Case("ntk-trained", "base", "ntk"),
+    ]
     result = Result(t, {"cases": [c.__dict__ | {"inference_time": c.inference_time} for c in recorded]})
     assert label_cases(result)["case"].tolist() == [None, "ntk", "standard", "sliding", "ntk", None]
     assert label_cases(t, recorded)["case"].tolist() == [None, "ntk", "standard", "sliding", "ntk", None]
@@ -512,7 +534,8 @@ def test_c6_three_verdicts(kw, expected):
     assert same(got["readout_chance_permuted (null mean, central 95%)"], (0.124, 0.09, 0.16, "reported"))
     assert same(got["dispersion (none)"], (*kw.get("none", (0.2, 0.1, 0.3)), "headline"))
     assert {name: role for name, (*_, role) in got.items() if role == "decides"} == dict.fromkeys(
-        ["max dispersion (bos)", "readout_accuracy", "readout_chance", "readout_p_value"], "decides")
+        ["max dispersion (bos)", "readout_accuracy", "readout_chance", "readout_p_value"], "decides"
+    )
     assert [r["figure"] for r in rows][2] == kw.get("acc", (0.9,))[0]
 
 
@@ -584,7 +607,7 @@ RULE = Rule(supported_if=(Condition("r", "ci_low", ">", 0.0),), not_supported_if
     ],
 )
 def test_verdict_each_branch(figure, expected):
-    assert verdict(RULE, [Figure("r", *figure)]) == expected
+    assert verdict(RULE, [Estimate("r", *figure)]) == expected
 
 
 def test_verdict_needs_every_condition_for_supported_and_one_for_not_supported():
@@ -592,7 +615,7 @@ def test_verdict_needs_every_condition_for_supported_and_one_for_not_supported()
         supported_if=(Condition("a", "ci_low", ">", 0.0), Condition("b", "value", "<=", 0.05)),
         not_supported_if=(Condition("a", "ci_high", "<=", 0.0), Condition("b", "value", ">", 0.5)),
     )
-    figs = lambda a, b: [Figure("a", *a), Figure("b", b, b, b)]  # noqa: E731
+    figs = lambda a, b: [Estimate("a", *a), Estimate("b", b, b, b)]  # noqa: E731
     assert verdict(rule, figs((1, 0.5, 2), 0.01)) == SUPPORTED
     assert verdict(rule, figs((1, 0.5, 2), 0.2)) == INCONCLUSIVE  # one supporting condition fails, none refutes
     assert verdict(rule, figs((1, 0.5, 2), 0.9)) == NOT_SUPPORTED  # one refuting condition is enough
@@ -602,17 +625,17 @@ def test_verdict_needs_every_condition_for_supported_and_one_for_not_supported()
 def test_condition_against_another_figure_and_nan_threshold():
     below = Condition("x", "ci_high", "<", Bound("std", "ci_low"), note="wholly below")
     assert below.text() == "x ci_high < std ci_low (wholly below)"
-    std = Figure("std", 0.01, 0.008, 0.012)
-    assert below.holds({"x": Figure("x", 0.002, 0.001, 0.003), "std": std})
-    assert not below.holds({"x": Figure("x", 0.002, 0.001, 0.009), "std": std})
-    assert not below.holds({"x": Figure("x", 0.002, 0.001, 0.003), "std": Figure("std", 0.01, np.nan, 0.012)})
+    std = Estimate("std", 0.01, 0.008, 0.012)
+    assert below.holds({"x": Estimate("x", 0.002, 0.001, 0.003), "std": std})
+    assert not below.holds({"x": Estimate("x", 0.002, 0.001, 0.009), "std": std})
+    assert not below.holds({"x": Estimate("x", 0.002, 0.001, 0.003), "std": Estimate("std", 0.01, np.nan, 0.012)})
 
 
 def test_verdict_and_rules_refuse_bad_input():
-    with pytest.raises(ValueError, match=r"reads figure\(s\) \['r'\].*\['s'\]"):
-        verdict(RULE, [Figure("s", 1, 1, 1)])
-    with pytest.raises(ValueError, match="two figures are named 'r'"):
-        verdict(RULE, [Figure("r", 1, 1, 1), Figure("r", 1, 1, 1)])
+    with pytest.raises(ValueError, match=r"reads estimate\(s\) \['r'\].*\['s'\]"):
+        verdict(RULE, [Estimate("s", 1, 1, 1)])
+    with pytest.raises(ValueError, match="two estimates are named 'r'"):
+        verdict(RULE, [Estimate("r", 1, 1, 1), Estimate("r", 1, 1, 1)])
     with pytest.raises(ValueError, match="op must be one of"):
         Condition("r", "ci_low", "=>", 0.0)
     with pytest.raises(ValueError, match="bound must be one of .*'ci_low'"):
@@ -623,14 +646,17 @@ def test_verdict_and_rules_refuse_bad_input():
 
 def _with_threshold(rule: Rule, figure: str, threshold: float) -> Rule:
     def move(conditions):
-        return tuple(replace(c, threshold=threshold) if c.figure == figure else c for c in conditions)
+        return tuple(replace(c, threshold=threshold) if c.estimate == figure else c for c in conditions)
 
     return Rule(move(rule.supported_if), move(rule.not_supported_if), rule.remark)
 
 
 def test_a_threshold_changes_text_and_verdict_together():
-    figs = [Figure("c_mask (layer 0)", 0.02, 0.01, 0.03), Figure("c_mask (layers >= 1)", 0.01, 0.005, 0.015),
-            Figure("rho_mask (layer 0)", 0.9, 0.8, 1.0)]
+    figs = [
+        Estimate("c_mask (layer 0)", 0.02, 0.01, 0.03),
+        Estimate("c_mask (layers >= 1)", 0.01, 0.005, 0.015),
+        Estimate("rho_mask (layer 0)", 0.9, 0.8, 1.0),
+    ]
     assert verdict(C2_RULE, figs) == SUPPORTED
     assert "rho_mask (layer 0) ci_low > 0.5" in C2_RULE.text() and "rho_mask (layer 0) ci_high < 0.5" in C2_RULE.text()
     strict = _with_threshold(C2_RULE, "rho_mask (layer 0)", 0.95)
@@ -644,7 +670,7 @@ def test_a_threshold_changes_text_and_verdict_together():
 def test_a_claim_reads_its_rule_object_for_text_and_verdict(monkeypatch):
     t = c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7))
     assert only_verdict(claim_c1(t)) == SUPPORTED
-    monkeypatch.setattr(claims, "C1_RULE", _with_threshold(C1_RULE, "probe_r2", 0.55))
+    monkeypatch.setattr(claims_leakage, "C1_RULE", _with_threshold(C1_RULE, "probe_r2", 0.55))
     rows = claim_c1(t)
     assert only_verdict(rows) == INCONCLUSIVE  # probe_r2 ci_low 0.5 is not > 0.55
     assert "probe_r2 ci_low > 0.55" in rows[0]["rule"] and "probe_r2 ci_high <= 0.55" in rows[1]["rule"]
@@ -695,18 +721,47 @@ def test_every_rule_text_in_the_table_is_its_rule_objects_text():
 # --------------------------------------------------------------------------- C4 by differences (methodology §9.1)
 
 
-RECORDED = [dict(model="smollm2-135m", variant="base", case="standard"), dict(model="smollm2-135m", variant="ntk:4", case="ntk"),
-            dict(model="smollm2-135m", variant="window:64", case="sliding"), dict(model="gemma3-270m", variant="base", case="sliding")]
+RECORDED = [
+    dict(model="smollm2-135m", variant="base", case="standard"),
+    dict(model="smollm2-135m", variant="ntk:4", case="ntk"),
+    dict(model="smollm2-135m", variant="window:64", case="sliding"),
+    dict(model="gemma3-270m", variant="base", case="sliding"),
+]
 
 
-def comparison_rows(ntk=(-0.002, -0.003, -0.001), window=(0.002, 0.001, 0.003), window_depth=(0.01, 0.005, 0.015),
-                    slope=(0.02, 0.01, 0.03), gemma=(0.003, 0.001, 0.005), gemma_depth=(0.01, 0.002, 0.02),
-                    trend=(-0.001, -0.002, -0.0005)) -> pd.DataFrame:
-    """A comparison table as compare records it (the columns of poslens.mechanisms.comparisons.COMPARISON_COLUMNS)."""
+def comparison_rows(
+    ntk=(-0.002, -0.003, -0.001),
+    window=(0.002, 0.001, 0.003),
+    window_depth=(0.01, 0.005, 0.015),
+    slope=(0.02, 0.01, 0.03),
+    gemma=(0.003, 0.001, 0.005),
+    gemma_depth=(0.01, 0.002, 0.02),
+    trend=(-0.001, -0.002, -0.0005),
+) -> pd.DataFrame:
+    """A comparison table as compare records it (the columns of poslens.mechanisms.comparison_rows.COMPARISON_COLUMNS)."""
+
     def one(model, variant, metric, figure, comparison, kind, ref=("", ""), parameter="", layer=-1, window="all"):
-        return dict(model=model, variant=variant, intervention="none", metric=metric, query_window=window, layer=layer, head=-1,
-                    value=figure[0], ci_low=figure[1], ci_high=figure[2], comparison=comparison, kind=kind,
-                    reference_model=ref[0], reference_variant=ref[1], parameter=parameter, se=0.001, df=7.0, detectable=0.0031)
+        return dict(
+            model=model,
+            variant=variant,
+            intervention="none",
+            metric=metric,
+            query_window=window,
+            layer=layer,
+            head=-1,
+            value=figure[0],
+            ci_low=figure[1],
+            ci_high=figure[2],
+            comparison=comparison,
+            kind=kind,
+            reference_model=ref[0],
+            reference_variant=ref[1],
+            parameter=parameter,
+            se=0.001,
+            df=7.0,
+            detectable=0.0031,
+        )
+
     base = ("smollm2-135m", "base")
     rows = [
         one("smollm2-135m", "ntk:4", "c_res", ntk, "ntk:4 − base", "paired", base),
@@ -727,7 +782,7 @@ def comparison_rows(ntk=(-0.002, -0.003, -0.001), window=(0.002, 0.001, 0.003), 
 
 
 def test_c4_by_differences_reads_each_comparison_in_its_predicted_direction():
-    rows = claims.claim_c4_differences(comparison_rows(), RECORDED)
+    rows = claims_compare.claim_c4_differences(comparison_rows(), RECORDED)
     assert [(r["model"], r["case"], r["own_verdict"]) for r in rows] == [
         ("smollm2-135m (ntk:4) − smollm2-135m: c_res, paired", "ntk", SUPPORTED),
         ("smollm2-135m (window:64) − smollm2-135m: c_res, paired", "sliding", SUPPORTED),
@@ -759,7 +814,7 @@ def test_c4_by_differences_reads_each_comparison_in_its_predicted_direction():
     ],
 )
 def test_c4_by_differences_three_verdicts(kw, own, expected):
-    rows = claims.claim_c4_differences(comparison_rows(**kw), RECORDED)
+    rows = claims_compare.claim_c4_differences(comparison_rows(**kw), RECORDED)
     changed = rows[0] if "ntk" in kw else rows[-1]
     assert changed["own_verdict"] == own
     assert verdicts(rows) == {expected}  # every row carries the joint verdict
@@ -767,22 +822,21 @@ def test_c4_by_differences_three_verdicts(kw, own, expected):
 
 
 def test_c4_sliding_directions_and_what_is_left_out():
-    rows = claims.claim_c4_differences(comparison_rows(window_depth=(-0.01, -0.02, -0.005), gemma=(-0.003, -0.005, -0.001)), RECORDED)
+    rows = claims_compare.claim_c4_differences(comparison_rows(window_depth=(-0.01, -0.02, -0.005), gemma=(-0.003, -0.005, -0.001)), RECORDED)
     own = {r["model"]: r["own_verdict"] for r in rows}
     assert own["smollm2-135m (window:64) − smollm2-135m: c_res_depth_slope, paired"] == NOT_SUPPORTED
     assert own["gemma3-270m − smollm2-135m: c_res, independent"] == NOT_SUPPORTED
     # an independent comparison against a model that is not the standard is not read
     other = comparison_rows().assign(reference_model=lambda t: t["reference_model"].where(t["kind"] != "independent", "x"))
-    assert not any("independent" in r["model"] for r in claims.claim_c4_differences(other, RECORDED))
+    assert not any("independent" in r["model"] for r in claims_compare.claim_c4_differences(other, RECORDED))
     # a trend needs its members' case: without an ntk case of the model, the NTK trend is not read
     recorded = [c for c in RECORDED if c["case"] != "ntk"] + [dict(model="smollm2-135m", variant="ntk:4", case="sliding")]
     with pytest.raises(ValueError, match="no ntk comparison"):
-        claims.claim_c4_differences(comparison_rows(), recorded)
+        claims_compare.claim_c4_differences(comparison_rows(), recorded)
     with pytest.raises(ValueError, match="no sliding comparison"):
-        claims.claim_c4_differences(comparison_rows()[lambda t: ~t["variant"].isin(["window:64"]) & (t["kind"] != "independent")],
-                                    RECORDED)
+        claims_compare.claim_c4_differences(comparison_rows()[lambda t: ~t["variant"].isin(["window:64"]) & (t["kind"] != "independent")], RECORDED)
     with pytest.raises(ValueError, match="direction"):
-        claims.c4_sign_rule("x", 0)
+        claims_compare.c4_sign_rule("x", 0)
 
 
 def test_evaluate_decides_c4_by_differences_when_compare_recorded_them():
@@ -793,24 +847,53 @@ def test_evaluate_decides_c4_by_differences_when_compare_recorded_them():
     for empty in (None, comparison_rows().iloc[0:0]):
         assert evaluate(comparison=labelled, claims=["C4"], c4_comparisons=empty).table["verdict"].tolist() == old["verdict"].tolist()
     every = frame(*[row("c_res", 0.01, 0.0, 0.02, model=c["model"], variant=c["variant"]) for c in RECORDED])  # the cases' rows
-    new = evaluate(comparison=label_cases(Result(every, {"cases": RECORDED})), claims=["C4"],
-                   c4_comparisons=comparison_rows(), c4_window="all")
+    new = evaluate(comparison=label_cases(Result(every, {"cases": RECORDED})), claims=["C4"], c4_comparisons=comparison_rows(), c4_query_window="all")
     assert len(new.table) == 7 and set(new.table["verdict"]) == {SUPPORTED}
     _check_inputs(new)
+    recorded = Result(every, {"cases": RECORDED})  # the compare Result itself: C4 reads the cases its meta records
+    direct = evaluate(comparison=recorded, claims=["C4"], c4_comparisons=comparison_rows(), c4_query_window="all")
+    pd.testing.assert_frame_equal(direct.table, new.table)
+    pd.testing.assert_frame_equal(direct.inputs, new.inputs)
+
+
+def test_c4_reads_the_cases_from_the_compare_result_or_its_labelled_table():
+    result = Result(c4_table((0.009, 0.005, 0.009), (0.03, 0.02, 0.04)).drop(columns=["case"]), {"cases": CASES})
+    direct = evaluate(comparison=result, claims=["C4"])
+    pd.testing.assert_frame_equal(direct.table, evaluate(comparison=label_cases(result), claims=["C4"]).table)
+    with pytest.raises(ValueError, match="no cases recorded"):
+        claims_compare.c4_rows(result.table, "all", comparison_rows())
 
 
 # --------------------------------------------------------------------------- C7 and C3's causal figure
 
 
-def attribution_summary(r_all=(0.3, 0.2, 0.4), key0=(0.02, -0.05, 0.09), placebo=(0.01, -0.02, 0.04), small=(0.35, 0.2, 0.5),
-                        model="m", variant="base") -> pd.DataFrame:
+def attribution_summary(
+    r_all=(0.3, 0.2, 0.4), key0=(0.02, -0.05, 0.09), placebo=(0.01, -0.02, 0.04), small=(0.35, 0.2, 0.5), model="m", variant="base"
+) -> pd.DataFrame:
     """The relativize part's summary table: r per mode and calibration size, in both windows (the early ones must not be read)."""
     rows = []
-    for mode, size, figure in [("all", 16, r_all), ("all", 8, small), ("key0", 16, key0), ("key0", 8, (9.0, 9.0, 9.0)),
-                               ("all-but-key0", 16, (9.0, 9.0, 9.0)), ("placebo:all", 16, placebo)]:
+    for mode, size, figure in [
+        ("all", 16, r_all),
+        ("all", 8, small),
+        ("key0", 16, key0),
+        ("key0", 8, (9.0, 9.0, 9.0)),
+        ("all-but-key0", 16, (9.0, 9.0, 9.0)),
+        ("placebo:all", 16, placebo),
+    ]:
         for window, shift in (("all", 0.0), ("early", 5.0)):
-            rows.append(dict(model=model, variant=variant, mode=mode, calibration_size=size, metric="reduction_ge2",
-                             query_window=window, value=figure[0] + shift, ci_low=figure[1] + shift, ci_high=figure[2] + shift))
+            rows.append(
+                dict(
+                    model=model,
+                    variant=variant,
+                    mode=mode,
+                    calibration_size=size,
+                    metric="reduction_ge2",
+                    query_window=window,
+                    value=figure[0] + shift,
+                    ci_low=figure[1] + shift,
+                    ci_high=figure[2] + shift,
+                )
+            )
     return pd.DataFrame(rows)
 
 
@@ -845,10 +928,23 @@ def test_c7_three_verdicts_with_the_equivalence_test(r, expected):
 def test_c7_reads_an_attribution_object_with_its_loss_table():
     from types import SimpleNamespace
 
-    loss = pd.DataFrame([dict(model="m", variant="base", edit=edit, query_bin=b, query_low=1, query_high=64, metric="loss_change",
-                              value=v, ci_low=v - 0.01, ci_high=v + 0.01)
-                         for edit, b, v in [("relativize:all", -1, 0.2), ("relativize:all", 0, 9.0), ("placebo:all", -1, 0.05),
-                                            ("relativize:key0", -1, 9.0)]])
+    loss = pd.DataFrame(
+        [
+            dict(
+                model="m",
+                variant="base",
+                edit=edit,
+                query_bin=b,
+                query_low=1,
+                query_high=64,
+                metric="loss_change",
+                value=v,
+                ci_low=v - 0.01,
+                ci_high=v + 0.01,
+            )
+            for edit, b, v in [("relativize:all", -1, 0.2), ("relativize:all", 0, 9.0), ("placebo:all", -1, 0.05), ("relativize:key0", -1, 9.0)]
+        ]
+    )
     (row_,) = claim_c7(SimpleNamespace(summary=attribution_summary(), loss=loss))
     got = inputs(row_)
     assert same(got["loss_change (relativize:all)"], (0.2, 0.2 - 0.01, 0.2 + 0.01, "reported"))  # the table's numbers, copied
@@ -881,13 +977,14 @@ def test_c3_reports_the_key0_figure_beside_the_ablation_without_deciding_by_it()
 
 
 def test_an_equivalence_rule_needs_all_its_refuting_conditions():
-    rule = Rule((Condition("r", "ci_low", ">", 0.1),), (Condition("r", "ci_low", ">=", -0.1), Condition("r", "ci_high", "<=", 0.1)),
-                not_supported_when="all")
+    rule = Rule(
+        (Condition("r", "ci_low", ">", 0.1),), (Condition("r", "ci_low", ">=", -0.1), Condition("r", "ci_high", "<=", 0.1)), not_supported_when="all"
+    )
     assert rule.text() == "supported if r ci_low > 0.1; not supported if r ci_low >= -0.1 and r ci_high <= 0.1; inconclusive otherwise"
-    assert verdict(rule, [Figure("r", 0.0, -0.05, 0.05)]) == NOT_SUPPORTED
-    assert verdict(rule, [Figure("r", 0.0, -0.05, 0.2)]) == INCONCLUSIVE  # one refuting condition alone is not enough
+    assert verdict(rule, [Estimate("r", 0.0, -0.05, 0.05)]) == NOT_SUPPORTED
+    assert verdict(rule, [Estimate("r", 0.0, -0.05, 0.2)]) == INCONCLUSIVE  # one refuting condition alone is not enough
     anyone = replace(rule, not_supported_when="any")
-    assert verdict(anyone, [Figure("r", 0.0, -0.05, 0.2)]) == NOT_SUPPORTED and " or " in anyone.text()
+    assert verdict(anyone, [Estimate("r", 0.0, -0.05, 0.2)]) == NOT_SUPPORTED and " or " in anyone.text()
     with pytest.raises(ValueError, match="not_supported_when"):
         replace(rule, not_supported_when="most")
 
@@ -898,8 +995,11 @@ def test_an_equivalence_rule_needs_all_its_refuting_conditions():
 def test_evaluate_columns_and_not_measured():
     claims_ = evaluate()
     out = claims_.table
-    assert list(out.columns) == CLAIM_COLUMNS == ["key", "claim", "statement", "model", "group", "case", "figure_name", "figure",
-                                                  "ci_low", "ci_high", "rule", "own_verdict", "verdict"]
+    assert (
+        list(out.columns)
+        == CLAIM_COLUMNS
+        == ["key", "claim", "statement", "model", "group", "case", "figure_name", "figure", "ci_low", "ci_high", "rule", "own_verdict", "verdict"]
+    )
     assert list(claims_.inputs.columns) == INPUT_COLUMNS and claims_.inputs.empty
     assert out["key"].tolist() == ["C1.1", "C2.1", "C3.1", "C4.1", "C5.1", "C6.1", "C7.1"]
     assert out["claim"].tolist() == ["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
@@ -911,17 +1011,28 @@ def test_only_leakage_leaves_c3_to_c6_not_measured_and_names_their_commands():
     leakage = pd.concat([c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)), c2_table(), c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[0]])
     out = evaluate(leakage=leakage).table
     verdicts = out.groupby("claim")["verdict"].agg(set).to_dict()
-    assert verdicts == {"C1": {SUPPORTED}, "C2": {SUPPORTED}, "C3": {NOT_MEASURED}, "C4": {NOT_MEASURED},
-                        "C5": {NOT_MEASURED}, "C6": {NOT_MEASURED}, "C7": {NOT_MEASURED}}
+    assert verdicts == {
+        "C1": {SUPPORTED},
+        "C2": {SUPPORTED},
+        "C3": {NOT_MEASURED},
+        "C4": {NOT_MEASURED},
+        "C5": {NOT_MEASURED},
+        "C6": {NOT_MEASURED},
+        "C7": {NOT_MEASURED},
+    }
     assert INCONCLUSIVE not in set(out["verdict"])
     line = not_measured_summary(out, "results/x", present=["leakage"])
-    assert line == ("not measured: C3 (run: poslens ablate-sinks --out results/x), C4 (run: poslens compare --out results/x), "
-                    "C5 (run: poslens bos-swap --out results/x), C6 (run: poslens fingerprint --out results/x), "
-                    "C7 (run: poslens relativize --out results/x)")
+    assert line == (
+        "not measured: C3 (run: poslens ablate-sinks --out results/x), C4 (run: poslens compare --out results/x), "
+        "C5 (run: poslens bos-swap --out results/x), C6 (run: poslens fingerprint --out results/x), "
+        "C7 (run: poslens relativize --out results/x)"
+    )
     # with nothing present, C3 names both of its commands, C1 and C2 the leakage command
     everything = not_measured_summary(evaluate(), "D")
-    assert everything.startswith("not measured: C1 (run: poslens leakage --out D), C2 (run: poslens leakage --out D), "
-                                 "C3 (run: poslens leakage --out D, poslens ablate-sinks --out D), ")
+    assert everything.startswith(
+        "not measured: C1 (run: poslens leakage --out D), C2 (run: poslens leakage --out D), "
+        "C3 (run: poslens leakage --out D, poslens ablate-sinks --out D), "
+    )
     assert not_measured_summary(out[out["claim"].isin(["C1", "C2"])], "D") == ""
 
 
@@ -953,9 +1064,19 @@ def test_evaluate_propagates_missing_rows_and_rejects_unknown_claims():
         evaluate(claims=["C8"])
 
 
-def test_docstring_examples_run():
-    result = doctest.testmod(claims, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 10 and result.failed == 0
+@pytest.mark.parametrize("module", [rules, claim_table, lookup, claims, claims_leakage, claims_compare, claims_position0, claims_relativize])
+def test_docstring_examples_run(module):
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 3 and result.failed == 0
+
+
+def test_each_claim_is_data_with_its_rules_and_headline():
+    assert list(CLAIMS) == ["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
+    assert {name: claim.statement for name, claim in CLAIMS.items()} == STATEMENTS
+    for claim in CLAIMS.values():
+        assert claim.rules and all(isinstance(rule, Rule) for rule in claim.rules)
+        assert not claim.headline or claim.headline in claim.rules[0].estimates(), claim.name
+    assert CLAIMS["C7"].rules == (C7_RULE,) and CLAIMS["C5"].rules[0] == c5_rule()
 
 
 # --------------------------------------------------------------------------- claims as data
@@ -966,19 +1087,23 @@ def _everything(tmp_path=None):
     return evaluate(
         leakage,
         c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[1],
-        frame(*[row("reduction", v, lo, hi, intervention=k, query_window="early")
-                for k, v, lo, hi in [("bos:mean", 0.4, 0.35, 0.45), ("bos:zero", 2.5, 1.6, 3.3)]]),
+        frame(
+            *[
+                row("reduction", v, lo, hi, intervention=k, query_window="early")
+                for k, v, lo, hi in [("bos:mean", 0.4, 0.35, 0.45), ("bos:zero", 2.5, 1.6, 3.3)]
+            ]
+        ),
         c4_table((0.009, 0.005, 0.009), (0.03, 0.02, 0.04)),
         c6_table(),
         attribution_summary(),
     )
 
 
-def _check_inputs(out: claims.Claims) -> None:
+def _check_inputs(out: claim_table.Claims) -> None:
     """Every verdict row has its inputs in the inputs table: name, value, interval and role, one headline the rule reads."""
     table, found = out.table, out.inputs
     assert table["key"].is_unique and set(found["key"]) <= set(table["key"])
-    assert set(found["role"]) <= set(claims.ROLES) and set(found["statistic"]) <= set(claims.STATISTICS)
+    assert set(found["role"]) <= set(claim_table.ROLES) and set(found["statistic"]) <= set(rules.STATISTICS)
     for _, r in table.iterrows():
         mine = found[found["key"] == r["key"]]
         if r["verdict"] == NOT_MEASURED:
@@ -999,9 +1124,9 @@ def test_the_inputs_table_has_name_value_interval_and_role_for_every_verdict_row
     _check_inputs(out)
     _check_inputs(evaluate(leakage=c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)), claims=["C1", "C3"]))
     # both tables survive the CSV files a study writes, one beside the other
-    out.table.to_csv(tmp_path / claims.CLAIMS_FILE, index=False)
-    out.inputs.to_csv(tmp_path / claims.INPUTS_FILE, index=False)
-    back = claims.Claims.read(tmp_path)
+    out.table.to_csv(tmp_path / claim_table.CLAIMS_FILE, index=False)
+    out.inputs.to_csv(tmp_path / claim_table.INPUTS_FILE, index=False)
+    back = claim_table.Claims.read(tmp_path)
     _check_inputs(back)
     assert back.table["verdict"].tolist() == out.table["verdict"].tolist() and back.table["key"].tolist() == out.table["key"].tolist()
     pd.testing.assert_frame_equal(back.inputs.reset_index(drop=True), out.inputs.reset_index(drop=True), check_dtype=False)
@@ -1012,10 +1137,10 @@ def test_the_inputs_table_has_name_value_interval_and_role_for_every_verdict_row
 def test_each_verdict_is_the_rule_applied_to_its_recorded_inputs():
     # the inputs table holds exactly the figures that decided: applying the rule to them again gives the row's own verdict
     out = _everything()
-    rules = {"C1": C1_RULE, "C2": C2_RULE, "C3": C3_RULE, "C6": c6_rule(), "C7": claims.C7_RULE}
+    rules = {"C1": C1_RULE, "C2": C2_RULE, "C3": C3_RULE, "C6": c6_rule(), "C7": C7_RULE}
     for _, r in out.table.iterrows():
         mine = out.inputs[(out.inputs["key"] == r["key"]) & out.inputs["role"].isin(["headline", "decides"])]
-        figures = [Figure(i["name"], i["value"], i["ci_low"], i["ci_high"]) for _, i in mine.iterrows() if i["statistic"] != "threshold"]
+        figures = [Estimate(i["name"], i["value"], i["ci_low"], i["ci_high"]) for _, i in mine.iterrows() if i["statistic"] != "threshold"]
         if r["claim"] == "C4":
             rule = C4_SLOPE_RULE if r["figure_name"] == "c_res slope per layer" else C4_RULES[r["case"]]
         elif r["claim"] == "C5":
@@ -1031,16 +1156,32 @@ def test_each_verdict_is_the_rule_applied_to_its_recorded_inputs():
 
 def test_inputs_and_claims_refuse_bad_shapes(tmp_path):
     with pytest.raises(ValueError, match="role must be one of"):
-        claims.Input(Figure("r", 1.0, 0.0, 2.0), "headlines")
+        claim_table.Input(Estimate("r", 1.0, 0.0, 2.0), "headlines")
     with pytest.raises(ValueError, match="statistic must be one of"):
-        Figure("r", 1.0, 0.0, 2.0, statistic="median")
+        Estimate("r", 1.0, 0.0, 2.0, statistic="median")
     out = _everything()
     from poslens.errors import InputError, NotFoundError
 
     with pytest.raises(InputError, match="lacks column"):
-        claims.Claims(out.table.drop(columns=["key"]), out.inputs)
+        claim_table.Claims(out.table.drop(columns=["key"]), out.inputs)
     with pytest.raises(InputError, match="not in the claims table"):
-        claims.Claims(out.table[out.table["claim"] != "C6"], out.inputs)
+        claim_table.Claims(out.table[out.table["claim"] != "C6"], out.inputs)
     with pytest.raises(NotFoundError, match="claim_inputs.csv"):
         out.table.to_csv(tmp_path / "claims.csv", index=False)
-        claims.Claims.read(tmp_path)
+        claim_table.Claims.read(tmp_path)
+
+
+def test_methodology_shows_the_rules_as_the_rule_objects_write_them():
+    import importlib.util
+    from types import SimpleNamespace
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("claim_rules", root / "docs" / "_hooks" / "claim_rules.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    text = (root / "docs" / "methodology.md").read_text(encoding="utf-8")
+    assert hook.MARKER in text and "| claim | supported if | not supported if |" not in text  # no hand-written copy
+    shown = hook.on_page_markdown(text, SimpleNamespace(file=SimpleNamespace(src_uri="methodology.md")), None, None)
+    assert hook.MARKER not in shown and claims.rules_table() in shown
+    for claim in CLAIMS.values():
+        assert all(rule.text() in shown for rule in claim.rules), claim.name

@@ -39,8 +39,8 @@ def table_rows(output: str) -> dict[str, dict[str, str]]:
         if cells[0]:
             rows.append(cells)
         else:  # continuation of the row above
-            rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells)]
-    return {cells[0]: dict(zip(columns, cells)) for cells in rows}
+            rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells, strict=False)]
+    return {cells[0]: dict(zip(columns, cells, strict=False)) for cells in rows}
 
 
 def test_models_table():
@@ -134,8 +134,9 @@ def write_wheel(folder: Path, package: str) -> Path:
         f"{package}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {package}\nVersion: 1.0\n".encode(),
         f"{package}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: poslens-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
-              for name, data in files.items()]
+    record = [
+        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}" for name, data in files.items()
+    ]
     files[f"{package}-1.0.dist-info/RECORD"] = ("\n".join(record + [f"{package}-1.0.dist-info/RECORD,,"]) + "\n").encode()
     wheel = folder / f"{package}-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:

@@ -35,24 +35,37 @@ def message(output: str) -> str:
         (["report", *NO_MODEL, "--fingerprint-seqs", "0"], "Invalid value for '--fingerprint-seqs'"),
         (["report", *NO_MODEL, "--compare-len", "1"], "Invalid value for '--compare-len'"),
         (["leakage", *NO_MODEL, "--groups", "0"], "Invalid value for '--groups': Input should be greater than or equal to 2"),
-        (["leakage", *NO_MODEL, "--n-seqs", "3", "--groups", "4"],
-         "Invalid value for '--n-seqs': 3 sequences cannot fill --groups 4; use --n-seqs 4 or more, or fewer --groups"),
-        (["sinks", *NO_MODEL, "--n-seqs", "4"],  # the default --groups is 8
-         "Invalid value for '--n-seqs': 4 sequences cannot fill --groups 8; use --n-seqs 8 or more, or fewer --groups"),
-        (["fingerprint", *NO_MODEL, "--fingerprint-seqs", "2"],
-         "Invalid value for '--fingerprint-seqs': 2 sequences cannot fill --groups 8; use --fingerprint-seqs 8 or more, or fewer --groups"),
-        (["compare", "--n-seqs", "2"],
-         "Invalid value for '--n-seqs': 2 sequences cannot fill --groups 8; use --n-seqs 8 or more, or fewer --groups"),
-        (["report", *NO_MODEL, "--n-seqs", "4"],
-         "Invalid value for '--n-seqs': 4 sequences cannot fill --groups 8; use --n-seqs 8 or more, or fewer --groups"),
-        (["report", *NO_MODEL, "--compare-seqs", "4"],
-         "Invalid value for '--compare-seqs': 4 sequences cannot fill --groups 8; use --compare-seqs 8 or more, or fewer --groups"),
-        (["leakage", *NO_MODEL, "--bos", "first"],
-         "Invalid value for '--bos': 'first' is not bos, none or token:<id or string> (an id ≥ 0, or a string that is one token)"),
+        (
+            ["leakage", *NO_MODEL, "--n-seqs", "3", "--groups", "4"],
+            "Invalid value for '--n-seqs': 3 sequences cannot fill --groups 4; use --n-seqs 4 or more, or fewer --groups",
+        ),
+        (
+            ["sinks", *NO_MODEL, "--n-seqs", "4"],  # the default --groups is 8
+            "Invalid value for '--n-seqs': 4 sequences cannot fill --groups 8; use --n-seqs 8 or more, or fewer --groups",
+        ),
+        (
+            ["fingerprint", *NO_MODEL, "--fingerprint-seqs", "2"],
+            "Invalid value for '--fingerprint-seqs': 2 sequences cannot fill --groups 8; use --fingerprint-seqs 8 or more, or fewer --groups",
+        ),
+        (["compare", "--n-seqs", "2"], "Invalid value for '--n-seqs': 2 sequences cannot fill --groups 8; use --n-seqs 8 or more, or fewer --groups"),
+        (
+            ["report", *NO_MODEL, "--n-seqs", "4"],
+            "Invalid value for '--n-seqs': 4 sequences cannot fill --groups 8; use --n-seqs 8 or more, or fewer --groups",
+        ),
+        (
+            ["report", *NO_MODEL, "--compare-seqs", "4"],
+            "Invalid value for '--compare-seqs': 4 sequences cannot fill --groups 8; use --compare-seqs 8 or more, or fewer --groups",
+        ),
+        (
+            ["leakage", *NO_MODEL, "--bos", "first"],
+            "Invalid value for '--bos': 'first' is not bos, none or token:<id or string> (an id ≥ 0, or a string that is one token)",
+        ),
         (["leakage", *NO_MODEL, "--bos", "token:"], "Invalid value for '--bos': 'token:' is not bos, none"),
         (["leakage", *NO_MODEL, "--bos", "token:-1"], "Invalid value for '--bos': 'token:-1' is not bos, none"),
-        (["bos-swap", *NO_MODEL, "--replacement", "zero", "--replacement", "ones"],
-         "Invalid value for '--replacement': unknown BOS replacement 'ones'; choose from mean, zero, noise, token:<id or string>"),
+        (
+            ["bos-swap", *NO_MODEL, "--replacement", "zero", "--replacement", "ones"],
+            "Invalid value for '--replacement': unknown BOS replacement 'ones'; choose from mean, zero, noise, token:<id or string>",
+        ),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else "",
 )
@@ -68,8 +81,9 @@ def test_options_are_refused_before_loading_with_their_own_name(args, expected, 
 
 def test_report_with_enough_sequences_for_its_groups_is_not_refused(tmp_path):
     # The same shape of settings as a refused one, but consistent: it gets past the options to the (missing) model.
-    result = runner.invoke(app, ["report", *NO_MODEL, "--n-seqs", "4", "--groups", "4", "--fingerprint-seqs", "4",
-                                 "--skip-compare", "--out", str(tmp_path / "out")])
+    result = runner.invoke(
+        app, ["report", *NO_MODEL, "--n-seqs", "4", "--groups", "4", "--fingerprint-seqs", "4", "--skip-compare", "--out", str(tmp_path / "out")]
+    )
     assert result.exit_code == 1 and "unknown model 'no-such-model-xyz'" in str(result.exception)
 
 
@@ -103,13 +117,14 @@ def test_out_naming_a_file_says_it_is_a_file(tmp_path):
     for command in (["leakage", *NO_MODEL], ["report", *NO_MODEL]):
         result = runner.invoke(app, [*command, "--out", str(file)])
         assert result.exit_code == 2, result.output
-        assert (f"Invalid value for '--out': cannot write results to {file}: it is a file, not a folder; "
-                "choose an output folder you can write to") in message(result.output)
+        assert (
+            f"Invalid value for '--out': cannot write results to {file}: it is a file, not a folder; choose an output folder you can write to"
+        ) in message(result.output)
     assert file.read_text() == "a,b\n"
 
 
 def test_ensure_writable_dir_on_a_file(tmp_path):
-    from poslens.measurement.result import OutputNotWritableError, ensure_writable_dir
+    from poslens.measurement.result_files import OutputNotWritableError, ensure_writable_dir
 
     file = tmp_path / "taken"
     file.touch()

@@ -9,9 +9,22 @@ from poslens.study import cli
 
 
 def _reductions(values: dict[int, float]) -> Result:
-    rows = [dict(model="m", variant="base", intervention="bos:zero", layer=layer, head=-1, query_window=window,
-                 metric="reduction", value=value, ci_low=value - 0.2, ci_high=value + 0.2)
-            for layer, value in values.items() for window in ("early", "all")]
+    rows = [
+        dict(
+            model="m",
+            variant="base",
+            intervention="bos:zero",
+            layer=layer,
+            head=-1,
+            query_window=window,
+            metric="reduction",
+            value=value,
+            ci_low=value - 0.2,
+            ci_high=value + 0.2,
+        )
+        for layer, value in values.items()
+        for window in ("early", "all")
+    ]
     return Result(pd.DataFrame(rows), {})
 
 

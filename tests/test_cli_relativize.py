@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from poslens.measurement.plots import plot_attribution, plot_loss_change
+from poslens.measurement.intervention_plots import plot_attribution, plot_loss_change
 from poslens.mechanisms.attribution import Attribution
 from poslens.study.cli import app
-from poslens.study.parts import RELATIVIZE_FILES, SettingsMismatchError
+from poslens.study.part_cache import SettingsMismatchError
+from poslens.study.parts import RELATIVIZE_FILES
 
 runner = CliRunner()
 SMALL = ["--corpus", "random", "--n-seqs", "8", "--seq-len", "16", "--groups", "2", "--early", "6"]
@@ -37,8 +38,20 @@ def message(output: str) -> str:
 def measured(tiny_llama_dir, tmp_path_factory):
     """One run: modes all and key0, calibration sizes 4 and 6 of 6 calibration sequences, with the loss."""
     out = tmp_path_factory.mktemp("relativize") / "out"
-    args = ["relativize", "--model", str(tiny_llama_dir), *SMALL, "--modes", "key0,all", "--calibration-seqs", "6",
-            "--calibration-sizes", "6,4", "--out", str(out)]
+    args = [
+        "relativize",
+        "--model",
+        str(tiny_llama_dir),
+        *SMALL,
+        "--modes",
+        "key0,all",
+        "--calibration-seqs",
+        "6",
+        "--calibration-sizes",
+        "6,4",
+        "--out",
+        str(out),
+    ]
     done = runner.invoke(app, args)
     assert done.exit_code == 0, done.output
     return out, args, done.output
@@ -68,8 +81,12 @@ def test_the_files_load_and_hold_the_modes_asked_for(measured):
     assert "relativize:key0" in output and "placebo:all" in output and "calibration size" in output
     # the figure draws what was saved
     fig = plot_attribution(a.table)
-    assert [t.name for t in fig.data] == ["unedited", "relativized: every column (n = 6)", "relativized: key 0 only (n = 6)",
-                                          "placebo: relative, matched norm (n = 6)"]
+    assert [t.name for t in fig.data] == [
+        "unedited",
+        "relativized: every column (n = 6)",
+        "relativized: key 0 only (n = 6)",
+        "placebo: relative, matched norm (n = 6)",
+    ]
     assert len(plot_loss_change(a.loss).data) == 4
 
 
@@ -103,16 +120,22 @@ def test_a_rerun_reuses_the_part_and_other_settings_are_refused(measured):
 @pytest.mark.parametrize(
     "extra, expected",
     [
-        (["--modes", "all,sink"], "Invalid value for '--modes': 'all,sink' is not a comma list of relativization modes; "
-                                  "choose from all, key0, all-but-key0"),
+        (
+            ["--modes", "all,sink"],
+            "Invalid value for '--modes': 'all,sink' is not a comma list of relativization modes; choose from all, key0, all-but-key0",
+        ),
         (["--modes", ","], "Invalid value for '--modes'"),
         (["--modes", "key0,key0"], "names a mode twice"),
-        (["--seed", "3", "--calibration-seed", "3"],
-         "Invalid value for '--calibration-seed': --calibration-seed 3 is the measured corpus's --seed: the calibration corpus"),
+        (
+            ["--seed", "3", "--calibration-seed", "3"],
+            "Invalid value for '--calibration-seed': --calibration-seed 3 is the measured corpus's --seed: the calibration corpus",
+        ),
         (["--calibration-sizes", "4,x"], "Invalid value for '--calibration-sizes': '4,x' is not a comma list of calibration sizes"),
         (["--calibration-sizes", "1"], "Invalid value for '--calibration-sizes'"),
-        (["--calibration-seqs", "6", "--calibration-sizes", "4,8"],
-         "Invalid value for '--calibration-sizes': 8 is more than the 6 sequences of the calibration corpus"),
+        (
+            ["--calibration-seqs", "6", "--calibration-sizes", "4,8"],
+            "Invalid value for '--calibration-sizes': 8 is more than the 6 sequences of the calibration corpus",
+        ),
         (["--n-seqs", "8", "--calibration-sizes", "12"], "12 is more than the 8 sequences"),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else "",
@@ -129,9 +152,25 @@ def test_bad_options_are_refused_before_loading(extra, expected, tmp_path):
 
 def test_equal_seeds_print_one_message_and_no_traceback(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "COLUMNS": "400"}
-    process = subprocess.run([sys.executable, "-m", "poslens.study.cli", "relativize", *NO_MODEL, "--groups", "2",
-                              "--calibration-seed", "0", "--out", str(tmp_path / "out")],
-                             capture_output=True, text=True, env=env, timeout=300)
+    process = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "poslens.study.cli",
+            "relativize",
+            *NO_MODEL,
+            "--groups",
+            "2",
+            "--calibration-seed",
+            "0",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     said = process.stdout + process.stderr
     assert process.returncode == 2 and "Traceback" not in said, said
     assert "--calibration-seed 0 is the measured corpus's --seed" in message(said)
@@ -148,9 +187,29 @@ def test_the_python_api_refuses_equal_seeds_before_loading(tmp_path):
 
 def test_no_loss_skips_the_loss_and_one_mode_runs_alone(tiny_llama_dir, tmp_path):
     out = tmp_path / "out"
-    done = runner.invoke(app, ["relativize", "--model", str(tiny_llama_dir), "--corpus", "random", "--n-seqs", "4",
-                               "--seq-len", "12", "--groups", "2", "--early", "4", "--modes", "key0", "--no-loss",
-                               "--out", str(out)])
+    done = runner.invoke(
+        app,
+        [
+            "relativize",
+            "--model",
+            str(tiny_llama_dir),
+            "--corpus",
+            "random",
+            "--n-seqs",
+            "4",
+            "--seq-len",
+            "12",
+            "--groups",
+            "2",
+            "--early",
+            "4",
+            "--modes",
+            "key0",
+            "--no-loss",
+            "--out",
+            str(out),
+        ],
+    )
     assert done.exit_code == 0, done.output
     a = Attribution.load(out)
     assert set(a.table["mode"]) == {"none", "key0"}  # no placebo without mode all
@@ -167,10 +226,34 @@ def test_a_corpus_too_small_for_two_disjoint_corpora_is_refused_in_words(tiny_ll
     text = tmp_path / "small.txt"
     text.write_text("The quick brown fox jumps over the lazy dog. " * 5)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "COLUMNS": "400"}
-    process = subprocess.run([sys.executable, "-m", "poslens.study.cli", "relativize", "--model", str(tiny_llama_dir),
-                              "--corpus", str(text), "--n-seqs", "8", "--seq-len", "16", "--groups", "2", "--early", "6",
-                              "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=300)
+    process = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "poslens.study.cli",
+            "relativize",
+            "--model",
+            str(tiny_llama_dir),
+            "--corpus",
+            str(text),
+            "--n-seqs",
+            "8",
+            "--seq-len",
+            "16",
+            "--groups",
+            "2",
+            "--early",
+            "6",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     said = process.stdout + process.stderr
     assert process.returncode != 0 and "Traceback" not in said, said
-    assert ("the calibration corpus must be disjoint from the measured one, so the corpus must hold 8 + 8 = 16 windows "
-            "of 16 tokens") in message(said), said
+    assert ("the calibration corpus must be disjoint from the measured one, so the corpus must hold 8 + 8 = 16 windows of 16 tokens") in message(
+        said
+    ), said

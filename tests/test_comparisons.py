@@ -20,6 +20,9 @@ import poslens
 from poslens.fit.metrics import all_metrics
 from poslens.measurement.pipeline import measure_scores
 from poslens.measurement.result import Result
+from poslens.mechanisms import comparison_cases as cmp_cases
+from poslens.mechanisms import comparison_rows as cmp_rows
+from poslens.mechanisms import comparison_stats as cmp_stats
 from poslens.mechanisms import comparisons as cmp
 from poslens.mechanisms.architectures import Case, compare
 
@@ -61,7 +64,8 @@ def _c_res(result: Result, window: str = "all") -> tuple[float, np.ndarray, np.n
     """C_res over layers ≥ 1 (head mean) from the table, its per-layer values, and hand-made replicates [G, L + 1]."""
     sums = result.sums
     w = ("early", "all").index(window)
-    replicates = np.stack([all_metrics(sums.leave_out(g), sums.binning, sums.layer_windows)["c_res"][w, :, -1] for g in range(G)])
+    cf = sums.counterfactual_cells
+    replicates = np.stack([all_metrics(sums.leave_out(g), cf.leave_out(g), sums.binning, sums.layer_windows)["c_res"][w, :, -1] for g in range(G)])
     per_layer = np.array([result.value("c_res", window, layer=layer) for layer in range(LAYERS)])
     return result.value("c_res", window), per_layer, replicates
 
@@ -83,7 +87,7 @@ def _row(table: pd.DataFrame, **where) -> pd.Series:
 
 def test_paired_difference_is_the_difference_of_separate_figures(ntk_cases):
     base, variant = ntk_cases[1], ntk_cases[4]
-    table = cmp.paired_differences(cmp.case_figures(variant), cmp.case_figures(base))
+    table = cmp_rows.paired_differences(cmp_cases.case_figures(variant), cmp_cases.case_figures(base))
     for window in ("early", "all"):
         b, b_layers, b_reps = _c_res(base, window)
         v, v_layers, v_reps = _c_res(variant, window)
@@ -100,8 +104,8 @@ def test_paired_difference_is_the_difference_of_separate_figures(ntk_cases):
 
 
 def test_paired_interval_is_narrower_than_independent_under_shared_noise(ntk_cases):
-    base, variant = cmp.case_figures(ntk_cases[1]), cmp.case_figures(ntk_cases[4])
-    paired, independent = cmp.paired_differences(variant, base), cmp.independent_differences(variant, base)
+    base, variant = cmp_cases.case_figures(ntk_cases[1]), cmp_cases.case_figures(ntk_cases[4])
+    paired, independent = cmp_rows.paired_differences(variant, base), cmp_rows.independent_differences(variant, base)
     for window, ratio in (("early", 0.5), ("all", 1.0)):
         p = _row(paired, metric="c_res", query_window=window, layer=-1)
         i = _row(independent, metric="c_res", query_window=window, layer=-1)
@@ -115,10 +119,10 @@ def test_paired_interval_is_narrower_than_independent_under_shared_noise(ntk_cas
 def test_shared_noise_cancels_exactly_on_figures():
     noise = np.array([0.3, -0.2, 0.1, -0.2])[:, None, None] * np.ones((G, 2, LAYERS + 1))
     small = np.array([0.01, -0.01, 0.0, 0.0])[:, None, None] * np.ones((G, 2, LAYERS + 1))
-    a = cmp.CaseFigures("m", "base", {"c_res": np.full((2, LAYERS + 1), 1.0)}, {"c_res": 1.0 + noise}, tokens="t")
-    b = cmp.CaseFigures("m", "ntk:2", {"c_res": np.full((2, LAYERS + 1), 0.8)}, {"c_res": 0.8 + noise + small}, tokens="t")
-    paired = _row(cmp.paired_differences(b, a), metric="c_res", query_window="all", layer=-1)
-    independent = _row(cmp.independent_differences(b, a), metric="c_res", query_window="all", layer=-1)
+    a = cmp_cases.CaseFigures("m", "base", {"c_res": np.full((2, LAYERS + 1), 1.0)}, {"c_res": 1.0 + noise}, tokens="t")
+    b = cmp_cases.CaseFigures("m", "ntk:2", {"c_res": np.full((2, LAYERS + 1), 0.8)}, {"c_res": 0.8 + noise + small}, tokens="t")
+    paired = _row(cmp_rows.paired_differences(b, a), metric="c_res", query_window="all", layer=-1)
+    independent = _row(cmp_rows.independent_differences(b, a), metric="c_res", query_window="all", layer=-1)
     expected_se = np.sqrt(3 / 4 * (small[:, 0, 0] ** 2).sum())
     assert paired["se"] == pytest.approx(expected_se, rel=1e-12)
     se_each = np.sqrt(3 / 4 * ((noise[:, 0, 0] - noise[:, 0, 0].mean()) ** 2).sum())
@@ -127,7 +131,7 @@ def test_shared_noise_cancels_exactly_on_figures():
 
 def test_ntk_trend_is_polyfit_on_log_alpha(ntk_cases):
     alphas = sorted(ntk_cases)
-    figures = [cmp.case_figures(ntk_cases[a]) for a in alphas]
+    figures = [cmp_cases.case_figures(ntk_cases[a]) for a in alphas]
     table = cmp.compare_figures(figures)
     row = _row(table, kind="trend", variant="ntk", metric="c_res", query_window="all", layer=-1)
     x = np.log2(alphas)
@@ -148,7 +152,7 @@ def test_ntk_trend_is_polyfit_on_log_alpha(ntk_cases):
 
 def test_depth_slope_is_polyfit_over_fraction_of_depth(ntk_cases):
     result = ntk_cases[1]
-    row = _row(cmp.depth_slopes(cmp.case_figures(result)), metric="c_res_depth_slope", query_window="all")
+    row = _row(cmp_rows.depth_slopes(cmp_cases.case_figures(result)), metric="c_res_depth_slope", query_window="all")
     _, per_layer, replicates = _c_res(result)
     x = np.array([1, 2]) / (LAYERS - 1)  # layers 1 … L − 1 over l / (L − 1)
     assert row["value"] == pytest.approx(np.polyfit(x, per_layer[1:], 1)[0], rel=1e-9)
@@ -160,8 +164,7 @@ def test_depth_slope_is_polyfit_over_fraction_of_depth(ntk_cases):
 
 def test_window_trend_leaves_out_the_base_and_windows_past_t():
     figures = [
-        cmp.CaseFigures("m", v, {"c_res": np.full((2, LAYERS + 1), y)}, {"c_res": np.full((G, 2, LAYERS + 1), y)},
-                        tokens="t", seq_len=T)
+        cmp_cases.CaseFigures("m", v, {"c_res": np.full((2, LAYERS + 1), y)}, {"c_res": np.full((G, 2, LAYERS + 1), y)}, tokens="t", seq_len=T)
         for v, y in (("base", 9.0), ("window:4", 3.0), ("window:8", 2.0), ("window:16", 1.0), ("window:32", 7.0))
     ]
     row = _row(cmp.compare_figures(figures), kind="trend", variant="window", metric="c_res", query_window="all", layer=-1)
@@ -173,8 +176,14 @@ def test_depth_slope_trend_over_windows():
     # depth slope of case W: per-layer c_res = k_W · l; with L = 3, x = l / 2, so the slope is 2 · k_W
     ks = {8: 3.0, 16: 2.0}
     figures = [
-        cmp.CaseFigures("m", f"window:{w}", {"c_res": np.array([[0.0, k, 2 * k, 1.5 * k]] * 2)},
-                        {"c_res": np.array([[[0.0, k, 2 * k, 1.5 * k]] * 2] * G)}, tokens="t", seq_len=T)
+        cmp_cases.CaseFigures(
+            "m",
+            f"window:{w}",
+            {"c_res": np.array([[0.0, k, 2 * k, 1.5 * k]] * 2)},
+            {"c_res": np.array([[[0.0, k, 2 * k, 1.5 * k]] * 2] * G)},
+            tokens="t",
+            seq_len=T,
+        )
         for w, k in ks.items()
     ]
     table = cmp.compare_figures(figures)
@@ -185,12 +194,12 @@ def test_depth_slope_trend_over_windows():
 def test_detectable_difference_formula_and_power():
     for se, df in ((0.5, 7), (2.0, 3), (1.0, np.inf)):
         expected = (stats.t.ppf(0.975, df) + stats.t.ppf(0.8, df)) * se
-        assert float(cmp.detectable_difference(se, df)) == pytest.approx(expected, rel=1e-12)
-    assert float(cmp.detectable_difference(1.0, np.inf)) == pytest.approx(1.959964 + 0.841621, abs=1e-5)
+        assert float(cmp_stats.detectable_difference(se, df)) == pytest.approx(expected, rel=1e-12)
+    assert float(cmp_stats.detectable_difference(1.0, np.inf)) == pytest.approx(1.959964 + 0.841621, abs=1e-5)
     # a true difference of that size, measured with G = 8 groups, is found about 80% of the time
     rng = np.random.default_rng(0)
     sigma, groups, trials = 1.0, 8, 4000
-    delta = float(cmp.detectable_difference(sigma / np.sqrt(groups), groups - 1))
+    delta = float(cmp_stats.detectable_difference(sigma / np.sqrt(groups), groups - 1))
     draws = rng.normal(delta, sigma, size=(trials, groups))
     mean = draws.mean(1)
     loo = (draws.sum(1, keepdims=True) - draws) / (groups - 1)  # delete-one-group replicates of the mean
@@ -202,9 +211,9 @@ def test_detectable_difference_formula_and_power():
 def test_independent_difference_uses_both_variances_and_welch_df():
     ra = np.array([0.2, -0.1, 0.0, -0.1])
     rb = np.array([0.5, -0.5, 0.3, -0.3, 0.0, 0.0])
-    a = cmp.CaseFigures("gemma", "base", {"c_res": np.full((2, 4), 2.0)}, {"c_res": 2.0 + ra[:, None, None] * np.ones((4, 2, 4))})
-    b = cmp.CaseFigures("smol", "base", {"c_res": np.full((2, 5), 1.0)}, {"c_res": 1.0 + rb[:, None, None] * np.ones((6, 2, 5))})
-    row = _row(cmp.independent_differences(a, b), metric="c_res", query_window="all")
+    a = cmp_cases.CaseFigures("gemma", "base", {"c_res": np.full((2, 4), 2.0)}, {"c_res": 2.0 + ra[:, None, None] * np.ones((4, 2, 4))})
+    b = cmp_cases.CaseFigures("smol", "base", {"c_res": np.full((2, 5), 1.0)}, {"c_res": 1.0 + rb[:, None, None] * np.ones((6, 2, 5))})
+    row = _row(cmp_rows.independent_differences(a, b), metric="c_res", query_window="all")
     va = 3 / 4 * ((ra - ra.mean()) ** 2).sum()
     vb = 5 / 6 * ((rb - rb.mean()) ** 2).sum()
     df = (va + vb) ** 2 / (va**2 / 3 + vb**2 / 5)
@@ -215,14 +224,17 @@ def test_independent_difference_uses_both_variances_and_welch_df():
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((1.0 - half, 1.0 + half), rel=1e-12)
     assert row["detectable"] == pytest.approx((stats.t.ppf(0.975, df) + stats.t.ppf(0.8, df)) * np.sqrt(va + vb), rel=1e-12)
     # depth slopes per fraction of depth compare models of 3 and 4 layers (x = l/2 and l/3)
-    slope = _row(cmp.independent_differences(a, b), metric="c_res_depth_slope", query_window="all")
+    slope = _row(cmp_rows.independent_differences(a, b), metric="c_res_depth_slope", query_window="all")
     assert slope["value"] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_compare_figures_pairs_the_independent_models():
     z = lambda v: ({"c_res": np.full((2, 4), v)}, {"c_res": np.full((G, 2, 4), v)})  # noqa: E731
-    figures = [cmp.CaseFigures("smol", "base", *z(1.0), tokens="s"), cmp.CaseFigures("smol", "ntk:2", *z(0.5), tokens="s"),
-               cmp.CaseFigures("gemma", "base", *z(3.0), tokens="g")]
+    figures = [
+        cmp_cases.CaseFigures("smol", "base", *z(1.0), tokens="s"),
+        cmp_cases.CaseFigures("smol", "ntk:2", *z(0.5), tokens="s"),
+        cmp_cases.CaseFigures("gemma", "base", *z(3.0), tokens="g"),
+    ]
     table = cmp.compare_figures(figures)
     independent = table[table["kind"] == "independent"]
     assert set(independent["comparison"]) == {"gemma − smol"}
@@ -231,34 +243,49 @@ def test_compare_figures_pairs_the_independent_models():
 
 def test_refuses_cases_measured_on_other_tokens_or_groups(ntk_cases):
     other = _case("ntk:2", 0.9, tokens="other")
-    with pytest.raises(cmp.UnpairedCasesError, match="different token ids"):
+    with pytest.raises(cmp_cases.UnpairedCasesError, match="different token ids"):
         cmp.compare_results([ntk_cases[1], other])
     z = ({"c_res": np.zeros((2, 4))}, {"c_res": np.zeros((G, 2, 4))})
-    with pytest.raises(cmp.UnpairedCasesError, match="different groups"):
-        cmp.check_paired(cmp.CaseFigures("m", "base", *z, tokens="t", group_sizes=(2, 2, 2, 2)),
-                         cmp.CaseFigures("m", "window:8", *z, tokens="t", group_sizes=(1, 3, 2, 2)))
-    with pytest.raises(cmp.UnpairedCasesError, match="unknown token ids"):
-        cmp.check_paired(cmp.CaseFigures("m", "base", *z), cmp.CaseFigures("m", "ntk:2", *z))
+    with pytest.raises(cmp_cases.UnpairedCasesError, match="different groups"):
+        cmp_cases.check_paired(
+            cmp_cases.CaseFigures("m", "base", *z, tokens="t", group_sizes=(2, 2, 2, 2)),
+            cmp_cases.CaseFigures("m", "window:8", *z, tokens="t", group_sizes=(1, 3, 2, 2)),
+        )
+    with pytest.raises(cmp_cases.UnpairedCasesError, match="unknown token ids"):
+        cmp_cases.check_paired(cmp_cases.CaseFigures("m", "base", *z), cmp_cases.CaseFigures("m", "ntk:2", *z))
     with pytest.raises(poslens.errors.InputError, match="not refitted"):
-        cmp.case_figures(ntk_cases[1], metrics=("probe_r2",))
+        cmp_cases.case_figures(ntk_cases[1], metrics=("probe_r2",))
     with pytest.raises(poslens.errors.InputError, match="cell sums"):
-        cmp.case_figures(Result(ntk_cases[1].table, ntk_cases[1].meta, None))
+        cmp_cases.case_figures(Result(ntk_cases[1].table, ntk_cases[1].meta, None))
 
 
 def test_meta_round_trip(ntk_cases, tmp_path):
     table = cmp.compare_results([ntk_cases[1], ntk_cases[2]])
     result = Result(ntk_cases[1].table, {cmp.META_KEY: cmp.to_meta(table)})
     back = cmp.comparison_table(Result.load(result.save(tmp_path / "compare.parquet"), sums=False))
-    assert back.columns.tolist() == cmp.COMPARISON_COLUMNS
+    assert back.columns.tolist() == cmp_rows.COMPARISON_COLUMNS
     pd.testing.assert_frame_equal(back.reset_index(drop=True), table.reset_index(drop=True), check_dtype=False)
     assert cmp.comparison_table(Result(pd.DataFrame())).empty
 
 
 def test_compare_integration_tiny_llama(tiny_llama_dir, tmp_path):
-    cases = [Case(str(tiny_llama_dir), "base", "standard"), Case(str(tiny_llama_dir), "ntk:2", "ntk"),
-             Case(str(tiny_llama_dir), "window:8", "sliding"), Case(str(tiny_llama_dir), "window:16", "sliding")]
-    result = compare(cases, n_seqs=8, seq_len=32, groups=4, early=8, source="random", progress=False,
-                     loader=lambda name, variant: poslens.load_model(name, variant=variant), counterfactual="second-pass")
+    cases = [
+        Case(str(tiny_llama_dir), "base", "standard"),
+        Case(str(tiny_llama_dir), "ntk:2", "ntk"),
+        Case(str(tiny_llama_dir), "window:8", "sliding"),
+        Case(str(tiny_llama_dir), "window:16", "sliding"),
+    ]
+    result = compare(
+        cases,
+        n_seqs=8,
+        seq_len=32,
+        groups=4,
+        early=8,
+        source="random",
+        progress=False,
+        loader=lambda name, variant: poslens.load_model(name, variant=variant),
+        counterfactual="second-pass",
+    )
     table = cmp.comparison_table(result)
     assert set(table["kind"]) == {"paired", "trend", "depth-slope"}
     assert set(table.loc[table["kind"] == "paired", "comparison"]) == {"ntk:2 − base", "window:8 − base", "window:16 − base"}

@@ -1,6 +1,6 @@
 """The compatibility matrix: every architecture poslens supports, tested the same way.
 
-One tiny random-weight model per kind of :data:`poslens.model.tiny.TINY_MODELS`
+One tiny random-weight model per kind of ``TINY_MODELS`` (tests/compatibility_matrix.py)
 (Llama, Llama 3 and Apertus with ``llama3`` rope scaling, Qwen2, Qwen3 plain and with YaRN,
 Ministral 3 with YaRN, Mistral, Gemma 1, 2 and 3, VaultGemma, Phi-3, OLMo 1, 2 and 3,
 StarCoder2, Granite, Cohere, EXAONE 3 and 4, Falcon 7B, ERNIE 4.5, Arcee, BitNet, Hunyuan,
@@ -23,7 +23,7 @@ layers without softmax attention, an adapter that hides the pre-softmax scores o
 the fused QKV wrongly) are refused with :class:`poslens.ModelNotSupportedError`, as are the
 hybrid and sparse-attention architectures of ``REFUSED_CONFIGS``, from their config alone.
 ``docs/supported_models.md`` is generated from the same tables and from
-:mod:`poslens.model.coverage`; a test checks it is current.
+tests/architecture_coverage.py; a test checks it is current.
 """
 
 from __future__ import annotations
@@ -32,16 +32,17 @@ import copy
 import importlib.util
 from pathlib import Path
 
+import architecture_coverage as coverage
 import pytest
 import torch
+from compatibility_matrix import REFUSED_CONFIGS, TINY_KINDS, TINY_MODELS, UNSUPPORTED_KINDS, save_tiny_model, tiny_config
 from parity import bridge_log_probs, native_log_probs
 
 import poslens
-from poslens.capture.leakage_capture import LeakageCapture, MaskMismatchError
+from poslens.capture.cell_sum_capture import CellSumCapture
+from poslens.capture.score_checks import MaskMismatchError
 from poslens.fit.binning import Binning
-from poslens.model import coverage
 from poslens.model.hooks import attn_scores, run_with_hooks
-from poslens.model.tiny import REFUSED_CONFIGS, TINY_KINDS, TINY_MODELS, UNSUPPORTED_KINDS, save_tiny_model, tiny_config
 from poslens.model.variants import VariantNotSupportedError
 
 T, TOL = 32, 1e-5
@@ -154,17 +155,17 @@ def test_captured_scores_softmax_to_hf_attentions(kind, folders, models, tokens)
 def test_visible_keys_per_layer(kind, folders, models, tokens):
     """Per layer: the keys HF attends to, the unmasked captured scores and poslens' own mask are the same set."""
     folder, model = folders(kind), models(kind)
-    assert model.window == expected_windows(model.hf_model.config)
+    assert model.sliding_windows == expected_windows(model.hf_model.config)
     captured = captured_scores(model, tokens)
     with torch.no_grad():
         attentions = hf_model(folder)(tokens, output_attentions=True).attentions
-    capture = LeakageCapture(model, Binning(T), groups=2)
+    capture = CellSumCapture(model, Binning(T), groups=2)
     lowest = torch.finfo(torch.float32).min
     for layer in range(model.n_layers):
-        want = visible(T, model.window[layer]).expand(2, model.n_heads, T, T)
+        want = visible(T, model.sliding_windows[layer]).expand(2, model.n_heads, T, T)
         assert torch.equal(attentions[layer] > 0, want), f"layer {layer}: HF attends to other keys"
         assert torch.equal(captured[layer] > lowest / 2, want), f"layer {layer}: captured mask differs"
-        assert torch.equal(capture.structure(layer).valid, want[0, 0]), f"layer {layer}: poslens expects other keys"
+        assert torch.equal(capture.geometry(layer).valid, want[0, 0]), f"layer {layer}: poslens expects other keys"
         # the capture's own check passes on this layer's scores
         capture.reduce(layer, captured[layer][:1].float())
 
@@ -173,8 +174,8 @@ def test_visible_keys_per_layer(kind, folders, models, tokens):
 def test_wrong_windows_are_caught(kind, folders, tokens):
     """The mask check can fail: with every layer's window forgotten, the capture names the first windowed layer."""
     model = poslens.load_model(folders(kind))
-    first = next(layer for layer, w in enumerate(model.window) if w is not None)
-    model.window = [None] * model.n_layers
+    first = next(layer for layer, w in enumerate(model.sliding_windows) if w is not None)
+    model.sliding_windows = [None] * model.n_layers
     corpus = poslens.make_corpus(model, "random", n_seqs=2, seq_len=T, seed=0)
     with pytest.raises(MaskMismatchError, match=f"layer {first}: keys poslens treats as visible are masked"):
         poslens.measure(model, corpus, groups=2, progress=False)
@@ -232,9 +233,9 @@ def test_variant_matches_native_or_is_refused(kind, spec, folders, models, token
         assert model.rope_base == [1000.0] * model.n_layers
     else:
         expected = windowed_log_probs(folder, tokens, 8)
-        assert model.window == [8 if w is None else min(w, 8) for w in base.window]
+        assert model.sliding_windows == [8 if w is None else min(w, 8) for w in base.sliding_windows]
     assert (bridge_log_probs(model, tokens) - expected).abs().max().item() <= TOL
-    if model.rope_base != base.rope_base or model.window != base.window:
+    if model.rope_base != base.rope_base or model.sliding_windows != base.sliding_windows:
         # the comparison can fail: the unchanged model is measurably off
         assert (bridge_log_probs(base, tokens) - expected).abs().max().item() > 10 * TOL
 
@@ -415,6 +416,16 @@ def test_coverage_lists_only_installed_classes():
     assert not untested & coverage.tested_architectures()
     for kind in TINY_KINDS:
         assert TINY_MODELS[kind].architecture not in untested
+
+
+def test_matrix_and_coverage_examples_run():
+    """The docstring examples of the two test-data modules (tests/ is outside tests/test_docstring_examples.py's reach)."""
+    import doctest
+
+    import compatibility_matrix
+
+    for module in (compatibility_matrix, coverage):
+        assert doctest.testmod(module).failed == 0, module.__name__
 
 
 # ---------------------------------------------------------------- the docs page

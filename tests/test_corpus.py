@@ -15,8 +15,8 @@ import torch
 
 from poslens import make_corpus
 from poslens.errors import InputError
-from poslens.model.corpus import read_texts
-from poslens.model.tiny import byte_tokenizer
+from poslens.model.corpus_texts import read_texts
+from poslens.testing import byte_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -287,7 +287,7 @@ def test_excluding_makes_two_seeds_draws_disjoint():
     assert sum(shared[:300]) > 0  # the collision the plain draw would have
     kept = drawn.excluding(measured, 300)
     assert kept.n_seqs == 300 and not any(tuple(r) in rows for r in kept.tokens.tolist())
-    expected = [r for r, s in zip(drawn.tokens.tolist(), shared) if not s][:300]
+    expected = [r for r, s in zip(drawn.tokens.tolist(), shared, strict=False) if not s][:300]
     assert kept.tokens.tolist() == expected
     last = [i for i, s in enumerate(shared) if not s][299]
     assert kept.meta["excluded_shared"] == sum(shared[:last])

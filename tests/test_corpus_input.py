@@ -4,7 +4,7 @@ Every refusal is a :class:`~poslens.errors.CorpusError` (or another
 :class:`~poslens.errors.PoslensError`) whose message names the file, the line
 or row, and the fix; whatever is accepted is exactly the text of the file.
 The functions are looked up on the module at call time, so each test fails on
-its own (not at import) against a corpus module that lacks what it checks.
+its own (not at import) against corpus modules that lack what it checks.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import poslens.model.corpus as corpus
+import poslens.model.corpus_texts as corpus_texts
 from poslens.errors import CorpusError, InputError, ParameterTypeError, PoslensError
-from poslens.model.tiny import byte_tokenizer
+from poslens.testing import byte_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def tok():
 def refused(path: Path, *args, error: type[Exception] = CorpusError, **kwargs) -> str:
     """read_texts(path) raises ``error``; its message, which must name the file."""
     with pytest.raises(error) as info:
-        corpus.read_texts(path, *args, **kwargs)
+        corpus_texts.read_texts(path, *args, **kwargs)
     message = str(info.value)
     assert path.name in message, message
     return message
@@ -46,8 +47,9 @@ def write_lines(path: Path, lines: list[str]) -> Path:
 # ---------------------------------------------------------------- JSONL values that are not strings
 
 
-@pytest.mark.parametrize("value, kind", [(None, "null"), (3, "a number"), (2.5, "a number"), (True, "a boolean"),
-                                         (["a"], "an array"), ({"t": "a"}, "an object")])
+@pytest.mark.parametrize(
+    "value, kind", [(None, "null"), (3, "a number"), (2.5, "a number"), (True, "a boolean"), (["a"], "an array"), ({"t": "a"}, "an object")]
+)
 def test_jsonl_text_that_is_not_a_string(tmp_path, value, kind):
     # Before: str(None) == "None", str(3) == "3" went into the corpus as text.
     path = write_lines(tmp_path / "values.jsonl", ['{"text": "fine"}', json.dumps({"text": value})])
@@ -90,7 +92,7 @@ def test_jsonl_missing_field_names_both_spellings(tmp_path):
     path = write_lines(tmp_path / "fields.jsonl", ['{"text": "a"}', '{"body": "b", "id": 1}'])
     message = refused(path, error=KeyError)  # still a KeyError, as before, and now a CorpusError
     with pytest.raises(CorpusError):
-        corpus.read_texts(path)
+        corpus_texts.read_texts(path)
     assert "fields.jsonl:2 has no field 'text'" in message
     assert "--text-field" in message and "text_field=" in message
     assert "['body', 'id']" in message
@@ -105,7 +107,7 @@ def test_jsonl_strings_taken_as_they_are_and_blank_lines_skipped(tmp_path):
     body += "\r\n".join(json.dumps({"text": t}, ensure_ascii=False) for t in texts[2:]) + "\r\n"
     path = tmp_path / "strings.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + body.encode("utf-8"))
-    assert corpus.read_texts(path) == texts
+    assert corpus_texts.read_texts(path) == texts
 
 
 # ---------------------------------------------------------------- encodings
@@ -145,7 +147,7 @@ def test_text_file_read_as_before(tmp_path):
     # Universal newlines, as Path.read_text gave; a UTF-8 BOM is dropped.
     path = tmp_path / "plain.txt"
     path.write_bytes(b"\xef\xbb\xbfone\r\ntwo\rthree\n")
-    assert corpus.read_texts(path) == ["one\ntwo\nthree\n"]
+    assert corpus_texts.read_texts(path) == ["one\ntwo\nthree\n"]
 
 
 def test_folder_error_names_the_file_inside(tmp_path):
@@ -154,7 +156,7 @@ def test_folder_error_names_the_file_inside(tmp_path):
     write_lines(tmp_path / "sub" / "b.jsonl", ['{"text": "x"}', "null"])
     message = refused(tmp_path / "sub" / "b.jsonl")
     with pytest.raises(CorpusError) as info:
-        corpus.read_texts(tmp_path)
+        corpus_texts.read_texts(tmp_path)
     assert str(info.value) == message and "b.jsonl:2" in message
 
 
@@ -173,7 +175,7 @@ def test_parquet_values_that_are_not_strings(tmp_path):
     assert "gaps.parquet: row 2 of 3" in message and "is null" in message
     path = tmp_path / "good.parquet"
     pd.DataFrame({"text": ["a", "", "c"], "n": [1, 2, 3]}).to_parquet(path)
-    assert corpus.read_texts(path) == ["a", "", "c"]
+    assert corpus_texts.read_texts(path) == ["a", "", "c"]
     message = refused(path, error=KeyError, text_field="body")
     assert "--text-field" in message and "text_field=" in message and "['text', 'n']" in message
 
@@ -189,11 +191,11 @@ def test_saved_dataset_values_and_files(tmp_path):
     datasets = pytest.importorskip("datasets")
     folder = tmp_path / "saved"
     datasets.Dataset.from_dict({"text": ["a", "b"], "score": [1, 2]}).save_to_disk(str(folder))
-    assert corpus.read_texts(folder) == ["a", "b"]
+    assert corpus_texts.read_texts(folder) == ["a", "b"]
     with pytest.raises(CorpusError) as info:
-        corpus.read_texts(folder, text_field="score")  # before: ['1', '2']
+        corpus_texts.read_texts(folder, text_field="score")  # before: ['1', '2']
     assert "saved" in str(info.value) and "row 1 of 2" in str(info.value)
-    files = corpus.source_files(folder)
+    files = corpus_texts.source_files(folder)
     assert files == sorted(p for p in folder.rglob("*") if p.is_file()) and len(files) >= 3
     assert any(p.suffix == ".arrow" for p in files)
 
@@ -202,29 +204,29 @@ def test_saved_dataset_values_and_files(tmp_path):
 
 
 def test_source_files_lists_what_read_texts_reads(tmp_path, monkeypatch):
-    assert [corpus.source_files(name) for name in ("docs", "random", "repeat")] == [[], [], []]
+    assert [corpus_texts.source_files(name) for name in ("docs", "random", "repeat")] == [[], [], []]
     (tmp_path / "z.txt").write_text("last")
     (tmp_path / "a").mkdir()
     write_lines(tmp_path / "a" / "m.jsonl", ['{"text": "middle"}'])
     (tmp_path / "b.txt").write_text("first")
     (tmp_path / "notes.md").write_text("ignored")
     (tmp_path / "dir.txt").mkdir()  # a folder with a corpus suffix is no file
-    files = corpus.source_files(tmp_path)
+    files = corpus_texts.source_files(tmp_path)
     assert files == [tmp_path / "a" / "m.jsonl", tmp_path / "b.txt", tmp_path / "z.txt"]
-    assert corpus.source_files(tmp_path / "b.txt") == [tmp_path / "b.txt"]
-    assert corpus.read_texts(tmp_path) == ["middle", "first", "last"]
+    assert corpus_texts.source_files(tmp_path / "b.txt") == [tmp_path / "b.txt"]
+    assert corpus_texts.read_texts(tmp_path) == ["middle", "first", "last"]
     # read_texts reads exactly the listing (one function lists the folder).
-    monkeypatch.setattr(corpus, "source_files", lambda source, text_field="text": [tmp_path / "z.txt"])
-    assert corpus.read_texts(tmp_path) == ["last"]
+    monkeypatch.setattr(corpus_texts, "source_files", lambda source, text_field="text": [tmp_path / "z.txt"])
+    assert corpus_texts.read_texts(tmp_path) == ["last"]
 
 
 def test_missing_path_and_empty_folder(tmp_path, tok):
-    with pytest.raises(corpus.CorpusNotFoundError) as info:
-        corpus.read_texts(tmp_path / "nope.txt")
+    with pytest.raises(corpus_texts.CorpusNotFoundError) as info:
+        corpus_texts.read_texts(tmp_path / "nope.txt")
     assert isinstance(info.value, FileNotFoundError) and isinstance(info.value, PoslensError)
     assert "nope.txt" in str(info.value) and "does not exist" in str(info.value)
-    with pytest.raises(corpus.CorpusNotFoundError):
-        corpus.source_files(tmp_path / "nope")
+    with pytest.raises(corpus_texts.CorpusNotFoundError):
+        corpus_texts.source_files(tmp_path / "nope")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         corpus.make_corpus(tok, str(tmp_path / "nope.txt"), n_seqs=1, seq_len=8)
     with pytest.raises(CorpusError, match="no .txt"):
@@ -234,16 +236,19 @@ def test_missing_path_and_empty_folder(tmp_path, tok):
 # ---------------------------------------------------------------- make_corpus arguments
 
 
-@pytest.mark.parametrize("name, value, shown", [
-    ("n_seqs", "2", "n_seqs must be an int, got str '2'; pass n_seqs=2"),
-    ("n_seqs", 2.0, "n_seqs must be an int, got float 2.0; pass n_seqs=2"),
-    ("n_seqs", True, "n_seqs must be an int, got bool True"),
-    ("seq_len", 8.5, "seq_len must be an int, got float 8.5; pass a whole number"),
-    ("seq_len", "8", "seq_len must be an int, got str '8'"),
-    ("seed", 1.0, "seed must be an int, got float 1.0; pass seed=1"),
-    ("seed", False, "seed must be an int, got bool False"),
-    ("seed", "0", "seed must be an int, got str '0'"),
-])
+@pytest.mark.parametrize(
+    "name, value, shown",
+    [
+        ("n_seqs", "2", "n_seqs must be an int, got str '2'; pass n_seqs=2"),
+        ("n_seqs", 2.0, "n_seqs must be an int, got float 2.0; pass n_seqs=2"),
+        ("n_seqs", True, "n_seqs must be an int, got bool True"),
+        ("seq_len", 8.5, "seq_len must be an int, got float 8.5; pass a whole number"),
+        ("seq_len", "8", "seq_len must be an int, got str '8'"),
+        ("seed", 1.0, "seed must be an int, got float 1.0; pass seed=1"),
+        ("seed", False, "seed must be an int, got bool False"),
+        ("seed", "0", "seed must be an int, got str '0'"),
+    ],
+)
 def test_make_corpus_integers(tok, name, value, shown):
     kwargs = dict(n_seqs=2, seq_len=8, seed=0) | {name: value}
     with pytest.raises(ParameterTypeError) as info:
@@ -283,9 +288,9 @@ def test_make_corpus_ranges_are_input_errors(tok):
 
 
 def test_read_texts_docstring_shows_an_error():
-    doc = corpus.read_texts.__doc__
+    doc = corpus_texts.read_texts.__doc__
     assert "Traceback (most recent call last):" in doc and "poslens.errors.CorpusError:" in doc
-    for function in (corpus.read_texts, corpus.source_files, corpus.make_corpus):
+    for function in (corpus_texts.read_texts, corpus_texts.source_files, corpus.make_corpus):
         assert "Args:" in function.__doc__ and "Returns:" in function.__doc__ and ">>>" in function.__doc__
 
 
@@ -299,15 +304,15 @@ json_values = st.recursive(
     max_leaves=6,
 )
 good_lines = st.one_of(
-    st.text(max_size=30).map(lambda t: json.dumps({"text": t})),                    # ASCII escapes
+    st.text(max_size=30).map(lambda t: json.dumps({"text": t})),  # ASCII escapes
     st.text(max_size=30).map(lambda t: json.dumps({"text": t, "id": 1}, ensure_ascii=False)),
     st.sampled_from(["", "   "]),
 )
 jsonl_lines = st.one_of(
-    json_values.map(json.dumps),                                                    # any JSON value
+    json_values.map(json.dumps),  # any JSON value
     good_lines,
     st.dictionaries(st.sampled_from(["id", "body"]), json_values, max_size=2).map(json.dumps),  # no field
-    st.text(max_size=20),                                                           # mostly not JSON
+    st.text(max_size=20),  # mostly not JSON
     st.sampled_from(["", "   ", "\t", '{"text": ', "{'text': 'a'}", "NaN", '{"text": "\\ud834"}']),
     st.just(json.dumps({"text": HUGE})),
     st.just("z" * 1_000_000),
@@ -349,7 +354,7 @@ def expected_txt(data: bytes) -> list[str] | None:
 
 def check_read(path: Path, expected: list[str] | None) -> None:
     try:
-        texts = corpus.read_texts(path)
+        texts = corpus_texts.read_texts(path)
     except CorpusError as error:
         assert path.name in str(error), str(error)
         assert expected is None, f"refused a good file: {error}"
@@ -361,8 +366,7 @@ def check_read(path: Path, expected: list[str] | None) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(lines=st.lists(jsonl_lines, max_size=6) | st.lists(good_lines, max_size=6), encoding=st.sampled_from(ENCODINGS),
-       crlf=st.booleans())
+@given(lines=st.lists(jsonl_lines, max_size=6) | st.lists(good_lines, max_size=6), encoding=st.sampled_from(ENCODINGS), crlf=st.booleans())
 def test_property_jsonl(lines, encoding, crlf):
     body = ("\r\n" if crlf else "\n").join(lines)
     data = body.encode(encoding, errors="replace")

@@ -19,7 +19,7 @@ import torch
 import poslens
 from poslens.errors import CorpusError, InputError, ParameterTypeError
 from poslens.model.corpus import make_corpus, texts_sha256
-from poslens.model.tiny import byte_tokenizer
+from poslens.testing import byte_tokenizer
 
 TEXTS = [
     "The lighthouse keeper wrote in his log every evening, noting the wind and the ships that passed.",
@@ -56,7 +56,7 @@ def test_texts_give_the_tokens_of_the_same_texts_in_a_file(tok, tmp_path, kind, 
     assert given.meta["source_tokens"] == len(stream)
     body = given.tokens[:, 1:] if position0 == "bos" else given.tokens
     width = body.shape[1]
-    windows = [stream[k * width:(k + 1) * width] for k in range(len(stream) // width)]
+    windows = [stream[k * width : (k + 1) * width] for k in range(len(stream) // width)]
     assert all(row in windows for row in body.tolist())
 
 
@@ -101,8 +101,10 @@ def test_no_texts(tok, source, kind):
     assert str(info.value) == f"source is an empty {kind}; give at least one text (a str)"
 
 
-@pytest.mark.parametrize("item, shown", [(3, "an int (3)"), (None, "None"), (b"bytes", "a bytes (b'bytes')"),
-                                         (float("nan"), "a float (nan)"), (["nested"], "a list (['nested'])")])
+@pytest.mark.parametrize(
+    "item, shown",
+    [(3, "an int (3)"), (None, "None"), (b"bytes", "a bytes (b'bytes')"), (float("nan"), "a float (nan)"), (["nested"], "a list (['nested'])")],
+)
 def test_an_item_that_is_not_a_str(tok, item, shown):
     with pytest.raises(ParameterTypeError) as info:
         make_corpus(tok, ["fine text", "another", item], n_seqs=1, seq_len=8)

@@ -21,6 +21,7 @@ from poslens.capture.counterfactual_replay import CounterfactualReplay
 from poslens.capture.row_bin_store import RowBinStore, store_bytes
 from poslens.errors import InputError
 from poslens.fit.binning import Binning
+from poslens.fit.cross_fit import CrossFit
 from poslens.measurement.pipeline import collect_sums, measure_scores
 from poslens.mechanisms.interventions import BosReplacement
 from poslens.runtime.disk import DEFAULT_DISK_BUDGET, choose_route, default_disk_budget
@@ -141,11 +142,12 @@ def test_device_accumulation_matches_the_host_path() -> None:
     b = Binning(24, early=8)
     rng = np.random.default_rng(0)
     cells = b.n_query_bins * b.n_offset_bins
-    residual = {w: rng.normal(size=(2, 2, 3, cells)) * 0.1 for w in ("early", "all")}
+    fits = {w: rng.normal(size=(2, 2, 3, cells)) * 0.1 for w in ("early", "all")}
+    cross_fit = CrossFit(fits, {w: x.sum(axis=0) for w, x in fits.items()}, np.array([1.0, 2.0]))
     from types import SimpleNamespace
 
     model = SimpleNamespace(n_layers=2, n_heads=3)
-    host, device = (CounterfactualReplay(model, b, lambda g: residual, groups=2) for _ in range(2))
+    host, device = (CounterfactualReplay(model, b, cross_fit, groups=2) for _ in range(2))
     row_bins = np.concatenate([rng.normal(size=(2, 3, 24, 1)), rng.uniform(0.1, 2.0, size=(2, 3, 24, b.n_offset_bins))], -1)
     for group in (0, 1):
         for layer in (0, 1):

@@ -1,6 +1,6 @@
 """The structure of the mask-only counterfactual's fit (methodology §4.3), against its dense definition.
 
-:func:`poslens.fit.counterfactual.structure` builds the cell maps from closed
+:func:`poslens.fit.mask_structure.structure` builds the cell maps from closed
 forms over the bin edges and keeps no rows × offsets matrix; here every field is
 rebuilt from the dense 0/1 pattern "row i ≥ 1 sees offset Δ ≤ i" and must agree
 exactly. Layers that share a structure are handled together; that must give the
@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 
 from poslens.fit.binning import Binning
-from poslens.fit.counterfactual import counterfactual_sums, layers_by_structure, structure
-from poslens.fit.sums import CellSums, SumArrays
+from poslens.fit.counterfactual import layers_by_structure
+from poslens.fit.cross_fit import group_counterfactual_cells
+from poslens.fit.mask_structure import structure
+from poslens.fit.sums import CellSums, SumFields
 
-CASES = [  # seq_len, early, rows, window
+CASES = [  # seq_len, early, rows, sliding_window
     (1, 2, 1, None),
     (2, 2, 2, None),
     (8, 32, 8, 3),
@@ -31,9 +33,9 @@ CASES = [  # seq_len, early, rows, window
 ]
 
 
-def dense_fields(binning: Binning, rows: int, window: int | None) -> dict[str, np.ndarray]:
+def dense_fields(binning: Binning, rows: int, sliding_window: int | None) -> dict[str, np.ndarray]:
     """Every count of the structure, from the dense visible pattern [rows, D]."""
-    d = rows if window is None or window >= rows else window
+    d = rows if sliding_window is None or sliding_window >= rows else sliding_window
     i, delta = np.arange(rows)[:, None], np.arange(d)[None, :]
     visible = ((delta <= i) & (i >= 1)).astype(np.float64)
     n_b = binning.n_offset_bins
@@ -41,7 +43,7 @@ def dense_fields(binning: Binning, rows: int, window: int | None) -> dict[str, n
     n_cells = binning.n_query_bins * n_b
     to_cells = np.zeros((n_cells, rows))
     offsets_to_cells = np.zeros((n_cells, d))
-    for r, k in zip(*np.nonzero(visible)):
+    for r, k in zip(*np.nonzero(visible), strict=True):
         to_cells[cell[r, k], r] += 1.0
         offsets_to_cells[cell[r, k], k] += 1.0
     key0 = ((np.arange(rows) >= 1) & (np.arange(rows) < d)).astype(np.float64)
@@ -59,11 +61,11 @@ def dense_fields(binning: Binning, rows: int, window: int | None) -> dict[str, n
     }
 
 
-@pytest.mark.parametrize("seq_len,early,rows,window", CASES)
-def test_structure_matches_the_dense_pattern(seq_len: int, early: int, rows: int, window: int | None):
+@pytest.mark.parametrize("seq_len,early,rows,sliding_window", CASES)
+def test_structure_matches_the_dense_pattern(seq_len: int, early: int, rows: int, sliding_window: int | None):
     binning = Binning(seq_len, early=early)
-    st = structure(binning, rows, window)
-    want = dense_fields(binning, rows, window)
+    st = structure(binning, rows, sliding_window)
+    want = dense_fields(binning, rows, sliding_window)
     got = {
         "n_offsets": np.array(st.n_offsets),
         "n_visible": st.n_visible,
@@ -93,28 +95,30 @@ def test_a_cached_structure_holds_little():
     assert held < 1e6
 
 
-def one_layer(sums: CellSums, layer: int) -> SumArrays:
+def one_layer(sums: CellSums, layer: int) -> SumFields:
     """Group 0's sums of one layer, as a one-layer model's."""
     group = sums.group(0)
-    return SumArrays(**{name: a if name in ("query_row_count", "sequence_count") else a[layer : layer + 1] for name, a in group.as_dict().items()})
+    return SumFields(**{name: a if name in ("query_row_count", "sequence_count") else a[layer : layer + 1] for name, a in group.as_dict().items()})
 
 
-def test_counterfactual_sums_of_all_layers_match_each_layer_alone():
-    windows = (None, 6, None, 6, 50)
+def test_counterfactual_cells_of_all_layers_match_each_layer_alone():
+    sliding_windows = (None, 6, None, 6, 50)
     binning = Binning(30, early=10)
-    sums = CellSums.zeros(groups=2, layers=len(windows), heads=3, binning=binning, layer_windows=windows)
+    sums = CellSums.zeros(groups=2, layers=len(sliding_windows), heads=3, binning=binning, layer_windows=sliding_windows)
     rng = np.random.default_rng(0)
     for array in sums.per_group.as_dict().values():
         array[...] = rng.normal(size=array.shape)
-    assert [layers for _, layers in layers_by_structure(binning, windows, "all")] == [[0, 2, 4], [1, 3]]  # 50 ≥ T: causal
+    assert [layers for _, layers in layers_by_structure(binning, sliding_windows, "all")] == [[0, 2, 4], [1, 3]]  # 50 ≥ T: causal
     cells = binning.n_query_bins * binning.n_offset_bins
-    for window, rows in (("early", 10), ("all", 30)):
-        residual = rng.normal(size=(len(windows), 3, cells))
-        log_partition = rng.normal(size=(len(windows), 3, rows))
-        together = counterfactual_sums(sums.group(0), binning, windows, window, residual, log_partition)
-        for layer, w in enumerate(windows):
-            alone = counterfactual_sums(one_layer(sums, layer), binning, (w,), window, residual[layer : layer + 1], log_partition[layer : layer + 1])
-            np.testing.assert_array_equal(together[layer], alone[0], err_msg=f"{window} layer {layer}")
+    for query_window, rows in (("early", 10), ("all", 30)):
+        residual = rng.normal(size=(len(sliding_windows), 3, cells))
+        log_partition = rng.normal(size=(len(sliding_windows), 3, rows))
+        together = group_counterfactual_cells(sums.group(0), binning, sliding_windows, query_window, residual, log_partition)
+        for layer, sliding_window in enumerate(sliding_windows):
+            alone = group_counterfactual_cells(
+                one_layer(sums, layer), binning, (sliding_window,), query_window, residual[layer : layer + 1], log_partition[layer : layer + 1]
+            )
+            np.testing.assert_array_equal(together[layer], alone[0], err_msg=f"{query_window} layer {layer}")
 
 
 def dense_normal(rows: int, d: int) -> np.ndarray:
@@ -132,17 +136,17 @@ def dense_normal(rows: int, d: int) -> np.ndarray:
     return normal
 
 
-@pytest.mark.parametrize("seq_len,early,rows,window", CASES)
-def test_the_structured_normal_matrix_is_the_dense_one(seq_len: int, early: int, rows: int, window: int | None):
-    st = structure(Binning(seq_len, early=early), rows, window)
+@pytest.mark.parametrize("seq_len,early,rows,sliding_window", CASES)
+def test_the_structured_normal_matrix_is_the_dense_one(seq_len: int, early: int, rows: int, sliding_window: int | None):
+    st = structure(Binning(seq_len, early=early), rows, sliding_window)
     normal = dense_normal(rows, st.n_offsets)
     np.testing.assert_allclose(st.normal.matvec(np.eye(st.n_offsets)), normal, atol=1e-12)
 
 
-@pytest.mark.parametrize("seq_len,early,rows,window", CASES)
-def test_solutions_match_the_dense_pseudo_inverse(seq_len: int, early: int, rows: int, window: int | None):
+@pytest.mark.parametrize("seq_len,early,rows,sliding_window", CASES)
+def test_solutions_match_the_dense_pseudo_inverse(seq_len: int, early: int, rows: int, sliding_window: int | None):
     """The banded solve (or, for a singular structure, the pseudo-inverse) against the dense matrix's pseudo-inverse."""
-    st = structure(Binning(seq_len, early=early), rows, window)
+    st = structure(Binning(seq_len, early=early), rows, sliding_window)
     want_inverse = np.linalg.pinv(dense_normal(rows, st.n_offsets), hermitian=True)  # the inverse where it exists
     rhs = np.random.default_rng(rows).normal(size=(3, st.n_offsets))
     want = rhs @ want_inverse

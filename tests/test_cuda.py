@@ -36,12 +36,12 @@ import pytest
 import torch
 
 import poslens
-from poslens.capture.leakage_capture import LeakageCapture
+from poslens.capture.cell_sum_capture import CellSumCapture
 from poslens.capture.row_bin_store import RowBinStore
 from poslens.fit.binning import Binning
 from poslens.measurement.pipeline import measure_scores
 from poslens.model.hooks import attn_scores, run_with_hooks
-from poslens.model.tiny import save_tiny_model
+from poslens.testing import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import naive_reference as nr  # noqa: E402
@@ -207,7 +207,7 @@ def test_capture_pass_does_not_synchronize(folders):
     model = poslens.load_model(folders("llama"), device="cuda")
     corpus = poslens.make_corpus(model, "random", n_seqs=4, seq_len=SEQ_LEN, position0="bos", seed=3)
     store = RowBinStore()
-    capture = LeakageCapture(model, Binning(SEQ_LEN, early=EARLY), groups=2, probe=True, store=store)
+    capture = CellSumCapture(model, Binning(SEQ_LEN, early=EARLY), groups=2, probe=True, store=store)
     stop = attn_scores(model.n_layers - 1)
     tokens = corpus.tokens.to("cuda")
 

@@ -38,7 +38,7 @@ def heads(logits: torch.Tensor, window: int | None = None, noise: float = 0.0, n
         x += noise * torch.randn(n, 1, T, T, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     visible = J <= I
     if window is not None:
-        visible &= DELTA < window
+        visible &= window > DELTA
     return x.masked_fill(~visible, MASKED)
 
 

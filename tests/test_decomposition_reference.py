@@ -17,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import naive_reference as nr  # noqa: E402
+from metric_table import DECOMPOSITION, SHARES  # noqa: E402
 
 WIDTH = 8
 
@@ -118,10 +119,13 @@ def test_nonzero_controls(capsys):
     for window, m in out.items():
         for k, name in enumerate(heads):
             leak = m["leakage_pattern"][k]
-            shares = {s: m["c_res" + s][k] / (m["leakage_pattern_saturated"][k] if s == "_saturated" else leak)
-                      for s in ("", "_meanfield", "_saturated")}
-            lines.append(f"{window:5s} {name:24s} L={leak:.4f} ρ_res per-seq {shares['']:+.3f} "
-                         f"mean-field {shares['_meanfield']:+.3f} saturated {shares['_saturated']:+.3f}")
+            shares = {
+                s: m["c_res" + s][k] / (m["leakage_pattern_saturated"][k] if s == "_saturated" else leak) for s in ("", "_meanfield", "_saturated")
+            }
+            lines.append(
+                f"{window:5s} {name:24s} L={leak:.4f} ρ_res per-seq {shares['']:+.3f} "
+                f"mean-field {shares['_meanfield']:+.3f} saturated {shares['_saturated']:+.3f}"
+            )
             if name != "a_plus_u_reported_only":
                 assert abs(shares[""]) >= 0.1 and abs(shares["_meanfield"]) >= 0.1, lines[-1]
     with capsys.disabled():
@@ -148,14 +152,15 @@ def test_noise_floor_meanfield_bias(noise_floor, capsys):
     leak = noise_floor["leakage_pattern"][0]
     lines = []
     for k, name in enumerate(NOISE_HEADS):
-        def rel(metric):
+
+        def rel(metric, k=k):
             est, low, high = (x[k] / leak[k] for x in noise_floor[metric])
             return f"{est:+.4f} [{low:+.4f}, {high:+.4f}]"
 
         lines.append(f"{name:12s} L={leak[k]:.4f}  C_res/L per-sequence {rel('c_res')}  mean-field {rel('c_res_meanfield')}")
     with capsys.disabled():
         print("\n" + "\n".join(lines))
-    for k, name in enumerate(NOISE_HEADS):
+    for k in range(len(NOISE_HEADS)):
         assert noise_floor["c_res_meanfield"][0][k] > 0, lines[k]
         assert abs(noise_floor["c_res"][0][k]) < noise_floor["c_res_meanfield"][0][k], lines[k]
 
@@ -346,9 +351,6 @@ def close(got: float, want: float) -> bool:
     return (np.isnan(got) and np.isnan(want)) or abs(got - want) <= TOL
 
 
-DECOMPOSITION = tuple(m for m in nr.PER_HEAD if m.startswith(("c_", "rho_", "count_share")))
-
-
 @pytest.mark.parametrize("kind", list(MODEL_FIXTURES))
 def test_measure_matches_reference_per_head(model_cases, kind: str):
     """Every methodology §4 v2 figure (and the rest of the reference's per-head figures), value and interval ends, to 1e-8."""
@@ -360,7 +362,7 @@ def test_measure_matches_reference_per_head(model_cases, kind: str):
             for head in range(case.model.n_heads):
                 got = case.got(layer, head, window, metric)
                 want = tuple(float(x[head]) for x in ends[metric])
-                for part, g, w in zip(("value", "low", "high"), got, want):
+                for part, g, w in zip(("value", "low", "high"), got, want, strict=False):
                     if not close(g, w):
                         bad.append(f"L{layer} h{head} {window} {metric} {part}: poslens {g!r} vs reference {w!r} (Δ={g - w:.3g})")
     assert not bad, f"{len(bad)} figures differ from the reference:\n" + "\n".join(bad[:40])
@@ -375,21 +377,11 @@ def test_measure_matches_reference_aggregates(model_cases, kind: str):
     """
     case = model_cases(kind)
     n_layers = case.model.n_layers
-    shares = {
-        "rho_res": ("c_res", "leakage_pattern"),
-        "rho_mask": ("c_mask", "leakage_pattern"),
-        "count_share": ("c_count", "c_mask"),
-        "rho_res_saturated": ("c_res_saturated", "leakage_pattern_saturated"),
-        "rho_mask_saturated": ("c_mask_saturated", "leakage_pattern_saturated"),
-        "count_share_saturated": ("c_count_saturated", "c_mask_saturated"),
-        "rho_res_meanfield": ("c_res_meanfield", "leakage_pattern"),
-        "rho_mask_meanfield": ("c_mask_meanfield", "leakage_pattern"),
-    }
-    assert set(shares) == set(nr.SHARES)
+    shares = SHARES  # {share: (numerator, denominator)}, the tests' metric table
     bad = []
     for window in ("early", "all"):
 
-        def layer_mean(metric: str, layer: int, rep: int | None) -> float:
+        def layer_mean(metric: str, layer: int, rep: int | None, window: str = window) -> float:
             src = case.full[layer, window] if rep is None else case.reps[layer, window][rep]
             return float(np.mean(src[metric]))
 
@@ -404,7 +396,7 @@ def test_measure_matches_reference_aggregates(model_cases, kind: str):
                 est = agg(metric, layers, None)
                 low, high = nr.jackknife(est, np.array([agg(metric, layers, g) for g in range(GROUPS)]))
                 got = case.got(layer, -1, window, metric)
-                for part, g, w in zip(("value", "low", "high"), got, (est, low, high)):
+                for part, g, w in zip(("value", "low", "high"), got, (est, low, high), strict=False):
                     if not close(g, w):
                         bad.append(f"L{layer} agg {window} {metric} {part}: poslens {g!r} vs reference {w!r} (Δ={g - w:.3g})")
     assert not bad, f"{len(bad)} aggregates differ from the reference:\n" + "\n".join(bad[:40])
@@ -456,7 +448,7 @@ def test_measure_scores_matches_reference_on_synthetic_heads(n: int, groups: int
                 for head in range(len(heads)):
                     key = (layer, head, window, metric)
                     assert key in table, key
-                    for part, g, w in zip(("value", "low", "high"), table[key], (x[head] for x in ends[metric])):
+                    for part, g, w in zip(("value", "low", "high"), table[key], (x[head] for x in ends[metric]), strict=False):
                         if not close(float(g), float(w)):
                             bad.append(f"{key} {part}: poslens {g!r} vs reference {w!r} (Δ={g - w:.3g})")
     assert not bad, f"{len(bad)} figures differ from the reference:\n" + "\n".join(bad[:40])

@@ -36,7 +36,10 @@ def test_torchrun_two_processes_match_one(tiny_llama_dir, tmp_path, route):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
         [str(torchrun), "--standalone", "--nproc_per_node=2", str(script), str(tiny_llama_dir), str(out), route],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     parallel = Result.load(out)

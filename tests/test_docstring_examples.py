@@ -16,10 +16,7 @@ import pytest
 
 import poslens
 
-MODULES = sorted(
-    ["poslens"]
-    + [info.name for info in pkgutil.walk_packages(poslens.__path__, prefix="poslens.") if not info.ispkg]
-)
+MODULES = sorted(["poslens"] + [info.name for info in pkgutil.walk_packages(poslens.__path__, prefix="poslens.") if not info.ispkg])
 #: Modules with no example that runs here: the CLI's examples are shell commands; the others' need a
 #: measured result of an embedded model. Every other module must run at least one example.
 NOTHING_RUNS = {"poslens.study.cli", "poslens.mechanisms.effects", "poslens.measurement.plots"}

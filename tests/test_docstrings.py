@@ -136,8 +136,11 @@ def class_parameters(cls: ast.ClassDef) -> list[str] | None:
         return [
             n.target.id
             for n in cls.body
-            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and "ClassVar" not in ast.unparse(n.annotation)
-            and "init=False" not in ast.unparse(n.value or ast.Constant(None)) and not n.target.id.startswith("_")
+            if isinstance(n, ast.AnnAssign)
+            and isinstance(n.target, ast.Name)
+            and "ClassVar" not in ast.unparse(n.annotation)
+            and "init=False" not in ast.unparse(n.value or ast.Constant(None))
+            and not n.target.id.startswith("_")
         ]
     return None
 
@@ -155,6 +158,8 @@ def _has_help(default: ast.expr | None, constants: dict[str, ast.expr]) -> bool:
     """Whether a CLI parameter's default is a ``typer.Option`` / ``typer.Argument`` with a ``help=`` text."""
     if isinstance(default, ast.Name):
         default = constants.get(default.id)
+    elif isinstance(default, ast.Attribute) and isinstance(default.value, ast.Name):  # an option of an imported module
+        default = constants.get(f"{default.value.id}.{default.attr}")
     return isinstance(default, ast.Call) and any(k.arg == "help" and isinstance(k.value, ast.Constant) and k.value.value for k in default.keywords)
 
 
@@ -165,7 +170,7 @@ def check_command(where: str, fn: ast.FunctionDef, constants: dict[str, ast.expr
     args = fn.args
     positional = args.posonlyargs + args.args
     defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    pairs = list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
+    pairs = list(zip(positional, defaults, strict=False)) + list(zip(args.kwonlyargs, args.kw_defaults, strict=False))
     missing = [a.arg for a, d in pairs if not _has_help(d, constants)]
     return [Problem(where, f"CLI parameters without help= text: {', '.join(missing)}")] if missing else []
 
@@ -240,6 +245,14 @@ def check_source(module: str, source: str) -> list[Problem]:
     problems = []
     tree = ast.parse(source)
     constants = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    for node in tree.body:  # the options a CLI module imports from a sibling module (``from poslens.study import cli_options``)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("poslens"):
+            for alias in node.names:
+                sibling = ROOT.joinpath(*node.module.split("."), f"{alias.name}.py")
+                if sibling.is_file():
+                    for n in ast.parse(sibling.read_text()).body:
+                        if isinstance(n, ast.Assign):
+                            constants.update({f"{alias.asname or alias.name}.{t.id}": n.value for t in n.targets if isinstance(t, ast.Name)})
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and _decorators(node) & {"command", "callback"}:
             problems += check_command(f"{module}.{node.name}", node, constants)

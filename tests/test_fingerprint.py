@@ -11,20 +11,12 @@ from safetensors.torch import load_file
 from scipy import stats
 
 import poslens
-from poslens.measurement.result import COLUMNS, Result
-from poslens.mechanisms.fingerprint import (
-    _make_folds,
-    _predict,
-    balanced_classes,
-    centroid_readout,
-    dispersion,
-    fingerprint,
-    permute_within_groups,
-    position0_trajectories,
-    readout,
-    trajectory_similarity,
-    varied_corpus,
-)
+from poslens.fit.dispersion import dispersion
+from poslens.fit.readout import _make_folds, _predict, balanced_classes, centroid_readout, permute_within_groups
+from poslens.measurement.result import Result
+from poslens.measurement.table import COLUMNS
+from poslens.mechanisms.fingerprint import fingerprint, readout, trajectory_similarity, varied_corpus
+from poslens.mechanisms.position0_passes import position0_trajectories
 from poslens.model.corpus import Corpus, make_corpus
 
 
@@ -153,12 +145,14 @@ def test_standardized_centroid_equals_naive_loops_and_uses_training_folds_only()
         n, groups = 12, 3
         y = balanced_classes(n, 2, groups)
         group = np.arange(n) * groups // n
-        x = np.column_stack([
-            y + rng.normal(size=n),                       # weak signal
-            100.0 * rng.normal(size=n) + 50.0 * group,    # large scale, group-dependent offset: no signal
-            rng.normal(size=n) * (group == 2),            # constant (0) in the fold that holds out group 2
-            np.full(n, 3.0),                              # constant everywhere: dropped
-        ])
+        x = np.column_stack(
+            [
+                y + rng.normal(size=n),  # weak signal
+                100.0 * rng.normal(size=n) + 50.0 * group,  # large scale, group-dependent offset: no signal
+                rng.normal(size=n) * (group == 2),  # constant (0) in the fold that holds out group 2
+                np.full(n, 3.0),  # constant everywhere: dropped
+            ]
+        )
         expected = naive_predictions(x, y, groups)
         r = centroid_readout(x, y, groups=groups, n_permutations=9)
         assert r.accuracy == pytest.approx(np.mean(expected == y), abs=1e-12)
@@ -262,7 +256,12 @@ def test_fingerprint_result_schema_and_roundtrip(tiny, tmp_path):
     table = result.table
     assert list(table.columns) == COLUMNS
     assert set(table["metric"]) == {
-        "dispersion", "trajectory_cosine", "readout_accuracy", "readout_chance", "readout_chance_permuted", "readout_p_value",
+        "dispersion",
+        "trajectory_cosine",
+        "readout_accuracy",
+        "readout_chance",
+        "readout_chance_permuted",
+        "readout_p_value",
     }
     assert set(table["intervention"]) == {"position0:bos", "position0:none", "position0:varied"}
     readout_rows = table[table["metric"].str.startswith("readout")]

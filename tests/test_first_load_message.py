@@ -73,7 +73,17 @@ def test_a_failed_build_says_it_started_but_not_that_it_cached(cache, capsys):
     assert "first load of tiny-model" in err and "cached" not in err
 
 
-@pytest.mark.parametrize("n_bytes, text", [(0, "0 bytes"), (1023, "1023 bytes"), (1024, "1.0 KiB"), (542_000_000, "517 MiB"),
-                                           (1_180_000_000, "1.1 GiB"), (5 << 40, "5.0 TiB"), (5000 << 40, "5000 TiB")])
+@pytest.mark.parametrize(
+    "n_bytes, text",
+    [
+        (0, "0 bytes"),
+        (1023, "1023 bytes"),
+        (1024, "1.0 KiB"),
+        (542_000_000, "517 MiB"),
+        (1_180_000_000, "1.1 GiB"),
+        (5 << 40, "5.0 TiB"),
+        (5000 << 40, "5000 TiB"),
+    ],
+)
 def test_size_text(n_bytes, text):
     assert size_text(n_bytes) == text

@@ -34,7 +34,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from poslens.errors import OutputConflictError, PoslensError
-from poslens.measurement.result import COLUMNS, Result
+from poslens.measurement.result import Result
+from poslens.measurement.table import COLUMNS
 from poslens.study.cli import app
 
 runner = CliRunner()
@@ -61,8 +62,7 @@ def flat(text: str) -> str:
     return " ".join(re.sub(r"[│╭╮╰╯─]", " ", text).split())
 
 
-def check_outcome(result, *, culprits: list[str], out: Path, part: str, corpus_file: Path | None,
-                  user_files: dict[Path, bytes]) -> str:
+def check_outcome(result, *, culprits: list[str], out: Path, part: str, corpus_file: Path | None, user_files: dict[Path, bytes]) -> str:
     """Assert that a CLI run ended in one of the three allowed ways; return which ('ok', 'usage', 'refused')."""
     for path, data in user_files.items():
         assert path.read_bytes() == data, f"{path} (the user's) was changed by the run"
@@ -95,8 +95,20 @@ def check_outcome(result, *, culprits: list[str], out: Path, part: str, corpus_f
 SEQ_LENS = [0, 1, 2, 3, 16, 33, 5000]
 EARLY = [None, 0, 1, 2, 8, 40]
 TAUS = [None, "-1", "0", "nan", "inf", "0.3", "1", "2"]
-VARIANTS = ["base", "ntk:0", "ntk:2", "window:0", "window:1", "window:2", "window:8", "rope-base:1e-300", "rope-base:1e6", "garbage",
-            "window:1e300", "ntk:1e-300"]
+VARIANTS = [
+    "base",
+    "ntk:0",
+    "ntk:2",
+    "window:0",
+    "window:1",
+    "window:2",
+    "window:8",
+    "rope-base:1e-300",
+    "rope-base:1e6",
+    "garbage",
+    "window:1e300",
+    "ntk:1e-300",
+]
 BOS = ["bos", "none", "token:5", "token:99999", "first"]
 SEEDS = ["-1", "0", str(2**40), str(2**64), str(-(2**63) - 1)]
 OUT_NAMES = ["out", "out", "out", "résumé ✓ out", "o" * 300, "o" * 300 + "/sub"]
@@ -115,9 +127,20 @@ OPTIONS = {
     "--dtype": (["float32", "bfloat16", "garbage"], [None]),
 }
 # A message that names an option's Python parameter names the option too.
-PARAMETERS = {"--n-seqs": "n_seqs", "--seq-len": "seq_len", "--groups": "groups", "--early": "early", "--tau": "tau",
-              "--variant": "variant", "--bos": "position0", "--seed": "seed", "--text-field": "text_field",
-              "--batch-size": "batch_size", "--max-memory": "max_memory", "--dtype": "dtype"}
+PARAMETERS = {
+    "--n-seqs": "n_seqs",
+    "--seq-len": "seq_len",
+    "--groups": "groups",
+    "--early": "early",
+    "--tau": "tau",
+    "--variant": "variant",
+    "--bos": "position0",
+    "--seed": "seed",
+    "--text-field": "text_field",
+    "--batch-size": "batch_size",
+    "--max-memory": "max_memory",
+    "--dtype": "dtype",
+}
 DISTINCT = ("5000", "99999", str(2**64), str(-(2**63) - 1))  # values no message holds by chance
 
 
@@ -157,8 +180,9 @@ def command_lines(draw):
     return command, args, corpus, missing, user, out_name
 
 
-def run_edge_case(model_dir: Path, scratch: Path, command: str, args: dict[str, str], corpus: str, missing: bool,
-                  user: str | None, out_name: str = "out") -> str:
+def run_edge_case(
+    model_dir: Path, scratch: Path, command: str, args: dict[str, str], corpus: str, missing: bool, user: str | None, out_name: str = "out"
+) -> str:
     folder = fresh(scratch)
     out = folder / out_name
     corpus_file = None
@@ -166,8 +190,7 @@ def run_edge_case(model_dir: Path, scratch: Path, command: str, args: dict[str, 
         stored_field = args.get("--text-field", "text")
         corpus_file = folder / f"corpus-{uuid.uuid4().hex[:6]}.{corpus}"
         # the file holds its texts in field "text"; a --text-field body then names a field that is not there
-        corpus_file.write_text("\n".join(corpus_lines(corpus, "text" if stored_field == "body" else stored_field, missing)) + "\n",
-                               encoding="utf-8")
+        corpus_file.write_text("\n".join(corpus_lines(corpus, "text" if stored_field == "body" else stored_field, missing)) + "\n", encoding="utf-8")
     user_files = {}
     if user is not None:
         out.mkdir()
@@ -196,21 +219,25 @@ def run_edge_case(model_dir: Path, scratch: Path, command: str, args: dict[str, 
 @settings(max_examples=20 * SCALE, **FUZZ)
 @given(case=command_lines())
 @example(case=("leakage", {"--n-seqs": "2", "--seq-len": "5000", "--groups": "2"}, "random", False, None, "out"))
-@example(case=("sinks", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--variant": "window:1e300"}, "random", False, None,
-               "out"))
+@example(case=("sinks", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--variant": "window:1e300"}, "random", False, None, "out"))
 @example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--seed": str(2**64)}, "random", False, None, "out"))
 @example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--max-memory": "1B"}, "random", False, None, "out"))
-@example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--max-memory": "1e400GB"}, "random", False, None,
-               "out"))
+@example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--max-memory": "1e400GB"}, "random", False, None, "out"))
 @example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--dtype": "garbage"}, "random", False, None, "out"))
 @example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2"}, "random", False, None, "o" * 300))
-@example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--bos": "token:99999"}, "random", False, None,
-               "out"))
+@example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--bos": "token:99999"}, "random", False, None, "out"))
 @example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--text-field": "body"}, "jsonl", False, None, "out"))
-@example(case=("sinks", {"--n-seqs": "6", "--seq-len": "2", "--groups": "2", "--tau": "1", "--bos": "none"}, "txt", False,
-               "leakage.csv", "out"))
-@example(case=("leakage", {"--n-seqs": "3", "--seq-len": "16", "--groups": "2", "--early": "8", "--variant": "window:2",
-                           "--seed": str(2**40), "--batch-size": "1"}, "jsonl", False, "notes.csv", "out"))
+@example(case=("sinks", {"--n-seqs": "6", "--seq-len": "2", "--groups": "2", "--tau": "1", "--bos": "none"}, "txt", False, "leakage.csv", "out"))
+@example(
+    case=(
+        "leakage",
+        {"--n-seqs": "3", "--seq-len": "16", "--groups": "2", "--early": "8", "--variant": "window:2", "--seed": str(2**40), "--batch-size": "1"},
+        "jsonl",
+        False,
+        "notes.csv",
+        "out",
+    )
+)
 def test_cli_options_at_their_edges(tiny_llama_dir, scratch, case):
     event(run_edge_case(tiny_llama_dir, scratch, *case))
 
@@ -220,8 +247,19 @@ def test_cli_options_at_their_edges(tiny_llama_dir, scratch, case):
 ENCODINGS = ["utf-8", "utf-8-sig", "latin-1", "cp1252", "utf-16", "utf-16-le"]
 FILLER = "Pack my box with five dozen liquor jugs. "
 HUGE = "word " * 200_000  # a line of about 1 MB
-INVALID_JSON = ["{", "{'text': 'single quotes'}", '{"text": "unterminated', "[1, 2", "tru", '{"text": "a"} trailing', "\x00",
-                '{"text": "\\ud800 lone surrogate"}', "[" * 5000, "{}{}", '{"text": "a",}']
+INVALID_JSON = [
+    "{",
+    "{'text': 'single quotes'}",
+    '{"text": "unterminated',
+    "[1, 2",
+    "tru",
+    '{"text": "a"} trailing',
+    "\x00",
+    '{"text": "\\ud800 lone surrogate"}',
+    "[" * 5000,
+    "{}{}",
+    '{"text": "a",}',
+]
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
@@ -271,10 +309,10 @@ def run_corpus_file(model_dir: Path, scratch: Path, suffix: str, text: str, enco
     out = folder / "out"
     out.mkdir()
     (out / "notes.csv").write_bytes(USER_BYTES)
-    result = runner.invoke(app, ["leakage", "--model", str(model_dir), "--corpus", str(path), "--text-field", field,
-                                 *CORPUS_OPTIONS, "--out", str(out)])
-    return check_outcome(result, culprits=[path.name], out=out, part="leakage", corpus_file=path,
-                         user_files={out / "notes.csv": USER_BYTES})
+    result = runner.invoke(
+        app, ["leakage", "--model", str(model_dir), "--corpus", str(path), "--text-field", field, *CORPUS_OPTIONS, "--out", str(out)]
+    )
+    return check_outcome(result, culprits=[path.name], out=out, part="leakage", corpus_file=path, user_files={out / "notes.csv": USER_BYTES})
 
 
 @settings(max_examples=20 * SCALE, **FUZZ)
@@ -294,23 +332,66 @@ def test_corpus_files_through_the_cli(tiny_llama_dir, scratch, case):
 
 # ---------------------------------------------------------------- 3. save and load round trips
 
-ODD_STRINGS = ["", " ", "nan", "NaN", "None", "null", "NULL", "1e5", "-1", "a,b", '"quoted"', "line\nbreak", "tab\there",
-               "ünïcödé ✓", "日本語", "\x00nul", "🙂", "\u2028", "=1+1"]
+ODD_STRINGS = [
+    "",
+    " ",
+    "nan",
+    "NaN",
+    "None",
+    "null",
+    "NULL",
+    "1e5",
+    "-1",
+    "a,b",
+    '"quoted"',
+    "line\nbreak",
+    "tab\there",
+    "ünïcödé ✓",
+    "日本語",
+    "\x00nul",
+    "🙂",
+    "\u2028",
+    "=1+1",
+]
 TEXTS = st.sampled_from(ODD_STRINGS) | st.text(max_size=12)
 FLOATS = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([math.nan, math.inf, -math.inf, -0.0, 5e-324])
-ROWS = st.fixed_dictionaries({
-    "model": TEXTS, "variant": TEXTS, "intervention": TEXTS,
-    "layer": st.integers(-1, 2**31), "head": st.integers(-(2**63), 2**63 - 1),
-    "query_window": TEXTS, "metric": TEXTS, "value": FLOATS, "ci_low": FLOATS, "ci_high": FLOATS,
-})
+ROWS = st.fixed_dictionaries(
+    {
+        "model": TEXTS,
+        "variant": TEXTS,
+        "intervention": TEXTS,
+        "layer": st.integers(-1, 2**31),
+        "head": st.integers(-(2**63), 2**63 - 1),
+        "query_window": TEXTS,
+        "metric": TEXTS,
+        "value": FLOATS,
+        "ci_low": FLOATS,
+        "ci_high": FLOATS,
+    }
+)
 META_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | TEXTS,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXTS, inner, max_size=3),
     max_leaves=12,
 )
 STEMS = ["leakage", "résumé ✓", "with space", "-dash", "a.b", "x" * 215, "日本語", "x" * 240, "é" * 150]
-TARGETS = ["fine", "fine", "fine", "upper-case suffix", "in new subfolders", "folder", ".csv name", "no suffix", "trailing dot",
-           "user's .csv twin", "user's .csv twin, csv=False", "user's .sums.npz", "user's .parquet", "foreign parquet", "under a file"]
+TARGETS = [
+    "fine",
+    "fine",
+    "fine",
+    "upper-case suffix",
+    "in new subfolders",
+    "folder",
+    ".csv name",
+    "no suffix",
+    "trailing dot",
+    "user's .csv twin",
+    "user's .csv twin, csv=False",
+    "user's .sums.npz",
+    "user's .parquet",
+    "foreign parquet",
+    "under a file",
+]
 
 
 def table_of(rows: list[dict]) -> pd.DataFrame:
@@ -325,7 +406,7 @@ def same_json(a, b) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, list):
-        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=False))
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
     return a == b
@@ -354,8 +435,13 @@ def assert_round_trip(path: Path, result: Result) -> None:
 def saves(draw):
     rows = draw(st.lists(ROWS, max_size=4))
     meta = draw(st.dictionaries(TEXTS, META_VALUES, max_size=4))
-    return rows, meta, draw(st.sampled_from(TARGETS)), draw(st.sampled_from(STEMS)), draw(
-        st.sampled_from(["save again", "save another", "user edits the .csv", "user edits the .parquet", "nothing"]))
+    return (
+        rows,
+        meta,
+        draw(st.sampled_from(TARGETS)),
+        draw(st.sampled_from(STEMS)),
+        draw(st.sampled_from(["save again", "save another", "user edits the .csv", "user edits the .parquet", "nothing"])),
+    )
 
 
 def run_save(scratch: Path, rows: list[dict], meta: dict, target: str, stem: str, then: str) -> str:
@@ -421,9 +507,28 @@ def run_save(scratch: Path, rows: list[dict], meta: dict, target: str, stem: str
 @settings(max_examples=60 * SCALE, **FUZZ)
 @given(case=saves())
 @example(case=([], {}, "fine", "leakage", "save again"))
-@example(case=([dict(model="m", variant="base", intervention="none", layer=0, head=-1, query_window="all", metric="c_res",
-                     value=math.nan, ci_low=-math.inf, ci_high=math.inf)], {"seed": math.nan, "n": 2**70}, "fine", "leakage",
-               "user edits the .csv"))
+@example(
+    case=(
+        [
+            dict(
+                model="m",
+                variant="base",
+                intervention="none",
+                layer=0,
+                head=-1,
+                query_window="all",
+                metric="c_res",
+                value=math.nan,
+                ci_low=-math.inf,
+                ci_high=math.inf,
+            )
+        ],
+        {"seed": math.nan, "n": 2**70},
+        "fine",
+        "leakage",
+        "user edits the .csv",
+    )
+)
 @example(case=([], {}, ".csv name", "leakage", "nothing"))
 @example(case=([], {}, "folder", "leakage", "nothing"))
 @example(case=([], {}, "user's .csv twin", "leakage", "nothing"))
@@ -451,15 +556,22 @@ def model_edge(scratch: Path, kind: str) -> tuple[str, str]:
     return str(folder / "nowhere"), "nowhere"
 
 
-@pytest.mark.parametrize("kind", [
-    "a file", "unknown name",
-    "a folder without config.json", "a missing folder",
-])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "a file",
+        "unknown name",
+        "a folder without config.json",
+        "a missing folder",
+    ],
+)
 def test_a_model_that_cannot_be_loaded_is_a_poslens_error_naming_it(scratch, kind):
     model, name = model_edge(scratch, kind)
     out = fresh(scratch) / "out"
-    result = runner.invoke(app, ["leakage", "--model", model, "--corpus", "random", "--n-seqs", "2", "--seq-len", "8",
-                                 "--groups", "2", "--early", "4", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        ["leakage", "--model", model, "--corpus", "random", "--n-seqs", "2", "--seq-len", "8", "--groups", "2", "--early", "4", "--out", str(out)],
+    )
     check_outcome(result, culprits=[name], out=out, part="leakage", corpus_file=None, user_files={})
     assert result.exit_code == 1 and not out.exists()
 

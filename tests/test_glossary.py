@@ -57,8 +57,16 @@ def emitted(tiny_llama_dir) -> dict[str, set[str]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the random tiny model's BOS check may warn; the rows are what is tested
         prints = fingerprint(model, n_seqs=8, seq_len=12, n_first_tokens=4, groups=4, n_permutations=19, sink_result=base)
-    cases = compare([Case(str(tiny_llama_dir), "base", "standard")], n_seqs=8, seq_len=24, groups=4, early=8, source="random",
-                    loader=lambda name, variant: model, progress=False)
+    cases = compare(
+        [Case(str(tiny_llama_dir), "base", "standard")],
+        n_seqs=8,
+        seq_len=24,
+        groups=4,
+        early=8,
+        source="random",
+        loader=lambda name, variant: model,
+        progress=False,
+    )
     return {
         "measure": set(base.to_frame()["metric"]),
         "sinks": set(sink_table(base)["metric"]),

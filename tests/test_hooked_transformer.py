@@ -86,8 +86,15 @@ def test_hooked_sae_transformer_with_an_sae_attached_is_measured(tl3, llama64):
     hf, tok = llama64
     model = hooked_from_hf_llama(hf, tok, cls=HookedSAETransformer)
     plain = measured(poslens.load_model(model))[1]
-    sae = StandardSAE(StandardSAEConfig(d_in=hf.config.hidden_size, d_sae=4 * hf.config.hidden_size, dtype="float64",
-                                        device="cpu", metadata=SAEMetadata(hook_name="blocks.1.hook_resid_pre")))
+    sae = StandardSAE(
+        StandardSAEConfig(
+            d_in=hf.config.hidden_size,
+            d_sae=4 * hf.config.hidden_size,
+            dtype="float64",
+            device="cpu",
+            metadata=SAEMetadata(hook_name="blocks.1.hook_resid_pre"),
+        )
+    )
     with torch.no_grad():
         for p in sae.parameters():
             p.normal_(0, 0.3, generator=torch.Generator().manual_seed(0))
@@ -112,7 +119,8 @@ def test_hooked_transformers_poslens_cannot_read_are_refused(tl3, llama64):
     sinks = HookedTransformer(HookedTransformerConfig(**base, positional_embedding_type="rotary", use_attention_sinks=True), tokenizer=tok)
     with pytest.raises(ValueError, match="attention sinks"):
         poslens.load_model(sinks)
-    bidirectional = HookedTransformer(HookedTransformerConfig(**base, positional_embedding_type="rotary", attention_dir="bidirectional"),
-                                      tokenizer=tok)
+    bidirectional = HookedTransformer(
+        HookedTransformerConfig(**base, positional_embedding_type="rotary", attention_dir="bidirectional"), tokenizer=tok
+    )
     with pytest.raises(ValueError, match="needs the causal mask"):
         poslens.load_model(bidirectional)

@@ -38,8 +38,9 @@ def test_a_transformers_model_in_memory_gives_the_saved_paths_figures(tiny_llama
     assert model.hf_model is hf and model.source == "memory"  # the user's module, not a copy
     got = figures(model)
     np.testing.assert_allclose(got.table["value"].to_numpy(), from_disk.table["value"].to_numpy(), rtol=0, atol=1e-10)
-    assert (got.table[["layer", "head", "metric", "query_window"]].to_numpy() ==
-            from_disk.table[["layer", "head", "metric", "query_window"]].to_numpy()).all()
+    assert (
+        got.table[["layer", "head", "metric", "query_window"]].to_numpy() == from_disk.table[["layer", "head", "metric", "query_window"]].to_numpy()
+    ).all()
 
 
 def test_a_bridge_in_memory_gives_the_saved_paths_figures(tiny_llama_dir, from_disk):
@@ -65,8 +66,10 @@ def test_an_edit_in_memory_is_measured_as_edited_and_its_hash_recorded(tiny_llam
 
     # the state dict as measured (the bridge adds its own zero lm_head bias), each distinct tensor once
     tensors = {t.data_ptr(): t for t in hf.state_dict().values()}.values()
-    digests = sorted(hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode() + t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-                     .hexdigest() for t in tensors)
+    digests = sorted(
+        hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode() + t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+        for t in tensors
+    )
     want = hashlib.sha256("".join(digests).encode()).hexdigest()
     assert after.meta["model"]["source"] == "memory"
     assert after.meta["model"]["source_sha256"] == want != before.meta["model"]["source_sha256"]
@@ -75,10 +78,9 @@ def test_an_edit_in_memory_is_measured_as_edited_and_its_hash_recorded(tiny_llam
 def test_variants_on_a_model_in_memory(tiny_llama_dir):
     hf, tok = hf_and_tokenizer(tiny_llama_dir)
     windowed = poslens.load_model(hf, tokenizer=tok, variant="window:4")
-    assert windowed.window == [4, 4, 4] and windowed.variant_name == "window:4"
+    assert windowed.sliding_windows == [4, 4, 4] and windowed.variant_name == "window:4"
     from_folder = poslens.load_model(tiny_llama_dir, variant="window:4")
-    np.testing.assert_allclose(figures(windowed).table["value"].to_numpy(), figures(from_folder).table["value"].to_numpy(),
-                               rtol=0, atol=1e-10)
+    np.testing.assert_allclose(figures(windowed).table["value"].to_numpy(), figures(from_folder).table["value"].to_numpy(), rtol=0, atol=1e-10)
     for variant in ("ntk:2", "rope-base:1e6"):
         with pytest.raises(ValueError, match="already built; save it .* and load the folder with variant="):
             poslens.load_model(hf, tokenizer=tok, variant=variant)
@@ -89,6 +91,6 @@ def test_refusals_name_what_is_missing(tiny_llama_dir):
     with pytest.raises(ValueError, match="needs its tokenizer: pass tokenizer="):
         poslens.load_model(hf)
     with pytest.raises(ValueError, match="cannot read a Linear"):
-        poslens.model.loading.from_memory(torch.nn.Linear(2, 2))
+        poslens.model.wrapping.from_memory(torch.nn.Linear(2, 2))
     with pytest.raises(TypeError, match=r"Wrap it first, as it is: model = poslens.load_model\(hf_model, tokenizer=tokenizer\)"):
         poslens.measure(hf, None)

@@ -15,9 +15,10 @@ import torch
 
 import poslens
 from poslens.measurement.pipeline import collect_sums
-from poslens.measurement.result import COLUMNS, Result
+from poslens.measurement.result import Result
+from poslens.measurement.table import COLUMNS
 from poslens.model.corpus import Corpus, tokenizer_record
-from poslens.model.tiny import byte_tokenizer, save_tiny_model
+from poslens.testing import byte_tokenizer, save_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -32,8 +32,7 @@ runner = CliRunner()
 
 
 def small(model_dir: Path, *extra: str) -> list[str]:
-    return ["--model", str(model_dir), "--corpus", "random", "--n-seqs", "4", "--seq-len", "32", "--groups", "2",
-            "--early", "8", *extra]
+    return ["--model", str(model_dir), "--corpus", "random", "--n-seqs", "4", "--seq-len", "32", "--groups", "2", "--early", "8", *extra]
 
 
 def invoke(*args: str):
@@ -160,8 +159,25 @@ def test_provenance_records_the_hashes_of_inputs_and_measured_tokens(tiny, tiny_
 
 
 def one_row_result() -> Result:
-    return Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=0, head=-1,
-                                     query_window="all", metric="c_res", value=0.1, ci_low=0.0, ci_high=0.2)]), {"seed": 0})
+    return Result(
+        pd.DataFrame(
+            [
+                dict(
+                    model="m",
+                    variant="base",
+                    intervention="none",
+                    layer=0,
+                    head=-1,
+                    query_window="all",
+                    metric="c_res",
+                    value=0.1,
+                    ci_low=0.0,
+                    ci_high=0.2,
+                )
+            ]
+        ),
+        {"seed": 0},
+    )
 
 
 def test_save_onto_a_folder_is_refused_before_anything_is_written(tmp_path):
@@ -258,7 +274,7 @@ def test_early_not_below_seq_len_is_refused_on_the_command_line(tiny_llama_dir, 
 
 
 def test_early_not_below_seq_len_warns_in_python(tiny):
-    from poslens.measurement.pipeline import EarlyWindowWarning
+    from poslens.measurement.arguments import EarlyWindowWarning
 
     corpus = poslens.make_corpus(tiny, "random", n_seqs=4, seq_len=16)
     with pytest.warns(EarlyWindowWarning, match="early = 32 is not below the corpus's seq_len 16"):
@@ -295,7 +311,7 @@ def test_the_not_measured_hint_names_a_command_that_works(tiny_llama_dir, tmp_pa
     result = invoke("claims", "--out", out)
     assert result.exit_code == 0
     line = " ".join(result.output.split())
-    hint = line[line.index("C5 (run: ") + len("C5 (run: "):]
+    hint = line[line.index("C5 (run: ") + len("C5 (run: ") :]
     hint = hint[: hint.index(")")]
     assert hint.startswith("poslens bos-swap") and f"--model {tiny_llama_dir}" in hint and "--n-seqs 4" in hint
     words = hint.split()[1:]  # the command as the hint spells it, run as it is
@@ -340,23 +356,35 @@ def test_a_full_disk_names_the_file_and_the_fix(tmp_path):
 
 def test_errors_share_one_hierarchy():
     from poslens import errors
-    from poslens.capture.leakage_capture import MaskMismatchError, NonFiniteScoresError
     from poslens.capture.row_bin_store import InsufficientDiskError
-    from poslens.measurement.result import OutputNotWritableError
+    from poslens.capture.score_checks import MaskMismatchError, NonFiniteScoresError
+    from poslens.measurement.result_files import OutputNotWritableError
     from poslens.model.cache import CacheNotWritableError
     from poslens.model.loading import ModelNotSupportedError
     from poslens.model.variants import VariantNotSupportedError
-    from poslens.runtime.memory import InsufficientMemoryError
-    from poslens.study.parts import MixedSettingsError, SettingsMismatchError
+    from poslens.runtime.planner import InsufficientMemoryError
+    from poslens.study.part_cache import MixedSettingsError, SettingsMismatchError
 
-    for cls in (OutputNotWritableError, ModelNotSupportedError, VariantNotSupportedError, SettingsMismatchError,
-                MixedSettingsError, errors.CorpusError, errors.SumsMismatchError, errors.InputsChangedError,
-                MaskMismatchError, NonFiniteScoresError, InsufficientDiskError, CacheNotWritableError, InsufficientMemoryError):
+    for cls in (
+        OutputNotWritableError,
+        ModelNotSupportedError,
+        VariantNotSupportedError,
+        SettingsMismatchError,
+        MixedSettingsError,
+        errors.CorpusError,
+        errors.SumsMismatchError,
+        errors.InputsChangedError,
+        MaskMismatchError,
+        NonFiniteScoresError,
+        InsufficientDiskError,
+        CacheNotWritableError,
+        InsufficientMemoryError,
+    ):
         assert issubclass(cls, errors.PoslensError), cls
 
 
 def test_utf16_without_a_byte_order_mark_is_refused_not_measured(tmp_path):
-    from poslens.model.corpus import read_texts
+    from poslens.model.corpus_texts import read_texts
 
     path = tmp_path / "notes.txt"
     path.write_bytes("hello world\n".encode("utf-16-le"))  # valid UTF-8 bytes, NUL between the letters

@@ -2,9 +2,9 @@
 
 Layers, lowest first (docs/architecture.md draws the same picture):
 
-    poslens.errors, .files, .ownership, .version   exceptions, atomic writes, which files poslens wrote, the version
+    poslens.errors, .files, .options, .ownership, .version   exceptions, atomic writes, the options, which files poslens wrote, the version
     poslens.fit          statistics, binning, cell sums, fits, metrics: numpy only
-    poslens.model        registry, loading, variants, cache, hook names, corpus, tiny test models
+    poslens.model        registry, loading, variants, cache, hook names, corpus; and poslens.testing, tiny test models
     poslens.capture      the hooks that turn a forward pass into cell sums
     poslens.runtime      memory planning, torchrun
     poslens.measurement  collect sums -> fit -> tidy table (Result)
@@ -54,7 +54,9 @@ def _graph() -> dict[str, set[str]]:
     return {name: {m for m in _imports(path, name) if m in modules and m != name} for name, path in modules.items()}
 
 
-BASE = ("errors", "files", "ownership", "progress", "version")
+BASE = ("errors", "files", "options", "ownership", "progress", "version")
+#: Top-level modules that sit in a subpackage's layer (poslens.testing builds transformers models, as the model layer does).
+TOP_LEVEL_IN_LAYER = {"testing": "model"}
 
 
 def _layer(module: str) -> int | None:
@@ -64,6 +66,8 @@ def _layer(module: str) -> int | None:
         return len(LAYERS)
     if len(parts) == 2 and parts[1] in BASE:
         return 0
+    if len(parts) == 2 and parts[1] in TOP_LEVEL_IN_LAYER:
+        return LAYERS.index(TOP_LEVEL_IN_LAYER[parts[1]])
     return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS[1:] else None
 
 
@@ -90,7 +94,7 @@ def test_no_import_cycles():
         state[node] = 1
         for target in sorted(graph[node]):
             if state.get(target) == 1:
-                cycle = stack[stack.index(target):] + [target] if target in stack else [node, target]
+                cycle = stack[stack.index(target) :] + [target] if target in stack else [node, target]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if target not in state:
                 visit(target, stack + [target])

@@ -22,7 +22,7 @@ import torch
 import poslens
 from poslens.mechanisms.interventions import BosReplacement
 from poslens.model.hooks import attn_scores, resid_post
-from poslens.model.tiny import save_tiny_model
+from poslens.testing import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import naive_reference as nr  # noqa: E402
@@ -43,9 +43,9 @@ def assert_tables_equal(a: pd.DataFrame, b: pd.DataFrame, atol: float, what: str
     assert worst <= atol, f"{what}: largest difference {worst:.3g} at {a.index[np.nanargmax(diff.max(1))]}"
 
 
-def row(result: poslens.Result, metric: str, window: str, layer: int, head: int = -1) -> tuple[float, float, float]:
-    r = result.select(metric, window, layer, head)
-    assert len(r) == 1, (metric, window, layer, head)
+def row(result: poslens.Result, metric: str, query_window: str, layer: int, head: int = -1) -> tuple[float, float, float]:
+    r = result.select(metric, query_window, layer, head)
+    assert len(r) == 1, (metric, query_window, layer, head)
     return float(r["value"].iloc[0]), float(r["ci_low"].iloc[0]), float(r["ci_high"].iloc[0])
 
 
@@ -219,20 +219,21 @@ def test_constant_logit_head_has_no_residual_component(llama, bos_corpus, baseli
     result = poslens.measure(llama, bos_corpus, groups=GROUPS, early=EARLY, interventions=[iv], progress=False)
     assert set(result.table["intervention"]) == {iv.label}
     assert result.meta["settings"]["interventions"] == [iv.describe()]
-    for window in ("early", "all"):
-        c_res, low, high = row(result, "c_res", window, layer, head)
-        assert abs(c_res) < 1e-10 and abs(low) < 1e-10 and abs(high) < 1e-10, (window, c_res, low, high)
-        assert abs(row(result, "rho_res", window, layer, head)[0]) < 1e-8
-        assert row(result, "count_share", window, layer, head)[0] == pytest.approx(1.0, abs=1e-8)
-        pattern = row(result, "leakage_pattern", window, layer, head)[0]
-        count = row(result, "leakage_count", window, layer, head)[0]
-        assert pattern == pytest.approx(count, abs=1e-9), window
-        assert row(result, "c_mask", window, layer, head)[0] == pytest.approx(count, abs=1e-9)
-        assert row(result, "c_count", window, layer, head)[0] == pytest.approx(count, abs=1e-9)
+    for query_window in ("early", "all"):
+        c_res, low, high = row(result, "c_res", query_window, layer, head)
+        assert abs(c_res) < 1e-10 and abs(low) < 1e-10 and abs(high) < 1e-10, (query_window, c_res, low, high)
+        assert abs(row(result, "rho_res", query_window, layer, head)[0]) < 1e-8
+        assert row(result, "count_share", query_window, layer, head)[0] == pytest.approx(1.0, abs=1e-8)
+        pattern = row(result, "leakage_pattern", query_window, layer, head)[0]
+        count = row(result, "leakage_count", query_window, layer, head)[0]
+        assert pattern == pytest.approx(count, abs=1e-9), query_window
+        assert row(result, "c_mask", query_window, layer, head)[0] == pytest.approx(count, abs=1e-9)
+        assert row(result, "c_count", query_window, layer, head)[0] == pytest.approx(count, abs=1e-9)
         # uniform attention over i+1 keys
-        q = np.arange(1, EARLY if window == "early" else SEQ_LEN)
-        assert row(result, "key0_mass", window, layer, head)[0] == pytest.approx(np.mean(1 / (q + 1)), abs=1e-9)
-        assert row(result, "entropy", window, layer, head)[0] == pytest.approx(np.mean(np.log(q + 1)), abs=1e-6)
+        q = np.arange(1, EARLY if query_window == "early" else SEQ_LEN)
+        assert row(result, "key0_mass", query_window, layer, head)[0] == pytest.approx(np.mean(1 / (q + 1)), abs=1e-9)
+        assert row(result, "entropy", query_window, layer, head)[0] == pytest.approx(np.mean(np.log(q + 1)), abs=1e-6)
+
     # the hook changes only that head's scores: layer 0 and the other layer-1 heads are untouched ...
     def untouched(t: pd.DataFrame) -> pd.DataFrame:
         lay, hd = t.index.get_level_values("layer"), t.index.get_level_values("head")
@@ -263,28 +264,37 @@ def test_per_query_logit_shift_leaves_pattern_figures_unchanged(llama, bos_corpu
     """log a is invariant to s_ij → s_ij + f(i); every figure of the pattern must be too."""
     layer, head = 1, 0
     shifted = poslens.measure(llama, bos_corpus, groups=GROUPS, early=EARLY, interventions=[QueryShift(layer, head)], progress=False)
-    for window in ("early", "all"):
-        for metric in ("leakage_pattern", "leakage_pattern_saturated", "leakage_pattern_heldout", "leakage_count",
-                       "key0_mass", "entropy", "self_mass", "max_mass"):
-            before = row(baseline, metric, window, layer, head)[0]
-            after = row(shifted, metric, window, layer, head)[0]
-            assert after == pytest.approx(before, abs=1e-5), (window, metric, before, after)
-        c_res, c_mask = row(shifted, "c_res", window, layer, head)[0], row(shifted, "c_mask", window, layer, head)[0]
-        assert c_res + c_mask == pytest.approx(row(shifted, "leakage_pattern", window, layer, head)[0], abs=1e-10)
+    for query_window in ("early", "all"):
+        for metric in (
+            "leakage_pattern",
+            "leakage_pattern_saturated",
+            "leakage_pattern_heldout",
+            "leakage_count",
+            "key0_mass",
+            "entropy",
+            "self_mass",
+            "max_mass",
+        ):
+            before = row(baseline, metric, query_window, layer, head)[0]
+            after = row(shifted, metric, query_window, layer, head)[0]
+            assert after == pytest.approx(before, abs=1e-5), (query_window, metric, before, after)
+        c_res, c_mask = row(shifted, "c_res", query_window, layer, head)[0], row(shifted, "c_mask", query_window, layer, head)[0]
+        assert c_res + c_mask == pytest.approx(row(shifted, "leakage_pattern", query_window, layer, head)[0], abs=1e-10)
         # the logits themselves now carry absolute position
-        assert row(shifted, "leakage_logit", window, layer, head)[0] > 10 * row(baseline, "leakage_logit", window, layer, head)[0]
+        assert row(shifted, "leakage_logit", query_window, layer, head)[0] > 10 * row(baseline, "leakage_logit", query_window, layer, head)[0]
 
 
 def test_per_query_logit_shift_moves_the_logit_split_but_not_version_2(llama, bos_corpus, baseline):
     """methodology §4.0: a shift s_ij + f(i) leaves the pattern unchanged. Version 2 (c_res, the counterfactual
     split) depends on the pattern only, so it does not move; version 1's logit split (c_res_logit) does."""
     shifted = poslens.measure(llama, bos_corpus, groups=GROUPS, early=EARLY, interventions=[QueryShift(1, 0)], progress=False)
-    for window in ("early", "all"):
-        baseline_leak = row(baseline, "leakage_pattern", window, 1, 0)[0]
-        assert row(shifted, "leakage_pattern", window, 1, 0)[0] == pytest.approx(baseline_leak, abs=1e-6)  # float32 shift
-        assert abs(row(shifted, "c_res_logit", window, 1, 0)[0] - row(baseline, "c_res_logit", window, 1, 0)[0]) > 0.1
+    for query_window in ("early", "all"):
+        baseline_leak = row(baseline, "leakage_pattern", query_window, 1, 0)[0]
+        assert row(shifted, "leakage_pattern", query_window, 1, 0)[0] == pytest.approx(baseline_leak, abs=1e-6)  # float32 shift
+        assert abs(row(shifted, "c_res_logit", query_window, 1, 0)[0] - row(baseline, "c_res_logit", query_window, 1, 0)[0]) > 0.1
         for metric in ("c_res", "c_res_meanfield", "c_res_saturated"):
-            assert row(shifted, metric, window, 1, 0)[0] == pytest.approx(row(baseline, metric, window, 1, 0)[0], abs=1e-6), (window, metric)
+            want = row(baseline, metric, query_window, 1, 0)[0]
+            assert row(shifted, metric, query_window, 1, 0)[0] == pytest.approx(want, abs=1e-6), (query_window, metric)
 
 
 # -- (d) explicit position signal -----------------------------------------------
@@ -336,20 +346,20 @@ def test_explicit_position_signal_gives_c_res_in_the_layer_that_reads_it(sharp_l
     assert abs(with_signal) >= 0.1 * leakage, (with_signal, leakage)
     assert not (low <= 0 <= high), (with_signal, low, high)
     assert low > base_high or high < base_low, ((low, high), (base_low, base_high))
-    for window in ("early", "all"):  # the logits carry absolute position where they did not
-        assert row(result, "leakage_logit", window, 1)[0] > 10 * row(baseline, "leakage_logit", window, 1)[0]
+    for query_window in ("early", "all"):  # the logits carry absolute position where they did not
+        assert row(result, "leakage_logit", query_window, 1)[0] > 10 * row(baseline, "leakage_logit", query_window, 1)[0]
 
 
 def test_random_position_code_puts_position_into_later_logits(llama, plain_corpus, plain_baseline):
     """A position code in a random direction: L(s) rises in every later layer; C_res's sign is not fixed."""
     signal = SinusoidSignal(llama.hf_model.config.hidden_size)
     result = poslens.measure(llama, plain_corpus, groups=GROUPS, early=EARLY, interventions=[signal], progress=False)
-    for window in ("early", "all"):
+    for query_window in ("early", "all"):
         for layer in range(1, llama.n_layers):
-            before = row(plain_baseline, "leakage_logit", window, layer)
-            after = row(result, "leakage_logit", window, layer)
-            assert after[1] > 0 and after[0] > 5 * before[0], (window, layer, before, after)
-        assert row(result, "c_res", window, 0) == row(plain_baseline, "c_res", window, 0)
+            before = row(plain_baseline, "leakage_logit", query_window, layer)
+            after = row(result, "leakage_logit", query_window, layer)
+            assert after[1] > 0 and after[0] > 5 * before[0], (query_window, layer, before, after)
+        assert row(result, "c_res", query_window, 0) == row(plain_baseline, "c_res", query_window, 0)
 
 
 # -- (e) the real model at layer 0 --------------------------------------------
@@ -358,10 +368,10 @@ def test_random_position_code_puts_position_into_later_logits(llama, plain_corpu
 def test_smollm2_layer0_has_mask_leakage_but_no_residual_component(smollm2):
     corpus = poslens.make_corpus(smollm2, "docs", n_seqs=16, seq_len=64, position0="bos", seed=0)
     result = poslens.measure(smollm2, corpus, groups=8, batch_size=2, progress=False)
-    for window in ("early", "all"):
-        c_res, low, high = row(result, "c_res", window, 0)
-        assert low <= 0 <= high, f"layer-0 C_res {c_res:.4g} [{low:.4g}, {high:.4g}] ({window}) excludes 0"
-        c_mask, mask_low, mask_high = row(result, "c_mask", window, 0)
-        assert c_mask > 0 and mask_low > 0, f"layer-0 C_mask {c_mask:.4g} [{mask_low:.4g}, {mask_high:.4g}] ({window})"
+    for query_window in ("early", "all"):
+        c_res, low, high = row(result, "c_res", query_window, 0)
+        assert low <= 0 <= high, f"layer-0 C_res {c_res:.4g} [{low:.4g}, {high:.4g}] ({query_window}) excludes 0"
+        c_mask, mask_low, mask_high = row(result, "c_mask", query_window, 0)
+        assert c_mask > 0 and mask_low > 0, f"layer-0 C_mask {c_mask:.4g} [{mask_low:.4g}, {mask_high:.4g}] ({query_window})"
         # and the C_res interval is narrow enough to mean something: it excludes half of C_mask's lower bound
-        assert max(-low, high) < mask_low / 2, f"layer-0 C_res interval [{low:.4g}, {high:.4g}] too wide ({window})"
+        assert max(-low, high) < mask_low / 2, f"layer-0 C_res interval [{low:.4g}, {high:.4g}] too wide ({query_window})"

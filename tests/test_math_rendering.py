@@ -40,7 +40,7 @@ def _markdown_extensions() -> tuple[list[str], dict]:
     names, configs = [], {}
     for ext in config["markdown_extensions"]:
         if isinstance(ext, dict):
-            (name, options), = ext.items()
+            ((name, options),) = ext.items()
             names.append(name)
             configs[name] = options or {}
         else:
@@ -72,7 +72,7 @@ def test_methodology_has_no_raw_tex(methodology):
     prose = _prose(methodology)
     assert "arithmatex" not in methodology
     for raw in ("$", "\\(", "\\)", "\\[", "\\]", "\\text", "\\frac", "_{"):
-        assert raw not in prose, f"raw TeX {raw!r} left on the methodology page: ...{prose[max(0, prose.find(raw) - 80):prose.find(raw) + 80]}..."
+        assert raw not in prose, f"raw TeX {raw!r} left on the methodology page: ...{prose[max(0, prose.find(raw) - 80) : prose.find(raw) + 80]}..."
 
 
 def test_methodology_key_definitions_are_mathml(methodology):
@@ -117,13 +117,27 @@ def test_notebook_page_needs_no_network(tmp_path):
     convert = pytest.importorskip("mkdocs_jupyter.convert")
     nb = {
         "cells": [
-            {"cell_type": "markdown", "id": "md", "metadata": {}, "source": ["Pattern $a'_{ij} = \\operatorname{softmax}_j s_{ij}$ and\n\n",
-                                                                  "$$C_\\text{res} = \\rho_\\text{res} \\cdot L(\\log a)$$\n"]},
-            {"cell_type": "code", "id": "code", "metadata": {}, "execution_count": 1, "source": ["price = '$1 and $2'"],
-             "outputs": [{"output_type": "stream", "name": "stdout", "text": ["$x$ stays\n"]}]},
+            {
+                "cell_type": "markdown",
+                "id": "md",
+                "metadata": {},
+                "source": [
+                    "Pattern $a'_{ij} = \\operatorname{softmax}_j s_{ij}$ and\n\n",
+                    "$$C_\\text{res} = \\rho_\\text{res} \\cdot L(\\log a)$$\n",
+                ],
+            },
+            {
+                "cell_type": "code",
+                "id": "code",
+                "metadata": {},
+                "execution_count": 1,
+                "source": ["price = '$1 and $2'"],
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": ["$x$ stays\n"]}],
+            },
         ],
         "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-        "nbformat": 4, "nbformat_minor": 5,
+        "nbformat": 4,
+        "nbformat_minor": 5,
     }
     path = tmp_path / "nb.ipynb"
     path.write_text(json.dumps(nb), encoding="utf-8")

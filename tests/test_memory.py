@@ -1,4 +1,4 @@
-"""Memory estimates and batch planning (poslens.runtime.memory), and the readings they rest on.
+"""Memory estimates, batch planning and the machine's readings (poslens.runtime.estimate, .planner, .system).
 
 The estimate's agreement with measured peaks is not tested here: a measured
 peak depends on the machine (allocator, BLAS threads, library versions; one
@@ -19,17 +19,10 @@ import pytest
 import torch
 
 import poslens
-from poslens.runtime import memory
-from poslens.runtime.memory import (
-    InsufficientMemoryError,
-    MiB,
-    cgroup_room_bytes,
-    estimate_peak_bytes,
-    free_memory_bytes,
-    parse_bytes,
-    plan_batch,
-    resident_bytes,
-)
+from poslens.runtime import estimate, planner, system
+from poslens.runtime.estimate import MiB, estimate_peak_bytes
+from poslens.runtime.planner import InsufficientMemoryError, choose_batch_size, parse_bytes, plan_batch
+from poslens.runtime.system import cgroup_room_bytes, free_memory_bytes, resident_bytes
 
 # ----------------------------------------------------------------------------- planning
 
@@ -39,7 +32,7 @@ def tiny(tiny_llama_dir):
     return poslens.load_model(tiny_llama_dir, device="cpu")  # the planning tests are CPU figures, also on a GPU machine
 
 
-def _need(model, b: int, t: int, groups: int = memory.DEFAULT_GROUPS) -> int:
+def _need(model, b: int, t: int, groups: int = estimate.DEFAULT_GROUPS) -> int:
     return estimate_peak_bytes(model, b, t, groups=groups).total  # runtime 0, as plan_batch(runtime=0) counts it
 
 
@@ -60,7 +53,7 @@ def test_plan_batch_is_the_largest_that_fits(tiny):
 
 
 def test_plan_batch_counts_the_runtime_with_a_budget(tiny):
-    runtime = memory.runtime_bytes(tiny)
+    runtime = system.runtime_bytes(tiny)
     assert runtime > 100 * MiB
     budget = _need(tiny, 4, 128) + runtime
     assert plan_batch(tiny, 128, 64, budget_bytes=budget, runtime=runtime) == 4
@@ -70,9 +63,9 @@ def test_plan_batch_counts_the_runtime_with_a_budget(tiny):
 
 def test_plan_batch_default_budget_is_free_memory(tiny, monkeypatch):
     increase = estimate_peak_bytes(tiny, 3, 128).increase
-    monkeypatch.setattr(memory, "free_memory_bytes", lambda device=None: int(increase / memory.FREE_SHARE) + 1)
+    monkeypatch.setattr(planner, "free_memory_bytes", lambda device=None: int(increase / planner.FREE_SHARE) + 1)
     assert plan_batch(tiny, 128, n_seqs=64) == 3
-    monkeypatch.setattr(memory, "free_memory_bytes", lambda device=None: 1 << 20)
+    monkeypatch.setattr(planner, "free_memory_bytes", lambda device=None: 1 << 20)
     with pytest.raises(InsufficientMemoryError, match="above the loaded model"):
         plan_batch(tiny, 128, n_seqs=64)
 
@@ -105,9 +98,7 @@ def test_plan_batch_says_when_no_length_fits(tiny):
 def test_estimate_terms(tiny):
     est = estimate_peak_bytes(tiny, 2, 256)
     h, e = tiny.n_heads, 4
-    assert est.weights == sum(p.numel() * 4 for p in tiny.hf_model.parameters()) + sum(
-        b.numel() * b.element_size() for b in tiny.hf_model.buffers()
-    )
+    assert est.weights == sum(p.numel() * 4 for p in tiny.hf_model.parameters()) + sum(b.numel() * b.element_size() for b in tiny.hf_model.buffers())
     assert est.scores == e * 2 * h * 256 * 256
     assert est.attention == 2 * est.scores  # float32: scores + softmax
     assert est.logits == e * 2 * 1 * tiny.hf_model.config.vocab_size  # only the last position (logits_to_keep=1)
@@ -116,6 +107,8 @@ def test_estimate_terms(tiny):
     assert half.attention == 2 * h * 256 * 256 * (2 + 4 + 2)  # bf16 scores, float32 softmax, its bf16 cast
     text = est.describe()
     assert re.search(r"peak [\d.]+ MiB = weights [\d.]+ \+ runtime", text)
+    held = estimate_peak_bytes(tiny, 2, 256, runtime_overhead_bytes=5 * MiB)
+    assert held.runtime == 5 * MiB and held.total == est.total + 5 * MiB and held.increase == est.increase
 
 
 def test_parse_bytes():
@@ -170,7 +163,7 @@ def test_cgroup_v1_and_the_default_root(tmp_path, monkeypatch):
     (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
     assert cgroup_room_bytes(tmp_path) is None
     (v1 / "memory.limit_in_bytes").write_text(f"{1 << 30}\n")
-    monkeypatch.setattr(memory, "CGROUP_ROOT", tmp_path)  # where the planner's default reading looks
+    monkeypatch.setattr(system, "CGROUP_ROOT", tmp_path)  # where the planner's default reading looks
     assert free_memory_bytes("cpu") == min(124 * MiB, psutil.virtual_memory().available)
     assert cgroup_room_bytes(tmp_path / "nothing-here") is None
 
@@ -183,30 +176,36 @@ def test_free_memory_of_an_unknown_device_names_the_choices():
 def test_sums_are_counted_per_group(tiny):
     from poslens.capture.counterfactual_replay import CounterfactualReplay
     from poslens.fit.binning import Binning
+    from poslens.fit.cross_fit import cross_fitted_absolute_components
     from poslens.fit.sums import CellSums
-    from poslens.measurement.pipeline import collect_sums, cross_fitted_residuals
+    from poslens.measurement.pipeline import collect_sums
 
     two, eight = estimate_peak_bytes(tiny, 2, 256, groups=2), estimate_peak_bytes(tiny, 2, 256, groups=8)
-    held = CellSums.zeros(groups=8, layers=tiny.n_layers, heads=tiny.n_heads, binning=Binning(256), layer_windows=tuple(tiny.window))
+    held = CellSums.zeros(groups=8, layers=tiny.n_layers, heads=tiny.n_heads, binning=Binning(256), layer_windows=tuple(tiny.sliding_windows))
     held.per_group.sequence_count[:] = 1.0
     # the replay holds per window: A per group, the current group's variants and their exp(−A) weights, and Σ log Z'
-    variants = cross_fitted_residuals(held)(0)
-    replay = CounterfactualReplay(tiny, held.binning, lambda g: variants, groups=8)
+    cross_fit = cross_fitted_absolute_components(held)
+    variants = cross_fit.variants(0)
+    replay = CounterfactualReplay(tiny, held.binning, cross_fit, groups=8)
     replay_bytes = sum(3 * a.nbytes for a in variants.values()) + sum(a.nbytes for a in replay.log_partition.values())
-    held_arrays = [*held.per_group.as_dict().values(), held.row_features, held.row_count, held.group_sizes]
+    held_arrays = [
+        *held.per_group.as_dict().values(),
+        *held.counterfactual_cells.saved_arrays().values(),
+        held.row_features,
+        held.row_count,
+        held.group_sizes,
+    ]
     assert eight.sums == sum(a.nbytes for a in held_arrays) + replay_bytes
     assert eight.increase - two.increase == eight.sums - two.sums > 0
-    assert memory.DEFAULT_GROUPS == inspect.signature(collect_sums).parameters["groups"].default
+    assert inspect.signature(collect_sums).parameters["groups"].default == estimate.DEFAULT_GROUPS
 
 
 def test_choose_batch_size(tiny, monkeypatch):
-    from poslens.runtime.memory import choose_batch_size
-
     assert choose_batch_size(tiny, 128, n_seqs=32, groups=8, batch_size=6) == 6  # no budget: unchanged
-    monkeypatch.setattr(memory, "free_memory_bytes", lambda device=None: 1 << 40)
+    monkeypatch.setattr(planner, "free_memory_bytes", lambda device=None: 1 << 40)
     assert choose_batch_size(tiny, 128, n_seqs=32, groups=8) == 4  # a batch never spans two groups of 4
     assert choose_batch_size(tiny, 128, n_seqs=30, groups=4, batch_size=6, max_memory="free") == 6
-    budget = (_need(tiny, 3, 128, groups=2) + _need(tiny, 4, 128, groups=2)) // 2 + memory.runtime_bytes(tiny)  # runtime re-measured inside
+    budget = (_need(tiny, 3, 128, groups=2) + _need(tiny, 4, 128, groups=2)) // 2 + system.runtime_bytes(tiny)  # runtime re-measured inside
     assert choose_batch_size(tiny, 128, n_seqs=64, groups=2, batch_size=16, max_memory=budget) == 3
     with pytest.raises(InsufficientMemoryError):
         choose_batch_size(tiny, 128, n_seqs=64, groups=2, max_memory="1MiB")

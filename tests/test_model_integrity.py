@@ -25,9 +25,11 @@ import poslens
 from poslens.errors import InputError, ModelFileError, PoslensError
 from poslens.model import cache as model_cache
 from poslens.model.cache import MANIFEST, CacheNotWritableError, cache_root, cached_folder, entry_is_valid, file_sha256
-from poslens.model.loading import ModelNotSupportedError, check_seq_len, model_files
-from poslens.model.tiny import save_tiny_model
+from poslens.model.guards import check_seq_len
+from poslens.model.model_files import model_files
+from poslens.model.pos_model import ModelNotSupportedError
 from poslens.model.variants import VariantNotSupportedError, parse_variant
+from poslens.testing import save_tiny_model
 
 Q_PROJ = "model.layers.0.self_attn.q_proj.weight"
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -377,8 +379,7 @@ def test_bad_rope_base_is_a_usage_error_of_variant(tmp_path):
 
     from poslens.study.cli import app
 
-    result = CliRunner().invoke(app, ["leakage", "--model", "no-such-model-xyz", "--variant", "rope-base:1e-300",
-                                      "--out", str(tmp_path / "out")])
+    result = CliRunner().invoke(app, ["leakage", "--model", "no-such-model-xyz", "--variant", "rope-base:1e-300", "--out", str(tmp_path / "out")])
     text = flat(result.output)
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--variant'" in text and "theta must be > 1" in text
@@ -401,8 +402,7 @@ def test_window_one_is_refused_and_window_two_still_decomposes(tiny_llama_dir):
     assert "no pattern to decompose" in message and "'window:<W>' (W ≥ 2 tokens)" in message
     # window:2 is kept: every query past 0 sees two keys, and the table has its C_res and C_mask rows.
     model = poslens.load_model(tiny_llama_dir, variant="window:2")
-    result = poslens.measure(model, poslens.make_corpus(model, "random", n_seqs=4, seq_len=32), groups=2, early=8,
-                            progress=False)
+    result = poslens.measure(model, poslens.make_corpus(model, "random", n_seqs=4, seq_len=32), groups=2, early=8, progress=False)
     assert {"c_res", "c_mask"} <= set(result.table["metric"])
 
 
@@ -434,10 +434,28 @@ def test_cli_fingerprint_length_beyond_the_context_names_its_option(ctx32_dir, t
 
     from poslens.study.cli import app
 
-    result = CliRunner().invoke(app, [
-        "fingerprint", "--model", str(ctx32_dir), "--n-seqs", "4", "--seq-len", "16", "--groups", "2", "--early", "8",
-        "--fingerprint-seqs", "4", "--fingerprint-len", "48", "--out", str(tmp_path / "out"),
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "fingerprint",
+            "--model",
+            str(ctx32_dir),
+            "--n-seqs",
+            "4",
+            "--seq-len",
+            "16",
+            "--groups",
+            "2",
+            "--early",
+            "8",
+            "--fingerprint-seqs",
+            "4",
+            "--fingerprint-len",
+            "48",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     # The message poslens.study.cli.run prints as "error: <message>".
     assert result.exit_code == 1 and isinstance(result.exception, InputError), result.output
     assert "use --fingerprint-len 32 or less" in str(result.exception) and "--seq-len" not in str(result.exception)

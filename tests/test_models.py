@@ -25,8 +25,6 @@ from poslens.model.registry import REGISTRY
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the woods."
 
 
-
-
 def hf_log_probs(model: poslens.PosModel, tokens: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return model.hf_model(tokens).logits.log_softmax(-1)
@@ -82,14 +80,15 @@ def test_measuring_hooks_see_masked_causal_scores(tiny_llama_dir):
     assert (scores[..., ~future] > torch.finfo(scores.dtype).min / 2).all()
 
 
-
 def test_a_pass_that_stops_after_a_hook_point_runs_nothing_later_and_leaves_no_hook(tiny_llama_dir):
     model = poslens.load_model(tiny_llama_dir)
     tokens = torch.randint(4, 260, (1, 12), generator=torch.Generator().manual_seed(3))
     last = model.n_layers - 1
     seen = []
-    record = [(name, lambda x, hook, name=name: seen.append(name))
-              for name in (attn_scores(last), f"blocks.{last}.attn.hook_pattern", f"blocks.{last}.hook_resid_post")]
+    record = [
+        (name, lambda x, hook, name=name: seen.append(name))
+        for name in (attn_scores(last), f"blocks.{last}.attn.hook_pattern", f"blocks.{last}.hook_resid_post")
+    ]
     assert run_with_hooks(model, tokens, record, stop_after=attn_scores(last)) is None
     assert seen == [attn_scores(last)]  # the hook at the stop point ran, nothing after it
     seen.clear()
@@ -99,14 +98,13 @@ def test_a_pass_that_stops_after_a_hook_point_runs_nothing_later_and_leaves_no_h
         run_with_hooks(model, tokens, [], logits=True, stop_after=attn_scores(last))
 
 
-
 def test_loading_an_image_text_model_installs_nothing(tmp_path, monkeypatch):
     """TransformerLens 4.3 runs `pip install torchvision` (which brings a CUDA build of torch) when a multimodal
     model's processor fails to load, as it does from a folder without processor files; poslens's load must not."""
     import subprocess
     import sys
 
-    from poslens.model.tiny import save_tiny_model
+    from compatibility_matrix import save_tiny_model
 
     calls = []
 
@@ -138,7 +136,7 @@ def test_smollm2_facts(smollm2):
     assert smollm2.d_head == smollm2.rotary_dim == meta["llama.rope.dimension_count"]
     assert smollm2.rope_base == [1e5] * 30
     assert meta["llama.rope.freq_base"] == pytest.approx(1e5)
-    assert smollm2.window == [None] * 30
+    assert smollm2.sliding_windows == [None] * 30
     assert smollm2.attention_kind == "full"
     assert smollm2.max_context == meta["llama.context_length"]
     assert isinstance(smollm2.quantized, str) and "Q4_1" in smollm2.quantized and "4-bit" in smollm2.quantized
@@ -165,7 +163,7 @@ def test_gemma3_facts(gemma3):
     # Five of every six layers slide over 512 tokens; every sixth is global.
     expected_types = ["full_attention" if (l + 1) % 6 == 0 else "sliding_attention" for l in range(18)]
     assert layer_types == expected_types
-    assert gemma3.window == [None if t == "full_attention" else 512 for t in expected_types]
+    assert gemma3.sliding_windows == [None if t == "full_attention" else 512 for t in expected_types]
     assert gemma3.rope_base == [1e6 if t == "full_attention" else 1e4 for t in expected_types]
     assert gemma3.attention_kind == "mixed"
     assert isinstance(gemma3.quantized, str) and "Q4_K_M" in gemma3.quantized
@@ -184,14 +182,14 @@ def test_tiny_model_facts_follow_config(tiny_mistral_dir, tiny_gemma3_dir):
     mistral = poslens.load_model(tiny_mistral_dir)
     cfg = AutoConfig.from_pretrained(tiny_mistral_dir)
     assert mistral.n_layers == cfg.num_hidden_layers
-    assert mistral.window == [cfg.sliding_window] * cfg.num_hidden_layers
+    assert mistral.sliding_windows == [cfg.sliding_window] * cfg.num_hidden_layers
     assert mistral.attention_kind == f"sliding {cfg.sliding_window}"
     assert mistral.source_sha256 is None and mistral.quantized is None
     assert mistral.source == str(Path(tiny_mistral_dir).resolve())
 
     gemma = poslens.load_model(tiny_gemma3_dir)
     cfg = AutoConfig.from_pretrained(tiny_gemma3_dir)
-    assert gemma.window == [cfg.sliding_window if t == "sliding_attention" else None for t in cfg.layer_types]
+    assert gemma.sliding_windows == [cfg.sliding_window if t == "sliding_attention" else None for t in cfg.layer_types]
     assert gemma.rope_base == [cfg.rope_parameters[t]["rope_theta"] for t in cfg.layer_types]
     assert gemma.bos_token == "<s>" and gemma.bos_token_id == 1
     assert gemma.tokenizer_prepends_bos is False  # the byte tokenizer never adds BOS
@@ -245,7 +243,7 @@ def test_file_instead_of_folder(tmp_path):
 def test_non_rope_model_is_refused(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from poslens.model.tiny import byte_tokenizer
+    from poslens.testing import byte_tokenizer
 
     config = GPT2Config(vocab_size=260, n_positions=64, n_embd=32, n_layer=1, n_head=2, bos_token_id=1, eos_token_id=2)
     GPT2LMHeadModel(config).save_pretrained(tmp_path)
@@ -257,11 +255,9 @@ def test_non_rope_model_is_refused(tmp_path):
 def test_non_causal_model_is_refused(tmp_path):
     from transformers import BertConfig, BertForMaskedLM
 
-    from poslens.model.tiny import byte_tokenizer
+    from poslens.testing import byte_tokenizer
 
-    config = BertConfig(
-        vocab_size=260, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64
-    )
+    config = BertConfig(vocab_size=260, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
     BertForMaskedLM(config).save_pretrained(tmp_path)
     byte_tokenizer().save_pretrained(tmp_path)
     with pytest.raises(poslens.ModelNotSupportedError, match="causal"):
@@ -302,8 +298,16 @@ def test_device_map_and_bfloat16_pass_through(tiny_llama_dir):
     assert bf16.sums.row_features.dtype == bf16.sums.row_count.dtype == np.float64
     # Counts and positions do not depend on the scores: identical pair/row counts mean the same masks were applied.
     structural = (
-        "pair_count", "count_term", "query_pair_count", "count_term_sq", "query_position", "key_position",
-        "query_position_sq", "key_position_sq", "query_x_key_position", "query_row_count",
+        "pair_count",
+        "count_term",
+        "query_pair_count",
+        "count_term_sq",
+        "query_position",
+        "key_position",
+        "query_position_sq",
+        "key_position_sq",
+        "query_x_key_position",
+        "query_row_count",
     )
     for key in structural:
         np.testing.assert_array_equal(getattr(bf16.sums.per_group, key), getattr(f32.sums.per_group, key), err_msg=key)

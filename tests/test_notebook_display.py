@@ -30,7 +30,7 @@ PLOTLYJS_BANNER = "* plotly.js v"  # the licence header at the top of plotly.min
 SETUP = """\
 import pathlib, tempfile
 import poslens
-from poslens.model.tiny import save_tiny_model
+from poslens.testing import save_tiny_model
 import transformers
 transformers.utils.logging.disable_progress_bar()
 folder = save_tiny_model(pathlib.Path(tempfile.mkdtemp()) / "tiny", "llama")
@@ -102,9 +102,17 @@ def exported(kernel: str, tmp_path_factory: pytest.TempPathFactory):
     """A notebook that measures the tiny model and draws three figures, executed, and its HTML export."""
     from nbconvert import HTMLExporter
 
-    nb = _run(kernel, [SETUP, "result = poslens.measure(model, corpus, groups=4, early=8, progress=False)",
-                       'result.plot("sources")', 'result.plot("heads", metric="c_res")', 'result.plot("leakage")'],
-              tmp_path_factory.mktemp("figures"))
+    nb = _run(
+        kernel,
+        [
+            SETUP,
+            "result = poslens.measure(model, corpus, groups=4, early=8, progress=False)",
+            'result.plot("sources")',
+            'result.plot("heads", metric="c_res")',
+            'result.plot("leakage")',
+        ],
+        tmp_path_factory.mktemp("figures"),
+    )
     page, _ = HTMLExporter().from_notebook_node(nb)
     return nb, page
 
@@ -139,14 +147,23 @@ def test_exported_figures_draw_in_a_browser(exported, tmp_path: Path) -> None:
     path.write_text(page, encoding="utf-8")
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                 "--disable-background-networking", "--window-size=1200,3000"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--window-size=1200,3000",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
     try:
         driver.get(path.as_uri())
-        count = "return document.querySelectorAll('.plotly-graph-div .main-svg').length > 0 ? " \
-                "[...document.querySelectorAll('.plotly-graph-div')].filter(d => d.querySelector('.main-svg')).length : 0"
+        count = (
+            "return document.querySelectorAll('.plotly-graph-div .main-svg').length > 0 ? "
+            "[...document.querySelectorAll('.plotly-graph-div')].filter(d => d.querySelector('.main-svg')).length : 0"
+        )
         deadline = time.time() + 60
         while driver.execute_script(count) < 3 and time.time() < deadline:
             time.sleep(0.5)
@@ -163,6 +180,7 @@ def test_plotlyjs_travels_again_when_its_cell_is_run_again(kernel: str) -> None:
 
     manager, client = start_new_kernel(kernel_name=kernel)
     try:
+
         def run(code: str, cell_id: str) -> list[dict]:
             content = dict(code=code, silent=False, store_history=True, user_expressions={}, allow_stdin=False, stop_on_error=True)
             message = client.session.msg("execute_request", content, metadata={"cellId": cell_id})
@@ -179,8 +197,7 @@ def test_plotlyjs_travels_again_when_its_cell_is_run_again(kernel: str) -> None:
                 if reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
                     return shown
 
-        run("import plotly.graph_objects as go\nfrom poslens.measurement.plots import Figure\n"
-            "fig = Figure(go.Bar(x=[1, 2], y=[3, 4]))", "setup")
+        run("import plotly.graph_objects as go\nfrom poslens.measurement.figure import Figure\nfig = Figure(go.Bar(x=[1, 2], y=[3, 4]))", "setup")
 
         def carries_plotlyjs(cell_id: str) -> list[bool]:
             return [PLOTLYJS_BANNER in data["text/html"] for data in run("display(fig)\nfig", cell_id)]
@@ -197,7 +214,7 @@ def test_plotlyjs_travels_again_when_its_cell_is_run_again(kernel: str) -> None:
 def test_a_figure_outside_a_kernel_is_a_plotly_figure() -> None:
     import plotly.graph_objects as go
 
-    from poslens.measurement.plots import Figure
+    from poslens.measurement.figure import Figure
 
     fig = Figure(go.Bar(x=[1], y=[2]))
     assert isinstance(fig, go.Figure) and fig.to_dict()["data"][0]["type"] == "bar"

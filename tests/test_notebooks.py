@@ -28,8 +28,13 @@ PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
 def test_there_are_tutorials() -> None:
-    assert [p.name for p in NOTEBOOKS] == ["01_first_look.ipynb", "02_bos_patching.ipynb", "03_architectures.ipynb",
-                                           "04_your_model.ipynb", "05_your_text_head_by_head.ipynb"]
+    assert [p.name for p in NOTEBOOKS] == [
+        "01_first_look.ipynb",
+        "02_bos_patching.ipynb",
+        "03_architectures.ipynb",
+        "04_your_model.ipynb",
+        "05_your_text_head_by_head.ipynb",
+    ]
 
 
 def _execute_tutorials():
@@ -66,9 +71,7 @@ def test_committed_executed_and_current(path: Path) -> None:
     errors = [i for i, cell in code if any(out.output_type == "error" for out in cell.outputs)]
     assert not errors, f"{path.name}: code cells {errors} store an error; {rerun}"
     recorded = nb.metadata.get("poslens", {}).get("source_sha256")
-    assert recorded == _execute_tutorials().source_sha256(nb), (
-        f"{path.name}: its code cells changed since its outputs were stored; {rerun}"
-    )
+    assert recorded == _execute_tutorials().source_sha256(nb), f"{path.name}: its code cells changed since its outputs were stored; {rerun}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -77,8 +80,13 @@ def test_stored_figures_render_on_the_site(path: Path) -> None:
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
-    figures = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
-               if out.output_type in ("display_data", "execute_result") and PLOTLY_MIME in out.get("data", {})]
+    figures = [
+        out
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.outputs
+        if out.output_type in ("display_data", "execute_result") and PLOTLY_MIME in out.get("data", {})
+    ]
     assert figures, f"{path.name} stores no plotly figure"
     html = [out.data.get("text/html", "") for out in figures]
     assert all("Plotly.newPlot" in page for page in html), f"{path.name}: a figure has no HTML rendering; {RERUN.format(stem=path.stem)}"
@@ -110,8 +118,10 @@ def test_stored_outputs_show_no_machine_path_and_no_warning(path: Path) -> None:
         for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
             for text in _output_texts(out):
                 found = MACHINE_PATH.search(text)
-                assert not found, (f"{path.name}, cell {index}: an output shows a machine path "
-                                   f"({text[max(found.start() - 60, 0):found.end() + 60]!r}); fix the cell and {rerun}")
+                assert not found, (
+                    f"{path.name}, cell {index}: an output shows a machine path "
+                    f"({text[max(found.start() - 60, 0) : found.end() + 60]!r}); fix the cell and {rerun}"
+                )
             if out.output_type == "stream" and out.name == "stderr":
                 assert "Warning" not in out.text, f"{path.name}, cell {index}: a warning is stored ({out.text[:300]!r}); {rerun}"
 
@@ -143,8 +153,7 @@ NEEDS_TL3 = {"04_your_model"}
 
 
 @pytest.mark.embedded
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.tl3) if p.stem in NEEDS_TL3 else p for p in NOTEBOOKS],
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.tl3) if p.stem in NEEDS_TL3 else p for p in NOTEBOOKS], ids=lambda p: p.stem)
 def test_notebook_runs(path: Path, python3_kernel: str, tmp_path: Path) -> None:
     import nbformat
     from nbclient import NotebookClient

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from poslens.measurement.result import Result
 from poslens.study.cli import app
-from poslens.study.parts import SettingsMismatchError
+from poslens.study.part_cache import SettingsMismatchError
 
 runner = CliRunner()
 SMALL = ["--n-seqs", "8", "--seq-len", "24", "--groups", "4", "--early", "8"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from poslens.measurement.plots import plot_dose_response
+from poslens.measurement.intervention_plots import plot_dose_response
 
 
 def _table() -> pd.DataFrame:
@@ -13,12 +13,25 @@ def _table() -> pd.DataFrame:
     for variant, value in (("ntk:2", -0.11), ("ntk:8", -0.31), ("ntk:4", -0.23), ("window:32", 0.4), ("window:128", 0.1)):
         for layer in (-1, 0, 3):  # only layer −1 (the mean over layers ≥ 1) is drawn
             v = value if layer == -1 else value + 10
-            rows.append(dict(variant=variant, metric="c_res", query_window="all", layer=layer, kind="paired",
-                             comparison=f"{variant} − base", value=v, ci_low=v - 0.05, ci_high=v + 0.02))
-    rows.append(dict(variant="ntk", metric="c_res", query_window="all", layer=-1, kind="trend", comparison="slope",
-                     value=-0.1234, ci_low=-0.2, ci_high=-0.05))
-    rows.append(dict(variant="ntk:4", metric="c_res", query_window="early", layer=-1, kind="paired", comparison="x",
-                     value=9.0, ci_low=8.0, ci_high=10.0))  # another window: not drawn
+            rows.append(
+                dict(
+                    variant=variant,
+                    metric="c_res",
+                    query_window="all",
+                    layer=layer,
+                    kind="paired",
+                    comparison=f"{variant} − base",
+                    value=v,
+                    ci_low=v - 0.05,
+                    ci_high=v + 0.02,
+                )
+            )
+    rows.append(
+        dict(variant="ntk", metric="c_res", query_window="all", layer=-1, kind="trend", comparison="slope", value=-0.1234, ci_low=-0.2, ci_high=-0.05)
+    )
+    rows.append(
+        dict(variant="ntk:4", metric="c_res", query_window="early", layer=-1, kind="paired", comparison="x", value=9.0, ci_low=8.0, ci_high=10.0)
+    )  # another window: not drawn
     return pd.DataFrame(rows)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from poslens.measurement.plots import plot_attribution, plot_loss_change
+from poslens.measurement.intervention_plots import plot_attribution, plot_loss_change
 
 LAYERS = (0, 1, 2, 3)
 
@@ -20,21 +20,43 @@ def _table() -> pd.DataFrame:
             for kind in ("level", "difference"):
                 for metric in ("leakage_pattern", "c_res", "c_mask"):
                     for layer in (-1, *LAYERS):
-                        value = 10 * k + layer + shift + size / 1000 + (0.5 if kind == "difference" else 0.0) \
+                        value = (
+                            10 * k
+                            + layer
+                            + shift
+                            + size / 1000
+                            + (0.5 if kind == "difference" else 0.0)
                             + {"leakage_pattern": 0.0, "c_res": 0.01, "c_mask": 0.02}[metric]
-                        rows.append(dict(model="m", variant="base", mode=mode, calibration_size=size, metric=metric,
-                                         query_window=window, layer=layer, kind=kind, value=value,
-                                         ci_low=value - 0.1 - layer / 100, ci_high=value + 0.2))
+                        )
+                        rows.append(
+                            dict(
+                                model="m",
+                                variant="base",
+                                mode=mode,
+                                calibration_size=size,
+                                metric=metric,
+                                query_window=window,
+                                layer=layer,
+                                kind=kind,
+                                value=value,
+                                ci_low=value - 0.1 - layer / 100,
+                                ci_high=value + 0.2,
+                            )
+                        )
     return pd.DataFrame(rows).sample(frac=1.0, random_state=0)  # the figure must not rely on the rows' order
 
 
 def test_one_trace_per_mode_at_the_largest_size_with_the_unedited_curve_first_and_the_placebo_last():
     fig = plot_attribution(_table())
     assert [t.name for t in fig.data] == [
-        "unedited", "relativized: every column (n = 8)", "relativized: key 0 only (n = 8)",
-        "relativized: every column but key 0 (n = 8)", "placebo: relative, matched norm (n = 8)"]
+        "unedited",
+        "relativized: every column (n = 8)",
+        "relativized: key 0 only (n = 8)",
+        "relativized: every column but key 0 (n = 8)",
+        "placebo: relative, matched norm (n = 8)",
+    ]
     # values: layer 0..3 in order, L level, window all, size 8 (k = index of the run in _table)
-    for trace, k, size in zip(fig.data, (0, 2, 4, 5, 6), (0, 8, 8, 8, 8)):
+    for trace, k, size in zip(fig.data, (0, 2, 4, 5, 6), (0, 8, 8, 8, 8), strict=False):
         assert list(trace.x) == list(LAYERS)
         np.testing.assert_allclose(trace.y, [10 * k + layer + size / 1000 for layer in LAYERS])
         np.testing.assert_allclose(trace.error_y.array, [0.2] * 4)
@@ -65,8 +87,20 @@ def test_loss_change_bars_per_bin_and_edit():
     for e, edit in enumerate(("relativize:all", "relativize:key0", "placebo:all")):
         for c, low, high in ((1, 8, 16), (-1, 1, 16), (0, 1, 8)):
             value = e + c / 10
-            rows.append(dict(model="m", variant="base", edit=edit, query_bin=c, query_low=low, query_high=high,
-                             metric="loss_change", value=value, ci_low=value - 0.05, ci_high=value + 0.07))
+            rows.append(
+                dict(
+                    model="m",
+                    variant="base",
+                    edit=edit,
+                    query_bin=c,
+                    query_low=low,
+                    query_high=high,
+                    metric="loss_change",
+                    value=value,
+                    ci_low=value - 0.05,
+                    ci_high=value + 0.07,
+                )
+            )
     fig = plot_loss_change(pd.DataFrame(rows))
     assert [t.name for t in fig.data] == ["relativize:all", "relativize:key0", "placebo:all"]
     for e, trace in enumerate(fig.data):

@@ -21,7 +21,7 @@ import torch
 import poslens
 from poslens.measurement.pipeline import measure_scores
 from poslens.model.hooks import attn_scores, run_with_hooks
-from poslens.runtime.memory import FIXED_OVERHEAD, estimate_peak_bytes
+from poslens.runtime.estimate import FIXED_OVERHEAD, estimate_peak_bytes
 
 _SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "precision_compare.py"
 _spec = importlib.util.spec_from_file_location("precision_compare", _SCRIPT)
@@ -54,8 +54,13 @@ def test_bound_holds_for_perturbations_of_a_given_rms():
         y_cf = y + rng.normal(size=n) * rng.uniform(0, 1)
         leak, c_mask = _figures(p, q, y, y_cf)
         sigma = np.sqrt(y @ q @ y / n)
-        scales = pc.HeadScales(np.array([[sigma]]), np.array([[leak]]), np.array([[c_mask]]),
-                               np.array([[np.linalg.norm(p @ y_cf) / np.sqrt(y @ q @ y)]]), np.array([float(n)]))
+        scales = pc.HeadScales(
+            np.array([[sigma]]),
+            np.array([[leak]]),
+            np.array([[c_mask]]),
+            np.array([[np.linalg.norm(p @ y_cf) / np.sqrt(y @ q @ y)]]),
+            np.array([float(n)]),
+        )
         r, r_cf = sigma * rng.uniform(0.001, 0.3), sigma * rng.uniform(0.001, 0.6)
         bound = {k: float(v[0, 0]) for k, v in pc.figure_bounds(scales, np.array([[r]]), np.array([[r_cf]])).items()}
         u = q @ y
@@ -65,8 +70,7 @@ def test_bound_holds_for_perturbations_of_a_given_rms():
             eta = d / np.linalg.norm(d) * r * np.sqrt(n)
             eta_cf = d_cf / np.linalg.norm(d_cf) * r_cf * np.sqrt(n)
             leak2, c_mask2 = _figures(p, q, y + eta, y_cf + eta_cf)
-            moved = {"leakage_pattern": abs(leak2 - leak), "c_mask": abs(c_mask2 - c_mask),
-                     "c_res": abs((leak2 - c_mask2) - (leak - c_mask))}
+            moved = {"leakage_pattern": abs(leak2 - leak), "c_mask": abs(c_mask2 - c_mask), "c_res": abs((leak2 - c_mask2) - (leak - c_mask))}
             for key, value in moved.items():
                 assert value <= bound[key] * (1 + 1e-9) + 1e-15, (trial, key, value, bound[key])
                 worst[key] = max(worst[key], value / bound[key])
@@ -214,8 +218,11 @@ def test_smollm2_in_bf16_within_the_bound_of_its_measured_score_difference(smoll
     corpus = poslens.make_corpus(smollm2, "docs", n_seqs=2, seq_len=48)
     ref = poslens.measure(smollm2, corpus, groups=2, batch_size=1, progress=False, probe=False)
     result = poslens.measure(low, corpus, groups=2, batch_size=1, progress=False, probe=False)
-    assert all(getattr(result.sums.per_group, f.name).dtype == np.float64
-               for f in dataclasses.fields(result.sums.per_group) if isinstance(getattr(result.sums.per_group, f.name), np.ndarray))
+    assert all(
+        getattr(result.sums.per_group, f.name).dtype == np.float64
+        for f in dataclasses.fields(result.sums.per_group)
+        if isinstance(getattr(result.sums.per_group, f.name), np.ndarray)
+    )
     _, diffs = pc.score_differences(smollm2, {"bfloat16": low}, corpus.tokens, batch_size=2)
     r = pc.measured_rms(diffs["bfloat16"]["diff"])
     bound = pc.layer_tolerances(pc.figure_bounds(pc.head_scales(ref.sums), r, pc.COUNTERFACTUAL_FACTOR * r), 1.0)

@@ -40,7 +40,7 @@ import torch
 from scipy import linalg, stats
 
 import poslens
-from poslens.model.tiny import save_tiny_model
+from poslens.testing import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import naive_reference as nr  # noqa: E402
@@ -71,9 +71,7 @@ def probe_rows(a: np.ndarray, window: str) -> tuple[np.ndarray, np.ndarray]:
     rows = a[:, :, q, :]  # [N, H, R, T]
     with np.errstate(divide="ignore", invalid="ignore"):
         plogp = np.where(rows > 0, rows * np.log(rows), 0.0)
-    feats = np.stack(
-        [rows[..., 0], -plogp.sum(-1), rows[:, :, np.arange(q.size), q], rows.max(-1)], axis=-1
-    )  # [N, H, R, 4]
+    feats = np.stack([rows[..., 0], -plogp.sum(-1), rows[:, :, np.arange(q.size), q], rows.max(-1)], axis=-1)  # [N, H, R, 4]
     x = feats.transpose(0, 2, 1, 3).reshape(n, q.size, 4 * h)
     y = np.broadcast_to(np.log(q + 1.0), (n, q.size))
     return x, y
@@ -166,7 +164,7 @@ def test_probe_r2_matches_reference(case):
     for key, want in case["reference"].items():
         have = got[key]
         where = f"{case['name']} layer {key[0]} {key[1]}"
-        for part, h, w in zip(("value", "ci_low", "ci_high"), have, want):
+        for part, h, w in zip(("value", "ci_low", "ci_high"), have, want, strict=False):
             if not abs(h - w) <= TOL:
                 bad.append(f"{where} {part}: poslens {h!r} vs reference {w!r} (Δ={h - w:.3g})")
         # 1 − R² and the half-width, relatively: near R² = 1 the absolute check alone is too coarse

@@ -8,13 +8,14 @@ import pytest
 import poslens
 from poslens.errors import InputError
 from poslens.fit.binning import Binning
-from poslens.fit.counterfactual import structure
+from poslens.fit.mask_structure import structure
 from poslens.fit.relativize import edit_solver
 from poslens.mechanisms.attribution import cumulative_attribution
 from poslens.mechanisms.interventions import BosReplacement
-from poslens.mechanisms.relativization import Relativization, calibrate, score_sums
+from poslens.mechanisms.relativization import Relativization
+from poslens.mechanisms.relativization_fit import calibrate, score_sums
 from poslens.model.hooks import attn_scores, run_with_hooks
-from poslens.model.tiny import save_tiny_model
+from poslens.testing import save_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +25,7 @@ def model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def corpora(model):
-    return (poslens.make_corpus(model, "random", n_seqs=8, seq_len=24, seed=0),
-            poslens.make_corpus(model, "random", n_seqs=8, seq_len=24, seed=1))
+    return (poslens.make_corpus(model, "random", n_seqs=8, seq_len=24, seed=0), poslens.make_corpus(model, "random", n_seqs=8, seq_len=24, seed=1))
 
 
 def test_the_calibration_sees_the_other_interventions(model, corpora):
@@ -34,9 +34,13 @@ def test_the_calibration_sees_the_other_interventions(model, corpora):
     swap = BosReplacement("zero")
     fit = calibrate(model, calibration, "all", early=8, interventions=[swap])
     captured = []
-    run_with_hooks(model, calibration.tokens, swap.hooks(model, calibration.tokens)
-                   + [(attn_scores(0), lambda x, hook: captured.append(x.clone()))], stop_after=attn_scores(0))
-    st = structure(Binning(24, early=8), rows=24, window=None)
+    run_with_hooks(
+        model,
+        calibration.tokens,
+        swap.hooks(model, calibration.tokens) + [(attn_scores(0), lambda x, hook: captured.append(x.clone()))],
+        stop_after=attn_scores(0),
+    )
+    st = structure(Binning(24, early=8), rows=24, sliding_window=None)
     expected = edit_solver(st).terms(*score_sums(captured[0], st), float(calibration.n_seqs))
     np.testing.assert_allclose(fit.cells[0], expected.cells, atol=1e-10)
     plain = calibrate(model, calibration, "all", early=8)
@@ -65,8 +69,7 @@ def test_the_attribution_refuses_a_calibration_that_shares_sequences(model, corp
 def test_layer_zero_is_unchanged_and_the_placebo_is_relative(model, corpora):
     """Layer 0 is measured before any edit; the placebo moves no figure's absolute component at layer 0 either."""
     corpus, calibration = corpora
-    a = cumulative_attribution(model, corpus, calibration, modes=["all"], groups=2, early=8, progress=False,
-                               calibration_sizes=[8])
+    a = cumulative_attribution(model, corpus, calibration, modes=["all"], groups=2, early=8, progress=False, calibration_sizes=[8])
     diff = a.table[(a.table["kind"] == "difference") & (a.table["layer"] == 0)]
     assert len(diff) and np.abs(diff["value"]).max() < 1e-12
     loss = a.loss[a.loss["query_bin"] == -1].set_index("edit")

@@ -17,7 +17,7 @@
 3. **The key-0-only mode** removes the downstream signal of a key-0 logit that varies with i, and leaves
    that of a key-position term on the cells; "all-but-key0" removes the latter.
 
-How the synthetic parts reach the edit. :func:`poslens.mechanisms.relativization.calibrate` runs its own
+How the synthetic parts reach the edit. :func:`poslens.mechanisms.relativization_fit.calibrate` runs its own
 forward (the model's variant hooks, then its fitting hooks) and takes no interventions, so an injection
 written as an intervention would be measured but never calibrated. The synthetic scores and injections are
 therefore installed as the model's variant hooks (``PosModel.variant_hooks``, which
@@ -49,11 +49,12 @@ import torch
 import poslens
 from poslens.fit.metrics import all_metrics
 from poslens.fit.stats import jackknife_interval
-from poslens.fit.sums import WINDOWS
+from poslens.fit.sums import QUERY_WINDOWS
 from poslens.mechanisms.attribution import cumulative_attribution
-from poslens.mechanisms.relativization import Relativization, calibrate, edit_rms
+from poslens.mechanisms.relativization import Relativization
+from poslens.mechanisms.relativization_fit import calibrate, edit_rms
 from poslens.model.hooks import attn_scores, embed
-from poslens.model.tiny import save_tiny_model
+from poslens.testing import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import naive_reference as nr  # noqa: E402
@@ -83,21 +84,22 @@ def one_torch_thread():
 def replicated(result: poslens.Result) -> tuple[dict, list[dict]]:
     """A measurement's figures on all groups and on each delete-one-group replicate ([window, layer + 1, head + 1])."""
     sums = result.sums
-    figures = lambda s: all_metrics(s, sums.binning, sums.layer_windows)  # noqa: E731
-    return figures(sums.pooled()), [figures(sums.leave_out(g)) for g in range(sums.n_groups)]
+    figures = lambda s, cells: all_metrics(s, cells, sums.binning, sums.layer_windows)  # noqa: E731
+    cf = sums.counterfactual_cells
+    return figures(sums.pooled(), cf.pooled()), [figures(sums.leave_out(g), cf.leave_out(g)) for g in range(sums.n_groups)]
 
 
 def level(measured: tuple[dict, list[dict]], metric: str, layer: int) -> float:
     """The head aggregate of ``metric`` at ``layer`` (−1: the aggregate over layers >= 1), query window "all"."""
-    return float(measured[0][metric][WINDOWS.index("all"), layer, -1])
+    return float(measured[0][metric][QUERY_WINDOWS.index("all"), layer, -1])
 
 
 def paired(base: tuple[dict, list[dict]], other: tuple[dict, list[dict]], metric: str, layer: int) -> tuple[float, float, float]:
     """other − base on the same tokens and groups, with its paired delete-one-group jackknife interval."""
-    w = WINDOWS.index("all")
+    w = QUERY_WINDOWS.index("all")
     pick = lambda figures: figures[metric][w, layer, -1]  # noqa: E731
     estimate = pick(other[0]) - pick(base[0])
-    reps = np.array([pick(o) - pick(b) for b, o in zip(base[1], other[1])])
+    reps = np.array([pick(o) - pick(b) for b, o in zip(base[1], other[1], strict=False)])
     low, high = jackknife_interval(np.array(estimate), reps)
     return float(estimate), float(low), float(high)
 
@@ -142,19 +144,24 @@ def relative_stack(folder: Path, sd: float) -> Any:
     model = poslens.load_model(folder, dtype=torch.float64)
     w_e = model.hf_model.model.embed_tokens.weight.detach().to(torch.float64)
     n_heads, state = model.n_heads, {}
-    kernels = torch.stack([dc.KERNEL[:T, :T] * (1 + 0.3 * h) + 3.0 * (h >= n_heads // 2) * (dc.J[:, :T] == 0)
-                           for h in range(n_heads)])  # (a) relative; (d) relative + a constant key-0 bias
+    kernels = torch.stack(
+        [dc.KERNEL[:T, :T] * (1 + 0.3 * h) + 3.0 * (h >= n_heads // 2) * (dc.J[:, :T] == 0) for h in range(n_heads)]
+    )  # (a) relative; (d) relative + a constant key-0 bias
 
     def read_tokens(x: torch.Tensor, hook: Any) -> None:
         ids = torch.cdist(x.detach().to(w_e), w_e).argmin(-1).cpu().numpy().astype(np.int64)
         shape = (model.n_layers, n_heads, T, T)
-        state["z"] = torch.stack([torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(zlib.crc32(row.tobytes())))
-                                  for row in ids]) if sd else torch.zeros(1, *shape, dtype=torch.float64)
+        state["z"] = (
+            torch.stack([torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(zlib.crc32(row.tobytes()))) for row in ids])
+            if sd
+            else torch.zeros(1, *shape, dtype=torch.float64)
+        )
 
     def overwrite(layer: int):
         def fn(scores: torch.Tensor, hook: Any) -> torch.Tensor:
             visible = scores > torch.finfo(scores.dtype).min / 2
             return torch.where(visible, ((1 + 0.1 * layer) * kernels[None] + sd * state["z"][:, layer]).to(scores), scores)
+
         return fn
 
     model.variant_hooks = lambda: [(embed(), read_tokens)] + [(attn_scores(layer), overwrite(layer)) for layer in range(model.n_layers)]
@@ -242,8 +249,7 @@ N_CALIBRATIONS = 4  # disjoint calibration groups of N_CAL sequences (the calibr
 FAMILY_Z = 2.865  # two-sided normal quantile at 1 − 0.05/12: Bonferroni over 3 layers × 2 figures × 2 noise levels
 
 
-def over_calibrations(base: tuple[dict, list[dict]], edited: list[tuple[dict, list[dict]]], metric: str,
-                      layer: int) -> tuple[float, float, float]:
+def over_calibrations(base: tuple[dict, list[dict]], edited: list[tuple[dict, list[dict]]], metric: str, layer: int) -> tuple[float, float, float]:
     """The mean over calibration groups of edited − base, with an interval that holds both noises.
 
     Each edited measurement used the edit fitted on one disjoint calibration group. se² is the paired
@@ -251,10 +257,10 @@ def over_calibrations(base: tuple[dict, list[dict]], edited: list[tuple[dict, li
     corpus's noise) plus s²/K, s the spread of the K differences (the calibration's noise, which the paired
     interval of one edit cannot see). The interval is ± FAMILY_Z·se.
     """
-    w = WINDOWS.index("all")
+    w = QUERY_WINDOWS.index("all")
     pick = lambda figures: figures[metric][w, layer, -1]  # noqa: E731
     per_calibration = np.array([pick(e[0]) - pick(base[0]) for e in edited])
-    reps = np.array([[pick(o) - pick(b) for b, o in zip(base[1], e[1])] for e in edited]).mean(axis=0)
+    reps = np.array([[pick(o) - pick(b) for b, o in zip(base[1], e[1], strict=False)] for e in edited]).mean(axis=0)
     g = len(reps)
     se_measured2 = (g - 1) / g * np.sum((reps - reps.mean()) ** 2)
     se = np.sqrt(se_measured2 + per_calibration.var(ddof=1) / len(edited))
@@ -269,8 +275,7 @@ def calibration_group_fits(plain_folder, stack_corpora):
     fits = {}
     for sd in (0.3, 1.0):
         model = relative_stack(plain_folder, sd)
-        fits[sd] = [calibrate(model, calibration.subset(list(range(k * N_CAL, (k + 1) * N_CAL))), "all", early=EARLY)
-                    for k in range(N_CALIBRATIONS)]
+        fits[sd] = [calibrate(model, calibration.subset(list(range(k * N_CAL, (k + 1) * N_CAL))), "all", early=EARLY) for k in range(N_CALIBRATIONS)]
     return fits
 
 
@@ -289,16 +294,25 @@ def test_relative_stack_is_unchanged_within_its_interval(plain_folder, stack_cor
     model = relative_stack(plain_folder, sd)
     base = replicated(poslens.measure(model, corpus, **OPTIONS))
     fits = calibration_group_fits[sd]
-    edited = [replicated(poslens.measure(model, corpus, interventions=[EditBeforeCapture(Relativization(fit))], **OPTIONS))
-              for fit in fits]
+    edited = [replicated(poslens.measure(model, corpus, interventions=[EditBeforeCapture(Relativization(fit))], **OPTIONS)) for fit in fits]
     for layer in range(model.n_layers):
         for metric in ("leakage_pattern", "c_res"):
             d = over_calibrations(base, edited, metric, layer)
             assert d[1] <= 0.0 <= d[2], (sd, layer, metric, d, level(base, "leakage_pattern", layer))
     fixed = fits[0]
-    shifted = [replicated(poslens.measure(model, corpus, interventions=[EditBeforeCapture(Relativization(
-        dataclasses.replace(fit, cells=fit.cells + 3 * fixed.cells, key0=fit.key0 + 3 * fixed.key0)))], **OPTIONS))
-        for fit in fits]
+    shifted = [
+        replicated(
+            poslens.measure(
+                model,
+                corpus,
+                interventions=[
+                    EditBeforeCapture(Relativization(dataclasses.replace(fit, cells=fit.cells + 3 * fixed.cells, key0=fit.key0 + 3 * fixed.key0)))
+                ],
+                **OPTIONS,
+            )
+        )
+        for fit in fits
+    ]
     caught = [excludes_zero(over_calibrations(base, shifted, "leakage_pattern", layer)) for layer in range(model.n_layers)]
     assert any(caught), (sd, [over_calibrations(base, shifted, "leakage_pattern", layer) for layer in range(model.n_layers)])
 
@@ -453,15 +467,25 @@ def test_relativizing_every_layer_removes_the_injected_part(signals):
     The reference is the *edited* plain model: the cumulative edit also removes the plain model's own absolute
     logits at layers 0 and 1."""
     present = signal_figures(signals, "both")
-    runs = {name: cumulative_attribution(injected(signals.folder, term), signals.corpus, signals.calibration, modes=("all",),
-                                         groups=GROUPS, early=EARLY, batch_size=N, calibration_sizes=[signals.calibration.n_seqs],
-                                         loss=False, progress=False)
-            for name, term in (("plain", None), ("both", BOTH_SIGNALS))}
+    runs = {
+        name: cumulative_attribution(
+            injected(signals.folder, term),
+            signals.corpus,
+            signals.calibration,
+            modes=("all",),
+            groups=GROUPS,
+            early=EARLY,
+            batch_size=N,
+            calibration_sizes=[signals.calibration.n_seqs],
+            loss=False,
+            progress=False,
+        )
+        for name, term in (("plain", None), ("both", BOTH_SIGNALS))
+    }
 
     def row(name: str, metric: str, layer: int, kind: str) -> tuple[float, float, float]:
         t = runs[name].table
-        r = t[(t["mode"] == "all") & (t["metric"] == metric) & (t["query_window"] == "all")
-              & (t["layer"] == layer) & (t["kind"] == kind)]
+        r = t[(t["mode"] == "all") & (t["metric"] == metric) & (t["query_window"] == "all") & (t["layer"] == layer) & (t["kind"] == kind)]
         assert len(r) == 1, (name, metric, layer, kind)
         return float(r["value"].iloc[0]), float(r["ci_low"].iloc[0]), float(r["ci_high"].iloc[0])
 

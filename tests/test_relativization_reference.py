@@ -29,8 +29,9 @@ import pytest
 import torch
 
 import poslens
-from poslens.mechanisms.relativization import Relativization, calibrate, edit_tensor
-from poslens.model.tiny import save_tiny_model
+from poslens.mechanisms.relativization import Relativization
+from poslens.mechanisms.relativization_fit import calibrate, edit_tensor
+from poslens.testing import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import naive_reference as nr  # noqa: E402
@@ -167,7 +168,7 @@ def test_fit_matches_reference(cases, name: str, mode: str):
         visible = np.triu(np.ones((SEQ_LEN, SEQ_LEN), bool), 1)  # above the diagonal: never visible
         assert (e.numpy()[:, visible] == 0).all()
     if name != "llama":  # the window of 8 hides key 0 from rows ≥ 8, and pairs of offset ≥ 8
-        assert list(case.model.window) == [8] * case.model.n_layers
+        assert list(case.model.sliding_windows) == [8] * case.model.n_layers
         i, j = np.meshgrid(np.arange(SEQ_LEN), np.arange(SEQ_LEN), indexing="ij")
         assert all((edit_tensor(fit, layer).numpy()[:, i - j >= 8] == 0).all() for layer in range(case.model.n_layers))
 
@@ -179,8 +180,13 @@ def test_edited_figures_match_reference(cases, name: str, mode: str):
     case = cases(name)
     fit = case.fit(mode)
     result = poslens.measure(
-        case.model, case.corpus, interventions=[Relativization(fit)], groups=GROUPS, early=EARLY,
-        batch_size=N_SEQS // GROUPS, progress=False,
+        case.model,
+        case.corpus,
+        interventions=[Relativization(fit)],
+        groups=GROUPS,
+        early=EARLY,
+        batch_size=N_SEQS // GROUPS,
+        progress=False,
     )
     frame = result.to_frame()
     assert set(frame["intervention"]) == {f"relativize:{mode}"}

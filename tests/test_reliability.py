@@ -32,12 +32,13 @@ import torch
 from typer.testing import CliRunner
 
 import poslens
-from poslens.capture.leakage_capture import MaskMismatchError, NonFiniteScoresError
-from poslens.measurement.result import OutputNotWritableError, Result
+from poslens.capture.score_checks import MaskMismatchError, NonFiniteScoresError
+from poslens.measurement.result import Result
+from poslens.measurement.result_files import OutputNotWritableError
 from poslens.model.cache import cached_folder, entry_is_valid
 from poslens.model.hooks import attn_scores, run_with_hooks
-from poslens.model.tiny import byte_tokenizer, save_tiny_model
 from poslens.study.cli import app
+from poslens.testing import byte_tokenizer, save_tiny_model
 
 runner = CliRunner()
 # the hidden files poslens keeps in a folder it writes: which files it wrote, and the locks of that list and of the folder
@@ -126,8 +127,24 @@ def test_fewer_sequences_than_groups_is_refused(tiny):
 def test_cli_corpus_too_small_names_the_numbers(tiny_llama_dir, tmp_path):
     text = tmp_path / "short.txt"
     text.write_text("x" * 50)  # 50 byte tokens + EOS
-    result = runner.invoke(app, ["leakage", "--model", str(tiny_llama_dir), "--corpus", str(text), "--n-seqs", "6",
-                                 "--seq-len", "11", "--groups", "2", "--out", str(tmp_path / "out")])
+    result = runner.invoke(
+        app,
+        [
+            "leakage",
+            "--model",
+            str(tiny_llama_dir),
+            "--corpus",
+            str(text),
+            "--n-seqs",
+            "6",
+            "--seq-len",
+            "11",
+            "--groups",
+            "2",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert result.exit_code != 0
     message = str(result.exception)
     assert "has 51 tokens: 5 non-overlapping windows of 10, but 6 sequences were asked for" in message
@@ -146,14 +163,48 @@ def test_missing_bos_is_not_silently_replaced(no_bos_dir, tmp_path):
         poslens.make_corpus(model, "docs", n_seqs=2, seq_len=16, position0="bos")
     # --bos none on the same model is fine, end to end.
     out = tmp_path / "out"
-    result = runner.invoke(app, ["leakage", "--model", str(no_bos_dir), "--bos", "none", "--corpus", "random", "--n-seqs", "4",
-                                 "--seq-len", "16", "--groups", "2", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "leakage",
+            "--model",
+            str(no_bos_dir),
+            "--bos",
+            "none",
+            "--corpus",
+            "random",
+            "--n-seqs",
+            "4",
+            "--seq-len",
+            "16",
+            "--groups",
+            "2",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     saved = Result.load(out / "leakage.parquet")
     assert saved.meta["corpus"]["position0"] == "none" and saved.meta["model"]["bos_token_id"] is None
     # and --bos bos fails with the message.
-    result = runner.invoke(app, ["leakage", "--model", str(no_bos_dir), "--corpus", "random", "--n-seqs", "4",
-                                 "--seq-len", "16", "--groups", "2", "--out", str(tmp_path / "out2")])
+    result = runner.invoke(
+        app,
+        [
+            "leakage",
+            "--model",
+            str(no_bos_dir),
+            "--corpus",
+            "random",
+            "--n-seqs",
+            "4",
+            "--seq-len",
+            "16",
+            "--groups",
+            "2",
+            "--out",
+            str(tmp_path / "out2"),
+        ],
+    )
     assert result.exit_code != 0 and "no BOS token" in str(result.exception)
 
 
@@ -215,8 +266,7 @@ def test_nan_scores_are_reported_with_layer_and_head(tiny, on_call):
     with pytest.raises(NonFiniteScoresError) as info:
         small_measure(tiny, n_seqs=4, seq_len=16, groups=2, interventions=[PoisonHead(1, 2, on_call)])
     assert str(info.value) == (
-        "NaN or inf in the attention scores of layer 1, head 2 "
-        "(in float16 this is usually overflow: use --dtype float32 or bfloat16)"
+        "NaN or inf in the attention scores of layer 1, head 2 (in float16 this is usually overflow: use --dtype float32 or bfloat16)"
     )
 
 
@@ -238,7 +288,7 @@ def test_float16_overflow_is_reported_as_such(tmp_path, tiny_llama_dir):
 def test_mask_wider_than_recorded_is_reported(tiny_llama_dir):
     # A full-causal model recorded as windowed: keys poslens treats as invisible carry finite scores.
     model = poslens.load_model(tiny_llama_dir)
-    model.window = [4] * model.n_layers
+    model.sliding_windows = [4] * model.n_layers
     with pytest.raises(MaskMismatchError, match=r"^layer 0: keys poslens treats as invisible \(window=4\) carry finite"):
         small_measure(model, n_seqs=2, seq_len=16, groups=2)
 
@@ -246,10 +296,9 @@ def test_mask_wider_than_recorded_is_reported(tiny_llama_dir):
 def test_mask_narrower_than_recorded_is_reported(tiny_llama_dir):
     # A window:4 variant recorded as full causal: keys poslens treats as visible are masked.
     model = poslens.load_model(tiny_llama_dir, variant="window:4")
-    model.window = [None] * model.n_layers
+    model.sliding_windows = [None] * model.n_layers
     with pytest.raises(MaskMismatchError, match=r"^layer 0: keys poslens treats as visible are masked in the scores"):
         small_measure(model, n_seqs=2, seq_len=16, groups=2)
-
 
 
 @pytest.mark.parametrize("block_elements", [None, 12], ids=["one-block", "row-blocks"])
@@ -259,11 +308,11 @@ def test_one_unmasked_invisible_key_is_reported_wherever_the_row_blocks_fall(blo
     window) is found whether it falls inside its row block's key span (one block) or outside it (row blocks)."""
     from types import SimpleNamespace
 
-    from poslens.capture.leakage_capture import LeakageCapture
+    from poslens.capture.cell_sum_capture import CellSumCapture
     from poslens.fit.binning import Binning
 
     t, window, row = 8, 3, 6
-    capture = LeakageCapture(SimpleNamespace(n_layers=1, n_heads=2, window=[window]), Binning(t), groups=2, block_elements=block_elements)
+    capture = CellSumCapture(SimpleNamespace(n_layers=1, n_heads=2, sliding_windows=[window]), Binning(t), groups=2, block_elements=block_elements)
     i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
     invisible = (j > i) | (i - j >= window)
     scores = torch.randn(1, 2, t, t).masked_fill(invisible, torch.finfo(torch.float32).min)
@@ -364,7 +413,7 @@ def test_waiting_on_another_cache_build_says_so_once(tmp_path, monkeypatch, caps
 
 
 def test_interrupted_save_keeps_the_previous_file(tiny, tmp_path, monkeypatch):
-    import poslens.measurement.result as results
+    import poslens.measurement.result_files as results
 
     path = tmp_path / "leakage.parquet"
     first = small_measure(tiny)
@@ -392,9 +441,26 @@ def test_interrupted_save_keeps_the_previous_file(tiny, tmp_path, monkeypatch):
 
 
 def _report_command(model: Path, out: Path) -> list[str]:
-    return [str(Path(sys.executable).parent / "poslens"), "report", "--quick", "--skip-compare", "--model", str(model),
-            "--n-seqs", "8", "--seq-len", "24", "--groups", "4", "--fingerprint-seqs", "8", "--fingerprint-len", "16",
-            "--out", str(out)]
+    return [
+        str(Path(sys.executable).parent / "poslens"),
+        "report",
+        "--quick",
+        "--skip-compare",
+        "--model",
+        str(model),
+        "--n-seqs",
+        "8",
+        "--seq-len",
+        "24",
+        "--groups",
+        "4",
+        "--fingerprint-seqs",
+        "8",
+        "--fingerprint-len",
+        "16",
+        "--out",
+        str(out),
+    ]
 
 
 def test_ctrl_c_during_report_then_rerun_resumes(tiny_llama_dir, tmp_path):
@@ -415,8 +481,11 @@ def test_ctrl_c_during_report_then_rerun_resumes(tiny_llama_dir, tmp_path):
     assert returncode == 130, log.read_text()[-3000:]
     assert not (out / "report.html").exists()
     said = flat(log.read_text())
-    assert re.search(rf"interrupted: leakage(, [a-z-]+)* (is|are) complete in {re.escape(str(out))}; "
-                     r"run the same command again to resume", said), said[-2000:]
+    assert re.search(
+        rf"interrupted: leakage(, [a-z-]+)* (is|are) complete in {re.escape(str(out))}; "
+        r"run the same command again to resume",
+        said,
+    ), said[-2000:]
     assert "Traceback" not in said and "Aborted" not in said
     # The part written before the interrupt is complete: table, provenance and sums.
     first = Result.load(leakage)
@@ -471,10 +540,36 @@ def test_docs_show_the_messages_users_see(tiny_llama_dir, tmp_path):
         ["leakage", "--model", str(tmp_path / "empty"), *out],
         ["leakage", "--model", str(tmp_path / "model.gguf"), *out],
         ["leakage", "--model", str(short_context_dir), "--corpus", "random", "--n-seqs", "4", "--seq-len", "48", "--groups", "2", *out],
-        ["leakage", "--model", str(tiny_llama_dir), "--corpus", str(tmp_path / "short.txt"), "--n-seqs", "6", "--seq-len", "11",
-         "--groups", "2", *out],
-        ["leakage", "--model", str(tiny_llama_dir), "--corpus", "random", "--n-seqs", "4", "--seq-len", "16", "--groups", "2",
-         "--bos", "token:99999", *out],
+        [
+            "leakage",
+            "--model",
+            str(tiny_llama_dir),
+            "--corpus",
+            str(tmp_path / "short.txt"),
+            "--n-seqs",
+            "6",
+            "--seq-len",
+            "11",
+            "--groups",
+            "2",
+            *out,
+        ],
+        [
+            "leakage",
+            "--model",
+            str(tiny_llama_dir),
+            "--corpus",
+            "random",
+            "--n-seqs",
+            "4",
+            "--seq-len",
+            "16",
+            "--groups",
+            "2",
+            "--bos",
+            "token:99999",
+            *out,
+        ],
         ["leakage", "--n-seqs", "3", "--groups", "4", *out],
         ["report", "--groups", "0", *out],
         ["leakage", "--bos", "first", *out],

@@ -14,23 +14,18 @@ import pandas as pd
 import pytest
 
 import poslens
+from poslens.measurement.display import quantized_note
 from poslens.measurement.result import Result, concat
 from poslens.model.registry import REGISTRY
-from poslens.model.tiny import save_tiny_model
-from poslens.study.claims import (
-    INCONCLUSIVE,
-    NOT_MEASURED,
-    NOT_SUPPORTED,
-    STATEMENTS,
-    SUPPORTED,
-    Claims,
-    claim_c1,
-    claim_c2,
-    evaluate,
-    figure_row,
-    label_cases,
-)
-from poslens.study.report import build_report, quantized_note, summary_rows
+from poslens.study.claim_table import Claims
+from poslens.study.claims import STATEMENTS, evaluate
+from poslens.study.claims_compare import label_cases
+from poslens.study.claims_leakage import claim_c1, claim_c2
+from poslens.study.lookup import figure_row
+from poslens.study.report import build_report
+from poslens.study.rules import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED
+from poslens.study.verdict_summary import summary_rows
+from poslens.testing import save_tiny_model
 
 NOTE = "4-bit quantized"
 SCRIPT_NAME = "<script>alert(1)"
@@ -52,7 +47,7 @@ class _Page(HTMLParser):
     def handle_endtag(self, tag: str) -> None:
         name = "note" if tag == "p" and "note" in self.open and "p" not in self.open else tag
         if name in self.open:
-            del self.open[len(self.open) - 1 - self.open[::-1].index(name):]
+            del self.open[len(self.open) - 1 - self.open[::-1].index(name) :]
 
     def handle_data(self, data: str) -> None:
         for kind in self.texts:
@@ -86,8 +81,9 @@ def user_result(tmp_path_factory) -> Result:
 
 def test_user_model_is_not_quantized_and_gets_no_note(user_result, tmp_path):
     assert user_result.meta["model"]["quantized"] is None
-    path = build_report({"leakage": user_result}, _claims(user_result), {**SETTINGS, "model": user_result.meta["model"]["model"]},
-                        tmp_path / "report.html")
+    path = build_report(
+        {"leakage": user_result}, _claims(user_result), {**SETTINGS, "model": user_result.meta["model"]["model"]}, tmp_path / "report.html"
+    )
     text, page = read_page(path)
     assert NOTE not in text
     assert page.texts["note"] == []
@@ -123,8 +119,7 @@ def embedded_result(smollm2) -> Result:
 
 def test_embedded_model_gets_the_note(embedded_result, tmp_path):
     assert embedded_result.meta["model"]["quantized"] == REGISTRY["smollm2-135m"].quantization
-    path = build_report({"leakage": embedded_result}, _claims(embedded_result), {**SETTINGS, "model": "smollm2-135m"},
-                        tmp_path / "report.html")
+    path = build_report({"leakage": embedded_result}, _claims(embedded_result), {**SETTINGS, "model": "smollm2-135m"}, tmp_path / "report.html")
     text, page = read_page(path)
     expected = "Figures from smollm2-135m come from 4-bit quantized (GGUF) weights dequantized to float32."
     assert page.texts["note"] == [expected]
@@ -191,7 +186,7 @@ def test_the_page_opens_with_a_verdict_summary_one_row_per_claim_and_case(user_r
     rows = _summary(text)
     assert [r["cells"].split()[0] for r in rows] == ["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
     table, inputs = claims.table, claims.inputs
-    for row, claim in zip(rows, ["C1", "C2"]):
+    for row, claim in zip(rows, ["C1", "C2"], strict=False):
         verdict = table.loc[table["claim"] == claim, "verdict"].unique().item()
         assert row["badge"] == verdict and row["badge_class"] == f"badge {verdict.replace(' ', '-')}"
         # the disclosure holds the rule as claims.csv words it, and every input of claim_inputs.csv with its role
@@ -204,8 +199,13 @@ def test_the_page_opens_with_a_verdict_summary_one_row_per_claim_and_case(user_r
             assert f"{i['name']} = {number}" in row["details"] and f"({i['role']})" in row["details"]
         headline = mine[mine["role"] == "headline"].iloc[0]
         assert f"{headline['value']:.4g}".replace("-", "−") in row["cells"]
-        assert row["sentence"].startswith({SUPPORTED: STATEMENTS[claim][:1].upper() + STATEMENTS[claim][1:],
-                                           NOT_SUPPORTED: "Against the claim that", INCONCLUSIVE: "Undecided whether"}[verdict])
+        assert row["sentence"].startswith(
+            {
+                SUPPORTED: STATEMENTS[claim][:1].upper() + STATEMENTS[claim][1:],
+                NOT_SUPPORTED: "Against the claim that",
+                INCONCLUSIVE: "Undecided whether",
+            }[verdict]
+        )
     for row in rows[2:]:
         assert row["badge"] == NOT_MEASURED and row["badge_class"] == "badge not-measured"
         assert "not measured, the parts it reads are not in this report" in row["sentence"]
@@ -214,20 +214,27 @@ def test_the_page_opens_with_a_verdict_summary_one_row_per_claim_and_case(user_r
 
 def test_summary_groups_c4_by_case_and_c5_by_replacement_with_the_joint_verdict():
     """Hand-made tables with known verdicts: a C4 case's comparison and depth slope form one row, whose verdict is their joint."""
-    compare = [figure_row("c_res", v, lo, hi, model=m, variant=var, query_window="early", layer=layer)
-               for m, var, layer, v, lo, hi in [
-                   ("smollm2-135m", "base", -1, 0.010, 0.008, 0.012),
-                   ("smollm2-135m", "ntk:4", -1, 0.002, 0.001, 0.003),
-                   ("gemma3-270m", "base", -1, 0.030, 0.020, 0.040),
-                   ("gemma3-270m", "base", 1, 0.05, 0.04, 0.06),
-                   ("gemma3-270m", "base", 2, 0.03, 0.02, 0.04),
-                   ("gemma3-270m", "base", 3, 0.01, 0.0, 0.02)]]
-    swaps = [figure_row("reduction", v, lo, hi, intervention=k, query_window="early")
-             for k, v, lo, hi in [("bos:mean", 0.4, 0.35, 0.45), ("bos:zero", 0.1, 0.05, 0.15)]]
-    cases = [dict(model="smollm2-135m", variant="base", case="standard"), dict(model="smollm2-135m", variant="ntk:4", case="ntk"),
-             dict(model="gemma3-270m", variant="base", case="sliding")]
-    claims = evaluate(comparison=label_cases(Result(pd.DataFrame(compare), {"cases": cases})), bos_swap=pd.DataFrame(swaps),
-                      claims=["C4", "C5"])
+    compare = [
+        figure_row("c_res", v, lo, hi, model=m, variant=var, query_window="early", layer=layer)
+        for m, var, layer, v, lo, hi in [
+            ("smollm2-135m", "base", -1, 0.010, 0.008, 0.012),
+            ("smollm2-135m", "ntk:4", -1, 0.002, 0.001, 0.003),
+            ("gemma3-270m", "base", -1, 0.030, 0.020, 0.040),
+            ("gemma3-270m", "base", 1, 0.05, 0.04, 0.06),
+            ("gemma3-270m", "base", 2, 0.03, 0.02, 0.04),
+            ("gemma3-270m", "base", 3, 0.01, 0.0, 0.02),
+        ]
+    ]
+    swaps = [
+        figure_row("reduction", v, lo, hi, intervention=k, query_window="early")
+        for k, v, lo, hi in [("bos:mean", 0.4, 0.35, 0.45), ("bos:zero", 0.1, 0.05, 0.15)]
+    ]
+    cases = [
+        dict(model="smollm2-135m", variant="base", case="standard"),
+        dict(model="smollm2-135m", variant="ntk:4", case="ntk"),
+        dict(model="gemma3-270m", variant="base", case="sliding"),
+    ]
+    claims = evaluate(comparison=label_cases(Result(pd.DataFrame(compare), {"cases": cases})), bos_swap=pd.DataFrame(swaps), claims=["C4", "C5"])
     rows = summary_rows(claims)
     assert [(r["claim"], r["case"], r["verdict"]) for r in rows] == [
         ("C4", "smollm2-135m (ntk:4)", SUPPORTED),
@@ -236,8 +243,10 @@ def test_summary_groups_c4_by_case_and_c5_by_replacement_with_the_joint_verdict(
         ("C5", "m, bos:zero", NOT_SUPPORTED),
     ]
     ntk, gemma, mean, zero = rows
-    assert ntk["sentence"] == ("NTK suppresses, sliding window accumulates, standard in between: the ntk case has "
-                               "C_res 0.002 [0.001, 0.003], wholly below the standard's 0.01 [0.008, 0.012].")
+    assert ntk["sentence"] == (
+        "NTK suppresses, sliding window accumulates, standard in between: the ntk case has "
+        "C_res 0.002 [0.001, 0.003], wholly below the standard's 0.01 [0.008, 0.012]."
+    )
     assert gemma["sentence"].startswith("Against the claim that NTK suppresses") and "wholly above the standard's" in gemma["sentence"]
     assert "changes by −0.02 [" in gemma["sentence"] and len(gemma["rules"]) == 2  # comparison rule and slope rule
     assert mean["sentence"].endswith("removes 40% [35%, 45%] of C_res at early queries; the interval holds 40%.")

@@ -4,28 +4,52 @@ Checks: no console errors, every plotly figure rendered with non-empty plot
 elements, the claims table present; the verdict summary's badges, and a rule
 disclosure that a click opens. Saves screenshots next to the report and, for a
 person to look at, under ``/tmp/screens`` (``report_top.png``, ``report_full.png``).
+
+The two tests that open the page skip, with the reason, where chromium,
+chromedriver or selenium is missing; under ``POSLENS_REQUIRE_BROWSER=1``
+(``make test``) they fail instead (:func:`suite_kinds.require_browser`).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from suite_kinds import require_browser
 from typer.testing import CliRunner
 
-from poslens.study.claims import CLAIM_COLUMNS, INPUT_COLUMNS
+from poslens.study.claim_table import CLAIM_COLUMNS, INPUT_COLUMNS
 from poslens.study.cli import app
 
 pytestmark = pytest.mark.embedded
 
 TINY_REPORT = [
-    "report", "--quick", "--n-seqs", "8", "--seq-len", "32", "--groups", "4",
-    "--fingerprint-seqs", "8", "--fingerprint-len", "16", "--compare-seqs", "4", "--compare-len", "24",
+    "report",
+    "--quick",
+    "--n-seqs",
+    "8",
+    "--seq-len",
+    "32",
+    "--groups",
+    "4",
+    "--fingerprint-seqs",
+    "8",
+    "--fingerprint-len",
+    "16",
+    "--compare-seqs",
+    "4",
+    "--compare-len",
+    "24",
 ]
+
+
+@pytest.fixture(scope="module")
+def browser() -> tuple[str, str]:
+    """The paths of chromium and chromedriver, checked before the report is made (skip or fail: :func:`require_browser`)."""
+    return require_browser()
 
 
 @pytest.fixture(scope="module")
@@ -36,17 +60,25 @@ def report_dir(tmp_path_factory) -> Path:
     return out
 
 
-def _driver():
+def _driver(browser: tuple[str, str]):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    if not chromium or not driver_path:
-        pytest.fail("Debian's chromium and chromium-driver are needed (the Makefile's set-up installs them)")
+    chromium, driver_path = browser
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1400,5000"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,5000",
+    ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(driver_path), options=options)
@@ -85,14 +117,14 @@ def test_report_notes_the_4bit_weights_of_the_embedded_models(report_dir):
     assert text.count("Figures from smollm2-135m come from 4-bit quantized") == 8
 
 
-def test_report_renders_offline_without_console_errors(report_dir):
+def test_report_renders_offline_without_console_errors(browser, report_dir):
     page = report_dir / "report.html"
     text = page.read_text()
     assert "<script src=" not in text and "<link" not in text, "the page must not load external scripts or styles"
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    driver = _driver()
+    driver = _driver(browser)
     try:
         driver.get(page.as_uri())
         expected = text.count('class="plotly-graph-div"')
@@ -128,11 +160,11 @@ def test_report_renders_offline_without_console_errors(report_dir):
 SCREENS = Path("/tmp/screens")
 
 
-def test_report_summary_badges_and_a_rule_opened_by_a_click(report_dir):
+def test_report_summary_badges_and_a_rule_opened_by_a_click(browser, report_dir):
     from selenium.webdriver.common.by import By
 
     claims = pd.read_csv(report_dir / "claims.csv")
-    driver = _driver()
+    driver = _driver(browser)
     try:
         driver.set_window_size(1400, 1000)
         driver.get((report_dir / "report.html").as_uri())

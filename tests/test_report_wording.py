@@ -15,8 +15,11 @@ import pandas as pd
 
 from poslens.fit.metric_glossary import GLOSSARY
 from poslens.measurement.result import Result
-from poslens.study.claims import Claims, evaluate, figure_row
-from poslens.study.report import _code, build_report, metric_names, summary_rows
+from poslens.study.claim_table import Claims
+from poslens.study.claims import evaluate
+from poslens.study.lookup import figure_row
+from poslens.study.report import _code, build_report, metric_names
+from poslens.study.verdict_summary import summary_rows
 
 SETTINGS = dict(n_seqs=8, seq_len=24, corpus="random", groups=4, early=8, seed=0)
 
@@ -86,8 +89,10 @@ def test_a_negative_probe_r2_says_there_is_no_decodable_signal():
 
 def test_a_negative_held_out_leakage_says_nothing_is_detectable():
     sentence = _sentence(evaluate(leakage=_c1((-0.01, -0.03, 0.01), (0.6, 0.5, 0.7)), claims=["C1"]), "C1")
-    assert "a negative held-out ΔR² means the query-position terms fitted on the other groups predict the held-out sequences " \
-           "worse than the offset alone does: no absolute position is detectable at this size" in sentence
+    assert (
+        "a negative held-out ΔR² means the query-position terms fitted on the other groups predict the held-out sequences "
+        "worse than the offset alone does: no absolute position is detectable at this size" in sentence
+    )
     assert "negative held-out R²" not in sentence
 
 
@@ -97,8 +102,7 @@ def test_metric_names_come_from_the_glossary():
     assert [r["name"] for r in rows] == ["leakage_pattern_heldout", "probe_r2", "reduction"]
     assert all(r["short"] == GLOSSARY[r["name"]].short() and r["sign"] == GLOSSARY[r["name"]].sign for r in rows)
     # a figure's metrics are listed too; a metric whose name is part of a longer one is not
-    assert [r["name"] for r in metric_names(Claims(claims.table.iloc[0:0], claims.inputs.iloc[0:0]), present=["fingerprint"])] == [
-        "dispersion"]
+    assert [r["name"] for r in metric_names(Claims(claims.table.iloc[0:0], claims.inputs.iloc[0:0]), present=["fingerprint"])] == ["dispersion"]
     only = Claims(claims.table, claims.inputs.assign(metric="c_res_meanfield"))
     assert [r["name"] for r in metric_names(only)] == ["c_res_meanfield"]
     # the list comes from the inputs' metric column, not from the words of a rule
@@ -146,39 +150,76 @@ def test_backticked_names_become_code_and_the_rest_stays_escaped():
 
 def _all_claims() -> Claims:
     """Every claim measured once on hand-made tables (C4 with the cases recorded as compare records them)."""
-    leakage = pd.DataFrame([
-        figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06), figure_row("probe_r2", -0.2, -0.6, 0.2),
-        figure_row("c_mask", 0.02, 0.01, 0.03, layer=0), figure_row("c_mask", 0.01, 0.005, 0.015),
-        figure_row("c_res", 0.002, -0.001, 0.005, layer=0), figure_row("rho_mask", 0.9, 0.8, 1.0, layer=0),
-        figure_row("count_share", 0.9, 0.8, 1.0, layer=0), figure_row("c_res", 0.01, 0.005, 0.015, query_window="early")])
+    leakage = pd.DataFrame(
+        [
+            figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
+            figure_row("probe_r2", -0.2, -0.6, 0.2),
+            figure_row("c_mask", 0.02, 0.01, 0.03, layer=0),
+            figure_row("c_mask", 0.01, 0.005, 0.015),
+            figure_row("c_res", 0.002, -0.001, 0.005, layer=0),
+            figure_row("rho_mask", 0.9, 0.8, 1.0, layer=0),
+            figure_row("count_share", 0.9, 0.8, 1.0, layer=0),
+            figure_row("c_res", 0.01, 0.005, 0.015, query_window="early"),
+        ]
+    )
     ablation = pd.DataFrame([figure_row("reduction", 0.45, 0.3, 0.6, query_window="early", intervention="sink-ablation:0.3")])
-    compare = pd.DataFrame([figure_row("c_res", v, lo, hi, model=m, variant=var, layer=layer, query_window="all")
-                            for m, var, layer, v, lo, hi in [
-                                ("s", "base", -1, 0.010, 0.008, 0.012), ("s", "ntk:4", -1, 0.009, 0.005, 0.011),
-                                ("g", "base", -1, 0.03, 0.02, 0.04), ("g", "base", 1, 0.01, 0.0, 0.02),
-                                ("g", "base", 2, 0.03, 0.02, 0.04), ("g", "base", 3, 0.05, 0.04, 0.06)]])
-    cases = [dict(model="s", variant="base", case="standard"), dict(model="s", variant="ntk:4", case="ntk"),
-             dict(model="g", variant="base", case="sliding")]
+    compare = pd.DataFrame(
+        [
+            figure_row("c_res", v, lo, hi, model=m, variant=var, layer=layer, query_window="all")
+            for m, var, layer, v, lo, hi in [
+                ("s", "base", -1, 0.010, 0.008, 0.012),
+                ("s", "ntk:4", -1, 0.009, 0.005, 0.011),
+                ("g", "base", -1, 0.03, 0.02, 0.04),
+                ("g", "base", 1, 0.01, 0.0, 0.02),
+                ("g", "base", 2, 0.03, 0.02, 0.04),
+                ("g", "base", 3, 0.05, 0.04, 0.06),
+            ]
+        ]
+    )
+    cases = [
+        dict(model="s", variant="base", case="standard"),
+        dict(model="s", variant="ntk:4", case="ntk"),
+        dict(model="g", variant="base", case="sliding"),
+    ]
     fingerprint = pd.DataFrame(
         [figure_row("dispersion", 0.0, 0.0, 0.0, intervention="position0:bos", layer=layer) for layer in (0, 1)]
-        + [figure_row("dispersion", 0.2, 0.1, 0.3, intervention="position0:none"),
-           figure_row("readout_accuracy", 0.9, 0.8, 1.0, intervention="position0:varied"),
-           figure_row("readout_chance", 0.125, 0.125, 0.125, intervention="position0:varied"),
-           figure_row("readout_chance_permuted", 0.125, 0.09, 0.16, intervention="position0:varied"),
-           figure_row("readout_p_value", 0.005, 0.005, 0.005, intervention="position0:varied")])
-    from poslens.study.claims import label_cases
+        + [
+            figure_row("dispersion", 0.2, 0.1, 0.3, intervention="position0:none"),
+            figure_row("readout_accuracy", 0.9, 0.8, 1.0, intervention="position0:varied"),
+            figure_row("readout_chance", 0.125, 0.125, 0.125, intervention="position0:varied"),
+            figure_row("readout_chance_permuted", 0.125, 0.09, 0.16, intervention="position0:varied"),
+            figure_row("readout_p_value", 0.005, 0.005, 0.005, intervention="position0:varied"),
+        ]
+    )
+    from poslens.study.claims_compare import label_cases
 
-    attribution = pd.DataFrame([dict(model="m", variant="base", mode=mode, calibration_size=n, metric="reduction_ge2",
-                                     query_window="all", value=v, ci_low=lo, ci_high=hi)
-                                for mode, n, v, lo, hi in [("all", 16, 0.05, -0.02, 0.08), ("all", 8, 0.07, -0.05, 0.15),
-                                                           ("key0", 16, 0.02, -0.05, 0.09), ("placebo:all", 16, 0.01, -0.02, 0.04)]])
-    return evaluate(leakage, ablation, _swap(0.25, 0.2, 0.35, "bos:mean"), label_cases(Result(compare, {"cases": cases})),
-                    fingerprint, attribution, c4_window="all")
+    attribution = pd.DataFrame(
+        [
+            dict(model="m", variant="base", mode=mode, calibration_size=n, metric="reduction_ge2", query_window="all", value=v, ci_low=lo, ci_high=hi)
+            for mode, n, v, lo, hi in [
+                ("all", 16, 0.05, -0.02, 0.08),
+                ("all", 8, 0.07, -0.05, 0.15),
+                ("key0", 16, 0.02, -0.05, 0.09),
+                ("placebo:all", 16, 0.01, -0.02, 0.04),
+            ]
+        ]
+    )
+    return evaluate(
+        leakage,
+        ablation,
+        _swap(0.25, 0.2, 0.35, "bos:mean"),
+        label_cases(Result(compare, {"cases": cases})),
+        fingerprint,
+        attribution,
+        c4_query_window="all",
+    )
 
 
 # what a parser of rule texts would have read: numbers, names and bands that are not the inputs
-REWORDED = ("reworded: target 0.9 - band 0.05; inputs: reduction = 9 [8, 10]; c_res (ntk) = 1 [1, 1]; "
-            "c_res (standard) = 0 [0, 0]; readout_chance = 0.5; metric 'entropy', layer 7, window 'early'")
+REWORDED = (
+    "reworded: target 0.9 - band 0.05; inputs: reduction = 9 [8, 10]; c_res (ntk) = 1 [1, 1]; "
+    "c_res (standard) = 0 [0, 0]; readout_chance = 0.5; metric 'entropy', layer 7, window 'early'"
+)
 
 
 def test_rewording_a_rule_changes_no_sentence_figure_or_summary_table(tmp_path):
@@ -190,9 +231,15 @@ def test_rewording_a_rule_changes_no_sentence_figure_or_summary_table(tmp_path):
     reworded = Claims(claims.table.assign(rule=REWORDED), claims.inputs.assign(where=REWORDED))
     before, after = summary_rows(claims), summary_rows(reworded)
     assert len(before) == len(after) == 8
-    for a, b in zip(before, after):
+    for a, b in zip(before, after, strict=False):
         assert (a["claim"], a["case"], a["verdict"], a["label"], a["figure"], a["sentence"]) == (
-            b["claim"], b["case"], b["verdict"], b["label"], b["figure"], b["sentence"])
+            b["claim"],
+            b["case"],
+            b["verdict"],
+            b["label"],
+            b["figure"],
+            b["sentence"],
+        )
         assert all(block["rule"] == REWORDED for block in b["rules"])  # shown as it is, never read
     c5 = next(r for r in after if r["claim"] == "C5")
     assert "(bos:mean)" in c5["sentence"] and "wholly below 30%" not in c5["sentence"]  # inconclusive: reaches into the band
@@ -237,19 +284,24 @@ def test_c7_and_c3s_causal_figure_in_words():
         "Against the claim that later layers' absolute position depends on earlier layers' absolute logits: relativizing every "
         "layer's absolute logits in every column lowers mean L(log a) over layers ≥ 2 (r = 5% [−2%, 8%], interval within ±10%: "
         "no effect of that size), against 1% [−2%, 4%] for a purely relative placebo of matched norm; fitted on less "
-        "calibration data: 7% [−5%, 15%].")
+        "calibration data: 7% [−5%, 15%]."
+    )
     c3 = rows["C3"]
     assert c3["verdict"] == "supported"
-    assert c3["sentence"].endswith("; beside it, relativizing key 0 in every layer lowers mean L(log a) over layers ≥ 2 "
-                                   "(r = 2% [−5%, 9%], interval reaching 0), which is reported and does not decide: key 0 is not "
-                                   "the sink path's only route, so a null here would not refute the claim.")
+    assert c3["sentence"].endswith(
+        "; beside it, relativizing key 0 in every layer lowers mean L(log a) over layers ≥ 2 "
+        "(r = 2% [−5%, 9%], interval reaching 0), which is reported and does not decide: key 0 is not "
+        "the sink path's only route, so a null here would not refute the claim."
+    )
     # an edit that raised the figure is said to raise it, and an interval wholly below −10% is named as such
     claims = _all_claims()
     inputs = claims.inputs.copy()
     inputs.loc[(inputs["claim"] == "C7") & (inputs["name"] == "r (all)"), ["value", "ci_low", "ci_high"]] = [-0.9, -1.2, -0.6]
     c7 = next(r for r in summary_rows(Claims(claims.table, inputs)) if r["claim"] == "C7")
-    assert ("relativizing every layer's absolute logits in every column raises mean L(log a) over layers ≥ 2 (r = −90% "
-            "[−120%, −60%], interval wholly below −10%: the edit raised it)") in c7["sentence"]
+    assert (
+        "relativizing every layer's absolute logits in every column raises mean L(log a) over layers ≥ 2 (r = −90% "
+        "[−120%, −60%], interval wholly below −10%: the edit raised it)"
+    ) in c7["sentence"]
 
 
 def test_c4_by_differences_in_words():
@@ -259,17 +311,19 @@ def test_c4_by_differences_in_words():
     sys.path.insert(0, str(Path(__file__).parent))
     from test_claims import RECORDED, comparison_rows, frame, row
 
-    from poslens.study.claims import label_cases
+    from poslens.study.claims_compare import label_cases
 
     every = frame(*[row("c_res", 0.01, 0.0, 0.02, model=c["model"], variant=c["variant"]) for c in RECORDED])
     labelled = label_cases(Result(every, {"cases": RECORDED}))
-    claims = evaluate(comparison=labelled, claims=["C4"], c4_comparisons=comparison_rows(ntk=(-0.001, -0.003, 0.001)), c4_window="all")
+    claims = evaluate(comparison=labelled, claims=["C4"], c4_comparisons=comparison_rows(ntk=(-0.001, -0.003, 0.001)), c4_query_window="all")
     rows = {r["case"]: r for r in summary_rows(claims)}
     assert set(rows) == {"smollm2-135m (ntk:4)", "smollm2-135m (window:64)", "gemma3-270m", "smollm2-135m, ntk cases"}
     ntk = rows["smollm2-135m (ntk:4)"]
     assert ntk["verdict"] == "inconclusive" and ntk["figure"] == "−0.001 [−0.003, 0.001]"
-    assert ntk["sentence"] == ("Undecided whether NTK suppresses, sliding window accumulates, standard in between: the ntk case: "
-                               "c_res (ntk:4 − base) is −0.001 [−0.003, 0.001] (undecided; the data could detect 0.0031).")
+    assert ntk["sentence"] == (
+        "Undecided whether NTK suppresses, sliding window accumulates, standard in between: the ntk case: "
+        "c_res (ntk:4 − base) is −0.001 [−0.003, 0.001] (undecided; the data could detect 0.0031)."
+    )
     window = rows["smollm2-135m (window:64)"]["sentence"]
     assert "c_res_depth_slope (window:64 − base) is 0.01 [0.005, 0.015] (as claimed; the data could detect 0.0031)" in window
 

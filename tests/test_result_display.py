@@ -13,9 +13,10 @@ import plotly.graph_objects as go
 import pytest
 
 import poslens
-from poslens.measurement.result import Result, quantized_note
+from poslens.measurement.display import quantized_note
+from poslens.measurement.result import Result
 from poslens.mechanisms.sinks import sink_table
-from poslens.model.tiny import save_tiny_model
+from poslens.testing import save_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +49,16 @@ def test_html_shows_model_and_provenance_escaped(result: Result) -> None:
     assert "<b>" not in page and "</b>" not in page, "model text reached the page unescaped"
     assert "&lt;b&gt;my-model&lt;/b&gt;" in page
     assert "variant base" in page
-    for text in ("poslens", result.meta["poslens_version"], result.meta["created"], "random, seed 0",
-                 "8 × 24 tokens", "groups (jackknife)</th><td style=\"text-align:left\">4", "interventions", "none"):
+    for text in (
+        "poslens",
+        result.meta["poslens_version"],
+        result.meta["created"],
+        "random, seed 0",
+        "8 × 24 tokens",
+        'groups (jackknife)</th><td style="text-align:left">4',
+        "interventions",
+        "none",
+    ):
         assert text in page, text
 
 

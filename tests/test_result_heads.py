@@ -15,8 +15,9 @@ import pytest
 import poslens
 from poslens import BosReplacement
 from poslens.errors import InputError
-from poslens.measurement.result import Result, reading_notes, source_text
-from poslens.model.tiny import save_tiny_model
+from poslens.measurement.display import reading_notes, source_text
+from poslens.measurement.result import Result
+from poslens.testing import save_tiny_model
 
 SETTINGS = dict(groups=4, early=8, progress=False)
 
@@ -48,7 +49,7 @@ def test_heads_is_the_pivot_of_the_long_table(runs: dict[str, Result], metric: s
     expected = _pivot(result.table, metric, window)
     np.testing.assert_array_equal(grid.to_numpy(), expected.loc[grid.index, grid.columns].to_numpy())
     assert grid.loc[2, 1] == result.value(metric, window, layer=2, head=1)
-    assert grid.attrs["metric"] == metric and grid.attrs["window"] == window
+    assert grid.attrs["metric"] == metric and grid.attrs["query_window"] == window
     assert grid.attrs["run"] == {"model": result.meta["model"]["model"], "variant": "base", "intervention": "none"}
 
 
@@ -60,9 +61,10 @@ def test_heads_keeps_the_aggregates_apart(runs: dict[str, Result]) -> None:
     assert aggregates["overall"] == result.value("c_res", "early")
     by_head = pd.concat([result.table, result.table[(result.table["layer"] == 1) & (result.table["head"] >= 0)].assign(layer=-1)])
     assert Result(by_head).heads("c_res", "early").attrs["aggregates"]["head_means"] == {
-        head: result.value("c_res", "early", layer=1, head=head) for head in range(4)}
+        head: result.value("c_res", "early", layer=1, head=head) for head in range(4)
+    }
     default = result.heads("c_res")  # window "all" by default
-    assert default.attrs["window"] == "all" and default.loc[0, 0] == result.value("c_res", "all", layer=0, head=0)
+    assert default.attrs["query_window"] == "all" and default.loc[0, 0] == result.value("c_res", "all", layer=0, head=0)
 
 
 def test_heads_names_the_valid_choices(runs: dict[str, Result]) -> None:
@@ -77,8 +79,9 @@ def test_heads_names_the_valid_choices(runs: dict[str, Result]) -> None:
     with pytest.raises(InputError, match="heads\\(\\) reads one run; this table holds 2 .*base/none; .*base/bos:mean"):
         both.heads("c_res")
     with pytest.raises(InputError, match="layer 0, head 0 has 2 rows"):
-        Result(pd.concat([result.table, result.table.iloc[[0]]], ignore_index=True)).heads(result.table.iloc[0]["metric"],
-                                                                                             result.table.iloc[0]["query_window"])
+        Result(pd.concat([result.table, result.table.iloc[[0]]], ignore_index=True)).heads(
+            result.table.iloc[0]["metric"], result.table.iloc[0]["query_window"]
+        )
 
 
 def test_plot_heads_draws_the_grid(runs: dict[str, Result]) -> None:
@@ -146,9 +149,23 @@ def test_display_explains_a_negative_heldout_r2(runs: dict[str, Result]) -> None
 
 
 def test_reading_notes_name_every_layer_and_the_aggregate() -> None:
-    rows = pd.DataFrame([dict(model="m", variant="base", intervention="bos:mean", layer=layer, head=-1, query_window="early",
-                              metric="reduction", value=value, ci_low=0.0, ci_high=2.0)
-                         for layer, value in ((1, 1.5), (2, 0.2), (3, 1.1), (-1, 1.2))])
+    rows = pd.DataFrame(
+        [
+            dict(
+                model="m",
+                variant="base",
+                intervention="bos:mean",
+                layer=layer,
+                head=-1,
+                query_window="early",
+                metric="reduction",
+                value=value,
+                ci_low=0.0,
+                ci_high=2.0,
+            )
+            for layer, value in ((1, 1.5), (2, 0.2), (3, 1.1), (-1, 1.2))
+        ]
+    )
     (note,) = reading_notes(rows)
     assert note.startswith("reduction above 1 (layers 1, 3, mean of layers ≥ 1): ")
     assert reading_notes(rows, "all") == []

@@ -16,31 +16,32 @@ import torch
 
 import poslens
 from poslens.capture import row_bin_store
+from poslens.capture.cell_sum_capture import CellSumCapture
 from poslens.capture.counterfactual_replay import CounterfactualReplay
-from poslens.capture.leakage_capture import LeakageCapture
 from poslens.capture.row_bin_store import InsufficientDiskError, RowBinStore, store_bytes
 from poslens.fit.binning import Binning
-from poslens.fit.sums import WINDOWS
+from poslens.fit.cross_fit import CrossFit
+from poslens.fit.sums import QUERY_WINDOWS
 from poslens.measurement.pipeline import collect_sums
 
 T, EARLY, HEADS, GROUPS = 40, 12, 2, 3
 
 
-def _scores(n: int, window: int | None, seed: int) -> torch.Tensor:
+def _scores(n: int, sliding_window: int | None, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     s = torch.randn(n, HEADS, T, T, generator=g, dtype=torch.float32) * 2.0
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-    hidden = (j > i) if window is None else (j > i) | (i - j >= window)
+    hidden = (j > i) if sliding_window is None else (j > i) | (i - j >= sliding_window)
     return s.masked_fill(hidden, torch.finfo(torch.float32).min)
 
 
-def _dense_log_partition(scores: torch.Tensor, residual: np.ndarray, binning: Binning, window: int | None, rows: int) -> np.ndarray:
+def _dense_log_partition(scores: torch.Tensor, residual: np.ndarray, binning: Binning, sliding_window: int | None, rows: int) -> np.ndarray:
     """Σ over sequences of log Σ_{j visible} exp(s_ij − A[c(i), b(i − j)]), per head and row: [H, rows]."""
     s = scores.double().numpy()
     out = np.zeros((HEADS, rows))
     n_b = binning.n_offset_bins
     for i in range(rows):
-        keys = [j for j in range(i + 1) if window is None or i - j < window]
+        keys = [j for j in range(i + 1) if sliding_window is None or i - j < sliding_window]
         cells = [binning.query_bin[i] * n_b + binning.offset_bin[i - j] for j in keys]
         for h in range(HEADS):
             x = s[:, h, i, keys] - residual[h, cells][None, :]
@@ -49,13 +50,13 @@ def _dense_log_partition(scores: torch.Tensor, residual: np.ndarray, binning: Bi
     return out
 
 
-@pytest.mark.parametrize("window", [None, 7])
-def test_replay_matches_a_dense_logsumexp(window):
+@pytest.mark.parametrize("sliding_window", [None, 7])
+def test_replay_matches_a_dense_logsumexp(sliding_window):
     binning = Binning(T, early=EARLY)
-    model = SimpleNamespace(n_layers=2, n_heads=HEADS, window=[window, None])
+    model = SimpleNamespace(n_layers=2, n_heads=HEADS, sliding_windows=[sliding_window, None])
     store = RowBinStore()
-    capture = LeakageCapture(model, binning, GROUPS, probe=False, store=store, block_elements=300)  # several row blocks
-    scores = {(g, layer): _scores(2, model.window[layer], seed=10 * g + layer) for g in range(GROUPS) for layer in range(2)}
+    capture = CellSumCapture(model, binning, GROUPS, probe=False, store=store, block_elements=300)  # several row blocks
+    scores = {(g, layer): _scores(2, model.sliding_windows[layer], seed=10 * g + layer) for g in range(GROUPS) for layer in range(2)}
     for g in range(GROUPS):
         capture.group = g
         capture.add_structure(2)
@@ -65,29 +66,37 @@ def test_replay_matches_a_dense_logsumexp(window):
     assert store.nbytes == store_bytes(2 * GROUPS, 2, HEADS, T, binning.n_offset_bins)
     cells = binning.n_query_bins * binning.n_offset_bins
     rng = np.random.default_rng(0)
-    residuals = {g: {w: rng.normal(size=(GROUPS, 2, HEADS, cells)) for w in WINDOWS} for g in range(GROUPS)}
-    replay = CounterfactualReplay(model, binning, lambda g: residuals[g], GROUPS)
+    cross = _random_cross_fit(rng, cells)
+    residuals = {g: cross.variants(g) for g in range(GROUPS)}
+    replay = CounterfactualReplay(model, binning, cross, GROUPS)
     replay.replay(store)
     store.close()
     for w, rows in (("early", EARLY), ("all", T)):
         for g in range(GROUPS):
             for variant in range(GROUPS):
                 for layer in range(2):
-                    want = _dense_log_partition(scores[g, layer], residuals[g][w][variant, layer], binning, model.window[layer], rows)
+                    want = _dense_log_partition(scores[g, layer], residuals[g][w][variant, layer], binning, model.sliding_windows[layer], rows)
                     np.testing.assert_allclose(replay.log_partition[w][g, variant, layer], want, rtol=0, atol=1e-10)
+
+
+def _random_cross_fit(rng: np.random.Generator, cells: int) -> CrossFit:
+    """Random per-group fits of A (two layers), whose variants the replay removes."""
+    fits = {w: rng.normal(size=(GROUPS, 2, HEADS, cells)) for w in QUERY_WINDOWS}
+    return CrossFit(fits, {w: x.sum(axis=0) for w, x in fits.items()}, rng.uniform(1.0, 3.0, size=GROUPS))
 
 
 def test_replay_weighs_each_row_as_a_per_row_gather_of_exp_minus_a_would():
     """The replay weighs each row's bins by exp(−A) of its query bin's cells; written here variant by variant,
-    from the flat cell index of each row, it must give the same Σ log Z', to the bit, for every window,
+    from the flat cell index of each row, it must give the same Σ log Z', to the bit, for every query window,
     variant, batch and layer."""
     binning = Binning(T, early=EARLY)
     model = SimpleNamespace(n_layers=2, n_heads=HEADS)
     rng = np.random.default_rng(1)
     cells = binning.n_query_bins * binning.n_offset_bins
-    residuals = {g: {w: rng.normal(size=(GROUPS, 2, HEADS, cells)) for w in WINDOWS} for g in range(GROUPS)}
-    replay = CounterfactualReplay(model, binning, lambda g: residuals[g], GROUPS)
-    want = {w: np.zeros_like(replay.log_partition[w]) for w in WINDOWS}
+    cross = _random_cross_fit(rng, cells)
+    residuals = {g: cross.variants(g) for g in range(GROUPS)}
+    replay = CounterfactualReplay(model, binning, cross, GROUPS)
+    want = {w: np.zeros_like(replay.log_partition[w]) for w in QUERY_WINDOWS}
     row_cells = torch.as_tensor(binning.query_bin)[:, None] * binning.n_offset_bins + torch.arange(binning.n_offset_bins)[None, :]
     for g, layer in [(0, 0), (0, 1), (2, 0), (2, 1), (2, 0), (1, 1)]:  # group 2's layer 0 twice: two batches
         row_bins = np.concatenate([rng.normal(size=(3, HEADS, T, 1)), rng.uniform(0.0, 2.0, size=(3, HEADS, T, binning.n_offset_bins))], -1)
@@ -97,7 +106,7 @@ def test_replay_weighs_each_row_as_a_per_row_gather_of_exp_minus_a_would():
             weights = torch.as_tensor(np.exp(-residuals[g][w]))[:, layer][:, :, row_cells[:rows]]  # [variant, head, row, bin]
             z = torch.stack([(bins[:, :, :rows, 1:] * x).sum(-1) for x in weights], dim=1)
             want[w][g, :, layer] += (torch.log(z) + bins[:, None, :, :rows, 0]).sum(0).numpy()
-    for w in WINDOWS:
+    for w in QUERY_WINDOWS:
         np.testing.assert_array_equal(replay.log_partition[w], want[w], err_msg=w)
 
 
@@ -108,7 +117,7 @@ def test_store_keeps_what_was_written_in_order():
         store.write(group=k % 2, layer=k, row_bins=a)
     read = list(store.read())
     assert [(g, layer) for g, layer, _ in read] == [(0, 0), (1, 1), (0, 2)]
-    for (_, _, got), want in zip(read, arrays):
+    for (_, _, got), want in zip(read, arrays, strict=False):
         np.testing.assert_array_equal(got, want)
     store.close()
     assert store.nbytes == 0 and store.entries == []
@@ -129,7 +138,7 @@ def test_collect_sums_refuses_before_running_when_the_temporary_disk_is_too_smal
     with pytest.raises(InsufficientDiskError, match=r"needs 0\.0 GB of temporary disk in .*TMPDIR"):
         collect_sums(model, corpus, groups=2, progress=False, counterfactual="store")  # the store, asked for outright
     free(need)
-    assert collect_sums(model, corpus, groups=2, progress=False, counterfactual="store").row_count[0] == 4   # exactly enough room
+    assert collect_sums(model, corpus, groups=2, progress=False, counterfactual="store").row_count[0] == 4  # exactly enough room
     # "auto" budgets half the free space: the store fits at twice its size free, and the second pass runs below that
     free(2 * need)
     assert collect_sums(model, corpus, groups=2, progress=False).counterfactual["route"] == "store"

@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from poslens.measurement.result import Result
 from poslens.study.cli import app
-from poslens.study.parts import MixedSettingsError, Settings, Study, check_same_settings
+from poslens.study.part_cache import MixedSettingsError, check_same_settings
+from poslens.study.parts import Settings, Study
 from poslens.study.report import build_report
 
 runner = CliRunner()
@@ -37,8 +38,11 @@ def folders(tiny_llama_dir, tmp_path_factory):
     """Two folders measured by the CLI on the tiny Llama: ``same`` (leakage, ablate-sinks, bos-swap at SMALL), ``other`` (leakage at OTHER)."""
     model = ["--model", str(tiny_llama_dir)]
     same, other = tmp_path_factory.mktemp("same"), tmp_path_factory.mktemp("other")
-    for command in (["ablate-sinks", *model, *SMALL, "--tau", "0.05"], ["bos-swap", *model, *SMALL, "--replacement", "zero"],
-                    ["leakage", *model, *OTHER]):
+    for command in (
+        ["ablate-sinks", *model, *SMALL, "--tau", "0.05"],
+        ["bos-swap", *model, *SMALL, "--replacement", "zero"],
+        ["leakage", *model, *OTHER],
+    ):
         done = runner.invoke(app, [*command, "--out", str(other if command[0] == "leakage" else same)])
         assert done.exit_code == 0, done.output
     return same, other
@@ -77,9 +81,11 @@ def test_the_report_shows_not_measured_claims_apart_with_their_commands(folders,
         assert f'<tr class="not-measured"><td>{claim}</td>' in page, claim
     assert page.count('<tr class="not-measured">') == 4 and "<b>not measured</b>" in page
     assert ".not-measured {" in page  # styled apart from inconclusive
-    assert (f'<p class="not-measured-summary">not measured: C4 (run: poslens compare --out {out}), '
-            f"C5 (run: poslens bos-swap --n-seqs 8 --out {out}), C6 (run: poslens fingerprint --n-seqs 8 --out {out}), "
-            f"C7 (run: poslens relativize --out {out})</p>") in page
+    assert (
+        f'<p class="not-measured-summary">not measured: C4 (run: poslens compare --out {out}), '
+        f"C5 (run: poslens bos-swap --n-seqs 8 --out {out}), C6 (run: poslens fingerprint --n-seqs 8 --out {out}), "
+        f"C7 (run: poslens relativize --out {out})</p>"
+    ) in page
 
 
 def test_claims_refuse_a_leakage_part_of_other_sizes(folders, tmp_path):
@@ -90,8 +96,9 @@ def test_claims_refuse_a_leakage_part_of_other_sizes(folders, tmp_path):
     assert isinstance(refused.exception, MixedSettingsError), refused.output
     message = _flat(str(refused.exception))
     for part in ("bos-swap", "ablate-sinks"):
-        assert (f"leakage.parquet (--n-seqs 12, --seq-len 16) and {part}.parquet (--n-seqs 8, --seq-len 24) "
-                "were made with different settings") in message, message
+        assert (
+            f"leakage.parquet (--n-seqs 12, --seq-len 16) and {part}.parquet (--n-seqs 8, --seq-len 24) were made with different settings"
+        ) in message, message
     assert message.endswith("; claims would mix them. Remeasure one of them into its own --out."), message
     assert not (out / "claims.csv").exists()
 
@@ -102,8 +109,9 @@ def test_claims_refuse_a_leakage_part_of_other_sizes(folders, tmp_path):
 
     # the command itself: one line on stderr/stdout, exit status 1
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "COLUMNS": "400"}
-    process = subprocess.run([sys.executable, "-m", "poslens.study.cli", "claims", "--out", str(out)],
-                             capture_output=True, text=True, env=env, timeout=300)
+    process = subprocess.run(
+        [sys.executable, "-m", "poslens.study.cli", "claims", "--out", str(out)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert process.returncode == 1, process.stdout + process.stderr
     said = _flat(process.stdout + process.stderr)
     assert "error:" in said and "leakage.parquet" in said and "bos-swap.parquet" in said and "Traceback" not in said, said

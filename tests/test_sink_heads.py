@@ -20,7 +20,7 @@ from poslens.errors import InputError, ParameterTypeError
 from poslens.measurement.result import Result, concat
 from poslens.mechanisms import sinks
 from poslens.mechanisms.interventions import BosReplacement
-from poslens.model.tiny import save_tiny_model
+from poslens.testing import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_sinks_effects_reference import sink_state_dict  # noqa: E402
@@ -45,8 +45,9 @@ def hand_join(result: Result, tau: float, window: str) -> list[dict]:
     for row in result.to_frame().itertuples(index=False):
         if row.layer >= 0 and row.head >= 0:
             cells[(row.metric, row.query_window, int(row.layer), int(row.head))] = (row.value, row.ci_low, row.ci_high)
-    heads = sorted((layer, head) for (metric, w, layer, head), (value, _, _) in cells.items()
-                   if metric == "key0_mass" and w == "all" and value >= tau)
+    heads = sorted(
+        (layer, head) for (metric, w, layer, head), (value, _, _) in cells.items() if metric == "key0_mass" and w == "all" and value >= tau
+    )
     out = []
     for layer, head in heads:
         entry = {"layer": layer, "head": head}
@@ -69,7 +70,7 @@ def test_matches_a_hand_join_of_the_long_table(measured, tau, window):
     want = hand_join(baseline, tau, window)
     assert list(got.columns) == ["layer", "head"] + [f"{m}{s}" for m in METRICS for s in ("", "_ci_low", "_ci_high")]
     assert len(got) == len(want)
-    for row, expected in zip(got.to_dict("records"), want):
+    for row, expected in zip(got.to_dict("records"), want, strict=False):
         assert row.keys() == expected.keys()
         for key in expected:
             assert same(float(row[key]), float(expected[key])), (tau, window, key, row[key], expected[key])
@@ -80,7 +81,7 @@ def test_matches_a_hand_join_of_the_long_table(measured, tau, window):
 def test_the_edited_heads_are_found_with_intervals(measured):
     baseline, _ = measured
     got = poslens.sink_heads(baseline)  # τ = 0.3, C_res and C_mask in window all
-    assert list(zip(got["layer"], got["head"])) == [(0, 0), (0, 2)] == sinks.sink_reading_heads(baseline)
+    assert list(zip(got["layer"], got["head"], strict=False)) == [(0, 0), (0, 2)] == sinks.sink_reading_heads(baseline)
     assert got["sink_score"].iloc[0] > 0.95
     for metric in METRICS:
         assert (got[f"{metric}_ci_low"] <= got[metric]).all() and (got[metric] <= got[f"{metric}_ci_high"]).all()
@@ -131,10 +132,16 @@ def test_results_that_lack_what_it_reads(measured):
         poslens.sink_heads(Result(pd.DataFrame({"metric": ["c_res"], "value": [0.1]})))
 
 
-@pytest.mark.parametrize("tau, error, text", [
-    (0, InputError, "tau must lie in (0, 1]"), (1.5, InputError, "got 1.5"), (float("nan"), InputError, "got nan"),
-    (True, ParameterTypeError, "got bool True"), ("0.3", ParameterTypeError, "got str '0.3'"),
-])
+@pytest.mark.parametrize(
+    "tau, error, text",
+    [
+        (0, InputError, "tau must lie in (0, 1]"),
+        (1.5, InputError, "got 1.5"),
+        (float("nan"), InputError, "got nan"),
+        (True, ParameterTypeError, "got bool True"),
+        ("0.3", ParameterTypeError, "got str '0.3'"),
+    ],
+)
 def test_bad_tau(measured, tau, error, text):
     with pytest.raises(error) as info:
         poslens.sink_heads(measured[0], tau=tau)

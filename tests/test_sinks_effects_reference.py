@@ -23,8 +23,8 @@ strength (see :func:`sink_state_dict`), so τ = 0.3 separates heads.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -37,7 +37,7 @@ from poslens.fit.metrics import all_metrics
 from poslens.mechanisms import effects, sinks
 from poslens.mechanisms.interventions import BosReplacement, Position0Transplant, SinkAblation
 from poslens.model.hooks import attn_pattern, attn_qkv, attn_z, resid_post, resid_pre, run_with_hooks
-from poslens.model.tiny import save_tiny_model
+from poslens.testing import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import naive_reference as nr  # noqa: E402
@@ -168,7 +168,7 @@ def test_sink_table_matches_native_attention(setups, name: str):
             np.testing.assert_allclose(got, want, rtol=0, atol=2e-7, err_msg=f"sink_score L{layer} h{head}")
     # every threshold that lies clear of all scores and interval ends: 0.3, and one between each pair of neighbours
     ends = np.unique(np.concatenate([score.ravel(), low.ravel(), high.ravel()]))
-    taus = [TAU] + [(a + b) / 2 for a, b in zip(ends[:-1], ends[1:]) if b - a > 1e-5]
+    taus = [TAU] + [(a + b) / 2 for a, b in zip(ends[:-1], ends[1:], strict=False) if b - a > 1e-5]
     for tau in taus:
         assert np.abs(ends - tau).min() > 5e-6, tau  # no figure sits on τ, so counts cannot flip by rounding
         table = sinks.sink_table(setup.baseline, tau)
@@ -176,7 +176,7 @@ def test_sink_table_matches_native_attention(setups, name: str):
             part = slice(None) if layer == -1 else layer  # the model count includes layer 0
             want = tuple(float((x[part] >= tau).sum()) for x in (score, low, high))
             assert row(table, "sink_heads", layer, -1) == want, (tau, layer)
-        want_heads = sorted((int(l), int(h)) for l, h in zip(*np.nonzero(score >= tau)))
+        want_heads = sorted((int(l), int(h)) for l, h in zip(*np.nonzero(score >= tau), strict=False))
         assert sinks.sink_reading_heads(setup.baseline, tau) == want_heads, tau
     if name == "llama-sinks":
         # the edit gives sink heads and non-sink heads at the default τ, so the count is not trivially 0 or all
@@ -187,7 +187,7 @@ def test_sink_table_matches_native_attention(setups, name: str):
 @pytest.mark.parametrize("name", ["llama-sinks", "mistral-sinks"])
 def test_key0_means_are_means_over_rows_that_see_key0(setups, name: str):
     setup = setups(name)
-    window = setup.model.window[0]
+    window = setup.model.sliding_windows[0]
     stop = SEQ_LEN if window is None else min(SEQ_LEN, window)
     heads = [(layer, head) for layer in range(setup.model.n_layers) for head in range(setup.model.n_heads)]
     got = sinks.key0_means(setup.baseline, heads)
@@ -206,7 +206,7 @@ def test_sink_ablation_rewrites_key0_and_rescales_rows(setups, name: str, tau: f
     setup = setups(name)
     model = setup.model
     score, _, _ = naive_sink_scores(setup.attentions)
-    heads = [(int(l), int(h)) for l, h in zip(*np.nonzero(score >= tau))]
+    heads = [(int(l), int(h)) for l, h in zip(*np.nonzero(score >= tau), strict=False)]
     # ablate in two layers: the edited sink heads of layer 0, and two ordinary heads of layer 1 downstream
     heads += [(1, 1), (1, 3)]
     means = sinks.key0_means(setup.baseline, heads)
@@ -225,7 +225,7 @@ def test_sink_ablation_rewrites_key0_and_rescales_rows(setups, name: str, tau: f
     positions = np.arange(SEQ_LEN)
     for layer in layers:
         a0, a1 = before[layer].numpy(), after[layer].numpy()  # [batch, H, T, T]
-        window = model.window[layer]
+        window = model.sliding_windows[layer]
         sees_key0 = (positions >= 1) & ((positions < window) if window else True)
         want = a0.copy()
         for (l, head), mean in means.items():
@@ -360,7 +360,7 @@ def test_reduction_matches_hand_computation(setups, intervention: str):
         iv = BosReplacement("mean")
     else:
         score, _, _ = naive_sink_scores(setup.attentions)
-        iv = SinkAblation({(int(l), int(h)): float(setup.attentions[:, l, h, 1:, 0].mean()) for l, h in zip(*np.nonzero(score >= TAU))})
+        iv = SinkAblation({(int(l), int(h)): float(setup.attentions[:, l, h, 1:, 0].mean()) for l, h in zip(*np.nonzero(score >= TAU), strict=False)})
     after = poslens.measure(model, setup.corpus, interventions=[iv], **setup.settings)
     n_layers = model.n_layers
     # naive C_res per layer (mean over heads), for all sequences and for each leave-one-group-out replicate
@@ -386,7 +386,10 @@ def test_reduction_matches_hand_computation(setups, intervention: str):
     def package(result, window: str, g: int | None) -> np.ndarray:
         """The C_res that effects.reduction divides: from the pooled sums, or from sums.leave_out(g) (replicate g's own refit)."""
         sums = result.sums
-        m = all_metrics(sums.pooled() if g is None else sums.leave_out(g), sums.binning, sums.layer_windows)
+        cf = sums.counterfactual_cells
+        m = all_metrics(
+            sums.pooled() if g is None else sums.leave_out(g), cf.pooled() if g is None else cf.leave_out(g), sums.binning, sums.layer_windows
+        )
         return m["c_res"][["early", "all"].index(window), 1:, -1]  # layers 1.., then the model aggregate
 
     runs = {"before": before, "after": after}

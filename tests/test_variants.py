@@ -14,13 +14,11 @@ from parity import bridge_log_probs, native_log_probs
 
 import poslens
 from poslens.model.hooks import attn_pattern, attn_scores, run_with_hooks
-from poslens.model.tiny import save_tiny_model
 from poslens.model.variants import Variant, ntk_base, parse_variant
+from poslens.testing import save_tiny_model
 
 TINY_D = 16  # head_dim of the tiny Llama: hidden 64 / 4 heads; the whole head is rotary
 TOL = 1e-5
-
-
 
 
 def native_state_dict(folder) -> dict:
@@ -87,9 +85,9 @@ def test_bad_variant_fails_before_loading(tmp_path):
         ("base", Variant(), "base"),
         ("ntk:4", Variant(ntk_alpha=4.0), "ntk:4"),
         ("ntk:2.5", Variant(ntk_alpha=2.5), "ntk:2.5"),
-        ("window:64", Variant(window=64), "window:64"),
+        ("window:64", Variant(sliding_window=64), "window:64"),
         ("rope-base:1e6", Variant(rope_base=1e6), "rope-base:1000000"),
-        ("window:16+ntk:8", Variant(ntk_alpha=8.0, window=16), "ntk:8+window:16"),
+        ("window:16+ntk:8", Variant(ntk_alpha=8.0, sliding_window=16), "ntk:8+window:16"),
     ],
 )
 def test_variant_parsing_round_trip(spec, expected, canonical):
@@ -149,19 +147,14 @@ def test_gemma3_ntk_scales_both_bases(tmp_path, tiny_gemma3_dir, tokens):
     config = AutoConfig.from_pretrained(tiny_gemma3_dir)
     d = config.head_dim
     factor = 2 ** (d / (d - 2))
-    scaled = {
-        kind: {"rope_type": "default", "rope_theta": params["rope_theta"] * factor}
-        for kind, params in config.rope_parameters.items()
-    }
+    scaled = {kind: {"rope_type": "default", "rope_theta": params["rope_theta"] * factor} for kind, params in config.rope_parameters.items()}
     assert set(scaled) == {"sliding_attention", "full_attention"}
     model = poslens.load_model(tiny_gemma3_dir, variant="ntk:2")
     expected_bases = [scaled[t]["rope_theta"] for t in config.layer_types]
     assert model.rope_base == pytest.approx(expected_bases, rel=1e-12)
     assert model.rope_base[0] == pytest.approx(1e4 * factor) and model.rope_base[-1] == pytest.approx(1e6 * factor)
     # Native Gemma 3 with both bases scaled, same weights.
-    reference = save_tiny_model(
-        tmp_path / "gemma3_ntk2", "gemma3", state_dict=native_state_dict(tiny_gemma3_dir), rope_parameters=scaled
-    )
+    reference = save_tiny_model(tmp_path / "gemma3_ntk2", "gemma3", state_dict=native_state_dict(tiny_gemma3_dir), rope_parameters=scaled)
     expected = native_log_probs(reference, tokens)
     assert (bridge_log_probs(model, tokens) - expected).abs().max().item() <= TOL
     base = poslens.load_model(tiny_gemma3_dir)
@@ -179,7 +172,7 @@ def llama_window8(tiny_llama_dir):
 def test_window_matches_native_mistral(tmp_path, llama_base, llama_window8, llama_weights, tokens):
     from transformers import AutoModelForCausalLM
 
-    from poslens.model.tiny import tiny_config
+    from poslens.testing import tiny_config
 
     # A Mistral holds exactly the Llama's tensors under the same names.
     mistral_keys = AutoModelForCausalLM.from_config(tiny_config("mistral", sliding_window=8)).state_dict().keys()
@@ -187,7 +180,7 @@ def test_window_matches_native_mistral(tmp_path, llama_base, llama_window8, llam
     reference = save_tiny_model(tmp_path / "mistral_w8", "mistral", state_dict=llama_weights, sliding_window=8, head_dim=TINY_D)
     assert AutoModelForCausalLM.from_pretrained(reference).config.head_dim == TINY_D == llama_base.d_head
 
-    assert llama_window8.window == [8, 8, 8]
+    assert llama_window8.sliding_windows == [8, 8, 8]
     assert llama_window8.attention_kind == "sliding 8"
     expected = native_log_probs(reference, tokens)
     assert (bridge_log_probs(llama_window8, tokens) - expected).abs().max().item() <= TOL
@@ -226,9 +219,9 @@ def test_window_masks_scores_at_dtype_minimum(llama_window8, tokens):
 
 def test_window_keeps_narrower_native_windows(tiny_gemma3_dir):
     wide = poslens.load_model(tiny_gemma3_dir, variant="window:16")
-    assert wide.window == [8, 8, 8, 16]
+    assert wide.sliding_windows == [8, 8, 8, 16]
     narrow = poslens.load_model(tiny_gemma3_dir, variant="window:4")
-    assert narrow.window == [4, 4, 4, 4]
+    assert narrow.sliding_windows == [4, 4, 4, 4]
     assert len(wide.variant_hooks()) == wide.n_layers
     assert poslens.load_model(tiny_gemma3_dir).variant_hooks() == []
 
@@ -238,12 +231,19 @@ def test_ntk_uses_the_rotary_dimension_of_partial_rope(tmp_path, tokens):
     # Larger random weights than usual make attention sharp enough for the base to matter.
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    from poslens.model.tiny import byte_tokenizer
+    from poslens.testing import byte_tokenizer
 
     def save(folder, theta, state_dict=None):
         config = GPTNeoXConfig(
-            vocab_size=260, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            max_position_embeddings=256, bos_token_id=1, eos_token_id=2, initializer_range=0.2,
+            vocab_size=260,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=256,
+            bos_token_id=1,
+            eos_token_id=2,
+            initializer_range=0.2,
             rope_parameters={"rope_type": "default", "rope_theta": theta, "partial_rotary_factor": 0.5},
         )
         assert config.rope_parameters["rope_theta"] == theta

@@ -75,7 +75,10 @@ def wheel(sdist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheels")
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(out), str(sdist)],
-        capture_output=True, text=True, timeout=300, cwd=out,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=out,
     )
     assert proc.returncode == 0, f"pip wheel failed:\n{proc.stdout}\n{proc.stderr}"
     wheels = sorted(out.glob("poslens-*.whl"))
@@ -95,7 +98,9 @@ def site(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("wheel_site") / "site"
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, f"pip install --target failed:\n{proc.stdout}\n{proc.stderr}"
     return target
@@ -112,13 +117,13 @@ def test_the_sdist_carries_the_sources_and_the_templates(sdist: Path):
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert {"pyproject.toml", "README.md", "LICENSE", "poslens/__init__.py", "poslens/study/cli.py"} <= names
-    assert {"poslens/study/templates/report.html", "poslens/study/templates/claims.html"} <= names
+    assert {f"poslens/measurement/templates/{name}.html" for name in ("report", "claims", "tables", "result")} <= names
 
 
 def test_the_wheel_carries_the_package_and_its_templates(wheel: Path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "poslens/__init__.py" in names and "poslens/study/cli.py" in names
-    assert {"poslens/study/templates/report.html", "poslens/study/templates/claims.html"} <= names
+    assert {f"poslens/measurement/templates/{name}.html" for name in ("report", "claims", "tables", "result")} <= names
     assert {name for name in names if name.startswith("tests/")} == set()  # the tests stay in the repository
     entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
     assert "poslens = poslens.study.cli:run" in zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -128,13 +133,15 @@ def test_the_readme_example_runs_from_the_installed_wheel(site: Path, tiny_llama
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     assert ROOT not in outside.resolve().parents
-    code = tiny_example(tiny_llama_dir) + "\n".join([
-        "",
-        "import poslens.study.report as report",
-        "print('POSLENS_FILE', poslens.__file__)",
-        "print('TEMPLATE_FILE', report._TEMPLATES.get_template('report.html').filename)",
-        "print('ROWS', len(result.to_frame()))",
-    ])
+    code = tiny_example(tiny_llama_dir) + "\n".join(
+        [
+            "",
+            "import poslens.study.report as report",
+            "print('POSLENS_FILE', poslens.__file__)",
+            "print('TEMPLATE_FILE', report._TEMPLATES.get_template('report.html').filename)",
+            "print('ROWS', len(result.to_frame()))",
+        ]
+    )
     proc = run_outside(code, site, outside, tmp_path / "cache")
     assert proc.returncode == 0, f"the README example failed from the wheel:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     said = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line.split(" ", 1)[0] in ("POSLENS_FILE", "TEMPLATE_FILE", "ROWS"))

@@ -28,8 +28,28 @@ from poslens.zoo.family import MEMBERS, POSITION_FIELDS, initial_model, member_c
 from poslens.zoo.train import ZooSettings, train_family
 
 runner = CliRunner()
-TINY = ["--steps", "3", "--seq-len", "32", "--width", "32", "--depth", "2", "--heads", "2", "--batch-size", "4",
-        "--eval-every", "2", "--eval-seqs", "4", "--max-documents", "60", "--device", "cpu"]
+TINY = [
+    "--steps",
+    "3",
+    "--seq-len",
+    "32",
+    "--width",
+    "32",
+    "--depth",
+    "2",
+    "--heads",
+    "2",
+    "--batch-size",
+    "4",
+    "--eval-every",
+    "2",
+    "--eval-seqs",
+    "4",
+    "--max-documents",
+    "60",
+    "--device",
+    "cpu",
+]
 RUNS = [f"{member}-s{seed}" for seed in (0, 1) for member in MEMBERS]
 
 
@@ -89,8 +109,9 @@ def test_same_seed_same_initial_weights_other_seed_other_weights():
 def test_data_order_is_shared_by_the_members():
     # a member trained alone ends with the very weights it has when trained beside the others: the others draw no batch
     # of their own and change no random state, so each member of a seed sees the same batches in the same order
-    settings = dict(steps=2, seq_len=16, width=16, depth=1, heads=2, batch_size=2, eval_every=2, eval_seqs=2, seeds=(0,),
-                    max_documents=30, device="cpu")
+    settings = dict(
+        steps=2, seq_len=16, width=16, depth=1, heads=2, batch_size=2, eval_every=2, eval_seqs=2, seeds=(0,), max_documents=30, device="cpu"
+    )
     quiet = lambda line: None  # noqa: E731
     import tempfile
     from pathlib import Path
@@ -121,7 +142,7 @@ def test_each_run_loads_with_its_window_and_base(family):
     for run, window, base in [("standard-s0", None, 1e4), ("large-base-trained-s1", None, 1e6), ("sliding-s1", 4, 1e4)]:
         model = poslens.load_model(out / run, device="cpu")
         assert model.architecture == "mistral" and model.n_layers == 2 and model.n_heads == 2
-        assert model.window == [window, window] and model.rope_base == [base, base], run
+        assert model.sliding_windows == [window, window] and model.rope_base == [base, base], run
 
 
 def test_measure_end_to_end_and_the_sink_scores_are_poslens_own(family):
@@ -150,8 +171,11 @@ def test_a_rerun_reuses_and_other_settings_are_refused(family):
 
 
 def test_bad_options_are_refused_before_training(tmp_path):
-    for option, word in [(["--members", "nope"], "unknown zoo member"), (["--seeds", "a,b"], "integer seeds"),
-                         (["--width", "30", "--heads", "4"], "multiple of heads")]:
+    for option, word in [
+        (["--members", "nope"], "unknown zoo member"),
+        (["--seeds", "a,b"], "integer seeds"),
+        (["--width", "30", "--heads", "4"], "multiple of heads"),
+    ]:
         done = runner.invoke(app, ["zoo", *TINY, *option, "--out", str(tmp_path / "x")])
         assert done.exit_code == 2 and word in " ".join(done.output.split()), (option, done.output)
     assert not (tmp_path / "x").exists()
@@ -160,7 +184,20 @@ def test_bad_options_are_refused_before_training(tmp_path):
 
 
 def test_a_time_budget_stops_every_run_at_the_same_step(tmp_path):
-    settings = ZooSettings(steps=10_000, seq_len=16, width=16, depth=1, heads=2, batch_size=2, eval_every=5000, eval_seqs=2,
-                           seeds=(0,), members=("standard", "sliding"), max_documents=30, device="cpu", time_budget=0.5)
+    settings = ZooSettings(
+        steps=10_000,
+        seq_len=16,
+        width=16,
+        depth=1,
+        heads=2,
+        batch_size=2,
+        eval_every=5000,
+        eval_seqs=2,
+        seeds=(0,),
+        members=("standard", "sliding"),
+        max_documents=30,
+        device="cpu",
+        time_budget=0.5,
+    )
     table = train_family(tmp_path, settings, log=lambda line: None)
     assert set(table["stopped_by"]) == {"time"} and table["steps"].nunique() == 1 and 0 < table["steps"].iloc[0] < 10_000
