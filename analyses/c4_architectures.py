@@ -3,9 +3,9 @@
 from _common import show, study_from_args
 
 from poslens.measurement import plots
-from poslens.study.claims import evaluate, label_cases
+from poslens.study.claims import evaluate
 
 study = study_from_args(__doc__)
 comparison = study.compare()
 plots.sources_by_layer(comparison.table, "all").write_html(study.out / "c4_architectures.html")
-show(evaluate(comparison=label_cases(comparison), claims=["C4"], c4_window="all"))
+show(evaluate(comparison=comparison, claims=["C4"], c4_query_window="all"))  # C4 reads the cases compare recorded

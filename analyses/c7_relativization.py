@@ -2,11 +2,11 @@
 
 from _common import show, study_from_args
 
-from poslens.measurement import plots
+from poslens.measurement import intervention_plots
 from poslens.study.claims import evaluate
 
 study = study_from_args(__doc__)
 attribution = study.relativize()
-plots.plot_attribution(attribution.table).write_html(study.out / "c7_relativization.html")
-plots.plot_loss_change(attribution.loss).write_html(study.out / "c7_loss_change.html")
+intervention_plots.plot_attribution(attribution.table).write_html(study.out / "c7_relativization.html")
+intervention_plots.plot_loss_change(attribution.loss).write_html(study.out / "c7_loss_change.html")
 show(evaluate(attribution=attribution, claims=["C7"]))

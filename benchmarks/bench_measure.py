@@ -285,8 +285,13 @@ def targets(rows: list[dict]) -> dict | None:
     mine, plain = done[("poslens", t)], done[("plain", t)]
     time_ratio, peak_ratio = mine["seconds"] / plain["seconds"], mine["peak_mb"] / plain["peak_mb"]
     return {
-        "seq_len": t, "time_ratio": time_ratio, "peak_ratio": peak_ratio, "target_time": TARGET_TIME, "target_peak": TARGET_PEAK,
-        "time_met": time_ratio <= TARGET_TIME, "peak_met": peak_ratio <= TARGET_PEAK,
+        "seq_len": t,
+        "time_ratio": time_ratio,
+        "peak_ratio": peak_ratio,
+        "target_time": TARGET_TIME,
+        "target_peak": TARGET_PEAK,
+        "time_met": time_ratio <= TARGET_TIME,
+        "peak_met": peak_ratio <= TARGET_PEAK,
     }
 
 
@@ -318,15 +323,25 @@ def write_cuda_outputs(rows: list[dict], args, device: str, json_path: str | Non
     )
     for path, text in (
         (markdown_path, lambda: header + cuda_table(rows)),
-        (json_path, lambda: json.dumps({
-            "settings": {k: v for k, v in vars(args).items() if k != "child"},
-            "environment": {
-                "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-                "device": device, "device_name": memory.name(), "device_memory_bytes": memory.total(),
-            },
-            "rows": rows,
-            "targets": targets(rows),
-        }, indent=1)),
+        (
+            json_path,
+            lambda: json.dumps(
+                {
+                    "settings": {k: v for k, v in vars(args).items() if k != "child"},
+                    "environment": {
+                        "python": platform.python_version(),
+                        "torch": torch.__version__,
+                        "cuda": torch.version.cuda,
+                        "device": device,
+                        "device_name": memory.name(),
+                        "device_memory_bytes": memory.total(),
+                    },
+                    "rows": rows,
+                    "targets": targets(rows),
+                },
+                indent=1,
+            ),
+        ),
     ):
         if path:
             temporary = Path(str(path) + ".part")
@@ -351,12 +366,14 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int, groups: int | N
     import torch
 
     import poslens
+    from poslens.capture.cell_sum_capture import CellSumCapture
     from poslens.capture.counterfactual_replay import CounterfactualReplay
-    from poslens.capture.leakage_capture import LeakageCapture
     from poslens.capture.row_bin_store import RowBinStore
     from poslens.fit.binning import Binning
-    from poslens.fit.metrics import metrics_with_intervals
-    from poslens.measurement.pipeline import add_counterfactual, batches, collect_sums, cross_fitted_residuals
+    from poslens.fit.cross_fit import counterfactual_cells, cross_fitted_absolute_components
+    from poslens.fit.metric_intervals import metrics_with_intervals
+    from poslens.measurement.batching import batches
+    from poslens.measurement.pipeline import collect_sums
     from poslens.model.hooks import attn_pattern, attn_scores, run_with_hooks
 
     groups = groups or n_seqs
@@ -380,7 +397,7 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int, groups: int | N
         collect_sums(model, corpus, groups=groups, batch_size=batch_size, probe=False, progress=False)
     elif route == "naive":
         store = RowBinStore()
-        capture = LeakageCapture(model, Binning(seq_len), groups=groups, probe=False, store=store)
+        capture = CellSumCapture(model, Binning(seq_len), groups=groups, probe=False, store=store)
         wanted = {attn_scores(l) for l in range(model.n_layers)} | {attn_pattern(l) for l in range(model.n_layers)}
         caches = []
         for group, index in plan:
@@ -391,11 +408,12 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int, groups: int | N
             for layer in range(model.n_layers):
                 capture.reduce(layer, cache[attn_scores(layer)])
             caches.append(cache)
-        replay = CounterfactualReplay(model, capture.sums.binning, cross_fitted_residuals(capture.sums), groups)
+        cross_fit = cross_fitted_absolute_components(capture.sums)
+        replay = CounterfactualReplay(model, capture.sums.binning, cross_fit, groups)
         replay.replay(store)
         store.close()
         del caches
-        add_counterfactual(capture.sums, replay)
+        capture.sums.counterfactual_cells = counterfactual_cells(capture.sums, cross_fit, replay.log_partition)
         metrics_with_intervals(capture.sums, probe=False)
     if cuda:
         torch.cuda.synchronize()
@@ -411,7 +429,9 @@ def cpu_rounds(model: str, lengths: list[int], n_seqs: int, rounds: int) -> list
             for route in ROUTES[r % len(ROUTES) :] + ROUTES[: r % len(ROUTES)]:
                 done = subprocess.run(
                     [sys.executable, __file__, "--model", model, "--child", route, str(seq_len), str(n_seqs)],
-                    capture_output=True, text=True, check=True,
+                    capture_output=True,
+                    text=True,
+                    check=True,
                 )
                 rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
                 print(f"  round {r + 1} {route:8s} T={seq_len}: {rows[-1]['seconds']:.1f} s, peak {rows[-1]['peak_mb']:.0f} MB", file=sys.stderr)
@@ -447,12 +467,23 @@ def main() -> None:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") or args.one_process:
+
         def save(rows: list[dict]) -> None:
             write_cuda_outputs(rows, args, device, args.json, args.markdown)
 
         rows = run_cuda_routes(
-            args.model, args.lengths, args.n_seqs, device, args.repeats, args.dtype, args.batch_size, args.groups,
-            tuple(args.routes), args.warmup_len, args.time_budget, on_row=save,
+            args.model,
+            args.lengths,
+            args.n_seqs,
+            device,
+            args.repeats,
+            args.dtype,
+            args.batch_size,
+            args.groups,
+            tuple(args.routes),
+            args.warmup_len,
+            args.time_budget,
+            on_row=save,
         )
         save(rows)
         print(DeviceMemory(device).name() + "\n")
@@ -462,8 +493,7 @@ def main() -> None:
     memory = "peak RSS"
     print(f"model {args.model}, {args.n_seqs} sequences per route, batch 1, float32, device {device}, {len(rounds)} round(s)\n")
     print(
-        f"| T | route | time (s), median | time / plain, median (range) | {memory} (MB), median "
-        "| peak / plain, median (range) | peak − loaded (MB) |"
+        f"| T | route | time (s), median | time / plain, median (range) | {memory} (MB), median | peak / plain, median (range) | peak − loaded (MB) |"
     )
     print("|---|---|---|---|---|---|---|")
     for seq_len in args.lengths:

@@ -93,9 +93,10 @@ def run_route(case: dict, route: str) -> dict:
     from memory_calibration import reset_peak_resident  # benchmarks/, this script's folder
 
     import poslens
-    from poslens.measurement.pipeline import batches, collect_sums
+    from poslens.measurement.batching import batches
+    from poslens.measurement.pipeline import collect_sums
     from poslens.model.hooks import attn_scores, run_with_hooks
-    from poslens.runtime.memory import release_free_heap
+    from poslens.runtime.system import release_free_heap
 
     torch.manual_seed(0)
     model = poslens.load_model(case["model"])
@@ -125,8 +126,14 @@ def run_route(case: dict, route: str) -> dict:
         raise RuntimeError(f"asked for the {route} route, but poslens ran the {record['route']} route: {record['reason']}")
     peak = status_mb("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
-        **case, "route": route, "seconds": seconds, "peak_mb": peak, "loaded_mb": loaded,
-        "stored_bytes": 0 if record is None else int(record["stored_bytes"]), "counterfactual": record, "peak_reset": reset,
+        **case,
+        "route": route,
+        "seconds": seconds,
+        "peak_mb": peak,
+        "loaded_mb": loaded,
+        "stored_bytes": 0 if record is None else int(record["stored_bytes"]),
+        "counterfactual": record,
+        "peak_reset": reset,
     }
 
 
@@ -140,8 +147,18 @@ def cases(args: argparse.Namespace, models: dict[str, str]) -> list[dict]:
 
     def add(part: str, model: str, seq_len: int, n_seqs: int, groups: int, batch_size: int) -> None:
         rounds = 1 if seq_len > ONE_ROUND_ABOVE else args.rounds
-        out.append({"part": part, "model": model, "seq_len": seq_len, "n_seqs": n_seqs, "groups": groups,
-                    "batch_size": batch_size, "rounds": rounds, **common})
+        out.append(
+            {
+                "part": part,
+                "model": model,
+                "seq_len": seq_len,
+                "n_seqs": n_seqs,
+                "groups": groups,
+                "batch_size": batch_size,
+                "rounds": rounds,
+                **common,
+            }
+        )
 
     if "smollm" in args.only:
         for t in args.lengths:
@@ -175,8 +192,11 @@ def run_all(todo: list[dict], json_path: Path | None, settings: dict) -> list[di
                 rows.append(row)
                 what = f"{case['part']} T={case['seq_len']} N={case['n_seqs']} round {r + 1} {route}"
                 if "seconds" in row:
-                    print(f"  {what}: {row['seconds']:.1f} s, peak {row['peak_mb']:.0f} MB, disk {row['stored_bytes'] / 1e6:.1f} MB",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"  {what}: {row['seconds']:.1f} s, peak {row['peak_mb']:.0f} MB, disk {row['stored_bytes'] / 1e6:.1f} MB",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 else:
                     print(f"  {what}: failed", file=sys.stderr, flush=True)
                 if json_path is not None:  # after every process, so that a stopped run keeps what it measured
@@ -256,8 +276,17 @@ def flatness(summary: list[dict]) -> list[dict]:
         low, high = mine[0], mine[-1]
         share = high["peak_mb"] / low["peak_mb"] - 1
         verdict = "—" if route == "plain" else ("met" if share <= FLAT_SHARE else "not met")
-        out.append({"route": route, "n_low": low["n_seqs"], "peak_low_mb": low["peak_mb"], "n_high": high["n_seqs"],
-                    "peak_high_mb": high["peak_mb"], "change": share, "goal": verdict})
+        out.append(
+            {
+                "route": route,
+                "n_low": low["n_seqs"],
+                "peak_low_mb": low["peak_mb"],
+                "n_high": high["n_seqs"],
+                "peak_high_mb": high["peak_mb"],
+                "change": share,
+                "goal": verdict,
+            }
+        )
     return out
 
 
@@ -267,8 +296,10 @@ def print_tables(rows: list[dict], summary: list[dict], flat: list[dict], settin
         f"CPU, float32, random tokens with BOS; routes call {'poslens.measure' if settings['fits'] else 'collect_sums'} "
         f"(probe off); {settings['sweep']}; goals judged on medians over rounds\n"
     )
-    print("| part | T | N | route | rounds | time (s), median | time / plain, median (range) | peak RSS (MB), median "
-          "| peak / plain, median (range) | peak − loaded (MB) | temporary disk (MB) | goal |")
+    print(
+        "| part | T | N | route | rounds | time (s), median | time / plain, median (range) | peak RSS (MB), median "
+        "| peak / plain, median (range) | peak − loaded (MB) | temporary disk (MB) | goal |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in summary:
         head = f"| {s['part']} | {s['seq_len']} | {s['n_seqs']} | {s['route']} |"
@@ -304,8 +335,10 @@ def print_tables(rows: list[dict], summary: list[dict], flat: list[dict], settin
         print("| route | N | peak (MB) | N | peak (MB) | change | goal |")
         print("|---|---|---|---|---|---|---|")
         for f in flat:
-            print(f"| {f['route']} | {f['n_low']} | {f['peak_low_mb']:.0f} | {f['n_high']} | {f['peak_high_mb']:.0f} | "
-                  f"{f['change']:+.1%} | {f['goal']} |")
+            print(
+                f"| {f['route']} | {f['n_low']} | {f['peak_low_mb']:.0f} | {f['n_high']} | {f['peak_high_mb']:.0f} | "
+                f"{f['change']:+.1%} | {f['goal']} |"
+            )
 
 
 # ----------------------------------------------------------------------------- main
@@ -313,7 +346,7 @@ def print_tables(rows: list[dict], summary: list[dict], flat: list[dict], settin
 
 def tiny_models(folder: Path) -> dict[str, str]:
     """A tiny random Llama (for the SmolLM2 parts) and Gemma 3 (sliding window 8), saved under ``folder``."""
-    from poslens.model.tiny import save_tiny_model
+    from poslens.testing import save_tiny_model
 
     return {"smollm": str(save_tiny_model(folder / "llama", "llama")), "gemma": str(save_tiny_model(folder / "gemma3", "gemma3"))}
 
@@ -336,8 +369,10 @@ def main() -> None:
     if args.child:
         print(json.dumps(run_route(json.loads(args.child[0]), args.child[1])))
         return
-    defaults = dict(lengths=[64, 1024], gemma_lengths=[1024], n_values=[8, 16], nsweep_length=64, rounds=1) if args.tiny else dict(
-        lengths=[256, 512, 1024, 2048, 4096], gemma_lengths=[8192], n_values=[8, 16, 32, 64], nsweep_length=512, rounds=2
+    defaults = (
+        dict(lengths=[64, 1024], gemma_lengths=[1024], n_values=[8, 16], nsweep_length=64, rounds=1)
+        if args.tiny
+        else dict(lengths=[256, 512, 1024, 2048, 4096], gemma_lengths=[8192], n_values=[8, 16, 32, 64], nsweep_length=512, rounds=2)
     )
     for name, value in defaults.items():
         if getattr(args, name) is None:
@@ -346,7 +381,8 @@ def main() -> None:
         models = tiny_models(Path(folder)) if args.tiny else {"smollm": "smollm2-135m", "gemma": "gemma3-270m"}
         settings = {
             "models": {"smollm": "tiny llama" if args.tiny else models["smollm"], "gemma": "tiny gemma3" if args.tiny else models["gemma"]},
-            "fits": args.fits, "rounds": args.rounds,
+            "fits": args.fits,
+            "rounds": args.rounds,
             "sweep": "; ".join(
                 [f"{part}: N = 2, 2 groups, batch 1" for part in ("smollm", "gemma") if part in args.only]
                 + [f"nsweep: T = {args.nsweep_length}, {args.nsweep_groups} groups, batch {args.nsweep_batch}"] * ("nsweep" in args.only)

@@ -1,4 +1,4 @@
-"""Why the capture floors the argument of exp (``poslens.capture.leakage_capture.EXP_FLOOR``).
+"""Why the capture floors the argument of exp (``poslens.capture.row_blocks.EXP_FLOOR``).
 
 Usage:
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/exp_floor.py [--model smollm2-135m] [--layer 15]
@@ -19,7 +19,7 @@ import time
 import torch
 from bench_measure import corpus_for, load  # benchmarks/, this script's folder
 
-from poslens.capture.leakage_capture import EXP_FLOOR
+from poslens.capture.row_blocks import EXP_FLOOR
 from poslens.model.hooks import attn_scores, run_with_hooks
 
 
@@ -49,11 +49,14 @@ def main() -> None:
     model = load(args.model, "cpu")
     corpus = corpus_for(model, 1024, 1)
     kept = {}
-    run_with_hooks(model, corpus.tokens[:1], [(attn_scores(args.layer), lambda x, hook: kept.setdefault("scores", x.clone()))],
-                   stop_after=attn_scores(args.layer))
+    run_with_hooks(
+        model,
+        corpus.tokens[:1],
+        [(attn_scores(args.layer), lambda x, hook: kept.setdefault("scores", x.clone()))],
+        stop_after=attn_scores(args.layer),
+    )
     scores = kept["scores"]
-    print(f"{args.model}, layer {args.layer}, T = 1024, {model.n_heads} heads, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads")
+    print(f"{args.model}, layer {args.layer}, T = 1024, {model.n_heads} heads, torch {torch.__version__}, {torch.get_num_threads()} threads")
     print("| rows | masked | as captured (ns/score) | floored at EXP_FLOOR | random normal |\n|---|---|---|---|---|")
     for r0, r1 in ((0, 241), (968, 1024)):
         block = scores[:, :, r0:r1, :r1].double().contiguous()

@@ -8,7 +8,7 @@ of 64 dimensions, hidden 2048, intermediate 8192, vocabulary 128256, RoPE base
 500000 with the ``llama3`` frequency scaling, tied embeddings). The weights are
 drawn on ``--device`` (on a GPU this takes seconds; 1.24e9 parameters drawn on
 a CPU would take minutes) in ``--dtype`` and saved with safetensors, beside the
-byte-level tokenizer of :func:`poslens.model.tiny.byte_tokenizer` (260 tokens,
+byte-level tokenizer of :func:`poslens.testing.byte_tokenizer` (260 tokens,
 BOS id 1): ``poslens.load_model(OUT_FOLDER)`` then loads it like any local
 model. Run time and memory depend on the architecture and T, not on the
 weights' values or the tokens' ids, so the folder times what the real model
@@ -84,7 +84,7 @@ def llama32_1b_config(small: bool = False) -> Any:
     """
     from transformers import LlamaConfig
 
-    from poslens.model.tiny import SPECIAL_TOKENS
+    from poslens.testing import SPECIAL_TOKENS
 
     fields = {**LLAMA32_1B, **(SMALL if small else {})}
     # the byte tokenizer's ids (<s> = 1, </s> = 2, <pad> = 3), not Llama 3's 128000 / 128001
@@ -92,9 +92,7 @@ def llama32_1b_config(small: bool = False) -> Any:
     return LlamaConfig(**fields, **ids)
 
 
-def save_random_llama32_1b(
-    folder: str | Path, device: str = "cuda", dtype: str = "bfloat16", small: bool = False, seed: int = 0
-) -> Path:
+def save_random_llama32_1b(folder: str | Path, device: str = "cuda", dtype: str = "bfloat16", small: bool = False, seed: int = 0) -> Path:
     """Draw a random-weight Llama-3.2-1B (or the small version) on ``device`` and save it with a tokenizer to ``folder``.
 
     Args:
@@ -115,7 +113,7 @@ def save_random_llama32_1b(
     """
     from transformers import AutoModelForCausalLM
 
-    from poslens.model.tiny import byte_tokenizer
+    from poslens.testing import byte_tokenizer
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import tempfile
 
 import poslens
-from poslens.model.tiny import save_tiny_model
+from poslens.testing import save_tiny_model
 
 KINDS = ("llama", "gemma2", "stablelm", "gemma", "phi")
 

@@ -30,12 +30,12 @@ def main() -> None:
     parser.add_argument("--n-seqs", type=int, default=2)
     args = parser.parse_args()
 
+    from poslens.capture.cell_sum_capture import CellSumCapture
     from poslens.capture.counterfactual_replay import CounterfactualReplay
-    from poslens.capture.leakage_capture import LeakageCapture
     from poslens.capture.row_bin_store import RowBinStore
     from poslens.fit.binning import Binning
-    from poslens.fit.metrics import metrics_with_intervals
-    from poslens.measurement.pipeline import add_counterfactual, cross_fitted_residuals
+    from poslens.fit.cross_fit import counterfactual_cells, cross_fitted_absolute_components
+    from poslens.fit.metric_intervals import metrics_with_intervals
     from poslens.model.hooks import attn_scores, run_with_hooks
 
     model = load(args.model, "cpu")
@@ -52,7 +52,7 @@ def main() -> None:
 
     def capture():
         state["store"] = RowBinStore()
-        state["capture"] = LeakageCapture(model, Binning(args.seq_len), n, probe=False, store=state["store"])
+        state["capture"] = CellSumCapture(model, Binning(args.seq_len), n, probe=False, store=state["store"])
         for k in range(n):
             state["capture"].group = k
             state["capture"].add_structure(1)
@@ -60,23 +60,29 @@ def main() -> None:
             state["capture"].flush()  # the sync-free (CUDA) path adds its sums here
 
     def fit_a():
-        state["residuals"] = cross_fitted_residuals(state["capture"].sums)
+        state["cross_fit"] = cross_fitted_absolute_components(state["capture"].sums)
         for g in range(n):
-            state["residuals"](g)
+            state["cross_fit"].variants(g)
 
     def replay():
-        state["replay"] = CounterfactualReplay(model, state["capture"].sums.binning, state["residuals"], n)
+        sums = state["capture"].sums
+        state["replay"] = CounterfactualReplay(model, sums.binning, state["cross_fit"], n)
         state["replay"].replay(state["store"])
         state["store"].close()
-        add_counterfactual(state["capture"].sums, state["replay"])
+        sums.counterfactual_cells = counterfactual_cells(sums, state["cross_fit"], state["replay"].log_partition)
 
     def fits():
         metrics_with_intervals(state["capture"].sums, probe=False)
 
     print(f"{args.model}, {n} sequences of {args.seq_len} tokens, batch 1, float32, cpu; loaded {loaded:.0f} MB")
     print("| phase | time (s) | peak − loaded (MB) |\n|---|---|---|")
-    for name, phase in (("plain forward", plain), ("capture forward + store", capture), ("fit A", fit_a),
-                        ("replay", replay), ("fits with intervals", fits)):
+    for name, phase in (
+        ("plain forward", plain),
+        ("capture forward + store", capture),
+        ("fit A", fit_a),
+        ("replay", replay),
+        ("fits with intervals", fits),
+    ):
         reset_peak_resident()
         start = time.perf_counter()
         phase()

@@ -1,4 +1,4 @@
-"""Measured against estimated peak memory of capture runs: the figures quoted in poslens.runtime.memory.
+"""Measured against estimated peak memory of capture runs: the figures quoted in docs/benchmarks.md.
 
 This is a calibration run, not a test: it measures the machine it runs on (its
 allocator, BLAS threads and library versions), and another machine measures
@@ -20,19 +20,19 @@ it loads the model, pages its weights in, hands the heap's free pages back
 memory, resets the peak (:func:`reset_peak_resident`, VmHWM) and runs one
 capture pass through ``poslens.measurement.pipeline.collect_sums`` in two
 groups; the peak above the memory held after loading is compared with
-:func:`poslens.runtime.memory.estimate_peak_bytes`'s ``increase``. Without the
+:func:`poslens.runtime.estimate.estimate_peak_bytes`'s ``increase``. Without the
 trim, the hundreds of MiB that dequantizing a GGUF file frees stay resident and
 the pass reuses them unseen: on a cold model cache SmolLM2 at B=2, T=512
 measured a 7 MiB increase for an estimated 106.
 
 The tiny models are random Llama, Mistral (sliding window 8) and Gemma 3
-(mixed windows) from :func:`poslens.model.tiny.save_tiny_model`; SmolLM2-135M
+(mixed windows) from :func:`poslens.testing.save_tiny_model`; SmolLM2-135M
 is the embedded 4-bit model, dequantized to float32 (skipped with
 ``--no-smollm2`` or where it is not installed). The run prints a Markdown table
 (the one in docs/benchmarks.md), the range of each ratio, and every setting
 whose estimated increase is off the measured one by more than 40% (or 8 MiB);
 it exits with status 1 if there is one (then the estimate's constants,
-``CPU_SLACK`` and ``FIXED_OVERHEAD`` in poslens.runtime.memory, need a look on
+``CPU_SLACK`` and ``FIXED_OVERHEAD`` in poslens.runtime.estimate, need a look on
 that machine). The whole peak needs no check of its own: the estimate's
 runtime term is the measured baseline, so estimate − measured is the same
 number for the peak as for the increase, and 40% of an increase (or 8 MiB) is
@@ -50,13 +50,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from poslens.runtime.memory import MiB, estimate_peak_bytes, release_free_heap, resident_bytes, runtime_bytes, weight_bytes
+from poslens.runtime.estimate import MiB, estimate_peak_bytes, weight_bytes
+from poslens.runtime.system import release_free_heap, resident_bytes, runtime_bytes
 
 TINY_SETTINGS = [(1, 64), (16, 64), (1, 256), (4, 256), (16, 256), (4, 512), (2, 1024)]
 SMOLLM2_SETTINGS = [(1, 256), (4, 256), (2, 512), (1, 1024), (2, 1024)]
@@ -157,7 +159,7 @@ def measure_run(model_name: str, batch_size: int, seq_len: int, dtype: str = "fl
     reset = dev.type == "cuda" or reset_peak_resident()
     run = lambda: collect_sums(model, corpus, groups=MEASURE_GROUPS, batch_size=batch_size, progress=False)  # noqa: E731
     increase = measured_peak_bytes(run, dev)
-    estimate = estimate_peak_bytes(model, batch_size, seq_len, runtime_bytes=runtime, device=dev, groups=MEASURE_GROUPS)
+    estimate = estimate_peak_bytes(model, batch_size, seq_len, runtime_overhead_bytes=runtime, device=dev, groups=MEASURE_GROUPS)
     return {
         "model": model_name,
         "batch_size": batch_size,
@@ -186,8 +188,18 @@ def measure_in_subprocess(
     model_name: str, batch_size: int, seq_len: int, dtype: str = "float32", device: str = "cpu", timeout: float = 600
 ) -> dict[str, Any]:
     """:func:`measure_run` in a fresh process of this script (``--measure``); its JSON line as a dict."""
-    args = [sys.executable, str(Path(__file__).resolve()), "--measure", str(model_name), str(batch_size), str(seq_len),
-            "--dtype", dtype, "--device", device]
+    args = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--measure",
+        str(model_name),
+        str(batch_size),
+        str(seq_len),
+        "--dtype",
+        dtype,
+        "--device",
+        device,
+    ]
     proc = subprocess.run(args, capture_output=True, text=True, env=_child_env(), timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed with exit code {proc.returncode}:\n{proc.stderr[-4000:]}")
@@ -203,13 +215,16 @@ def measure_in_subprocess(
 #: measured_peak_bytes hands them back first; the small blocks' headers make the reading a little short).
 INSTRUMENT_CHECKS = {
     "64 MiB tensor": (60, "print(measured_peak_bytes(lambda: torch.ones(64 << 20, dtype=torch.uint8)))"),
-    "62.5 MiB into freed heap": (50, (
-        "import numpy as np\n"
-        "keep, drop = [], []\n"
-        "for i in range(2000): (keep if i % 2 else drop).append(np.ones(8192))\n"
-        "del drop\n"
-        "print(measured_peak_bytes(lambda: [np.ones(8192) for _ in range(1000)]))"
-    )),
+    "62.5 MiB into freed heap": (
+        50,
+        (
+            "import numpy as np\n"
+            "keep, drop = [], []\n"
+            "for i in range(2000): (keep if i % 2 else drop).append(np.ones(8192))\n"
+            "del drop\n"
+            "print(measured_peak_bytes(lambda: [np.ones(8192) for _ in range(1000)]))"
+        ),
+    ),
 }
 
 
@@ -259,8 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="measuring processes at a time (default 2)")
     parser.add_argument("--no-smollm2", action="store_true", help="tiny models only")
     parser.add_argument("--out", type=Path, help="also write every measurement as JSON")
-    parser.add_argument("--measure", nargs=3, metavar=("MODEL", "BATCH", "T"),
-                        help="measure one setting in this process and print one JSON line (what the grid runs)")
+    parser.add_argument(
+        "--measure", nargs=3, metavar=("MODEL", "BATCH", "T"), help="measure one setting in this process and print one JSON line (what the grid runs)"
+    )
     parser.add_argument("--dtype", default="float32", help="model dtype of --measure (default float32)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:n], for --measure (default cpu)")
     args = parser.parse_args(argv)
@@ -271,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from poslens.model.registry import REGISTRY
-    from poslens.model.tiny import save_tiny_model
+    from poslens.testing import save_tiny_model
 
     problems = check_instrument()
     if problems:
@@ -301,8 +317,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{e['increase'] / r['increase']:.2f} | {r['peak'] / MiB:.0f} | {e['total'] / MiB:.0f} | {e['total'] / r['peak']:.2f} |"
         )
     print()
-    for name, chosen in (("tiny models", [r for r in results if r["label"] != "smollm2-135m"]),
-                         ("smollm2-135m", [r for r in results if r["label"] == "smollm2-135m"])):
+    for name, chosen in (
+        ("tiny models", [r for r in results if r["label"] != "smollm2-135m"]),
+        ("smollm2-135m", [r for r in results if r["label"] == "smollm2-135m"]),
+    ):
         if chosen:
             inc = [r["estimate"]["increase"] / r["increase"] for r in chosen]
             peak = [r["estimate"]["total"] / r["peak"] for r in chosen]

@@ -74,7 +74,7 @@ class ScoreStats:
     rowmax_sq: np.ndarray
 
     @classmethod
-    def zeros(cls, layers: int, heads: int) -> "ScoreStats":
+    def zeros(cls, layers: int, heads: int) -> ScoreStats:
         """Empty sums.
 
         Args:
@@ -205,11 +205,11 @@ def head_scales(sums: Any) -> HeadScales:
     """
     from poslens.fit.stats import project, total_sum_of_squares, weighted_inner
 
-    p, mask = sums.pooled(), sums.binning.windows["all"]
+    p, mask = sums.pooled(), sums.binning.query_windows["all"]
     n_layers, n_heads = p.logit.shape[:2]
     out = {k: np.full((n_layers, n_heads), np.nan) for k in ("sigma", "leakage", "c_mask", "w")}
     n_pairs = np.zeros(n_layers)
-    cf = p.counterfactual("all")
+    cf = sums.counterfactual_cells.pooled()["all"]
     for layer in range(n_layers):
         counts = p.pair_count[layer][mask]
         total = counts.sum()
@@ -323,10 +323,10 @@ def score_differences(reference: Any, others: dict[str, Any], tokens: torch.Tens
     out = {name: {"diff": ScoreStats.zeros(n_layers, n_heads), "above": np.zeros(n_layers), "pairs": np.zeros(n_layers)} for name in others}
     last = attn_scores(n_layers - 1)
     for start in range(0, tokens.shape[0], batch_size):
-        batch = tokens[start:start + batch_size]
+        batch = tokens[start : start + batch_size]
         kept: dict[int, torch.Tensor] = {}
 
-        def keep(layer: int, x: torch.Tensor) -> None:
+        def keep(layer: int, x: torch.Tensor, kept: dict[int, torch.Tensor] = kept) -> None:
             kept[layer] = x.double()
             stats.add(layer, kept[layer])
 
@@ -334,7 +334,7 @@ def score_differences(reference: Any, others: dict[str, Any], tokens: torch.Tens
         for name, model in others.items():
             eps, entry = EPSILON[name], out[name]
 
-            def compare(layer: int, x: torch.Tensor, eps: float = eps, entry: dict = entry) -> None:
+            def compare(layer: int, x: torch.Tensor, eps: float = eps, entry: dict = entry, kept: dict[int, torch.Tensor] = kept) -> None:
                 s = kept[layer]
                 d = x.double() - s
                 entry["diff"].add(layer, d)
@@ -394,7 +394,7 @@ def check_scales(scales: HeadScales, result: Any) -> float:
 
 def main() -> None:
     import poslens
-    from poslens.capture.leakage_capture import NonFiniteScoresError
+    from poslens.capture.score_checks import NonFiniteScoresError
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
@@ -404,9 +404,11 @@ def main() -> None:
     parser.add_argument("--dtypes", default="bfloat16,float16")
     args = parser.parse_args()
     started = time.perf_counter()
-    print(f"{args.model}, {args.n_seqs} × T={args.seq_len} (docs corpus), groups {args.groups}, torch {torch.__version__}, "
-          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; safety factor {SAFETY:g}, "
-          f"counterfactual factor {COUNTERFACTUAL_FACTOR:g}\n")
+    print(
+        f"{args.model}, {args.n_seqs} × T={args.seq_len} (docs corpus), groups {args.groups}, torch {torch.__version__}, "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; safety factor {SAFETY:g}, "
+        f"counterfactual factor {COUNTERFACTUAL_FACTOR:g}\n"
+    )
     model32 = poslens.load_model(args.model)
     corpus = poslens.make_corpus(model32, "docs", n_seqs=args.n_seqs, seq_len=args.seq_len)
     result32 = poslens.measure(model32, corpus, groups=args.groups, batch_size=2, progress=False)
@@ -423,8 +425,10 @@ def main() -> None:
         print(f"\n## {name} (ε = 2^{int(np.log2(EPSILON[name]))})\n")
         print("Scores:\n\n| layer | rms(s) | rms(δ)/rms(s) | share abs(δ) > ε·abs(s) | rms_w(max abs δ)/rms_w(max abs s) |\n|---|---|---|---|---|")
         for layer in range(n_layers):
-            print(f"| {layer} | {stats.rms[layer].mean():.3g} | {(d.rms[layer] / stats.rms[layer]).mean():.2e} | "
-                  f"{diffs[name]['above'][layer]:.1%} | {(d.rowmax_rms[layer] / stats.rowmax_rms[layer]).mean():.2e} |")
+            print(
+                f"| {layer} | {stats.rms[layer].mean():.3g} | {(d.rms[layer] / stats.rms[layer]).mean():.2e} | "
+                f"{diffs[name]['above'][layer]:.1%} | {(d.rowmax_rms[layer] / stats.rowmax_rms[layer]).mean():.2e} |"
+            )
         try:
             result = poslens.measure(model, corpus, groups=args.groups, batch_size=2, progress=False)
         except NonFiniteScoresError as error:
@@ -438,8 +442,10 @@ def main() -> None:
                 diff = abs(low[layer] - f32[layer])
                 ok = bool(diff <= tol[metric][layer])
                 inside += ok
-                print(f"| {layer} | {metric} | {f32[layer]:.5f} | {low[layer]:.5f} | {diff:.2e} | {tol[metric][layer]:.2e} | "
-                      f"{post[metric][layer]:.2e} | {'yes' if ok else '**no**'} |")
+                print(
+                    f"| {layer} | {metric} | {f32[layer]:.5f} | {low[layer]:.5f} | {diff:.2e} | {tol[metric][layer]:.2e} | "
+                    f"{post[metric][layer]:.2e} | {'yes' if ok else '**no**'} |"
+                )
         print(f"\n{name}: {inside} of {len(METRICS) * n_layers} figures within the tolerance")
         print(f"\n({time.perf_counter() - started:.0f} s so far)", flush=True)
 

@@ -81,14 +81,22 @@ def main() -> None:
     runs = _runs(args.zoo)
     tables: dict[str, list[pd.DataFrame]] = {"c_by_layer": [], "sinks": [], "bos_swap": [], "relativize": []}
     status: list[dict] = []
-    model_rows: dict[str, dict] = {run["folder"]: {k: run[k] for k in ("member", "label", "seed", "steps", "held_out_loss")}
-                                   for run in runs}
+    model_rows: dict[str, dict] = {run["folder"]: {k: run[k] for k in ("member", "label", "seed", "steps", "held_out_loss")} for run in runs}
     studies = {}
     for run in runs:
-        settings = Settings(model=str((args.zoo / run["folder"]).resolve()), corpus=corpus, n_seqs=args.n_seqs, seq_len=seq_len,
-                            groups=args.groups, early=args.early, batch_size=args.batch_size, tau=args.tau,
-                            replacements=tuple(args.replacements.split(",")), relativize_seqs=args.relativize_seqs,
-                            relativize_len=args.relativize_len)
+        settings = Settings(
+            model=str((args.zoo / run["folder"]).resolve()),
+            corpus=corpus,
+            n_seqs=args.n_seqs,
+            seq_len=seq_len,
+            groups=args.groups,
+            early=args.early,
+            batch_size=args.batch_size,
+            tau=args.tau,
+            replacements=tuple(args.replacements.split(",")),
+            relativize_seqs=args.relativize_seqs,
+            relativize_len=args.relativize_len,
+        )
         studies[run["folder"]] = Study(settings, args.out / run["folder"], log=lambda line: print("   ", line, flush=True))
 
     def write_all() -> None:
@@ -149,14 +157,17 @@ def _measure(study: Study, part: str, run: dict, tables: dict, row: dict, tau: f
 
 def _summary(rows: dict[str, dict], args: argparse.Namespace, seq_len: int, seconds: float) -> str:
     frame = pd.DataFrame(list(rows.values()))
-    lines = [f"# Zoo measurements ({seconds:.0f} s)", "",
-             f"Held-out corpus, {args.n_seqs} sequences × {seq_len} tokens, {args.groups} groups; relativization "
-             f"{args.relativize_seqs} × {args.relativize_len}. Empty cells: the part did not run (see parts.tsv).", ""]
+    lines = [
+        f"# Zoo measurements ({seconds:.0f} s)",
+        "",
+        f"Held-out corpus, {args.n_seqs} sequences × {seq_len} tokens, {args.groups} groups; relativization "
+        f"{args.relativize_seqs} × {args.relativize_len}. Empty cells: the part did not run (see parts.tsv).",
+        "",
+    ]
     columns = list(frame.columns)
     lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for record in frame.itertuples(index=False):
-        cells = ["" if v is None or (isinstance(v, float) and v != v) else (f"{v:.4g}" if isinstance(v, float) else str(v))
-                 for v in record]
+        cells = ["" if v is None or (isinstance(v, float) and v != v) else (f"{v:.4g}" if isinstance(v, float) else str(v)) for v in record]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

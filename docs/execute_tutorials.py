@@ -15,7 +15,7 @@ script fails the tests.
 Plotly figures are stored as plotly's JSON (what JupyterLab draws) plus an HTML
 rendering (what the docs site shows, mkdocs-jupyter runs with ``execute:
 false``). ``Result.plot`` figures bring their own HTML rendering
-(:class:`poslens.measurement.plots.Figure`); plotly.express figures do not, so
+(:class:`poslens.measurement.figure.Figure`); plotly.express figures do not, so
 :func:`add_figure_html` renders every figure again, the same way, with plotly.js
 inlined once per notebook, in its first figure, so each page works offline
 without carrying a copy of plotly.js per figure.
@@ -62,11 +62,15 @@ def write_python3_kernelspec(home: Path, display_name: str = "Python 3 (poslens)
     """
     spec = home / "kernels" / "python3"
     spec.mkdir(parents=True, exist_ok=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": display_name,
-        "language": "python",
-    }))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": display_name,
+                "language": "python",
+            }
+        )
+    )
     return home
 
 
@@ -88,8 +92,13 @@ def add_figure_html(nb) -> int:
         for out in cell.get("outputs", []):
             if out.get("output_type") in ("display_data", "execute_result") and PLOTLY_MIME in out.get("data", {}):
                 out.data["text/html"] = pio.to_html(
-                    out.data[PLOTLY_MIME], include_plotlyjs=count == 0, include_mathjax=False, full_html=False,
-                    div_id=f"poslens-figure-{count}", config={"displaylogo": False}, validate=False,
+                    out.data[PLOTLY_MIME],
+                    include_plotlyjs=count == 0,
+                    include_mathjax=False,
+                    full_html=False,
+                    div_id=f"poslens-figure-{count}",
+                    config={"displaylogo": False},
+                    validate=False,
                 )
                 count += 1
     return count
@@ -103,8 +112,7 @@ def execute(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as workdir:
-        client = NotebookClient(nb, kernel_name="python3", timeout=1200, record_timing=False,
-                                resources={"metadata": {"path": workdir}})
+        client = NotebookClient(nb, kernel_name="python3", timeout=1200, record_timing=False, resources={"metadata": {"path": workdir}})
         client.execute()  # raises CellExecutionError, naming the cell, on the first failure
     figures = add_figure_html(nb)
     nb.metadata["poslens"] = {"source_sha256": source_sha256(nb)}

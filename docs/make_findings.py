@@ -29,26 +29,34 @@ import json
 import math
 import os
 import platform
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 import pyarrow.parquet as pq
 
-from poslens.measurement.result import META_KEY, Result
+from poslens.measurement.result import Result
+from poslens.measurement.result_files import META_KEY
 from poslens.mechanisms.attribution import Attribution
 from poslens.mechanisms.comparisons import comparison_table
-from poslens.study.claims import CLAIMS_FILE, INCONCLUSIVE, INPUTS_FILE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED, Claims
-from poslens.study.report import summary_rows
+from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE, Claims
+from poslens.study.rules import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED
+from poslens.study.verdict_summary import summary_rows
 
 PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "compare")
 ATTRIBUTION_FILES = ("attribution.parquet", "attribution_summary.parquet", "attribution_loss.parquet", "attribution.json")
 FIGURES = Path(__file__).parent / "img" / "findings"  # written by docs/make_findings_figures.py
-MODE_TEXT = {"none": "unedited", "all": "every column", "key0": "key 0 only", "all-but-key0": "every column but key 0",
-             "placebo:all": "placebo (relative, norm of 'every column')",
-             "placebo:key0": "placebo (relative, norm of 'key 0 only')",
-             "placebo:all-but-key0": "placebo (relative, norm of 'every column but key 0')"}
+MODE_TEXT = {
+    "none": "unedited",
+    "all": "every column",
+    "key0": "key 0 only",
+    "all-but-key0": "every column but key 0",
+    "placebo:all": "placebo (relative, norm of 'every column')",
+    "placebo:key0": "placebo (relative, norm of 'key 0 only')",
+    "placebo:all-but-key0": "placebo (relative, norm of 'every column but key 0')",
+}
 WINDOW_TEXT = {"early": "early queries (1 ≤ i < Q)", "all": "all queries (1 ≤ i < T)"}
 
 
@@ -159,8 +167,10 @@ def provenance(folder: Path, run: dict[str, Any], parts: dict[str, Result]) -> s
     if command:
         lines.append(f"- **Command:** `{command}`")
     elif run.get("preset"):
-        lines.append(f"- **Command:** `poslens report --{run['preset']} --out {folder}` "
-                     "(reconstructed from the preset recorded in `run.json`, which does not record the command line)")
+        lines.append(
+            f"- **Command:** `poslens report --{run['preset']} --out {folder}` "
+            "(reconstructed from the preset recorded in `run.json`, which does not record the command line)"
+        )
     else:
         lines.append("- **Command:** not recorded in `run.json`")
 
@@ -192,9 +202,11 @@ def provenance(folder: Path, run: dict[str, Any], parts: dict[str, Result]) -> s
                 gpu = f"{torch.cuda.device_count()} CUDA GPU(s): {torch.cuda.get_device_name(0)}"
         except Exception:  # torch missing or broken: say nothing more than "no CUDA GPU" found
             pass
-        lines.append(f"- **Machine:** not recorded in `run.json`; the machine that generated this page is "
-                     f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, {gpu} "
-                     "(assumed to be the machine of the run)")
+        lines.append(
+            f"- **Machine:** not recorded in `run.json`; the machine that generated this page is "
+            f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, {gpu} "
+            "(assumed to be the machine of the run)"
+        )
 
     if run.get("poslens_version"):
         lines.append(f"- **poslens:** {run['poslens_version']}")
@@ -204,13 +216,33 @@ def provenance(folder: Path, run: dict[str, Any], parts: dict[str, Result]) -> s
     timings = run.get("timings_seconds") or {}
     if timings:
         total = sum(float(v) for v in timings.values())
-        lines.append("- **Compute time per part (s):** " + ", ".join(f"{k} {float(v):.0f}" for k, v in timings.items())
-                     + f"; total {total:.0f} s ({total / 3600:.2f} h)")
+        lines.append(
+            "- **Compute time per part (s):** "
+            + ", ".join(f"{k} {float(v):.0f}" for k, v in timings.items())
+            + f"; total {total:.0f} s ({total / 3600:.2f} h)"
+        )
     settings = run.get("settings") or {}
     if settings:
-        shown = {k: v for k, v in settings.items() if k in (
-            "model", "corpus", "n_seqs", "seq_len", "groups", "early", "seed", "tau", "replacements",
-            "fingerprint_seqs", "fingerprint_len", "compare_seqs", "compare_len")}
+        shown = {
+            k: v
+            for k, v in settings.items()
+            if k
+            in (
+                "model",
+                "corpus",
+                "n_seqs",
+                "seq_len",
+                "groups",
+                "early",
+                "seed",
+                "tau",
+                "replacements",
+                "fingerprint_seqs",
+                "fingerprint_len",
+                "compare_seqs",
+                "compare_len",
+            )
+        }
         lines.append("- **Settings:** " + ", ".join(f"{k} = {v}" for k, v in shown.items()))
     corpus = run.get("corpus") or {}
     if corpus:
@@ -219,11 +251,13 @@ def provenance(folder: Path, run: dict[str, Any], parts: dict[str, Result]) -> s
     models = recorded_models(run, parts)
     if models:
         lines += ["", "Models" + ("" if run.get("models") else " (from the parts' metadata)") + ":", ""]
-        lines.append(markdown_table(
-            ["model (variant)", "weights", "source sha256"],
-            [[name, info.get("quantized") or "not quantized", (info.get("sha256") or "—")[:16]] for name, info in models.items()],
-            ["l", "l", "l"],
-        ))
+        lines.append(
+            markdown_table(
+                ["model (variant)", "weights", "source sha256"],
+                [[name, info.get("quantized") or "not quantized", (info.get("sha256") or "—")[:16]] for name, info in models.items()],
+                ["l", "l", "l"],
+            )
+        )
     lines.append("")
     return "\n".join(lines)
 
@@ -238,8 +272,10 @@ def recorded_models(run: dict[str, Any], parts: dict[str, Result]) -> dict[str, 
             described = meta.get("model")
             if isinstance(described, dict) and "model" in described:
                 models[f"{described['model']} ({described.get('variant', 'base')})"] = {
-                    "source": described.get("source"), "sha256": described.get("source_sha256"),
-                    "quantized": described.get("quantized")}
+                    "source": described.get("source"),
+                    "sha256": described.get("source_sha256"),
+                    "quantized": described.get("quantized"),
+                }
     return models
 
 
@@ -247,20 +283,25 @@ def weights_note(models: dict[str, dict[str, Any]]) -> str:
     """The note on quantized weights, from the models the run records."""
     quantized = {name: info.get("quantized") for name, info in models.items() if info.get("quantized")}
     if not models:
-        return ("Figures come from the 4-bit quantized embedded models (the run records no models, "
-                "so this is the page's default note).")
+        return "Figures come from the 4-bit quantized embedded models (the run records no models, so this is the page's default note)."
     if len(quantized) == len(models):
-        return ("Figures come from the 4-bit quantized embedded models: "
-                + "; ".join(f"{name}: {q}" for name, q in quantized.items()) + ".")
+        return "Figures come from the 4-bit quantized embedded models: " + "; ".join(f"{name}: {q}" for name, q in quantized.items()) + "."
     plain = [name for name in models if name not in quantized]
-    return ("Figures from " + ", ".join(quantized) + " come from 4-bit quantized weights ("
-            + "; ".join(quantized.values()) + "); " + ", ".join(plain) + " ran unquantized.")
+    return (
+        "Figures from "
+        + ", ".join(quantized)
+        + " come from 4-bit quantized weights ("
+        + "; ".join(quantized.values())
+        + "); "
+        + ", ".join(plain)
+        + " ran unquantized."
+    )
 
 
 def figure_label(source: Any) -> str:
     """Which figure an input is (``metric, layers, window``), from its fields in the inputs table; '' for a threshold.
 
-    ``source`` is one row of ``claim_inputs.csv`` (:data:`poslens.study.claims.INPUT_COLUMNS`).
+    ``source`` is one row of ``claim_inputs.csv`` (:data:`poslens.study.claim_table.INPUT_COLUMNS`).
     """
     metric = source["metric"]
     if source["statistic"] == "threshold" or not isinstance(metric, str) or not metric:
@@ -300,10 +341,11 @@ def claims_section(folder: Path) -> str:
     lines = ["## Claims", ""]
     claims = read_claims(folder)
     if claims is None:
-        return "\n".join(lines + [f"*`{CLAIMS_FILE}` or `{INPUTS_FILE}` is not in this run folder "
-                                  f"(run `poslens claims --out {folder}`).*", ""])
-    lines.append("Each verdict is computed from the figures by the rule stated with it (methodology §9); "
-                 "none is written by hand. A claim can rest on several figures, one row each. Intervals are 95%.")
+        return "\n".join(lines + [f"*`{CLAIMS_FILE}` or `{INPUTS_FILE}` is not in this run folder (run `poslens claims --out {folder}`).*", ""])
+    lines.append(
+        "Each verdict is computed from the figures by the rule stated with it (methodology §9); "
+        "none is written by hand. A claim can rest on several figures, one row each. Intervals are 95%."
+    )
     lines.append("")
     rows, seen = [], set()
     for _, r in claims.table.iterrows():
@@ -312,11 +354,19 @@ def claims_section(folder: Path) -> str:
         seen.add(r["claim"])
         inputs = claims.inputs_of(r["key"])
         shown = inputs[inputs["name"] == r["figure_name"]]
-        rows.append([f"**{r['claim']}**" if statement else r["claim"], statement,
-                     r["model"] if r["model"] is not None and not pd.isna(r["model"]) else "—",
-                     figure_label(shown.iloc[0]) if len(shown) else "", figure, f"**{r['verdict']}**"])
-    lines.append(markdown_table(["claim", "statement", "model / comparison", "figure", "value [95%]", "verdict"], rows,
-                                ["l", "l", "l", "l", "r", "l"]))
+        rows.append(
+            [
+                f"**{r['claim']}**" if statement else r["claim"],
+                statement,
+                r["model"] if r["model"] is not None and not pd.isna(r["model"]) else "—",
+                figure_label(shown.iloc[0]) if len(shown) else "",
+                figure,
+                f"**{r['verdict']}**",
+            ]
+        )
+    lines.append(
+        markdown_table(["claim", "statement", "model / comparison", "figure", "value [95%]", "verdict"], rows, ["l", "l", "l", "l", "r", "l"])
+    )
     # The rule of a claim is shared by its rows: give each distinct rule, with the inputs it read, once. Plain HTML
     # inside <details>: Markdown in a raw HTML block is not rendered (no md_in_html), HTML is, on the docs site and on
     # GitHub alike.
@@ -328,8 +378,13 @@ def claims_section(folder: Path) -> str:
             listed = "; ".join(input_text(i) for _, i in inputs.iterrows())
             texts.append(f"{r['rule']}. inputs: {listed}" if listed else str(r["rule"]))
         items.append(f"<li><b>{html.escape(str(claim))}</b>: " + "<br>".join(html.escape(t) for t in dict.fromkeys(texts)) + "</li>")
-    lines += ["", "<details><summary>The rule behind each verdict, with the figures it read (and their role)</summary><ul>"
-              + "".join(items) + "</ul></details>", ""]
+    lines += [
+        "",
+        "<details><summary>The rule behind each verdict, with the figures it read (and their role)</summary><ul>"
+        + "".join(items)
+        + "</ul></details>",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -356,8 +411,10 @@ def claims_summary(folder: Path, findings_link: str = "docs/findings.md") -> str
             figure, label = with_interval(top["value"], top["ci_low"], top["ci_high"]), figure_label(top)
         rows.append([f"**{claim}**", first["statement"], model, f"{label}: {figure}" if label else figure, f"**{first['verdict']}**"])
     table = markdown_table(["claim", "statement", "model / case", "headline figure [95%]", "verdict"], rows, ["l", "l", "l", "l", "l"])
-    note = (f"*From the full run's tables (`docs/findings_data`, 4-bit quantized weights), written by "
-            f"`docs/make_findings.py`; the [findings]({findings_link}) give every figure and rule.*")
+    note = (
+        f"*From the full run's tables (`docs/findings_data`, 4-bit quantized weights), written by "
+        f"`docs/make_findings.py`; the [findings]({findings_link}) give every figure and rule.*"
+    )
     return f"{SUMMARY_START}\n{table}\n\n{note}\n{SUMMARY_END}"
 
 
@@ -373,13 +430,22 @@ def leakage_section(parts: dict[str, Result]) -> str:
         return "\n".join(lines + [missing("leakage")])
     result = parts["leakage"]
     model = result.meta.get("model", {})
-    lines.append(f"Model {model.get('model', '?')} ({model.get('variant', 'base')}); aggregates over heads and "
-                 "over layers ≥ 1 (layer −1 of the tables). L(log a) is the binned ΔR² of the pattern (methodology §3.1); "
-                 "C_res and C_mask are its residual-stream and mask components (methodology §4, version 2, per-sequence "
-                 "counterfactual); probe R² is held out (methodology §3.3).")
+    lines.append(
+        f"Model {model.get('model', '?')} ({model.get('variant', 'base')}); aggregates over heads and "
+        "over layers ≥ 1 (layer −1 of the tables). L(log a) is the binned ΔR² of the pattern (methodology §3.1); "
+        "C_res and C_mask are its residual-stream and mask components (methodology §4, version 2, per-sequence "
+        "counterfactual); probe R² is held out (methodology §3.3)."
+    )
     lines.append("")
-    metrics = [("leakage_pattern", "L(log a)"), ("leakage_pattern_heldout", "L(log a), held out"), ("c_res", "C_res"),
-               ("c_mask", "C_mask"), ("rho_res", "ρ_res"), ("c_res_meanfield", "C_res, mean-field"), ("probe_r2", "probe R²")]
+    metrics = [
+        ("leakage_pattern", "L(log a)"),
+        ("leakage_pattern_heldout", "L(log a), held out"),
+        ("c_res", "C_res"),
+        ("c_mask", "C_mask"),
+        ("rho_res", "ρ_res"),
+        ("c_res_meanfield", "C_res, mean-field"),
+        ("probe_r2", "probe R²"),
+    ]
     rows = []
     for metric, label in metrics:
         cells = []
@@ -401,16 +467,27 @@ def compare_section(parts: dict[str, Result], page: Path) -> str:
     cases = {(c.get("model"), c.get("variant")): c for c in result.meta.get("cases", [])}
     t = result.table
     t = t[(t["head"] == -1) & (t["query_window"] == "all") & t["metric"].isin(["c_res", "c_mask"])]
-    lines.append("All queries (1 ≤ i < T), aggregated over heads; the last row of each table aggregates over layers ≥ 1. "
-                 "Intervals are 95% (jackknife over groups of sequences). Inference-time variants are labelled as such.")
+    lines.append(
+        "All queries (1 ≤ i < T), aggregated over heads; the last row of each table aggregates over layers ≥ 1. "
+        "Intervals are 95% (jackknife over groups of sequences). Inference-time variants are labelled as such."
+    )
     lines.append("")
     for name, caption in (
-            ("sources_native.png", "C_res and C_mask by layer, all queries: the native models, SmolLM2-135M (standard RoPE) "
-                                   "and Gemma 3 270M (native sliding window), 4-bit quantized weights."),
-            ("sources_ntk.png", "C_res and C_mask by layer, all queries: SmolLM2-135M and its NTK-scaled variants "
-                                "(inference-time, never trained with α), 4-bit quantized weights."),
-            ("sources_window.png", "C_res and C_mask by layer, all queries: SmolLM2-135M with imposed sliding windows "
-                                   "(inference-time), 4-bit quantized weights.")):
+        (
+            "sources_native.png",
+            "C_res and C_mask by layer, all queries: the native models, SmolLM2-135M (standard RoPE) "
+            "and Gemma 3 270M (native sliding window), 4-bit quantized weights.",
+        ),
+        (
+            "sources_ntk.png",
+            "C_res and C_mask by layer, all queries: SmolLM2-135M and its NTK-scaled variants "
+            "(inference-time, never trained with α), 4-bit quantized weights.",
+        ),
+        (
+            "sources_window.png",
+            "C_res and C_mask by layer, all queries: SmolLM2-135M with imposed sliding windows (inference-time), 4-bit quantized weights.",
+        ),
+    ):
         lines.append(image(name, caption, page))
     for (model, variant), part in t.groupby(["model", "variant"], sort=False):
         case = cases.get((model, variant), {})
@@ -450,24 +527,31 @@ def comparisons_section(parts: dict[str, Result], page: Path) -> str:
     c = c.sort_values("metric", kind="stable")
     if c.empty:
         return "\n".join(lines + ["*`compare.parquet` records no comparisons (saved by an older poslens).*", ""])
-    lines.append("C_res over layers ≥ 1 (`c_res`) and its depth slope (`c_res_depth_slope`: the least-squares slope of "
-                 "per-layer C_res on the fraction of depth), all queries. A variant of one model is compared with its base on the same "
-                 "token ids and groups (paired delete-one-group jackknife); the dose-responses are least-squares "
-                 "slopes of those differences per doubling of α or W; models with different tokenizers are compared "
-                 "as independent samples (Welch); depth slopes compare how C_res changes per fraction of depth. "
-                 "'Detectable' is the minimum detectable difference, (t₀.₉₇₅ + t₀.₈₀)·se: a true difference of that "
-                 "size would give an interval that excludes 0 with probability 80%.")
+    lines.append(
+        "C_res over layers ≥ 1 (`c_res`) and its depth slope (`c_res_depth_slope`: the least-squares slope of "
+        "per-layer C_res on the fraction of depth), all queries. A variant of one model is compared with its base on the same "
+        "token ids and groups (paired delete-one-group jackknife); the dose-responses are least-squares "
+        "slopes of those differences per doubling of α or W; models with different tokenizers are compared "
+        "as independent samples (Welch); depth slopes compare how C_res changes per fraction of depth. "
+        "'Detectable' is the minimum detectable difference, (t₀.₉₇₅ + t₀.₈₀)·se: a true difference of that "
+        "size would give an interval that excludes 0 with probability 80%."
+    )
     lines.append("")
     rows = []
     for _, r in c.iterrows():
         name = f"{r['model']} ({r['variant']})" if r["kind"] == "depth-slope" else r["comparison"]  # one per model
-        rows.append([f"`{r['metric']}`", r["kind"], cell(name), with_interval(r["value"], r["ci_low"], r["ci_high"]),
-                     num(r["detectable"])])
-    lines.append(markdown_table(["figure", "kind", "comparison", "value [95%]", "detectable |difference|"], rows,
-                                ["l", "l", "l", "r", "r"]))
-    lines += ["", image("dose_response.png", "C4's dose-responses: each inference-time variant's C_res minus its base "
-                        "model's on the same tokens, against NTK α and window W, with paired 95% intervals; the panel "
-                        "titles give the slope per doubling (4-bit SmolLM2).", page)]
+        rows.append([f"`{r['metric']}`", r["kind"], cell(name), with_interval(r["value"], r["ci_low"], r["ci_high"]), num(r["detectable"])])
+    lines.append(markdown_table(["figure", "kind", "comparison", "value [95%]", "detectable |difference|"], rows, ["l", "l", "l", "r", "r"]))
+    lines += [
+        "",
+        image(
+            "dose_response.png",
+            "C4's dose-responses: each inference-time variant's C_res minus its base "
+            "model's on the same tokens, against NTK α and window W, with paired 95% intervals; the panel "
+            "titles give the slope per doubling (4-bit SmolLM2).",
+            page,
+        ),
+    ]
     return "\n".join(lines)
 
 
@@ -486,17 +570,21 @@ def attribution_section(folder: Path, page: Path) -> str:
         return "\n".join(lines + ["*The relativize part (`attribution.*`) is not in this run folder: not measured.*", ""])
     settings = a.meta.get("settings") or {}
     corpus = a.meta.get("corpus") or {}
-    lines.append("Every layer's scores are edited so that their absolute logit component is gone, and each layer is "
-                 "captured before its own edit, so layer l is measured with layers < l edited (methodology §11). "
-                 "r = 1 − mean over layers ≥ 2 of the edited L(log a) over the unedited one, with a paired "
-                 "delete-one-group jackknife 95% interval; the edit is fitted on a calibration corpus disjoint "
-                 "from the measured one, at two sizes for 'every column' (the calibration's own noise). "
-                 f"Measured corpus: {corpus.get('n_seqs', '?')} sequences × {corpus.get('seq_len', '?')} tokens; "
-                 f"settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items() if not isinstance(v, (list, dict))) + ".")
+    lines.append(
+        "Every layer's scores are edited so that their absolute logit component is gone, and each layer is "
+        "captured before its own edit, so layer l is measured with layers < l edited (methodology §11). "
+        "r = 1 − mean over layers ≥ 2 of the edited L(log a) over the unedited one, with a paired "
+        "delete-one-group jackknife 95% interval; the edit is fitted on a calibration corpus disjoint "
+        "from the measured one, at two sizes for 'every column' (the calibration's own noise). "
+        f"Measured corpus: {corpus.get('n_seqs', '?')} sequences × {corpus.get('seq_len', '?')} tokens; "
+        f"settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items() if not isinstance(v, (list, dict))) + "."
+    )
     lines.append("")
     summary = a.summary[a.summary["query_window"] == "all"]
-    rows = [[MODE_TEXT.get(str(r["mode"]), str(r["mode"])), count(r["calibration_size"]),
-             with_interval(r["value"], r["ci_low"], r["ci_high"])] for _, r in summary.iterrows()]
+    rows = [
+        [MODE_TEXT.get(str(r["mode"]), str(r["mode"])), count(r["calibration_size"]), with_interval(r["value"], r["ci_low"], r["ci_high"])]
+        for _, r in summary.iterrows()
+    ]
     lines.append(markdown_table(["edit", "calibration sequences", "r, all queries [95%]"], rows, ["l", "r", "r"]))
     lines.append("")
     levels = a.table[(a.table["metric"] == "leakage_pattern") & (a.table["kind"] == "level") & (a.table["query_window"] == "all")]
@@ -514,19 +602,32 @@ def attribution_section(folder: Path, page: Path) -> str:
     lines.append("")
     lines.append(markdown_table(["layer"] + [MODE_TEXT[m] for m in modes], rows))
     lines.append("")
-    lines.append(image("attribution.png", "L(log a) by layer, all queries, unedited and with every layer relativized in "
-                       "each mode, beside the purely relative placebo of matched norm; layer 0 is the negative control "
-                       "(4-bit SmolLM2).", page))
+    lines.append(
+        image(
+            "attribution.png",
+            "L(log a) by layer, all queries, unedited and with every layer relativized in "
+            "each mode, beside the purely relative placebo of matched norm; layer 0 is the negative control "
+            "(4-bit SmolLM2).",
+            page,
+        )
+    )
     if len(a.loss):
         rows = []
         for _, r in a.loss[a.loss["query_bin"] == -1].iterrows():
-            rows.append([MODE_TEXT.get(str(r["edit"]).replace("relativize:", ""), str(r["edit"])),
-                         with_interval(r["value"], r["ci_low"], r["ci_high"])])
+            rows.append(
+                [MODE_TEXT.get(str(r["edit"]).replace("relativize:", ""), str(r["edit"])), with_interval(r["value"], r["ci_low"], r["ci_high"])]
+            )
         lines.append("Change in next-token loss (nats per token, all positions; per query bin in the figure):")
         lines.append("")
         lines.append(markdown_table(["edit", "Δ loss [95%]"], rows, ["l", "r"]))
-        lines += ["", image("loss_change.png", "Change in next-token loss per query bin under each edit, beside its purely "
-                            "relative placebo of matched norm (4-bit SmolLM2).", page)]
+        lines += [
+            "",
+            image(
+                "loss_change.png",
+                "Change in next-token loss per query bin under each edit, beside its purely relative placebo of matched norm (4-bit SmolLM2).",
+                page,
+            ),
+        ]
     return "\n".join(lines)
 
 
@@ -544,15 +645,16 @@ def _quote(row: pd.Series | None, percent: bool = False) -> str:
     if pd.isna(row["ci_low"]):
         return f"{num(row['value'] * scale)}{unit}".replace("-", "−")
     places = decimals(float(row["value"]) * scale)
-    text = (f"{num(row['value'] * scale, places)}{unit} [{num(row['ci_low'] * scale, places)}{unit}, "
-            f"{num(row['ci_high'] * scale, places)}{unit}]")
+    text = f"{num(row['value'] * scale, places)}{unit} [{num(row['ci_low'] * scale, places)}{unit}, {num(row['ci_high'] * scale, places)}{unit}]"
     return text.replace("-", "−")  # the minus of the report's sentences
 
 
 def _scope(run: dict[str, Any]) -> str:
     settings = run.get("settings") or {}
-    return (f"one model, {settings.get('model', '?')}, with 4-bit quantized weights, on "
-            f"{settings.get('n_seqs', '?')} sequences × {settings.get('seq_len', '?')} tokens of CPython's documentation")
+    return (
+        f"one model, {settings.get('model', '?')}, with 4-bit quantized weights, on "
+        f"{settings.get('n_seqs', '?')} sequences × {settings.get('seq_len', '?')} tokens of CPython's documentation"
+    )
 
 
 def _mode_split(parts: dict[str, Any]) -> str:
@@ -593,15 +695,18 @@ def _c4_reading(claims: Claims) -> str:
             continue
         up = figure["ci_low"] > 0
         if "window" in name:
-            said.append(f"The window's dose-response: {name.split(' (')[0]} {'grows' if up else 'falls'} with W, so a "
-                        f"narrower window {'accumulates less' if up else 'accumulates more'} (the claim expects more).")
+            said.append(
+                f"The window's dose-response: {name.split(' (')[0]} {'grows' if up else 'falls'} with W, so a "
+                f"narrower window {'accumulates less' if up else 'accumulates more'} (the claim expects more)."
+            )
         else:
-            said.append(f"The NTK dose-response: {name.split(' (')[0]} {'grows' if up else 'falls'} as α grows "
-                        "(the claim expects it to fall).")
+            said.append(f"The NTK dose-response: {name.split(' (')[0]} {'grows' if up else 'falls'} as α grows (the claim expects it to fall).")
     joint_verdict = str(rows["verdict"].iloc[0]) if len(rows) else NOT_MEASURED
-    rule = {NOT_SUPPORTED: "one comparison against the claim makes the claim not supported",
-            SUPPORTED: "every comparison is as claimed",
-            INCONCLUSIVE: "no comparison is against the claim, but not every one is as claimed"}.get(joint_verdict, "")
+    rule = {
+        NOT_SUPPORTED: "one comparison against the claim makes the claim not supported",
+        SUPPORTED: "every comparison is as claimed",
+        INCONCLUSIVE: "no comparison is against the claim, but not every one is as claimed",
+    }.get(joint_verdict, "")
     lead = f"C4 is decided by all its comparisons together ({rule})." if rule else ""
     return " ".join([lead] + said)
 
@@ -613,55 +718,73 @@ def _open_questions(claim: str, claims: Claims, parts: dict[str, Result], run: d
     if verdicts == {NOT_MEASURED}:
         return "Nothing: the claim was not measured in this run."
     if claim == "C1":
-        return (f"The figures come from {_scope(run)}: they say that this model's patterns carry position, not how "
-                "large the signal is in other models or at other lengths.")
+        return (
+            f"The figures come from {_scope(run)}: they say that this model's patterns carry position, not how "
+            "large the signal is in other models or at other lengths."
+        )
     if claim == "C2":
-        return ("That the mask source exists is true by construction; the figures measure its size. They do not say "
-                "how much of the later layers' absolute position the mask wrote there in earlier layers (C_res counts "
-                "that too, methodology §4.6): that is C7's question.")
+        return (
+            "That the mask source exists is true by construction; the figures measure its size. They do not say "
+            "how much of the later layers' absolute position the mask wrote there in earlier layers (C_res counts "
+            "that too, methodology §4.6): that is C7's question."
+        )
     if claim == "C3":
         key0 = _input(claims, "C3", "r (key0)")
         if key0 is None:
-            return ("The causal figure, relativizing key 0 in every layer, was not measured in this run, so the claim "
-                    "rests on the sink-path ablation alone.")
+            return (
+                "The causal figure, relativizing key 0 in every layer, was not measured in this run, so the claim "
+                "rests on the sink-path ablation alone."
+            )
         if key0["ci_high"] < 0:
             effect = "raised the later layers' L(log a) instead of lowering it"
         elif key0["ci_low"] > 0:
             effect = "lowered the later layers' L(log a)"
         else:
             effect = "changed the later layers' L(log a) by an amount the data cannot tell from 0"
-        return (f"Whether the key-0 logit is the sink path's route: relativizing key 0 in every layer {effect}. "
-                "Key 0 is not the only route (a relative sink logit still "
-                "writes a_i0·v₀, which varies with i through the normalization), so this neither confirms nor "
-                "refutes the claim; the ablation, which fixes a_i0 itself, is what decides it.")
+        return (
+            f"Whether the key-0 logit is the sink path's route: relativizing key 0 in every layer {effect}. "
+            "Key 0 is not the only route (a relative sink logit still "
+            "writes a_i0·v₀, which varies with i through the normalization), so this neither confirms nor "
+            "refutes the claim; the ablation, which fixes a_i0 itself, is what decides it."
+        )
     if claim == "C4":
-        return ("The NTK and window cases are inference-time variants of a model trained with neither, so the "
-                "figures say what α and W do to SmolLM2 as trained, not what a model trained with them shows; "
-                "Gemma 3 differs from SmolLM2 in size, data and training as well as in its window. A true difference "
-                "smaller than a comparison's detectable one would be missed four times in five.")
+        return (
+            "The NTK and window cases are inference-time variants of a model trained with neither, so the "
+            "figures say what α and W do to SmolLM2 as trained, not what a model trained with them shows; "
+            "Gemma 3 differs from SmolLM2 in size, data and training as well as in its window. A true difference "
+            "smaller than a comparison's detectable one would be missed four times in five."
+        )
     if claim == "C5":
-        return ("Why the replacements differ: each writes another vector at position 0, and the reduction measures "
-                "what C_res does afterwards, not which direction of the BOS residual the sink heads read. A reduction "
-                "above 100% means C_res changed sign, which no target of 40% anticipates.")
+        return (
+            "Why the replacements differ: each writes another vector at position 0, and the reduction measures "
+            "what C_res does afterwards, not which direction of the BOS residual the sink heads read. A reduction "
+            "above 100% means C_res changed sign, which no target of 40% anticipates."
+        )
     if claim == "C6":
-        return (f"The figures come from {_scope(run)}; the readout reads the sink-reading heads together, so they do "
-                "not say which head carries the fingerprint.")
+        return (
+            f"The figures come from {_scope(run)}; the readout reads the sink-reading heads together, so they do "
+            "not say which head carries the fingerprint."
+        )
     if claim == "C7":
         r = _input(claims, "C7", "r (all)")
         if r is None:
             return "Nothing: the relativization was not measured."
         pieces = []
         if r["ci_high"] < -0.10:
-            pieces.append("The rule, fixed before the run, counts an r wholly below −10% neither as support nor as "
-                          "the equivalence a 'not supported' needs: the edit did not remove the later layers' absolute "
-                          "position, it added to it")
+            pieces.append(
+                "The rule, fixed before the run, counts an r wholly below −10% neither as support nor as "
+                "the equivalence a 'not supported' needs: the edit did not remove the later layers' absolute "
+                "position, it added to it"
+            )
         split = _mode_split(parts)
         if split:
             pieces.append(split)
         text = "; ".join(pieces) + ". " if pieces else ""
-        return text + ("What the data cannot tell apart: later layers that rebuild absolute position from the edited "
-                       "residual stream, and a model pushed off its distribution by the edit, which the loss change "
-                       "beside the placebo bounds but does not exclude.")
+        return text + (
+            "What the data cannot tell apart: later layers that rebuild absolute position from the edited "
+            "residual stream, and a model pushed off its distribution by the edit, which the loss change "
+            "beside the placebo bounds but does not exclude."
+        )
     return ""
 
 
@@ -671,9 +794,11 @@ def decided_section(folder: Path, parts: dict[str, Result], run: dict[str, Any])
     claims = read_claims(folder)
     if claims is None:
         return "\n".join(lines + [f"*`{CLAIMS_FILE}` or `{INPUTS_FILE}` is not in this run folder.*", ""])
-    lines.append("Each paragraph is generated from the claims and inputs tables: first the verdict of each case with "
-                 "the figures it read (the sentences of the HTML report), then what those figures could not decide. "
-                 "Rules and margins were fixed in code before the run.")
+    lines.append(
+        "Each paragraph is generated from the claims and inputs tables: first the verdict of each case with "
+        "the figures it read (the sentences of the HTML report), then what those figures could not decide. "
+        "Rules and margins were fixed in code before the run."
+    )
     lines.append("")
     by_claim: dict[str, list[dict[str, Any]]] = {}
     for row in summary_rows(claims, str(folder), present=list(parts), settings=run.get("settings") or {}):
@@ -707,16 +832,19 @@ def bos_section(parts: dict[str, Result]) -> str:
     if "bos-swap" not in parts:
         return "\n".join(lines + [missing("bos-swap")])
     result = parts["bos-swap"]
-    lines.append("Reduction = 1 − C_res(after) / C_res(before), aggregated over layers ≥ 1, with 95% paired "
-                 "jackknife intervals (methodology §7). The replacement is written into the embedding output at "
-                 "position 0 before the first block.")
+    lines.append(
+        "Reduction = 1 − C_res(after) / C_res(before), aggregated over layers ≥ 1, with 95% paired "
+        "jackknife intervals (methodology §7). The replacement is written into the embedding output at "
+        "position 0 before the first block."
+    )
     lines.append("")
-    lines.append(markdown_table(["replacement", f"reduction, {WINDOW_TEXT['early']}", f"reduction, {WINDOW_TEXT['all']}"],
-                                reduction_rows(result)))
+    lines.append(markdown_table(["replacement", f"reduction, {WINDOW_TEXT['early']}", f"reduction, {WINDOW_TEXT['all']}"], reduction_rows(result)))
     described = result.meta.get("replacements") or []
     if described:
-        lines += ["", "Replacements as recorded: " + "; ".join(
-            ", ".join(f"{k} = {v}" for k, v in d.items() if v is not None) for d in described) + "."]
+        lines += [
+            "",
+            "Replacements as recorded: " + "; ".join(", ".join(f"{k} = {v}" for k, v in d.items() if v is not None) for d in described) + ".",
+        ]
     lines.append("")
     return "\n".join(lines)
 
@@ -729,12 +857,13 @@ def ablation_section(parts: dict[str, Result]) -> str:
     heads = (result.meta.get("ablation") or {}).get("heads")
     if result.table.empty:
         return "\n".join(lines + ["*No head reached the sink threshold: nothing was ablated.*", ""])
-    text = ("In every sink-reading head, a_i0 is replaced by the head's mean over queries and the rest of the row "
-            "rescaled (methodology §7). Reduction of C_res over layers ≥ 1, 95% paired jackknife intervals")
+    text = (
+        "In every sink-reading head, a_i0 is replaced by the head's mean over queries and the rest of the row "
+        "rescaled (methodology §7). Reduction of C_res over layers ≥ 1, 95% paired jackknife intervals"
+    )
     text += f"; {len(heads)} heads ablated." if isinstance(heads, list) else "."
     lines += [text, ""]
-    lines.append(markdown_table(["intervention", f"reduction, {WINDOW_TEXT['early']}", f"reduction, {WINDOW_TEXT['all']}"],
-                                reduction_rows(result)))
+    lines.append(markdown_table(["intervention", f"reduction, {WINDOW_TEXT['early']}", f"reduction, {WINDOW_TEXT['all']}"], reduction_rows(result)))
     lines.append("")
     return "\n".join(lines)
 
@@ -750,10 +879,13 @@ def sinks_section(parts: dict[str, Result], run: dict[str, Any]) -> str:
     model = result.meta.get("model", {})
     n_heads = model.get("n_heads")
     tau = (result.meta.get("settings") or {}).get("tau", (run.get("settings") or {}).get("tau"))
-    lines.append(f"Model {model.get('model', '?')} ({model.get('variant', 'base')}). A head is sink-reading if its sink "
-                 "score (mean over queries i ≥ 1 of a_i0) is at least τ"
-                 + (f" = {tau}" if tau is not None else "") + ". Low: heads whose score interval lies wholly above τ; "
-                 "high: heads whose interval reaches τ.")
+    lines.append(
+        f"Model {model.get('model', '?')} ({model.get('variant', 'base')}). A head is sink-reading if its sink "
+        "score (mean over queries i ≥ 1 of a_i0) is at least τ"
+        + (f" = {tau}" if tau is not None else "")
+        + ". Low: heads whose score interval lies wholly above τ; "
+        "high: heads whose interval reaches τ."
+    )
     lines.append("")
     rows = []
     for layer in layer_order(counts["layer"]):
@@ -762,8 +894,7 @@ def sinks_section(parts: dict[str, Result], run: dict[str, Any]) -> str:
         total = len(heads_here) if len(heads_here) else (n_heads if layer >= 0 else None)
         name = "all layers" if layer == -1 else str(layer)
         top = heads_here["value"].max() if len(heads_here) else float("nan")
-        rows.append([name, count(r["value"]), f"[{count(r['ci_low'])}, {count(r['ci_high'])}]",
-                     str(total) if total is not None else "—", num(top)])
+        rows.append([name, count(r["value"]), f"[{count(r['ci_low'])}, {count(r['ci_high'])}]", str(total) if total is not None else "—", num(top)])
     lines.append(markdown_table(["layer", "sink-reading heads", "interval [low, high]", "heads measured", "highest sink score"], rows))
     lines.append("")
     return "\n".join(lines)
@@ -801,18 +932,20 @@ def build(folder: Path, out: Path = Path("docs/findings.md")) -> str:
         "",
         f"*Generated on {generated} by `.venv/bin/python docs/make_findings.py --results {folder}` from the tables "
         f"of the run folder `{folder}` ("
-        + ", ".join(f"`{name}`" for name in [CLAIMS_FILE, INPUTS_FILE, "run.json"] + [f"{p}.parquet" for p in parts]
-                    + list(ATTRIBUTION_FILES) if (folder / name).exists())
+        + ", ".join(
+            f"`{name}`"
+            for name in [CLAIMS_FILE, INPUTS_FILE, "run.json"] + [f"{p}.parquet" for p in parts] + list(ATTRIBUTION_FILES)
+            if (folder / name).exists()
+        )
         + "). Every figure below is read from those tables; none is typed in. The images are drawn from the same "
-        f"tables by `.venv/bin/python docs/make_findings_figures.py --results {folder}`. "
-        + weights_note(recorded_models(run, parts)) + "*",
+        f"tables by `.venv/bin/python docs/make_findings_figures.py --results {folder}`. " + weights_note(recorded_models(run, parts)) + "*",
         "",
     ]
     if not run_path.exists():
         head += ["*`run.json` is missing from the run folder: the run's provenance is incomplete.*", ""]
     sections = [
         claims_section(folder),
-        decided_section(folder, {**parts, **({'relativize': a} if (a := read_attribution(folder)) else {})}, run),
+        decided_section(folder, {**parts, **({"relativize": a} if (a := read_attribution(folder)) else {})}, run),
         provenance(folder, run, parts),
         leakage_section(parts),
         compare_section(parts, out),
@@ -830,8 +963,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=Path("results/full"), help="run folder written by poslens report")
     parser.add_argument("--out", type=Path, default=Path("docs/findings.md"), help="Markdown page to write")
-    parser.add_argument("--summary-in", type=Path, nargs="*", default=[],
-                        help="pages whose claims-summary markers receive the short claims table (README.md, docs/index.md)")
+    parser.add_argument(
+        "--summary-in",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="pages whose claims-summary markers receive the short claims table (README.md, docs/index.md)",
+    )
     args = parser.parse_args()
     if not args.results.is_dir():
         parser.error(f"{args.results} is not a folder; run `poslens report --full --out {args.results}` first")

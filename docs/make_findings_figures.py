@@ -21,8 +21,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 from plotly.graph_objects import Figure
@@ -30,7 +31,7 @@ from plotly.graph_objects import Figure
 sys.path.insert(0, str(Path(__file__).parent))
 from make_findings import load_parts, recorded_models  # noqa: E402
 
-from poslens.measurement import plots  # noqa: E402
+from poslens.measurement import intervention_plots, plots  # noqa: E402
 from poslens.mechanisms.attribution import Attribution  # noqa: E402
 from poslens.mechanisms.comparisons import comparison_table  # noqa: E402
 
@@ -40,7 +41,7 @@ def _compare_rows(parts: dict[str, Any], keep: Callable[[str, str], bool]) -> pd
     if "compare" not in parts:
         return None
     t = parts["compare"].table
-    rows = t[[keep(str(m), str(v)) for m, v in zip(t["model"], t["variant"])]]
+    rows = t[[keep(str(m), str(v)) for m, v in zip(t["model"], t["variant"], strict=False)]]
     return rows if len(rows) else None
 
 
@@ -60,7 +61,7 @@ def _dose_response(parts: dict[str, Any]) -> Figure | None:
     paired = comparisons[comparisons["kind"] == "paired"]
     if not any(str(v).startswith(("ntk:", "window:")) for v in paired["variant"]):
         return None
-    return plots.plot_dose_response(comparisons, "c_res", "all")
+    return intervention_plots.plot_dose_response(comparisons, "c_res", "all")
 
 
 def _attribution(folder: Path) -> Attribution | None:
@@ -72,31 +73,48 @@ def _attribution(folder: Path) -> Attribution | None:
 FIGURES: dict[str, tuple[str, Callable[[dict[str, Any], Path], Figure | None], int, Callable[[str], bool]]] = {
     "sources_ntk.png": (
         "C_res and C_mask by layer: SmolLM2 standard RoPE and its NTK variants",
-        lambda parts, folder: _sources(parts, lambda m, v: _is_smollm(m) and (v == "base" or v.startswith("ntk:")),
-                                       "C_res and C_mask by layer, all queries: standard RoPE and NTK α (inference-time)"),
-        1500, _is_smollm),
+        lambda parts, folder: _sources(
+            parts,
+            lambda m, v: _is_smollm(m) and (v == "base" or v.startswith("ntk:")),
+            "C_res and C_mask by layer, all queries: standard RoPE and NTK α (inference-time)",
+        ),
+        1500,
+        _is_smollm,
+    ),
     "sources_window.png": (
         "C_res and C_mask by layer: SmolLM2 with imposed sliding windows",
-        lambda parts, folder: _sources(parts, lambda m, v: _is_smollm(m) and (v == "base" or v.startswith("window:")),
-                                       "C_res and C_mask by layer, all queries: standard RoPE and imposed windows W (inference-time)"),
-        1800, _is_smollm),
+        lambda parts, folder: _sources(
+            parts,
+            lambda m, v: _is_smollm(m) and (v == "base" or v.startswith("window:")),
+            "C_res and C_mask by layer, all queries: standard RoPE and imposed windows W (inference-time)",
+        ),
+        1800,
+        _is_smollm,
+    ),
     "sources_native.png": (
         "C_res and C_mask by layer: SmolLM2 against Gemma 3 (native sliding window)",
-        lambda parts, folder: _sources(parts, lambda m, v: v == "base",
-                                       "C_res and C_mask by layer, all queries: the native models"),
-        1100, lambda name: name.endswith("(base)")),
+        lambda parts, folder: _sources(parts, lambda m, v: v == "base", "C_res and C_mask by layer, all queries: the native models"),
+        1100,
+        lambda name: name.endswith("(base)"),
+    ),
     "dose_response.png": (
         "C4's dose-responses: paired differences of C_res against NTK α and window W",
         lambda parts, folder: _dose_response(parts),
-        1100, _is_smollm),
+        1100,
+        _is_smollm,
+    ),
     "attribution.png": (
         "Cumulative relativization: L(log a) by layer, unedited and under each mode, with the placebo",
-        lambda parts, folder: (a := _attribution(folder)) and plots.plot_attribution(a.table, "all"),
-        1100, _is_smollm),
+        lambda parts, folder: (a := _attribution(folder)) and intervention_plots.plot_attribution(a.table, "all"),
+        1100,
+        _is_smollm,
+    ),
     "loss_change.png": (
         "What each edit costs: change in next-token loss per query bin, beside the placebo",
-        lambda parts, folder: (a := _attribution(folder)) and (plots.plot_loss_change(a.loss) if len(a.loss) else None),
-        1100, _is_smollm),
+        lambda parts, folder: (a := _attribution(folder)) and (intervention_plots.plot_loss_change(a.loss) if len(a.loss) else None),
+        1100,
+        _is_smollm,
+    ),
 }
 
 
@@ -108,8 +126,14 @@ def capture(figures: dict[str, tuple[Figure, int]], out: Path) -> list[Path]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--window-size=2000,1400", "--force-device-scale-factor=1"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--window-size=2000,1400",
+        "--force-device-scale-factor=1",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
     written = []
@@ -146,16 +170,16 @@ def main() -> None:
     models = recorded_models(run, parts)
     drawn = {}
     for name, (what, draw, width, drawn_models) in FIGURES.items():
-        quantized = sorted({f"{model.split(' (')[0]}: {info['quantized']}" for model, info in models.items()
-                            if drawn_models(model) and info.get("quantized")})
+        quantized = sorted(
+            {f"{model.split(' (')[0]}: {info['quantized']}" for model, info in models.items() if drawn_models(model) and info.get("quantized")}
+        )
         fig = draw(parts, args.results)
         if fig is None:
             print(f"skipped {name} ({what}): its tables are not in {args.results}")
             continue
         if quantized:  # figures from the embedded models say so on the image itself
             title = fig.layout.title.text or ""
-            fig.update_layout(title_text=f"{title}<br><sup>4-bit quantized embedded models: {'; '.join(quantized)}</sup>",
-                              margin_t=110)
+            fig.update_layout(title_text=f"{title}<br><sup>4-bit quantized embedded models: {'; '.join(quantized)}</sup>", margin_t=110)
         drawn[name] = (fig, width)
     args.out.mkdir(parents=True, exist_ok=True)
     for path in capture(drawn, args.out):

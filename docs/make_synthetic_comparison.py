@@ -99,7 +99,7 @@ def scores(heads: list[Head], window: int | None, generator: torch.Generator) ->
     """Scores [N, H, T, T] in float64, invisible entries at the dtype minimum."""
     visible = J <= I
     if window is not None:
-        visible = visible & (J > I - window)
+        visible = visible & (I - window < J)
     out = torch.empty(N_SEQS, len(heads), T, T, dtype=torch.float64)
     for h, head in enumerate(heads):
         logits = head.logits.expand(N_SEQS, T, T)
@@ -126,10 +126,11 @@ def rows(heads: list[Head], window: int | None, generator: torch.Generator) -> l
     out = []
     for h, head in enumerate(heads):
         for query_window in ("all", "early"):
-            def value(metric: str) -> float:
+
+            def value(metric: str, query_window: str = query_window, h: int = h) -> float:
                 return result.value(metric, query_window, layer=0, head=h)
 
-            def interval(metric: str) -> str:
+            def interval(metric: str, query_window: str = query_window, h: int = h) -> str:
                 r = result.select(metric, query_window, layer=0, head=h).iloc[0]
                 return f"{sci(r['value'])} [{sci(r['ci_low'])}, {sci(r['ci_high'])}]"
 

@@ -38,8 +38,14 @@ def _driver(width: int, height: int):
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 f"--window-size={width},{height}", "--proxy-server=http://127.0.0.1:9"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+        "--proxy-server=http://127.0.0.1:9",
+    ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
@@ -53,7 +59,8 @@ def _shoot(driver, url: str, png: Path, figures: int = 0) -> list[str]:
     drawn = driver.execute_script("return document.querySelectorAll('.plotly-graph-div .main-svg').length")
     for k in range(figures):
         found = driver.execute_script(
-            f"const d = document.querySelectorAll('.plotly-graph-div')[{k}]; if (d) {{ d.scrollIntoView(); window.scrollBy(0, -120); }} return !!d;")
+            f"const d = document.querySelectorAll('.plotly-graph-div')[{k}]; if (d) {{ d.scrollIntoView(); window.scrollBy(0, -120); }} return !!d;"
+        )
         if not found:
             break
         time.sleep(0.5)

@@ -184,8 +184,12 @@ class SphinxRoles(griffe.Extension):
         text = "\n".join(above) if above else (same[1] if same else "")
         if text:
             attr.docstring = griffe.Docstring(
-                text, lineno=attr.lineno, endlineno=attr.lineno, parent=attr,
-                parser=agent.docstring_parser, parser_options=agent.docstring_options,
+                text,
+                lineno=attr.lineno,
+                endlineno=attr.lineno,
+                parent=attr,
+                parser=agent.docstring_parser,
+                parser_options=agent.docstring_options,
             )
 
     def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:

@@ -11,7 +11,7 @@ so it is well formed; an end tag with no open element of its name is ignored.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 _TOKEN = re.compile(
     r"<!--.*?-->"  # comment
@@ -22,7 +22,7 @@ _TOKEN = re.compile(
     re.DOTALL | re.IGNORECASE,
 )
 _TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9:-]*)([^>]*?)(/?)>", re.DOTALL)
-_VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+_VOID = frozenset(["area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"])
 _CLASS = re.compile(r"""\bclass\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""", re.IGNORECASE)
 
 SKIP_TAGS = frozenset({"code", "pre", "a", "kbd", "samp", "math", "svg"})
@@ -57,7 +57,7 @@ def map_text(
         out.append(fn(text) if inside and not skipped else text)
 
     for m in _TOKEN.finditer(html):
-        emit_text(html[pos:m.start()])
+        emit_text(html[pos : m.start()])
         token = m.group(0)
         out.append(token)
         pos = m.end()
