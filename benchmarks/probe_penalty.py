@@ -37,7 +37,7 @@ def main() -> None:
     model = poslens.load_model(args.model)
     corpus = poslens.make_corpus(model, "docs", n_seqs=args.n_seqs, seq_len=args.seq_len, seed=args.seed)
     start = time.perf_counter()
-    _, residual, _ = run_once(model, corpus, None, groups=args.groups, early=32, batch_size=4, progress=True)
+    _, residual, _ = run_once(model, corpus, [], groups=args.groups, early=32, batch_size=4, progress=True)
     print(f"unedited pass: {time.perf_counter() - start:.0f} s ({args.model}, {args.n_seqs} × {args.seq_len}, seed {args.seed})")
     print("| penalty | " + " | ".join(f"{site} probe R², layers ≥ 2" for site in SITES) + " |")
     print("|---|" + "---|" * len(SITES))

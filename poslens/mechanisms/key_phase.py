@@ -36,7 +36,7 @@ import torch
 from poslens.errors import InputError
 from poslens.model import hooks as hook_names
 from poslens.model.pos_model import PosModel
-from poslens.model.rotary import LayerRotary, layer_rotary, phase_steps, rotate
+from poslens.model.rotary import LayerRotary, layer_rotary, move
 
 __all__ = ["KeyPhaseFreeze", "key_logit_change"]
 
@@ -44,17 +44,17 @@ __all__ = ["KeyPhaseFreeze", "key_logit_change"]
 def key_logit_change(
     rotated_q: torch.Tensor, rotated_k: torch.Tensor, facts: LayerRotary, key: int, offset: int | None, rows: torch.Tensor
 ) -> torch.Tensor:
-    """How much each logit of key ``key`` changes when the query rows are rotated to sit at ``offset`` from it.
+    """How much each logit of key ``key`` changes when the query rows are rotated as if at ``offset`` from it.
 
     The new logit is the model's logit of ⟨R_{key+D} q_i, R_key k_key⟩, the old one
-    that of ⟨R_i q_i, R_key k_key⟩; the change is their difference.
+    that of ⟨R_i q_i, R_key k_key⟩ (both through :meth:`LayerRotary.logit`); the change is their difference.
 
     Args:
         rotated_q: The rotated queries, [batch, pos, heads, d] (``hook_rot_q``).
         rotated_k: The rotated keys, [batch, pos, kv_heads, d] (``hook_rot_k``).
         facts: The layer's rotary facts (:func:`~poslens.model.rotary.layer_rotary`).
         key: The key position p.
-        offset: The frozen offset D, or ``None`` (every row at its own offset: no change).
+        offset: The frozen offset D, or ``None``: every row at its own offset (D = i, the identity).
         rows: The query rows to edit, [n] (each > ``key``).
 
     Returns:
@@ -62,17 +62,24 @@ def key_logit_change(
 
     Example:
         >>> from poslens.model.rotary import LayerRotary
-        >>> facts = LayerRotary(0, 2, torch.tensor([0.1, 0.1], dtype=torch.float64), "half", 1.0, None)
-        >>> q = torch.tensor([1.0, 0.0]).expand(1, 4, 1, 2); k = torch.tensor([1.0, 0.0]).expand(1, 4, 1, 2)
-        >>> change = key_logit_change(q, k, facts, 0, 0, torch.arange(1, 4))   # D = 0: row i turned back by i steps
-        >>> [round(v, 4) for v in change[0, 0].tolist()]                        # cos(−0.1·i) − cos(0)
-        [-0.005, -0.0199, -0.0447]
+        >>> def tables(p):
+        ...     angle = p.to(torch.float64)[:, None] * torch.tensor([0.1, 0.1], dtype=torch.float64)
+        ...     return torch.cos(angle), torch.sin(angle)
+        >>> facts = LayerRotary(0, 2, "half", 1.0, None, tables)
+        >>> rows = torch.arange(1, 4)
+        >>> q = torch.stack([torch.cos(0.1 * rows), torch.sin(0.1 * rows)], -1).double()[None, :, None]  # R_i q, q = (1, 0)
+        >>> k = torch.tensor([1.0, 0.0], dtype=torch.float64).expand(1, 4, 1, 2)                           # R_0 k_0 = (1, 0)
+        >>> q = torch.cat([q[:, :1], q], dim=1)                                                            # position 0 too
+        >>> change = key_logit_change(q, k, facts, 0, 0, rows)   # D = 0: every row as if at offset 0
+        >>> [round(v, 4) for v in change[0, 0].tolist()]        # cos(0) − cos(0.1·i)
+        [0.005, 0.0199, 0.0447]
     """
     n_heads, n_kv = rotated_q.shape[2], rotated_k.shape[2]
     x = rotated_q[:, rows].to(torch.float64).transpose(1, 2)  # [batch, heads, n, d]
     y = rotated_k[:, key].to(torch.float64).repeat_interleave(n_heads // n_kv, dim=1)[:, :, None, :]  # [batch, heads, 1, d]
+    target = rows if offset is None else torch.full_like(rows, key + offset)
     before = (x * y).sum(-1)
-    after = (rotate(x, phase_steps(rows, key, offset).to(x.device), facts) * y).sum(-1)
+    after = (move(x, rows, target, facts) * y).sum(-1)
     return facts.logit(after) - facts.logit(before)
 
 

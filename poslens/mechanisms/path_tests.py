@@ -48,6 +48,7 @@ from poslens.mechanisms import sinks
 from poslens.mechanisms.interventions import SinkAblation
 from poslens.mechanisms.key_phase import KeyPhaseFreeze
 from poslens.mechanisms.mask_only_sink import MaskOnlySinkProfile
+from poslens.mechanisms.path_doses import dose_responses
 from poslens.model.corpus import Corpus
 from poslens.model.hooks import run_with_hooks
 from poslens.model.pos_model import PosModel
@@ -87,7 +88,7 @@ def _nll(logits: torch.Tensor, tokens: torch.Tensor) -> np.ndarray:
 def run_once(
     model: PosModel,
     corpus: Corpus,
-    intervention: Any | None,
+    interventions: Sequence[Any],
     groups: int,
     early: int,
     batch_size: int,
@@ -95,16 +96,16 @@ def run_once(
     progress: bool = False,
     description: str = "path tests",
 ) -> tuple[Any, Any, np.ndarray]:
-    """One full forward pass over the corpus with an edit (or none), reading everything the tests need.
+    """One full forward pass over the corpus with its interventions (none for the unedited run), reading everything the tests need.
 
-    Per batch the hooks run in this order: the edit's own (e.g. keeping the rotated q and k), the capture of
-    the cell sums and the residual readouts, then the edit's hooks after the capture (a key-phase freeze edits
-    layer l's scores after they are measured).
+    Per batch the hooks run in this order: the interventions' own (e.g. keeping the rotated q and k), the
+    capture of the cell sums and the residual readouts, then the interventions' hooks after the capture (a
+    key-phase freeze edits layer l's scores after they are measured).
 
     Args:
         model: The loaded model.
         corpus: The corpus.
-        intervention: The edit, or ``None`` for the unedited run.
+        interventions: The interventions of the run, in order (an edit, after any the whole study composes with).
         groups: Number of groups.
         early: Q of the early query window.
         batch_size: Sequences per forward pass.
@@ -120,7 +121,7 @@ def run_once(
         >>> from poslens.testing import save_tiny_model
         >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
         >>> corpus = poslens.make_corpus(model, "random", n_seqs=4, seq_len=12)
-        >>> sums, residual, nll = run_once(model, corpus, KeyPhaseFreeze(8), groups=2, early=4, batch_size=2)
+        >>> sums, residual, nll = run_once(model, corpus, [KeyPhaseFreeze(8)], groups=2, early=4, batch_size=2)
         >>> nll.shape, residual.rows.tolist()
         ((4, 11), [22.0, 22.0])
     """
@@ -130,8 +131,8 @@ def run_once(
     nll = np.zeros((corpus.n_seqs, corpus.seq_len - 1))
     for group, index in progress_bar(batches(corpus.n_seqs, groups, batch_size), desc=description, unit="batch", disable=not progress, leave=False):
         tokens = corpus.tokens[index]
-        before = intervention.hooks(model, tokens) if intervention is not None else []
-        after = intervention.hooks_after_capture(model, tokens) if hasattr(intervention, "hooks_after_capture") else []
+        before = [h for iv in interventions for h in iv.hooks(model, tokens)]
+        after = [h for iv in interventions if hasattr(iv, "hooks_after_capture") for h in iv.hooks_after_capture(model, tokens)]
         capture.group = residual.group = group
         capture.add_structure(len(index))
         logits = run_with_hooks(model, tokens, before + capture.hooks() + residual.hooks() + after, logits=True)
@@ -167,6 +168,7 @@ def path_specific_tests(
     penalty: float = PROBE_PENALTY,
     baseline: Result | None = None,
     max_width: int = DEFAULT_MAX_WIDTH,
+    interventions: Sequence[Any] = (),
     progress: bool = True,
 ) -> Result:
     """Run the path-specific tests: the key-0 phase freeze (and its sham), the mask-only sink profile and the ablation.
@@ -189,6 +191,8 @@ def path_specific_tests(
         penalty: The residual probe's ridge penalty.
         baseline: The unedited measurement of ``corpus`` (its sums are needed), or ``None``.
         max_width: Residual vectors wider than this are projected before their sums are kept.
+        interventions: Other interventions in every run, the unedited one and the baseline included (e.g. a BOS
+            replacement); each edit composes with them.
         progress: Whether to show progress bars.
 
     Returns:
@@ -211,6 +215,7 @@ def path_specific_tests(
         4
     """
     start = time.perf_counter()
+    others = list(interventions)
     offsets = default_offsets(corpus.seq_len) if offsets is None else tuple(offsets)
     for offset in offsets:
         if isinstance(offset, bool) or not isinstance(offset, int | np.integer) or offset < 0:
@@ -219,7 +224,7 @@ def path_specific_tests(
         if not 0 < dose <= 1:
             raise InputError(f"doses λ must lie in (0, 1], got {dose}")
     if baseline is None:
-        baseline = measure(model, corpus, groups=groups, early=early, batch_size=batch_size, probe=False, progress=progress)
+        baseline = measure(model, corpus, groups=groups, early=early, batch_size=batch_size, interventions=others, probe=False, progress=progress)
     heads = sinks.sink_reading_heads(baseline, tau)
     edits: list[Any] = [KeyPhaseFreeze(int(d)) for d in offsets]
     if sham:
@@ -234,7 +239,8 @@ def path_specific_tests(
     for edit in [None, *edits]:
         label = NONE if edit is None else edit.label
         began = time.perf_counter()
-        sums, residual, nll = run_once(model, corpus, edit, groups, early, batch_size, max_width, progress, f"path tests: {label}")
+        runs = others if edit is None else [*others, edit]
+        sums, residual, nll = run_once(model, corpus, runs, groups, early, batch_size, max_width, progress, f"path tests: {label}")
         figures[label] = run_figures(sums, residual, nll, heads, penalty)
         timings[label] = time.perf_counter() - began
     frames = [_rows(model, label, "level", "", f, binning) for label, f in figures.items()]
@@ -257,9 +263,11 @@ def path_specific_tests(
         "probe_penalty": penalty,
         "max_width": max_width,
         "first_layer": FIRST_LAYER,
-        "interventions": [edit.describe() for edit in edits],
+        "edits": [edit.describe() for edit in edits],
+        "interventions": [iv.describe() for iv in others],
     }
     meta = run_metadata(model, corpus, settings)
     meta["sink_heads"] = [list(h) for h in heads]
+    meta["dose_responses"] = dose_responses(table).to_dict(orient="records")
     meta["timings"] = {"per_run_seconds": timings, "total_seconds": time.perf_counter() - start}
     return Result(table, meta)

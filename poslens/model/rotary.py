@@ -1,20 +1,20 @@
 """The model's own rotary tables and score arithmetic, read from the loaded modules: what an edit of one logit needs.
 
 For layer l, :func:`layer_rotary` returns a :class:`LayerRotary`: how many
-dimensions of each query and key head RoPE rotates, the angular frequency of
-each rotated dimension (the model's own ``inv_freq`` for that layer: NTK, llama3
-and yarn scaling, per-layer bases such as Gemma 3's local and global ones, all
-as the model computes them), how the rotated dimensions are paired
-(``"half"``: dimension k with k + d/2, as transformers and GPT-NeoX do;
-``"adjacent"``: 2k with 2k + 1, as GPT-J), the factor that multiplies q·k, and
-the soft-cap applied after it (Gemma 2), if any.
+dimensions of each query and key head RoPE rotates, the model's own cos/sin
+tables for that layer at any position (computed as the model's rotary module
+computes them, with its frequencies: NTK, llama3 and yarn scaling, per-layer
+bases such as Gemma 3's local and global ones, an attention factor, the
+model's dtype), how the rotated dimensions are paired (``"half"``: dimension k
+with k + d/2, as transformers does; ``"adjacent"``: 2k with 2k + 1, as GPT-J
+and some HookedTransformers), the factor that multiplies q·k, and the soft-cap
+applied after it (Gemma 2), if any.
 
-With these, a logit of query i and key j can be recomputed from the rotated
-vectors the hooks ``hook_rot_q`` / ``hook_rot_k`` see, and the query rotated
-further by any offset: R_a (R_i q) = R_{i+a} q for a pure rotation R (a yarn
-attention factor multiplies both sides' tables and cancels in a relative
-rotation). :mod:`poslens.mechanisms.key_phase` uses it to freeze the key-0
-phase (methodology §12).
+With these, :func:`move` takes a query as the hook ``hook_rot_q`` saw it,
+rotated at its position i, and gives it as the model would have rotated it at
+another position: it undoes the model's rotation at i exactly and applies the
+model's rotation there. :mod:`poslens.mechanisms.key_phase` uses it to freeze
+the key-0 phase (methodology §12).
 
 Example:
     >>> import tempfile, poslens
@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import math  # noqa: F401 (the examples turn by π)
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,7 @@ import torch
 
 from poslens.errors import PoslensError
 
-__all__ = ["LayerRotary", "RotaryNotReadableError", "layer_rotary", "rotate", "rotate_half_pairs"]
+__all__ = ["LayerRotary", "RotaryNotReadableError", "layer_rotary", "move", "rotate_half_pairs"]
 
 
 class RotaryNotReadableError(PoslensError, ValueError):
@@ -48,30 +49,50 @@ class RotaryNotReadableError(PoslensError, ValueError):
     """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LayerRotary:
     """How one layer rotates its queries and keys and turns them into logits.
 
     Attributes:
         layer: The layer.
         rotary_dim: The leading dimensions of each head that RoPE rotates (the rest pass through).
-        omega: Angular frequency of each rotated dimension, [rotary_dim] float64, in the pairing's layout.
         pairing: ``"half"`` (dimension k pairs with k + rotary_dim/2) or ``"adjacent"`` (2k with 2k + 1).
         scale: The factor on q·k (1/√d_head for most models).
         softcap: ``c`` of the soft-cap c·tanh(x / c) applied after the scale, or ``None``.
+        tables: ``tables(positions)`` gives the model's own (cos, sin) at those positions, [n, rotary_dim] each in the
+            pairing's layout, with the values (and the rounding) the model's forward uses, as float64.
 
     Example:
-        >>> facts = LayerRotary(0, 4, torch.tensor([1.0, 0.1, 1.0, 0.1], dtype=torch.float64), "half", 0.5, None)
+        >>> import math
+        >>> def tables(p):
+        ...     angle = p.to(torch.float64)[:, None] * torch.tensor([1.0, 1.0], dtype=torch.float64)
+        ...     return torch.cos(angle), torch.sin(angle)
+        >>> facts = LayerRotary(0, 2, "half", 0.5, None, tables)
         >>> facts.logit(torch.tensor([2.0]))
         tensor([1.])
+        >>> [round(float(v), 6) for v in facts.omega]   # the angle per position step of each rotated dimension
+        [1.0, 1.0]
     """
 
     layer: int
     rotary_dim: int
-    omega: torch.Tensor
     pairing: str
     scale: float
     softcap: float | None
+    tables: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+    @property
+    def omega(self) -> torch.Tensor:
+        """The angle each rotated dimension turns by per position, [rotary_dim] float64 (read off the tables at position 1).
+
+        Example:
+            >>> facts = LayerRotary(0, 2, "half", 1.0, None, lambda p: (torch.cos(0.3 * p[:, None].double().expand(-1, 2)),
+            ...                                                        torch.sin(0.3 * p[:, None].double().expand(-1, 2))))
+            >>> [round(float(v), 6) for v in facts.omega]
+            [0.3, 0.3]
+        """
+        cos, sin = self.tables(torch.tensor([1]))
+        return torch.atan2(sin[0], cos[0])
 
     def logit(self, dot: torch.Tensor) -> torch.Tensor:
         """The model's logit from a q·k dot product: the scale, then the soft-cap if the model has one.
@@ -83,7 +104,7 @@ class LayerRotary:
             The logits, of ``dot``'s shape.
 
         Example:
-            >>> LayerRotary(0, 2, torch.ones(2, dtype=torch.float64), "half", 1.0, 2.0).logit(torch.tensor([100.0]))
+            >>> LayerRotary(0, 2, "half", 1.0, 2.0, lambda p: None).logit(torch.tensor([100.0]))
             tensor([2.])
         """
         raw = dot * self.scale
@@ -117,29 +138,39 @@ def rotate_half_pairs(x: torch.Tensor, pairing: str) -> torch.Tensor:
     return partner
 
 
-def rotate(x: torch.Tensor, angle_steps: torch.Tensor, facts: LayerRotary) -> torch.Tensor:
-    """Rotate the rotated part of ``x`` further by ``angle_steps`` positions (pure rotation, no attention factor).
+def move(x: torch.Tensor, from_positions: torch.Tensor, to_positions: torch.Tensor, facts: LayerRotary) -> torch.Tensor:
+    """Vectors the model rotated at ``from_positions``, as the model would have rotated them at ``to_positions``.
+
+    Each vector's rotation is undone exactly (the inverse of the 2 × 2 blocks the model's
+    tables give at its position, so any attention factor of the tables cancels too), then
+    the model's own rotation at the new position is applied: R_to q, from R_from q.
 
     Args:
-        x: Vectors [..., pos, d] whose leading ``facts.rotary_dim`` dimensions are rotated (``hook_rot_q`` values,
-            with the position axis second to last after any head axis is moved, or broadcastable).
-        angle_steps: Positions to rotate by, one per position of ``x``'s second-to-last axis, [pos] (may be negative).
+        x: Rotated vectors [..., n, d] (e.g. ``hook_rot_q`` with the heads moved before the positions).
+        from_positions: The position each of the n vectors was rotated at, [n].
+        to_positions: The position to rotate each at instead, [n].
         facts: The layer's :class:`LayerRotary`.
 
     Returns:
-        ``x`` with its rotated part turned by angle_steps·ω, the rest unchanged; float64.
+        The moved vectors, float64, of ``x``'s shape (dimensions past ``facts.rotary_dim`` unchanged).
 
     Example:
-        >>> facts = LayerRotary(0, 2, torch.tensor([0.5, 0.5], dtype=torch.float64), "half", 1.0, None)
-        >>> x = torch.tensor([[1.0, 0.0, 7.0]])                    # one position: a rotated pair and a passed dimension
-        >>> [round(v, 6) + 0.0 for v in rotate(x, torch.tensor([math.pi]), facts)[0].tolist()]   # π · 0.5: a quarter turn
-        [0.0, 1.0, 7.0]
+        >>> def tables(p):
+        ...     angle = p.to(torch.float64)[:, None] * torch.tensor([0.5, 0.5], dtype=torch.float64)
+        ...     return torch.cos(angle), torch.sin(angle)
+        >>> facts = LayerRotary(0, 2, "half", 1.0, None, tables)
+        >>> x = torch.tensor([[1.0, 0.0, 7.0]])                    # at position 0: a rotated pair and a passed dimension
+        >>> moved = move(x, torch.tensor([0]), torch.tensor([1]), facts)   # one step on: a turn of 0.5
+        >>> [round(v, 6) for v in moved[0].tolist()], [round(math.cos(0.5), 6), round(math.sin(0.5), 6)]
+        ([0.877583, 0.479426, 7.0], [0.877583, 0.479426])
     """
     d = facts.rotary_dim
     x = x.to(torch.float64)
-    phase = angle_steps.to(torch.float64)[:, None] * facts.omega.to(x.device)[None, :]  # [pos, rotary_dim]
+    cos_from, sin_from = (t.to(x.device) for t in facts.tables(from_positions))
+    cos_to, sin_to = (t.to(x.device) for t in facts.tables(to_positions))
     part = x[..., :d]
-    turned = part * torch.cos(phase) + rotate_half_pairs(part, facts.pairing) * torch.sin(phase)
+    unrotated = (part * cos_from - rotate_half_pairs(part, facts.pairing) * sin_from) / (cos_from**2 + sin_from**2)
+    turned = unrotated * cos_to + rotate_half_pairs(unrotated, facts.pairing) * sin_to
     return torch.cat([turned, x[..., d:]], dim=-1)
 
 
@@ -149,7 +180,8 @@ def _hf_rotary_module(hf_model: Any) -> Any:
     return found[0] if found else None
 
 
-def _hf_omega(model: Any, layer: int) -> torch.Tensor:
+def _hf_tables(model: Any, layer: int) -> tuple[int, Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]]:
+    """(rotated width, tables) of a transformers model's layer, computed as its rotary module's forward computes them."""
     config = model.hf_model.config.get_text_config()
     if getattr(config, "qk_rope_head_dim", None) and getattr(config, "qk_nope_head_dim", None) is not None:
         raise RotaryNotReadableError(
@@ -160,21 +192,27 @@ def _hf_omega(model: Any, layer: int) -> torch.Tensor:
     if module is None:
         raise RotaryNotReadableError(f"{model.name} has no rotary-embedding module (a module named *rotary_emb) to read its RoPE tables from")
     layer_types = getattr(config, "layer_types", None)
-    candidates = []
-    if layer_types is not None:
-        candidates.append(f"{layer_types[layer]}_inv_freq")
-    candidates.append("inv_freq")
-    inv_freq = next((getattr(module, name) for name in candidates if isinstance(getattr(module, name, None), torch.Tensor)), None)
-    if inv_freq is None:
+    prefixes = ([f"{layer_types[layer]}_"] if layer_types is not None else []) + [""]
+    prefix = next((p for p in prefixes if isinstance(getattr(module, f"{p}inv_freq", None), torch.Tensor)), None)
+    if prefix is None:
+        names = ", ".join(f"{p}inv_freq" for p in prefixes)
         raise RotaryNotReadableError(
-            f"{model.name}'s rotary module {type(module).__name__} holds none of {', '.join(candidates)}: its RoPE frequencies cannot be read"
+            f"{model.name}'s rotary module {type(module).__name__} holds none of {names}: its RoPE frequencies cannot be read"
         )
-    inv_freq = inv_freq.detach().to("cpu", torch.float64)
-    if 2 * inv_freq.numel() != model.rotary_dim:
-        raise RotaryNotReadableError(
-            f"{model.name}'s rotary module has {inv_freq.numel()} frequencies, but the model rotates {model.rotary_dim} dimensions per head"
-        )
-    return torch.cat([inv_freq, inv_freq])  # transformers pairs dimension k with k + d/2 (rotate_half)
+    dtype = next(model.module.parameters()).dtype
+
+    def tables(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # transformers' rotary forward, step by step: float32 angles, cos/sin times the attention factor, then the
+        # model's dtype (read at each call: a dynamic RoPE may have changed the frequencies in the forward)
+        inv_freq = getattr(module, f"{prefix}inv_freq").to("cpu", torch.float32)
+        scaling = getattr(module, f"{prefix}attention_scaling", 1.0)
+        freqs = positions.to("cpu").float()[:, None] * inv_freq[None, :]
+        emb = torch.cat([freqs, freqs], dim=-1)  # transformers pairs dimension k with k + d/2 (rotate_half)
+        return (emb.cos() * scaling).to(dtype).to(torch.float64), (emb.sin() * scaling).to(dtype).to(torch.float64)
+
+    # the module's frequencies say how many dimensions are rotated: some classes (Llama in transformers 5) ignore a
+    # config's partial_rotary_factor and rotate every dimension
+    return 2 * getattr(module, f"{prefix}inv_freq").numel(), tables
 
 
 def _hf_scale_and_softcap(model: Any, layer: int) -> tuple[float, float | None]:
@@ -191,12 +229,20 @@ def _hf_scale_and_softcap(model: Any, layer: int) -> tuple[float, float | None]:
 def _hooked_facts(model: Any, layer: int) -> LayerRotary:
     attention = model.bridge.blocks[layer].attn
     cfg = model.bridge.cfg
-    sin, cos = attention.rotary_sin, attention.rotary_cos
-    omega = torch.atan2(sin[1].to(torch.float64), cos[1].to(torch.float64))
     pairing = "adjacent" if getattr(cfg, "rotary_adjacent_pairs", False) else "half"
     cap = getattr(cfg, "attn_scores_soft_cap", None)
     softcap = float(cap) if cap is not None and cap > 0 else None
-    return LayerRotary(layer, int(cfg.rotary_dim), omega, pairing, 1.0 / float(attention.attn_scale), softcap)
+
+    def tables(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = attention.rotary_cos, attention.rotary_sin  # [n_ctx, rotary_dim], as the model computed them
+        if int(positions.max()) >= cos.shape[0]:
+            raise RotaryNotReadableError(
+                f"{model.name}'s rotary tables hold {cos.shape[0]} positions; position {int(positions.max())} is past them: choose a smaller offset"
+            )
+        index = positions.to(cos.device).long()
+        return cos[index].to("cpu", torch.float64), sin[index].to("cpu", torch.float64)
+
+    return LayerRotary(layer, int(cfg.rotary_dim), pairing, 1.0 / float(attention.attn_scale), softcap, tables)
 
 
 def layer_rotary(model: Any, layer: int) -> LayerRotary:
@@ -221,26 +267,6 @@ def layer_rotary(model: Any, layer: int) -> LayerRotary:
     """
     if getattr(model, "kind", "bridge") == "hooked":
         return _hooked_facts(model, layer)
-    omega = _hf_omega(model, layer)
+    rotary_dim, tables = _hf_tables(model, layer)
     scale, softcap = _hf_scale_and_softcap(model, layer)
-    return LayerRotary(layer, model.rotary_dim, omega, "half", scale, softcap)
-
-
-def phase_steps(rows: torch.Tensor, key: int, offset: int | None) -> torch.Tensor:
-    """Positions to turn each query row by so that it sits at ``offset`` from key ``key``: key + offset − i (0 if ``offset`` is None).
-
-    Args:
-        rows: Query positions i, [n].
-        key: The key position p.
-        offset: The frozen offset D, or ``None`` for every row's own offset (no turn: the identity).
-
-    Returns:
-        The steps, [n] float64.
-
-    Example:
-        >>> phase_steps(torch.arange(1, 4), 0, 8).tolist()
-        [7.0, 6.0, 5.0]
-    """
-    if offset is None:
-        return torch.zeros(rows.shape, dtype=torch.float64)
-    return (key + offset - rows).to(torch.float64)
+    return LayerRotary(layer, rotary_dim, "half", scale, softcap, tables)
