@@ -98,7 +98,7 @@ class ReferenceForward:
             stash: dict[tuple[int, str], torch.Tensor] = {}
             kept: dict[int, torch.Tensor] = {}
 
-            def hooks_of(layer: int) -> list:
+            def hooks_of(layer: int, stash: dict = stash, kept: dict = kept, rows: np.ndarray = rows) -> list:
                 def keep_qk(which: str):
                     def fn(x: torch.Tensor, hook: Any) -> None:
                         stash[(layer, f"{which}_raw")] = x.detach().to(torch.float64)  # [B, T, heads, d], un-rotated
