@@ -729,24 +729,20 @@ def _open_questions(claim: str, claims: Claims, parts: dict[str, Result], run: d
             "that too, methodology §4.6): that is C7's question."
         )
     if claim == "C3":
-        key0 = _input(claims, "C3", "r (key0)")
-        if key0 is None:
-            return (
-                "The causal figure, relativizing key 0 in every layer, was not measured in this run, so the claim "
-                "rests on the sink-path ablation alone."
-            )
-        if key0["ci_high"] < 0:
-            effect = "raised the later layers' L(log a) instead of lowering it"
-        elif key0["ci_low"] > 0:
-            effect = "lowered the later layers' L(log a)"
-        else:
-            effect = "changed the later layers' L(log a) by an amount the data cannot tell from 0"
-        return (
-            f"Whether the key-0 logit is the sink path's route: relativizing key 0 in every layer {effect}. "
-            "Key 0 is not the only route (a relative sink logit still "
-            "writes a_i0·v₀, which varies with i through the normalization), so this neither confirms nor "
-            "refutes the claim; the ablation, which fixes a_i0 itself, is what decides it."
-        )
+        fall = _input(claims, "C3", "fall")
+        if fall is None:
+            return "Nothing: the path-specific tests were not measured in this run."
+        mask = _input(claims, "C3", "resid_probe_r2_ge2: sink-ablation − sink-mask-only:1")
+        pieces = [
+            "What the freeze isolates: the position that reaches the residual stream through the RoPE phase of the "
+            "key-0 logit, against the same freeze on key 1 (a key whose offset also tracks i but that is not the sink)",
+            "what it leaves: the position the mask writes through the sink by diluting a_i0 over more keys, which the "
+            "mask-only profile measures beside it"
+            + (f" (the mask's channel through the sink moved the probe by {_quote(mask)})" if mask is not None else ""),
+            "that a frozen phase also sets the sink's level to the one at offset D, so the freeze changes how much the "
+            "later layers read key 0 as well as whether its logit tracks i: the dose over D shows how much that matters",
+        ]
+        return "; ".join(pieces) + f". The figures come from {_scope(run)}."
     if claim == "C4":
         return (
             "The NTK and window cases are inference-time variants of a model trained with neither, so the "
@@ -772,9 +768,9 @@ def _open_questions(claim: str, claims: Claims, parts: dict[str, Result], run: d
         pieces = []
         if r["ci_high"] < -0.10:
             pieces.append(
-                "The rule, fixed before the run, counts an r wholly below −10% neither as support nor as "
-                "the equivalence a 'not supported' needs: the edit did not remove the later layers' absolute "
-                "position, it added to it"
+                "The rule is two-sided: an r wholly below −10% says that removing the earlier layers' absolute logits "
+                "added to the later layers' absolute position, so those logits counteract it (the sink logits not "
+                "decaying work against the mask's count term), not that they carry it"
             )
         split = _mode_split(parts)
         if split:

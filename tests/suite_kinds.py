@@ -43,6 +43,8 @@ FILE_KINDS = {
     "test_fuzz.py": "integration",
     "test_leakage_reference.py": "integration",
     "test_decomposition_reference.py": "integration",
+    "test_path_reference.py": "integration",
+    "test_path_controls.py": "integration",
     # notebooks
     "test_notebooks.py": "notebooks",
     "test_notebook_display.py": "notebooks",

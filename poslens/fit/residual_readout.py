@@ -208,8 +208,8 @@ def _eta_squared(position_sum: np.ndarray, position_rows: np.ndarray, square_tot
     """η² from sums already added over groups: position_sum [S, L, T, D], position_rows [T], square_total [S, L]."""
     n = position_rows.sum()
     grand = position_sum.sum(-2)  # [S, L, D]
-    correction = (grand**2).sum(-1) / n
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # no rows: NaN
+        correction = (grand**2).sum(-1) / n
         between = ((position_sum**2).sum(-1) / np.where(position_rows > 0, position_rows, np.inf)).sum(-1) - correction
         return between / (square_total - correction)
 

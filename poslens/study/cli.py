@@ -495,6 +495,96 @@ def ablate_sinks(
     _say_written(study)
 
 
+@app.command("path-tests")
+def path_tests(
+    model: str = cli_options.MODEL,
+    variant: str = cli_options.VARIANT,
+    bos: str = cli_options.BOS,
+    corpus: str = cli_options.CORPUS,
+    text_field: str = cli_options.TEXT_FIELD,
+    n_seqs: int = cli_options.N_SEQS,
+    seq_len: int = cli_options.SEQ_LEN,
+    seed: int = cli_options.SEED,
+    groups: int = cli_options.GROUPS,
+    early: int | None = cli_options.EARLY,
+    batch_size: int = cli_options.BATCH_SIZE,
+    max_memory: str = cli_options.MAX_MEMORY,
+    counterfactual: str = cli_options.COUNTERFACTUAL,
+    disk_budget: str | None = cli_options.DISK_BUDGET,
+    dtype: str = cli_options.DTYPE,
+    device_map: str | None = cli_options.DEVICE_MAP,
+    tau: float = cli_options.TAU,
+    offsets: str | None = typer.Option(
+        None, callback=cli_options.check_offsets, show_default="8,64,T/2", help="Offsets D of the key-0 phase freeze, a comma list."
+    ),
+    doses: str = typer.Option("1", callback=cli_options.check_doses, help="Doses λ of the mask-only sink profile, a comma list in (0, 1]."),
+    overwrite: bool = cli_options.OVERWRITE,
+    out: Path = cli_options.OUT,
+) -> None:
+    """Path-specific causal tests: freeze key 0's RoPE phase (and key 1's, the sham), the mask-only sink profile (methodology §12).
+
+    Each edit is one full forward pass over the leakage part's corpus (measured first if it is not in --out), read
+    against the unedited run on the same tokens: the residual stream's and the attention outputs' position content
+    (held-out probe R², η²), L(log a) with its numerator and SST, a_i0 in the sink-reading heads and the loss.
+
+    Example: poslens path-tests --model smollm2-135m --n-seqs 16 --seq-len 128 --offsets 8,64 --doses 0.5,1 --out results/quick
+    """
+    _check_fill(groups, n_seqs=n_seqs)
+    early = _early(early, seq_len=seq_len)
+    with _output_folder(out):
+        study = _study(
+            out,
+            overwrite,
+            model=model,
+            variant=variant,
+            position0=bos,
+            corpus=corpus,
+            text_field=text_field,
+            n_seqs=n_seqs,
+            seq_len=seq_len,
+            seed=seed,
+            groups=groups,
+            early=early,
+            batch_size=batch_size,
+            max_memory=max_memory,
+            counterfactual=counterfactual,
+            disk_budget=disk_budget,
+            dtype=dtype,
+            device_map=device_map,
+            tau=tau,
+            path_offsets=tuple(int(d) for d in offsets.split(",")) if offsets else (),
+            path_doses=tuple(float(d) for d in doses.split(",")),
+        )
+        result = study.path_tests()
+    if not distributed.is_main():
+        return
+    _show_path(result)
+    _say_written(study)
+
+
+def _show_path(result: Result) -> None:
+    """The path-specific tests' changes against the unedited run (and the key-0 freezes against the sham), with their dose-responses."""
+    t = result.table
+    picked = t[(t["kind"] == "difference") & (t["layer"] == -1) & (t["query_bin"] == -1) & (t["query_window"] == "all")]
+    wide = Console(width=max(console.width, 130))
+    table = Table(title="edited − reference on the same tokens, 95% CI (probes: folds; the rest: paired jackknife)")
+    for column in ("edit", "reference", "Δ residual probe R², layers ≥ 2", "Δ L(log a), layers ≥ 2", "Δ loss (nats)"):
+        table.add_column(column)
+    for (edit, reference), rows in picked.groupby(["intervention", "reference"], sort=False):
+        cells = []
+        for metric in ("resid_probe_r2_ge2", "leakage_pattern_ge2", "next_token_loss"):
+            row = rows[rows["metric"] == metric]
+            cells.append("" if row.empty else f"{row['value'].iloc[0]:+.3g} [{row['ci_low'].iloc[0]:+.3g}, {row['ci_high'].iloc[0]:+.3g}]")
+        table.add_row(escape(str(edit)), escape(str(reference)), *cells)
+    wide.print(table)
+    for dose in result.meta.get("dose_responses", []):
+        if dose["direction"] == "not monotone":
+            said = f"dose-response of {dose['edit']} ({dose['metric']}) over {dose['dose_name']} = {dose['doses']}: not monotone, {dose['where_not']}"
+            wide.print(escape(said))
+    if result.meta.get("model", {}).get("quantized"):
+        wide.print(escape(f"weights: {result.meta['model']['quantized']} (4-bit quantized)"))
+
+
 @app.command()
 def fingerprint(
     model: str = cli_options.MODEL,
@@ -797,7 +887,7 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
         raise typer.BadParameter(f"{out} is not a folder; give the --out folder of the other commands", param_hint="'--out'")
     with _output_folder(out):
         parts = {}
-        for name in ("leakage", "bos-swap", "ablate-sinks", "compare", "fingerprint"):
+        for name in ("leakage", "bos-swap", "ablate-sinks", "path-tests", "compare", "fingerprint"):
             path = Path(out) / f"{name}.parquet"
             if path.exists():
                 parts[name] = Result.load(path)
@@ -807,7 +897,8 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
             parts["relativize"] = Attribution.load(out)
         if not parts:
             raise typer.BadParameter(
-                f"{out} holds none of leakage/bos-swap/ablate-sinks/compare/fingerprint .parquet or attribution.json; run those commands first"
+                f"{out} holds none of leakage/bos-swap/ablate-sinks/path-tests/compare/fingerprint .parquet or attribution.json; "
+                "run those commands first"
             )
         study = Study(Settings(), out)
         table = study.claims(parts).table
@@ -892,7 +983,7 @@ def report(
         **({} if skip_compare else dict(compare_len=settings.compare_len)),
     )
     study = Study(settings, out, log=lambda message: console.print(escape(message), soft_wrap=True), overwrite=overwrite)
-    plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "relativize"] + ([] if skip_compare else ["compare"])
+    plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "fingerprint", "relativize"] + ([] if skip_compare else ["compare"])
     with _output_folder(out):
         try:
             _run_report(study, quick, model, plan)
@@ -924,6 +1015,10 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
         # the attribution: the unedited run, each mode, the smaller calibration and the placebo; then the loss forwards
         measured = 1 + len(s.relativize_modes) + 2
         tokens += (measured + 2 * len(s.relativize_modes)) * s.relativize_seqs * s.relativize_len * (1 + s.relativize_len / 1024)
+        # the path-specific tests: the unedited run, the freeze and the sham at each offset, each dose and the ablation,
+        # each a full forward whose residual readouts cost about as much again
+        offsets = len(s.path_offsets) or len({8, 64, s.seq_len // 2})
+        tokens += 2 * (1 + 2 * offsets + len(s.path_doses) + 1) * s.n_seqs * s.seq_len * (1 + s.seq_len / 1024)
         console.print(
             f"--full: expecting roughly {tokens * per_token / 60:.0f} minutes on this machine "
             f"(calibrated at {per_token * 1e3:.1f} ms per token; gemma3-270m costs more per token)"

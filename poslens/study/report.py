@@ -80,6 +80,7 @@ _FIGURE_METRICS = {
     "leakage": ("leakage_pattern", "c_res", "c_mask"),
     "sinks": ("sink_score", "sink_heads"),
     "ablate-sinks": ("c_res", "c_mask", "reduction"),
+    "path-tests": ("resid_probe_r2", "resid_probe_r2_ge2", "leakage_pattern_ge2"),
     "bos-swap": ("reduction",),
     "compare": ("c_res", "c_mask"),
     "fingerprint": ("dispersion",),

@@ -20,6 +20,7 @@ from poslens.study.claim_table import Claims
 from poslens.study.claims import not_measured_summary
 from poslens.study.claims_compare import C4_RULES
 from poslens.study.claims_leakage import RHO_HALF
+from poslens.study.claims_path import EQUIVALENCE, PRIMARY_OFFSET
 from poslens.study.claims_relativize import C7_MARGIN
 from poslens.study.rules import NOT_MEASURED, NOT_SUPPORTED, SUPPORTED, joint
 
@@ -59,7 +60,7 @@ def verdict_css(verdict: Any) -> str:
 _HEADLINE_LABEL = {
     "C1": "held-out ΔR²",
     "C2": "C_mask at layer 0",
-    "C3": "reduction of C_res by sink-path ablation",
+    "C3": "fall of the residual stream's probe R² (layers ≥ 2) with key 0's RoPE phase frozen",
     "C4": "C_res",
     "C5": "reduction of C_res",
     "C6": "dispersion without BOS",
@@ -163,6 +164,24 @@ def _changes(r: _Quoted) -> str:
     return "raises" if r.value < 0 else "lowers"
 
 
+_SINK_SPLIT = (
+    ("resid_probe_r2_ge2: sink-ablation − sink-mask-only:1", "the mask's channel through the sink (ablation − mask-only profile)"),
+    ("resid_probe_r2_ge2: sink-mask-only:1 − none", "the rest at key 0 (mask-only profile − unedited)"),
+)
+"""The reported split of the sink path C3's sentence quotes: (input name, words)."""
+
+
+def _fall_words(fall: _Quoted) -> str:
+    """Where C3's fall lies: above 0, within the equivalence band, below 0 (a rise), or reaching 0."""
+    if fall.ci_low > 0:
+        return "above 0"
+    if fall.ci_high < 0:
+        return "below 0: the freeze raises it"
+    if fall.ci_low >= -EQUIVALENCE and fall.ci_high <= EQUIVALENCE:
+        return f"within ±{EQUIVALENCE:g}: no fall of that size"
+    return "interval reaching 0"
+
+
 def _reading(claim: str, f: dict[str, _Quoted], inputs: pd.DataFrame, records: list[dict[str, Any]]) -> str:
     """What the figures of one group say, per claim, from its inputs (``f``: name → number; ``inputs``: their rows of the
     inputs table; ``records``: the group's claims rows); raises KeyError when an input it quotes is absent."""
@@ -190,17 +209,23 @@ def _reading(claim: str, f: dict[str, _Quoted], inputs: pd.DataFrame, records: l
             f"against C_res {r0.text()} there"
         )
     if claim == "C3":
-        res, red = f["c_res"], f["reduction"]
+        fall, beyond = f["fall"], f["fall beyond sham"]
         text = (
-            f"C_res at early queries is {res.text()} ({res.side(0, '0')}), and "
-            f"{_removal(red, 'ablating the sink path of the sink-reading heads', 'it', 'C_res')} ({red.side(0, '0')})"
+            f"freezing the RoPE phase of every key-0 logit (at offset D = {PRIMARY_OFFSET}, in every layer) changes how much "
+            f"absolute position a probe reads from the residual stream over layers ≥ 2 by a fall of {fall.text()} R² "
+            f"({_fall_words(fall)}), and by {beyond.text()} more than freezing key 1 instead, the sham ({beyond.side(0, '0')})"
         )
+        split = [(name, words) for name, words in _SINK_SPLIT if name in f]
+        if split:
+            text += "; beside it, on the same readout: " + ", ".join(f"{words} {f[name].text()}" for name, words in split)
+        if "reduction" in f:
+            removal = _removal(f["reduction"], "ablating the sink path of the sink-reading heads", "C_res at early queries", "C_res")
+            text += f"; {removal} (reported: the ablation removes the mask's dilution and key 0's phase together)"
         if "r (key0)" in f:
             key0 = f["r (key0)"]
             text += (
-                f"; beside it, relativizing key 0 in every layer {_changes(key0)} mean L(log a) over layers ≥ 2 "
-                f"(r = {key0.text(percent=True)}, {key0.side(0, '0')}), which is reported and does not decide: key 0 is not "
-                "the sink path's only route, so a null here would not refute the claim"
+                f"; relativizing key 0 in every layer {_changes(key0)} mean L(log a) over layers ≥ 2 "
+                f"(r = {key0.text(percent=True)}, {key0.side(0, '0')}; reported)"
             )
         return text
     if claim == "C4" and "c_res (standard)" not in f:  # decided by differences, trends and depth slopes (methodology §9.1)
@@ -254,11 +279,11 @@ def _reading(claim: str, f: dict[str, _Quoted], inputs: pd.DataFrame, records: l
         r = f["r (all)"]
         margin = C7_MARGIN
         if r.ci_low > margin:
-            where = f"above {margin:.0%}"
+            where = f"wholly above {margin:.0%}: the earlier layers' absolute logits carry position into later layers"
         elif r.ci_low >= -margin and r.ci_high <= margin:
             where = f"within ±{margin:.0%}: no effect of that size"
         elif r.ci_high < -margin:
-            where = f"wholly below −{margin:.0%}: the edit raised it"
+            where = f"wholly below −{margin:.0%}: the edit raised it, so the earlier layers' absolute logits counteract position"
         else:
             where = f"reaching ±{margin:.0%}"
         text = (
