@@ -74,6 +74,8 @@ SLOW_TESTS: dict[str, str] = {
         "test_glossary.py::test_every_emitted_metric_has_one_entry_and_every_entry_is_emitted",
         "test_glossary.py::test_the_check_fails_on_a_missing_or_a_stale_entry",
         "test_integrity.py::test_a_second_run_into_a_locked_folder_is_refused_at_once_naming_the_holder",
+        "test_path_readouts.py::test_the_path_table_saves_reloads_and_plots",
+        "test_key_phase.py::test_identity_reproduces_the_unedited_tables",
     )
 }
 REQUIRE_BROWSER = "POSLENS_REQUIRE_BROWSER"

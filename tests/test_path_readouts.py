@@ -105,3 +105,20 @@ def test_figures_refuse_to_pair_other_keys():
     a = Figures(keys, np.zeros(1), np.zeros((1, 2)), np.array(["fold"]))
     with pytest.raises(ValueError, match="figure by figure"):
         a.minus(Figures(other, np.zeros(1), np.zeros((1, 2)), np.array(["fold"])))
+
+
+def test_the_path_table_saves_reloads_and_plots(tiny_llama_dir, tmp_path):
+    from poslens.mechanisms.path_tests import path_specific_tests
+
+    model = poslens.load_model(tiny_llama_dir)
+    corpus = poslens.make_corpus(model, "random", n_seqs=8, seq_len=24, seed=1)
+    result = path_specific_tests(model, corpus, offsets=[8, 64], doses=(0.5, 1.0), groups=4, early=8, tau=0.05, progress=False)
+    back = poslens.Result.load(result.save(tmp_path / "path-tests.parquet"))
+    pd.testing.assert_frame_equal(back.table, result.table)
+    assert back.meta["dose_responses"] == result.meta["dose_responses"] and back.meta["sink_heads"] == result.meta["sink_heads"]
+    names = [trace.name for trace in back.plot("path").data]
+    assert names[0] == "unedited" and "key 0's phase frozen, D = 8" in names and "sham: key 1's phase frozen, D = 64" in names
+    assert len(back.plot("path-split").data) == 2
+    assert [trace.name for trace in back.plot("path-doses").data] == ["key 0's phase", "sham: key 1's phase", "mask-only profile"]
+    with pytest.raises(ValueError, match="path-specific tests"):
+        poslens.measure(model, corpus, groups=4, early=8, progress=False).plot("path")
