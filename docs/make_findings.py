@@ -45,7 +45,7 @@ from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE, Claims
 from poslens.study.rules import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED
 from poslens.study.verdict_summary import summary_rows
 
-PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "compare")
+PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "fingerprint", "compare")
 ATTRIBUTION_FILES = ("attribution.parquet", "attribution_summary.parquet", "attribution_loss.parquet", "attribution.json")
 FIGURES = Path(__file__).parent / "img" / "findings"  # written by docs/make_findings_figures.py
 MODE_TEXT = {
@@ -864,6 +864,82 @@ def ablation_section(parts: dict[str, Result]) -> str:
     return "\n".join(lines)
 
 
+PATH_READOUTS = (
+    ("resid_probe_r2_ge2", "residual probe R²"),
+    ("attn_out_probe_r2_ge2", "attention-output probe R²"),
+    ("resid_eta2_ge2", "residual η²"),
+    ("leakage_pattern_ge2", "L(log a)"),
+    ("leakage_pattern_numerator_ge2", "‖P(log a)‖² per pair"),
+    ("leakage_pattern_sst_ge2", "SST(log a) per pair"),
+)
+
+
+def _path_cell(rows: pd.DataFrame, intervention: str, reference: str, metric: str, kind: str = "difference", qbin: int = -1) -> str:
+    hit = rows[
+        (rows["intervention"] == intervention)
+        & (rows["reference"].fillna("") == reference)
+        & (rows["metric"] == metric)
+        & (rows["kind"] == kind)
+        & (rows["query_bin"] == qbin)
+    ]
+    return with_interval(*hit[["value", "ci_low", "ci_high"]].iloc[0]) if len(hit) else "—"
+
+
+def path_section(parts: dict[str, Result], page: Path) -> str:
+    """The path-specific tests (methodology §12): each edit's paired changes, the split of the sink path, the doses."""
+    lines = ["## Path-specific causal tests (C3, methodology §12)", ""]
+    if "path-tests" not in parts:
+        return "\n".join(lines + [missing("path-tests")])
+    result = parts["path-tests"]
+    t = result.table
+    t = t[(t["layer"] == -1) & (t["query_window"] == "all")]
+    meta = result.meta
+    heads = meta.get("sink_heads") or []
+    lines += [
+        "One full forward pass per edit over the leakage part's corpus, each read against the unedited pass on the "
+        "same tokens and groups, the mean over layers ≥ 2 (each layer read with the layers below it edited). "
+        "`key0-phase:D=…` freezes the RoPE phase of every key-0 logit at offset D in every layer; `key1-phase:D=…` "
+        "is the same on key 1, the sham; `sink-mask-only:λ` moves the sink-reading heads' a_i0 λ of the way to the "
+        f"mask-only counterfactual's; `sink-ablation` fixes it at its mean ({len(heads)} sink-reading heads at "
+        f"τ = {(meta.get('settings') or {}).get('tau')}). Probe intervals from the folds, the rest paired "
+        "delete-one-group jackknife, 95%.",
+        "",
+        "Unedited levels: " + ", ".join(f"{words} {_path_cell(t, 'none', '', metric, kind='level')}" for metric, words in PATH_READOUTS[:4]) + ".",
+        "",
+    ]
+    header = ["edit", "against"] + [f"Δ {words}" for _, words in PATH_READOUTS] + ["Δ loss (nats)"]
+    rows = []
+    pairs = list(dict.fromkeys(zip(t.loc[t["kind"] == "difference", "intervention"], t.loc[t["kind"] == "difference", "reference"], strict=False)))
+    for intervention, reference in pairs:
+        cells = [_path_cell(t, intervention, reference, metric) for metric, _ in PATH_READOUTS]
+        cells.append(_path_cell(t, intervention, reference, "next_token_loss"))
+        rows.append([f"`{intervention}`", f"`{reference}`", *cells])
+    lines += [markdown_table(header, rows), ""]
+    doses = meta.get("dose_responses") or []
+    if doses:
+        lines += ["Dose-responses (the change against the unedited run at each dose; for λ, from λ = 0):", ""]
+        lines.append(
+            markdown_table(
+                ["edit", "readout", "doses", "changes", "direction"],
+                [
+                    [
+                        f"`{d['edit']}`",
+                        f"`{d['metric']}`",
+                        f"{d['dose_name']} = {d['doses']}",
+                        d["changes"],
+                        f"{d['direction']} {d['where_not']}".strip(),
+                    ]
+                    for d in doses
+                ],
+            )
+        )
+        lines.append("")
+    lines.append(image("path_probe.png", "Residual probe R² by layer: unedited, key 0's phase frozen at each D, and the key-1 sham", page))
+    lines.append(image("path_split.png", "The sink path split, beside the freeze and the sham (paired changes, layers ≥ 2)", page))
+    lines.append(image("path_doses.png", "Dose-responses of the residual probe R² over D and λ", page))
+    return "\n".join(lines)
+
+
 def sinks_section(parts: dict[str, Result], run: dict[str, Any]) -> str:
     lines = ["## Sink-reading heads (methodology §6)", ""]
     if "sinks" not in parts:
@@ -949,6 +1025,7 @@ def build(folder: Path, out: Path = Path("docs/findings.md")) -> str:
         attribution_section(folder, out),
         bos_section(parts),
         ablation_section(parts),
+        path_section(parts, out),
         sinks_section(parts, run),
         fingerprint_section(parts),
     ]

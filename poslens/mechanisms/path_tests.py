@@ -54,6 +54,7 @@ from poslens.model.hooks import run_with_hooks
 from poslens.model.pos_model import PosModel
 from poslens.options import DEFAULTS
 from poslens.progress import progress_bar
+from poslens.runtime import distributed
 
 __all__ = ["NONE", "default_offsets", "path_specific_tests", "run_once"]
 
@@ -100,7 +101,8 @@ def run_once(
 
     Per batch the hooks run in this order: the interventions' own (e.g. keeping the rotated q and k), the
     capture of the cell sums and the residual readouts, then the interventions' hooks after the capture (a
-    key-phase freeze edits layer l's scores after they are measured).
+    key-phase freeze edits layer l's scores after they are measured). Under torchrun each rank runs every K-th
+    batch and the sums and losses are summed over the ranks, so every rank returns the whole corpus's.
 
     Args:
         model: The loaded model.
@@ -129,7 +131,10 @@ def run_once(
     capture = CellSumCapture(model, binning, groups, probe=False)
     residual = ResidualCapture(model.n_layers, int(model.bridge.cfg.d_model), corpus.seq_len, groups, max_width=max_width)
     nll = np.zeros((corpus.n_seqs, corpus.seq_len - 1))
-    for group, index in progress_bar(batches(corpus.n_seqs, groups, batch_size), desc=description, unit="batch", disable=not progress, leave=False):
+    distributed.init_from_env()
+    plan = batches(corpus.n_seqs, groups, batch_size)[distributed.rank() :: distributed.world_size()]  # under torchrun, every K-th batch
+    show = progress and distributed.is_main()
+    for group, index in progress_bar(plan, desc=description, unit="batch", disable=not show, leave=False):
         tokens = corpus.tokens[index]
         before = [h for iv in interventions for h in iv.hooks(model, tokens)]
         after = [h for iv in interventions if hasattr(iv, "hooks_after_capture") for h in iv.hooks_after_capture(model, tokens)]
@@ -138,7 +143,12 @@ def run_once(
         logits = run_with_hooks(model, tokens, before + capture.hooks() + residual.hooks() + after, logits=True)
         capture.flush()
         nll[index] = _nll(logits, tokens)
-    return capture.sums, residual.finish(), nll
+    readouts = residual.finish()
+    if distributed.world_size() > 1:  # every rank ends with the whole corpus's sums, as poslens.measure does
+        for name in ("gram", "design_x_target", "target", "target_sq", "rows", "position_sum", "position_rows", "square_total"):
+            setattr(readouts, name, distributed.all_reduce_array(getattr(readouts, name)))
+        nll = distributed.all_reduce_array(nll)
+    return distributed.all_reduce_sums(capture.sums), readouts, nll
 
 
 def _rows(model: PosModel, label: str, kind: str, reference: str, figures: Figures, binning: Binning) -> pd.DataFrame:
