@@ -35,6 +35,7 @@ FILE_KINDS = {
     # models: slow (together 83% of the unit time measured with --durations on 2 cores)
     "test_wheel_install.py": "integration",
     "test_distributed.py": "integration",
+    "test_path_distributed.py": "integration",
     "test_zoo.py": "integration",
     "test_compatibility.py": "integration",
     "test_cli_relativize.py": "integration",
