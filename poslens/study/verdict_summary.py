@@ -215,6 +215,11 @@ def _reading(claim: str, f: dict[str, _Quoted], inputs: pd.DataFrame, records: l
             f"absolute position a probe reads from the residual stream over layers ≥ 2 by a fall of {fall.text()} R² "
             f"({_fall_words(fall)}), and by {beyond.text()} more than freezing key 1 instead, the sham ({beyond.side(0, '0')})"
         )
+        if "detectable |fall|" in f and "detectable |fall beyond sham|" in f:
+            text += (
+                f"; the data could detect a fall of {f['detectable |fall|'].text()} and one beyond the sham of "
+                f"{f['detectable |fall beyond sham|'].text()}"
+            )
         split = [(name, words) for name, words in _SINK_SPLIT if name in f]
         if split:
             text += "; beside it, on the same readout: " + ", ".join(f"{words} {f[name].text()}" for name, words in split)
