@@ -26,8 +26,8 @@ from poslens.study.claims_compare import C4_DIRECTIONS
 from poslens.study.claims_zoo import ZOO_COMPARISONS, claim_c4_zoo, inference_time_beside, seed_estimate
 from poslens.study.rules import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 from poslens.study.verdict_summary import summary_rows
+from poslens.study.zoo_measure import family_table
 from poslens.zoo.backcopy import BOS_ID, BackcopySpec, backcopy_tokenizer, bigram_table, chains, load_backcopy, text_of
-from poslens.zoo.measure import family_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = BackcopySpec(train_chains=64, chain_len=2048, held_out_len=4096)

@@ -177,7 +177,7 @@ def claim_c4_zoo(figures: pd.DataFrame, family: str = "zoo") -> list[dict[str, A
 
     ``figures`` holds one row per run and metric (:data:`FIGURE_COLUMNS`):
     ``c_res`` at the model level (layers ≥ 1, all queries) and
-    ``c_res_depth_slope``, as :mod:`poslens.zoo.measure` writes them. Each
+    ``c_res_depth_slope``, as :mod:`poslens.study.zoo_measure` writes them. Each
     comparison's estimate is :func:`seed_estimate` of its per-seed values;
     it is decided by :func:`~poslens.study.claims_compare.c4_sign_rule` in the
     direction C4 predicts (``own_verdict``), and every row carries the

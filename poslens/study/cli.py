@@ -37,9 +37,9 @@ from poslens.study.claims import not_measured_summary
 from poslens.study.output_lock import OutputLock
 from poslens.study.part_cache import complete_parts
 from poslens.study.parts import Settings, Study
+from poslens.study.zoo_measure import ZooMeasureOptions, measure_family
 from poslens.version import __version__
 from poslens.zoo.family import MEMBERS as ZOO_MEMBERS
-from poslens.zoo.measure import ZooMeasureOptions, measure_family
 from poslens.zoo.train import ZooSettings, train_family
 
 app = typer.Typer(

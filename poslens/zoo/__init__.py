@@ -13,7 +13,8 @@ change. Each trained model is an ordinary Hugging Face folder that
 - :mod:`poslens.zoo.family` — the members (standard, large base (trained), sliding) and their configs;
 - :mod:`poslens.zoo.evaluate` — held-out loss and sink counts of a model under training;
 - :mod:`poslens.zoo.train` — :class:`~poslens.zoo.train.ZooSettings` and :func:`~poslens.zoo.train.train_family`,
-  which trains every member and seed in lockstep and writes the folders, logs and a summary table;
-- :mod:`poslens.zoo.measure` — :func:`~poslens.zoo.measure.measure_family`, which measures every run with poslens's
-  parts and writes the family's tables (seeds as replicates) and C4 decided inside the family.
+  which trains every member and seed in lockstep and writes the folders, logs and a summary table.
+
+A trained family is measured by :mod:`poslens.study.zoo_measure` (``poslens zoo-measure``), in the study layer:
+every run with poslens's parts, seeds as replicates, and C4 decided inside the family.
 """
