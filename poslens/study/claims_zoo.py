@@ -84,6 +84,9 @@ class ZooComparison:
     def name(self) -> str:
         """The estimate's name: ``c_res (large-base-trained − standard)`` or ``c_res_depth_slope (sliding)``.
 
+        Returns:
+            The name.
+
         Example:
             >>> ZOO_COMPARISONS[0].name()
             'c_res (large-base-trained − standard)'
