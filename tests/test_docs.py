@@ -140,7 +140,7 @@ def test_zoo_page_is_the_committed_family() -> None:
     data = ROOT / "docs" / "zoo_data"
     want = zoo.build(data, ROOT / "docs" / "findings_data")
     assert want == (ROOT / "docs" / "zoo.md").read_text(encoding="utf-8"), "docs/zoo.md is stale: run .venv/bin/python docs/make_zoo.py"
-    for name, text in zoo.emergence_figures(data).items():
+    for name, text in zoo.zoo_figures(data).items():
         assert f"](img/zoo/{name})" in want, name
         assert text == (ROOT / "docs" / "img" / "zoo" / name).read_text(encoding="utf-8"), f"docs/img/zoo/{name} is stale: run docs/make_zoo.py"
     for heading in ("## The task: Bigram-Backcopy", "### Sink emergence", "## C4 inside the family", "## What the zoo can and cannot say"):

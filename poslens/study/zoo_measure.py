@@ -390,7 +390,8 @@ def measure_family(
 
     Raises:
         NotFoundError: When ``zoo`` is not a trained family.
-        InputError: When no run measured the leakage part (C4's zoo case has nothing to read).
+        InputError: When no run measured the leakage part, or the family lacks the members C4's zoo case compares
+            (the tables are written first).
 
     Example:
         >>> claims = measure_family("results/zoo_bb", "docs/zoo_data", "results/zoo_bb_measure")  # doctest: +SKIP
@@ -435,7 +436,12 @@ def measure_family(
     figures = _figures(frames)
     if figures.empty or c4_figures(figures).empty:
         raise InputError(f"no run of {zoo} measured the leakage part (see {out / 'parts.csv'}); C4's zoo case has nothing to read")
-    claims = Claims.from_rows(claim_c4_zoo(c4_figures(figures), family=f"zoo ({record['settings'].get('task', 'stdlib')})"))
+    try:
+        claims = Claims.from_rows(claim_c4_zoo(c4_figures(figures), family=f"zoo ({record['settings'].get('task', 'stdlib')})"))
+    except ValueError as error:  # the tables are written; C4's zoo case needs standard and another member
+        raise InputError(
+            f"{zoo}: C4's zoo case cannot be decided ({error}); train the family with --members standard,large-base-trained,sliding"
+        ) from error
     atomic_write(out / CLAIMS_FILE, lambda tmp: claims.table.to_csv(tmp, index=False))
     atomic_write(out / INPUTS_FILE, lambda tmp: claims.inputs.to_csv(tmp, index=False))
     write()
@@ -496,7 +502,10 @@ def _write_tables(
         atomic_write(out / name, lambda tmp, table=table: table.to_csv(tmp, index=False, float_format="%.6g"))
     measured = {
         "poslens_version": __version__,
-        "zoo": {"settings": record.get("settings"), "data": record.get("data"), "architecture": record.get("architecture")},
+        "zoo": {
+            key: record.get(key)
+            for key in ("settings", "data", "architecture", "task", "wall_seconds", "load_average_start", "load_average_end", "cpu_threads")
+        },
         "options": {**asdict(options), "seq_len": seq_len},
         "parts": [p.name for p in parts],
         "seconds": round(seconds, 1),
