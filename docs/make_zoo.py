@@ -93,8 +93,11 @@ def line_chart(
         y = y0 + (y1 - y0) * k / 4
         out.append(f'<text x="{left - 6}" y="{py(y) + 4:.1f}" text-anchor="end">{html.escape(_num(y, 2))}</text>')
         out.append(f'<line x1="{left}" y1="{py(y):.1f}" x2="{width - right}" y2="{py(y):.1f}" stroke="#eee"/>')
-        x = x0 + (x1 - x0) * k / 4
-        out.append(f'<text x="{px(x):.1f}" y="{height - bottom + 15}" text-anchor="middle">{html.escape(_num(x, 3))}</text>')
+    integral = all(float(x).is_integer() for x in xs)
+    ticks = [float(x) for x in range(int(x0), int(x1) + 1)] if integral and x1 - x0 <= 8 else [x0 + (x1 - x0) * k / 4 for k in range(5)]
+    for x in ticks:
+        shown = f"{x:.0f}" if integral else _num(x, 3)
+        out.append(f'<text x="{px(x):.1f}" y="{height - bottom + 15}" text-anchor="middle">{html.escape(shown)}</text>')
     out.append(f'<text x="{(left + width - right) / 2:.1f}" y="{height - 8}" text-anchor="middle">{html.escape(x_label)}</text>')
     out.append(f'<text x="14" y="{mid:.1f}" text-anchor="middle" transform="rotate(-90 14 {mid:.1f})">{html.escape(y_label)}</text>')
     if threshold is not None:
@@ -213,15 +216,36 @@ def write_figures(data: Path, folder: Path = FIGURES) -> list[Path]:
 # ---------------------------------------------------------------------------------------------------------- page
 
 
-def _runs_table(runs: pd.DataFrame, tau: float) -> str:
+def _runs_table(runs: pd.DataFrame, emergence: pd.DataFrame, tau: float) -> str:
     rows = []
     for r in runs.itertuples():
+        log = emergence[(emergence["member"] == r.member) & (emergence["seed"] == r.seed) & (emergence["sink_heads"] >= 1)]
+        first = str(int(log["step"].min())) if len(log) else "none"
         rows.append(
-            [f"`{r.member}`", r.seed, r.steps, f"{r.tokens:,}", _num(r.held_out_loss, 4), r.sink_heads, _num(r.key0_mass), _num(r.max_sink_score)]
+            [
+                f"`{r.member}`",
+                r.seed,
+                r.steps,
+                f"{r.tokens:,}",
+                _num(r.held_out_loss, 4),
+                r.sink_heads,
+                first,
+                _num(r.key0_mass),
+                _num(r.max_sink_score),
+            ]
         )
-    return markdown_table(
-        ["member", "seed", "steps", "tokens", "held-out loss", f"sink heads (τ = {_num(tau)})", "key-0 mass", "largest sink score"], rows
-    )
+    header = [
+        "member",
+        "seed",
+        "steps",
+        "tokens",
+        "held-out loss",
+        f"sink heads (τ = {_num(tau)})",
+        "first step with one",
+        "key-0 mass",
+        "largest sink score",
+    ]
+    return markdown_table(header, rows)
 
 
 def _sinks_sentence(runs: pd.DataFrame, tau: float) -> str:
@@ -290,6 +314,47 @@ def _family_tables(family: pd.DataFrame) -> tuple[str, str]:
     head = [f"`{m}` (n = seeds)" for m in members]
     dhead = [f"`{m}` − `standard`" for m in members if m != "standard"]
     return markdown_table(["figure", *head], side), markdown_table(["figure", *dhead], diff)
+
+
+def _detectable_sentence(family: pd.DataFrame) -> str:
+    """The smallest difference in C_res (all queries) the family could detect, per member, beside the seeds' spread."""
+    rows = family[
+        (family["part"] == "leakage") & (family["metric"] == "c_res") & (family["query_window"] == "all") & (family["intervention"] == "none")
+    ]
+    said = []
+    for r in rows.itertuples():
+        if r.member != "standard" and math.isfinite(r.detectable):
+            said.append(f"`{r.member}` − `standard`: {_num(r.detectable)} (its observed difference {_num(r.difference)})")
+    spread = ", ".join(f"`{r.member}` {_num(r.sd)}" for r in rows.itertuples())
+    if not said:
+        return ""
+    return (
+        "**The smallest difference in C_res (layers ≥ 1, all queries) the family could detect:** "
+        + "; ".join(said)
+        + f". The seeds' own spread (standard deviation of C_res over seeds): {spread}."
+    )
+
+
+def _uniform(keys: int) -> float:
+    """The sink score of a uniform head over queries 1 ≤ i < ``keys`` (weight 1/(i + 1) on key 0)."""
+    return sum(1 / (i + 1) for i in range(1, keys)) / (keys - 1)
+
+
+def _window_note(settings: dict, family: pd.DataFrame, runs: pd.DataFrame) -> str:
+    """Why the sliding member's key-0 mass differs between the training log and the measured family."""
+    t = int(settings["seq_len"])
+    w = max(2, t // 8)
+    measured = family[(family["part"] == "sinks") & (family["metric"] == "key0_mass") & (family["member"] == "sliding")]
+    logged = runs[runs["member"] == "sliding"]["key0_mass"]
+    if measured.empty or logged.empty:
+        return ""
+    return (
+        f"**The sliding member's key-0 mass, two ways.** The training log scores a head over the queries that can see key 0"
+        f" (i < W = {w}): {_num(float(logged.mean()))} on average for `sliding`, against {_num(_uniform(w))} for a uniform head. The measured"
+        " family uses poslens's sink score, the mean over every query i ≥ 1, where a query that cannot see key 0 counts 0:"
+        f" {_num(float(measured['mean'].iloc[0]))}, that is (W − 1)/(T − 1) = {w - 1}/{t - 1} of it. Either way no head of"
+        " `sliding` reaches τ."
+    )
 
 
 def _c4_table(claims: Claims) -> str:
@@ -365,7 +430,7 @@ def build(data: Path, findings: Path) -> str:
         "<!-- Generated by docs/make_zoo.py from docs/zoo_data (and docs/findings_data); do not edit by hand. -->",
         "",
         "A family of small models that differ only in their position scheme, trained on this project's CPU on a synthetic",
-        "task where attention sinks form, and measured with every part of poslens: C4 decided inside the family.",
+        "task on which attention sinks can form, and measured with every part of poslens: C4 decided inside the family.",
         "",
         '!!! note "The natural-text GPU run is still not made"',
         "    The family on this page is trained on **Bigram-Backcopy**, a synthetic task, on 2 shared CPU cores. The",
@@ -456,9 +521,10 @@ def build(data: Path, findings: Path) -> str:
     lines += [
         f"At step 0, every {settings['eval_every']} steps and at the last step, each run logs its held-out loss and the",
         f"sink score of every head on {settings['eval_seqs']} held-out sequences: the mean attention to key 0 over the",
-        "queries i ≥ 1 that can see it (poslens's sink score; under the window, the queries i < W). A uniform head",
-        f"scores about {sum(1 / (i + 1) for i in range(1, settings['seq_len'])) / (settings['seq_len'] - 1):.3f} at T = {settings['seq_len']}"
-        f" and {sum(1 / (i + 1) for i in range(1, max(2, settings['seq_len'] // 8))) / (max(2, settings['seq_len'] // 8) - 1):.3f} under the window.",
+        "queries i ≥ 1 that can see it (under the window, the queries i < W; the measured family below uses poslens's",
+        "sink score, where a query that cannot see key 0 counts 0). A uniform head",
+        f"scores about {_uniform(settings['seq_len']):.3f} at T = {settings['seq_len']}"
+        f" and {_uniform(max(2, settings['seq_len'] // 8)):.3f} under the window.",
         "",
         "### Sink emergence",
         "",
@@ -471,7 +537,7 @@ def build(data: Path, findings: Path) -> str:
         "*Colour: the member (standard blue, large base red, sliding green); line style: the seed. Drawn by",
         "`docs/make_zoo.py` from `docs/zoo_data/emergence.csv`.*",
         "",
-        _runs_table(runs, tau),
+        _runs_table(runs, pd.read_csv(data / "emergence.csv"), tau),
         "",
         _sinks_sentence(runs, tau),
         "",
@@ -496,11 +562,15 @@ def build(data: Path, findings: Path) -> str:
         "",
         diff,
         "",
+        _detectable_sentence(family),
+        "",
         "![C_res by layer, one line per run](img/zoo/c_res_by_layer.svg)",
         "",
         "![C_mask by layer, one line per run](img/zoo/c_mask_by_layer.svg)",
         "",
         "Every figure of every run, per layer included, is in `docs/zoo_data/figures.csv`; `family.csv` holds the two tables above for every figure.",
+        "",
+        _window_note(settings, family, runs),
         "",
         "## C4 inside the family",
         "",
@@ -559,6 +629,13 @@ def build(data: Path, findings: Path) -> str:
         "`bash benchmarks/zoo_gpu.sh` (at most 7 minutes on one H200; `ZOO_DEVICE=cpu ZOO_SMALL=1 bash benchmarks/zoo_gpu.sh`",
         "is its CPU dry run, which checks the script, not the science).",
         "",
+        "`poslens zoo` writes, per run, `<member>-s<seed>/` (the model, the task's tokenizer, `log.jsonl` with every head's",
+        "sink score per checkpoint, `run.json`), and for the family `zoo.json` (settings, data, wall time and load), `log.csv`",
+        "(every checkpoint of every run), `held_out.jsonl` (the `--corpus` of the measuring commands) and `summary.csv`.",
+        "`poslens zoo-measure` writes the tables of `docs/zoo_data`: `runs.csv`, `emergence.csv`, `figures.csv`,",
+        "`family.csv`, `claims.csv` / `claim_inputs.csv`, `parts.csv` and `measure.json`. A further part of the",
+        "measurement is one more entry of `poslens.study.zoo_measure.PARTS`.",
+        "",
         "Each run folder is an ordinary Hugging Face model folder, so every command measures it:",
         "",
         "```bash",
@@ -582,11 +659,20 @@ def _agreement_sentence(beside: pd.DataFrame) -> str:
     if beside.empty:
         return "No zoo comparison has an inference-time counterpart."
     said = []
-    for word, text in (("agree", "agree"), ("partly", "agree with some of the variants only"), ("differ", "differ")):
+    for word, text in (
+        ("agree", "agree"),
+        ("partly", "agree with some of the variants only (the zoo's verdict is the own verdict of some)"),
+        ("differ", "differ"),
+    ):
         rows = beside[beside["agreement"] == word]
         if len(rows):
             said.append(f"{text}: " + ", ".join(rows["comparison"]))
-    return "Where the two kinds of evidence stand: they " + "; they ".join(said) + "."
+    return (
+        "Where the two kinds of evidence stand: they "
+        + "; they ".join(said)
+        + ". The inference-time dose-responses (the trends over α and over W) and the Gemma 3 rows have no counterpart"
+        " in the family, which has one trained base and one window."
+    )
 
 
 def main() -> None:

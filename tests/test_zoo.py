@@ -176,6 +176,8 @@ def test_bad_options_are_refused_before_training(tmp_path):
         (["--members", "nope"], "unknown zoo member"),
         (["--seeds", "a,b"], "integer seeds"),
         (["--width", "30", "--heads", "4"], "multiple of heads"),
+        (["--task", "nope"], "task must be one of stdlib, bigram-backcopy"),
+        (["--task", "bigram-backcopy"], "max_documents chooses documents of the stdlib task"),  # TINY passes --max-documents
     ]:
         done = runner.invoke(app, ["zoo", *TINY, *option, "--out", str(tmp_path / "x")])
         assert done.exit_code == 2 and word in " ".join(done.output.split()), (option, done.output)
