@@ -209,12 +209,12 @@ def test_a_time_budget_stops_every_run_at_the_same_step(tmp_path):
 # --------------------------------------------------------------------------- Bigram-Backcopy and the family's measurement
 
 BB = ["--task", "bigram-backcopy", "--steps", "3", "--seq-len", "32", "--width", "16", "--depth", "3", "--heads", "2",
-      "--batch-size", "4", "--eval-every", "2", "--eval-seqs", "4", "--device", "cpu", "--seeds", "0,1"]  # fmt: skip
+      "--batch-size", "4", "--eval-every", "2", "--eval-seqs", "4", "--device", "cpu", "--seeds", "0,1", "--members", "standard,sliding"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def backcopy_family(tmp_path_factory):
-    """A tiny Bigram-Backcopy family (3 members × 2 seeds, 3 steps) trained by the command, then measured by zoo-measure."""
+    """A tiny Bigram-Backcopy family (standard and sliding × 2 seeds, 3 steps) trained by the command, measured by zoo-measure."""
     root = tmp_path_factory.mktemp("zoo_bb")
     out = root / "family"
     done = runner.invoke(app, ["zoo", *BB, "--out", str(out)])
@@ -222,7 +222,7 @@ def backcopy_family(tmp_path_factory):
     measured = runner.invoke(
         app,
         ["zoo-measure", "--zoo", str(out), "--out", str(root / "tables"), "--work", str(root / "work"), "--n-seqs", "8", "--groups", "2",
-         "--early", "8", "--batch-size", "8", "--relativize-seqs", "4"],
+         "--early", "8", "--batch-size", "8", "--relativize-seqs", "4", "--replacement", "zero"],
     )  # fmt: skip
     assert measured.exit_code == 0, measured.output
     return out, root / "tables", root / "work"
@@ -247,23 +247,24 @@ def test_zoo_measure_writes_the_tables_with_every_part_as_the_commands_measure_t
     out, tables, work = backcopy_family
     parts = pd.read_csv(tables / "parts.csv")
     assert set(parts["status"]) == {"ok"}, parts[parts["status"] != "ok"].to_string()
-    assert sorted(set(parts["part"])) == ["ablate-sinks", "bos-swap", "leakage", "relativize", "sinks"] and len(parts) == 5 * 6
+    assert sorted(set(parts["part"])) == ["ablate-sinks", "bos-swap", "leakage", "relativize", "sinks"] and len(parts) == 5 * 4
     figures = pd.read_csv(tables / "figures.csv")
     # the leakage figure of one run is the one poslens.measure gives on the same corpus (the leakage command's route)
-    model = poslens.load_model(out / "large-base-trained-s1", device="cpu")
+    model = poslens.load_model(out / "sliding-s1", device="cpu")
     corpus = poslens.make_corpus(model, str((out / "held_out.jsonl").resolve()), n_seqs=8, seq_len=32, seed=0)
     result = poslens.measure(model, corpus, groups=2, early=8, batch_size=8, progress=False)
-    mine = figures.query("member == 'large-base-trained' and seed == 1 and metric == 'c_res' and layer == -1 and query_window == 'all'")
+    mine = figures.query("member == 'sliding' and seed == 1 and metric == 'c_res' and layer == -1 and query_window == 'all'")
     assert float(mine["value"].iloc[0]) == pytest.approx(result.value("c_res", "all"), rel=1e-5, abs=1e-9)
-    assert (work / "large-base-trained-s1" / "leakage.parquet").exists()
-    # C4's zoo case: the ntk comparison is the mean over seeds of (large base − standard) of the same seed
+    assert (work / "sliding-s1" / "leakage.parquet").exists()
+    # C4's zoo case: the sliding comparison is the mean over seeds of (sliding − standard) of the same seed
     claims = pd.read_csv(tables / "claims.csv")
     c_res = figures.query("part == 'leakage' and metric == 'c_res' and layer == -1 and query_window == 'all'").set_index(["member", "seed"])["value"]
-    diffs = [c_res[("large-base-trained", s)] - c_res[("standard", s)] for s in (0, 1)]
-    ntk = claims[claims["model"].str.contains("large-base-trained − standard: c_res")].iloc[0]
-    assert ntk["figure"] == pytest.approx(np.mean(diffs)) and ntk["case"] == "ntk" and set(claims["claim"]) == {"C4"}
+    diffs = [c_res[("sliding", s)] - c_res[("standard", s)] for s in (0, 1)]
+    sliding = claims[claims["model"].str.contains("sliding − standard: c_res, paired")].iloc[0]
+    assert sliding["figure"] == pytest.approx(np.mean(diffs)) and sliding["case"] == "sliding" and set(claims["claim"]) == {"C4"}
+    assert len(claims) == 3  # no large-base-trained member: its comparison is left out, the sliding ones stay
     family = pd.read_csv(tables / "family.csv")
-    assert set(family["member"]) == set(MEMBERS) and family["n_seeds"].max() == 2
+    assert set(family["member"]) == {"standard", "sliding"} and family["n_seeds"].max() == 2
     emergence = pd.read_csv(tables / "emergence.csv")
     assert sorted(set(emergence["step"])) == [0, 2, 3] and "key0_mass" in emergence.columns
     assert json.loads((tables / "measure.json").read_text())["parts"] == ["leakage", "sinks", "bos-swap", "ablate-sinks", "relativize"]

@@ -806,6 +806,11 @@ def zoo_measure(
     batch_size: int = typer.Option(ZooMeasureOptions.batch_size, min=1, help="Sequences per forward pass."),
     tau: float = cli_options.TAU,
     relativize_seqs: int = typer.Option(ZooMeasureOptions.relativize_seqs, min=2, help="Sequences of the relativization (and of its calibration)."),
+    replacement: list[str] = typer.Option(
+        list(ZooMeasureOptions.replacements),
+        callback=cli_options.check_replacements,
+        help="BOS replacements: mean, zero, noise, token:eos or token:<id or string>; repeat for several.",
+    ),
 ) -> None:
     """Measure every run of a trained zoo family with poslens's parts, seeds as replicates, and decide C4 inside it.
 
@@ -815,7 +820,14 @@ def zoo_measure(
     Example: poslens zoo-measure --zoo results/zoo_bb --out docs/zoo_data --work results/zoo_bb_measure
     """
     options = ZooMeasureOptions(
-        n_seqs=n_seqs, seq_len=seq_len, groups=groups, early=early, batch_size=batch_size, tau=tau, relativize_seqs=relativize_seqs
+        n_seqs=n_seqs,
+        seq_len=seq_len,
+        groups=groups,
+        early=early,
+        batch_size=batch_size,
+        tau=tau,
+        relativize_seqs=relativize_seqs,
+        replacements=tuple(replacement),
     )
     with _output_folder(out):
         claims = measure_family(zoo, out, work, options, log=lambda message: console.print(escape(message), soft_wrap=True))
