@@ -9,7 +9,7 @@ change. Each trained model is an ordinary Hugging Face folder that
 - :mod:`poslens.zoo.data` — the natural-text task (``stdlib``): the training text from the Python install itself (the
   standard library's source and ``pydoc_data.topics``), a held-out split by file hash, byte tokens, batches;
 - :mod:`poslens.zoo.backcopy` — the synthetic task (``bigram-backcopy``): a seeded bigram chain with trigger tokens
-  after which the token before the trigger is copied, on which small models form BOS sinks within CPU minutes;
+  after which the token before the trigger is copied, on which small models can form BOS sinks within CPU minutes;
 - :mod:`poslens.zoo.family` — the members (standard, large base (trained), sliding) and their configs;
 - :mod:`poslens.zoo.evaluate` — held-out loss and sink counts of a model under training;
 - :mod:`poslens.zoo.train` — :class:`~poslens.zoo.train.ZooSettings` and :func:`~poslens.zoo.train.train_family`,

@@ -1,4 +1,4 @@
-"""The Bigram-Backcopy task: a synthetic language on which small transformers form BOS sinks within CPU minutes.
+"""The Bigram-Backcopy task: a synthetic language on which small transformers can form BOS sinks within CPU minutes.
 
 After Guo et al. (2024), "Active-Dormant Attention Heads". The vocabulary is
 ``n_plain`` plain tokens (``w0`` … ``w59``) and ``n_triggers`` trigger tokens
