@@ -247,7 +247,7 @@ def test_zoo_measure_writes_the_tables_with_every_part_as_the_commands_measure_t
     out, tables, work = backcopy_family
     parts = pd.read_csv(tables / "parts.csv")
     assert set(parts["status"]) == {"ok"}, parts[parts["status"] != "ok"].to_string()
-    assert sorted(set(parts["part"])) == ["ablate-sinks", "bos-swap", "leakage", "relativize", "sinks"] and len(parts) == 5 * 4
+    assert sorted(set(parts["part"])) == ["ablate-sinks", "bos-swap", "leakage", "path-tests", "relativize", "sinks"] and len(parts) == 6 * 4
     figures = pd.read_csv(tables / "figures.csv")
     # the leakage figure of one run is the one poslens.measure gives on the same corpus (the leakage command's route)
     model = poslens.load_model(out / "sliding-s1", device="cpu")
@@ -256,6 +256,13 @@ def test_zoo_measure_writes_the_tables_with_every_part_as_the_commands_measure_t
     mine = figures.query("member == 'sliding' and seed == 1 and metric == 'c_res' and layer == -1 and query_window == 'all'")
     assert float(mine["value"].iloc[0]) == pytest.approx(result.value("c_res", "all"), rel=1e-5, abs=1e-9)
     assert (work / "sliding-s1" / "leakage.parquet").exists()
+    # the path-specific tests' changes, as the part's own table holds them (D = 64: the offset C3 reads)
+    path = figures.query("part == 'path-tests' and member == 'standard' and seed == 0 and metric == 'resid_probe_r2_ge2'")
+    assert {"key0-phase:D=64", "key1-phase:D=64", "key0-phase:D=64 − key1-phase:D=64"} <= set(path["intervention"])
+    table = poslens.Result.load(work / "standard-s0" / "path-tests.parquet").table
+    own = table.query("kind == 'difference' and reference == 'none' and intervention == 'key0-phase:D=64' and layer == -1")
+    own = own.query("metric == 'resid_probe_r2_ge2' and query_bin == -1")
+    assert path.query("intervention == 'key0-phase:D=64'")["value"].iloc[0] == pytest.approx(float(own["value"].iloc[0]), rel=1e-5)  # %.6g
     # C4's zoo case: the sliding comparison is the mean over seeds of (sliding − standard) of the same seed
     claims = pd.read_csv(tables / "claims.csv")
     c_res = figures.query("part == 'leakage' and metric == 'c_res' and layer == -1 and query_window == 'all'").set_index(["member", "seed"])["value"]
@@ -267,4 +274,4 @@ def test_zoo_measure_writes_the_tables_with_every_part_as_the_commands_measure_t
     assert set(family["member"]) == {"standard", "sliding"} and family["n_seeds"].max() == 2
     emergence = pd.read_csv(tables / "emergence.csv")
     assert sorted(set(emergence["step"])) == [0, 2, 3] and "key0_mass" in emergence.columns
-    assert json.loads((tables / "measure.json").read_text())["parts"] == ["leakage", "sinks", "bos-swap", "ablate-sinks", "relativize"]
+    assert json.loads((tables / "measure.json").read_text())["parts"] == ["leakage", "sinks", "bos-swap", "ablate-sinks", "relativize", "path-tests"]

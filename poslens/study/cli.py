@@ -904,8 +904,9 @@ def zoo_measure(
 ) -> None:
     """Measure every run of a trained zoo family with poslens's parts, seeds as replicates, and decide C4 inside it.
 
-    Leakage and its decomposition, sinks, BOS replacement, sink-path ablation and relativization, each run measured on
-    the family's held-out text as the measuring commands would; writes runs/emergence/figures/family/claims .csv into --out.
+    Leakage and its decomposition, sinks, BOS replacement, sink-path ablation, relativization and the path-specific
+    tests, each run measured on the family's held-out text as the measuring commands would; writes
+    runs/emergence/figures/family/claims .csv into --out.
 
     Example: poslens zoo-measure --zoo results/zoo_bb --out docs/zoo_data --work results/zoo_bb_measure
     """

@@ -3,7 +3,7 @@
 Every run (member × seed) of a family that ``poslens zoo`` trained is measured
 through :class:`poslens.study.parts.Study` on the family's held-out text
 (``held_out.jsonl``), exactly as ``poslens leakage / sinks / bos-swap /
-ablate-sinks / relativize --model <run folder> --corpus held_out.jsonl`` would,
+ablate-sinks / relativize / path-tests --model <run folder> --corpus held_out.jsonl`` would,
 one Study folder per run under ``work``. Each part of :data:`PARTS` turns its
 Study result into figures (rows of :data:`FIGURE_COLUMNS`); adding a part to
 the family's measurement is one more :class:`ZooPart` in :data:`PARTS`.
@@ -188,6 +188,35 @@ def relativize_figures(study: Study) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=FIGURE_COLUMNS)
 
 
+#: The path-specific tests' readouts the family's tables keep: (metric, query bin).
+PATH_READOUTS = (("resid_probe_r2_ge2", -1), ("attn_out_probe_r2_ge2", -1), ("leakage_pattern_ge2", -1), ("next_token_loss", -1))
+
+
+def path_edit_figures(study: Study) -> pd.DataFrame:
+    """The path-specific tests' changes (methodology §12): each edit against the unedited run, and key 0's freeze against the sham.
+
+    Args:
+        study: The run's study.
+
+    Returns:
+        Figures: the readouts of :data:`PATH_READOUTS` at layer −1, all queries; ``intervention`` is ``<edit>`` for a
+        change against the unedited run and ``<edit> − <reference>`` against another reference (the key-1 sham at the
+        same D, or the mask-only profile for the ablation). A run without sink-reading heads has no mask-only or
+        ablation rows.
+
+    Example:
+        >>> path_edit_figures(study).query("intervention == 'key0-phase:D=64'")  # doctest: +SKIP
+    """
+    table = study.path_tests().table
+    rows = table[(table["kind"] == "difference") & (table["layer"] == -1) & (table["query_window"] == "all")]
+    picked = []
+    for metric, qbin in PATH_READOUTS:
+        part = rows[(rows["metric"] == metric) & (rows["query_bin"] == qbin)].copy()
+        part["intervention"] = [iv if ref == "none" else f"{iv} − {ref}" for iv, ref in zip(part["intervention"], part["reference"], strict=True)]
+        picked.append(part)
+    return _tidy(pd.concat(picked, ignore_index=True))
+
+
 @dataclass(frozen=True)
 class ZooPart:
     """One part of the family's measurement: its name and what turns the run's Study into figures.
@@ -198,7 +227,7 @@ class ZooPart:
 
     Example:
         >>> [part.name for part in PARTS]
-        ['leakage', 'sinks', 'bos-swap', 'ablate-sinks', 'relativize']
+        ['leakage', 'sinks', 'bos-swap', 'ablate-sinks', 'relativize', 'path-tests']
     """
 
     name: str
@@ -211,8 +240,7 @@ PARTS: tuple[ZooPart, ...] = (
     ZooPart("bos-swap", bos_swap_figures),
     ZooPart("ablate-sinks", ablation_figures),
     ZooPart("relativize", relativize_figures),
-    # The path-specific causal edits (the key-0 RoPE phase frozen) join here, as one more line, once that part lands:
-    # ZooPart("path-edits", path_edit_figures),
+    ZooPart("path-tests", path_edit_figures),
 )
 """The parts measured on every run, in order. A part's figures go into every table; C4's zoo case reads ``c_res``
 and ``c_res_depth_slope`` of the leakage part."""
