@@ -284,6 +284,10 @@ _FAMILY_FIGURES = [
     ("ablate-sinks", "reduction", "early", None, "sink-path ablation: reduction of C_res, early queries"),
     ("relativize", "reduction_ge2", "all", "relativize:all", "relativized, every column: r over layers ≥ 2"),
     ("relativize", "reduction_ge2", "all", "relativize:key0", "relativized, key 0 only: r over layers ≥ 2"),
+    ("path-tests", "resid_probe_r2_ge2", "all", "key0-phase:D=64", "key-0 phase frozen at D = 64: change of the residual probe R², layers ≥ 2"),
+    ("path-tests", "resid_probe_r2_ge2", "all", "key0-phase:D=64 − key1-phase:D=64", "the same, minus the key-1 sham's change"),
+    ("path-tests", "leakage_pattern_ge2", "all", "sink-mask-only:1", "mask-only sink profile: change of L(log a), layers ≥ 2"),
+    ("path-tests", "next_token_loss", "all", "key0-phase:D=64", "key-0 phase frozen at D = 64: change of next-token loss (nats)"),
 ]
 
 
@@ -548,6 +552,12 @@ def build(data: Path, findings: Path) -> str:
         f"early queries 1 ≤ i < {options['early']}, τ = {_num(options['tau'])}; the relativization on {options['relativize_seqs']}",
         "sequences with as many for its calibration). The parts: " + ", ".join(measured["parts"]) + ".",
     ]
+    if "path-tests" in measured["parts"]:
+        lines[-1] += (
+            " The path-specific tests freeze key 0's RoPE phase at D = 8, T/2 and 64 beside the same freeze of key 1 (the"
+            " sham), and, in a run with sink-reading heads, swap their key-0 weights for the mask-only profile and ablate"
+            " the sink path; `figures.csv` holds every edit, the tables below show D = 64, the offset C3 reads."
+        )
     if len(failed):
         lines += ["", "Parts that did not finish: " + "; ".join(f"{r.run} {r.part}: {r.status}" for r in failed.itertuples()) + "."]
     lines += [
