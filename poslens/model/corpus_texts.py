@@ -10,12 +10,15 @@ tokenizes them.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from poslens.errors import CorpusError, InputError, ParameterTypeError
+from poslens.model.cache import file_sha256
+from poslens.model.reads import note_digest, note_read
 
 BUILTIN_SOURCES = ("docs", "random", "repeat")
 
@@ -202,7 +205,7 @@ def read_texts(path: str | os.PathLike[str], text_field: str = "text") -> list[s
     files = source_files(path, text_field)
     folder = Path(path).expanduser()
     if folder.is_dir() and _is_saved_dataset(folder):
-        return _read_hf_dataset(folder, text_field)
+        return _read_hf_dataset(folder, files, text_field)
     return [text for file in files for text in _read_file(file, text_field)]
 
 
@@ -218,6 +221,7 @@ def _read_file(path: Path, text_field: str) -> list[str]:
 def _decode(path: Path) -> str:
     """The file's bytes as UTF-8 (a BOM dropped); a CorpusError names the line and byte offset of the first bad byte."""
     data = path.read_bytes()
+    note_read(str(path), data)  # the hash of the very bytes the texts come from
     try:
         text = data.decode("utf-8")  # not utf-8-sig: its error offsets would not count the BOM
     except UnicodeDecodeError as error:
@@ -321,7 +325,9 @@ def _read_parquet(path: Path, text_field: str) -> list[str]:
     import pandas as pd
 
     try:
-        frame = pd.read_parquet(path)
+        data = path.read_bytes()
+        note_read(str(path), data)  # the hash of the very bytes the texts come from
+        frame = pd.read_parquet(io.BytesIO(data))
     except (OSError, ValueError) as error:
         raise CorpusError(
             f"{path} is not a readable Parquet file ({type(error).__name__}: {error}); write it again, for example with pandas.DataFrame.to_parquet"
@@ -331,11 +337,22 @@ def _read_parquet(path: Path, text_field: str) -> list[str]:
     return _check_strings(frame[text_field], str(path), text_field)
 
 
-def _read_hf_dataset(path: Path, text_field: str) -> list[str]:
+def _read_hf_dataset(path: Path, files: list[Path], text_field: str) -> list[str]:
+    """The texts of a saved dataset; its files (``files``) are hashed before and after, since the dataset reads them itself."""
     try:
         import datasets
     except ImportError:
         raise ImportError(f"{path} is a saved Hugging Face dataset; reading it needs: pip install datasets") from None
+    before = {str(file): file_sha256(file) for file in files}
+    texts = _dataset_texts(datasets, path, text_field)
+    for label, digest in before.items():
+        if not Path(label).is_file() or file_sha256(label) != digest:
+            raise CorpusError(f"{label} (of dataset {path}) changed while it was read; run again once the dataset stays as it is")
+        note_digest(label, digest)
+    return texts
+
+
+def _dataset_texts(datasets: Any, path: Path, text_field: str) -> list[str]:
     try:
         data = datasets.load_from_disk(str(path))
     except (OSError, ValueError, KeyError) as error:
