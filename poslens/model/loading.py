@@ -222,7 +222,12 @@ def _build(
     check_model_folder(folder)
     try:
         hf = AutoModelForCausalLM.from_pretrained(
-            folder, config=config, dtype=dtype, local_files_only=True, **({"device_map": device_map} if device_map else {})
+            folder,
+            config=config,
+            dtype=dtype,
+            local_files_only=True,
+            use_safetensors=True,  # never a pickle (check_model_folder has refused a folder with pickled weights only)
+            **({"device_map": device_map} if device_map else {}),
         )
     except Exception as error:
         if is_safetensors_error(error):  # damage the header check above cannot see

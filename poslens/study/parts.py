@@ -47,7 +47,7 @@ from poslens.model.guards import check_seq_len
 from poslens.model.loading import load_model
 from poslens.model.pos_model import PosModel
 from poslens.model.reads import recording_reads
-from poslens.ownership import check_replaceable, record_written, remove_ours, written_files
+from poslens.ownership import check_replaceable, record_written, remove_ours, replacing, written_files
 from poslens.runtime import distributed
 from poslens.study.inputs import corpus_inputs, inputs_as_read, model_inputs
 from poslens.study.part_cache import (
@@ -536,9 +536,9 @@ class Study:
         """
         if not distributed.is_main():
             return path
-        check_replaceable(path)
-        atomic_write(path, write)
-        record_written([path])
+        with replacing([path]):
+            atomic_write(path, write)
+            record_written([path])
         self.written.append(path)
         return path
 
