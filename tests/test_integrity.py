@@ -491,11 +491,20 @@ def _damage(out: Path, how: str) -> Path:
         ("object array in the sums", "array of Python objects"),
         ("newer table format", "table format 99"),
         ("damaged table", "cannot be read as Parquet"),
-        ("damaged attribution", "JSONDecodeError"),
     ],
 )
 def test_a_part_that_cannot_be_read_is_refused_and_kept_unless_overwrite(tiny_llama_dir, tmp_path, how, reason):
     """Nothing is deleted without --overwrite: the part is refused naming its file and the reason, its bytes kept."""
+    refused_then_overwritten(tiny_llama_dir, tmp_path, how, reason)
+
+
+def test_an_attribution_that_cannot_be_read_is_refused_and_kept_unless_overwrite(tiny_llama_dir, tmp_path):
+    """The relativize part likewise (its attribution.json damaged)."""
+    refused_then_overwritten(tiny_llama_dir, tmp_path, "damaged attribution", "JSONDecodeError")
+
+
+def refused_then_overwritten(tiny_llama_dir: Path, tmp_path: Path, how: str, reason: str) -> None:
+    """The part damaged as ``how`` says is refused naming ``reason``, nothing changed; then measured again under --overwrite."""
     from poslens.ownership import written_files
 
     out = tmp_path / "out"

@@ -121,6 +121,10 @@ class RowBinStore:
             layer: The layer index.
             row_bins: Each row's maximum, then its sums of exp(s − max) per offset bin, [batch, H, T, 1 + bins].
 
+        Raises:
+            DiskFullError: The temporary folder filled up (or a file-size limit was reached); the message names it
+                and the route that writes nothing.
+
         Example:
             >>> store = RowBinStore(); store.write(0, 2, np.zeros((1, 1, 2, 3))); store.entries
             [(0, 2, (1, 1, 2, 3), 0)]

@@ -86,7 +86,7 @@ def run_metadata(model: PosModel, corpus: Corpus, settings: dict[str, Any]) -> d
     """Provenance of a run: model (with its RoPE type and scaling), corpus, settings and software versions.
 
     The model's record holds its weights' dtype and device (:meth:`~poslens.model.pos_model.PosModel.describe`),
-    and the hooks its user put on it (``user_hooks``, :func:`poslens.model.user_model.user_hooks`): poslens
+    and the hooks its user put on it (``user_hooks``, :func:`poslens.model.user_hooks.user_hooks`): poslens
     ran them with the model.
 
     Args:

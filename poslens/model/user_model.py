@@ -2,24 +2,28 @@
 
 Booting a TransformerLens bridge around a transformers model replaces the
 model's submodules with the bridge's wrappers (``model.layers[i]`` becomes a
-``BlockBridge`` holding the original layer). poslens records, for every
-module the boot changed, its children, parameters and buffers as given and as
-booted (:class:`ModelUse`), and puts the given ones back at once: the user's
-model is as it was. :func:`in_use`, around every forward pass poslens runs
-(:func:`poslens.model.hooks.run_with_hooks`), installs the booted ones, puts
-every module in eval mode, and afterwards restores the modules, each
-module's training mode, and removes the hooks TransformerLens wires on its
-first forward pass. Nothing is copied: the weights are the user's tensors.
+``BlockBridge`` holding the original layer). For a model given in memory,
+poslens records, for every module the boot changed, its children, parameters
+and buffers as given and as booted (:class:`ModelUse`), and puts the given ones
+back at once: the user's model is as it was. Every forward pass of the bridge
+(poslens's, or the user's through ``model.bridge``) installs the booted ones for
+the pass only. :func:`in_use`, around every forward pass poslens runs
+(:func:`poslens.model.hooks.run_with_hooks`), also puts every module in eval
+mode and afterwards restores each module's training mode, and removes the
+capture hooks TransformerLens wires on the first forward pass of a bridge the
+user gave. Nothing is copied: the weights are the user's tensors. (A model
+poslens loads from files keeps its bridge: nobody else holds it.)
 
 A hook the user put on a module (a PyTorch forward or pre-hook, or a
 TransformerLens hook on a hook point) is run where the bridge calls that
 module. The bridge does not call every module: its attention bridge computes
 attention from ``q_proj``, ``k_proj``, … itself, so a hook on ``self_attn``
-itself would never run. Such a hook is refused (:class:`UserHookNotRunError`,
-naming the module and the function) rather than silently skipped; which
-modules the bridge calls is found once per model, by one forward pass of two
-tokens with every hook detached. The hooks found are recorded in each
-result's provenance (``meta["model"]["user_hooks"]``, :func:`user_hooks`).
+itself would never run. Such a hook is refused
+(:class:`~poslens.model.user_hooks.UserHookNotRunError`, naming the module and
+the function) rather than silently skipped; which modules the bridge calls is
+found once per model, by one forward pass of two tokens with every hook
+detached. The hooks found are recorded in each result's provenance
+(``meta["model"]["user_hooks"]``, :func:`poslens.model.user_hooks.user_hooks`).
 """
 
 from __future__ import annotations
@@ -27,40 +31,16 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from poslens.errors import PoslensError
+from poslens.model.user_hooks import FORWARD_HOOKS, UserHookNotRunError, function_name, named_hooks, user_functions
 
-#: The hook dictionaries of a torch module whose hooks run in a forward pass, and the kind :func:`user_hooks` reports.
-FORWARD_HOOKS = {"_forward_pre_hooks": "forward_pre", "_forward_hooks": "forward"}
-#: Every hook dictionary of a torch module (the forward ones and the others), for comparisons before and after.
-HOOK_DICTS = (
-    "_forward_pre_hooks",
-    "_forward_pre_hooks_with_kwargs",
-    "_forward_hooks",
-    "_forward_hooks_with_kwargs",
-    "_forward_hooks_always_called",
-    "_backward_pre_hooks",
-    "_backward_hooks",
-    "_state_dict_hooks",
-    "_state_dict_pre_hooks",
-    "_load_state_dict_pre_hooks",
-    "_load_state_dict_post_hooks",
-)
 _LAYOUT = ("_modules", "_parameters", "_buffers")
-
-
-class UserHookNotRunError(PoslensError, ValueError):
-    """A hook on the user's model sits on a module the bridge never calls: it would be skipped, so poslens refuses.
-
-    Example:
-        >>> issubclass(UserHookNotRunError, ValueError)
-        True
-    """
 
 
 class ModelChangedError(PoslensError, ValueError):
@@ -70,88 +50,6 @@ class ModelChangedError(PoslensError, ValueError):
         >>> issubclass(ModelChangedError, ValueError)
         True
     """
-
-
-def _innermost(function: Any) -> Any:
-    """The user's function inside TransformerLens's wrappers (a hook point's ``full_hook``) and ``functools.partial``."""
-    for _ in range(8):
-        if isinstance(function, functools.partial):
-            function = function.func
-            continue
-        code = getattr(function, "__code__", None)
-        cells = getattr(function, "__closure__", None) or ()
-        names = code.co_freevars if code is not None else ()
-        inner = next((cell.cell_contents for name, cell in zip(names, cells, strict=False) if name in ("hook", "full_hook")), None)
-        if inner is None or not callable(inner):
-            return function
-        function = inner
-    return function
-
-
-def function_name(function: Any) -> str:
-    """A hook function as a person reads it: ``module.qualified_name``, TransformerLens's wrappers taken off.
-
-    Args:
-        function: a hook function (or any callable).
-
-    Returns:
-        The name.
-
-    Example:
-        >>> def double(module, args, output):
-        ...     return output * 2
-        >>> function_name(double)
-        'poslens.model.user_model.double'
-    """
-    inner = _innermost(function)
-    qualname = getattr(inner, "__qualname__", None) or type(inner).__qualname__
-    return f"{getattr(inner, '__module__', None) or type(inner).__module__}.{qualname}".replace(".<locals>", "")
-
-
-def _internal(function: Any) -> bool:
-    """Whether a hook is TransformerLens's own (the capture hooks a bridge wires on its components), not the user's."""
-    return str(getattr(_innermost(function), "__module__", "") or "").startswith("transformer_lens")
-
-
-def user_hooks(module: torch.nn.Module, prefix: str = "") -> list[dict[str, str]]:
-    """The forward hooks and pre-hooks found on ``module`` and its submodules (TransformerLens's own left out).
-
-    A TransformerLens hook on a hook point (``add_hook``) is a forward hook of
-    that hook point; it is reported with the function it wraps. poslens's own
-    hooks are never on a model between two of its forward passes.
-
-    Args:
-        module: a torch module (a transformers model, a bridge, a HookedTransformer).
-        prefix: put before every module name (``"original_model."``).
-
-    Returns:
-        One ``{"module": name, "kind": "forward" | "forward_pre", "function": name}`` per hook, in module order
-        (the root module is ``""``).
-
-    Example:
-        >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
-        >>> def scale(module, args, output):
-        ...     return output * 2
-        >>> handle = net[0].register_forward_hook(scale)
-        >>> user_hooks(net)
-        [{'module': '0', 'kind': 'forward', 'function': 'poslens.model.user_model.scale'}]
-    """
-    return _hooks_of(module.named_modules(prefix=prefix.rstrip(".")))
-
-
-def _hooks_of(named: Iterable[tuple[str, torch.nn.Module]]) -> list[dict[str, str]]:
-    """:func:`user_hooks` of the modules ``named`` (each module once); a hook point is named as TransformerLens names it."""
-    found, seen = [], set()
-    for name, sub in named:
-        if id(sub) in seen:
-            continue
-        seen.add(id(sub))
-        shown = sub.name if type(sub).__name__ == "HookPoint" and isinstance(getattr(sub, "name", None), str) else name
-        for attribute, kind in FORWARD_HOOKS.items():
-            for function in getattr(sub, attribute, {}).values():
-                if not _internal(function):
-                    found.append({"module": shown, "kind": kind, "function": function_name(function)})
-    return found
 
 
 def _layout(module: torch.nn.Module) -> tuple[dict, dict, dict]:
@@ -324,7 +222,7 @@ class ModelUse:
             >>> ModelUse(roots=[("", torch.nn.Linear(2, 2))], runner=None).hooks()
             []
         """
-        return _hooks_of(self.modules())
+        return named_hooks(self.modules())
 
     def check_hooks(self, hooked: list[tuple[str, torch.nn.Module]], probe: torch.Tensor) -> None:
         """Refuse a hook of the user's that a forward pass would skip (on a module the bridge does not call); the bridge installed.
@@ -346,7 +244,7 @@ class ModelUse:
         for name, module in hooked:
             if id(module) in self.called or isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict)):
                 continue  # a container is never called, with or without poslens
-            functions = ", ".join(function_name(f) for f in _user_functions(module))
+            functions = ", ".join(function_name(f) for f in user_functions(module))
             raise UserHookNotRunError(
                 f"the hook {functions} on {name or 'the model'} ({type(module).__name__}) would not run: TransformerLens's bridge, "
                 "through which poslens runs the model, computes this module's output without calling it. poslens refuses "
@@ -398,7 +296,7 @@ class ModelUse:
                 self._depth -= 1
             return
         modes = {module: module.training for _, module in self.modules()}
-        hooked = [(name, module) for name, module in self.modules() if _user_functions(module)]
+        hooked = [(name, module) for name, module in self.modules() if user_functions(module)]
         own_bridge = any(root is self.runner for _, root in self.roots)
         blocks = [b for b in _blocks(self.runner) if not getattr(b, "_capture_hooks_wired", True)] if own_bridge else []
         self.install()
@@ -438,10 +336,6 @@ def _install_while_running(bridge: Any, use: ModelUse) -> None:
             use.restore()
 
     object.__setattr__(bridge, "forward", installed_forward)
-
-
-def _user_functions(module: torch.nn.Module) -> list[Any]:
-    return [f for name in FORWARD_HOOKS for f in getattr(module, name, {}).values() if not _internal(f)]
 
 
 def _blocks(runner: Any) -> list[Any]:

@@ -165,9 +165,9 @@ def wrap_hf_model(
     ``bridge`` is a TransformerLens bridge already wrapping ``hf`` (used as it
     is), and ``use`` how poslens runs it (:class:`~poslens.model.user_model.ModelUse`:
     a bridge booted earlier around ``hf``, or the user's own). Without either, a
-    bridge is booted around ``hf`` and ``hf`` is given back as it was (its
-    modules, and each module's training mode): the bridge is installed only while
-    poslens runs the model. The checks of a model
+    bridge is booted around ``hf``; a model from memory (``source="memory"``) is
+    then given back as it was (its modules, and each module's training mode), the
+    bridge installed only while it runs, and a model poslens loaded keeps it. The checks of a model
     loaded from a folder apply: RoPE, causal attention, no attention sinks, a
     bridge whose ``hook_attn_scores`` holds the pre-softmax scores.
 

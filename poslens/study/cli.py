@@ -171,7 +171,7 @@ def _output_folder(out: Path):
     that they stop with it rather than take the lock themselves. Temporary files
     that a killed run left are removed. A folder that existed before, or that
     holds anything, is never removed. An interrupt (Ctrl-C, or SIGTERM, which
-    :func:`run` turns into one) prints one ``interrupted:`` line.
+    the ``poslens`` entry point turns into one) prints one ``interrupted:`` line.
     """
     distributed.init_from_env()  # under torchrun: the ranks join their group before anything touches --out
     main = distributed.is_main()
