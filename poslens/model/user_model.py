@@ -362,13 +362,16 @@ def in_use(model: Any) -> Iterator[None]:
 
     Example:
         >>> import tempfile, torch, poslens
+        >>> from transformers import AutoModelForCausalLM, AutoTokenizer
         >>> from poslens.testing import save_tiny_model
-        >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
+        >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+        >>> hf = AutoModelForCausalLM.from_pretrained(folder).train()
+        >>> model = poslens.load_model(hf, tokenizer=AutoTokenizer.from_pretrained(folder))
         >>> with in_use(model):
-        ...     type(model.hf_model.model.layers[0]).__name__
-        'BlockBridge'
-        >>> type(model.hf_model.model.layers[0]).__name__
-        'LlamaDecoderLayer'
+        ...     type(hf.model.layers[0]).__name__, hf.training
+        ('BlockBridge', False)
+        >>> type(hf.model.layers[0]).__name__, hf.training
+        ('LlamaDecoderLayer', True)
     """
     use = getattr(model, "use", None)
     if use is None:
