@@ -263,3 +263,14 @@ def test_provenance_records_dtype_device_and_transformerlens_version(tiny_llama_
         d.version for d in importlib.metadata.distributions(path=[str(Path(transformer_lens.__file__).parents[1])]) if d.name == "transformer-lens"
     )
     assert result.meta["versions"]["transformer_lens"] == installed != "?"
+
+
+def test_the_libraries_own_hooks_are_neither_refused_nor_recorded(tiny_llama_dir):
+    """transformers installs output-capturing hooks on self_attn once attentions are asked for: plumbing, not the user's."""
+    hf, tok = hf_and_tokenizer(tiny_llama_dir)
+    with torch.no_grad():
+        hf(torch.tensor([[1, 5, 9]]), output_attentions=True, output_hidden_states=True)
+    attention = hf.model.layers[0].self_attn  # a module the bridge never calls
+    assert any(f.__module__.startswith("transformers.") for f in attention._forward_hooks.values())
+    result = figures(poslens.load_model(hf, tokenizer=tok))
+    assert result.meta["model"]["user_hooks"] == []

@@ -89,24 +89,47 @@ def function_name(function: Any) -> str:
     return f"{getattr(inner, '__module__', None) or type(inner).__module__}.{qualname}".replace(".<locals>", "")
 
 
+#: Packages whose own hooks are plumbing, not the user's: TransformerLens's capture hooks on a bridge's components,
+#: and transformers' output-capturing hooks (installed once ``output_attentions`` or ``output_hidden_states`` is asked).
+INTERNAL_PACKAGES = ("transformer_lens", "transformers")
+
+
 def is_internal(function: Any) -> bool:
-    """Whether a hook is TransformerLens's own (the capture hooks a bridge wires on its components), not the user's.
+    """Whether a hook is a library's own plumbing (:data:`INTERNAL_PACKAGES`), not the user's.
 
     Args:
         function: a hook function.
 
     Returns:
-        True for a function of TransformerLens itself (a hook point's wrapper of a user's function is the user's).
+        True for a function of TransformerLens or transformers itself (a hook point's wrapper of a user's function is the
+        user's).
 
     Example:
         >>> is_internal(print)
         False
     """
-    return str(getattr(_innermost(function), "__module__", "") or "").startswith("transformer_lens")
+    package = str(getattr(_innermost(function), "__module__", "") or "").split(".")[0]
+    return package in INTERNAL_PACKAGES
+
+
+def display_name(name: str) -> str:
+    """A module's name as a person finds it in the model: TransformerLens's ``._original_component`` steps taken out.
+
+    Args:
+        name: the module's name in ``named_modules()``.
+
+    Returns:
+        The name without the bridge's wrapper steps.
+
+    Example:
+        >>> display_name("blocks.0._original_component.self_attn._original_component")
+        'blocks.0.self_attn'
+    """
+    return name.replace("._original_component", "").replace("_original_component.", "")
 
 
 def user_hooks(module: torch.nn.Module, prefix: str = "") -> list[dict[str, str]]:
-    """The forward hooks and pre-hooks found on ``module`` and its submodules (TransformerLens's own left out).
+    """The forward hooks and pre-hooks found on ``module`` and its submodules (the libraries' own left out, :func:`is_internal`).
 
     A TransformerLens hook on a hook point (``add_hook``) is a forward hook of
     that hook point; it is reported with the function it wraps. poslens's own
@@ -151,7 +174,7 @@ def named_hooks(named: Iterable[tuple[str, torch.nn.Module]]) -> list[dict[str, 
         if id(sub) in seen:
             continue
         seen.add(id(sub))
-        shown = sub.name if type(sub).__name__ == "HookPoint" and isinstance(getattr(sub, "name", None), str) else name
+        shown = sub.name if type(sub).__name__ == "HookPoint" and isinstance(getattr(sub, "name", None), str) else display_name(name)
         for attribute, kind in FORWARD_HOOKS.items():
             for function in getattr(sub, attribute, {}).values():
                 if not is_internal(function):

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from poslens.errors import PoslensError
-from poslens.model.user_hooks import FORWARD_HOOKS, UserHookNotRunError, function_name, named_hooks, user_functions
+from poslens.model.user_hooks import FORWARD_HOOKS, UserHookNotRunError, display_name, function_name, named_hooks, user_functions
 
 _LAYOUT = ("_modules", "_parameters", "_buffers")
 
@@ -244,9 +244,9 @@ class ModelUse:
         for name, module in hooked:
             if id(module) in self.called or isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict)):
                 continue  # a container is never called, with or without poslens
-            functions = ", ".join(function_name(f) for f in user_functions(module))
+            functions = ", ".join(dict.fromkeys(function_name(f) for f in user_functions(module)))
             raise UserHookNotRunError(
-                f"the hook {functions} on {name or 'the model'} ({type(module).__name__}) would not run: TransformerLens's bridge, "
+                f"the hook {functions} on {display_name(name) or 'the model'} ({type(module).__name__}) would not run: TransformerLens's bridge, "
                 "through which poslens runs the model, computes this module's output without calling it. poslens refuses "
                 "rather than measure the model without the hook: put it on a module the bridge calls (its q_proj, k_proj, "
                 "v_proj or o_proj, or the decoder layer), or remove it to measure the model without it"
