@@ -100,6 +100,7 @@ class ModelUse:
     called: set[int] | None = None
     _depth: int = 0
     _installed: int = 0
+    _runner_modules: list[torch.nn.Module] | None = None
 
     @classmethod
     def before_boot(cls, hf: torch.nn.Module) -> dict[torch.nn.Module, tuple[dict, dict, dict]]:
@@ -295,18 +296,24 @@ class ModelUse:
             finally:
                 self._depth -= 1
             return
-        modes = {module: module.training for _, module in self.modules()}
-        hooked = [(name, module) for name, module in self.modules() if user_functions(module)]
+        # one cheap walk of the user's modules (module.eval() walks modules a bridge shares again and again); names
+        # are made only when a module holds a hook of the user's
+        modules = _walk([root for _, root in self.roots])
+        hooked = []
+        if any((m._forward_hooks or m._forward_pre_hooks) and user_functions(m) for m in modules):
+            hooked = [(name, module) for name, module in self.modules() if user_functions(module)]
         own_bridge = any(root is self.runner for _, root in self.roots)
         blocks = [b for b in _blocks(self.runner) if not getattr(b, "_capture_hooks_wired", True)] if own_bridge else []
         self.install()
         self._depth = 1
+        training: list[torch.nn.Module] = []
         try:
             self.check_hooks(hooked, probe)
-            for _, root in self.roots:
-                root.eval()
-            if isinstance(self.runner, torch.nn.Module):
-                self.runner.eval()
+            if self._runner_modules is None:  # the bridge's own components: poslens's, and fixed once booted
+                self._runner_modules = _walk([self.runner]) if isinstance(self.runner, torch.nn.Module) else []
+            training = [module for module in modules + self._runner_modules if module.training]
+            for module in training:  # eval mode for the pass; each module's own mode back afterwards
+                module.training = False
             yield
         finally:
             self._depth = 0
@@ -314,8 +321,8 @@ class ModelUse:
                 if getattr(block, "_capture_hooks_wired", False) and hasattr(block, "_teardown_capture_hooks"):
                     block._teardown_capture_hooks()
             self.restore()
-            for module, mode in modes.items():
-                module.training = mode
+            for module in training:
+                module.training = True
 
 
 def _install_while_running(bridge: Any, use: ModelUse) -> None:
@@ -336,6 +343,21 @@ def _install_while_running(bridge: Any, use: ModelUse) -> None:
             use.restore()
 
     object.__setattr__(bridge, "forward", installed_forward)
+
+
+def _walk(roots: list[torch.nn.Module]) -> list[torch.nn.Module]:
+    """Every module under ``roots``, each once (an iterative walk: named_modules' nested generators cost far more)."""
+    seen: set[int] = set()
+    found: list[torch.nn.Module] = []
+    stack = list(reversed(roots))
+    while stack:
+        module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        found.append(module)
+        stack.extend(child for child in reversed(module._modules.values()) if child is not None)
+    return found
 
 
 def _blocks(runner: Any) -> list[Any]:
