@@ -81,12 +81,10 @@ class ModelUse:
         called: The ids of the user's modules a full forward pass calls (found on first need).
 
     Example:
-        >>> import tempfile, poslens
+        >>> import tempfile, poslens, poslens.testing
         >>> from transformers import AutoModelForCausalLM, AutoTokenizer
-        >>> from poslens.testing import save_tiny_model
-        >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
-        >>> hf = AutoModelForCausalLM.from_pretrained(folder)
-        >>> layer = hf.model.layers[0]
+        >>> folder = poslens.testing.save_tiny_model(tempfile.mkdtemp(), "llama")
+        >>> hf = AutoModelForCausalLM.from_pretrained(folder); layer = hf.model.layers[0]
         >>> model = poslens.load_model(hf, tokenizer=AutoTokenizer.from_pretrained(folder))
         >>> hf.model.layers[0] is layer, type(model.use).__name__     # the bridge is not left in the user's model
         (True, 'ModelUse')
@@ -347,16 +345,13 @@ def _install_while_running(bridge: Any, use: ModelUse) -> None:
 
 def _walk(roots: list[torch.nn.Module]) -> list[torch.nn.Module]:
     """Every module under ``roots``, each once (an iterative walk: named_modules' nested generators cost far more)."""
-    seen: set[int] = set()
-    found: list[torch.nn.Module] = []
-    stack = list(reversed(roots))
+    seen, found, stack = set(), [], list(reversed(roots))
     while stack:
         module = stack.pop()
-        if id(module) in seen:
-            continue
-        seen.add(id(module))
-        found.append(module)
-        stack.extend(child for child in reversed(module._modules.values()) if child is not None)
+        if id(module) not in seen:
+            seen.add(id(module))
+            found.append(module)
+            stack.extend(child for child in reversed(module._modules.values()) if child is not None)
     return found
 
 
@@ -383,10 +378,9 @@ def in_use(model: Any) -> Iterator[None]:
         ModelChangedError: a module of the user's was replaced since the model was wrapped.
 
     Example:
-        >>> import tempfile, torch, poslens
+        >>> import tempfile, torch, poslens, poslens.testing
         >>> from transformers import AutoModelForCausalLM, AutoTokenizer
-        >>> from poslens.testing import save_tiny_model
-        >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+        >>> folder = poslens.testing.save_tiny_model(tempfile.mkdtemp(), "llama")
         >>> hf = AutoModelForCausalLM.from_pretrained(folder).train()
         >>> model = poslens.load_model(hf, tokenizer=AutoTokenizer.from_pretrained(folder))
         >>> with in_use(model):
