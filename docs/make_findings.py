@@ -42,10 +42,10 @@ from poslens.measurement.result_files import META_KEY
 from poslens.mechanisms.attribution import Attribution
 from poslens.mechanisms.comparisons import comparison_table
 from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE, Claims
-from poslens.study.rules import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED
+from poslens.study.rules import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED, joint
 from poslens.study.verdict_summary import summary_rows
 
-PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "compare")
+PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "fingerprint", "compare")
 ATTRIBUTION_FILES = ("attribution.parquet", "attribution_summary.parquet", "attribution_loss.parquet", "attribution.json")
 FIGURES = Path(__file__).parent / "img" / "findings"  # written by docs/make_findings_figures.py
 MODE_TEXT = {
@@ -337,6 +337,12 @@ def read_claims(folder: Path) -> Claims | None:
     return Claims.read(folder)
 
 
+def _own(row: Any) -> str:
+    """A claims row's own verdict: its comparison alone (C4), the claim's verdict for the other claims."""
+    own = row["own_verdict"]
+    return str(row["verdict"]) if own is None or pd.isna(own) else str(own)
+
+
 def claims_section(folder: Path) -> str:
     lines = ["## Claims", ""]
     claims = read_claims(folder)
@@ -344,7 +350,9 @@ def claims_section(folder: Path) -> str:
         return "\n".join(lines + [f"*`{CLAIMS_FILE}` or `{INPUTS_FILE}` is not in this run folder (run `poslens claims --out {folder}`).*", ""])
     lines.append(
         "Each verdict is computed from the figures by the rule stated with it (methodology §9); "
-        "none is written by hand. A claim can rest on several figures, one row each. Intervals are 95%."
+        "none is written by hand. A claim can rest on several figures, one row each. Intervals are 95%. "
+        "*This row* is the verdict of the row's own figure by its rule; *the claim* is the claim's verdict, the same "
+        "on each of its rows: C4's comes from all its comparisons together (one against the claim makes it not supported)."
     )
     lines.append("")
     rows, seen = [], set()
@@ -361,11 +369,14 @@ def claims_section(folder: Path) -> str:
                 r["model"] if r["model"] is not None and not pd.isna(r["model"]) else "—",
                 figure_label(shown.iloc[0]) if len(shown) else "",
                 figure,
-                f"**{r['verdict']}**",
+                f"**{_own(r)}**",
+                str(r["verdict"]),
             ]
         )
     lines.append(
-        markdown_table(["claim", "statement", "model / comparison", "figure", "value [95%]", "verdict"], rows, ["l", "l", "l", "l", "r", "l"])
+        markdown_table(
+            ["claim", "statement", "model / comparison", "figure", "value [95%]", "this row", "the claim"], rows, ["l", "l", "l", "l", "r", "l", "l"]
+        )
     )
     # The rule of a claim is shared by its rows: give each distinct rule, with the inputs it read, once. Plain HTML
     # inside <details>: Markdown in a raw HTML block is not rendered (no md_in_html), HTML is, on the docs site and on
@@ -409,7 +420,9 @@ def claims_summary(folder: Path, findings_link: str = "docs/findings.md") -> str
             figure, label = "—", ""
         else:
             figure, label = with_interval(top["value"], top["ci_low"], top["ci_high"]), figure_label(top)
-        rows.append([f"**{claim}**", first["statement"], model, f"{label}: {figure}" if label else figure, f"**{first['verdict']}**"])
+        own = joint(_own(r) for _, r in part.iterrows()) if first["verdict"] != NOT_MEASURED else NOT_MEASURED
+        verdict = f"**{own}**" if own == first["verdict"] else f"**{own}** (the claim: {first['verdict']})"
+        rows.append([f"**{claim}**", first["statement"], model, f"{label}: {figure}" if label else figure, verdict])
     table = markdown_table(["claim", "statement", "model / case", "headline figure [95%]", "verdict"], rows, ["l", "l", "l", "l", "l"])
     note = (
         f"*From the full run's tables (`docs/findings_data`, 4-bit quantized weights), written by "
@@ -729,24 +742,20 @@ def _open_questions(claim: str, claims: Claims, parts: dict[str, Result], run: d
             "that too, methodology §4.6): that is C7's question."
         )
     if claim == "C3":
-        key0 = _input(claims, "C3", "r (key0)")
-        if key0 is None:
-            return (
-                "The causal figure, relativizing key 0 in every layer, was not measured in this run, so the claim "
-                "rests on the sink-path ablation alone."
-            )
-        if key0["ci_high"] < 0:
-            effect = "raised the later layers' L(log a) instead of lowering it"
-        elif key0["ci_low"] > 0:
-            effect = "lowered the later layers' L(log a)"
-        else:
-            effect = "changed the later layers' L(log a) by an amount the data cannot tell from 0"
-        return (
-            f"Whether the key-0 logit is the sink path's route: relativizing key 0 in every layer {effect}. "
-            "Key 0 is not the only route (a relative sink logit still "
-            "writes a_i0·v₀, which varies with i through the normalization), so this neither confirms nor "
-            "refutes the claim; the ablation, which fixes a_i0 itself, is what decides it."
-        )
+        fall = _input(claims, "C3", "fall")
+        if fall is None:
+            return "Nothing: the path-specific tests were not measured in this run."
+        mask = _input(claims, "C3", "resid_probe_r2_ge2: sink-ablation − sink-mask-only:1")
+        pieces = [
+            "What the freeze isolates: the position that reaches the residual stream through the RoPE phase of the "
+            "key-0 logit, against the same freeze on key 1 (a key whose offset also tracks i but that is not the sink)",
+            "what it leaves: the position the mask writes through the sink by diluting a_i0 over more keys, which the "
+            "mask-only profile measures beside it"
+            + (f" (the mask's channel through the sink moved the probe by {_quote(mask)})" if mask is not None else ""),
+            "that a frozen phase also sets the sink's level to the one at offset D, so the freeze changes how much the "
+            "later layers read key 0 as well as whether its logit tracks i: the dose over D shows how much that matters",
+        ]
+        return "; ".join(pieces) + f". The figures come from {_scope(run)}."
     if claim == "C4":
         return (
             "The NTK and window cases are inference-time variants of a model trained with neither, so the "
@@ -772,9 +781,9 @@ def _open_questions(claim: str, claims: Claims, parts: dict[str, Result], run: d
         pieces = []
         if r["ci_high"] < -0.10:
             pieces.append(
-                "The rule, fixed before the run, counts an r wholly below −10% neither as support nor as "
-                "the equivalence a 'not supported' needs: the edit did not remove the later layers' absolute "
-                "position, it added to it"
+                "The rule is two-sided: an r wholly below −10% says that removing the earlier layers' absolute logits "
+                "added to the later layers' absolute position, so those logits counteract it (the sink logits not "
+                "decaying work against the mask's count term), not that they carry it"
             )
         split = _mode_split(parts)
         if split:
@@ -868,6 +877,82 @@ def ablation_section(parts: dict[str, Result]) -> str:
     return "\n".join(lines)
 
 
+PATH_READOUTS = (
+    ("resid_probe_r2_ge2", "residual probe R²"),
+    ("attn_out_probe_r2_ge2", "attention-output probe R²"),
+    ("resid_eta2_ge2", "residual η²"),
+    ("leakage_pattern_ge2", "L(log a)"),
+    ("leakage_pattern_numerator_ge2", "‖P(log a)‖² per pair"),
+    ("leakage_pattern_sst_ge2", "SST(log a) per pair"),
+)
+
+
+def _path_cell(rows: pd.DataFrame, intervention: str, reference: str, metric: str, kind: str = "difference", qbin: int = -1) -> str:
+    hit = rows[
+        (rows["intervention"] == intervention)
+        & (rows["reference"].fillna("") == reference)
+        & (rows["metric"] == metric)
+        & (rows["kind"] == kind)
+        & (rows["query_bin"] == qbin)
+    ]
+    return with_interval(*hit[["value", "ci_low", "ci_high"]].iloc[0]) if len(hit) else "—"
+
+
+def path_section(parts: dict[str, Result], page: Path) -> str:
+    """The path-specific tests (methodology §12): each edit's paired changes, the split of the sink path, the doses."""
+    lines = ["## Path-specific causal tests (C3, methodology §12)", ""]
+    if "path-tests" not in parts:
+        return "\n".join(lines + [missing("path-tests")])
+    result = parts["path-tests"]
+    t = result.table
+    t = t[(t["layer"] == -1) & (t["query_window"] == "all")]
+    meta = result.meta
+    heads = meta.get("sink_heads") or []
+    lines += [
+        "One full forward pass per edit over the leakage part's corpus, each read against the unedited pass on the "
+        "same tokens and groups, the mean over layers ≥ 2 (each layer read with the layers below it edited). "
+        "`key0-phase:D=…` freezes the RoPE phase of every key-0 logit at offset D in every layer; `key1-phase:D=…` "
+        "is the same on key 1, the sham; `sink-mask-only:λ` moves the sink-reading heads' a_i0 λ of the way to the "
+        f"mask-only counterfactual's; `sink-ablation` fixes it at its mean ({len(heads)} sink-reading heads at "
+        f"τ = {(meta.get('settings') or {}).get('tau')}). Probe intervals from the folds, the rest paired "
+        "delete-one-group jackknife, 95%.",
+        "",
+        "Unedited levels: " + ", ".join(f"{words} {_path_cell(t, 'none', '', metric, kind='level')}" for metric, words in PATH_READOUTS[:4]) + ".",
+        "",
+    ]
+    header = ["edit", "against"] + [f"Δ {words}" for _, words in PATH_READOUTS] + ["Δ loss (nats)"]
+    rows = []
+    pairs = list(dict.fromkeys(zip(t.loc[t["kind"] == "difference", "intervention"], t.loc[t["kind"] == "difference", "reference"], strict=False)))
+    for intervention, reference in pairs:
+        cells = [_path_cell(t, intervention, reference, metric) for metric, _ in PATH_READOUTS]
+        cells.append(_path_cell(t, intervention, reference, "next_token_loss"))
+        rows.append([f"`{intervention}`", f"`{reference}`", *cells])
+    lines += [markdown_table(header, rows), ""]
+    doses = meta.get("dose_responses") or []
+    if doses:
+        lines += ["Dose-responses (the change against the unedited run at each dose; for λ, from λ = 0):", ""]
+        lines.append(
+            markdown_table(
+                ["edit", "readout", "doses", "changes", "direction"],
+                [
+                    [
+                        f"`{d['edit']}`",
+                        f"`{d['metric']}`",
+                        f"{d['dose_name']} = {d['doses']}",
+                        d["changes"],
+                        f"{d['direction']} {d['where_not']}".strip(),
+                    ]
+                    for d in doses
+                ],
+            )
+        )
+        lines.append("")
+    lines.append(image("path_probe.png", "Residual probe R² by layer: unedited, key 0's phase frozen at each D, and the key-1 sham", page))
+    lines.append(image("path_split.png", "The sink path split, beside the freeze and the sham (paired changes, layers ≥ 2)", page))
+    lines.append(image("path_doses.png", "Dose-responses of the residual probe R² over D and λ", page))
+    return "\n".join(lines)
+
+
 def sinks_section(parts: dict[str, Result], run: dict[str, Any]) -> str:
     lines = ["## Sink-reading heads (methodology §6)", ""]
     if "sinks" not in parts:
@@ -953,6 +1038,7 @@ def build(folder: Path, out: Path = Path("docs/findings.md")) -> str:
         attribution_section(folder, out),
         bos_section(parts),
         ablation_section(parts),
+        path_section(parts, out),
         sinks_section(parts, run),
         fingerprint_section(parts),
     ]

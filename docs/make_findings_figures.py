@@ -31,7 +31,7 @@ from plotly.graph_objects import Figure
 sys.path.insert(0, str(Path(__file__).parent))
 from make_findings import load_parts, recorded_models  # noqa: E402
 
-from poslens.measurement import intervention_plots, plots  # noqa: E402
+from poslens.measurement import intervention_plots, path_plots, plots  # noqa: E402
 from poslens.mechanisms.attribution import Attribution  # noqa: E402
 from poslens.mechanisms.comparisons import comparison_table  # noqa: E402
 
@@ -106,6 +106,24 @@ FIGURES: dict[str, tuple[str, Callable[[dict[str, Any], Path], Figure | None], i
     "attribution.png": (
         "Cumulative relativization: L(log a) by layer, unedited and under each mode, with the placebo",
         lambda parts, folder: (a := _attribution(folder)) and intervention_plots.plot_attribution(a.table, "all"),
+        1100,
+        _is_smollm,
+    ),
+    "path_probe.png": (
+        "Residual probe R² by layer: unedited, key 0's phase frozen at each D, and the key-1 sham",
+        lambda parts, folder: "path-tests" in parts and path_plots.plot_path_probe(parts["path-tests"].table, "resid_probe_r2") or None,
+        1100,
+        _is_smollm,
+    ),
+    "path_split.png": (
+        "The sink path split, beside the freeze and the sham (paired changes, layers ≥ 2)",
+        lambda parts, folder: "path-tests" in parts and path_plots.plot_path_split(parts["path-tests"].table) or None,
+        1400,
+        _is_smollm,
+    ),
+    "path_doses.png": (
+        "Dose-responses of the residual probe R² over D and λ",
+        lambda parts, folder: "path-tests" in parts and path_plots.plot_path_doses(parts["path-tests"].table) or None,
         1100,
         _is_smollm,
     ),

@@ -35,6 +35,7 @@ FILE_KINDS = {
     # models: slow (together 83% of the unit time measured with --durations on 2 cores)
     "test_wheel_install.py": "integration",
     "test_distributed.py": "integration",
+    "test_path_distributed.py": "integration",
     "test_zoo.py": "integration",
     "test_compatibility.py": "integration",
     "test_cli_relativize.py": "integration",
@@ -43,6 +44,8 @@ FILE_KINDS = {
     "test_fuzz.py": "integration",
     "test_leakage_reference.py": "integration",
     "test_decomposition_reference.py": "integration",
+    "test_path_reference.py": "integration",
+    "test_path_controls.py": "integration",
     # notebooks
     "test_notebooks.py": "notebooks",
     "test_notebook_display.py": "notebooks",
@@ -74,6 +77,8 @@ SLOW_TESTS: dict[str, str] = {
         "test_integrity.py::test_a_second_run_into_a_locked_folder_is_refused_at_once_naming_the_holder",
         "test_integrity.py::test_an_attribution_that_cannot_be_read_is_refused_and_kept_unless_overwrite",
         "test_reliability.py::test_sigterm_and_ctrl_c_print_one_line_and_leave_no_lock_note_and_no_folder",
+        "test_path_readouts.py::test_the_path_table_saves_reloads_and_plots",
+        "test_key_phase.py::test_identity_reproduces_the_unedited_tables",
     )
 }
 REQUIRE_BROWSER = "POSLENS_REQUIRE_BROWSER"

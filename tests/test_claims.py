@@ -18,6 +18,7 @@ import poslens.study.claim_table as claim_table
 import poslens.study.claims as claims
 import poslens.study.claims_compare as claims_compare
 import poslens.study.claims_leakage as claims_leakage
+import poslens.study.claims_path as claims_path
 import poslens.study.claims_position0 as claims_position0
 import poslens.study.claims_relativize as claims_relativize
 import poslens.study.lookup as lookup
@@ -27,7 +28,8 @@ from poslens.measurement.result import COLUMNS, Result
 from poslens.study.claim_table import CLAIM_COLUMNS, INPUT_COLUMNS
 from poslens.study.claims import CLAIMS, STATEMENTS, evaluate, not_measured_summary
 from poslens.study.claims_compare import C4_RULES, C4_SLOPE_RULE, claim_c4, label_cases
-from poslens.study.claims_leakage import C1_RULE, C2_RULE, C3_RULE, claim_c1, claim_c2, claim_c3
+from poslens.study.claims_leakage import C1_RULE, C2_RULE, claim_c1, claim_c2
+from poslens.study.claims_path import C3_RULE, claim_c3
 from poslens.study.claims_position0 import c5_rule, c6_rule, claim_c5, claim_c6
 from poslens.study.claims_relativize import C7_RULE, claim_c7
 from poslens.study.lookup import figure_row
@@ -252,46 +254,92 @@ def test_c2_rho_rule_matches_the_difference_when_leakage_is_positive():
 
 
 def c3_tables(res: tuple, red: tuple, label: str = "sink-ablation:0.3") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The leakage and ablation parts' rows C3 reports (C_res at early queries, its reduction by the ablation)."""
     leak = frame(row("c_res", *res, query_window="early"), row("c_res", -9, -9, -9, query_window="all"))
     abl = frame(row("reduction", *red, query_window="early", intervention=label))
     return leak, abl
 
 
+def path_row(intervention: str, reference: str, metric: str, value: tuple, model: str = "m", layer: int = -1) -> dict:
+    return dict(row(metric, *value, intervention=intervention, model=model, layer=layer), kind="difference", reference=reference, query_bin=-1)
+
+
+def path_table(fall=(0.10, 0.06, 0.14), beyond=(0.05, 0.02, 0.08), model: str = "m") -> pd.DataFrame:
+    """The path-specific tests' rows C3 reads: the changes (edited − reference) whose negation is the fall."""
+    flip = lambda x: (-x[0], -x[2], -x[1])  # noqa: E731 (a fall is the negated change, its interval swapped)
+    return pd.DataFrame(
+        [
+            path_row("key0-phase:D=64", "none", "resid_probe_r2_ge2", flip(fall), model),
+            path_row("key0-phase:D=64", "key1-phase:D=64", "resid_probe_r2_ge2", flip(beyond), model),
+            path_row("key0-phase:D=8", "none", "resid_probe_r2_ge2", (9.0, 9.0, 9.0), model),  # another offset: not read
+            path_row("key0-phase:D=64", "none", "resid_probe_r2", (9.0, 9.0, 9.0), model, layer=3),  # a layer: not read
+            path_row("sink-ablation", "sink-mask-only:1", "resid_probe_r2_ge2", (-0.2, -0.3, -0.1), model),
+            path_row("sink-mask-only:1", "none", "resid_probe_r2_ge2", (-0.05, -0.08, -0.02), model),
+            path_row("key0-phase:D=64", "none", "next_token_loss", (0.004, 0.001, 0.007), model),
+        ]
+    )
+
+
 @pytest.mark.parametrize(
-    "res, red, expected",
+    "fall, beyond, expected",
     [
-        ((0.01, 0.005, 0.015), (0.3, 0.1, 0.5), SUPPORTED),
-        ((0.01, 0.005, 0.015), (-0.1, -0.2, -0.05), NOT_SUPPORTED),
-        ((-0.01, -0.02, -0.005), (0.3, 0.1, 0.5), NOT_SUPPORTED),
-        ((0.01, 0.005, 0.015), (0.1, -0.1, 0.3), INCONCLUSIVE),
-        ((0.01, -0.005, 0.025), (0.3, 0.1, 0.5), INCONCLUSIVE),
+        ((0.10, 0.06, 0.14), (0.05, 0.02, 0.08), SUPPORTED),
+        ((0.10, 0.06, 0.14), (0.00, -0.03, 0.03), INCONCLUSIVE),  # falls, but no more than under the sham
+        ((0.00, -0.005, 0.008), (0.05, 0.02, 0.08), NOT_SUPPORTED),  # within ±0.01: equivalence
+        ((0.00, -0.01, 0.01), (0.05, 0.02, 0.08), NOT_SUPPORTED),  # the band's bounds count as within
+        ((-0.05, -0.08, -0.02), (0.05, 0.02, 0.08), NOT_SUPPORTED),  # the freeze raises it
+        ((0.005, -0.02, 0.03), (0.05, 0.02, 0.08), INCONCLUSIVE),  # reaches past the band
+        ((0.10, np.nan, 0.14), (0.05, 0.02, 0.08), INCONCLUSIVE),
     ],
 )
-def test_c3_three_verdicts(res, red, expected):
-    rows = claim_c3(*c3_tables(res, red))
-    assert len(rows) == 2
+def test_c3_three_verdicts(fall, beyond, expected):
+    rows = claim_c3(path_table(fall, beyond))
     assert only_verdict(rows) == expected
-    assert [r["figure"] for r in rows] == [res[0], red[0]]
-    assert "reduction ci_low > 0" in rows[0]["rule"]
-    for r in rows:
-        assert same(inputs(r), {"c_res": (*res, "decides"), "reduction": (*red, "headline")})
-        assert {f.query_window for f in sources(r).values()} == {"early"}
-    assert sources(rows[1])["reduction"].intervention == "sink-ablation:0.3" and sources(rows[1])["c_res"].intervention == "none"
+    assert [r["figure_name"] for r in rows] == ["fall", "fall beyond sham"]
+    assert [r["figure"] for r in rows] == [fall[0], beyond[0]]
+    got = inputs(rows[0])
+    assert same(got["fall"], (*fall, "headline")) and same(got["fall beyond sham"], (*beyond, "decides"))
+    assert got["resid_probe_r2_ge2: sink-ablation − sink-mask-only:1"][3] == "reported"
+    assert same(got["resid_probe_r2_ge2: sink-mask-only:1 − none"], (-0.05, -0.08, -0.02, "reported"))
+    assert sources(rows[0])["fall"].intervention == "key0-phase:D=64"
+    assert "fall ci_low > 0 and fall beyond sham ci_low > 0" in rows[0]["rule"] and "equivalence" in rows[0]["rule"]
 
 
-def test_c3_one_evaluation_per_ablation_label():
+def test_c3_reports_the_ablation_and_the_key0_relativization_without_deciding_by_them():
     leak, abl = c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))
-    abl = pd.concat([abl, frame(row("reduction", -0.1, -0.2, -0.05, query_window="early", intervention="sink-ablation:0.5"))])
-    rows = claim_c3(leak, abl)
-    assert [r["verdict"] for r in rows] == [SUPPORTED, SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED]
+    plain = claim_c3(path_table())
+    for key0 in [(0.02, -0.05, 0.09), (-0.5, -0.6, -0.4), (0.5, 0.4, 0.6)]:  # null, negative, positive: C3's verdict stays
+        rows = claim_c3(path_table(), leak, abl, attribution=attribution_summary(key0=key0))
+        assert [r["verdict"] for r in rows] == [r["verdict"] for r in plain] == [SUPPORTED, SUPPORTED]
+        got = inputs(rows[0])
+        assert same(got["r (key0)"], (*key0, "reported")) and same(got["reduction"], (0.3, 0.1, 0.5, "reported"))
+        assert same(got["c_res"], (0.01, 0.005, 0.015, "reported"))
+    opposite = claim_c3(path_table(), *c3_tables((-0.01, -0.02, -0.005), (-0.3, -0.5, -0.1)))
+    assert [r["verdict"] for r in opposite] == [SUPPORTED, SUPPORTED]  # the ablation does not decide C3 any more
+    assert "Reported, not used" in C3_RULE.text() and "D = 64" in C3_RULE.text()
+
+
+def test_c3_reports_the_smallest_fall_the_data_could_detect():
+    from scipy import stats as scipy_stats
+
+    rows = claim_c3(Result(path_table(), {"settings": {"groups": 8}}))
+    got = inputs(rows[0])
+    se = (0.14 - 0.06) / (2 * scipy_stats.t.ppf(0.975, 7))
+    expected = (scipy_stats.t.ppf(0.975, 7) + scipy_stats.t.ppf(0.8, 7)) * se
+    assert got["detectable |fall|"][0] == pytest.approx(expected, rel=1e-12) and got["detectable |fall|"][3] == "reported"
+    assert "detectable |fall beyond sham|" in got
+    assert "detectable |fall|" not in inputs(claim_c3(path_table())[0])  # a bare table records no groups: none claimed
 
 
 def test_c3_missing_rows_are_errors():
-    leak, abl = c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))
-    with pytest.raises(ValueError, match=r"leakage: no row for metric 'c_res', layer -1, head -1, window 'early'"):
-        claim_c3(leak[leak["query_window"] == "all"], abl)
-    with pytest.raises(ValueError, match="sink-ablation"):
-        claim_c3(leak, abl.assign(intervention="none"))
+    table = path_table()
+    sham = table[table["reference"] == "key1-phase:D=64"].index
+    with pytest.raises(ValueError, match="key0-phase:D=64 against key1-phase:D=64"):
+        claim_c3(table.drop(index=sham))
+    with pytest.raises(ValueError, match="lacks column"):
+        claim_c3(table.drop(columns=["reference"]))
+    with pytest.raises(ValueError, match="path-tests"):
+        claim_c3(table[table["intervention"] != "key0-phase:D=64"])
 
 
 # --------------------------------------------------------------------------- C4
@@ -704,6 +752,7 @@ def test_every_rule_text_in_the_table_is_its_rule_objects_text():
         frame(row("reduction", 0.4, 0.35, 0.45, intervention="bos:mean", query_window="early")),
         c4_table((0.002, 0.001, 0.003), (0.03, 0.02, 0.04)),
         c6_table(),
+        path=path_table(),
         c5_target=0.5,
         c6_alpha=0.01,
     )
@@ -907,7 +956,8 @@ def attribution_summary(
         ((0.0, -0.1, 0.1), NOT_SUPPORTED),  # the bounds count as within
         ((0.05, -0.02, 0.12), INCONCLUSIVE),  # reaches above 0.10
         ((-0.05, -0.15, 0.02), INCONCLUSIVE),  # reaches below -0.10
-        ((-0.3, -0.4, -0.2), INCONCLUSIVE),  # wholly below: neither supported nor equivalent to no effect
+        ((-0.3, -0.4, -0.2), SUPPORTED),  # two-sided: wholly below -0.10, the absolute logits counteract position
+        ((-0.3, -0.4, -0.1), INCONCLUSIVE),  # ci_high = -0.10 is not < -0.10
         ((0.0, np.nan, 0.05), INCONCLUSIVE),
     ],
 )
@@ -915,7 +965,8 @@ def test_c7_three_verdicts_with_the_equivalence_test(r, expected):
     (row_,) = claim_c7(attribution_summary(r_all=r))
     assert row_["verdict"] == row_["own_verdict"] == expected
     assert row_["figure"] == r[0] and row_["figure_name"] == "r (all)"
-    assert "r (all) ci_low > 0.1" in row_["rule"] and "r (all) ci_low >= -0.1 and r (all) ci_high <= 0.1" in row_["rule"]
+    assert "(r (all) ci_low > 0.1 or r (all) ci_high < -0.1)" in row_["rule"]
+    assert "r (all) ci_low >= -0.1 and r (all) ci_high <= 0.1" in row_["rule"]
     got = inputs(row_)
     assert same(got["r (all)"], (*r, "headline"))  # the largest calibration size, window "all"
     assert same(got["r (all, calibration size 8)"], (0.35, 0.2, 0.5, "reported"))  # the calibration's own noise
@@ -958,22 +1009,6 @@ def test_c7_reads_an_attribution_object_with_its_loss_table():
         claim_c7(attribution_summary().drop(columns=["calibration_size"]))
     with pytest.raises(ValueError, match="2 rows"):
         claim_c7(pd.concat([attribution_summary(), attribution_summary().query("mode == 'all' and calibration_size == 16")]))
-
-
-def test_c3_reports_the_key0_figure_beside_the_ablation_without_deciding_by_it():
-    leak, abl = c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))
-    plain = claim_c3(leak, abl)
-    for key0 in [(0.02, -0.05, 0.09), (-0.5, -0.6, -0.4), (0.5, 0.4, 0.6)]:  # null, negative, positive: C3's verdict stays
-        rows = claim_c3(leak, abl, attribution=attribution_summary(key0=key0))
-        assert [r["verdict"] for r in rows] == [r["verdict"] for r in plain] == [SUPPORTED, SUPPORTED]
-        assert same(inputs(rows[0])["r (key0)"], (*key0, "reported"))
-        assert sources(rows[0])["r (key0)"].intervention == "relativize:key0"
-        assert {k: v for k, v in inputs(rows[0]).items() if k != "r (key0)"} == inputs(plain[0])
-    assert "r (key0)" in C3_RULE.text() and "does not refute C3" in C3_RULE.text()
-    with pytest.raises(ValueError, match=r"attribution: no row for .*model 'm'.*mode 'key0'"):
-        claim_c3(leak, abl, attribution=attribution_summary().query("mode != 'key0'"))
-    out = evaluate(leak, abl, attribution=attribution_summary(), claims=["C3", "C7"])
-    assert out.table["verdict"].tolist() == [SUPPORTED] * 3
 
 
 def test_an_equivalence_rule_needs_all_its_refuting_conditions():
@@ -1023,15 +1058,14 @@ def test_only_leakage_leaves_c3_to_c6_not_measured_and_names_their_commands():
     assert INCONCLUSIVE not in set(out["verdict"])
     line = not_measured_summary(out, "results/x", present=["leakage"])
     assert line == (
-        "not measured: C3 (run: poslens ablate-sinks --out results/x), C4 (run: poslens compare --out results/x), "
+        "not measured: C3 (run: poslens path-tests --out results/x), C4 (run: poslens compare --out results/x), "
         "C5 (run: poslens bos-swap --out results/x), C6 (run: poslens fingerprint --out results/x), "
         "C7 (run: poslens relativize --out results/x)"
     )
-    # with nothing present, C3 names both of its commands, C1 and C2 the leakage command
+    # with nothing present, C1 and C2 name the leakage command, C3 the path-specific tests (which measure the leakage part first)
     everything = not_measured_summary(evaluate(), "D")
     assert everything.startswith(
-        "not measured: C1 (run: poslens leakage --out D), C2 (run: poslens leakage --out D), "
-        "C3 (run: poslens leakage --out D, poslens ablate-sinks --out D), "
+        "not measured: C1 (run: poslens leakage --out D), C2 (run: poslens leakage --out D), C3 (run: poslens path-tests --out D), "
     )
     assert not_measured_summary(out[out["claim"].isin(["C1", "C2"])], "D") == ""
 
@@ -1041,13 +1075,13 @@ def test_evaluate_everything():
     ablation = c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[1]
     bos_swap = frame(row("reduction", 0.4, 0.35, 0.45, intervention="bos:mean", query_window="early"))
     comparison = c4_table((0.002, 0.001, 0.003), (0.03, 0.02, 0.04))
-    both = evaluate(Result(leakage, {}), Result(ablation, {}), bos_swap, comparison, c6_table(), attribution_summary())
+    both = evaluate(Result(leakage, {}), Result(ablation, {}), bos_swap, comparison, c6_table(), attribution_summary(), path_table())
     out = both.table
     assert list(out.columns) == CLAIM_COLUMNS
     assert set(out["claim"]) == set(STATEMENTS)
     assert set(out["verdict"]) == {SUPPORTED}
     assert out["figure"].dtype == float and out["rule"].str.len().min() > 20
-    # C3 without its ablation table is not measured; C1 and C2 still evaluate.
+    # C3 without the path-specific tests is not measured; C1 and C2 still evaluate.
     partial = evaluate(leakage=leakage).table
     assert partial.set_index("claim").loc["C3", "rule"] == "not measured"
     assert partial.set_index("claim").loc["C3", "verdict"] == NOT_MEASURED
@@ -1064,7 +1098,9 @@ def test_evaluate_propagates_missing_rows_and_rejects_unknown_claims():
         evaluate(claims=["C8"])
 
 
-@pytest.mark.parametrize("module", [rules, claim_table, lookup, claims, claims_leakage, claims_compare, claims_position0, claims_relativize])
+@pytest.mark.parametrize(
+    "module", [rules, claim_table, lookup, claims, claims_leakage, claims_path, claims_compare, claims_position0, claims_relativize]
+)
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 3 and result.failed == 0
@@ -1096,6 +1132,7 @@ def _everything(tmp_path=None):
         c4_table((0.009, 0.005, 0.009), (0.03, 0.02, 0.04)),
         c6_table(),
         attribution_summary(),
+        path_table(),
     )
 
 

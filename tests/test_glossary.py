@@ -1,8 +1,8 @@
 """The metric glossary (docs/glossary.md) names exactly the metrics that poslens's result tables hold.
 
 A tiny random Llama is measured by every producer of rows (a measurement with
-the probe, the sink table, a BOS-replacement reduction, the fingerprint and
-the architecture comparison); the union of their ``metric`` columns must be
+the probe, the sink table, a BOS-replacement reduction, the fingerprint, the
+architecture comparison and the path-specific tests); the union of their ``metric`` columns must be
 the glossary's list, on the page and in :data:`poslens.fit.metric_glossary.GLOSSARY`,
 with no entry for a metric nothing emits.
 """
@@ -67,7 +67,11 @@ def emitted(tiny_llama_dir) -> dict[str, set[str]]:
         loader=lambda name, variant: model,
         progress=False,
     )
+    from poslens.mechanisms.path_tests import path_specific_tests
+
+    path = path_specific_tests(model, corpus, offsets=[8], groups=4, early=8, tau=0.05, baseline=base, progress=False)
     return {
+        "path tests": set(path.to_frame()["metric"]),
         "measure": set(base.to_frame()["metric"]),
         "sinks": set(sink_table(base)["metric"]),
         "reduction": set(reduction(base, swap)["metric"]) | set(reduction(base, swap, query_window="all")["metric"]),

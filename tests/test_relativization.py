@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import poslens
 from poslens.errors import InputError
@@ -77,3 +78,21 @@ def test_layer_zero_is_unchanged_and_the_placebo_is_relative(model, corpora):
     assert np.isfinite(loss["value"]).all()
     low, high = a.figure("all")[["ci_low", "ci_high"]].astype(float)
     assert low <= a.figure("all")["value"] <= high
+
+
+def test_the_key0_modes_placebo_is_a_matched_constant_key0_shift(model, corpora):
+    """Mode key0's loss placebo shifts the key-0 logits by a constant per head (a sink bias, no position) of the
+    edit's norm, not a random relative kernel; the placebo of mode all stays the relative kernel."""
+    from poslens.mechanisms.relativization import KeyZeroShiftPlacebo
+    from poslens.mechanisms.relativization_fit import calibrate, edit_tensor
+
+    corpus, calibration = corpora
+    a = cumulative_attribution(model, corpus, calibration, modes=["all", "key0"], groups=2, early=8, progress=False, calibration_sizes=[8])
+    assert set(a.loss["edit"]) == {"relativize:all", "placebo:all", "relativize:key0", "placebo:key0-shift"}
+    fit = calibrate(model, calibration, "key0", early=8)
+    for layer in range(model.n_layers):
+        shift, target = KeyZeroShiftPlacebo(fit).edit(layer), edit_tensor(fit, layer)
+        assert torch.allclose((shift**2).sum((-2, -1)), (target**2).sum((-2, -1)))  # the same norm per head
+        rows = shift[:, 1:, 0]
+        assert torch.equal(rows, rows[:, :1].expand_as(rows))  # one constant per head on key 0
+        assert torch.count_nonzero(shift[:, :, 1:]) == 0 and torch.count_nonzero(shift[:, 0]) == 0

@@ -9,13 +9,20 @@
    (measured: the intervals run over ±1–6% of L, and a fixed absolute term of three times the calibration
    offsets' size falls outside them at one to three of the three layers), and within 0.1·L of the unedited
    figures for a single calibration group.
-2. **An absolute signal injected at layer k = 0** (methodology §4.4 (h)): an absolute term is added to layer
-   0's scores only, so that layers 1 and 2 get its position information only through layer 0's attention
-   output. Relativizing layer 0 must remove that downstream signal: layers ≥ 1 (the aggregate over layers
-   ≥ 1, which with k = 0 is exactly the downstream layers) move back to the model without the injection.
-   Layer 0's own figures fall by construction and are not the test.
+2. **An absolute signal injected at layer k = 0, already projected** (methodology §4.4 (h)): the absolute
+   *part* of a term is added to layer 0's scores only, so that layers 1 and 2 get its position information
+   only through layer 0's attention output. Relativizing layer 0 must remove that downstream signal: layers
+   ≥ 1 (the aggregate over layers ≥ 1, which with k = 0 is exactly the downstream layers) move back to the
+   model without the injection. Layer 0's own figures fall by construction and are not the test. This is a
+   check of the edit's algebra and plumbing, **not a positive control**: a term already in the subspace the
+   edit removes is removed by construction.
 3. **The key-0-only mode** removes the downstream signal of a key-0 logit that varies with i, and leaves
-   that of a key-position term on the cells; "all-but-key0" removes the latter.
+   that of a key-position term on the cells; "all-but-key0" removes the latter (the same caveat).
+4. **The positive control in its raw form**: c·log(i + 1) added as it is to layer 0's key-0 logits writes
+   position downstream, and the edit does *not* remove it (measured here: ΔL(log a) downstream +0.186, and
+   +0.186 left under modes ``all`` and ``key0``): the term's absolute component goes, its constant part (a
+   sink bias the mask turns into position) stays. Methodology §11 says so; §12's path-specific edits are
+   the test of the position-0 path.
 
 How the synthetic parts reach the edit. :func:`poslens.mechanisms.relativization_fit.calibrate` runs its own
 forward (the model's variant hooks, then its fitting hooks) and takes no interventions, so an injection
@@ -349,6 +356,8 @@ CELL_SIGNAL = absolute_part(CELL_RAW, "all-but-key0")
 # sink bias (0.43) behind in layer 0; measured with that sum at half these amplitudes, 29% of the downstream
 # effect on L(log a) was left
 BOTH_SIGNALS = absolute_part(KEY0_RAW + CELL_RAW, "all")
+# the raw positive control (methodology §11's own, repaired): c·log(i + 1) on key 0, as it is, not projected
+RAW_KEY0 = 3.0 * np.log1p(I_) * (J_ == 0) + 0.0 * J_
 
 
 @pytest.fixture(scope="module")
@@ -393,7 +402,7 @@ class Signals:
     def measured(self, signal: str | None, mode: str | None = None, layers: tuple[int, ...] | None = (K,)):
         key = (signal, mode, layers)
         if key not in self.cache:
-            term = {None: None, "key0": KEY0_SIGNAL, "cells": CELL_SIGNAL, "both": BOTH_SIGNALS}[signal]
+            term = {None: None, "key0": KEY0_SIGNAL, "cells": CELL_SIGNAL, "both": BOTH_SIGNALS, "raw-key0": RAW_KEY0}[signal]
             model = injected(self.folder, term)
             interventions = []
             if mode is not None:
@@ -512,3 +521,15 @@ def test_key0_mode_leaves_a_signal_off_key0_and_all_but_key0_removes_it(signals)
         assert excludes_zero(left) and np.sign(left[0]) == np.sign(effect[0]), (metric, effect, left)
         assert abs(left[0]) >= 0.5 * abs(effect[0]), (metric, effect, left)
     check_removed(signals, "cells", "all-but-key0")
+
+
+def test_the_edit_does_not_remove_a_raw_key0_term(signals):
+    """The positive control in its raw form: c·log(i + 1) added to layer 0's key-0 logits as it is. It writes position
+    downstream, and relativizing layer 0 (mode ``all`` or ``key0``) does **not** take that away: the edit removes
+    the term's absolute component, but the rest of it (a larger, constant sink bias that the mask's normalization
+    turns into position) stays. At least half the downstream effect is left, with its sign (an independent check
+    measured 104–106%); this is what the key-0 phase freeze and the mask-only profile (methodology §12) test instead."""
+    for metric, effect in signal_figures(signals, "raw-key0").items():
+        for mode in ("all", "key0"):
+            left = paired(signals.measured(None, None), signals.measured("raw-key0", mode), metric, DOWNSTREAM)
+            assert np.sign(left[0]) == np.sign(effect[0]) and abs(left[0]) >= 0.5 * abs(effect[0]), (metric, mode, effect, left)

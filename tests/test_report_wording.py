@@ -46,10 +46,26 @@ def test_a_bos_reduction_above_1_reads_as_a_sign_change_not_a_removal():
     assert sentence.endswith("; its interval lies wholly above 50%.")  # why C5 is not supported, after the sign change
 
 
+def _path() -> pd.DataFrame:
+    """The path-specific tests' rows C3 reads: the freeze lowers the residual probe R² by 0.1, 0.05 more than the sham."""
+    rows = [
+        ("key0-phase:D=64", "none", -0.10, -0.14, -0.06),
+        ("key0-phase:D=64", "key1-phase:D=64", -0.05, -0.08, -0.02),
+        ("sink-ablation", "sink-mask-only:1", -0.2, -0.3, -0.1),
+        ("sink-mask-only:1", "none", -0.05, -0.08, -0.02),
+    ]
+    return pd.DataFrame(
+        [
+            dict(figure_row("resid_probe_r2_ge2", v, lo, hi, intervention=iv), kind="difference", reference=ref, query_bin=-1)
+            for iv, ref, v, lo, hi in rows
+        ]
+    )
+
+
 def test_an_ablation_reduction_above_1_reads_as_a_sign_change():
     leak = pd.DataFrame([figure_row("c_res", 0.01, 0.005, 0.015, query_window="early")])
     ablation = pd.DataFrame([figure_row("reduction", 3.34, 2.5, 4.2, query_window="early", intervention="sink-ablation:0.3")])
-    sentence = _sentence(evaluate(leakage=leak, ablation=ablation, claims=["C3"]), "C3")
+    sentence = _sentence(evaluate(leakage=leak, ablation=ablation, path=_path(), claims=["C3"]), "C3")
     assert "removes 334%" not in sentence
     assert "ablating the sink path of the sink-reading heads changes the sign of C_res" in sentence and "reversed it" in sentence
 
@@ -211,6 +227,7 @@ def _all_claims() -> Claims:
         label_cases(Result(compare, {"cases": cases})),
         fingerprint,
         attribution,
+        _path(),
         c4_query_window="all",
     )
 
@@ -258,7 +275,7 @@ def test_rewording_a_rule_changes_no_sentence_figure_or_summary_table(tmp_path):
         tables[name] = (findings.claims_summary(folder), section.split("<details>")[0])
     assert tables["plain"] == tables["reworded"]
     summary = tables["plain"][0]
-    assert "| **C3** | the residual source runs through position 0 and sink-reading heads | m | `reduction`, layers ≥ 1, early queries" in summary
+    assert "| **C3** | the residual source runs through position 0 and sink-reading heads | m | `resid_probe_r2_ge2`" in summary
     assert "`c_res`, layers 1..3, all queries: 0.02000" in summary  # the depth slope of g: its headline, with the layers it spans
 
 
@@ -288,19 +305,25 @@ def test_c7_and_c3s_causal_figure_in_words():
     )
     c3 = rows["C3"]
     assert c3["verdict"] == "supported"
-    assert c3["sentence"].endswith(
-        "; beside it, relativizing key 0 in every layer lowers mean L(log a) over layers ≥ 2 "
-        "(r = 2% [−5%, 9%], interval reaching 0), which is reported and does not decide: key 0 is not "
-        "the sink path's only route, so a null here would not refute the claim."
+    assert c3["sentence"] == (
+        "The residual source runs through position 0 and sink-reading heads: freezing the RoPE phase of every key-0 logit "
+        "(at offset D = 64, in every layer) changes how much absolute position a probe reads from the residual stream over "
+        "layers ≥ 2 by a fall of 0.1 [0.06, 0.14] R² (above 0), and by 0.05 [0.02, 0.08] more than freezing key 1 instead, "
+        "the sham (above 0); beside it, on the same readout: the mask's channel through the sink (ablation − mask-only profile) "
+        "−0.2 [−0.3, −0.1], the rest at key 0 (mask-only profile − unedited) −0.05 [−0.08, −0.02]; ablating the sink path of "
+        "the sink-reading heads removes 45% [30%, 60%] of C_res at early queries (reported: the ablation removes the mask's "
+        "dilution and key 0's phase together); relativizing key 0 in every layer lowers mean L(log a) over layers ≥ 2 "
+        "(r = 2% [−5%, 9%], interval reaching 0; reported)."
     )
-    # an edit that raised the figure is said to raise it, and an interval wholly below −10% is named as such
+    # an edit that raised the figure is said to raise it, and an interval wholly below −10% is named as such (C7 is two-sided)
     claims = _all_claims()
     inputs = claims.inputs.copy()
     inputs.loc[(inputs["claim"] == "C7") & (inputs["name"] == "r (all)"), ["value", "ci_low", "ci_high"]] = [-0.9, -1.2, -0.6]
     c7 = next(r for r in summary_rows(Claims(claims.table, inputs)) if r["claim"] == "C7")
     assert (
         "relativizing every layer's absolute logits in every column raises mean L(log a) over layers ≥ 2 (r = −90% "
-        "[−120%, −60%], interval wholly below −10%: the edit raised it)"
+        "[−120%, −60%], interval wholly below −10%: the edit raised it, so the earlier layers' absolute logits counteract "
+        "position)"
     ) in c7["sentence"]
 
 
@@ -349,11 +372,12 @@ def test_the_findings_page_has_a_paragraph_per_claim_read_from_the_tables(tmp_pa
     assert "What the data cannot tell apart: later layers that rebuild absolute position" in c7
     assert "counts an r wholly below −10%" not in c7
     c3 = paragraphs[2]
-    assert "relativizing key 0 in every layer changed the later layers' L(log a) by an amount the data cannot tell from 0" in c3
+    assert "What the freeze isolates: the position that reaches the residual stream through the RoPE phase" in c3
+    assert "(the mask's channel through the sink moved the probe by −0.2000 [−0.3000, −0.1000])" in c3
     assert "m, with 4-bit quantized weights, on 4 sequences × 8 tokens" in paragraphs[0]
     inputs = claims.inputs.copy()
     inputs.loc[(inputs["claim"] == "C7") & (inputs["name"] == "r (all)"), ["value", "ci_low", "ci_high"]] = [-0.5, -0.8, -0.2]
     Claims(claims.table, inputs).inputs.to_csv(tmp_path / "claim_inputs.csv", index=False)
     c7 = [line for line in findings.decided_section(tmp_path, {}, run).splitlines() if line.startswith("**C7")][0]
-    assert "(r = −50% [−80%, −20%], interval wholly below −10%: the edit raised it)" in c7
-    assert "The rule, fixed before the run, counts an r wholly below −10% neither as support nor as the equivalence" in c7
+    assert "(r = −50% [−80%, −20%], interval wholly below −10%: the edit raised it, so the earlier layers' absolute" in c7
+    assert "The rule is two-sided: an r wholly below −10% says that removing the earlier layers' absolute logits added" in c7

@@ -35,12 +35,14 @@ def _flat(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def folders(tiny_llama_dir, tmp_path_factory):
-    """Two folders measured by the CLI on the tiny Llama: ``same`` (leakage, ablate-sinks, bos-swap at SMALL), ``other`` (leakage at OTHER)."""
+    """Two folders measured by the CLI on the tiny Llama: ``same`` (leakage, ablate-sinks, bos-swap, path-tests at SMALL),
+    ``other`` (leakage at OTHER)."""
     model = ["--model", str(tiny_llama_dir)]
     same, other = tmp_path_factory.mktemp("same"), tmp_path_factory.mktemp("other")
     for command in (
         ["ablate-sinks", *model, *SMALL, "--tau", "0.05"],
         ["bos-swap", *model, *SMALL, "--replacement", "zero"],
+        ["path-tests", *model, *SMALL, "--tau", "0.05", "--offsets", "8,64"],
         ["leakage", *model, *OTHER],
     ):
         done = runner.invoke(app, [*command, "--out", str(other if command[0] == "leakage" else same)])
@@ -77,12 +79,13 @@ def test_the_report_shows_not_measured_claims_apart_with_their_commands(folders,
     out = tmp_path / "report"
     table = Study(Settings(), out).claims(parts)
     page = build_report(parts, table, {"n_seqs": 8}, out / "report.html").read_text(encoding="utf-8")
-    for claim in ("C4", "C5", "C6", "C7"):
+    for claim in ("C3", "C4", "C5", "C6", "C7"):
         assert f'<tr class="not-measured"><td>{claim}</td>' in page, claim
-    assert page.count('<tr class="not-measured">') == 4 and "<b>not measured</b>" in page
+    assert page.count('<tr class="not-measured">') == 5 and "<b>not measured</b>" in page
     assert ".not-measured {" in page  # styled apart from inconclusive
     assert (
-        f'<p class="not-measured-summary">not measured: C4 (run: poslens compare --out {out}), '
+        f'<p class="not-measured-summary">not measured: C3 (run: poslens path-tests --n-seqs 8 --out {out}), '
+        f"C4 (run: poslens compare --out {out}), "
         f"C5 (run: poslens bos-swap --n-seqs 8 --out {out}), C6 (run: poslens fingerprint --n-seqs 8 --out {out}), "
         f"C7 (run: poslens relativize --out {out})</p>"
     ) in page

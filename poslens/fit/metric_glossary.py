@@ -83,6 +83,125 @@ _share_sign = (
     "components, not means of per-head shares."
 )
 
+_PATH = "Path-specific tests: position in the residual stream, and the key-0 edits"
+_PATH_ROWS = (
+    "the path-specific tests' table (`poslens path-tests`, `path_specific_tests`): head −1; window `all` (`early` too for "
+    "the leakage figures); `kind` `level` (the run's own figure, one per `intervention`: `none`, each key-phase freeze, "
+    "each sham, each mask-only dose, the sink-path ablation) or `difference` (the run minus its `reference`, paired over "
+    "the same groups)"
+)
+_GE2 = (
+    " The `_ge2` name is the same figure averaged over layers ≥ 2 (layer −1 rows only): layer 1 has only layer 0's edit "
+    "below it. Claim C3 reads `resid_probe_r2_ge2`."
+)
+_PROBE_SIGN = (
+    "Negative when the probe predicts the held-out sequences' log(i + 1) worse than their own mean: no decodable position "
+    "at this size. Its interval comes from the folds' spread (pooled value ± t · sd / √G), so it can reach past 1 when "
+    "the folds disagree. A `difference` row is edited minus reference, fold by fold: a negative value is a fall of the "
+    "position content under the edit."
+)
+
+
+def _path_entries() -> dict[str, MetricEntry]:
+    """The entries of the path-specific tests' readouts, each per layer and over layers ≥ 2 (``_ge2``)."""
+    sites = {
+        "resid": ("the residual stream entering the block (`hook_resid_pre`)", "the residual stream"),
+        "attn_out": ("the block's attention output (`hook_attn_out`)", "the attention output"),
+    }
+    out: dict[str, MetricEntry] = {}
+    for site, (where, short) in sites.items():
+        probe = MetricEntry(
+            _PATH,
+            f"Held-out R² of a ridge probe that predicts log(i + 1) from {where}, over the query rows 1 ≤ i < T. Features are "
+            "standardized on the training groups with a fixed ridge penalty (0.1 of each feature's variance, fixed before any "
+            "edit ran); fold g trains on the other groups and is scored on group g against its own mean; pooled over the "
+            f"folds. It measures how much absolute position {short} carries, which is what later layers read.",
+            r"R^2 = 1 - \sum_g SSE_g / \sum_g SST_g",
+            "(−∞, 1]",
+            _PROBE_SIGN,
+            "methodology §12.4",
+            f"{_PATH_ROWS}; every layer, layer −1 (mean over layers ≥ 1)",
+        )
+        eta = MetricEntry(
+            _PATH,
+            f"η², the share of the variance of {where} (summed over its dimensions, rows 1 ≤ i < T) that the exact position "
+            "explains: the between-position sum of squares over the total. In-sample, with delete-one-group jackknife intervals.",
+            r"\eta^2 = \sum_i n_i \lVert \bar x_i - \bar x \rVert^2 / \sum_{n,i} \lVert x_{n,i} - \bar x \rVert^2",
+            "[0, 1]",
+            "Not negative as a level; it carries a small upward bias from estimating each position's mean from N sequences, "
+            "the same in an edited and an unedited run of the same corpus. A `difference` row may be negative: the edit "
+            "lowered it.",
+            "methodology §12.4",
+            f"{_PATH_ROWS}; every layer, layer −1 (mean over layers ≥ 1)",
+        )
+        out[f"{site}_probe_r2"] = probe
+        out[f"{site}_probe_r2_ge2"] = _ge2(probe)
+        out[f"{site}_eta2"] = eta
+        out[f"{site}_eta2_ge2"] = _ge2(eta)
+    leak = MetricEntry(
+        _PATH,
+        "L(log a) as every measurement defines it (`leakage_pattern`), in the path-specific tests' runs: each layer read "
+        "with the layers below it edited.",
+        r"L(\log a) = \lVert P(\log a) \rVert^2 / SST(\log a)",
+        "[0, 1]",
+        "As `leakage_pattern`. A `difference` row may be negative.",
+        "methodology §12.4",
+        f"{_PATH_ROWS}; layer −1 only",
+    )
+    numerator = MetricEntry(
+        _PATH,
+        "‖P(log a)‖² per pair, the numerator of L(log a): the variance of log a that the absolute query position explains "
+        "beyond the offset, divided by the number of pairs. Beside `leakage_pattern_sst` it says whether a change of L is "
+        "a change of position signal or of the variance it is a share of.",
+        r"\lVert P(\log a) \rVert^2 / n_{pairs}",
+        "[0, ∞)",
+        "Not negative as a level; a `difference` row may be negative.",
+        "methodology §12.4",
+        f"{_PATH_ROWS}; every layer (the mean over heads), layer −1 (mean over layers ≥ 1)",
+    )
+    sst = MetricEntry(
+        _PATH,
+        "SST(log a) per pair, the denominator of L(log a): the total variance of the log attention weights over the "
+        "window's pairs, divided by the number of pairs.",
+        r"SST(\log a) / n_{pairs}",
+        "[0, ∞)",
+        "Not negative as a level; a `difference` row may be negative.",
+        "methodology §12.4",
+        f"{_PATH_ROWS}; every layer (the mean over heads), layer −1 (mean over layers ≥ 1)",
+    )
+    out["leakage_pattern_ge2"] = _ge2(leak)
+    out["leakage_pattern_numerator"] = numerator
+    out["leakage_pattern_numerator_ge2"] = _ge2(numerator)
+    out["leakage_pattern_sst"] = sst
+    out["leakage_pattern_sst_ge2"] = _ge2(sst)
+    out["key0_mass_sink_heads"] = MetricEntry(
+        _PATH,
+        "Mean a_i0, the weight on key 0, in the sink-reading heads of the unedited run (sink score ≥ τ): per layer over "
+        "its sink-reading heads and the rows i ≥ 1, and over all of them per query bin (layer −1, `query_bin`). A layer's "
+        "own pattern edit (the mask-only profile, the ablation) is after its measurement, so it shows at later layers only.",
+        r"\overline{a_{i0}}",
+        "[0, 1]",
+        "As a level in [0, 1]; a `difference` row may be negative.",
+        "methodology §12.4",
+        f"{_PATH_ROWS}; layers with a sink-reading head (`query_bin` −1) and layer −1 per query bin",
+    )
+    out["next_token_loss"] = MetricEntry(
+        _PATH,
+        "Mean next-token loss, −log p(token i + 1 | tokens ≤ i) in nats, over the positions i ≥ 1 of each query bin "
+        "(`query_bin` −1: every position ≥ 1), from the full forward of the run.",
+        r"-\overline{\log p(t_{i+1} \mid t_{\le i})}",
+        "[0, ∞)",
+        "A `difference` row above 0 is what the edit costs the model; compare it with the sham's.",
+        "methodology §12.4",
+        f"{_PATH_ROWS}; layer −1, per query bin",
+    )
+    return out
+
+
+def _ge2(entry: MetricEntry) -> MetricEntry:
+    return MetricEntry(entry.group, entry.definition + _GE2, entry.formula, entry.range, entry.sign, entry.section, f"{_PATH_ROWS}; layer −1 only")
+
+
 GLOSSARY: dict[str, MetricEntry] = {
     # ----------------------------------------------------------------- leakage (methodology §3)
     "leakage_pattern": MetricEntry(
@@ -457,6 +576,8 @@ GLOSSARY: dict[str, MetricEntry] = {
         "layer 0 row (C_res ≈ 0 there by construction); `intervention` is the after run's; `reduction`, "
         "`poslens bos-swap`, `poslens ablate-sinks`",
     ),
+    # ----------------------------------------------------------------- path-specific tests (methodology §12)
+    **_path_entries(),
     # ----------------------------------------------------------------- fingerprint (methodology §8)
     "dispersion": MetricEntry(
         "Fingerprint of position 0",
@@ -542,7 +663,7 @@ def glossary_markdown() -> str:
     Example:
         >>> text = glossary_markdown()
         >>> "### `c_res` {#c_res}" in text, text.count("\\n### `")
-        (True, 41)
+        (True, 56)
     """
     lines = ["| metric | what it is | range | defined in |", "|---|---|---|---|"]
     lines += [f"| [`{name}`](#{name}) | {_cell(e.short())} | {_cell(e.range)} | {e.section} |" for name, e in GLOSSARY.items()]
@@ -580,7 +701,7 @@ def with_glossary(page: str) -> str:
 
     Example:
         >>> with_glossary("intro\\n<!-- glossary:start -->\\nold\\n<!-- glossary:end -->\\n").count("### `")
-        41
+        56
     """
     head, found, rest = page.partition(_START)
     _, found_end, tail = rest.partition(_END)

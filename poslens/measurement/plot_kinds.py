@@ -11,13 +11,13 @@ import difflib
 
 import pandas as pd
 
-from poslens.measurement import plots
+from poslens.measurement import path_plots, plots
 from poslens.measurement.figure import Figure
 from poslens.measurement.table import COLUMNS, head_grid, rows_with
 from poslens.options import DEFAULTS
 
-PLOT_KINDS = ("sources", "leakage", "heads", "sinks")
-"""The kinds of :meth:`poslens.measurement.result.Result.plot`."""
+PLOT_KINDS = ("sources", "leakage", "heads", "sinks", "path", "path-split", "path-doses")
+"""The kinds of :meth:`poslens.measurement.result.Result.plot` (the ``path…`` kinds draw the path-specific tests' table)."""
 
 
 def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, tau: float = DEFAULTS.tau, metric: str | None = None) -> Figure:
@@ -28,7 +28,8 @@ def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, 
         kind: One of :data:`PLOT_KINDS`.
         query_window: The query window; each kind has its default.
         tau: The sink threshold of ``"sinks"``.
-        metric: The per-head metric of ``"heads"`` (required there, refused by the other kinds).
+        metric: The per-head metric of ``"heads"`` (required there), the readout of a ``path…`` kind (optional), refused
+            by the other kinds.
 
     Returns:
         The plotly figure.
@@ -44,7 +45,7 @@ def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, 
         'heatmap'
         >>> plot_table(t, "sink")
         Traceback (most recent call last):
-        ValueError: unknown plot kind 'sink' (did you mean 'sinks'?); kinds: sources, leakage, heads, sinks
+        ValueError: unknown plot kind 'sink' (did you mean 'sinks'?); kinds: sources, leakage, heads, sinks, path, path-split, path-doses
     """
     if kind not in PLOT_KINDS:
         close = difflib.get_close_matches(str(kind), PLOT_KINDS, n=1)
@@ -58,8 +59,16 @@ def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, 
         grid = head_grid(t, metric, query_window or "all")  # checks the metric, the window and that there is one run
         rows = t[(t["metric"] == metric) & (t["query_window"] == grid.attrs["query_window"])]
         return plots.leakage_heatmap(rows, metric, grid.attrs["query_window"])
+    if kind.startswith("path"):
+        if "kind" not in t or "reference" not in t:
+            raise ValueError(f"plot({kind!r}) draws the table of the path-specific tests (poslens path-tests); this table is another")
+        if kind == "path":
+            return path_plots.plot_path_probe(t, metric or "resid_probe_r2")
+        if kind == "path-doses":
+            return path_plots.plot_path_doses(t, metric or "resid_probe_r2_ge2")
+        return path_plots.plot_path_split(t) if metric is None else path_plots.plot_path_split(t, (metric,))
     if metric is not None:
-        raise ValueError(f"plot({kind!r}) draws fixed metrics; metric= is for plot('heads', metric=...)")
+        raise ValueError(f"plot({kind!r}) draws fixed metrics; metric= is for plot('heads', metric=...) and the path kinds")
     if kind == "sources":
         query_window = query_window or "early"
         _needs(t, kind, "c_res", "c_mask")

@@ -341,17 +341,22 @@ class Result:
         - ``"sinks"``: the sink score of every head; from a sinks part
           (:func:`~poslens.mechanisms.sinks.sink_table`) with the count of heads
           whose score is ≥ ``tau`` per layer, or from a measurement's per-head
-          ``key0_mass`` in window ``all`` (the sink score by definition).
+          ``key0_mass`` in window ``all`` (the sink score by definition);
+        - ``"path"``, ``"path-split"``, ``"path-doses"``: the path-specific tests' table
+          (:func:`~poslens.mechanisms.path_tests.path_specific_tests`): the probe R² of log(i + 1) by layer under each
+          key-phase freeze and sham (``metric`` ``resid_probe_r2``, the default, or ``attn_out_probe_r2``); the split
+          of the sink path; the dose-responses (:mod:`poslens.measurement.path_plots`).
 
         Every title names the run it shows: model, variant and, if any, intervention.
         In a notebook the figure also carries an HTML rendering, so it survives
         a saved notebook's export to HTML (:class:`~poslens.measurement.figure.Figure`).
 
         Args:
-            kind: ``"sources"``, ``"leakage"``, ``"heads"`` or ``"sinks"``.
+            kind: ``"sources"``, ``"leakage"``, ``"heads"``, ``"sinks"``, ``"path"``, ``"path-split"`` or ``"path-doses"``.
             query_window: the query window (``"all"`` or ``"early"``); each kind has its default.
             tau: the sink threshold of ``"sinks"``.
-            metric: the per-head metric of ``"heads"`` (required there, refused by the other kinds).
+            metric: the per-head metric of ``"heads"`` (required there), the readout of a ``path…`` kind (optional),
+                refused by the other kinds.
 
         Returns:
             The plotly figure.
@@ -370,7 +375,7 @@ class Result:
             'heatmap'
             >>> r.plot("head")
             Traceback (most recent call last):
-            ValueError: unknown plot kind 'head' (did you mean 'heads'?); kinds: sources, leakage, heads, sinks
+            ValueError: unknown plot kind 'head' (did you mean 'heads'?); kinds: sources, leakage, heads, sinks, path, path-split, path-doses
             >>> r.plot("leakage")
             Traceback (most recent call last):
             ValueError: plot('leakage') needs metric 'leakage_pattern', which this table lacks; it has: c_mask, c_res

@@ -11,8 +11,10 @@ a purely relative placebo of the edit's norm (mode ``placebo:all``). Layer 0 is 
 edited. The figure the claims read is r = 1 − mean over layers ≥ 2 of the edited
 L(log a) over that of the unedited one. With ``loss=True`` it also runs the full
 forward to give the change in next-token loss per query bin under each edit and
-under a purely relative placebo of the same norm
-(:class:`~poslens.mechanisms.relativization.RelativePlacebo`).
+under a placebo of the same norm that adds no absolute position: a random
+purely relative kernel (:class:`~poslens.mechanisms.relativization.RelativePlacebo`),
+or for the key-0 mode a constant key-0 shift
+(:class:`~poslens.mechanisms.relativization.KeyZeroShiftPlacebo`).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from poslens.fit.sums import QUERY_WINDOWS
 from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result
 from poslens.mechanisms.next_token_loss import loss_change, next_token_nll
-from poslens.mechanisms.relativization import RelativePlacebo, Relativization
+from poslens.mechanisms.relativization import KeyZeroShiftPlacebo, RelativePlacebo, Relativization
 from poslens.mechanisms.relativization_fit import calibrate
 from poslens.model.corpus import Corpus
 from poslens.model.pos_model import PosModel
@@ -397,7 +399,10 @@ def cumulative_attribution(
                 edited = measure(model, corpus, interventions=[*others, edit], **options)
                 table, summary = _paired_rows(model, label, size, edited, base_all, base_reps, table, summary)
             if loss and size == sizes[-1]:
-                for edit in (Relativization(fit), RelativePlacebo(fit, seed=placebo_seed)):
+                # the key-0 mode's placebo is a constant key-0 shift of the same norm (a sink bias), the others' a
+                # random relative kernel: each moves the logits as far as its edit without adding absolute position
+                placebo = KeyZeroShiftPlacebo(fit) if mode == "key0" else RelativePlacebo(fit, seed=placebo_seed)
+                for edit in (Relativization(fit), placebo):
                     frame = loss_change(next_token_nll(model, corpus, [*others, edit], batch_size or 4), base_nll, groups, binning)
                     frame.insert(0, "edit", edit.label)
                     loss_rows.append(frame)

@@ -6,7 +6,9 @@ on key 0). :class:`Relativization` is the intervention that subtracts them
 inside a measured forward. Its edit runs **after** the capture at each layer, so
 layer l is measured with exactly the layers below it edited: one forward gives
 the cumulative curve. :class:`RelativePlacebo` subtracts a random purely
-relative kernel of the same norm instead, for the cost to the model.
+relative kernel of the same norm instead, for the cost to the model; for the
+key-0 mode, :class:`KeyZeroShiftPlacebo` subtracts a constant from the key-0
+logits of the same norm (a change of the sink bias β, which carries no position).
 
 The edit changes the per-query-head scores (``hook_attn_scores``), never the
 keys a GQA group shares, and only the visible pairs of rows i ≥ 1.
@@ -25,7 +27,7 @@ from poslens.mechanisms.relativization_fit import RelativizationFit, edit_scores
 from poslens.model import hooks as hook_names
 from poslens.model.pos_model import PosModel
 
-__all__ = ["Relativization", "RelativePlacebo"]
+__all__ = ["KeyZeroShiftPlacebo", "Relativization", "RelativePlacebo"]
 
 
 def _check_length(expected: int, scores: torch.Tensor, what: str) -> None:
@@ -245,6 +247,92 @@ class RelativePlacebo(_ScoreEdit):
         norm = (e**2).sum((-2, -1)).sqrt()
         wanted = (target**2).sum((-2, -1)).sqrt()
         return e * (wanted / norm.clamp_min(1e-300))[:, None, None]
+
+    def _seq_len(self) -> int:
+        return self.fit.seq_len
+
+    def _n_layers(self) -> int:
+        return self.fit.n_layers
+
+    def _edit_on(self, layer: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        return self.edit(layer).to(device=device, dtype=dtype)
+
+
+@dataclass
+class KeyZeroShiftPlacebo(_ScoreEdit):
+    """The key-0 mode's placebo: a constant shift of every head's visible key-0 logits, of the same norm as the fit's edit.
+
+    A constant on key 0 is a change of the sink bias β: relative by §4's decomposition,
+    it moves the sink's mass but carries no absolute position. Each head's shift is the
+    root mean square of the fit's edit over one sequence's visible key-0 pairs (rows
+    i ≥ 1), so the two have the same sum of squares there, with the sign of the edit's
+    mean (the placebo moves the sink the same way on average).
+
+    Attributes:
+        fit: The fit whose edit's norm is matched (mode ``key0``).
+        layers: The layers to edit (default: all).
+
+    Example:
+        >>> fit = RelativizationFit("key0", np.zeros((1, 1, 5, 5)), np.array([[[0.0, 1.0, 1.0, 3.0, 3.0]]]), 5, 32, (None,), {})
+        >>> placebo = KeyZeroShiftPlacebo(fit)
+        >>> e, target = placebo.edit(0), edit_tensor(fit, 0)
+        >>> [round(v, 4) for v in e[0, :, 0].tolist()], placebo.label   # one value on rows 1..4: the edit's rms there
+        ([0.0, 2.2361, 2.2361, 2.2361, 2.2361], 'placebo:key0-shift')
+        >>> bool(torch.allclose((e ** 2).sum(), (target ** 2).sum()))
+        True
+    """
+
+    fit: RelativizationFit
+    layers: tuple[int, ...] | None = None
+
+    @property
+    def label(self) -> str:  # type: ignore[override]
+        """``placebo:key0-shift``.
+
+        Example:
+            >>> fit = RelativizationFit("key0", np.zeros((1, 1, 5, 5)), np.zeros((1, 1, 5)), 5, 32, (None,), {})
+            >>> KeyZeroShiftPlacebo(fit).label
+            'placebo:key0-shift'
+        """
+        return "placebo:key0-shift"
+
+    def describe(self) -> dict[str, Any]:
+        """The settings recorded in a result's metadata.
+
+        Returns:
+            ``intervention`` (``"key0-shift-placebo"``), ``layers`` and the matched fit's description.
+
+        Example:
+            >>> fit = RelativizationFit("key0", np.zeros((1, 1, 5, 5)), np.zeros((1, 1, 5)), 5, 32, (None,), {})
+            >>> KeyZeroShiftPlacebo(fit).describe()["intervention"]
+            'key0-shift-placebo'
+        """
+        return {"intervention": "key0-shift-placebo", "layers": None if self.layers is None else list(self.layers), "matched": self.fit.describe()}
+
+    def edit(self, layer: int) -> torch.Tensor:
+        """The placebo's edit of ``layer``, [H, T, T] float64 on the CPU: one constant per head on the visible key-0 pairs.
+
+        Args:
+            layer: The layer.
+
+        Returns:
+            The constant on key 0 of rows i ≥ 1 that see it, 0 elsewhere, per head.
+
+        Example:
+            >>> fit = RelativizationFit("key0", np.zeros((1, 1, 5, 5)), -np.ones((1, 1, 5)), 5, 32, (None,), {})
+            >>> KeyZeroShiftPlacebo(fit).edit(0)[0, :, 0].tolist()   # the edit is −1 there: so is the shift
+            [0.0, -1.0, -1.0, -1.0, -1.0]
+        """
+        target = edit_tensor(self.fit, layer)
+        visible = visible_pairs(self.fit.structure(layer), torch.device("cpu"))[0]
+        key0 = visible.clone()
+        key0[:, 1:] = False  # the visible key-0 pairs of rows i ≥ 1
+        values = target[:, key0]  # [H, pairs]
+        if values.shape[1] == 0:
+            return torch.zeros_like(target)
+        rms = values.pow(2).mean(-1).sqrt()
+        sign = torch.where(values.mean(-1) < 0, -1.0, 1.0).to(torch.float64)
+        return torch.where(key0[None], (sign * rms)[:, None, None], 0.0)
 
     def _seq_len(self) -> int:
         return self.fit.seq_len

@@ -138,6 +138,22 @@ def attn_qkv(layer: int, which: str, rotated: bool = False) -> str:
     return f"blocks.{layer}.attn.hook_{which}"
 
 
+def attn_out(layer: int) -> str:
+    """Output of block ``layer``'s attention, added to the residual stream, [batch, pos, d_model].
+
+    Args:
+        layer: The block index.
+
+    Returns:
+        The hook name.
+
+    Example:
+        >>> attn_out(2)
+        'blocks.2.hook_attn_out'
+    """
+    return f"blocks.{layer}.hook_attn_out"
+
+
 def attn_z(layer: int) -> str:
     """Per-head attention output before the output projection, [batch, pos, head, d_head].
 

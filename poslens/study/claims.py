@@ -8,7 +8,8 @@ from estimates and their 95% intervals in tidy tables (the columns of
 Each claim is a :class:`~poslens.study.claim_table.Claim` object, listed in
 :data:`CLAIMS`: its statement, the parts it reads, the commands that measure
 them, its rule(s) and its headline estimate. The claims are defined beside the
-lookups of the parts they read: :mod:`poslens.study.claims_leakage` (C1–C3),
+lookups of the parts they read: :mod:`poslens.study.claims_leakage` (C1, C2),
+:mod:`poslens.study.claims_path` (C3, from the path-specific tests),
 :mod:`poslens.study.claims_compare` (C4), :mod:`poslens.study.claims_position0`
 (C5, C6) and :mod:`poslens.study.claims_relativize` (C7). They decide through
 the rule engine of :mod:`poslens.study.rules` (a :class:`~poslens.study.rules.Rule`
@@ -32,8 +33,8 @@ a claim whose input table was not given gets one row with verdict and rule
 commands that would measure it.
 
 Example:
-    >>> C3.rules[0].text().split(". ")[0]
-    'supported if c_res ci_low > 0 and reduction ci_low > 0; not supported if c_res ci_high <= 0 or reduction ci_high <= 0; inconclusive otherwise'
+    >>> C3.rules[0].text().split("; ")[0]
+    'supported if fall ci_low > 0 and fall beyond sham ci_low > 0'
     >>> rows = [figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
     ...         figure_row("probe_r2", 0.6, 0.5, 0.7)]
     >>> out = evaluate(leakage=pd.DataFrame(rows), claims=["C1", "C5"])
@@ -54,7 +55,8 @@ import pandas as pd
 
 from poslens.study.claim_table import Claim, Claims, not_measured_row
 from poslens.study.claims_compare import C4, C4_DIRECTIONS, c4_rows, c4_sign_rule
-from poslens.study.claims_leakage import C1, C2, C3, claim_c1, claim_c2, claim_c3
+from poslens.study.claims_leakage import C1, C2, claim_c1, claim_c2
+from poslens.study.claims_path import C3, claim_c3
 from poslens.study.claims_position0 import C5, C6, claim_c5, claim_c6
 from poslens.study.claims_relativize import C7, claim_c7
 from poslens.study.lookup import figure_row  # noqa: F401 (the examples build tables with it)
@@ -68,7 +70,8 @@ STATEMENTS = {name: claim.statement for name, claim in CLAIMS.items()}
 """The statement of each claim, C1–C7 (:attr:`~poslens.study.claim_table.Claim.statement`)."""
 
 MEASURED_BY = {name: claim.measured_by for name, claim in CLAIMS.items()}
-"""The ``poslens`` commands (and parts) whose tables each claim reads (C3 also reads ``relativize`` when it was run)."""
+"""The ``poslens`` commands (and parts) whose tables each claim reads (C3 also reports the leakage, ablate-sinks and
+relativize parts when they were run)."""
 
 
 def not_measured_summary(table: pd.DataFrame | Claims, out: Any = "DIR", present: Iterable[str] = (), settings: dict[str, Any] | None = None) -> str:
@@ -94,9 +97,9 @@ def not_measured_summary(table: pd.DataFrame | Claims, out: Any = "DIR", present
         >>> leakage = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06), figure_row("probe_r2", 0.6, 0.5, 0.7)])
         >>> table = evaluate(leakage=leakage, claims=["C1", "C3", "C6"])
         >>> not_measured_summary(table, "results/quick", present=["leakage"])
-        'not measured: C3 (run: poslens ablate-sinks --out results/quick), C6 (run: poslens fingerprint --out results/quick)'
+        'not measured: C3 (run: poslens path-tests --out results/quick), C6 (run: poslens fingerprint --out results/quick)'
         >>> not_measured_summary(table, "A", present=["leakage"], settings={"n_seqs": 4, "groups": 2})
-        'not measured: C3 (run: poslens ablate-sinks --n-seqs 4 --groups 2 --out A), C6 (run: poslens fingerprint --n-seqs 4 --groups 2 --out A)'
+        'not measured: C3 (run: poslens path-tests --n-seqs 4 --groups 2 --out A), C6 (run: poslens fingerprint --n-seqs 4 --groups 2 --out A)'
         >>> not_measured_summary(table.table[table.table["claim"] == "C1"])
         ''
     """
@@ -116,6 +119,7 @@ def evaluate(
     comparison: Any = None,
     fingerprint: Any = None,
     attribution: Any = None,
+    path: Any = None,
     *,
     claims: Iterable[str] = tuple(STATEMENTS),
     c4_query_window: str = "early",
@@ -130,7 +134,8 @@ def evaluate(
     Inputs are tidy DataFrames or :class:`poslens.measurement.result.Result` objects:
     ``leakage`` (C1, C2, C3), ``ablation`` (C3), ``bos_swap`` (C5),
     ``comparison`` (C4, the cases compare recorded, see :func:`~poslens.study.claims_compare.c4_rows`),
-    ``fingerprint`` (C6) and ``attribution`` (C7; C3 reports its causal figure from it). A claim whose inputs were not all given gets one row
+    ``fingerprint`` (C6), ``attribution`` (C7; C3 reports its causal figure from it) and ``path`` (C3, the
+    path-specific tests; the leakage and ablation parts are reported beside it). A claim whose inputs were not all given gets one row
     with verdict and rule ``not measured`` (:data:`NOT_MEASURED`). ``claims`` limits
     which claims are evaluated at all (the others are left out of the table).
     ``c6_tolerance`` and ``c6_alpha`` pass to :func:`~poslens.study.claims_position0.claim_c6` (BOS dispersion
@@ -146,6 +151,7 @@ def evaluate(
         fingerprint: The fingerprint part (C6).
         attribution: The relativize part (C7, and C3's reported causal figure):
             a :class:`~poslens.mechanisms.attribution.Attribution` or its summary table.
+        path: The path-specific tests' part (C3).
         claims: The claims to evaluate.
         c4_query_window: The query window (``early`` or ``all``) C4 reads.
         c4_comparisons: The comparison table compare recorded (:func:`poslens.mechanisms.comparisons.comparison_table`);
@@ -177,11 +183,13 @@ def evaluate(
     unknown = wanted - set(STATEMENTS)
     if unknown:
         raise ValueError(f"unknown claim(s) {sorted(unknown)}; known: {list(STATEMENTS)}")
-    given = dict(leakage=leakage, ablation=ablation, bos_swap=bos_swap, comparison=comparison, fingerprint=fingerprint, attribution=attribution)
+    given = dict(
+        leakage=leakage, ablation=ablation, bos_swap=bos_swap, comparison=comparison, fingerprint=fingerprint, attribution=attribution, path=path
+    )
     decide = {
         "C1": lambda: claim_c1(leakage),
         "C2": lambda: claim_c2(leakage),
-        "C3": lambda: claim_c3(leakage, ablation, attribution=attribution),
+        "C3": lambda: claim_c3(path, leakage, ablation, attribution),
         "C4": lambda: c4_rows(comparison, c4_query_window, c4_comparisons),
         "C5": lambda: claim_c5(bos_swap, c5_target, c5_band),
         "C6": lambda: claim_c6(fingerprint, c6_tolerance, c6_alpha),

@@ -1,7 +1,7 @@
-"""Claims C1–C3, read from the leakage and sink-ablation parts: their rules, :class:`~poslens.study.claim_table.Claim` objects and rows.
+"""Claims C1 and C2, read from the leakage part: their rules, :class:`~poslens.study.claim_table.Claim` objects and rows.
 
 Each claim is a :class:`~poslens.study.claim_table.Claim` (:data:`C1`,
-:data:`C2`, :data:`C3`): its statement, the parts it reads, its rule and its
+:data:`C2`; C3 reads the path-specific tests: :mod:`poslens.study.claims_path`): its statement, the parts it reads, its rule and its
 headline. The ``claim_c*`` functions look its estimates up (:mod:`poslens.study.lookup`),
 decide by :func:`~poslens.study.rules.verdict` and write its rows. A rule's
 words are only ever :meth:`~poslens.study.rules.Rule.text` of its object.
@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd  # noqa: F401 (the examples build tables with it)
 
 from poslens.study.claim_table import REPORTED, Claim, Input, claim_row, keyed, model_label, with_roles
-from poslens.study.claims_relativize import attribution_estimate, attribution_tables
 from poslens.study.lookup import MODEL_AGGREGATE, figure_row, pick, rows_where, runs, tidy_table  # noqa: F401 (figure_row: examples)
 from poslens.study.rules import ZERO, Condition, Estimate, Rule, verdict
 
@@ -175,79 +174,6 @@ def claim_c2(leakage: Any) -> list[dict[str, Any]]:
     return keyed(rows)
 
 
-# --------------------------------------------------------------------------- C3
-
-
-C3_RULE = Rule(
-    supported_if=(Condition("c_res", "ci_low", ">", ZERO), Condition("reduction", "ci_low", ">", ZERO)),
-    not_supported_if=(Condition("c_res", "ci_high", "<=", ZERO), Condition("reduction", "ci_high", "<=", ZERO)),
-    remark=(
-        "r (key0), the reduction of mean L(log a) over layers >= 2 with key 0 relativized in every layer, is reported "
-        "beside the ablation when the relativize part was run, not used: a null key-0 result does not refute C3 "
-        "by itself (methodology §11)"
-    ),
-)
-"""C3's rule (its words: ``C3_RULE.text()``)."""
-
-
-def claim_c3(leakage: Any, ablation: Any, query_window: str = "early", attribution: Any = None) -> list[dict[str, Any]]:
-    """C3, the residual source runs through position 0 and sink-reading heads.
-
-    Figures, per (model, variant) and per sink-ablation intervention found in
-    ``ablation`` (rows whose intervention starts with ``sink-ablation``):
-
-    - ``c_res`` at the model aggregate (layer −1, head −1: :data:`poslens.measurement.table.COLUMNS`),
-      query window ``early``, intervention ``none``, from ``leakage``;
-    - ``reduction`` = 1 − C_res(ablated)/C_res(baseline) at layer −1, head −1,
-      query window ``early``, from ``ablation``.
-
-    Rule: :data:`C3_RULE`, headline ``reduction`` (:data:`C3`).
-
-    With ``attribution`` (the relativize part), each row also reports the causal
-    figure declared for C3 (methodology §11): ``r (key0)``, the reduction of
-    mean L(log a) over layers ≥ 2 with key 0 relativized in every layer, at the
-    largest calibration size, query window ``all`` (:func:`attribution_estimate`). It is
-    read beside the ablation and does not take part in the verdict: a null
-    key-0 result does not refute C3 by itself.
-
-    Two rows per (model, ablation), with the joint verdict.
-
-    Args:
-        leakage: The leakage part (a tidy DataFrame or a :class:`~poslens.measurement.result.Result`).
-        ablation: The sink-ablation part.
-        query_window: The window the figures are read in.
-        attribution: The relativize part (:class:`~poslens.mechanisms.attribution.Attribution`, or its summary table), or None.
-
-    Returns:
-        The claims rows, ``{column: value}`` with the columns of :data:`~poslens.study.claim_table.CLAIM_COLUMNS`.
-
-    Example:
-        >>> leak = pd.DataFrame([figure_row("c_res", 0.01, 0.005, 0.015, query_window="early")])
-        >>> abl = pd.DataFrame([figure_row("reduction", 0.3, 0.1, 0.5, query_window="early",
-        ...                                intervention="sink-ablation:0.3")])
-        >>> [r["verdict"] for r in claim_c3(leak, abl)]
-        ['supported', 'supported']
-    """
-    leak = tidy_table(leakage, "leakage")
-    abl = tidy_table(ablation, "ablation")
-    sink = abl[abl["intervention"].astype(str).str.startswith("sink-ablation")]
-    summary = None if attribution is None else attribution_tables(attribution)[0]
-    rows = []
-    for model, variant in runs(sink, "ablation", "an intervention starting with 'sink-ablation'"):
-        res = pick(leak, "leakage", metric="c_res", query_window=query_window, intervention="none", model=model, variant=variant, **MODEL_AGGREGATE)
-        causal = () if summary is None else (Input(attribution_estimate(summary, model, variant, "key0"), REPORTED),)
-        labels = rows_where(sink, model=model, variant=variant)["intervention"].drop_duplicates()
-        for label in labels:
-            red = pick(
-                abl, "ablation", metric="reduction", query_window=query_window, intervention=label, model=model, variant=variant, **MODEL_AGGREGATE
-            )
-            outcome = verdict(C3_RULE, (res, red))
-            inputs = with_roles(C3_RULE, (res, red), C3.headline, extra=causal)
-            for f in (res, red):
-                rows.append(claim_row(C3, model_label(model, variant), f, C3_RULE.text(), outcome, inputs))
-    return keyed(rows)
-
-
 C1 = Claim(
     "C1",
     "attention patterns carry absolute position",
@@ -262,14 +188,3 @@ C2 = Claim(
     "C2", "the mask source exists by construction", parts=("leakage",), measured_by=("leakage",), rules=(C2_RULE,), headline="c_mask (layer 0)"
 )
 """C2: C_mask at layer 0 and over layers ≥ 1, and ρ_mask at layer 0 (:func:`claim_c2`)."""
-
-C3 = Claim(
-    "C3",
-    "the residual source runs through position 0 and sink-reading heads",
-    parts=("leakage", "ablation"),
-    measured_by=("leakage", "ablate-sinks"),
-    rules=(C3_RULE,),
-    headline="reduction",
-)
-"""C3: C_res at early queries and its reduction by sink-path ablation (:func:`claim_c3`); reads the relativize part too
-when it was run (reported, not deciding)."""

@@ -15,7 +15,7 @@ import pandas as pd
 
 from poslens.study.claim_table import Claim, claim_row, keyed, model_label, with_roles
 from poslens.study.lookup import rows_where, runs, where_text
-from poslens.study.rules import Condition, Estimate, Rule, verdict
+from poslens.study.rules import AnyOf, Condition, Estimate, Rule, verdict
 
 # --------------------------------------------------------------------------- C7
 
@@ -27,10 +27,17 @@ SUMMARY_COLUMNS = ("model", "variant", "mode", "calibration_size", "metric", "qu
 """The columns of the relativize part's summary table that C3 and C7 read."""
 
 C7_MARGIN = 0.10
-"""C7's margin on r, read by :data:`C7_RULE`; fixed before the full run."""
+"""C7's margin on r, read by :data:`C7_RULE`; fixed before the full run. C7 is two-sided: an r wholly below −margin
+(the edit raises L: the earlier layers' absolute logits counteract position) supports it as one wholly above does."""
 
 C7_RULE = Rule(
-    supported_if=(Condition("r (all)", "ci_low", ">", C7_MARGIN),),
+    supported_if=(
+        AnyOf(
+            (Condition("r (all)", "ci_low", ">", C7_MARGIN), Condition("r (all)", "ci_high", "<", -C7_MARGIN)),
+            note=f"the interval wholly outside [{-C7_MARGIN:g}, {C7_MARGIN:g}], on either side: r > 0 when the edit lowers L, "
+            "r < 0 when it raises L (the absolute logits counteract position)",
+        ),
+    ),
     not_supported_if=(
         Condition("r (all)", "ci_low", ">=", -C7_MARGIN),
         Condition("r (all)", "ci_high", "<=", C7_MARGIN, note=f"the interval within [{-C7_MARGIN:g}, {C7_MARGIN:g}]: equivalence"),
@@ -161,7 +168,9 @@ def claim_c7(attribution: Any) -> list[dict[str, Any]]:
     (:func:`attribution_estimate`).
 
     Rule: :data:`C7_RULE` (margin :data:`C7_MARGIN`, fixed before the full
-    run; ``not supported`` is an equivalence test), headline ``r (all)`` (:data:`C7`).
+    run; two-sided: ``supported`` when r's interval lies wholly outside
+    [−margin, margin] on either side, the direction stated by r's sign;
+    ``not supported`` is an equivalence test), headline ``r (all)`` (:data:`C7`).
 
     Reported beside it, not used: r at every other calibration size (the
     calibration's own noise), ``r (placebo:all)`` (the matched-norm, purely
@@ -185,6 +194,9 @@ def claim_c7(attribution: Any) -> list[dict[str, Any]]:
         ...                   for mode, v, lo, hi in [("all", 0.05, -0.02, 0.08), ("placebo:all", 0.01, -0.03, 0.05)]])
         >>> [(r["model"], r["verdict"], r["figure"]) for r in claim_c7(s)]
         [('m', 'not supported', 0.05)]
+        >>> s.loc[s["mode"] == "all", ["value", "ci_low", "ci_high"]] = (-0.9, -1.2, -0.6)   # the edit raises L: two-sided
+        >>> [r["verdict"] for r in claim_c7(s)]
+        ['supported']
     """
     summary, loss = attribution_tables(attribution)
     present = rows_where(summary, metric=R_METRIC, mode="all")

@@ -39,6 +39,7 @@ from poslens.study.claims import not_measured_summary
 from poslens.study.output_lock import OutputLock
 from poslens.study.part_cache import complete_parts
 from poslens.study.parts import Settings, Study
+from poslens.study.zoo_measure import ZooMeasureOptions, measure_family
 from poslens.version import __version__
 from poslens.zoo.family import MEMBERS as ZOO_MEMBERS
 from poslens.zoo.train import ZooSettings, train_family
@@ -548,6 +549,96 @@ def ablate_sinks(
     _say_written(study)
 
 
+@app.command("path-tests")
+def path_tests(
+    model: str = cli_options.MODEL,
+    variant: str = cli_options.VARIANT,
+    bos: str = cli_options.BOS,
+    corpus: str = cli_options.CORPUS,
+    text_field: str = cli_options.TEXT_FIELD,
+    n_seqs: int = cli_options.N_SEQS,
+    seq_len: int = cli_options.SEQ_LEN,
+    seed: int = cli_options.SEED,
+    groups: int = cli_options.GROUPS,
+    early: int | None = cli_options.EARLY,
+    batch_size: int = cli_options.BATCH_SIZE,
+    max_memory: str = cli_options.MAX_MEMORY,
+    counterfactual: str = cli_options.COUNTERFACTUAL,
+    disk_budget: str | None = cli_options.DISK_BUDGET,
+    dtype: str = cli_options.DTYPE,
+    device_map: str | None = cli_options.DEVICE_MAP,
+    tau: float = cli_options.TAU,
+    offsets: str | None = typer.Option(
+        None, callback=cli_options.check_offsets, show_default="8,64,T/2", help="Offsets D of the key-0 phase freeze, a comma list."
+    ),
+    doses: str = typer.Option("1", callback=cli_options.check_doses, help="Doses λ of the mask-only sink profile, a comma list in (0, 1]."),
+    overwrite: bool = cli_options.OVERWRITE,
+    out: Path = cli_options.OUT,
+) -> None:
+    """Path-specific causal tests: freeze key 0's RoPE phase (and key 1's, the sham), the mask-only sink profile (methodology §12).
+
+    Each edit is one full forward pass over the leakage part's corpus (measured first if it is not in --out), read
+    against the unedited run on the same tokens: the residual stream's and the attention outputs' position content
+    (held-out probe R², η²), L(log a) with its numerator and SST, a_i0 in the sink-reading heads and the loss.
+
+    Example: poslens path-tests --model smollm2-135m --n-seqs 16 --seq-len 128 --offsets 8,64 --doses 0.5,1 --out results/quick
+    """
+    _check_fill(groups, n_seqs=n_seqs)
+    early = _early(early, seq_len=seq_len)
+    with _output_folder(out):
+        study = _study(
+            out,
+            overwrite,
+            model=model,
+            variant=variant,
+            position0=bos,
+            corpus=corpus,
+            text_field=text_field,
+            n_seqs=n_seqs,
+            seq_len=seq_len,
+            seed=seed,
+            groups=groups,
+            early=early,
+            batch_size=batch_size,
+            max_memory=max_memory,
+            counterfactual=counterfactual,
+            disk_budget=disk_budget,
+            dtype=dtype,
+            device_map=device_map,
+            tau=tau,
+            path_offsets=tuple(int(d) for d in offsets.split(",")) if offsets else (),
+            path_doses=tuple(float(d) for d in doses.split(",")),
+        )
+        result = study.path_tests()
+    if not distributed.is_main():
+        return
+    _show_path(result)
+    _say_written(study)
+
+
+def _show_path(result: Result) -> None:
+    """The path-specific tests' changes against the unedited run (and the key-0 freezes against the sham), with their dose-responses."""
+    t = result.table
+    picked = t[(t["kind"] == "difference") & (t["layer"] == -1) & (t["query_bin"] == -1) & (t["query_window"] == "all")]
+    wide = Console(width=max(console.width, 130))
+    table = Table(title="edited − reference on the same tokens, 95% CI (probes: folds; the rest: paired jackknife)")
+    for column in ("edit", "reference", "Δ residual probe R², layers ≥ 2", "Δ L(log a), layers ≥ 2", "Δ loss (nats)"):
+        table.add_column(column)
+    for (edit, reference), rows in picked.groupby(["intervention", "reference"], sort=False):
+        cells = []
+        for metric in ("resid_probe_r2_ge2", "leakage_pattern_ge2", "next_token_loss"):
+            row = rows[rows["metric"] == metric]
+            cells.append("" if row.empty else f"{row['value'].iloc[0]:+.3g} [{row['ci_low'].iloc[0]:+.3g}, {row['ci_high'].iloc[0]:+.3g}]")
+        table.add_row(escape(str(edit)), escape(str(reference)), *cells)
+    wide.print(table)
+    for dose in result.meta.get("dose_responses", []):
+        if dose["direction"] == "not monotone":
+            said = f"dose-response of {dose['edit']} ({dose['metric']}) over {dose['dose_name']} = {dose['doses']}: not monotone, {dose['where_not']}"
+            wide.print(escape(said))
+    if result.meta.get("model", {}).get("quantized"):
+        wide.print(escape(f"weights: {result.meta['model']['quantized']} (4-bit quantized)"))
+
+
 @app.command()
 def fingerprint(
     model: str = cli_options.MODEL,
@@ -779,6 +870,10 @@ def relativize(
 @app.command()
 def zoo(
     out: Path = typer.Option(..., help="Output folder: one Hugging Face model folder per member and seed, log.csv, summary.csv/.md."),
+    task: str = typer.Option(
+        ZooSettings.task,
+        help="stdlib (the Python standard library's source, byte tokens) or bigram-backcopy (a synthetic task, sized for the CPU; see docs/zoo.md).",
+    ),
     steps: int = typer.Option(ZooSettings.steps, min=1, help="Training steps (every run takes the same number)."),
     seq_len: int = typer.Option(ZooSettings.seq_len, min=4, help="Tokens per training sequence T, BOS included (the sliding window is T/8)."),
     width: int = typer.Option(ZooSettings.width, min=2, help="Hidden size."),
@@ -799,6 +894,7 @@ def zoo(
     eval_every: int = typer.Option(ZooSettings.eval_every, min=1, help="Steps between checkpoints (held-out loss, sink count)."),
     eval_seqs: int = typer.Option(ZooSettings.eval_seqs, min=1, help="Held-out sequences per checkpoint."),
     tau: float = cli_options.TAU,
+    weight_decay: float = typer.Option(ZooSettings.weight_decay, min=0.0, help="AdamW's weight decay."),
     time_budget: float | None = typer.Option(
         None, min=0.001, help="Seconds of training per run (member × seed); the family stops at this times the number of runs. Default: --steps only."
     ),
@@ -809,13 +905,15 @@ def zoo(
 ) -> None:
     """Train a controlled family of small models that differ only in their position scheme (the model zoo).
 
-    Every member and seed is a Mistral model trained in lockstep on the Python standard library's source (byte tokens);
-    each is saved as a Hugging Face folder that --model of the measuring commands accepts.
+    Every member and seed is a Mistral model trained in lockstep on the task: the Python standard library's source (byte
+    tokens, --task stdlib, the default) or Bigram-Backcopy (--task bigram-backcopy); each is saved as a Hugging Face folder
+    that --model of the measuring commands accepts, with held_out.jsonl for their --corpus.
 
-    Example: poslens zoo --steps 2000 --seq-len 512 --width 256 --depth 4 --seeds 0,1 --time-budget 40 --out results/zoo
+    Example: poslens zoo --task bigram-backcopy --steps 1500 --seq-len 128 --width 64 --depth 3 --heads 1 --seeds 0,1,2 --out results/zoo_bb
     """
     try:
         settings = ZooSettings(
+            task=task,
             members=tuple(members.split(",")),
             seeds=tuple(int(s) for s in seeds.split(",")),
             steps=steps,
@@ -830,6 +928,7 @@ def zoo(
             eval_every=eval_every,
             eval_seqs=eval_seqs,
             tau=tau,
+            weight_decay=weight_decay,
             time_budget=time_budget,
             device=device,
             save_checkpoints=save_checkpoints,
@@ -839,9 +938,52 @@ def zoo(
         raise typer.BadParameter(str(error)) from error
     with _output_folder(out):
         table = train_family(out, settings, log=lambda message: console.print(escape(message), soft_wrap=True), overwrite=overwrite)
-    columns = ["member", "seed", "steps", "tokens", "train_loss", "held_out_loss", "sink_heads", "stopped_by"]
+    columns = ["member", "seed", "steps", "tokens", "train_loss", "held_out_loss", "sink_heads", "key0_mass", "stopped_by"]
     Console(width=max(console.width, 130)).print(escape(table[columns].to_string(index=False)))
     console.print(escape(f"wrote {Path(out) / 'summary.csv'}, {Path(out) / 'log.csv'} and one model folder per run in {out}"), soft_wrap=True)
+
+
+@app.command("zoo-measure")
+def zoo_measure(
+    zoo: Path = typer.Option(..., help="The family's folder, as poslens zoo wrote it (zoo.json, summary.csv, held_out.jsonl, one folder per run)."),
+    out: Path = typer.Option(..., help="Where the small tables go (runs, emergence, figures, family, claims .csv; e.g. docs/zoo_data)."),
+    work: Path = typer.Option(..., help="Where each run's Study folder goes (the parts as parquet; large, not for committing)."),
+    n_seqs: int = typer.Option(ZooMeasureOptions.n_seqs, min=1, help="Held-out sequences measured per run."),
+    seq_len: int | None = typer.Option(None, min=2, help="Tokens per sequence (default: the family's training T)."),
+    groups: int = typer.Option(ZooMeasureOptions.groups, min=2, help="Groups of sequences for the intervals."),
+    early: int = typer.Option(ZooMeasureOptions.early, min=2, help="Q: the early window is 1 ≤ i < Q."),
+    batch_size: int = typer.Option(ZooMeasureOptions.batch_size, min=1, help="Sequences per forward pass."),
+    tau: float = cli_options.TAU,
+    relativize_seqs: int = typer.Option(ZooMeasureOptions.relativize_seqs, min=2, help="Sequences of the relativization (and of its calibration)."),
+    replacement: list[str] = typer.Option(
+        list(ZooMeasureOptions.replacements),
+        callback=cli_options.check_replacements,
+        help="BOS replacements: mean, zero, noise, token:eos or token:<id or string>; repeat for several.",
+    ),
+) -> None:
+    """Measure every run of a trained zoo family with poslens's parts, seeds as replicates, and decide C4 inside it.
+
+    Leakage and its decomposition, sinks, BOS replacement, sink-path ablation, relativization and the path-specific
+    tests, each run measured on the family's held-out text as the measuring commands would; writes
+    runs/emergence/figures/family/claims .csv into --out.
+
+    Example: poslens zoo-measure --zoo results/zoo_bb --out docs/zoo_data --work results/zoo_bb_measure
+    """
+    options = ZooMeasureOptions(
+        n_seqs=n_seqs,
+        seq_len=seq_len,
+        groups=groups,
+        early=early,
+        batch_size=batch_size,
+        tau=tau,
+        relativize_seqs=relativize_seqs,
+        replacements=tuple(replacement),
+    )
+    with _output_folder(out):
+        claims = measure_family(zoo, out, work, options, log=lambda message: console.print(escape(message), soft_wrap=True))
+    table = claims.table[["model", "figure", "ci_low", "ci_high", "own_verdict", "verdict"]]
+    Console(width=max(console.width, 130)).print(escape(table.to_string(index=False)))
+    console.print(escape(f"wrote the family's tables in {out}"), soft_wrap=True)
 
 
 @app.command()
@@ -856,7 +998,7 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
         raise typer.BadParameter(f"{out} is not a folder; give the --out folder of the other commands", param_hint="'--out'")
     with _output_folder(out):
         parts = {}
-        for name in ("leakage", "bos-swap", "ablate-sinks", "compare", "fingerprint"):
+        for name in ("leakage", "bos-swap", "ablate-sinks", "path-tests", "compare", "fingerprint"):
             path = Path(out) / f"{name}.parquet"
             if path.exists():
                 parts[name] = Result.load(path)
@@ -866,7 +1008,8 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
             parts["relativize"] = Attribution.load(out)
         if not parts:
             raise typer.BadParameter(
-                f"{out} holds none of leakage/bos-swap/ablate-sinks/compare/fingerprint .parquet or attribution.json; run those commands first"
+                f"{out} holds none of leakage/bos-swap/ablate-sinks/path-tests/compare/fingerprint .parquet or attribution.json; "
+                "run those commands first"
             )
         study = Study(Settings(), out)
         table = study.claims(parts).table
@@ -951,7 +1094,7 @@ def report(
         **({} if skip_compare else dict(compare_len=settings.compare_len)),
     )
     study = Study(settings, out, log=_log, overwrite=overwrite)
-    plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "relativize"] + ([] if skip_compare else ["compare"])
+    plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "fingerprint", "relativize"] + ([] if skip_compare else ["compare"])
     with _output_folder(out):
         try:
             _run_report(study, quick, model, plan)
@@ -983,6 +1126,10 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
         # the attribution: the unedited run, each mode, the smaller calibration and the placebo; then the loss forwards
         measured = 1 + len(s.relativize_modes) + 2
         tokens += (measured + 2 * len(s.relativize_modes)) * s.relativize_seqs * s.relativize_len * (1 + s.relativize_len / 1024)
+        # the path-specific tests: the unedited run, the freeze and the sham at each offset, each dose and the ablation,
+        # each a full forward whose residual readouts cost about as much again
+        offsets = len(s.path_offsets) or len({8, 64, s.seq_len // 2})
+        tokens += 2 * (1 + 2 * offsets + len(s.path_doses) + 1) * s.n_seqs * s.seq_len * (1 + s.seq_len / 1024)
         console.print(
             f"--full: expecting roughly {tokens * per_token / 60:.0f} minutes on this machine "
             f"(calibrated at {per_token * 1e3:.1f} ms per token; gemma3-270m costs more per token)"

@@ -213,6 +213,60 @@ def check_modes(value: str) -> str:
     return ",".join(modes)
 
 
+def check_offsets(value: str | None) -> str | None:
+    """Check ``--offsets``: a comma list of whole offsets D ≥ 0 for the key-phase freeze, each once (None: the defaults).
+
+    Args:
+        value: The option as typed, or None.
+
+    Returns:
+        The offsets joined by commas, or None.
+
+    Raises:
+        BadParameter: When an offset is not a whole number ≥ 0, or is named twice.
+
+    Example:
+        >>> check_offsets("8, 64"), check_offsets(None)
+        ('8,64', None)
+    """
+    if value is None:
+        return None
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise typer.BadParameter(f"{value!r} is not a comma list of whole offsets D >= 0 (e.g. --offsets 8,64,128)")
+    if len(set(map(int, parts))) < len(parts):
+        raise typer.BadParameter(f"{value!r} names an offset twice; name each at most once")
+    return ",".join(str(int(p)) for p in parts)
+
+
+def check_doses(value: str) -> str:
+    """Check ``--doses``: a comma list of the mask-only profile's doses λ in (0, 1], each once.
+
+    Args:
+        value: The option as typed.
+
+    Returns:
+        The doses joined by commas.
+
+    Raises:
+        BadParameter: When a dose is not a number in (0, 1], or is named twice.
+
+    Example:
+        >>> check_doses("0.25,0.5, 1")
+        '0.25,0.5,1'
+    """
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    try:
+        doses = [float(p) for p in parts]
+    except ValueError:
+        doses = []
+    if not doses or not all(0 < d <= 1 for d in doses):
+        raise typer.BadParameter(f"{value!r} is not a comma list of doses in (0, 1] (e.g. --doses 0.25,0.5,1)")
+    if len(set(doses)) < len(doses):
+        raise typer.BadParameter(f"{value!r} names a dose twice; name each at most once")
+    return ",".join(f"{d:g}" for d in doses)
+
+
 def check_calibration_sizes(value: str | None) -> str | None:
     """Check the form of ``--calibration-sizes``: a comma list of integers ≥ 2.
 

@@ -260,6 +260,43 @@ class Study:
 
         return self._part("ablate-sinks", (*MEASURE_KEYS, "tau"), compute)
 
+    def path_tests(self) -> Result:
+        """The path-specific causal tests: the key-0 phase freeze, its key-1 sham, the mask-only sink profile (methodology §12).
+
+        Runs on the leakage part's corpus and groups, with the leakage part as the
+        unedited baseline (its sink-reading heads at τ and its cross-fitted absolute
+        component), one full forward pass per edit: offsets D = ``path_offsets``
+        (default 8, 64 and T/2), the sham at each, the mask-only profile at each dose
+        of ``path_doses``, and the sink-path ablation.
+
+        Returns:
+            The part's tidy result (:func:`~poslens.mechanisms.path_tests.path_specific_tests`), reused from the folder
+            when it matches.
+
+        Example:
+            >>> fall = study.path_tests().table.query("metric == 'resid_probe_r2_ge2' and kind == 'difference'")  # doctest: +SKIP
+        """
+        from poslens.mechanisms.path_tests import path_specific_tests
+
+        base = self.leakage()  # first: the baseline, reused when saved
+
+        def compute() -> Result:
+            s = self.settings
+            return path_specific_tests(
+                self.model(),
+                self.corpus(),
+                offsets=s.path_offsets or None,
+                doses=s.path_doses,
+                groups=s.groups,
+                early=s.early,
+                batch_size=int(base.meta.get("settings", {}).get("batch_size") or s.batch_size),  # the leakage part's batches
+                tau=s.tau,
+                baseline=base,
+                progress=True,
+            )
+
+        return self._part("path-tests", COMMAND_SETTINGS["path-tests"], compute)
+
     def fingerprint(self) -> Result:
         """Position-0 fingerprint: dispersion, trajectory similarity, readout (methodology §8).
 
@@ -483,7 +520,7 @@ class Study:
             MixedSettingsError: When two parts disagree on a setting they share.
 
         Example:
-            >>> table = study.claims({"leakage": study.leakage(), "ablate-sinks": study.ablate_sinks()})  # doctest: +SKIP
+            >>> table = study.claims({"leakage": study.leakage(), "path-tests": study.path_tests()})  # doctest: +SKIP
             >>> dict(zip(table.table["claim"], table.table["verdict"]))  # doctest: +SKIP
             {'C1': 'supported', 'C2': 'supported', 'C3': 'supported', 'C4': 'not measured', 'C5': 'not measured', 'C6': 'not measured'}
         """
@@ -503,6 +540,7 @@ class Study:
             comparison=comparison,  # C4 reads the cases compare recorded in its meta
             fingerprint=parts.get("fingerprint"),
             attribution=parts.get("relativize"),  # C7, and C3's causal figure (reported)
+            path=parts.get("path-tests"),  # C3, decided by the key-0 phase freeze (methodology §12)
             # an imposed window of W changes nothing for queries i < W, so C4 compares all queries
             c4_query_window="all",
             # C4 by paired/independent differences and trends (methodology §9.1) when compare recorded them

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from poslens.measurement import intervention_plots, plots
+from poslens.measurement import intervention_plots, path_plots, plots
 from poslens.measurement.display import quantized_note
 from poslens.measurement.result import Result
 from poslens.mechanisms.comparisons import comparison_table
@@ -45,8 +45,8 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
     """The figures of each claim with their captions, from whichever parts are present.
 
     Args:
-        parts: The study parts present, by name (``leakage``, ``sinks``, ``ablate-sinks``, ``compare``, ``relativize``,
-            ``bos-swap``, ``fingerprint``).
+        parts: The study parts present, by name (``leakage``, ``sinks``, ``ablate-sinks``, ``path-tests``, ``compare``,
+            ``relativize``, ``bos-swap``, ``fingerprint``).
         settings: The study's settings (``early``, ``tau``, ``compare_seqs``, … are quoted in the captions).
 
     Returns:
@@ -95,8 +95,9 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
                     ),
                     _caption(
                         f"Left: the baseline; right: with the sink path of the sink-reading heads ablated. Early queries 1 ≤ i < "
-                        f"{settings.get('early')}. C3 reads C_res over layers ≥ 1 and its reduction, 1 − C_res(after)/C_res(before) "
-                        f"({_REDUCTION_NOTE}).",
+                        f"{settings.get('early')}. C3 reports C_res over layers ≥ 1 and its reduction, 1 − C_res(after)/C_res(before) "
+                        f"({_REDUCTION_NOTE}); the ablation removes the mask's dilution and key 0's phase together, so it does "
+                        "not decide C3.",
                         quantized_note(leakage, ablation),
                     ),
                 )
@@ -105,9 +106,53 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
             figures["C3"].append(
                 (
                     plots.sources_by_layer(leakage.table, "early", "C_res and C_mask by layer at early queries"),
-                    _caption(f"Early queries 1 ≤ i < {settings.get('early')}; the sink-path ablation C3 also needs is not in this report.", note),
+                    _caption(f"Early queries 1 ≤ i < {settings.get('early')}; the sink-path ablation C3 reports is not in this report.", note),
                 )
             )
+    if "path-tests" in parts:
+        path = parts["path-tests"]
+        table, note = path.table, quantized_note(path)
+        offsets = sorted({str(iv).split("=")[1] for iv in table["intervention"] if str(iv).startswith("key0-phase:D=")}, key=int)
+        sized = f"{settings.get('n_seqs')} sequences × {settings.get('seq_len')} tokens"
+        figures["C3"].insert(
+            0,
+            (
+                path_plots.plot_path_probe(table, "resid_probe_r2"),
+                _caption(
+                    "How much absolute position a ridge probe reads from the residual stream entering each layer (held-out R² "
+                    f"of log(i + 1), folds by group), unedited, with the RoPE phase of every key-0 logit frozen at offset D "
+                    f"({', '.join(offsets)}) in every layer, and under the sham that freezes key 1 instead (methodology §12). "
+                    "Each layer is read with the layers below it edited. C3 reads the fall of the mean over layers ≥ 2 at "
+                    f"D = 64, and that fall beyond the sham's. {sized}.",
+                    note,
+                ),
+            ),
+        )
+        figures["C3"].insert(
+            1,
+            (
+                path_plots.plot_path_split(table),
+                _caption(
+                    "Paired changes of the residual probe R² and of L(log a), mean over layers ≥ 2: the key-0 phase freeze and "
+                    "its sham, and the sink path split in two by the mask-only profile (a_i0 replaced by what the mask alone "
+                    "gives the head): the mask's channel through the sink (ablation − mask-only profile) and everything else "
+                    "at key 0 (mask-only profile − unedited). Reported beside C3's verdict, not used by it.",
+                    note,
+                ),
+            ),
+        )
+        figures["C3"].insert(
+            2,
+            (
+                path_plots.plot_path_doses(table),
+                _caption(
+                    "Dose-responses: the change of the residual probe R² (layers ≥ 2) over the frozen offset D, for key 0 and "
+                    "the key-1 sham, and over the mask-only profile's dose λ (λ = 0 is the unedited run). Where a response "
+                    "is not monotone, the report's table of dose-responses says between which doses it turns.",
+                    note,
+                ),
+            ),
+        )
     if "sinks" in parts:
         tau = settings.get("tau", 0.3)
         sink_figure = plots.sink_scores(parts["sinks"].table, tau)
@@ -118,7 +163,8 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
                 sink_figure,
                 _caption(
                     "Sink score (mean over queries i ≥ 1 of the weight on key 0) per head, "
-                    f"and the number of heads at or above τ = {tau} per layer: the sink-reading heads whose path C3 ablates "
+                    f"and the number of heads at or above τ = {tau} per layer: the sink-reading heads whose path the ablation and "
+                    "the mask-only profile edit "
                     "(interval: heads whose score interval lies wholly above τ … heads whose interval reaches τ).",
                     quantized_note(parts["sinks"]),
                 ),

@@ -3,7 +3,8 @@
 A :class:`Rule` is data: ``supported`` if all of its ``supported_if``
 conditions hold, else ``not supported`` if any of its ``not_supported_if``
 conditions holds (all of them, for an equivalence test), else
-``inconclusive``. A :class:`Condition` compares one number of a named
+``inconclusive``. :class:`AnyOf` and :class:`AllOf` group conditions inside
+either list (an "or" among "and"s, and the reverse). A :class:`Condition` compares one number of a named
 :class:`Estimate` (its value, ci_low or ci_high) with a threshold or with a
 :class:`Bound` of another estimate. The same object writes the rule's words
 (:meth:`Rule.text`, with the thresholds it uses) and decides (:func:`verdict`,
@@ -15,7 +16,7 @@ Comparisons are strict where the rule says ``>``/``<`` and inclusive where it
 says ``>=``/``<=``. A NaN estimate or bound makes every comparison false, so it
 gives ``inconclusive``. The claims themselves (which estimates, which rule)
 are defined in :mod:`poslens.study.claims`. Longer than 400 lines
-because it is one job, the rule engine: its six objects and two functions
+because it is one job, the rule engine: its eight objects and two functions
 decide together, each with its examples.
 
 Example:
@@ -295,6 +296,126 @@ class Condition:
 
 
 @dataclass(frozen=True)
+class AnyOf:
+    """Conditions of which one must hold: a rule's "or" inside an "and" (or the reverse, with :class:`AllOf`).
+
+    Attributes:
+        conditions: The conditions (or nested groups).
+        note: An explanation shown after the text; not part of the decision.
+
+    Example:
+        >>> outside = AnyOf((Condition("r", "ci_low", ">", 0.1), Condition("r", "ci_high", "<", -0.1)), note="r outside [-0.1, 0.1]")
+        >>> outside.text(), outside.holds({"r": Estimate("r", -0.5, -0.7, -0.3)})
+        ('(r ci_low > 0.1 or r ci_high < -0.1) (r outside [-0.1, 0.1])', True)
+    """
+
+    conditions: tuple[Condition | AnyOf | AllOf, ...]
+    note: str = ""
+
+    def text(self) -> str:
+        """The group in words, in parentheses.
+
+        Returns:
+            The group in words.
+
+        Example:
+            >>> AnyOf((Condition("a", "value", ">", 1.0), Condition("b", "value", ">", 1.0))).text()
+            '(a > 1 or b > 1)'
+        """
+        return "(" + " or ".join(c.text() for c in self.conditions) + ")" + (f" ({self.note})" if self.note else "")
+
+    def holds(self, estimates: Mapping[str, Estimate]) -> bool:
+        """Whether any of the conditions holds.
+
+        Args:
+            estimates: The estimates, by name.
+
+        Returns:
+            Whether one holds.
+
+        Example:
+            >>> AnyOf((Condition("a", "value", ">", 1.0),)).holds({"a": Estimate("a", 2.0, 1.0, 3.0)})
+            True
+        """
+        return any(c.holds(estimates) for c in self.conditions)
+
+    def names(self) -> list[str]:
+        """The estimates the group reads, in order.
+
+        Returns:
+            The estimate names.
+
+        Example:
+            >>> AnyOf((Condition("a", "value", ">", Bound("b")),)).names()
+            ['a', 'b']
+        """
+        return [name for c in self.conditions for name in _names(c)]
+
+
+@dataclass(frozen=True)
+class AllOf:
+    """Conditions that must all hold: a rule's "and" inside an "or".
+
+    Attributes:
+        conditions: The conditions (or nested groups).
+        note: An explanation shown after the text; not part of the decision.
+
+    Example:
+        >>> within = AllOf((Condition("d", "ci_low", ">=", -0.01), Condition("d", "ci_high", "<=", 0.01)), note="equivalence")
+        >>> within.text(), within.holds({"d": Estimate("d", 0.0, -0.005, 0.008)})
+        ('(d ci_low >= -0.01 and d ci_high <= 0.01) (equivalence)', True)
+    """
+
+    conditions: tuple[Condition | AnyOf | AllOf, ...]
+    note: str = ""
+
+    def text(self) -> str:
+        """The group in words, in parentheses.
+
+        Returns:
+            The group in words.
+
+        Example:
+            >>> AllOf((Condition("a", "value", ">", 1.0), Condition("b", "value", ">", 1.0))).text()
+            '(a > 1 and b > 1)'
+        """
+        return "(" + " and ".join(c.text() for c in self.conditions) + ")" + (f" ({self.note})" if self.note else "")
+
+    def holds(self, estimates: Mapping[str, Estimate]) -> bool:
+        """Whether all of the conditions hold.
+
+        Args:
+            estimates: The estimates, by name.
+
+        Returns:
+            Whether all hold.
+
+        Example:
+            >>> AllOf((Condition("a", "value", ">", 1.0), Condition("a", "value", "<", 1.5))).holds({"a": Estimate("a", 2.0, 1.0, 3.0)})
+            False
+        """
+        return all(c.holds(estimates) for c in self.conditions)
+
+    def names(self) -> list[str]:
+        """The estimates the group reads, in order.
+
+        Returns:
+            The estimate names.
+
+        Example:
+            >>> AllOf((Condition("a", "value", ">", 0.0), Condition("b", "value", ">", 0.0))).names()
+            ['a', 'b']
+        """
+        return [name for c in self.conditions for name in _names(c)]
+
+
+def _names(c: Condition | AnyOf | AllOf) -> list[str]:
+    if isinstance(c, AnyOf | AllOf):
+        return c.names()
+    return [c.estimate] + ([c.threshold.estimate] if isinstance(c.threshold, Bound) else [])
+
+
+@dataclass(frozen=True)
 class Rule:
     """A three-way decision rule: ``supported`` if all of ``supported_if`` hold, else ``not supported`` if
     any of ``not_supported_if`` holds (all of them, for an equivalence test: ``not_supported_when="all"``),
@@ -322,8 +443,8 @@ class Rule:
         'not supported if r ci_low >= -0.1 and r ci_high <= 0.1'
     """
 
-    supported_if: tuple[Condition, ...]
-    not_supported_if: tuple[Condition, ...]
+    supported_if: tuple[Condition | AnyOf | AllOf, ...]
+    not_supported_if: tuple[Condition | AnyOf | AllOf, ...]
     remark: str = ""
     not_supported_when: str = "any"
 
@@ -364,7 +485,7 @@ class Rule:
         """
         names = []
         for c in (*self.supported_if, *self.not_supported_if):
-            names += [c.estimate] + ([c.threshold.estimate] if isinstance(c.threshold, Bound) else [])
+            names += _names(c)
         return tuple(dict.fromkeys(names))
 
 

@@ -55,6 +55,8 @@ class Settings:
         calibration_seed: Seed of its calibration corpus (``None``: ``seed + 1``; it must differ from ``seed``).
         calibration_sizes: Its calibration sizes (empty: half and all of the calibration corpus).
         relativize_loss: Whether it measures the change in next-token loss.
+        path_offsets: The offsets D of the path-specific tests' key-phase freeze (empty: 8, 64 and T/2).
+        path_doses: The doses λ of their mask-only sink profile (1 is the split's).
 
     Example:
         >>> Settings.quick().n_seqs, Settings.full().seq_len
@@ -92,6 +94,8 @@ class Settings:
     calibration_seed: int | None = None
     calibration_sizes: tuple[int, ...] = ()
     relativize_loss: bool = True
+    path_offsets: tuple[int, ...] = ()
+    path_doses: tuple[float, ...] = (1.0,)
 
     def __post_init__(self) -> None:
         self.measure_options()  # refuse a bad groups, early, batch size or τ when the settings are made
@@ -142,8 +146,10 @@ class Settings:
         16 sequences at a shorter T = 512 (every W below T; all SmolLM2 variants
         read the same token ids, so their differences are paired), and the
         cumulative attribution 32 sequences × 128 tokens (it measures the corpus
-        once per mode, once more at the smaller calibration size). More sequences before more cases:
-        each comparison needs a narrow interval of its difference.
+        once per mode, once more at the smaller calibration size); the path-specific
+        tests run the measured corpus (32 × 256) with the mask-only profile's three
+        doses. More sequences before more cases: each comparison needs a narrow
+        interval of its difference.
 
         Args:
             **overrides: Settings to change.
@@ -159,6 +165,7 @@ class Settings:
         base = dict(
             n_seqs=32,
             seq_len=256,
+            path_doses=(0.25, 0.5, 1.0),
             fingerprint_seqs=64,
             fingerprint_len=64,
             compare_seqs=16,
@@ -222,6 +229,8 @@ OPTION_NAMES = {
     "calibration_seed": "--calibration-seed",
     "calibration_sizes": "--calibration-sizes",
     "relativize_loss": "--no-loss",
+    "path_offsets": "--offsets",
+    "path_doses": "--doses",
 }
 
 
@@ -233,6 +242,7 @@ COMMAND_SETTINGS = {
     "ablate-sinks": (*MEASURE_KEYS, "tau"),
     "fingerprint": (*MEASURE_KEYS, "tau", "fingerprint_seqs", "fingerprint_len"),
     "compare": ("compare_seqs", "compare_len", "compare_quick", "groups", "early", "seed", "corpus", "text_field", "batch_size"),
+    "path-tests": (*MEASURE_KEYS, "tau", "path_offsets", "path_doses"),
     "relativize": (
         "model",
         "variant",
@@ -295,7 +305,7 @@ def command_line(command: str, settings: dict[str, Any], out: Any) -> str:
                 words += ["--replacement", str(kind)]
         elif name == "relativize_loss":
             words += [] if value else ["--no-loss"]
-        elif name in ("relativize_modes", "calibration_sizes"):
+        elif name in ("relativize_modes", "calibration_sizes", "path_offsets", "path_doses"):
             words += [OPTION_NAMES[name], ",".join(str(v) for v in value)]
         else:
             words += [_COMMAND_OPTIONS.get(command, {}).get(name, OPTION_NAMES[name]), str(value)]
