@@ -157,10 +157,43 @@ def test_report_through_the_installed_command_under_torchrun_writes_once(tiny_ll
     line += " --n-seqs 4 --seq-len 32 --groups 2 --fingerprint-seqs 4 --fingerprint-len 16 --relativize-seqs 4 --relativize-len 16"
     done = run_in_bash(line)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.stdout.count("wrote ") == 1 and done.stdout.count("part 1/6: leakage") == 1, done.stdout[-3000:]
+    said = " ".join(done.stdout.split())
+    assert done.stdout.count("wrote ") == 1 and len(re.findall(r"part 1/\d+: leakage", said)) == 1, done.stdout[-3000:]
+    assert "path-tests" in said, said[-3000:]  # the path-specific tests ran under torchrun too
     manifest = written_files(out)
-    assert {"report.html", "run.json", "claims.csv", "leakage.parquet", "attribution.json"} <= set(manifest)
+    assert {"report.html", "run.json", "claims.csv", "leakage.parquet", "path-tests.parquet", "attribution.json"} <= set(manifest)
     for name, entry in manifest.items():  # each file whole, as rank 0 recorded it: no second writer changed it since
         assert (out / name).stat().st_size == entry["size"], name
     run = json.loads((out / "run.json").read_text())
     assert run["settings"]["n_seqs"] == 4 and Result.load(out / "leakage.parquet").meta["settings"]["n_seqs"] == 4
+
+
+def test_path_tests_through_the_cli_under_torchrun_equals_one_process(tiny_llama_dir, tmp_path):
+    """`poslens path-tests` as docs/scaling.md runs the measuring commands: one writer, the one-process tables to 1e-10."""
+    small = {"n-seqs": "8", "seq-len": "32"}
+    extra = " --groups 2 --early 8 --offsets 4 --tau 0.01"  # a low tau: the mask-only profile and the ablation run too
+    out = tmp_path / "two ranks"
+    line = documented("-m poslens.study.cli", model=str(tiny_llama_dir), out=f"'{out}'", **small)
+    line = line.replace(" poslens.study.cli leakage ", " poslens.study.cli path-tests ", 1) + extra
+    done = run_in_bash(line)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.count("wrote ") == 1 and not (out / OWNER).exists()
+    single_out = tmp_path / "one process"
+    argv = ["path-tests", "--model", str(tiny_llama_dir), "--n-seqs", "8", "--seq-len", "32", *extra.split(), "--out", str(single_out)]
+    single = subprocess.run(
+        [sys.executable, "-m", "poslens.study.cli", *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+    assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
+    parallel, alone = Result.load(out / "path-tests.parquet"), Result.load(single_out / "path-tests.parquet")
+    assert {"key0-phase:D=4", "key1-phase:D=4", "sink-mask-only:1", "sink-ablation"} <= set(parallel.table["intervention"])
+    keys = [c for c in alone.table.columns if c not in ("value", "ci_low", "ci_high")]
+    a = alone.table.sort_values(keys).reset_index(drop=True)
+    b = parallel.table.sort_values(keys).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a[keys], b[keys])
+    for column in ("value", "ci_low", "ci_high"):
+        assert np.allclose(a[column], b[column], rtol=0, atol=1e-10, equal_nan=True), column
+    assert sorted(written_files(out)) == sorted(written_files(single_out))  # the leakage baseline and the path tests, once each
