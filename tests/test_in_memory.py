@@ -128,9 +128,10 @@ def keep_output(module, args, output):  # a hook of the user's that changes noth
 
 
 def run_commands(model, tiny: bool = True) -> None:
-    """measure, measure with a BOS intervention, the next-token loss (a forward with logits) and the cumulative attribution."""
+    """measure, measure with a BOS intervention, the next-token loss (a forward with logits), the cumulative attribution and the path tests."""
     from poslens.mechanisms.attribution import cumulative_attribution
     from poslens.mechanisms.next_token_loss import next_token_nll
+    from poslens.mechanisms.path_tests import path_specific_tests
 
     corpus = poslens.make_corpus(model, "random", n_seqs=4, seq_len=16, seed=1)
     poslens.measure(model, corpus, groups=2, early=8, progress=False)
@@ -138,6 +139,9 @@ def run_commands(model, tiny: bool = True) -> None:
     next_token_nll(model, corpus, [], 2)
     calibration = poslens.make_corpus(model, "random", n_seqs=4, seq_len=16, seed=2)
     cumulative_attribution(model, corpus, calibration, modes=["key0"], groups=2, early=8, loss=False, progress=False)
+    # a low tau so that every edit runs (the key-phase freezes, the mask-only profile and the ablation), each its own hooks
+    paths = path_specific_tests(model, corpus, offsets=[4], groups=2, early=8, batch_size=2, tau=0.01, progress=False)
+    assert {"key0-phase:D=4", "sink-mask-only:1", "sink-ablation"} <= set(paths.table["intervention"])
 
 
 @pytest.mark.parametrize("given", ["transformers model", "bridge"])
@@ -263,6 +267,10 @@ def test_provenance_records_dtype_device_and_transformerlens_version(tiny_llama_
         d.version for d in importlib.metadata.distributions(path=[str(Path(transformer_lens.__file__).parents[1])]) if d.name == "transformer-lens"
     )
     assert result.meta["versions"]["transformer_lens"] == installed != "?"
+    folder = poslens.load_model(tiny_llama_dir, dtype=dtype)  # the other kinds: a folder, and the bridge the user holds
+    for model in (folder, poslens.load_model(folder.bridge)):
+        meta = figures(model).meta
+        assert (meta["model"]["dtype"], meta["model"]["device"], meta["versions"]["transformer_lens"]) == (dtype, "cpu", installed)
 
 
 def test_the_libraries_own_hooks_are_neither_refused_nor_recorded(tiny_llama_dir):
