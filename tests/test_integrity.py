@@ -526,6 +526,10 @@ def refused_then_overwritten(tiny_llama_dir: Path, tmp_path: Path, how: str, rea
     assert again.exit_code == 0, error_text(again)
     assert "cannot be read" in again.output and "measuring it again (--overwrite)" in again.output
     assert named.read_bytes() != before[named.name]
+    own = ("attribution",) if "attribution" in how else ("leakage.",)  # the part's own files; the others not touched
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and not p.name.startswith(".")}
+    assert {name for name in after if not name.startswith(own)} == {name for name in before if not name.startswith((*own, "."))}
+    assert all(after[name] == before[name] for name in after if not name.startswith(own))
     for name, entry in written_files(out).items():  # replaced by poslens, and listed as such
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == entry["sha256"], name
 
@@ -552,8 +556,12 @@ def test_the_page_says_what_overwrite_replaces_and_that_is_what_it_does(tiny_lla
     assert refused.exit_code == 1 and type(refused.exception).__name__ == "SettingsMismatchError"
     assert (out / "leakage.csv").read_text().endswith("my edit\n")
     # with --overwrite: the part's three files replaced (the edited one too), nothing else
+    shown = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and not p.name.startswith(".")}
     replaced = invoke("leakage", *small(tiny_llama_dir, "--seed", "3"), "--overwrite", "--out", out)
     assert replaced.exit_code == 0, error_text(replaced)
+    now = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and not p.name.startswith(".")}
+    assert set(now) == set(shown)  # no file added, none removed
+    assert {name for name in now if now[name] != shown[name]} == {"leakage.parquet", "leakage.csv", "leakage.sums.npz"}
     assert not (out / "leakage.csv").read_text().endswith("my edit\n")
     assert Result.load(out / "leakage.parquet").meta["settings"]["seed"] == 3
     assert {name: (out / name).read_bytes() for name in kept} == kept
@@ -691,6 +699,13 @@ def test_the_other_printed_commands_paste_as_one_command_each(tmp_path, monkeypa
     with pytest.raises(FileNotFoundError) as missing:
         Claims.read(folder)
     assert pasted(str(missing.value).split("; run ", 1)[1], tmp_path, "poslens") == [["claims", "--out", str(folder)]]
+    from poslens.errors import NotFoundError
+    from poslens.study.zoo_measure import measure_family
+
+    with pytest.raises(NotFoundError) as no_family:  # a folder that holds no trained family: the hint to train one
+        measure_family(folder, tmp_path / "measured", tmp_path / "work")
+    hint = str(no_family.value).split("(run ", 1)[1].removesuffix(" first)")
+    assert pasted(hint, tmp_path, "poslens") == [["zoo", "--out", str(folder)]]
     monkeypatch.setattr(sys, "argv", ["poslens", "leakage", "--corpus", f"c {NASTY}.txt", "--out", str(folder)])
     with OutputLock(folder):
         holder = json.loads((folder / OWNER).read_text())["command"]
