@@ -700,6 +700,22 @@ def test_small_sizes_are_not_printed_as_zero_gigabytes():
     assert route.reason == "the row-bin store would take 3 GB of temporary disk, over the budget of 70 MB: a second forward pass instead"
 
 
+def test_the_disk_budget_and_a_dangling_out_are_poslens_errors_in_python_too(tmp_path):
+    """What the command prints as an option's usage error is a PoslensError naming the option or file and the fix."""
+    from poslens.errors import PoslensError
+    from poslens.measurement.result_files import ensure_writable_dir
+    from poslens.runtime.disk import choose_route
+
+    with pytest.raises(PoslensError, match=r"not a disk size: 'nan' \(examples: 8GB") as budget:
+        choose_route("auto", estimated_store_bytes=1, budget="nan")
+    assert "memory" not in str(budget.value)
+    link = tmp_path / "results"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(PoslensError, match=rf"{re.escape(str(link))} is a symbolic link to .*gone, which does not exist; create the folder"):
+        ensure_writable_dir(link)
+    assert link.is_symlink() and not (tmp_path / "gone").exists()
+
+
 def test_a_dangling_symlink_as_out_is_named_as_such(tmp_path):
     link = tmp_path / "results"
     link.symlink_to(tmp_path / "gone")
@@ -797,7 +813,7 @@ def test_docs_show_the_messages_of_faults_that_were_raw_errors(tmp_path, monkeyp
     sums = tmp_path / "U" / "leakage.sums.npz"
     with np.load(sums) as data:
         arrays = {name: data[name] for name in data.files}
-    arrays["sums_format"] = np.array(99)
+    arrays["sums_format"], arrays["poslens_version"] = np.array(99), np.array("9.0.0")  # as a newer poslens writes it
     with zipfile.ZipFile(sums, "w") as archive:
         for name, array in arrays.items():
             with archive.open(f"{name}.npy", "w") as member:
