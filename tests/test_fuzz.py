@@ -726,3 +726,61 @@ def test_a_model_that_cannot_be_loaded_is_a_poslens_error_naming_it(scratch, kin
 def test_loading_a_result_that_is_not_there_is_a_poslens_error(scratch):
     missing = fresh(scratch) / "leakage.parquet"
     assert_refused(lambda: Result.load(missing), missing.name)
+
+
+# ---------------------------------------------------------------- 5. sizes as printed, and models without weights
+
+
+@settings(max_examples=200 * SCALE, **FUZZ)
+@given(n_bytes=st.integers(min_value=1, max_value=10**19), budget=st.integers(min_value=1, max_value=10**19))
+def test_a_size_as_printed_reads_back_within_rounding_and_never_as_zero(n_bytes, budget):
+    """The route's reason names the store's size and the budget in units that read back to within three digits."""
+    from poslens.runtime.disk import choose_route
+
+    reason = choose_route("auto", estimated_store_bytes=n_bytes, budget=budget).reason
+    unit_bytes = {"bytes": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+    printed = re.findall(r"([\d,.]+) (bytes|kB|MB|GB|TB)\b", reason)
+    assert len(printed) == 2, reason
+    for (number, unit), size in zip(printed, (n_bytes, budget), strict=True):
+        read = float(number.replace(",", "")) * unit_bytes[unit]
+        assert read > 0 and abs(read - size) <= 0.005 * size + 0.5, (reason, size)
+
+
+def _tiny_hf(folder: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def tiny_hf_dir(scratch) -> Path:
+    from poslens.testing import save_tiny_model
+
+    return save_tiny_model(scratch / "tiny-hf", "llama")
+
+
+@settings(max_examples=8 * SCALE, **FUZZ)
+@given(pick=st.integers(min_value=0, max_value=10**6), buffer=st.booleans())
+def test_a_model_with_a_tensor_on_the_meta_device_is_a_poslens_error_naming_it(tiny_hf_dir, pick, buffer):
+    """Any one parameter (or buffer) left without values stops poslens.load_model, naming that tensor, never a raw RuntimeError."""
+    import torch
+
+    import poslens
+
+    hf, tokenizer = _tiny_hf(tiny_hf_dir)
+    named = list(hf.named_buffers() if buffer else hf.named_parameters())
+    if not named:
+        return
+    name, tensor = named[pick % len(named)]
+    owner_name, _, leaf = name.rpartition(".")
+    owner = hf.get_submodule(owner_name)
+    empty = torch.empty_like(tensor, device="meta")
+    if buffer:
+        owner.register_buffer(leaf, empty, persistent=leaf not in owner._non_persistent_buffers_set)
+    else:
+        setattr(owner, leaf, torch.nn.Parameter(empty, requires_grad=False))
+    event(f"{'buffer' if buffer else 'parameter'}: {leaf}")
+    with pytest.raises(PoslensError) as refused:
+        poslens.load_model(hf, tokenizer=tokenizer)
+    assert f"has no weights: {name} is on PyTorch's meta device" in str(refused.value)
+    assert "load_state_dict(" in str(refused.value)
