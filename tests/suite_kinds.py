@@ -79,6 +79,7 @@ SLOW_TESTS: dict[str, str] = {
         "test_reliability.py::test_sigterm_and_ctrl_c_print_one_line_and_leave_no_lock_note_and_no_folder",
         "test_path_readouts.py::test_the_path_table_saves_reloads_and_plots",
         "test_key_phase.py::test_identity_reproduces_the_unedited_tables",
+        "test_in_memory.py::test_the_users_model_is_as_given_after_every_command",
     )
 }
 REQUIRE_BROWSER = "POSLENS_REQUIRE_BROWSER"

@@ -128,7 +128,9 @@ def keep_output(module, args, output):  # a hook of the user's that changes noth
 
 
 def run_commands(model, tiny: bool = True) -> None:
-    """measure, measure with a BOS intervention, the next-token loss (a forward with logits), the cumulative attribution and the path tests."""
+    """measure, measure with a BOS intervention, the next-token loss (a forward with logits), the cumulative attribution, the path tests
+    and the fingerprint (its trajectory passes)."""
+    from poslens.mechanisms.fingerprint import fingerprint
     from poslens.mechanisms.attribution import cumulative_attribution
     from poslens.mechanisms.next_token_loss import next_token_nll
     from poslens.mechanisms.path_tests import path_specific_tests
@@ -142,6 +144,7 @@ def run_commands(model, tiny: bool = True) -> None:
     # a low tau so that every edit runs (the key-phase freezes, the mask-only profile and the ablation), each its own hooks
     paths = path_specific_tests(model, corpus, offsets=[4], groups=2, early=8, batch_size=2, tau=0.01, progress=False)
     assert {"key0-phase:D=4", "sink-mask-only:1", "sink-ablation"} <= set(paths.table["intervention"])
+    fingerprint(model, n_seqs=4, seq_len=16, n_first_tokens=4, groups=2, n_permutations=10)
 
 
 @pytest.mark.parametrize("given", ["transformers model", "bridge"])
