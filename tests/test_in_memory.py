@@ -130,8 +130,8 @@ def keep_output(module, args, output):  # a hook of the user's that changes noth
 def run_commands(model, tiny: bool = True) -> None:
     """measure, measure with a BOS intervention, the next-token loss (a forward with logits), the cumulative attribution, the path tests
     and the fingerprint (its trajectory passes)."""
-    from poslens.mechanisms.fingerprint import fingerprint
     from poslens.mechanisms.attribution import cumulative_attribution
+    from poslens.mechanisms.fingerprint import fingerprint
     from poslens.mechanisms.next_token_loss import next_token_nll
     from poslens.mechanisms.path_tests import path_specific_tests
 
