@@ -137,7 +137,7 @@ class RowBinStore:
             self._file.write(data.data.cast("B"))  # the contiguous array's own buffer, as bytes
             self._file.flush()  # a full disk shows here, not later in a read of half an array
         except OSError as error:
-            if error.errno not in _FULL:
+            if error.errno is None or error.errno not in _FULL:
                 raise
             raise DiskFullError(
                 f"the temporary folder {self.directory or tempfile.gettempdir()} (TMPDIR) filled up while the per-sequence "
