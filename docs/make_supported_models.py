@@ -108,7 +108,10 @@ each measurement).
 | `HookedTransformer`: not rotary, sinks, bidirectional | 3.9 | refused, with the reason |
 
 On a model in memory `window:` works and `ntk:` / `rope-base:` are refused (a built model's RoPE frequencies are
-fixed: save it and load the folder with `variant=`). A bridge is booted around the transformers model's very module.
+fixed: save it and load the folder with `variant=`). A bridge is booted around the transformers model's very module,
+which is given back as it was: the bridge's wrappers are in its modules only while poslens runs it, each module keeps its
+training mode, and no hook of poslens's is left. Your own hooks run where the bridge calls their module and are listed in
+`meta["model"]["user_hooks"]`; a hook on a module the bridge never calls (`self_attn` itself) is refused, not skipped.
 A HookedTransformer's masked scores are −inf, treated as masked; on the same float64 weights it matches the
 transformers path to 1e-8 (`tests/test_in_memory.py`, `tests/test_hooked_transformer.py`).
 

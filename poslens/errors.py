@@ -92,6 +92,15 @@ class SumsMismatchError(PoslensError, ValueError):
     """
 
 
+class SumsFormatError(PoslensError, ValueError):
+    """A ``.sums.npz`` this poslens cannot read: a newer format, an older one without arrays it needs, objects, or damage.
+
+    Example:
+        >>> issubclass(SumsFormatError, ValueError)
+        True
+    """
+
+
 class OutputConflictError(PoslensError, FileExistsError):
     """Writing would replace a file that poslens did not write (or that was changed since), or a folder.
 

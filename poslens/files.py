@@ -220,3 +220,24 @@ def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> P
         '{"x": 1}'
     """
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding=encoding))
+
+
+def bytes_text(n_bytes: float) -> str:
+    """A size in decimal units as people read it, three significant digits: ``"48 bytes"``, ``"35.2 kB"``, ``"2 GB"``.
+
+    Args:
+        n_bytes: a size in bytes.
+
+    Returns:
+        The size in bytes, kB, MB, GB or TB (powers of 1000), never rounded to zero.
+
+    Example:
+        >>> bytes_text(48), bytes_text(35_200), bytes_text(2 * 10**9), bytes_text(1.76e12), bytes_text(4.6e18)
+        ('48 bytes', '35.2 kB', '2 GB', '1.76 TB', '4,600,000 TB')
+    """
+    value, unit = float(n_bytes), "bytes"
+    for larger in ("kB", "MB", "GB", "TB"):
+        if abs(value) < 1000:
+            break
+        value, unit = value / 1000, larger
+    return f"{value:,.0f} {unit}" if abs(value) >= 1000 else f"{value:.3g} {unit}"

@@ -24,8 +24,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from filelock import FileLock
@@ -153,13 +154,82 @@ def forget_written(paths: Iterable[str | Path]) -> None:
     _update_manifests(paths, lambda files, path: files.pop(path.name, None))
 
 
+def writing(folder: str | Path) -> FileLock:
+    """The lock of ``folder``'s manifest, to hold while checking, writing and listing files there (a context manager).
+
+    A writer that checks a file (:func:`check_replaceable`), replaces it and lists
+    it (:func:`record_written`) under this lock never sees another writer's file
+    between its replacement and its listing, which would look like a file
+    "changed since" poslens wrote it: two concurrent saves of one file run one
+    after the other, and the last one wins. It is re-entrant within a thread
+    (:func:`record_written` takes it again); other threads and processes wait.
+
+    Args:
+        folder: the folder written to (it must exist).
+
+    Returns:
+        The lock (``with writing(folder): ...``).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp()); path = folder / "run.json"
+        >>> with writing(folder):
+        ...     check_replaceable(path); _ = path.write_text("{}"); record_written([path])
+        >>> sorted(written_files(folder))
+        ['run.json']
+    """
+    return FileLock(Path(folder) / f"{MANIFEST}.lock", is_singleton=True)
+
+
+@contextlib.contextmanager
+def replacing(paths: Iterable[str | Path]) -> Iterator[None]:
+    """Around writing ``paths`` (all in one folder): each checked (:func:`check_replaceable`), then the folder's manifest lock held.
+
+    Under the lock (:func:`writing`) the check is made again, so that a file a
+    concurrent poslens writer has replaced but not yet listed is never taken
+    for one "changed since": that writer finishes first. A refusal that no
+    poslens writer can explain (no lock file in the folder: none ever wrote
+    there) is made before the lock file is created, so a refused write leaves
+    the folder as it was.
+
+    Args:
+        paths: the files about to be written, in one folder.
+
+    Yields:
+        None, with the lock held; list the files (:func:`record_written`) before leaving.
+
+    Raises:
+        OutputConflictError: a file poslens did not write, or changed since, or a folder, stands at one of ``paths``.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "claims.csv"
+        >>> with replacing([path]):
+        ...     _ = path.write_text("claim"); record_written([path])
+        >>> is_ours(path)
+        True
+    """
+    paths = [Path(p) for p in paths]
+    folder = paths[0].parent
+    try:
+        for path in paths:
+            check_replaceable(path)
+    except OutputConflictError:
+        if not (folder / f"{MANIFEST}.lock").exists():
+            raise
+    with writing(folder):
+        for path in paths:
+            check_replaceable(path)
+        yield
+
+
 def _update_manifests(paths: Iterable[str | Path], change: Callable[[dict, Path], object]) -> None:
     """Apply ``change(files, path)`` to the manifest of each path's folder, under that manifest's lock."""
     by_folder: dict[Path, list[Path]] = {}
     for path in map(Path, paths):
         by_folder.setdefault(path.parent, []).append(path)
     for folder, members in by_folder.items():
-        with FileLock(folder / f"{MANIFEST}.lock"):
+        with writing(folder):
             files = written_files(folder)
             for path in members:
                 change(files, path)

@@ -75,8 +75,11 @@ SLOW_TESTS: dict[str, str] = {
         "test_glossary.py::test_every_emitted_metric_has_one_entry_and_every_entry_is_emitted",
         "test_glossary.py::test_the_check_fails_on_a_missing_or_a_stale_entry",
         "test_integrity.py::test_a_second_run_into_a_locked_folder_is_refused_at_once_naming_the_holder",
+        "test_integrity.py::test_an_attribution_that_cannot_be_read_is_refused_and_kept_unless_overwrite",
+        "test_reliability.py::test_sigterm_and_ctrl_c_print_one_line_and_leave_no_lock_note_and_no_folder",
         "test_path_readouts.py::test_the_path_table_saves_reloads_and_plots",
         "test_key_phase.py::test_identity_reproduces_the_unedited_tables",
+        "test_in_memory.py::test_the_users_model_is_as_given_after_every_command",
     )
 }
 REQUIRE_BROWSER = "POSLENS_REQUIRE_BROWSER"

@@ -257,3 +257,23 @@ def test_a_corpus_too_small_for_two_disjoint_corpora_is_refused_in_words(tiny_ll
     assert ("the calibration corpus must be disjoint from the measured one, so the corpus must hold 8 + 8 = 16 windows of 16 tokens") in message(
         said
     ), said
+
+
+def test_a_sliding_window_model_says_the_key0_modes_act_only_on_rows_below_it(tiny_mistral_dir, tmp_path):
+    """Under a window of 8 (every layer of the tiny Mistral) key 0 is out of view from row 8 on: the command, the part and the report say so."""
+    from poslens.study.report_figures import claim_figures
+
+    out = tmp_path / "out"
+    args = ["relativize", "--model", str(tiny_mistral_dir), *SMALL, "--modes", "key0,all-but-key0", "--no-loss", "--out", str(out)]
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.output
+    said = "key 0 is visible only to rows i < W under a sliding window, so the key-0 term of mode 'key0' acts only on rows i < 8 in layers 0, 1, 2"
+    assert f"note: {said}" in " ".join(done.output.split())
+    attribution = Attribution.load(out)
+    assert attribution.meta["key0_rows"] == {"modes": ["key0"], "windows": {"8": [0, 1, 2]}, "note": said}
+    captions = [caption for _, caption in claim_figures({"relativize": attribution}, {"relativize_seqs": 8, "relativize_len": 16})["C7"]]
+    assert any(f"Note: {said}." in caption for caption in captions)
+    full = runner.invoke(
+        app, ["relativize", "--model", str(tiny_mistral_dir), *SMALL, "--modes", "all-but-key0", "--no-loss", "--out", str(tmp_path / "b")]
+    )
+    assert full.exit_code == 0 and "note: key 0" not in full.output  # no mode with the key-0 term: nothing to say

@@ -19,6 +19,7 @@ CliRunner on the tiny Llama, so the whole file takes well under a minute.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -26,6 +27,7 @@ import os
 import re
 import uuid
 from pathlib import Path
+from unittest import mock
 
 import pandas as pd
 import pytest
@@ -111,7 +113,7 @@ VARIANTS = [
 ]
 BOS = ["bos", "none", "token:5", "token:99999", "first"]
 SEEDS = ["-1", "0", str(2**40), str(2**64), str(-(2**63) - 1)]
-OUT_NAMES = ["out", "out", "out", "résumé ✓ out", "o" * 300, "o" * 300 + "/sub"]
+OUT_NAMES = ["out", "out", "out", "résumé ✓ out", "o" * 300, "o" * 300 + "/sub", DANGLING := "a symlink to a folder that is not there"]
 # option: (every value drawn at its edges, the values that make a run that works with the others' usual values)
 OPTIONS = {
     "--n-seqs": ([str(n) for n in range(7)], ["2", "3"]),
@@ -125,6 +127,8 @@ OPTIONS = {
     "--batch-size": (["0", "1", "3"], ["3"]),
     "--max-memory": (["free", "8GB", "1B", "0", "nan", "1e400GB"], [None]),
     "--dtype": (["float32", "bfloat16", "garbage"], [None]),
+    "--counterfactual": (["auto", "store", "second-pass", "garbage"], [None, "store"]),
+    "--disk-budget": (["0", "-1GB", "nan", "1B", "20GB", "garbage"], [None]),
 }
 # A message that names an option's Python parameter names the option too.
 PARAMETERS = {
@@ -140,6 +144,8 @@ PARAMETERS = {
     "--batch-size": "batch_size",
     "--max-memory": "max_memory",
     "--dtype": "dtype",
+    "--counterfactual": "counterfactual",
+    "--disk-budget": "disk_budget",
 }
 DISTINCT = ("5000", "99999", str(2**64), str(-(2**63) - 1))  # values no message holds by chance
 
@@ -177,14 +183,55 @@ def command_lines(draw):
     missing = draw(st.booleans()) if corpus == "jsonl" else False
     user = draw(st.sampled_from([None, None, None, "notes.csv", "leakage.csv", f"{command}.parquet", "leakage.sums.npz"]))
     out_name = draw(st.sampled_from(OUT_NAMES)) if user is None else "out"
-    return command, args, corpus, missing, user, out_name
+    return command, args, corpus, missing, user, out_name, draw(st.sampled_from([False, False, False, True]))
+
+
+class FullDisk:
+    """The row-bin store's temporary file on a TMPDIR that fills up after ``room`` bytes (ENOSPC)."""
+
+    def __init__(self, file, room: int) -> None:
+        self.file, self.room = file, room
+
+    def write(self, data) -> int:
+        import errno
+
+        if self.file.tell() + len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self.file.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+
+@contextlib.contextmanager
+def tmpdir_full(full: bool):
+    """While the block runs, a TMPDIR that fills up after 4 kB of the row-bin store (when ``full``)."""
+    if not full:
+        yield
+        return
+    from poslens.capture import row_bin_store
+
+    real = row_bin_store.tempfile.TemporaryFile
+    with mock.patch.object(row_bin_store.tempfile, "TemporaryFile", lambda dir=None: FullDisk(real(dir=dir), room=4096)):
+        yield
 
 
 def run_edge_case(
-    model_dir: Path, scratch: Path, command: str, args: dict[str, str], corpus: str, missing: bool, user: str | None, out_name: str = "out"
+    model_dir: Path,
+    scratch: Path,
+    command: str,
+    args: dict[str, str],
+    corpus: str,
+    missing: bool,
+    user: str | None,
+    out_name: str = "out",
+    full_tmpdir: bool = False,
 ) -> str:
     folder = fresh(scratch)
     out = folder / out_name
+    if out_name == DANGLING:
+        out = folder / "results"
+        out.symlink_to(folder / "gone")
     corpus_file = None
     if corpus != "random":
         stored_field = args.get("--text-field", "text")
@@ -199,8 +246,9 @@ def run_edge_case(
     argv = [command, "--model", str(model_dir), "--corpus", str(corpus_file or "random"), "--out", str(out)]
     for option, value in args.items():
         argv += [option, value]
-    result = runner.invoke(app, argv)
-    culprits = [*args, *(PARAMETERS[o] for o in args), "--corpus", "--out"]
+    with tmpdir_full(full_tmpdir):
+        result = runner.invoke(app, argv)
+    culprits = [*args, *(PARAMETERS[o] for o in args), "--corpus", "--out"] + (["TMPDIR"] if full_tmpdir else [])
     culprits += [v for o, v in args.items() if o in ("--variant", "--bos", "--text-field", "--max-memory", "--dtype") or v in DISTINCT]
     if corpus_file is not None:
         culprits.append(corpus_file.name)
@@ -213,6 +261,10 @@ def run_edge_case(
         assert user is not None and user in str(result.exception)
     if outcome != "ok" and user is None:
         assert not os.path.exists(out), "a failed run left the --out folder it created"
+    if out_name == DANGLING:
+        assert outcome == "usage" and out.is_symlink() and "symbolic link" in flat(result.output)
+    if full_tmpdir and type(result.exception).__name__ == "DiskFullError":  # the folder that filled up, and the route that needs none
+        assert "(TMPDIR) filled up" in str(result.exception) and "--counterfactual second-pass" in str(result.exception)
     return outcome
 
 
@@ -238,6 +290,9 @@ def run_edge_case(
         "out",
     )
 )
+@example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--counterfactual": "store"}, "random", False, None, "out", True))
+@example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--disk-budget": "0"}, "random", False, None, "out"))
+@example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2"}, "random", False, None, DANGLING))
 def test_cli_options_at_their_edges(tiny_llama_dir, scratch, case):
     event(run_edge_case(tiny_llama_dir, scratch, *case))
 
@@ -440,13 +495,57 @@ def saves(draw):
         meta,
         draw(st.sampled_from(TARGETS)),
         draw(st.sampled_from(STEMS)),
-        draw(st.sampled_from(["save again", "save another", "user edits the .csv", "user edits the .parquet", "nothing"])),
+        draw(
+            st.sampled_from(
+                [
+                    "save again",
+                    "save another",
+                    "user edits the .csv",
+                    "user edits the .parquet",
+                    "nothing",
+                    TWO_AT_ONCE,
+                    *SUMS_DAMAGE,
+                ]
+            )
+        ),
     )
+
+
+TWO_AT_ONCE = "two saves of it at once"
+SUMS_DAMAGE = ("its sums made a newer format", "an array of objects put in its sums", "its sums truncated")
+
+
+def with_sums(rows: list[dict], meta: dict) -> Result:
+    from poslens.fit.binning import Binning
+    from poslens.fit.sums import CellSums
+
+    return Result(table_of(rows), meta, CellSums.zeros(groups=2, layers=1, heads=1, binning=Binning(8)))
+
+
+def damage_sums(sums: Path, how: str) -> None:
+    """Make the sums file one this poslens cannot read, as ``how`` says (numpy writes object arrays pickled)."""
+    import zipfile
+
+    import numpy as np
+
+    if how == SUMS_DAMAGE[2]:
+        sums.write_bytes(sums.read_bytes()[:100])
+        return
+    with np.load(sums) as data:
+        arrays = {name: data[name] for name in data.files}
+    if how == SUMS_DAMAGE[0]:
+        arrays["sums_format"] = np.array(99)
+    else:
+        arrays["a_logit"] = np.array([{"not": "numbers"}], dtype=object)
+    with zipfile.ZipFile(sums, "w") as archive:
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w") as member:
+                np.lib.format.write_array(member, array, allow_pickle=True)
 
 
 def run_save(scratch: Path, rows: list[dict], meta: dict, target: str, stem: str, then: str) -> str:
     folder = fresh(scratch)
-    result = Result(table_of(rows), meta)
+    result = with_sums(rows, meta) if then in SUMS_DAMAGE else Result(table_of(rows), meta)
     path = folder / f"{stem}.parquet"
     csv = target != "user's .csv twin, csv=False"
     culprit = path.name
@@ -488,7 +587,33 @@ def run_save(scratch: Path, rows: list[dict], meta: dict, target: str, stem: str
             loaded = path if path.exists() else folder / culprit
             assert_refused(lambda: Result.load(loaded), loaded.name)
         return "refused"
-    if then in ("save again", "save another"):
+    if then == TWO_AT_ONCE:  # the second waits for the first and replaces its files: neither is refused
+        import threading
+
+        other = Result(table_of(rows[::-1] + rows), {"other": True})
+        errors: list[BaseException] = []
+
+        def save(which: Result) -> None:
+            try:
+                which.save(path, csv=csv)
+            except BaseException as error:  # noqa: BLE001 (collected for the assertion)
+                errors.append(error)
+
+        threads = [threading.Thread(target=save, args=(which,)) for which in (result, other)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == [], errors
+        loaded = Result.load(path)
+        assert loaded.meta.get("other") is True or same_json(loaded.meta, result.meta)
+    elif then in SUMS_DAMAGE:  # a sums file this poslens cannot read: a poslens error naming it, the file kept
+        sums = path.with_suffix(".sums.npz")
+        damage_sums(sums, then)
+        kept = sums.read_bytes()
+        assert_refused(lambda: Result.load(path), sums.name)
+        assert sums.read_bytes() == kept
+    elif then in ("save again", "save another"):
         again = result if then == "save again" else Result(table_of(rows[::-1] + rows), {"again": True})
         again.save(path, csv=csv)  # poslens wrote them: it may replace them
         assert_round_trip(path, again)
@@ -536,6 +661,10 @@ def run_save(scratch: Path, rows: list[dict], meta: dict, target: str, stem: str
 @example(case=([], {}, "foreign parquet", "leakage", "nothing"))
 @example(case=([], {}, "fine", "x" * 215, "save again"))
 @example(case=([], {}, "fine", "x" * 240, "nothing"))
+@example(case=([], {}, "fine", "leakage", TWO_AT_ONCE))
+@example(case=([], {}, "fine", "leakage", SUMS_DAMAGE[0]))
+@example(case=([], {}, "fine", "leakage", SUMS_DAMAGE[1]))
+@example(case=([], {}, "fine", "leakage", SUMS_DAMAGE[2]))
 def test_save_and_load_round_trips(scratch, case):
     event(run_save(scratch, *case))
 
@@ -553,6 +682,22 @@ def model_edge(scratch: Path, kind: str) -> tuple[str, str]:
         return "smollm3-135m", "smollm3-135m"
     if kind == "a folder without config.json":
         return str(folder), folder.name
+    if kind.startswith("pickled weights"):  # poslens never unpickles: a pickle can run code as it loads
+        import pickle
+        from collections import Counter
+
+        import torch
+        from safetensors.torch import load_file
+
+        from poslens.testing import save_tiny_model
+
+        model = save_tiny_model(folder / "model", "llama")
+        if kind.endswith("(tensors)"):
+            torch.save(load_file(model / "model.safetensors"), model / "pytorch_model.bin")
+        else:
+            (model / "pytorch_model.bin").write_bytes(pickle.dumps(Counter(weights=1)))
+        (model / "model.safetensors").unlink()
+        return str(model), "pytorch_model.bin"
     return str(folder / "nowhere"), "nowhere"
 
 
@@ -563,6 +708,8 @@ def model_edge(scratch: Path, kind: str) -> tuple[str, str]:
         "unknown name",
         "a folder without config.json",
         "a missing folder",
+        "pickled weights (tensors)",
+        "pickled weights (objects)",
     ],
 )
 def test_a_model_that_cannot_be_loaded_is_a_poslens_error_naming_it(scratch, kind):
@@ -579,3 +726,61 @@ def test_a_model_that_cannot_be_loaded_is_a_poslens_error_naming_it(scratch, kin
 def test_loading_a_result_that_is_not_there_is_a_poslens_error(scratch):
     missing = fresh(scratch) / "leakage.parquet"
     assert_refused(lambda: Result.load(missing), missing.name)
+
+
+# ---------------------------------------------------------------- 5. sizes as printed, and models without weights
+
+
+@settings(max_examples=200 * SCALE, **FUZZ)
+@given(n_bytes=st.integers(min_value=1, max_value=10**19), budget=st.integers(min_value=1, max_value=10**19))
+def test_a_size_as_printed_reads_back_within_rounding_and_never_as_zero(n_bytes, budget):
+    """The route's reason names the store's size and the budget in units that read back to within three digits."""
+    from poslens.runtime.disk import choose_route
+
+    reason = choose_route("auto", estimated_store_bytes=n_bytes, budget=budget).reason
+    unit_bytes = {"bytes": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+    printed = re.findall(r"([\d,.]+) (bytes|kB|MB|GB|TB)\b", reason)
+    assert len(printed) == 2, reason
+    for (number, unit), size in zip(printed, (n_bytes, budget), strict=True):
+        read = float(number.replace(",", "")) * unit_bytes[unit]
+        assert read > 0 and abs(read - size) <= 0.005 * size + 0.5, (reason, size)
+
+
+def _tiny_hf(folder: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def tiny_hf_dir(scratch) -> Path:
+    from poslens.testing import save_tiny_model
+
+    return save_tiny_model(scratch / "tiny-hf", "llama")
+
+
+@settings(max_examples=8 * SCALE, **FUZZ)
+@given(pick=st.integers(min_value=0, max_value=10**6), buffer=st.booleans())
+def test_a_model_with_a_tensor_on_the_meta_device_is_a_poslens_error_naming_it(tiny_hf_dir, pick, buffer):
+    """Any one parameter (or buffer) left without values stops poslens.load_model, naming that tensor, never a raw RuntimeError."""
+    import torch
+
+    import poslens
+
+    hf, tokenizer = _tiny_hf(tiny_hf_dir)
+    named = list(hf.named_buffers() if buffer else hf.named_parameters())
+    if not named:
+        return
+    name, tensor = named[pick % len(named)]
+    owner_name, _, leaf = name.rpartition(".")
+    owner = hf.get_submodule(owner_name)
+    empty = torch.empty_like(tensor, device="meta")
+    if buffer:
+        owner.register_buffer(leaf, empty, persistent=leaf not in owner._non_persistent_buffers_set)
+    else:
+        setattr(owner, leaf, torch.nn.Parameter(empty, requires_grad=False))
+    event(f"{'buffer' if buffer else 'parameter'}: {leaf}")
+    with pytest.raises(PoslensError) as refused:
+        poslens.load_model(hf, tokenizer=tokenizer)
+    assert f"has no weights: {name} is on PyTorch's meta device" in str(refused.value)
+    assert "load_state_dict(" in str(refused.value)

@@ -124,3 +124,25 @@ def test_hooked_transformers_poslens_cannot_read_are_refused(tl3, llama64):
     )
     with pytest.raises(ValueError, match="needs the causal mask"):
         poslens.load_model(bidirectional)
+
+
+def scale_mlp_output(module, args, output):  # a hook of the user's: it stays, and it runs in poslens's passes
+    return output * 1.5
+
+
+def test_a_hooked_transformer_is_given_back_as_it_was_with_dtype_and_hooks_recorded(tl3, llama64):
+    """Same modules, the user's hooks kept (and run), its training mode kept, no hook of poslens's left; its dtype recorded."""
+    import poslens
+
+    ht = hooked_from_hf_llama(*llama64)
+    ht.train()
+    ht.blocks[0].mlp.register_forward_hook(scale_mlp_output)
+    dicts = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
+    before = [(n, id(m), m.training, [dict(getattr(m, d)) for d in dicts]) for n, m in ht.named_modules()]
+    _, result = measured(poslens.load_model(ht))
+    assert [(n, id(m), m.training, [dict(getattr(m, d)) for d in dicts]) for n, m in ht.named_modules()] == before
+    assert result.meta["model"]["dtype"] == "float64" and result.meta["model"]["device"] == "cpu"
+    assert result.meta["model"]["user_hooks"] == [
+        {"module": "blocks.0.mlp", "kind": "forward", "function": "test_hooked_transformer.scale_mlp_output"}
+    ]
+    assert result.meta["versions"]["transformer_lens"].startswith("3.")

@@ -10,6 +10,8 @@ TransformerLens 3.x: tests/test_hooked_transformer.py.)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -94,3 +96,192 @@ def test_refusals_name_what_is_missing(tiny_llama_dir):
         poslens.model.wrapping.from_memory(torch.nn.Linear(2, 2))
     with pytest.raises(TypeError, match=r"Wrap it first, as it is: model = poslens.load_model\(hf_model, tokenizer=tokenizer\)"):
         poslens.measure(hf, None)
+
+
+# ---------------------------------------------------------------- the user's model stays the user's
+
+HOOK_DICTS = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_backward_pre_hooks",
+    "_backward_hooks",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+)
+
+
+def structure(module: torch.nn.Module) -> list:
+    """Every module by name: the object itself, its class, its training mode and each of its hook dicts (by identity)."""
+    return [
+        (name, id(sub), type(sub).__name__, sub.training, [{k: id(v) for k, v in getattr(sub, d).items()} for d in HOOK_DICTS])
+        for name, sub in module.named_modules(remove_duplicate=False)
+    ]
+
+
+def keep_output(module, args, output):  # a hook of the user's that changes nothing: it must stay where it was put
+    return None
+
+
+def run_commands(model, tiny: bool = True) -> None:
+    """measure, measure with a BOS intervention, the next-token loss (a forward with logits), the cumulative attribution, the path tests
+    and the fingerprint (its trajectory passes)."""
+    from poslens.mechanisms.attribution import cumulative_attribution
+    from poslens.mechanisms.fingerprint import fingerprint
+    from poslens.mechanisms.next_token_loss import next_token_nll
+    from poslens.mechanisms.path_tests import path_specific_tests
+
+    corpus = poslens.make_corpus(model, "random", n_seqs=4, seq_len=16, seed=1)
+    poslens.measure(model, corpus, groups=2, early=8, progress=False)
+    poslens.measure(model, corpus, groups=2, early=8, progress=False, interventions=[poslens.BosReplacement("zero")])
+    next_token_nll(model, corpus, [], 2)
+    calibration = poslens.make_corpus(model, "random", n_seqs=4, seq_len=16, seed=2)
+    cumulative_attribution(model, corpus, calibration, modes=["key0"], groups=2, early=8, loss=False, progress=False)
+    # a low tau so that every edit runs (the key-phase freezes, the mask-only profile and the ablation), each its own hooks
+    paths = path_specific_tests(model, corpus, offsets=[4], groups=2, early=8, batch_size=2, tau=0.01, progress=False)
+    assert {"key0-phase:D=4", "sink-mask-only:1", "sink-ablation"} <= set(paths.table["intervention"])
+    fingerprint(model, n_seqs=4, seq_len=16, n_first_tokens=4, groups=2, n_permutations=10)
+
+
+@pytest.mark.parametrize("given", ["transformers model", "bridge"])
+def test_the_users_model_is_as_given_after_every_command(tiny_llama_dir, given):
+    """The same module objects, the same hooks (the user's own kept), the same training mode: poslens leaves no trace."""
+    hf, tok = hf_and_tokenizer(tiny_llama_dir)
+    if given == "bridge":
+        user = poslens.load_model(tiny_llama_dir).bridge  # a bridge the user holds (its model under it)
+        model = poslens.load_model(user)
+    else:
+        user = hf
+        user.train()  # a model in training mode stays in training mode
+        user.model.layers[0].mlp.register_forward_hook(keep_output)
+        model = poslens.load_model(user, tokenizer=tok)
+    before = structure(user)
+    inner = structure(user.original_model) if given == "bridge" else None
+    run_commands(model)
+    assert structure(user) == before
+    if inner is not None:
+        assert structure(user.original_model) == inner
+    if given == "transformers model":
+        assert user.training and all(m.training for m in user.modules())
+        assert type(user.model.layers[0]).__name__ == "LlamaDecoderLayer"  # not TransformerLens's BlockBridge
+
+
+def shift_attention(module, args, output):  # moves the model's logits: on self_attn itself, which the bridge does not call
+    return (output[0] + 0.9, *output[1:])
+
+
+def shift_attention_input(module, args):
+    return None
+
+
+@pytest.mark.parametrize("kind", ["forward", "forward_pre"])
+def test_a_users_hook_on_self_attn_is_refused_naming_module_and_function(tiny_llama_dir, kind):
+    """The bridge computes attention without calling self_attn: its hook would be skipped, so poslens refuses."""
+    from poslens.errors import PoslensError
+
+    hf, tok = hf_and_tokenizer(tiny_llama_dir)
+    attention = hf.model.layers[1].self_attn
+    if kind == "forward":
+        attention.register_forward_hook(shift_attention)
+        with torch.no_grad():  # the hook does move the transformers model's own logits
+            tokens = torch.tensor([[1, 5, 9, 13]])
+            moved = hf(tokens).logits
+        assert moved.shape[-1] > 0
+    else:
+        attention.register_forward_pre_hook(shift_attention_input)
+    model = poslens.load_model(hf, tokenizer=tok)
+    corpus = poslens.make_corpus(model, "random", n_seqs=4, seq_len=16, seed=1)
+    with pytest.raises(PoslensError) as refused:
+        poslens.measure(model, corpus, groups=2, early=8, progress=False)
+    message = str(refused.value)
+    function = "shift_attention" if kind == "forward" else "shift_attention_input"
+    assert f"test_in_memory.{function} on model.layers.1.self_attn (LlamaAttention) would not run" in message
+    assert type(refused.value).__name__ == "UserHookNotRunError"
+    assert type(hf.model.layers[1]).__name__ == "LlamaDecoderLayer" and len(getattr(attention, f"_{kind}_hooks")) == 1
+
+
+def double_query(module, args, output):
+    return output * 2  # exact in floating point, as doubling the weights is
+
+
+def test_a_users_hook_the_bridge_runs_changes_the_figures_and_is_recorded(tiny_llama_dir):
+    """A hook on q_proj runs: the figures are those of the model with q_proj's weights doubled, and provenance names it."""
+    hf, tok = hf_and_tokenizer(tiny_llama_dir)
+    model = poslens.load_model(hf, tokenizer=tok)
+    plain = figures(model)
+    handle = hf.model.layers[1].self_attn.q_proj.register_forward_hook(double_query)
+    hooked = figures(model)
+    handle.remove()
+    with torch.no_grad():
+        hf.model.layers[1].self_attn.q_proj.weight.mul_(2.0)
+    edited = figures(model)
+    np.testing.assert_allclose(hooked.table["value"].to_numpy(), edited.table["value"].to_numpy(), rtol=0, atol=1e-10)
+    assert np.nanmax(np.abs(hooked.table["value"].to_numpy() - plain.table["value"].to_numpy())) > 1e-3
+    assert hooked.meta["model"]["user_hooks"] == [
+        {"module": "model.layers.1.self_attn.q_proj", "kind": "forward", "function": "test_in_memory.double_query"}
+    ]
+    assert plain.meta["model"]["user_hooks"] == [] == edited.meta["model"]["user_hooks"]
+
+
+def test_a_transformerlens_hook_on_the_users_bridge_runs_and_is_recorded(tiny_llama_dir):
+    """A permanent hook on a hook point of the user's bridge runs in poslens's passes, and stays after them."""
+    bridge = poslens.load_model(tiny_llama_dir).bridge
+    model = poslens.load_model(bridge)
+    plain = figures(model)
+    bridge.blocks[1].attn.hook_q.add_hook(lambda q, hook: q * 2, is_permanent=True)
+    hooked = figures(model)
+    assert np.nanmax(np.abs(hooked.table["value"].to_numpy() - plain.table["value"].to_numpy())) > 1e-3
+    [record] = hooked.meta["model"]["user_hooks"]
+    assert (
+        record["module"] == bridge.blocks[1].attn.hook_q.name
+        and record["function"] == "test_in_memory.test_a_transformerlens_hook_on_the_users_bridge_runs_and_is_recorded.<lambda>"
+    )
+    assert len(bridge.blocks[1].attn.hook_q._forward_hooks) == 1
+
+
+def test_a_model_without_weights_is_refused_when_wrapped(tiny_llama_dir):
+    """A model on PyTorch's meta device stops at poslens.load_model, naming a tensor and the fix, not in measure."""
+    from transformers import AutoConfig
+
+    from poslens.errors import PoslensError
+
+    config = AutoConfig.from_pretrained(tiny_llama_dir)
+    with torch.device("meta"):
+        empty = AutoModelForCausalLM.from_config(config)
+    with pytest.raises(PoslensError, match=r"has no weights: model\.embed_tokens\.weight is on PyTorch's meta device .*load_state_dict\("):
+        poslens.load_model(empty, tokenizer=AutoTokenizer.from_pretrained(tiny_llama_dir))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_provenance_records_dtype_device_and_transformerlens_version(tiny_llama_dir, dtype):
+    """An in-memory model's dtype changes its figures (by up to 2e-3): it is recorded, with its device and TransformerLens's version."""
+    import importlib.metadata
+
+    import transformer_lens
+
+    hf, tok = hf_and_tokenizer(tiny_llama_dir)
+    result = figures(poslens.load_model(hf.to(getattr(torch, dtype)), tokenizer=tok))
+    assert result.meta["model"]["dtype"] == dtype and result.meta["model"]["device"] == "cpu"
+    installed = next(
+        d.version for d in importlib.metadata.distributions(path=[str(Path(transformer_lens.__file__).parents[1])]) if d.name == "transformer-lens"
+    )
+    assert result.meta["versions"]["transformer_lens"] == installed != "?"
+    folder = poslens.load_model(tiny_llama_dir, dtype=dtype)  # the other kinds: a folder, and the bridge the user holds
+    for model in (folder, poslens.load_model(folder.bridge)):
+        meta = figures(model).meta
+        assert (meta["model"]["dtype"], meta["model"]["device"], meta["versions"]["transformer_lens"]) == (dtype, "cpu", installed)
+
+
+def test_the_libraries_own_hooks_are_neither_refused_nor_recorded(tiny_llama_dir):
+    """transformers installs output-capturing hooks on self_attn once attentions are asked for: plumbing, not the user's."""
+    hf, tok = hf_and_tokenizer(tiny_llama_dir)
+    with torch.no_grad():
+        hf(torch.tensor([[1, 5, 9]]), output_attentions=True, output_hidden_states=True)
+    attention = hf.model.layers[0].self_attn  # a module the bridge never calls
+    assert any(f.__module__.startswith("transformers.") for f in attention._forward_hooks.values())
+    result = figures(poslens.load_model(hf, tokenizer=tok))
+    assert result.meta["model"]["user_hooks"] == []

@@ -444,3 +444,269 @@ def test_reliability_page_shows_the_integrity_messages_users_see(tiny_llama_dir,
     ]
     for message in messages:
         assert f"`{message}`" in page, f"docs/reliability.md lacks: {message}"
+
+
+# ---------------------------------------------------------------- 11. a part that cannot be read is kept, unless --overwrite
+
+
+def _damage(out: Path, how: str) -> Path:
+    """Damage the leakage part in ``out`` as ``how`` says; return the file named as the reason."""
+    import json
+    import zipfile
+
+    sums = out / "leakage.sums.npz"
+    if how in ("newer sums format", "object array in the sums"):
+        with np.load(sums) as data:
+            arrays = {name: data[name] for name in data.files}
+        if how == "newer sums format":
+            arrays["sums_format"] = np.array(99)
+        else:
+            arrays["a_logit"] = np.array([{"not": "numbers"}], dtype=object)
+        with zipfile.ZipFile(sums, "w") as archive:  # written as numpy would, objects pickled inside
+            for name, array in arrays.items():
+                with archive.open(f"{name}.npy", "w") as member:
+                    np.lib.format.write_array(member, array, allow_pickle=True)
+        return sums
+    if how == "newer table format":
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(out / "leakage.parquet")
+        meta = dict(table.schema.metadata)
+        meta[b"poslens_table_format"] = b"99"
+        pq.write_table(table.replace_schema_metadata(meta), out / "leakage.parquet")
+        return out / "leakage.parquet"
+    if how == "damaged table":
+        data = (out / "leakage.parquet").read_bytes()
+        (out / "leakage.parquet").write_bytes(data[: len(data) // 2])
+        return out / "leakage.parquet"
+    record = out / "attribution.json"  # "damaged attribution"
+    record.write_text(json.dumps({"settings": "not json's end"})[:-5])
+    return record
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [
+        ("newer sums format", "sums format 99"),
+        ("object array in the sums", "array of Python objects"),
+        ("newer table format", "table format 99"),
+        ("damaged table", "cannot be read as Parquet"),
+    ],
+)
+def test_a_part_that_cannot_be_read_is_refused_and_kept_unless_overwrite(tiny_llama_dir, tmp_path, how, reason):
+    """Nothing is deleted without --overwrite: the part is refused naming its file and the reason, its bytes kept."""
+    refused_then_overwritten(tiny_llama_dir, tmp_path, how, reason)
+
+
+def test_an_attribution_that_cannot_be_read_is_refused_and_kept_unless_overwrite(tiny_llama_dir, tmp_path):
+    """The relativize part likewise (its attribution.json damaged)."""
+    refused_then_overwritten(tiny_llama_dir, tmp_path, "damaged attribution", "JSONDecodeError")
+
+
+def refused_then_overwritten(tiny_llama_dir: Path, tmp_path: Path, how: str, reason: str) -> None:
+    """The part damaged as ``how`` says is refused naming ``reason``, nothing changed; then measured again under --overwrite."""
+    from poslens.ownership import written_files
+
+    out = tmp_path / "out"
+    command = (
+        ("relativize", *small(tiny_llama_dir), "--n-seqs", "4", "--seq-len", "16", "--no-loss")
+        if "attribution" in how
+        else ("leakage", *small(tiny_llama_dir))
+    )
+    assert invoke(*command, "--out", out).exit_code == 0
+    named = _damage(out, how)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    refused = invoke(*command, "--out", out)
+    assert refused.exit_code == 1, error_text(refused)
+    message = str(refused.exception)
+    assert type(refused.exception).__name__ == "UnreadablePartError" and str(named) in message and reason in message, message
+    assert "--overwrite" in message and "does not delete or replace it" in message
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before  # not a byte changed
+    again = invoke(*command, "--overwrite", "--out", out)
+    assert again.exit_code == 0, error_text(again)
+    assert "cannot be read" in again.output and "measuring it again (--overwrite)" in again.output
+    assert named.read_bytes() != before[named.name]
+    own = ("attribution",) if "attribution" in how else ("leakage.",)  # the part's own files; the others not touched
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and not p.name.startswith(".")}
+    assert {name for name in after if not name.startswith(own)} == {name for name in before if not name.startswith((*own, "."))}
+    assert all(after[name] == before[name] for name in after if not name.startswith(own))
+    for name, entry in written_files(out).items():  # replaced by poslens, and listed as such
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == entry["sha256"], name
+
+
+OVERWRITE_WORDS = (
+    "`--overwrite` replaces exactly the files of the parts the command measures again (`<part>.parquet`, `<part>.csv` "
+    "and `<part>.sums.npz`, or the four `attribution*` files of `relativize`), and only those poslens wrote, even if "
+    "they were changed since: it is needed to measure again a part made with other settings, from input files changed "
+    "since, or that poslens cannot read. It never replaces a file poslens did not write, nor any other file in the folder."
+)
+
+
+def test_the_page_says_what_overwrite_replaces_and_that_is_what_it_does(tiny_llama_dir, tmp_path):
+    """docs/reliability.md's sentence on --overwrite, clause by clause: the part's own files, changed or not; nothing else."""
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text().split())
+    assert OVERWRITE_WORDS in page
+    out = tmp_path / "out"
+    assert invoke("sinks", *small(tiny_llama_dir), "--out", out).exit_code == 0
+    (out / "notes.csv").write_text("mine")
+    (out / "leakage.csv").write_text((out / "leakage.csv").read_text() + "my edit\n")  # changed since poslens wrote it
+    kept = {name: (out / name).read_bytes() for name in ("notes.csv", "sinks.parquet", "sinks.csv")}
+    # other settings: refused without --overwrite, nothing touched
+    refused = invoke("leakage", *small(tiny_llama_dir, "--seed", "3"), "--out", out)
+    assert refused.exit_code == 1 and type(refused.exception).__name__ == "SettingsMismatchError"
+    assert (out / "leakage.csv").read_text().endswith("my edit\n")
+    # with --overwrite: the part's three files replaced (the edited one too), nothing else
+    shown = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and not p.name.startswith(".")}
+    replaced = invoke("leakage", *small(tiny_llama_dir, "--seed", "3"), "--overwrite", "--out", out)
+    assert replaced.exit_code == 0, error_text(replaced)
+    now = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and not p.name.startswith(".")}
+    assert set(now) == set(shown)  # no file added, none removed
+    assert {name for name in now if now[name] != shown[name]} == {"leakage.parquet", "leakage.csv", "leakage.sums.npz"}
+    assert not (out / "leakage.csv").read_text().endswith("my edit\n")
+    assert Result.load(out / "leakage.parquet").meta["settings"]["seed"] == 3
+    assert {name: (out / name).read_bytes() for name in kept} == kept
+    # a file of the part's name that poslens did not write: refused even with --overwrite
+    (out / "leakage.sums.npz").unlink()
+    (out / "leakage.sums.npz").write_bytes(b"my own numbers")
+    from poslens.ownership import forget_written
+
+    forget_written([out / "leakage.sums.npz"])
+    mine = invoke("leakage", *small(tiny_llama_dir, "--seed", "4"), "--overwrite", "--out", out)
+    assert mine.exit_code == 1 and "poslens did not write it" in str(mine.exception)
+    assert (out / "leakage.sums.npz").read_bytes() == b"my own numbers"
+
+
+# ---------------------------------------------------------------- 12. hashes of the bytes that were read
+
+
+def test_a_corpus_replaced_between_its_hash_and_its_read_is_recorded_as_read(tiny_llama_dir, tmp_path, monkeypatch):
+    """The corpus's hash comes from the very bytes the corpus was built from, so the first text is never served the second's table."""
+    import poslens.study.parts as parts
+
+    corpus = tmp_path / "c.txt"
+    first, second = "The quick brown fox jumps. " * 40, "Pack my box with liquor jugs. " * 40
+    corpus.write_text(first)
+    real = parts.make_corpus
+
+    def replaced_just_before_the_read(*args, **kwargs):  # the race, made deterministic: after the hash, before the read
+        corpus.write_text(second)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(parts, "make_corpus", replaced_just_before_the_read)
+    out = tmp_path / "out"
+    options = ["--model", tiny_llama_dir, "--corpus", corpus, "--n-seqs", "4", "--seq-len", "16", "--groups", "2", "--early", "4"]
+    assert invoke("leakage", *options, "--out", out).exit_code == 0
+    monkeypatch.setattr(parts, "make_corpus", real)
+    meta = Result.load(out / "leakage.parquet").meta
+    assert meta["inputs"][str(corpus)] == hashlib.sha256(second.encode()).hexdigest()  # what was measured
+    measured = poslens.make_corpus(poslens.load_model(tiny_llama_dir), corpus, n_seqs=4, seq_len=16)
+    from poslens.measurement.provenance import tokens_sha256
+
+    assert meta["corpus"]["tokens_sha256"] == tokens_sha256(measured.tokens)
+    corpus.write_text(first)  # a later run with the first text: not served the second text's table
+    later = invoke("leakage", *options, "--out", out)
+    assert later.exit_code == 1 and "reusing" not in later.output
+    assert type(later.exception).__name__ == "InputsChangedError" and f"{corpus} changed since" in str(later.exception)
+
+
+def test_a_model_symlink_repointed_while_the_run_starts_is_refused(tmp_path, monkeypatch):
+    """Model files are hashed again once loaded: a folder that changed under the load stops the run, and nothing is saved."""
+    import poslens.study.parts as parts
+    from poslens.testing import save_tiny_model
+
+    first, second = save_tiny_model(tmp_path / "first", "llama", seed=0), save_tiny_model(tmp_path / "second", "llama", seed=1)
+    link = tmp_path / "model"
+    link.symlink_to(first)
+    real = parts.load_model
+
+    def repointed_just_before_the_load(*args, **kwargs):  # after the inputs' hashes, before transformers reads the files
+        link.unlink()
+        link.symlink_to(second)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(parts, "load_model", repointed_just_before_the_load)
+    out = tmp_path / "out"
+    refused = invoke("leakage", *small(link), "--out", out)
+    assert refused.exit_code == 1, error_text(refused)
+    message = str(refused.exception)
+    assert type(refused.exception).__name__ == "InputsChangedError" and f"{link}/model.safetensors" in message
+    assert "changed while the leakage part was computed" in message and "nothing was saved" in message
+    assert not (out / "leakage.parquet").exists()
+
+
+# ---------------------------------------------------------------- 13. every command printed for copying is quoted
+
+NASTY = 'it\'s "quoted";touch PASTED;$(touch SUBSHELL) `touch TICKS` & | x'  # spaces, quotes, ; and the shell's other specials
+
+
+def pasted(line: str, cwd: Path, program: str) -> list[list[str]]:
+    """``line`` pasted into ``bash -c`` with ``program`` replaced by a script that prints its arguments as JSON; each run's arguments."""
+    import json
+    import os
+
+    bin_dir = cwd / "fake-bin"
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / program
+    script.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    script.chmod(0o755)
+    done = subprocess.run(
+        ["bash", "-c", line], capture_output=True, text=True, cwd=cwd, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    )
+    assert done.returncode == 0, done.stderr
+    assert not any((cwd / name).exists() for name in ("PASTED", "SUBSHELL", "TICKS")), "a pasted hint ran a second command"
+    return [json.loads(printed) for printed in done.stdout.splitlines()]
+
+
+def test_the_not_measured_hints_paste_as_one_command_each(tiny_llama_dir, tmp_path):
+    """A corpus and a folder named with spaces, quotes, ; and $( ): each command of the hint runs as one, with them as one argument each."""
+    import re
+
+    (tmp_path / "texts").mkdir()
+    corpus = tmp_path / "texts" / f"c {NASTY}.txt"
+    corpus.write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    out = tmp_path / f"out {NASTY}"
+    options = ["--model", tiny_llama_dir, "--corpus", corpus, "--n-seqs", "4", "--seq-len", "16", "--groups", "2", "--early", "4"]
+    assert invoke("leakage", *options, "--out", out).exit_code == 0
+    result = invoke("claims", "--out", out)
+    assert result.exit_code == 0, error_text(result)
+    [line] = [line for line in result.output.splitlines() if line.startswith("not measured: ")]  # one line, never wrapped
+    commands = [c for hint in re.findall(r"C\d \(run: (.*?)\)(?=, C\d \(run: |$)", line) for c in re.split(r", (?=poslens )", hint)]
+    assert len(commands) >= 3 and all(c.startswith("poslens ") for c in commands), line
+    for command in commands:
+        [argv] = pasted(command, tmp_path, "poslens")  # one run of the program per command, nothing else
+        assert argv[argv.index("--corpus") + 1] == str(corpus) and argv[argv.index("--out") + 1] == str(out)
+        if argv[0] != "compare":  # compare runs its own models
+            assert argv[argv.index("--model") + 1] == str(tiny_llama_dir)
+
+
+def test_the_other_printed_commands_paste_as_one_command_each(tmp_path, monkeypatch):
+    """The iconv hint of a non-UTF-8 corpus, the claims hint of a folder without claims, the lock holder's command."""
+    import json
+
+    from poslens.model.corpus_texts import read_texts
+    from poslens.study.claim_table import Claims
+    from poslens.study.output_lock import OWNER, OutputLock
+
+    text = tmp_path / f"l {NASTY}.txt"
+    text.write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    with pytest.raises(ValueError) as latin:
+        read_texts(text)
+    hint = str(latin.value).split("for example with ", 1)[1]
+    assert pasted(hint, tmp_path, "iconv") == []  # what it prints goes to the redirection's target, one file
+    assert json.loads((tmp_path / f"l {NASTY}.utf8.txt").read_text()) == ["-f", "latin1", "-t", "utf-8", text.name]
+    folder = tmp_path / f"results {NASTY}"
+    folder.mkdir()
+    with pytest.raises(FileNotFoundError) as missing:
+        Claims.read(folder)
+    assert pasted(str(missing.value).split("; run ", 1)[1], tmp_path, "poslens") == [["claims", "--out", str(folder)]]
+    from poslens.errors import NotFoundError
+    from poslens.study.zoo_measure import measure_family
+
+    with pytest.raises(NotFoundError) as no_family:  # a folder that holds no trained family: the hint to train one
+        measure_family(folder, tmp_path / "measured", tmp_path / "work")
+    hint = str(no_family.value).split("(run ", 1)[1].removesuffix(" first)")
+    assert pasted(hint, tmp_path, "poslens") == [["zoo", "--out", str(folder)]]
+    monkeypatch.setattr(sys, "argv", ["poslens", "leakage", "--corpus", f"c {NASTY}.txt", "--out", str(folder)])
+    with OutputLock(folder):
+        holder = json.loads((folder / OWNER).read_text())["command"]
+    assert pasted(holder, tmp_path, "poslens") == [["leakage", "--corpus", f"c {NASTY}.txt", "--out", str(folder)]]

@@ -598,3 +598,247 @@ def test_the_command_prints_one_error_line_and_exits_1(tmp_path):
     line = done.stdout.strip().splitlines()[-1]  # after the log's "[leakage] computing"
     assert line.startswith("error: unknown model 'no-such-model'.") and f"`{line}`" in PAGE.read_text()
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- 13. faults and attacks that ended in a raw error (issue 40)
+
+
+def _pickled_weights(tmp_path: Path, what: str) -> Path:
+    """A tiny Llama folder whose weights are a pickled pytorch_model.bin (plain tensors, or a pickle of objects)."""
+    import pickle
+    from collections import Counter
+
+    from safetensors.torch import load_file
+
+    folder = save_tiny_model(tmp_path / "pickled", "llama")
+    weights = load_file(folder / "model.safetensors")
+    if what == "tensors":
+        torch.save(weights, folder / "pytorch_model.bin")
+    else:  # an object torch.load(weights_only=True) refuses with UnpicklingError
+        (folder / "pytorch_model.bin").write_bytes(pickle.dumps({"weights": Counter(a=1)}))
+    (folder / "model.safetensors").unlink()
+    return folder
+
+
+@pytest.mark.parametrize("what", ["tensors", "objects"])
+def test_a_folder_with_pickled_weights_is_refused_naming_the_file(tmp_path, what):
+    folder = _pickled_weights(tmp_path, what)
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app, ["leakage", "--model", str(folder), "--corpus", "random", "--n-seqs", "2", "--seq-len", "8", "--groups", "2", "--out", str(out)]
+    )
+    assert result.exit_code == 1 and type(result.exception).__name__ == "ModelFileError", repr(result.exception)
+    message = str(result.exception)
+    assert f"{folder} holds its weights only as pytorch_model.bin" in message and "save_pretrained(folder)" in message
+    assert not out.exists()
+
+
+def test_a_newer_sums_format_is_a_poslens_error_naming_the_file_and_the_fix(tiny, tmp_path):
+    import zipfile
+
+    from poslens.errors import PoslensError
+
+    path = tmp_path / "leakage.parquet"
+    small_measure(tiny, n_seqs=4, seq_len=16, groups=2).save(path)
+    sums = path.with_suffix(".sums.npz")
+    with np.load(sums) as data:
+        arrays = {name: data[name] for name in data.files}
+    arrays["sums_format"] = np.array(99)
+    with zipfile.ZipFile(sums, "w") as archive:
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w") as member:
+                np.lib.format.write_array(member, array)
+    with pytest.raises(PoslensError, match=rf"{re.escape(str(sums))}: sums format 99 .* upgrade poslens to read it, or measure again"):
+        Result.load(path)
+
+
+class FullDisk:
+    """A temporary file on a disk that fills up after ``room`` bytes (ENOSPC), as a full TMPDIR does mid-run."""
+
+    def __init__(self, file, room: int) -> None:
+        self.file, self.room = file, room
+
+    def write(self, data) -> int:
+        import errno
+
+        if self.file.tell() + len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self.file.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+
+def test_a_temporary_folder_that_fills_up_mid_run_is_named_with_the_fix(tiny_llama_dir, tmp_path, monkeypatch):
+    from poslens.capture import row_bin_store
+
+    real = row_bin_store.tempfile.TemporaryFile
+    monkeypatch.setattr(row_bin_store.tempfile, "TemporaryFile", lambda dir=None: FullDisk(real(dir=dir), room=20_000))
+    out = tmp_path / "out"
+    args = ["leakage", "--model", str(tiny_llama_dir), "--corpus", "random", "--n-seqs", "4", "--seq-len", "32", "--groups", "2"]
+    result = runner.invoke(app, [*args, "--counterfactual", "store", "--out", str(out)])
+    assert result.exit_code == 1 and type(result.exception).__name__ == "DiskFullError", repr(result.exception)
+    message = str(result.exception)
+    assert "(TMPDIR) filled up while the per-sequence counterfactual's row-bin store was written (No space left on device" in message
+    assert "--counterfactual second-pass" in message and not out.exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-1GB", "nan"])
+def test_the_disk_budget_is_called_a_disk_budget(tmp_path, value):
+    result = runner.invoke(app, ["leakage", "--disk-budget", value, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    said = flat(result.output)
+    assert "Invalid value for '--disk-budget'" in said and ("disk budget" in said or "disk size" in said) and "memory" not in said
+
+
+def test_small_sizes_are_not_printed_as_zero_gigabytes():
+    from poslens.runtime.disk import choose_route
+
+    route = choose_route("auto", estimated_store_bytes=48_000, budget="2GB")
+    assert route.reason == "the row-bin store takes 48 kB of temporary disk, within the budget of 2 GB"
+    route = choose_route("auto", estimated_store_bytes=3 * 10**9, budget=70_000_000)
+    assert route.reason == "the row-bin store would take 3 GB of temporary disk, over the budget of 70 MB: a second forward pass instead"
+
+
+def test_the_disk_budget_and_a_dangling_out_are_poslens_errors_in_python_too(tmp_path):
+    """What the command prints as an option's usage error is a PoslensError naming the option or file and the fix."""
+    from poslens.errors import PoslensError
+    from poslens.measurement.result_files import ensure_writable_dir
+    from poslens.runtime.disk import choose_route
+
+    with pytest.raises(PoslensError, match=r"not a disk size: 'nan' \(examples: 8GB") as budget:
+        choose_route("auto", estimated_store_bytes=1, budget="nan")
+    assert "memory" not in str(budget.value)
+    link = tmp_path / "results"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(PoslensError, match=rf"{re.escape(str(link))} is a symbolic link to .*gone, which does not exist; create the folder"):
+        ensure_writable_dir(link)
+    assert link.is_symlink() and not (tmp_path / "gone").exists()
+
+
+def test_a_dangling_symlink_as_out_is_named_as_such(tmp_path):
+    link = tmp_path / "results"
+    link.symlink_to(tmp_path / "gone")
+    result = runner.invoke(app, ["leakage", "--out", str(link)])
+    assert result.exit_code == 2
+    said = flat(result.output)
+    assert f"{link} is a symbolic link to {tmp_path / 'gone'}, which does not exist" in said and "File exists" not in said
+    assert link.is_symlink() and not (tmp_path / "gone").exists()
+
+
+def test_two_saves_of_one_file_at_once_both_succeed(tiny, tmp_path, monkeypatch):
+    """The second save waits for the first (the folder's manifest lock), then replaces its files: no 'changed since'."""
+    import threading
+
+    from poslens.measurement import result_files
+
+    first, second = small_measure(tiny, n_seqs=4, seq_len=16, groups=2), small_measure(tiny, n_seqs=4, seq_len=12, groups=2)
+    path = tmp_path / "leakage.parquet"
+    replaced, go = threading.Event(), threading.Event()
+    together = result_files.atomic_write_together
+
+    def slow_first(writes):  # the first save pauses once its files are in place, before it lists them
+        done = together(writes)
+        if threading.current_thread().name == "first":
+            replaced.set()
+            go.wait(30)
+        return done
+
+    monkeypatch.setattr(result_files, "atomic_write_together", slow_first)
+    errors: list[BaseException] = []
+
+    def save(result):
+        try:
+            result.save(path)
+        except BaseException as error:  # noqa: BLE001 (collected for the assertion below)
+            errors.append(error)
+
+    one = threading.Thread(target=save, args=(first,), name="first")
+    two = threading.Thread(target=save, args=(second,), name="second")
+    one.start()
+    assert replaced.wait(30)
+    two.start()
+    time.sleep(0.5)  # the second save is now checking the files the first has replaced but not yet listed
+    go.set()
+    one.join(60)
+    two.join(60)
+    assert errors == []
+    loaded = Result.load(path)
+    pd.testing.assert_frame_equal(loaded.table, second.table)  # the last save wins, whole
+
+
+@pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_ctrl_c_print_one_line_and_leave_no_lock_note_and_no_folder(tiny_llama_dir, tmp_path, sent):
+    """Killed while the folder is locked (during loading or measuring): one 'interrupted' line, the owner note and the new folder gone."""
+    out = tmp_path / "new" / "out"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "400"}
+    command = [sys.executable, "-m", "poslens.study.cli", "leakage", "--model", str(tiny_llama_dir), "--corpus", "random"]
+    command += ["--n-seqs", "64", "--seq-len", "256", "--groups", "2", "--out", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    note = out / ".poslens.lock.owner"
+    deadline = time.monotonic() + 120
+    while not note.exists():
+        assert process.poll() is None, process.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, "the run did not lock its folder within 120 s"
+        time.sleep(0.01)
+    time.sleep(0.3)
+    process.send_signal(sent)
+    said = flat(process.communicate(timeout=60)[0])
+    assert process.returncode == (143 if sent == signal.SIGTERM else 130), said[-3000:]
+    name = "SIGTERM" if sent == signal.SIGTERM else "Ctrl-C"
+    assert f"interrupted ({name}): no half-written file is left in {out}; run the same command again to resume" in said
+    assert "Traceback" not in said and "Aborted" not in said
+    assert not note.exists() and not (tmp_path / "new").exists()
+
+
+def test_docs_show_the_messages_of_faults_that_were_raw_errors(tmp_path, monkeypatch):
+    """Rows 31, 32, 36, 37 and 38 of docs/reliability.md: each message as the command prints it (paths as DIR)."""
+    import zipfile
+
+    from safetensors.torch import load_file
+
+    import poslens.study.parts as parts
+
+    llama = save_tiny_model(tmp_path / "llama", "llama")
+    base = ["--model", llama, "--corpus", "random", "--n-seqs", "4", "--seq-len", "32", "--groups", "2", "--early", "8"]
+
+    def line(*args) -> str:
+        result = runner.invoke(app, [str(a) for a in args])
+        if result.exit_code == 2:
+            return flat(result.output).split(" Error ", 1)[1].replace(str(tmp_path), "DIR")
+        assert result.exit_code == 1, result.output
+        return f"error: {result.exception}".replace(str(tmp_path), "DIR")
+
+    assert runner.invoke(app, ["leakage", *map(str, base), "--out", str(tmp_path / "U")]).exit_code == 0
+    sums = tmp_path / "U" / "leakage.sums.npz"
+    with np.load(sums) as data:
+        arrays = {name: data[name] for name in data.files}
+    arrays["sums_format"], arrays["poslens_version"] = np.array(99), np.array("9.0.0")  # as a newer poslens writes it
+    with zipfile.ZipFile(sums, "w") as archive:
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w") as member:
+                np.lib.format.write_array(member, array)
+    pickled = save_tiny_model(tmp_path / "pickled", "llama")
+    torch.save(load_file(pickled / "model.safetensors"), pickled / "pytorch_model.bin")
+    (pickled / "model.safetensors").unlink()
+    (tmp_path / "results").symlink_to(tmp_path / "gone")
+    second, link = save_tiny_model(tmp_path / "second", "llama", seed=1), tmp_path / "model"
+    link.symlink_to(llama)
+    load = parts.load_model
+
+    def repointed(*args, **kwargs):
+        link.unlink()
+        link.symlink_to(second)
+        return load(*args, **kwargs)
+
+    messages = [
+        line("leakage", *base, "--out", tmp_path / "U"),
+        line("leakage", "--model", pickled, "--out", tmp_path / "V"),
+        line("leakage", "--disk-budget", "0", "--out", tmp_path / "V"),
+        line("leakage", "--out", tmp_path / "results"),
+    ]
+    monkeypatch.setattr(parts, "load_model", repointed)
+    messages.append(line("leakage", "--model", link, *base[2:], "--out", tmp_path / "X"))
+    page = PAGE.read_text()
+    for message in messages:
+        assert f"`{message}`" in page, f"docs/reliability.md lacks: {message}"

@@ -19,6 +19,8 @@ bytes per sequence (:func:`store_bytes`), about 80 MB for SmolLM2-135M at T = 10
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -28,7 +30,8 @@ from typing import IO
 import numpy as np
 from jaxtyping import Float
 
-from poslens.errors import PoslensError
+from poslens.errors import DiskFullError, PoslensError
+from poslens.files import bytes_text
 
 
 class InsufficientDiskError(PoslensError, OSError):
@@ -75,15 +78,18 @@ def check_disk_space(needed: int, directory: str | None = None) -> None:
         >>> check_disk_space(1 << 62)
         Traceback (most recent call last):
         ...
-        poslens.capture.row_bin_store.InsufficientDiskError: the per-sequence counterfactual needs 4611686018.4 GB of temporary disk in ...
+        poslens.capture.row_bin_store.InsufficientDiskError: the per-sequence counterfactual needs 4,611,686 TB of temporary disk in ...
     """
     directory = directory or tempfile.gettempdir()
     free = shutil.disk_usage(directory).free
     if needed > free:
         raise InsufficientDiskError(
-            f"the per-sequence counterfactual needs {needed / 1e9:.1f} GB of temporary disk in {directory}, "
-            f"which has {free / 1e9:.1f} GB free; point TMPDIR at a folder with more room, or measure fewer or shorter sequences"
+            f"the per-sequence counterfactual needs {bytes_text(needed)} of temporary disk in {directory}, "
+            f"which has {bytes_text(free)} free; point TMPDIR at a folder with more room, or measure fewer or shorter sequences"
         )
+
+
+_FULL = (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
 @dataclass
@@ -115,15 +121,30 @@ class RowBinStore:
             layer: The layer index.
             row_bins: Each row's maximum, then its sums of exp(s − max) per offset bin, [batch, H, T, 1 + bins].
 
+        Raises:
+            DiskFullError: The temporary folder filled up (or a file-size limit was reached); the message names it
+                and the route that writes nothing.
+
         Example:
             >>> store = RowBinStore(); store.write(0, 2, np.zeros((1, 1, 2, 3))); store.entries
             [(0, 2, (1, 1, 2, 3), 0)]
         """
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(dir=self.directory)  # noqa: SIM115 (open for the store's life; close() ends it)
         data = np.ascontiguousarray(row_bins, dtype=np.float64)
-        self._file.seek(self._end)
-        self._file.write(data.data.cast("B"))  # the contiguous array's own buffer, as bytes
+        try:
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(dir=self.directory)  # noqa: SIM115 (open for the store's life; close() ends it)
+            self._file.seek(self._end)
+            self._file.write(data.data.cast("B"))  # the contiguous array's own buffer, as bytes
+            self._file.flush()  # a full disk shows here, not later in a read of half an array
+        except OSError as error:
+            if error.errno is None or error.errno not in _FULL:
+                raise
+            raise DiskFullError(
+                f"the temporary folder {self.directory or tempfile.gettempdir()} (TMPDIR) filled up while the per-sequence "
+                f"counterfactual's row-bin store was written ({os.strerror(error.errno)}, after {bytes_text(self._end)}): free "
+                "space there, point TMPDIR at a folder with more room, or pass --counterfactual second-pass "
+                "(counterfactual='second-pass'), which writes nothing to disk and gives the same figures"
+            ) from error
         self.entries.append((group, layer, data.shape, self._end))
         self._end += data.nbytes
 

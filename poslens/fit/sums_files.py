@@ -10,10 +10,13 @@ current one and refuses a newer one with a message naming both versions;
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from poslens.errors import SumsFormatError
 from poslens.fit.binning import Binning
 from poslens.fit.counterfactual_cells import CounterfactualCells
 from poslens.fit.sums import QUERY_WINDOWS, CellSums, SumFields
@@ -75,11 +78,12 @@ def saved_tag(path: str | Path) -> str:
 
 
 def load_sums(path: str | Path) -> CellSums:
-    """Read sums written by :func:`save_sums`; sums written by an older poslens (other array names) raise ``ValueError``.
+    """Read sums written by :func:`save_sums`; a file this poslens cannot read raises :class:`~poslens.errors.SumsFormatError`.
 
     Every sums format up to ``poslens.version.SUMS_FORMAT`` reads: format 1 (poslens 0.1.0, no format number
-    in the file) kept the counterfactual cells among the sums (``a_counterfactual_*``); a newer format is refused
-    with a message naming both versions.
+    in the file) kept the counterfactual cells among the sums (``a_counterfactual_*``). A newer format is refused
+    with a message naming both versions; so are sums of an older poslens that lack arrays, an array of Python
+    objects (never loaded: unpickling can run code) and a file that is not a whole ``.npz``.
 
     Args:
         path: A ``.npz`` file written by :func:`save_sums`.
@@ -88,8 +92,9 @@ def load_sums(path: str | Path) -> CellSums:
         The sums as they were saved.
 
     Raises:
-        ValueError: When the file lacks arrays the current version needs (written by an older poslens), or has a
-            newer sums format than this poslens reads.
+        SumsFormatError: When the file has a newer sums format than this poslens reads, lacks arrays the current
+            version needs (written by an older poslens), holds an array of objects, or is damaged; the message names
+            the file, the reason and what to do.
 
     Example:
         >>> import tempfile, pathlib; path = pathlib.Path(tempfile.mkdtemp()) / "sums.npz"
@@ -97,22 +102,46 @@ def load_sums(path: str | Path) -> CellSums:
         >>> back = load_sums(path)
         >>> back.binning == Binning(16, early=8), back.n_groups, back.per_group.logit.shape
         (True, 2, (2, 1, 1, 16, 16))
+        >>> _ = path.write_bytes(b"not a zip file")
+        >>> load_sums(path)
+        Traceback (most recent call last):
+        poslens.errors.SumsFormatError: .../sums.npz is not a whole sums file (not an .npz archive); measure again ...
     """
-    with np.load(path) as data:
-        found = int(data["sums_format"]) if "sums_format" in data.files else 1
-        written_by = str(data["poslens_version"]) if "poslens_version" in data.files else None
-        newer = newer_format_message("sums", found, written_by)
-        if newer is not None:
-            raise ValueError(f"{path}: {newer}")
-        binning = Binning(int(data["seq_len"]), early=int(data["early"]))
-        stored = {k[2:] for k in data.files if k.startswith("a_")}
-        missing = [name for name in SumFields.names() if name not in stored]
-        if missing:
-            shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
-            raise ValueError(f"{path}: sums written by an older poslens lack {shown}; measure again")
-        arrays = SumFields(**{name: data[f"a_{name}"] for name in SumFields.names()})
-        cells = CounterfactualCells.from_saved(data, QUERY_WINDOWS)
-        if cells is None:
-            raise ValueError(f"{path}: sums without the per-sequence counterfactual's cells (cf_* or a_counterfactual_*); measure again")
-        windows = tuple(None if w < 0 else int(w) for w in data["layer_windows"]) if "layer_windows" in data.files else ()
-        return CellSums(binning, arrays, data["row_features"], data["row_count"], data["group_sizes"], windows, counterfactual_cells=cells)
+    measure_again = "measure again with this poslens (the poslens commands do so with --overwrite)"
+    if Path(path).is_file() and not zipfile.is_zipfile(path):
+        raise SumsFormatError(f"{path} is not a whole sums file (not an .npz archive); {measure_again}")
+    try:
+        with np.load(path) as data:
+            return _sums_of(path, data, measure_again)
+    except SumsFormatError:
+        raise
+    except ValueError as error:
+        if "Object arrays" not in str(error):
+            raise SumsFormatError(f"{path} cannot be read as sums ({error}); {measure_again}") from error
+        raise SumsFormatError(
+            f"{path} holds an array of Python objects, which poslens never loads (unpickling it could run code); sums are "
+            f"arrays of numbers, so the file was not written by poslens or was altered: {measure_again}"
+        ) from None
+    except (OSError, EOFError, KeyError, zipfile.BadZipFile) as error:
+        raise SumsFormatError(f"{path} is not a whole sums file ({type(error).__name__}: {error}); {measure_again}") from error
+
+
+def _sums_of(path: str | Path, data: Any, measure_again: str) -> CellSums:
+    """The sums held by an opened ``.npz`` (see :func:`load_sums`)."""
+    found = int(data["sums_format"]) if "sums_format" in data.files else 1
+    written_by = str(data["poslens_version"]) if "poslens_version" in data.files else None
+    newer = newer_format_message("sums", found, written_by)
+    if newer is not None:
+        raise SumsFormatError(f"{path}: {newer}")
+    binning = Binning(int(data["seq_len"]), early=int(data["early"]))
+    stored = {k[2:] for k in data.files if k.startswith("a_")}
+    missing = [name for name in SumFields.names() if name not in stored]
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise SumsFormatError(f"{path}: sums written by an older poslens lack {shown}; {measure_again}")
+    arrays = SumFields(**{name: data[f"a_{name}"] for name in SumFields.names()})
+    cells = CounterfactualCells.from_saved(data, QUERY_WINDOWS)
+    if cells is None:
+        raise SumsFormatError(f"{path}: sums without the per-sequence counterfactual's cells (cf_* or a_counterfactual_*); {measure_again}")
+    windows = tuple(None if w < 0 else int(w) for w in data["layer_windows"]) if "layer_windows" in data.files else ()
+    return CellSums(binning, arrays, data["row_features"], data["row_count"], data["group_sizes"], windows, counterfactual_cells=cells)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import platform
 from datetime import datetime, timezone
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -43,8 +46,48 @@ def _memory_hash(model: PosModel) -> dict[str, str]:
     return {"source_sha256": state_dict_sha256(model.module), "state_dict_sha256_at": "measurement"}
 
 
+def package_version(module: ModuleType) -> str:
+    """The installed version of the distribution that holds ``module`` (the one imported, where two are installed).
+
+    TransformerLens defines no ``__version__`` (3.x and 4.x alike), so the version comes from the package's
+    metadata, looked up beside the very files imported: with TransformerLens 3.9 first on ``sys.path`` and 4.3
+    in site-packages, the version of the one imported.
+
+    Args:
+        module: an imported top-level package.
+
+    Returns:
+        Its version, or ``"?"`` when no metadata is found.
+
+    Example:
+        >>> import numpy, transformer_lens
+        >>> package_version(numpy) == numpy.__version__, package_version(transformer_lens) != "?"
+        (True, True)
+    """
+    version = getattr(module, "__version__", None)
+    if version:
+        return str(version)
+    top = module.__name__.split(".")[0]
+    wanted = {name.lower().replace("_", "-") for name in importlib.metadata.packages_distributions().get(top, [])}
+    location = Path(module.__file__ or "").resolve().parent.parent
+    for dist in importlib.metadata.distributions(path=[str(location)]):
+        if (dist.metadata["Name"] or "").lower().replace("_", "-") in wanted:
+            return dist.version
+    return "?"
+
+
+def _user_hooks(model: PosModel) -> list[dict[str, str]]:
+    """The hooks the model's user put on it (none for a model built by hand without a ModelUse)."""
+    use = getattr(model, "use", None)
+    return use.hooks() if use is not None else []
+
+
 def run_metadata(model: PosModel, corpus: Corpus, settings: dict[str, Any]) -> dict[str, Any]:
     """Provenance of a run: model (with its RoPE type and scaling), corpus, settings and software versions.
+
+    The model's record holds its weights' dtype and device (:meth:`~poslens.model.pos_model.PosModel.describe`),
+    and the hooks its user put on it (``user_hooks``, :func:`poslens.model.user_hooks.user_hooks`): poslens
+    ran them with the model.
 
     Args:
         model: The loaded model.
@@ -64,14 +107,14 @@ def run_metadata(model: PosModel, corpus: Corpus, settings: dict[str, Any]) -> d
     return {
         "poslens_version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": {**model.describe(), **model.rope_record(), **_memory_hash(model)},
+        "model": {**model.describe(), **model.rope_record(), **_memory_hash(model), "user_hooks": _user_hooks(model)},
         "corpus": {**corpus.describe(), "tokens_sha256": tokens_sha256(corpus.tokens)},
         "settings": settings,
         "versions": {
             "python": platform.python_version(),
             "torch": torch.__version__,
             "transformers": transformers.__version__,
-            "transformer_lens": getattr(transformer_lens, "__version__", "?"),
+            "transformer_lens": package_version(transformer_lens),
             "numpy": np.__version__,
         },
     }

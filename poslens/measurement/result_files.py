@@ -27,7 +27,7 @@ from poslens.files import atomic_write_together
 from poslens.fit.sums import CellSums
 from poslens.fit.sums_files import load_sums, save_sums, saved_tag
 from poslens.measurement.table import COLUMNS
-from poslens.ownership import check_replaceable, forget_written, record_written
+from poslens.ownership import forget_written, record_written, replacing
 from poslens.version import TABLE_FORMAT, __version__, newer_format_message
 
 META_KEY = b"poslens"
@@ -85,6 +85,12 @@ def ensure_writable_dir(folder: str | Path) -> Path:
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise OutputNotWritableError(f"cannot write results to {folder}: it is a file, not a folder; choose an output folder you can write to")
+    dangling = next((p for p in (folder, *folder.parents) if p.is_symlink() and not p.exists()), None)
+    if dangling is not None:  # mkdir would say only "File exists"
+        raise OutputNotWritableError(
+            f"cannot write results to {folder}: {dangling} is a symbolic link to {os.readlink(dangling)}, which does not exist; "
+            "create the folder it points to, remove the link, or choose another output folder"
+        )
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-check-")
@@ -138,8 +144,15 @@ def write_result(path: str | Path, table: pd.DataFrame, meta: dict[str, Any], su
     ensure_writable_dir(path.parent)
     sums_path = path.with_suffix(".sums.npz")
     csv_path = path.with_suffix(".csv")
-    for target in [path, sums_path] + ([csv_path] if csv else []):
-        check_replaceable(target)  # before anything is written
+    # checked before anything is written; a concurrent save of the same files finishes first, then they are replaced
+    with replacing([path, sums_path] + ([csv_path] if csv else [])):
+        return _write_checked(path, table, meta, sums, csv)
+
+
+def _write_checked(path: Path, table: pd.DataFrame, meta: dict[str, Any], sums: CellSums | None, csv: bool) -> Path:
+    """The rest of :func:`write_result`, its files checked and the folder's manifest lock held: write together, list."""
+    sums_path = path.with_suffix(".sums.npz")
+    csv_path = path.with_suffix(".csv")
     arrow = pa.Table.from_pandas(table, preserve_index=False)
     schema_meta = dict(arrow.schema.metadata or {})
     schema_meta[META_KEY] = json.dumps(meta, default=str).encode()

@@ -57,7 +57,8 @@ class Attribution:
         table: Per layer and mode: ``kind`` ``level`` (the figure) or ``difference`` (edited − unedited), with intervals.
         summary: r = 1 − mean_{l ≥ 2} L(edited) / mean_{l ≥ 2} L(unedited), per mode, calibration size and query window.
         loss: The change in next-token loss per query bin under each edit and placebo.
-        meta: Model, corpus, calibration corpora, settings and timings.
+        meta: Model, corpus, software versions, calibration corpora, settings and timings, and where a sliding window
+            limits the key-0 term (``key0_rows``, :func:`key0_rows`).
 
     Example:
         >>> a = Attribution(pd.DataFrame(), pd.DataFrame({"mode": ["all"], "value": [0.3]}), pd.DataFrame(), {})
@@ -259,6 +260,45 @@ def _paired_rows(
     return table, summary
 
 
+#: The modes whose edit holds the key-0 term κ (``all``: A and κ; ``key0``: κ alone).
+KEY0_MODES = ("all", "key0")
+
+
+def key0_rows(windows: Sequence[int | None], modes: Sequence[str]) -> dict[str, Any] | None:
+    """Where the key-0 term acts in a model with sliding windows: only on the rows i < W, the queries that still see key 0.
+
+    Under a sliding window of W tokens key 0 is out of view from row W on, so κ exists only for the query bins of the
+    rows i < W, and the modes that subtract it (:data:`KEY0_MODES`) edit key 0 only there. The relativize part
+    records this (``meta["key0_rows"]``), and the command and the report say it.
+
+    Args:
+        windows: each layer's sliding window (``None``: full causal).
+        modes: the relativization modes run.
+
+    Returns:
+        ``{"modes", "windows": {W: layers}, "note"}``, or ``None`` when no layer is windowed or no mode holds κ.
+
+    Example:
+        >>> key0_rows([None, 8, 8, None], ["all", "all-but-key0"])["note"]
+        "key 0 is visible only to rows i < W under a sliding window, so the key-0 term of mode 'all' acts only on rows i < 8 in layers 1, 2"
+        >>> key0_rows([None, None], ["key0"]) is None
+        True
+    """
+    acting = [mode for mode in modes if mode in KEY0_MODES]
+    widths = sorted({w for w in windows if w is not None})
+    if not acting or not widths:
+        return None
+    layers = {str(w): [layer for layer, width in enumerate(windows) if width == w] for w in widths}
+    where = "; ".join(f"rows i < {w} in layers {', '.join(str(layer) for layer in found)}" for w, found in layers.items())
+    named = " and ".join(f"'{mode}'" for mode in acting)
+    return {
+        "modes": acting,
+        "windows": layers,
+        "note": f"key 0 is visible only to rows i < W under a sliding window, so the key-0 term of mode{'s' if len(acting) > 1 else ''} "
+        f"{named} acts only on {where}",
+    }
+
+
 def cumulative_attribution(
     model: PosModel,
     corpus: Corpus,
@@ -377,6 +417,8 @@ def cumulative_attribution(
     meta = {
         "model": base.meta.get("model"),
         "corpus": base.meta.get("corpus"),
+        "versions": base.meta.get("versions"),
+        "key0_rows": key0_rows(model.sliding_windows, modes),
         "calibration": calibrations,
         "settings": {
             "modes": list(modes),

@@ -10,12 +10,16 @@ tokenizes them.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
 from poslens.errors import CorpusError, InputError, ParameterTypeError
+from poslens.model.cache import file_sha256
+from poslens.model.reads import note_digest, note_read
 
 BUILTIN_SOURCES = ("docs", "random", "repeat")
 
@@ -202,7 +206,7 @@ def read_texts(path: str | os.PathLike[str], text_field: str = "text") -> list[s
     files = source_files(path, text_field)
     folder = Path(path).expanduser()
     if folder.is_dir() and _is_saved_dataset(folder):
-        return _read_hf_dataset(folder, text_field)
+        return _read_hf_dataset(folder, files, text_field)
     return [text for file in files for text in _read_file(file, text_field)]
 
 
@@ -218,6 +222,7 @@ def _read_file(path: Path, text_field: str) -> list[str]:
 def _decode(path: Path) -> str:
     """The file's bytes as UTF-8 (a BOM dropped); a CorpusError names the line and byte offset of the first bad byte."""
     data = path.read_bytes()
+    note_read(str(path), data)  # the hash of the very bytes the texts come from
     try:
         text = data.decode("utf-8")  # not utf-8-sig: its error offsets would not count the BOM
     except UnicodeDecodeError as error:
@@ -225,22 +230,27 @@ def _decode(path: Path) -> str:
         line = data.count(b"\n", 0, offset) + 1
         column = offset - (data.rfind(b"\n", 0, offset) + 1)
         if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-            guess, fix = "it starts with a UTF-16 byte-order mark", "iconv -f utf-16 -t utf-8"
+            guess, encoding = "it starts with a UTF-16 byte-order mark", "utf-16"
         else:
-            guess, fix = "it may be Latin-1 or cp1252", "iconv -f latin1 -t utf-8 (or -f cp1252)"
+            guess, encoding = "it may be Latin-1 or cp1252; for cp1252 write -f cp1252 below", "latin1"
         raise CorpusError(
             f"{path}:{line}: byte {offset} (0x{data[offset]:02x}; byte {column} of line {line}, counting from 0) is not UTF-8; "
             f"the file is not UTF-8 text ({guess}). "
-            f"Convert it to UTF-8, for example with {fix} {path.name} > {path.stem}.utf8{path.suffix}"
+            f"Convert it to UTF-8, for example with {_converting(path, encoding)}"
         ) from None
     if "\x00" in text:  # valid UTF-8, but NUL between letters: UTF-16 without a byte-order mark
         offset = data.index(b"\x00")
         line = data.count(b"\n", 0, offset) + 1
         raise CorpusError(
             f"{path}:{line}: byte {offset} is a NUL byte, which no text holds; the file is probably UTF-16 without a byte-order "
-            f"mark. Convert it to UTF-8, for example with iconv -f utf-16le -t utf-8 {path.name} > {path.stem}.utf8{path.suffix}"
+            f"mark. Convert it to UTF-8, for example with {_converting(path, 'utf-16le')}"
         )
     return text[1:] if text.startswith("\ufeff") else text
+
+
+def _converting(path: Path, encoding: str) -> str:
+    """The shell command (quoted, to paste as it is, in the file's folder) that converts ``path`` from ``encoding`` to UTF-8."""
+    return f"{shlex.join(['iconv', '-f', encoding, '-t', 'utf-8', path.name])} > {shlex.quote(f'{path.stem}.utf8{path.suffix}')}"
 
 
 def _read_jsonl(path: Path, text: str, text_field: str) -> list[str]:
@@ -321,7 +331,9 @@ def _read_parquet(path: Path, text_field: str) -> list[str]:
     import pandas as pd
 
     try:
-        frame = pd.read_parquet(path)
+        data = path.read_bytes()
+        note_read(str(path), data)  # the hash of the very bytes the texts come from
+        frame = pd.read_parquet(io.BytesIO(data))
     except (OSError, ValueError) as error:
         raise CorpusError(
             f"{path} is not a readable Parquet file ({type(error).__name__}: {error}); write it again, for example with pandas.DataFrame.to_parquet"
@@ -331,11 +343,22 @@ def _read_parquet(path: Path, text_field: str) -> list[str]:
     return _check_strings(frame[text_field], str(path), text_field)
 
 
-def _read_hf_dataset(path: Path, text_field: str) -> list[str]:
+def _read_hf_dataset(path: Path, files: list[Path], text_field: str) -> list[str]:
+    """The texts of a saved dataset; its files (``files``) are hashed before and after, since the dataset reads them itself."""
     try:
         import datasets
     except ImportError:
         raise ImportError(f"{path} is a saved Hugging Face dataset; reading it needs: pip install datasets") from None
+    before = {str(file): file_sha256(file) for file in files}
+    texts = _dataset_texts(datasets, path, text_field)
+    for label, digest in before.items():
+        if not Path(label).is_file() or file_sha256(label) != digest:
+            raise CorpusError(f"{label} (of dataset {path}) changed while it was read; run again once the dataset stays as it is")
+        note_digest(label, digest)
+    return texts
+
+
+def _dataset_texts(datasets: Any, path: Path, text_field: str) -> list[str]:
     try:
         data = datasets.load_from_disk(str(path))
     except (OSError, ValueError, KeyError) as error:

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from poslens.model.user_model import in_use
+
 Hook = tuple[str, Callable[..., Any]]
 
 
@@ -219,7 +221,7 @@ def run_with_hooks(model: Any, tokens: torch.Tensor, hooks: Sequence[Hook] = (),
     if stop_after is not None:
         all_hooks.append((stop_after, _end_forward))  # after the others: a point's hooks run in the order added
     try:
-        with torch.inference_mode():
+        with in_use(model), torch.inference_mode():  # the bridge installed in the user's model for this pass only
             if logits:
                 return model.bridge.run_with_hooks(tokens.to(device), fwd_hooks=all_hooks, return_type="logits")
             if getattr(model, "kind", "bridge") == "hooked":  # a HookedTransformer takes neither keyword below

@@ -33,6 +33,8 @@ import torch
 
 from poslens.errors import InputError
 from poslens.model.pos_model import ModelNotSupportedError, PosModel
+from poslens.model.support import check_weights_loaded
+from poslens.model.user_model import ModelUse
 from poslens.model.variants import Variant
 
 MEMORY = "memory"
@@ -160,6 +162,7 @@ def wrap_hooked(ht: Any, tokenizer: Any, variant: Variant, name: str | None) -> 
     n_layers, n_heads = int(cfg.n_layers), int(cfg.n_heads)
     if getattr(cfg, "use_local_attn", False):
         raise ModelNotSupportedError(f"{label} uses TransformerLens's local attention, which poslens has not been tested on")
+    check_weights_loaded(ht, label)
     sliding_windows = [variant.sliding_window] * n_layers
     bos_id = tok.bos_token_id
     probe = tok("a").input_ids
@@ -185,4 +188,5 @@ def wrap_hooked(ht: Any, tokenizer: Any, variant: Variant, name: str | None) -> 
         quantized=None,
         variant=variant,
         kind="hooked",
+        use=ModelUse(roots=[("", ht)], runner=ht),  # run as it is; given back in its training mode, without poslens's hooks
     )

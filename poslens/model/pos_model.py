@@ -70,6 +70,8 @@ class PosModel:
         variant: The inference-time variant applied.
         load_seconds: Seconds the loading took.
         kind: ``"bridge"`` (a ``TransformerBridge`` over ``hf_model``) or ``"hooked"`` (a TransformerLens 3.x ``HookedTransformer``).
+        use: How poslens runs the model and gives it back as it was (:class:`poslens.model.user_model.ModelUse`);
+            ``None`` for a model built by hand, run as it is.
 
     Example:
         >>> import poslens
@@ -100,6 +102,7 @@ class PosModel:
     variant: Variant = field(default_factory=Variant)
     load_seconds: float = 0.0
     kind: str = "bridge"  # "bridge": a TransformerBridge over hf_model; "hooked": a TransformerLens 3.x HookedTransformer
+    use: Any = field(default=None, repr=False, compare=False)
 
     @property
     def module(self) -> Any:
@@ -238,12 +241,17 @@ class PosModel:
         """Provenance of the model, as stored in every result's metadata.
 
         Returns:
-            The model's name, source, architecture, sizes, RoPE and BOS facts, as plain values.
+            The model's name, source, architecture, sizes, RoPE and BOS facts, and its weights' dtype and device
+            (a comma list where they differ, as under a device map), as plain values.
 
         Example:
-            >>> model.describe()["n_layers"]  # doctest: +SKIP
-            30
+            >>> import tempfile, poslens
+            >>> from poslens.testing import save_tiny_model
+            >>> described = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"), device="cpu").describe()
+            >>> described["n_layers"], described["dtype"], described["device"]
+            (3, 'float32', 'cpu')
         """
+        tensors = list(self.module.parameters())
         return {
             "model": self.name,
             "source": self.source,
@@ -261,6 +269,8 @@ class PosModel:
             "bos_token_id": self.bos_token_id,
             "bos_token": self.bos_token,
             "quantized": self.quantized,
+            "dtype": ",".join(sorted({str(t.dtype).removeprefix("torch.") for t in tensors if t.is_floating_point()})),
+            "device": ",".join(sorted({str(t.device) for t in tensors})),
         }
 
     def __repr__(self) -> str:

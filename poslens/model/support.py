@@ -196,6 +196,39 @@ def not_bridgeable(config: Any, label: str, error: Exception) -> ModelNotSupport
     )
 
 
+def check_weights_loaded(module: Any, label: str) -> None:
+    """Raise if the model's weights are not there: parameters or buffers on PyTorch's ``meta`` device (shapes without values).
+
+    A model built under ``torch.device("meta")`` (or loaded with ``device_map="meta"``) passes every check of its
+    config, and then fails in its first forward pass; poslens stops before, naming the first such tensor.
+
+    Args:
+        module: The torch module that holds the weights.
+        label: The model's name, as the message names it.
+
+    Raises:
+        ModelNotSupportedError: A parameter or buffer is on the meta device.
+
+    Example:
+        >>> import torch
+        >>> check_weights_loaded(torch.nn.Linear(2, 2), "mine")
+        >>> with torch.device("meta"):
+        ...     empty = torch.nn.Linear(2, 2)
+        >>> check_weights_loaded(empty, "mine")
+        Traceback (most recent call last):
+        poslens.model.pos_model.ModelNotSupportedError: mine has no weights: weight is on PyTorch's meta device ...
+    """
+    tensors = [*module.named_parameters(), *module.named_buffers()]
+    empty = next((name for name, tensor in tensors if tensor.is_meta), None)
+    if empty is not None:
+        raise ModelNotSupportedError(
+            f"{label} has no weights: {empty} is on PyTorch's meta device (shapes without values, as under "
+            "torch.device('meta') or device_map='meta'). Load its weights first (for example "
+            "AutoModelForCausalLM.from_pretrained(folder), or model.to_empty(device='cpu') then model.load_state_dict(...)), "
+            "then pass it to poslens.load_model"
+        )
+
+
 def check_no_attention_sinks(hf: Any, label: str, model_type: str) -> None:
     """Raise if the model has learned attention sinks (a ``.sinks`` logit per head that joins each softmax).
 

@@ -34,7 +34,8 @@ from poslens.errors import InputError
 from poslens.model.config_facts import head_dims, layer_bases, layer_windows, max_context
 from poslens.model.in_memory import MEMORY, model_kind, wrap_hooked
 from poslens.model.pos_model import ModelNotSupportedError, PosModel
-from poslens.model.support import check_no_attention_sinks, check_scores_hookable, check_supported, not_bridgeable
+from poslens.model.support import check_no_attention_sinks, check_scores_hookable, check_supported, check_weights_loaded, not_bridgeable
+from poslens.model.user_model import ModelUse
 from poslens.model.variants import Variant, parse_variant
 
 
@@ -90,22 +91,25 @@ def from_memory(model: Any, tokenizer: Any = None, variant: str | Variant | None
             raise ModelNotSupportedError("this TransformerBridge holds no original_model (the transformers model it wraps)")
         if tok is None:
             raise InputError("this TransformerBridge has no tokenizer: pass tokenizer= (the model's own)")
-        return wrap_hf_model(hf, tok, name or _hf_name(hf), MEMORY, None, None, parsed, bridge=model)
+        use = ModelUse(roots=[("", model), ("original_model.", hf)], runner=model)  # the user's own bridge: used as it is
+        return wrap_hf_model(hf, tok, name or _hf_name(hf), MEMORY, None, None, parsed, bridge=model, use=use)
     if kind == "hf":
         _only_window(parsed, "a transformers model in memory")
         if tokenizer is None:
             raise InputError(
                 "a transformers model needs its tokenizer: pass tokenizer= (for example AutoTokenizer.from_pretrained of the model's folder)"
             )
-        # a second wrap of one module reuses its bridge: booting another would wrap its submodules twice
-        return wrap_hf_model(model, tokenizer, name or _hf_name(model), MEMORY, None, None, parsed, bridge=_BRIDGES.get(model))
+        # a second wrap of one module reuses its bridge, unless the user replaced some of its modules since
+        use = _BRIDGES.get(model)
+        use = use if use is not None and use.fits() else None
+        return wrap_hf_model(model, tokenizer, name or _hf_name(model), MEMORY, None, None, parsed, use=use)
     raise InputError(
         f"poslens cannot read a {type(model).__name__}: give a registry name, a model folder, a transformers "
         "PreTrainedModel with tokenizer=, a TransformerLens TransformerBridge or a HookedTransformer"
     )
 
 
-_BRIDGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # transformers model -> the bridge poslens booted around it
+_BRIDGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # transformers model -> the use of the bridge poslens booted around it
 
 
 def _hf_name(hf: Any) -> str:
@@ -154,11 +158,16 @@ def wrap_hf_model(
     dtype: torch.dtype | None = None,
     rotary_dim: int | None = None,
     bridge: Any = None,
+    use: ModelUse | None = None,
 ) -> PosModel:
     """A :class:`PosModel` around a loaded transformers causal LM (the module itself, not a copy).
 
     ``bridge`` is a TransformerLens bridge already wrapping ``hf`` (used as it
-    is); without one, a bridge is booted around ``hf``. The checks of a model
+    is), and ``use`` how poslens runs it (:class:`~poslens.model.user_model.ModelUse`:
+    a bridge booted earlier around ``hf``, or the user's own). Without either, a
+    bridge is booted around ``hf``; a model from memory (``source="memory"``) is
+    then given back as it was (its modules, and each module's training mode), the
+    bridge installed only while it runs, and a model poslens loaded keeps it. The checks of a model
     loaded from a folder apply: RoPE, causal attention, no attention sinks, a
     bridge whose ``hook_attn_scores`` holds the pre-softmax scores.
 
@@ -173,6 +182,7 @@ def wrap_hf_model(
         dtype: the weights' dtype (default: ``hf``'s).
         rotary_dim: the rotated dimensions per head (default: computed from the config).
         bridge: an existing bridge around ``hf``.
+        use: how poslens runs ``hf`` (with ``bridge`` or the bridge it holds).
 
     Returns:
         The model.
@@ -199,15 +209,25 @@ def wrap_hf_model(
     rotary_dim = own_rotary_dim if rotary_dim is None else rotary_dim
     dtype = dtype or next(hf.parameters()).dtype
     check_no_attention_sinks(hf, name, text_config.model_type)
-    hf.eval()
+    check_weights_loaded(hf, name)
     declared_bos = tokenizer.bos_token
+    if use is not None:
+        bridge = use.runner
     if bridge is None:
+        modes, snapshot = {module: module.training for module in hf.modules()}, ModelUse.before_boot(hf)
         try:
             with _no_install_while_booting():
                 bridge = TransformerBridge.boot_transformers(name, hf_model=hf, tokenizer=tokenizer, dtype=dtype)
         except (ValueError, NotImplementedError, KeyError) as error:
+            ModelUse.after_boot(hf, None, snapshot)  # a boot that failed half-way leaves the model as it was, too
             raise not_bridgeable(config, name, error) from error
-        _BRIDGES[hf] = bridge
+        finally:
+            for module, mode in modes.items():
+                module.training = mode
+        if source == MEMORY:  # the user's model: its modules given back at once, the bridge installed only while it runs
+            use = _BRIDGES[hf] = ModelUse.after_boot(hf, bridge, snapshot)
+        else:  # poslens's own model, loaded from files: it keeps the bridge
+            use = ModelUse(roots=[("", hf)], runner=bridge)
     check_scores_hookable(bridge, text_config.num_hidden_layers, name, text_config.model_type)
     if declared_bos is None and tokenizer.bos_token is not None:
         # TransformerLens fills a missing BOS with EOS; poslens must not silently put EOS at position 0.
@@ -239,4 +259,5 @@ def wrap_hf_model(
         tokenizer_prepends_bos=bool(bos_id is not None and probe and probe[0] == bos_id),
         quantized=quantized,
         variant=variant,
+        use=use,
     )

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from poslens.errors import InputError
+from poslens.files import bytes_text
 from poslens.runtime.planner import parse_bytes
 
 ROUTES = ("auto", "store", "second-pass")
@@ -67,7 +68,7 @@ class CounterfactualRoute:
     Example:
         >>> r = choose_route("auto", estimated_store_bytes=10**10, budget=10**9, directory="/tmp")
         >>> r.route, r.reason
-        ('second-pass', 'the row-bin store would take 10.0 GB of temporary disk, over the budget of 1.0 GB: a second forward pass instead')
+        ('second-pass', 'the row-bin store would take 10 GB of temporary disk, over the budget of 1 GB: a second forward pass instead')
     """
 
     route: str
@@ -150,8 +151,8 @@ def choose_route(
     """
     check_route(requested)
     directory = directory or tempfile.gettempdir()
-    budget_bytes = (default_disk_budget(directory) if budget is None else parse_bytes(budget)) // max(1, processes)
-    need, room = f"{estimated_store_bytes / 1e9:.1f} GB", f"{budget_bytes / 1e9:.1f} GB"
+    budget_bytes = (default_disk_budget(directory) if budget is None else parse_bytes(budget, what="disk")) // max(1, processes)
+    need, room = bytes_text(estimated_store_bytes), bytes_text(budget_bytes)
     if requested == "store":
         return CounterfactualRoute(
             "store", requested, f"asked for the row-bin store ({need} of temporary disk)", estimated_store_bytes, budget_bytes, directory

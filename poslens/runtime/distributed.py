@@ -11,12 +11,18 @@ nothing here does anything.
 from __future__ import annotations
 
 import os
+import pickle
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from poslens.errors import PoslensError
 from poslens.fit.sums import CellSums, SumFields
+
+T = TypeVar("T")
 
 
 def init_from_env() -> bool:
@@ -41,7 +47,7 @@ def init_from_env() -> bool:
 
 
 def rank() -> int:
-    """This process's rank (0 outside a launcher).
+    """This process's rank (0 outside a launcher); before the process group is joined, the launcher's ``RANK``.
 
     Returns:
         The rank.
@@ -50,7 +56,9 @@ def rank() -> int:
         >>> rank()
         0
     """
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
 
 
 def world_size() -> int:
@@ -92,6 +100,73 @@ def is_main() -> bool:
         True
     """
     return rank() == 0
+
+
+def from_main(value: Any) -> Any:
+    """Rank 0's ``value``, on every rank (a picklable object; in a single process, ``value`` itself).
+
+    For a decision only rank 0 can make, such as whether it holds the output
+    folder's lock: every rank then acts on the same outcome.
+
+    Args:
+        value: This rank's value (only rank 0's is used).
+
+    Returns:
+        Rank 0's value.
+
+    Example:
+        >>> from_main("rank 0 holds the lock")
+        'rank 0 holds the lock'
+    """
+    if world_size() == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def decided_by_main(decide: Callable[[], T]) -> T:
+    """Run ``decide()`` on rank 0 alone and give every rank its outcome: the value it returned, or the error it raised.
+
+    For a decision about shared files (reuse a saved part, or measure it; refuse
+    a folder) that every rank must make alike while rank 0 may be writing
+    those files: the other ranks never look at them for themselves. Rank 0
+    raises its own error; the others raise it too (an error that cannot be sent
+    is sent as a :class:`~poslens.errors.PoslensError` with its text). In a
+    single process, ``decide()`` itself.
+
+    Args:
+        decide: What rank 0 decides; it returns something small and picklable.
+
+    Returns:
+        Rank 0's value.
+
+    Raises:
+        Exception: The error ``decide()`` raised on rank 0.
+
+    Example:
+        >>> decided_by_main(lambda: "measure")
+        'measure'
+    """
+    if world_size() == 1:
+        return decide()
+    outcome: tuple[str, Any] = ("value", None)
+    own: BaseException | None = None
+    if is_main():
+        try:
+            outcome = ("value", decide())
+        except Exception as error:
+            own = error
+            outcome = ("error", error if isinstance(error, PoslensError) else PoslensError(f"rank 0 stopped: {type(error).__name__}: {error}"))
+    try:
+        outcome = from_main(outcome)
+    except (TypeError, AttributeError, pickle.PicklingError):  # an error that does not pickle
+        outcome = from_main(("error", PoslensError(f"rank 0 stopped: {outcome[1]}")))
+    if own is not None:
+        raise own
+    if outcome[0] == "error":
+        raise outcome[1]
+    return outcome[1]
 
 
 def all_reduce_array(array: np.ndarray) -> np.ndarray:

@@ -85,14 +85,15 @@ _UNITS = {
 }
 
 
-def parse_bytes(text: str | int) -> int:
-    """A memory size: ``"8GB"``, ``"512MiB"``, ``"1.5G"``, ``"123456"`` (bytes) or an int.
+def parse_bytes(text: str | int, what: str = "memory") -> int:
+    """A size: ``"8GB"``, ``"512MiB"``, ``"1.5G"``, ``"123456"`` (bytes) or an int.
 
     kB, MB, GB, TB are powers of 1000; KiB, MiB, GiB, TiB and the bare letters
     K, M, G, T powers of 1024.
 
     Args:
         text: The size, as text or a number of bytes.
+        what: What the size is a budget of, as the messages name it (``"memory"``, ``"disk"``).
 
     Returns:
         The size in bytes.
@@ -103,6 +104,9 @@ def parse_bytes(text: str | int) -> int:
     Example:
         >>> parse_bytes("512MiB"), parse_bytes("2G"), parse_bytes("1.5GB"), parse_bytes(1024)
         (536870912, 2147483648, 1500000000, 1024)
+        >>> parse_bytes("0", what="disk")
+        Traceback (most recent call last):
+        poslens.errors.InputError: a disk budget must be positive and finite, got '0' (examples: 8GB, 512MiB, 1.5G)
     """
     if isinstance(text, int) and not isinstance(text, bool):
         value = float(text)
@@ -113,9 +117,9 @@ def parse_bytes(text: str | int) -> int:
         try:
             value = float(number) * _UNITS[unit]
         except (KeyError, ValueError):
-            raise InputError(f"not a memory size: {text!r} (examples: 8GB, 512MiB, 1.5G)") from None
+            raise InputError(f"not a {what} size: {text!r} (examples: 8GB, 512MiB, 1.5G)") from None
     if not 0 < value < float("inf"):  # also refuses nan, and a size like 1e400GB that overflows to inf
-        raise InputError(f"a memory budget must be positive and finite, got {text!r} (examples: 8GB, 512MiB, 1.5G)")
+        raise InputError(f"a {what} budget must be positive and finite, got {text!r} (examples: 8GB, 512MiB, 1.5G)")
     return int(value)
 
 

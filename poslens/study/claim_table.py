@@ -52,6 +52,7 @@ Example:
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -469,7 +470,7 @@ class Claims:
         folder = Path(folder)
         for name in (CLAIMS_FILE, INPUTS_FILE):
             if not (folder / name).exists():
-                raise NotFoundError(f"{folder / name} is missing; run poslens claims --out {folder}")
+                raise NotFoundError(f"{folder / name} is missing; run {shlex.join(['poslens', 'claims', '--out', str(folder)])}")
         text = {c: "string" for c in ("key", "claim", "statement", "model", "group", "case", "figure_name", "rule", "own_verdict", "verdict")}
         table = pd.read_csv(folder / CLAIMS_FILE, dtype=text, keep_default_na=False, na_values={c: [""] for c in CLAIM_COLUMNS})
         inputs = pd.read_csv(

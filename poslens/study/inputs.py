@@ -25,10 +25,14 @@ import hashlib
 import platform
 from pathlib import Path
 
+from poslens.errors import InputsChangedError
 from poslens.model.cache import file_sha256
 from poslens.model.corpus_texts import BUILTIN_SOURCES, docs_texts, source_files
 from poslens.model.model_files import model_files
 from poslens.model.registry import REGISTRY
+
+DOCS_LABEL = "docs corpus "
+"""How the input hashes name the built-in ``docs`` corpus (a text of Python's, not a file)."""
 
 
 def _docs_hash() -> str:
@@ -55,7 +59,7 @@ def corpus_inputs(source: str, text_field: str = "text") -> dict[str, str]:
         ([], True)
     """
     if source == "docs":
-        return {f"docs corpus (pydoc_data topics of Python {platform.python_version()})": _docs_hash()}
+        return {f"{DOCS_LABEL}(pydoc_data topics of Python {platform.python_version()})": _docs_hash()}
     if source in BUILTIN_SOURCES or not Path(source).expanduser().exists():
         return {}
     return {str(path): file_sha256(path) for path in source_files(source, text_field)}
@@ -113,6 +117,57 @@ def inputs_key(inputs: dict[str, str]) -> str:
     """
     text = "\n".join(f"{label}\t{digest}" for label, digest in sorted(inputs.items()))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def inputs_as_read(before: dict[str, str], reads: dict[str, str], what: str) -> dict[str, str]:
+    """The inputs a computation was made from: each file it read, by the hash of the bytes read; the others, checked again.
+
+    ``before`` holds the hashes taken before the computation (which decided
+    whether a saved part could be reused). A corpus file is hashed as it is read
+    (:mod:`poslens.model.reads`), so its hash is the one of the bytes the
+    corpus was built from, even if the file was replaced in between. The model's
+    files are read by transformers, which does not tell: they are hashed again
+    after the computation (which loaded them), and must hash as before.
+
+    Args:
+        before: ``{label: sha256}`` taken before the computation.
+        reads: ``{label: sha256}`` of the files the computation read (:func:`poslens.model.reads.recording_reads`).
+        what: What was computed, for the message (``"the leakage part"``).
+
+    Returns:
+        ``before`` updated with ``reads``.
+
+    Raises:
+        InputsChangedError: A file that was not read here hashes differently now (a model file replaced while it
+            was loaded, a symlink re-pointed), or is gone.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> weights = pathlib.Path(tempfile.mkdtemp()) / "model.safetensors"; _ = weights.write_bytes(b"one")
+        >>> before = {str(weights): file_sha256(weights), "c.txt": "00"}
+        >>> inputs_as_read(before, {"c.txt": "01"}, "the leakage part")["c.txt"]
+        '01'
+        >>> _ = weights.write_bytes(b"two, longer")
+        >>> inputs_as_read(before, {"c.txt": "01"}, "the leakage part")
+        Traceback (most recent call last):
+        poslens.errors.InputsChangedError: .../model.safetensors changed while the leakage part was computed ...
+    """
+    changed = []
+    for label, digest in before.items():
+        if label in reads or label.startswith(DOCS_LABEL):
+            continue  # read here (hashed as read), or no file (the docs corpus, Python's own text)
+        try:
+            now = file_sha256(label)
+        except OSError:
+            now = "gone"
+        if now != digest:
+            changed.append(label)
+    if changed:
+        raise InputsChangedError(
+            f"{', '.join(changed)} changed while {what} was computed (from the hash taken before it to the one after), so "
+            "the figures cannot be tied to one version of the files; nothing was saved: run the command again once they stay as they are"
+        )
+    return {**before, **reads}
 
 
 def changed_inputs(saved: dict[str, str], now: dict[str, str]) -> list[str]:

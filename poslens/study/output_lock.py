@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import socket
 import sys
 from pathlib import Path
@@ -77,7 +78,7 @@ class OutputLock:
                 f"{self.folder} is being written by another poslens run ({self._holder()}); wait for it to finish, or choose another --out"
             ) from None
         self.held = True
-        owner = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(["poslens", *sys.argv[1:]])}
+        owner = {"pid": os.getpid(), "host": socket.gethostname(), "command": shlex.join(["poslens", *sys.argv[1:]])}
         with contextlib.suppress(OSError):  # the lock holds without the note
             (self.folder / OWNER).write_text(json.dumps(owner))
 

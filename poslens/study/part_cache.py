@@ -22,9 +22,10 @@ from typing import Any
 from poslens.errors import InputsChangedError, PoslensError, SumsMismatchError
 from poslens.measurement.result import Result
 from poslens.measurement.result_files import saved_files
-from poslens.ownership import check_replaceable, remove_ours
+from poslens.model.reads import recording_reads
+from poslens.ownership import check_replaceable, remove_ours, written_files
 from poslens.runtime import distributed
-from poslens.study.inputs import changed_inputs, inputs_key
+from poslens.study.inputs import changed_inputs, inputs_as_read, inputs_key
 from poslens.study.settings import OPTION_NAMES, Settings, settings_values
 
 
@@ -33,6 +34,15 @@ class SettingsMismatchError(PoslensError, ValueError):
 
     Example:
         >>> issubclass(SettingsMismatchError, ValueError)  # the CLI prints it as one error line
+        True
+    """
+
+
+class UnreadablePartError(PoslensError, ValueError):
+    """A saved part cannot be read (a newer format, an array of objects, a damaged file); poslens neither reuses nor deletes it.
+
+    Example:
+        >>> issubclass(UnreadablePartError, ValueError)  # the CLI prints it as one error line
         True
     """
 
@@ -198,9 +208,15 @@ def cached_part(
     or :class:`~poslens.errors.InputsChangedError` names each difference, unless
     ``overwrite`` is set. A part whose ``.sums.npz`` is missing or belongs to
     another table is refused likewise (:class:`~poslens.errors.SumsMismatchError`).
-    An unreadable part that poslens wrote is computed again, and the log says so.
-    Before computing, each file the part will write is checked: one that
+    A part that cannot be read (a newer format, an array of objects in its
+    sums, a damaged file) is refused naming the file and the reason
+    (:class:`UnreadablePartError`) and left as it is, unless ``overwrite``
+    is set. Before computing, each file the part will write is checked: one that
     poslens did not write is never replaced (:class:`~poslens.errors.OutputConflictError`).
+    The inputs recorded are those the part was made from: a file the
+    computation read is recorded with the hash of the bytes it read, and any
+    other input must hash as it did before (:func:`~poslens.study.inputs.inputs_as_read`).
+    Under torchrun, rank 0 decides whether to reuse, refuse or measure, and writes.
 
     Args:
         out: the output folder.
@@ -220,6 +236,8 @@ def cached_part(
         SettingsMismatchError: When the saved part was made with other settings (and not ``overwrite``).
         InputsChangedError: When the saved part's input files changed since (and not ``overwrite``).
         SumsMismatchError: When the saved part's ``.sums.npz`` is missing or another table's (and not ``overwrite``).
+        UnreadablePartError: When the saved part cannot be read (and not ``overwrite``).
+        InputsChangedError: When an input file that was not read as a whole changed while the part was computed.
         OutputConflictError: When a file the part would write was not written by poslens.
 
     Example:
@@ -229,16 +247,47 @@ def cached_part(
     inputs = dict(inputs or {})
     key = part_key(settings, names, inputs)
     wanted = settings_values(settings, names)
+    saved: list[Result] = []
+
+    def look() -> str:
+        previous = _saved_part(path, name, key, wanted, inputs, overwrite, log)
+        saved.extend([] if previous is None else [previous])
+        return "compute" if previous is None else "reuse"
+
+    # rank 0 looks at the folder (where it writes), and every rank does as it decides
+    if distributed.decided_by_main(look) == "reuse":
+        return saved[0] if saved else Result.load(path)
+    log(f"[{name}] computing")
+    start = time.perf_counter()
+    with recording_reads() as reads:
+        result = compute()
+    inputs = distributed.decided_by_main(lambda: inputs_as_read(inputs, reads, f"the {name} part"))
+    result.meta["settings_key"] = part_key(settings, names, inputs)
+    result.meta["settings"] = wanted
+    result.meta["inputs"] = inputs
+    result.meta["part_seconds"] = time.perf_counter() - start
+    if distributed.is_main():  # under torchrun, rank 0 writes
+        result.save(path)
+        files = saved_files(path, result)
+        if written is not None:
+            written.extend(files)
+        log(f"[{name}] done in {result.meta['part_seconds']:.0f} s -> " + ", ".join(str(f) for f in files))
+    return result
+
+
+def _saved_part(
+    path: Path, name: str, key: str, wanted: dict[str, Any], inputs: dict[str, str], overwrite: bool, log: Callable[[str], None]
+) -> Result | None:
+    """The part saved at ``path`` if it can be reused; else None, once its files may be written (see :func:`cached_part`)."""
     if path.exists():
         try:
             previous = Result.load(path)
-        except SumsMismatchError as error:
+        except Exception as error:  # noqa: BLE001 (any reason a saved part cannot be read is refused, naming it)
+            if path.name not in written_files(path.parent):
+                check_replaceable(path)  # not poslens's: the user's file, named as such
             if not overwrite:
-                raise
-            log(f"[{name}] {error}; measuring it again (--overwrite)")
-            remove_ours(_part_files(path))
-        except Exception as error:  # an unreadable part is computed again, loudly
-            log(f"[{name}] {path} cannot be read ({type(error).__name__}: {error}); computing it again")
+                raise unreadable_error(path, error) from error
+            log(f"[{name}] {path} cannot be read ({error}); measuring it again (--overwrite)")
             remove_ours(_part_files(path))
         else:
             if previous.meta.get("settings_key") == key:
@@ -250,20 +299,34 @@ def cached_part(
             remove_ours(_part_files(path))
     for target in _part_files(path):
         check_replaceable(target)  # a file poslens did not write stops the part before it is computed
-    log(f"[{name}] computing")
-    start = time.perf_counter()
-    result = compute()
-    result.meta["settings_key"] = key
-    result.meta["settings"] = wanted
-    result.meta["inputs"] = inputs
-    result.meta["part_seconds"] = time.perf_counter() - start
-    if distributed.is_main():  # under torchrun, rank 0 writes
-        result.save(path)
-        files = saved_files(path, result)
-        if written is not None:
-            written.extend(files)
-        log(f"[{name}] done in {result.meta['part_seconds']:.0f} s -> " + ", ".join(str(f) for f in files))
-    return result
+    return None
+
+
+def unreadable_error(path: Path, error: BaseException) -> PoslensError:
+    """The refusal of a saved part that cannot be read: it is left as it is unless ``--overwrite`` asks to replace it.
+
+    Args:
+        path: The part's file (``….parquet`` or ``attribution.json``).
+        error: Why it cannot be read.
+
+    Returns:
+        The error to raise: a :class:`~poslens.errors.SumsMismatchError` as it is (its message says what to do),
+        else an :class:`UnreadablePartError` naming the file and the reason.
+
+    Example:
+        >>> from poslens.errors import SumsFormatError
+        >>> print(unreadable_error(Path("out/leakage.parquet"), SumsFormatError("out/leakage.sums.npz: sums format 9 is newer")))
+        out/leakage.parquet cannot be read: out/leakage.sums.npz: sums format 9 is newer. poslens does not delete or replace it:
+        pass --overwrite to measure the part again (replacing the files of it that poslens wrote), or choose another --out.
+    """
+    if isinstance(error, SumsMismatchError):
+        return error
+    reason = str(error) if isinstance(error, PoslensError) else f"{type(error).__name__}: {error}"
+    reason = reason.removeprefix(f"{path}: ").removeprefix(f"{path} ")
+    return UnreadablePartError(
+        f"{path} cannot be read: {reason}. poslens does not delete or replace it: pass --overwrite to measure the part "
+        "again (replacing the files of it that poslens wrote), or choose another --out."
+    )
 
 
 def _part_files(path: Path) -> list[Path]:

@@ -46,14 +46,16 @@ from poslens.model.corpus import Corpus, make_corpus
 from poslens.model.guards import check_seq_len
 from poslens.model.loading import load_model
 from poslens.model.pos_model import PosModel
-from poslens.ownership import check_replaceable, record_written, remove_ours
+from poslens.model.reads import recording_reads
+from poslens.ownership import check_replaceable, record_written, remove_ours, replacing, written_files
 from poslens.runtime import distributed
-from poslens.study.inputs import corpus_inputs, model_inputs
+from poslens.study.inputs import corpus_inputs, inputs_as_read, model_inputs
 from poslens.study.part_cache import (
     cached_part,
     check_same_settings,
     part_key,
     refusal_error,
+    unreadable_error,
 )
 from poslens.study.settings import COMMAND_SETTINGS, MEASURE_KEYS, Settings, settings_values
 
@@ -88,11 +90,13 @@ class Study:
         self._model: PosModel | None = None
         self._corpus: Corpus | None = None
         self._inputs: dict[str, str] | None = None
+        self._reads: dict[str, str] = {}  # the corpus files this study read, by the hash of the bytes read
 
     def inputs(self) -> dict[str, str]:
         """sha256 of the files the measured parts are made from: the model's files and the corpus's, by path.
 
-        Computed from the files alone, before any model loads (:mod:`poslens.study.inputs`).
+        Computed from the files alone, before any model loads (:mod:`poslens.study.inputs`); once the
+        study has read the corpus, its files count by the hash of the bytes read.
 
         Returns:
             ``{file path: sha256}``.
@@ -104,7 +108,7 @@ class Study:
         if self._inputs is None:
             s = self.settings
             self._inputs = {**model_inputs(s.model), **corpus_inputs(s.corpus, s.text_field)}
-        return self._inputs
+        return {**self._inputs, **self._reads}
 
     def _part(self, name: str, names: tuple[str, ...], compute: Callable[[], Result], inputs: dict[str, str] | None = None) -> Result:
         return cached_part(
@@ -147,9 +151,12 @@ class Study:
         """
         if self._corpus is None:
             s = self.settings
-            self._corpus = make_corpus(
-                self.model(), s.corpus, n_seqs=s.n_seqs, seq_len=s.seq_len, position0=s.position0, seed=s.seed, text_field=s.text_field
-            )
+            model = self.model()
+            with recording_reads() as reads:
+                self._corpus = make_corpus(
+                    model, s.corpus, n_seqs=s.n_seqs, seq_len=s.seq_len, position0=s.position0, seed=s.seed, text_field=s.text_field
+                )
+            self._reads.update(reads)
         return self._corpus
 
     def _measure(self, interventions=(), probe: bool = True) -> Result:
@@ -388,7 +395,7 @@ class Study:
         Example:
             >>> study.relativize().figure("all")[["value", "ci_low", "ci_high"]]  # doctest: +SKIP
         """
-        from poslens.mechanisms.attribution import Attribution, cumulative_attribution
+        from poslens.mechanisms.attribution import Attribution
 
         s = self.settings
         calibration_seed = s.seed + 1 if s.calibration_seed is None else s.calibration_seed
@@ -400,13 +407,48 @@ class Study:
         names = COMMAND_SETTINGS["relativize"]
         inputs = self.inputs()
         key, wanted = part_key(s, names, inputs), settings_values(s, names)
+        saved: list[Attribution] = []
+
+        def look() -> str:  # rank 0 looks at the folder, as cached_part does
+            previous = self._saved_attribution(key, wanted, inputs)
+            saved.extend([] if previous is None else [previous])
+            return "compute" if previous is None else "reuse"
+
+        if distributed.decided_by_main(look) == "reuse":
+            return saved[0] if saved else Attribution.load(self.out)
+        self.log("[relativize] computing")
+        start = time.perf_counter()
+        with recording_reads() as reads:
+            result = self._attribution(calibration_seed)
+        inputs = distributed.decided_by_main(lambda: inputs_as_read(inputs, reads, "the relativize part"))
+        result.meta.update(
+            settings_key=part_key(s, names, inputs),
+            settings=wanted,
+            inputs=inputs,
+            part_seconds=time.perf_counter() - start,
+        )
+        if distributed.is_main():  # under torchrun, rank 0 writes
+            written = result.save(self.out)
+            record_written(written)
+            self.written.extend(written)
+            self.log(f"[relativize] done in {result.meta['part_seconds']:.0f} s -> " + ", ".join(str(f) for f in written))
+        return result
+
+    def _saved_attribution(self, key: str, wanted: dict[str, Any], inputs: dict[str, str]) -> Attribution | None:
+        """The relativize part saved in the folder if it can be reused; else None, once its files may be written."""
+        from poslens.mechanisms.attribution import Attribution
+
         files = [self.out / name for name in RELATIVIZE_FILES]
         record = self.out / "attribution.json"
         if record.exists():
             try:
                 previous = Attribution.load(self.out)
-            except Exception as error:  # an unreadable part is computed again, loudly
-                self.log(f"[relativize] {self.out} holds an attribution that cannot be read ({type(error).__name__}: {error}); computing it again")
+            except Exception as error:  # noqa: BLE001 (any reason it cannot be read is refused, naming it)
+                if record.name not in written_files(self.out):
+                    check_replaceable(record)  # not poslens's: the user's file, named as such
+                if not self.overwrite:
+                    raise unreadable_error(record, error) from error
+                self.log(f"[relativize] {record} cannot be read ({type(error).__name__}: {error}); measuring it again (--overwrite)")
                 remove_ours(files)
             else:
                 if previous.meta.get("settings_key") == key:
@@ -418,8 +460,13 @@ class Study:
                 remove_ours(files)
         for target in files:
             check_replaceable(target)
-        self.log("[relativize] computing")
-        start = time.perf_counter()
+        return None
+
+    def _attribution(self, calibration_seed: int) -> Attribution:
+        """The cumulative attribution of :meth:`relativize`, computed (its corpora drawn, every mode measured)."""
+        from poslens.mechanisms.attribution import cumulative_attribution
+
+        s = self.settings
         model = self.model()
         measured = make_corpus(
             model, s.corpus, n_seqs=s.relativize_seqs, seq_len=s.relativize_len, position0=s.position0, seed=s.seed, text_field=s.text_field
@@ -443,7 +490,7 @@ class Study:
                 f"{s.relativize_len} tokens (--n-seqs + --calibration-seqs); {error}"
             ) from error
         calibration = drawn.excluding(measured, n_calibration)
-        result = cumulative_attribution(
+        return cumulative_attribution(
             model,
             measured,
             calibration,
@@ -456,13 +503,6 @@ class Study:
             counterfactual=s.counterfactual,
             disk_budget=s.disk_budget,
         )
-        result.meta.update(settings_key=key, settings=wanted, inputs=inputs, part_seconds=time.perf_counter() - start)
-        if distributed.is_main():  # under torchrun, rank 0 writes
-            written = result.save(self.out)
-            record_written(written)
-            self.written.extend(written)
-            self.log(f"[relativize] done in {result.meta['part_seconds']:.0f} s -> " + ", ".join(str(f) for f in written))
-        return result
 
     def claims(self, parts: dict[str, Result]) -> Claims:
         """Verdicts C1–C7 from whichever parts were run; writes ``claims.csv`` and ``claim_inputs.csv``.
@@ -516,6 +556,7 @@ class Study:
 
         ``write(tmp)`` fills a temporary file; the file is then listed in the
         folder's manifest (:mod:`poslens.ownership`) and in :attr:`written`.
+        Under torchrun, rank 0 alone writes (the other ranks return ``path``).
 
         Args:
             path: The file to write.
@@ -531,9 +572,11 @@ class Study:
             >>> [p.name for p in study.written]
             ['run.json']
         """
-        check_replaceable(path)
-        atomic_write(path, write)
-        record_written([path])
+        if not distributed.is_main():
+            return path
+        with replacing([path]):
+            atomic_write(path, write)
+            record_written([path])
         self.written.append(path)
         return path
 

@@ -36,7 +36,7 @@ from poslens.fit.metric_glossary import GLOSSARY
 from poslens.measurement.display import quantized_note
 from poslens.measurement.result import Result
 from poslens.measurement.templating import page_templates
-from poslens.ownership import check_replaceable, record_written
+from poslens.ownership import record_written, replacing
 from poslens.study.claim_table import Claims
 from poslens.study.claims import STATEMENTS, not_measured_summary
 from poslens.study.report_figures import claim_figures
@@ -209,7 +209,7 @@ def build_report(parts: dict[str, Result], claims: Claims, settings: dict[str, A
         metrics=metric_names(claims, parts),
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    check_replaceable(path)
-    atomic_write_text(path, page)
-    record_written([path])
+    with replacing([path]):
+        atomic_write_text(path, page)
+        record_written([path])
     return path

@@ -32,6 +32,12 @@ def _with_ablation(leakage: Result, ablation: Result) -> pd.DataFrame:
     return pd.concat([before, after], ignore_index=True)
 
 
+def _key0_rows_note(attribution: Any) -> str:
+    """The sentence on the rows a sliding window leaves the key-0 modes (:func:`poslens.mechanisms.attribution.key0_rows`), or ``""``."""
+    rows = (getattr(attribution, "meta", None) or {}).get("key0_rows")
+    return f"Note: {rows['note']}." if rows else ""
+
+
 _REDUCTION_NOTE = "a reduction above 100% means C_res changed sign: the intervention reversed it rather than only removing it; below 0, C_res grew"
 
 
@@ -214,6 +220,7 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
                     "kernel of the same norm. C7 reads r = 1 − mean over layers ≥ 2 of the edited L over the unedited one "
                     "under 'every column'; C3 reports the same under 'key 0 only'. "
                     f"{record[0]} sequences × {record[1]} tokens; paired delete-one-group jackknife 95% intervals.",
+                    _key0_rows_note(attribution),
                     quantized_note(attribution),
                 ),
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -272,7 +273,8 @@ def command_line(command: str, settings: dict[str, Any], out: Any) -> str:
     """The ``poslens`` command that makes part ``command`` with ``settings`` into ``out``: it agrees with the parts there.
 
     Only settings that differ from the defaults are spelled out; settings the
-    command does not take are left out.
+    command does not take are left out. The words are quoted for a POSIX shell
+    (:func:`shlex.join`): a corpus named ``c;touch X;.jsonl`` is one argument.
 
     Args:
         command: a part's command (``"ablate-sinks"``, ``"compare"``, …).
@@ -287,6 +289,8 @@ def command_line(command: str, settings: dict[str, Any], out: Any) -> str:
         'poslens ablate-sinks --model models/llama --n-seqs 4 --seq-len 32 --out A'
         >>> command_line("compare", {"compare_seqs": 4, "compare_quick": False, "groups": 2}, "A")
         'poslens compare --n-seqs 4 --full --groups 2 --out A'
+        >>> command_line("leakage", {"corpus": "my texts;rm -rf x.txt"}, "out dir")
+        "poslens leakage --corpus 'my texts;rm -rf x.txt' --out 'out dir'"
     """
     defaults = settings_values(Settings(), tuple(f for f in asdict(Settings()) if f != "cases"))
     words = ["poslens", command]
@@ -305,7 +309,7 @@ def command_line(command: str, settings: dict[str, Any], out: Any) -> str:
             words += [OPTION_NAMES[name], ",".join(str(v) for v in value)]
         else:
             words += [_COMMAND_OPTIONS.get(command, {}).get(name, OPTION_NAMES[name]), str(value)]
-    return " ".join([*words, "--out", str(out)])
+    return shlex.join([*words, "--out", str(out)])  # quoted: pasted into a shell, it runs as this one command
 
 
 def settings_values(settings: Settings, names: tuple[str, ...]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ part's figures, the registry of parts, and the tables they go into.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 import traceback
 from collections.abc import Callable
@@ -313,7 +314,8 @@ class ZooMeasureOptions:
 def _family(zoo: Path) -> tuple[dict, pd.DataFrame]:
     for name in ("zoo.json", "summary.csv", "held_out.jsonl"):
         if not (zoo / name).exists():
-            raise NotFoundError(f"{zoo / name} is missing: {zoo} is not a family trained by poslens zoo (run poslens zoo --out {zoo} first)")
+            run = shlex.join(["poslens", "zoo", "--out", str(zoo)])  # quoted: pasted into a shell, it is this one command
+            raise NotFoundError(f"{zoo / name} is missing: {zoo} is not a family trained by poslens zoo (run {run} first)")
     return json.loads((zoo / "zoo.json").read_text()), pd.read_csv(zoo / "summary.csv")
 
 
