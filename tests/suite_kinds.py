@@ -77,6 +77,7 @@ SLOW_TESTS: dict[str, str] = {
         "test_integrity.py::test_a_second_run_into_a_locked_folder_is_refused_at_once_naming_the_holder",
         "test_path_readouts.py::test_the_path_table_saves_reloads_and_plots",
         "test_key_phase.py::test_identity_reproduces_the_unedited_tables",
+        "test_batches_span_groups.py::test_measure_with_batches_across_groups_equals_batches_within_groups",
     )
 }
 REQUIRE_BROWSER = "POSLENS_REQUIRE_BROWSER"

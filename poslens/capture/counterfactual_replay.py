@@ -87,9 +87,10 @@ class CounterfactualReplay:
         a batch holds several groups, and the hooks visit the groups of one layer before the next layer.
         """
         out = {}
+        row_query_bin = self._row_query_bin.numpy()
         for w, x in self.cross_fit.variants(group, layer).items():
-            cells = torch.as_tensor(np.exp(-x)).unflatten(-1, (self.n_query_bins, self.n_offset_bins))  # [variant, head, C, B]
-            out[w] = cells.index_select(2, self._row_query_bin[: self.rows[w]])
+            cells = np.exp(-x).reshape(*x.shape[:-1], self.n_query_bins, self.n_offset_bins)  # [variant, head, C, B]
+            out[w] = torch.as_tensor(np.take(cells, row_query_bin[: self.rows[w]], axis=2))
         return out
 
     def add(self, group: int, layer: int, row_bins: Float[np.ndarray, "batch heads seq bins"] | Float[torch.Tensor, "batch heads seq bins"]) -> None:

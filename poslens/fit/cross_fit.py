@@ -150,14 +150,16 @@ class CrossFit:
         """
         n_groups, n_seqs = self.n_groups, self.sequence_count
         at = slice(None) if layer is None else layer
+        # what each variant drops: groups g and v (g alone for v = g, and always with two groups), as sums
+        dropped_count = n_seqs[group] + n_seqs if n_groups > 2 else np.full(n_groups, n_seqs[group])
+        dropped_count[group] = n_seqs[group]
         out = {}
         for query_window, fits in self.fits.items():
-            variants = []
-            for variant in range(n_groups):
-                drop = {group, variant} if n_groups > 2 else {group}
-                kept = self.total[query_window][at] - sum(fits[g][at] for g in drop)
-                variants.append(kept / (n_seqs.sum() - sum(n_seqs[g] for g in drop)))
-            out[query_window] = np.stack(variants)
+            fits_at, own = fits[:, at], fits[group, at]
+            dropped = own[None] + fits_at if n_groups > 2 else np.broadcast_to(own, fits_at.shape).copy()
+            dropped[group] = own
+            kept = self.total[query_window][at][None] - dropped
+            out[query_window] = kept / (n_seqs.sum() - dropped_count).reshape(-1, *[1] * own.ndim)
         return out
 
 
