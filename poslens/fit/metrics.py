@@ -338,7 +338,7 @@ def probe_metrics(
 
     Args:
         sums: Grouped sums (at least 2 groups).
-        penalty: Ridge penalty, relative to each feature's variance (:func:`~poslens.fit.stats.ridge_fit`, all folds at once: :func:`~poslens.fit.stats.ridge_fits`).
+        penalty: Ridge penalty, relative to each feature's variance (:func:`~poslens.fit.stats.ridge_fits`).
 
     Returns:
         ``(pooled, per_fold)``: the held-out R², [query_window, layer + 1] and [G, query_window, layer + 1].
@@ -362,7 +362,8 @@ def probe_metrics(
                         tuple(x[layer, w] for x in (train.probe_gram, train.probe_design_x_target, train.probe_target, train.probe_row_count))
                     )
     if fits:  # all the folds' probes in one call: one stacked pseudo-inverse
-        thetas = ridge_fits(*(np.stack(part) for part in zip(*fits, strict=True)), penalty)
+        gram, design_x_target, target, rows = (np.stack(part) for part in zip(*fits, strict=True))
+        thetas = ridge_fits(gram, design_x_target, target, rows, penalty)
         for (g, w, layer, test), theta in zip(tests, thetas, strict=True):
             sse[g, w, layer], sst[g, w, layer] = held_out_r2(
                 theta,
