@@ -3,7 +3,7 @@
 The public API, re-exported here (the tutorials use only these names):
 
 - loading and measuring: :func:`load_model`, :func:`make_corpus`, :func:`measure`, :class:`Result`;
-- interventions and their effect: :class:`BosReplacement`, :class:`SinkAblation`, :func:`reduction`;
+- interventions and their effect: :class:`BosReplacement`, :class:`SinkAblation`, :func:`reduction`, :func:`paired_difference`;
 - per-head answers: :func:`sink_heads` (the sink-reading heads with their C_res and C_mask);
 - cause: :func:`calibrate_relativization` and :class:`Relativization` (an edit that leaves each head's logits no
   absolute component), :func:`cumulative_attribution` (every layer relativized, each measured before its own edit);
@@ -26,7 +26,7 @@ from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result
 from poslens.mechanisms.architectures import Case, case_table, compare
 from poslens.mechanisms.attribution import cumulative_attribution
-from poslens.mechanisms.effects import reduction
+from poslens.mechanisms.effects import paired_difference, reduction
 from poslens.mechanisms.interventions import BosReplacement, SinkAblation
 from poslens.mechanisms.relativization import Relativization
 from poslens.mechanisms.relativization_fit import calibrate as calibrate_relativization
@@ -61,6 +61,7 @@ __all__ = [
     "load_model",
     "make_corpus",
     "measure",
+    "paired_difference",
     "parse_variant",
     "plots",
     "reduction",

@@ -175,6 +175,15 @@ class GroupedBatches:
 
     @group.setter
     def group(self, group: int) -> None:
+        """Say that every sequence of the next batch belongs to ``group``; clears :attr:`sequence_groups`.
+
+        Args:
+            group: The group.
+
+        Example:
+            >>> owner = GroupedBatches(); owner.sequence_groups = np.array([0, 1]); owner.group = 1; owner.sequence_groups is None
+            True
+        """
         self._group = int(group)
         self.sequence_groups = None
 

@@ -208,6 +208,7 @@ class CellSumCapture(GroupedBatches):
             >>> capture.add_structure(batch=4)
             >>> capture.sums.group_sizes.tolist()
             [0.0, 4.0]
+            >>> import numpy as np
             >>> capture.sequence_groups = np.array([0, 1, 1])   # a batch spanning both groups
             >>> capture.add_structure(batch=3)
             >>> capture.sums.group_sizes.tolist()

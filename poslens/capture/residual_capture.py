@@ -130,6 +130,7 @@ class ResidualCapture(GroupedBatches):
             >>> capture.add(0, 0, torch.tensor([[[9.0, 9.0], [1.0, 2.0], [3.0, 4.0]]]))
             >>> capture.finish().position_sum[0, 0, 0].tolist()   # position 0 is not a row
             [[0.0, 0.0], [1.0, 2.0], [3.0, 4.0]]
+            >>> import numpy as np
             >>> capture.sequence_groups = np.array([0, 1])   # a batch spanning both groups
             >>> capture.add(0, 0, torch.ones(2, 3, 2)); capture.finish().rows.tolist()
             [4.0, 2.0]

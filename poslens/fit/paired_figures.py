@@ -70,6 +70,9 @@ class Figures:
         Returns:
             All their figures, in order.
 
+        Raises:
+            ValueError: When levels and differences are mixed.
+
         Example:
             >>> keys = pd.DataFrame({"metric": ["m"], "layer": [0], "query_window": ["all"], "query_bin": [-1]})
             >>> one = Figures(keys, np.zeros(1), np.zeros((1, 2)), np.array(["fold"]))
