@@ -14,7 +14,7 @@ TL3_TESTS := tests/test_hooked_transformer.py tests/test_in_memory.py tests/test
 	tests/test_leakage_reference.py tests/test_decomposition_reference.py tests/test_notebooks.py
 OUT ?= results/quick
 
-.PHONY: setup report test test-fast docs clean
+.PHONY: setup report test test-integration test-fast docs clean
 
 setup: $(STAMP)
 
@@ -41,15 +41,22 @@ $(STAMP): pyproject.toml Makefile
 report: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/poslens report --quick --out $(OUT)
 
-# the strict docs build, and its offline checks, run inside the suite (tests/test_docs.py); every kind of test runs,
-# and POSLENS_REQUIRE_BROWSER=1 turns the browser test's skip (no chromium or chromedriver) into a failure
+# make test: lint, types, and every kind of test but integration (unit, notebooks, docs with the strict docs build,
+# browser), then the tiny-model core again over TransformerLens 3.9; under 20 minutes on an idle 2-core machine.
+# POSLENS_REQUIRE_BROWSER=1 turns the browser test's skip (no chromium or chromedriver) into a failure.
+# make test-integration runs the slow rest (the embedded 4-bit models, whole commands: wheel, torchrun, zoo; the dense
+# references), also over TransformerLens 3.9 where they need it.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy poslens/fit poslens/capture poslens/measurement
-	HF_HUB_OFFLINE=1 POSLENS_REQUIRE_BROWSER=1 $(PY) -m pytest -q
+	HF_HUB_OFFLINE=1 POSLENS_REQUIRE_BROWSER=1 $(PY) -m pytest -q -m "not integration"
 	@echo "the tiny-model core again, over TransformerLens 3.9 and sae-lens ($(TL3)):"
-	HF_HUB_OFFLINE=1 POSLENS_REQUIRE_TL3=1 PYTHONPATH=$(abspath $(TL3)) $(PY) -m pytest -q -m "not embedded or tl3" -p no:cacheprovider $(TL3_TESTS)
+	HF_HUB_OFFLINE=1 POSLENS_REQUIRE_TL3=1 PYTHONPATH=$(abspath $(TL3)) $(PY) -m pytest -q -m "not integration and (not embedded or tl3)" -p no:cacheprovider $(TL3_TESTS)
+
+test-integration: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m integration
+	HF_HUB_OFFLINE=1 POSLENS_REQUIRE_TL3=1 PYTHONPATH=$(abspath $(TL3)) $(PY) -m pytest -q -m "integration and (not embedded or tl3)" -p no:cacheprovider $(TL3_TESTS)
 
 # the unit tests alone (marker unit: no embedded model, notebook, docs build or browser), in under 2 minutes
 test-fast: $(STAMP)

@@ -42,7 +42,7 @@ from poslens.measurement.result_files import META_KEY
 from poslens.mechanisms.attribution import Attribution
 from poslens.mechanisms.comparisons import comparison_table
 from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE, Claims
-from poslens.study.rules import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED
+from poslens.study.rules import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED, joint
 from poslens.study.verdict_summary import summary_rows
 
 PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "fingerprint", "compare")
@@ -337,6 +337,12 @@ def read_claims(folder: Path) -> Claims | None:
     return Claims.read(folder)
 
 
+def _own(row: Any) -> str:
+    """A claims row's own verdict: its comparison alone (C4), the claim's verdict for the other claims."""
+    own = row["own_verdict"]
+    return str(row["verdict"]) if own is None or pd.isna(own) else str(own)
+
+
 def claims_section(folder: Path) -> str:
     lines = ["## Claims", ""]
     claims = read_claims(folder)
@@ -344,7 +350,9 @@ def claims_section(folder: Path) -> str:
         return "\n".join(lines + [f"*`{CLAIMS_FILE}` or `{INPUTS_FILE}` is not in this run folder (run `poslens claims --out {folder}`).*", ""])
     lines.append(
         "Each verdict is computed from the figures by the rule stated with it (methodology §9); "
-        "none is written by hand. A claim can rest on several figures, one row each. Intervals are 95%."
+        "none is written by hand. A claim can rest on several figures, one row each. Intervals are 95%. "
+        "*This row* is the verdict of the row's own figure by its rule; *the claim* is the claim's verdict, the same "
+        "on each of its rows: C4's comes from all its comparisons together (one against the claim makes it not supported)."
     )
     lines.append("")
     rows, seen = [], set()
@@ -361,11 +369,14 @@ def claims_section(folder: Path) -> str:
                 r["model"] if r["model"] is not None and not pd.isna(r["model"]) else "—",
                 figure_label(shown.iloc[0]) if len(shown) else "",
                 figure,
-                f"**{r['verdict']}**",
+                f"**{_own(r)}**",
+                str(r["verdict"]),
             ]
         )
     lines.append(
-        markdown_table(["claim", "statement", "model / comparison", "figure", "value [95%]", "verdict"], rows, ["l", "l", "l", "l", "r", "l"])
+        markdown_table(
+            ["claim", "statement", "model / comparison", "figure", "value [95%]", "this row", "the claim"], rows, ["l", "l", "l", "l", "r", "l", "l"]
+        )
     )
     # The rule of a claim is shared by its rows: give each distinct rule, with the inputs it read, once. Plain HTML
     # inside <details>: Markdown in a raw HTML block is not rendered (no md_in_html), HTML is, on the docs site and on
@@ -409,7 +420,9 @@ def claims_summary(folder: Path, findings_link: str = "docs/findings.md") -> str
             figure, label = "—", ""
         else:
             figure, label = with_interval(top["value"], top["ci_low"], top["ci_high"]), figure_label(top)
-        rows.append([f"**{claim}**", first["statement"], model, f"{label}: {figure}" if label else figure, f"**{first['verdict']}**"])
+        own = joint(_own(r) for _, r in part.iterrows()) if first["verdict"] != NOT_MEASURED else NOT_MEASURED
+        verdict = f"**{own}**" if own == first["verdict"] else f"**{own}** (the claim: {first['verdict']})"
+        rows.append([f"**{claim}**", first["statement"], model, f"{label}: {figure}" if label else figure, verdict])
     table = markdown_table(["claim", "statement", "model / case", "headline figure [95%]", "verdict"], rows, ["l", "l", "l", "l", "l"])
     note = (
         f"*From the full run's tables (`docs/findings_data`, 4-bit quantized weights), written by "

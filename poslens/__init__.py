@@ -7,6 +7,8 @@ The public API, re-exported here (the tutorials use only these names):
 - per-head answers: :func:`sink_heads` (the sink-reading heads with their C_res and C_mask);
 - cause: :func:`calibrate_relativization` and :class:`Relativization` (an edit that leaves each head's logits no
   absolute component), :func:`cumulative_attribution` (every layer relativized, each measured before its own edit);
+  the path-specific tests :func:`path_specific_tests`, with their edits :class:`KeyPhaseFreeze` (key 0's RoPE phase
+  frozen) and :class:`MaskOnlySinkProfile` (the sink's mask-only key-0 mass);
 - architectures: :class:`Case`, :func:`compare`, :func:`case_table`;
 - the study: :class:`Study`, :class:`Settings`, :mod:`claims` (verdicts C1–C7), :mod:`plots`.
 
@@ -28,6 +30,9 @@ from poslens.mechanisms.architectures import Case, case_table, compare
 from poslens.mechanisms.attribution import cumulative_attribution
 from poslens.mechanisms.effects import paired_difference, reduction
 from poslens.mechanisms.interventions import BosReplacement, SinkAblation
+from poslens.mechanisms.key_phase import KeyPhaseFreeze
+from poslens.mechanisms.mask_only_sink import MaskOnlySinkProfile
+from poslens.mechanisms.path_tests import path_specific_tests
 from poslens.mechanisms.relativization import Relativization
 from poslens.mechanisms.relativization_fit import calibrate as calibrate_relativization
 from poslens.mechanisms.sinks import sink_heads
@@ -43,6 +48,8 @@ __all__ = [
     "BosReplacement",
     "Case",
     "Corpus",
+    "KeyPhaseFreeze",
+    "MaskOnlySinkProfile",
     "ModelNotSupportedError",
     "PosModel",
     "REGISTRY",
@@ -63,6 +70,7 @@ __all__ = [
     "measure",
     "paired_difference",
     "parse_variant",
+    "path_specific_tests",
     "plots",
     "reduction",
     "registry_names",

@@ -319,6 +319,18 @@ def test_c3_reports_the_ablation_and_the_key0_relativization_without_deciding_by
     assert "Reported, not used" in C3_RULE.text() and "D = 64" in C3_RULE.text()
 
 
+def test_c3_reports_the_smallest_fall_the_data_could_detect():
+    from scipy import stats as scipy_stats
+
+    rows = claim_c3(Result(path_table(), {"settings": {"groups": 8}}))
+    got = inputs(rows[0])
+    se = (0.14 - 0.06) / (2 * scipy_stats.t.ppf(0.975, 7))
+    expected = (scipy_stats.t.ppf(0.975, 7) + scipy_stats.t.ppf(0.8, 7)) * se
+    assert got["detectable |fall|"][0] == pytest.approx(expected, rel=1e-12) and got["detectable |fall|"][3] == "reported"
+    assert "detectable |fall beyond sham|" in got
+    assert "detectable |fall|" not in inputs(claim_c3(path_table())[0])  # a bare table records no groups: none claimed
+
+
 def test_c3_missing_rows_are_errors():
     table = path_table()
     sham = table[table["reference"] == "key1-phase:D=64"].index

@@ -67,7 +67,7 @@ def test_the_files_load_and_hold_the_modes_asked_for(measured):
     assert sorted(set(a.table.loc[a.table["mode"] == "all", "calibration_size"])) == [4, 6]  # the calibration's noise
     assert set(a.table.loc[a.table["mode"] == "placebo:all", "calibration_size"]) == {6}  # the placebo: largest size only
     assert set(a.summary["mode"]) == {"key0", "all", "placebo:all"}
-    assert set(a.loss["edit"]) == {"relativize:all", "relativize:key0", "placebo:all", "placebo:key0"}
+    assert set(a.loss["edit"]) == {"relativize:all", "relativize:key0", "placebo:all", "placebo:key0-shift"}
     assert a.meta["settings"]["relativize_modes"] == ["key0", "all"] and a.meta["settings"]["calibration_sizes"] == [4, 6]
     # the calibration corpus: the measured source and length, 4 and 6 sequences, seed --seed + 1
     calibration = a.meta["calibration"]["all@6"]["calibration"]

@@ -124,6 +124,30 @@ def test_findings_page_is_the_full_runs() -> None:
         assert f"\n**{claim}: " in want, claim
 
 
+def _make_zoo():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_zoo", ROOT / "docs" / "make_zoo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_zoo_page_is_the_committed_family() -> None:
+    # The zoo page and its emergence curves are generated from docs/zoo_data (C4's inference-time verdicts from
+    # docs/findings_data): regenerating them must give the committed page and SVG files byte for byte.
+    zoo = _make_zoo()
+    data = ROOT / "docs" / "zoo_data"
+    want = zoo.build(data, ROOT / "docs" / "findings_data")
+    assert want == (ROOT / "docs" / "zoo.md").read_text(encoding="utf-8"), "docs/zoo.md is stale: run .venv/bin/python docs/make_zoo.py"
+    for name, text in zoo.zoo_figures(data).items():
+        assert f"](img/zoo/{name})" in want, name
+        assert text == (ROOT / "docs" / "img" / "zoo" / name).read_text(encoding="utf-8"), f"docs/img/zoo/{name} is stale: run docs/make_zoo.py"
+    for heading in ("## The task: Bigram-Backcopy", "### Sink emergence", "## C4 inside the family", "## What the zoo can and cannot say"):
+        assert f"\n{heading}\n" in want, heading
+    assert "GPU" in want and "No NoPE member" in want
+
+
 def test_findings_linked_from_readme_and_home() -> None:
     assert "](docs/findings.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert "](findings.md)" in (ROOT / "docs" / "index.md").read_text(encoding="utf-8")

@@ -85,7 +85,7 @@ def _driver(browser: tuple[str, str]):
 
 
 def test_report_writes_every_artifact(report_dir):
-    for name in ("leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "compare"):
+    for name in ("leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "compare", "path-tests"):
         assert (report_dir / f"{name}.parquet").exists(), name
         assert (report_dir / f"{name}.csv").exists(), name
     claims = pd.read_csv(report_dir / "claims.csv")
@@ -97,7 +97,7 @@ def test_report_writes_every_artifact(report_dir):
     assert set(measured["verdict"]) <= {"supported", "not supported", "inconclusive"}
     run = json.loads((report_dir / "run.json").read_text())
     assert run["models"] and all(m["sha256"] for name, m in run["models"].items() if name.startswith("smollm2"))
-    assert set(run["timings_seconds"]) == {"leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "relativize", "compare"}
+    assert set(run["timings_seconds"]) == {"leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "relativize", "compare", "path-tests"}
 
 
 def test_rerun_reuses_finished_parts(report_dir):
@@ -112,9 +112,10 @@ def test_report_notes_the_4bit_weights_of_the_embedded_models(report_dir):
     text = (report_dir / "report.html").read_text()
     note = "Figures from smollm2-135m and gemma3-270m come from 4-bit quantized (GGUF) weights dequantized to float32."
     assert f'<p class="note">{note}</p>' in text
-    # the captions of the eight smollm2-only figures (C1 heatmap, C2 and C3 by layer, C3 sinks, C5 reductions, C6 fingerprint,
-    # C7 attribution and loss change) name smollm2 alone
-    assert text.count("Figures from smollm2-135m come from 4-bit quantized") == 8
+    # the captions of the eleven smollm2-only figures (C1 heatmap, C2 and C3 by layer, C3 sinks, C3's three path-specific
+    # figures: probe R² by edit, the split, the doses; C5 reductions, C6 fingerprint, C7 attribution and loss change)
+    # name smollm2 alone
+    assert text.count("Figures from smollm2-135m come from 4-bit quantized") == 11
 
 
 def test_report_renders_offline_without_console_errors(browser, report_dir):
@@ -182,7 +183,8 @@ def test_report_summary_badges_and_a_rule_opened_by_a_click(browser, report_dir)
             assert len(badges) == 1 and badges[0].is_displayed()
             verdict = badges[0].text
             claim = row.get_attribute("data-claim")
-            assert verdict in set(claims.loc[claims["claim"] == claim, "verdict"]), (claim, verdict)
+            # the badge is the row's own verdict (its comparisons alone; for C4 the claim's verdict stands beside it)
+            assert verdict in set(claims.loc[claims["claim"] == claim, "own_verdict"]), (claim, verdict)
             assert verdict.replace(" ", "-") in badges[0].get_attribute("class").split()
             colour = badges[0].value_of_css_property("background-color")
             assert colour not in ("rgba(0, 0, 0, 0)", "transparent"), colour

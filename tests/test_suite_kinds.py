@@ -80,3 +80,7 @@ def test_the_makefile_runs_unit_tests_fast_and_requires_the_browser_in_make_test
     assert fast and "-m unit" in fast.group(1)
     full = re.search(r"^test:.*\n((?:\t.*\n)+)", makefile, re.M)
     assert full and f"{REQUIRE_BROWSER}=1" in full.group(1)
+    # make test leaves the slow integration tests to make test-integration, which runs every one of them
+    assert full.group(1).count('-m "not integration') == 2
+    integration = re.search(r"^test-integration:.*\n((?:\t.*\n)+)", makefile, re.M)
+    assert integration and "-m integration" in integration.group(1) and '-m "integration and' in integration.group(1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -175,6 +176,8 @@ def test_bad_options_are_refused_before_training(tmp_path):
         (["--members", "nope"], "unknown zoo member"),
         (["--seeds", "a,b"], "integer seeds"),
         (["--width", "30", "--heads", "4"], "multiple of heads"),
+        (["--task", "nope"], "task must be one of stdlib, bigram-backcopy"),
+        (["--task", "bigram-backcopy"], "max_documents chooses documents of the stdlib task"),  # TINY passes --max-documents
     ]:
         done = runner.invoke(app, ["zoo", *TINY, *option, "--out", str(tmp_path / "x")])
         assert done.exit_code == 2 and word in " ".join(done.output.split()), (option, done.output)
@@ -201,3 +204,74 @@ def test_a_time_budget_stops_every_run_at_the_same_step(tmp_path):
     )
     table = train_family(tmp_path, settings, log=lambda line: None)
     assert set(table["stopped_by"]) == {"time"} and table["steps"].nunique() == 1 and 0 < table["steps"].iloc[0] < 10_000
+
+
+# --------------------------------------------------------------------------- Bigram-Backcopy and the family's measurement
+
+BB = ["--task", "bigram-backcopy", "--steps", "3", "--seq-len", "32", "--width", "16", "--depth", "3", "--heads", "2",
+      "--batch-size", "4", "--eval-every", "2", "--eval-seqs", "4", "--device", "cpu", "--seeds", "0,1", "--members", "standard,sliding"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def backcopy_family(tmp_path_factory):
+    """A tiny Bigram-Backcopy family (standard and sliding × 2 seeds, 3 steps) trained by the command, measured by zoo-measure."""
+    root = tmp_path_factory.mktemp("zoo_bb")
+    out = root / "family"
+    done = runner.invoke(app, ["zoo", *BB, "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    measured = runner.invoke(
+        app,
+        ["zoo-measure", "--zoo", str(out), "--out", str(root / "tables"), "--work", str(root / "work"), "--n-seqs", "8", "--groups", "2",
+         "--early", "8", "--batch-size", "8", "--relativize-seqs", "4", "--replacement", "zero"],
+    )  # fmt: skip
+    assert measured.exit_code == 0, measured.output
+    return out, root / "tables", root / "work"
+
+
+def test_a_backcopy_family_loads_with_the_task_tokenizer_and_its_held_out_chain(backcopy_family):
+    out, _, _ = backcopy_family
+    record = json.loads((out / "zoo.json").read_text())
+    assert record["task"] == "bigram-backcopy" and record["data"]["vocab_size"] == 68 and record["wall_seconds"] > 0
+    model = poslens.load_model(out / "sliding-s1", device="cpu")
+    assert model.sliding_windows == [4, 4, 4] and model.rope_base == [1e4] * 3 and len(model.tokenizer) == 68
+    corpus = poslens.make_corpus(model, str(out / "held_out.jsonl"), n_seqs=4, seq_len=32, seed=0)
+    from poslens.zoo.backcopy import load_backcopy
+
+    chain = load_backcopy().held_out.tolist()
+    assert bool((corpus.tokens[:, 0] == 1).all())
+    for row in corpus.tokens[:, 1:].tolist():  # the measured sequences are windows of the task's held-out chain
+        assert any(chain[k : k + 31] == row for k in range(0, len(chain) - 30, 31))
+
+
+def test_zoo_measure_writes_the_tables_with_every_part_as_the_commands_measure_them(backcopy_family):
+    out, tables, work = backcopy_family
+    parts = pd.read_csv(tables / "parts.csv")
+    assert set(parts["status"]) == {"ok"}, parts[parts["status"] != "ok"].to_string()
+    assert sorted(set(parts["part"])) == ["ablate-sinks", "bos-swap", "leakage", "path-tests", "relativize", "sinks"] and len(parts) == 6 * 4
+    figures = pd.read_csv(tables / "figures.csv")
+    # the leakage figure of one run is the one poslens.measure gives on the same corpus (the leakage command's route)
+    model = poslens.load_model(out / "sliding-s1", device="cpu")
+    corpus = poslens.make_corpus(model, str((out / "held_out.jsonl").resolve()), n_seqs=8, seq_len=32, seed=0)
+    result = poslens.measure(model, corpus, groups=2, early=8, batch_size=8, progress=False)
+    mine = figures.query("member == 'sliding' and seed == 1 and metric == 'c_res' and layer == -1 and query_window == 'all'")
+    assert float(mine["value"].iloc[0]) == pytest.approx(result.value("c_res", "all"), rel=1e-5, abs=1e-9)
+    assert (work / "sliding-s1" / "leakage.parquet").exists()
+    # the path-specific tests' changes, as the part's own table holds them (D = 64: the offset C3 reads)
+    path = figures.query("part == 'path-tests' and member == 'standard' and seed == 0 and metric == 'resid_probe_r2_ge2'")
+    assert {"key0-phase:D=64", "key1-phase:D=64", "key0-phase:D=64 − key1-phase:D=64"} <= set(path["intervention"])
+    table = poslens.Result.load(work / "standard-s0" / "path-tests.parquet").table
+    own = table.query("kind == 'difference' and reference == 'none' and intervention == 'key0-phase:D=64' and layer == -1")
+    own = own.query("metric == 'resid_probe_r2_ge2' and query_bin == -1")
+    assert path.query("intervention == 'key0-phase:D=64'")["value"].iloc[0] == pytest.approx(float(own["value"].iloc[0]), rel=1e-5)  # %.6g
+    # C4's zoo case: the sliding comparison is the mean over seeds of (sliding − standard) of the same seed
+    claims = pd.read_csv(tables / "claims.csv")
+    c_res = figures.query("part == 'leakage' and metric == 'c_res' and layer == -1 and query_window == 'all'").set_index(["member", "seed"])["value"]
+    diffs = [c_res[("sliding", s)] - c_res[("standard", s)] for s in (0, 1)]
+    sliding = claims[claims["model"].str.contains("sliding − standard: c_res, paired")].iloc[0]
+    assert sliding["figure"] == pytest.approx(np.mean(diffs)) and sliding["case"] == "sliding" and set(claims["claim"]) == {"C4"}
+    assert len(claims) == 3  # no large-base-trained member: its comparison is left out, the sliding ones stay
+    family = pd.read_csv(tables / "family.csv")
+    assert set(family["member"]) == {"standard", "sliding"} and family["n_seeds"].max() == 2
+    emergence = pd.read_csv(tables / "emergence.csv")
+    assert sorted(set(emergence["step"])) == [0, 2, 3] and "key0_mass" in emergence.columns
+    assert json.loads((tables / "measure.json").read_text())["parts"] == ["leakage", "sinks", "bos-swap", "ablate-sinks", "relativize", "path-tests"]

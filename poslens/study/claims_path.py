@@ -20,8 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd  # noqa: F401 (the examples build tables with it)
 
+from poslens.fit.stats import t_quantile
+from poslens.mechanisms.comparison_stats import detectable_difference
 from poslens.study.claim_table import REPORTED, Claim, Input, claim_row, keyed, model_label, with_roles
 from poslens.study.claims_relativize import attribution_estimate, attribution_tables
 from poslens.study.lookup import MODEL_AGGREGATE, pick, rows_where, runs, tidy_table, where_text
@@ -104,6 +107,33 @@ def _fall(difference: Estimate, name: str, what: str) -> Estimate:
     )
 
 
+def _detectable(fall: Estimate, groups: int | None) -> Input | None:
+    """The smallest fall the data could detect (two-sided 5%, 80% power), from the fall's interval and G − 1 degrees of freedom."""
+    if not groups or groups < 2 or not np.isfinite(fall.ci_low) or not np.isfinite(fall.ci_high):
+        return None
+    se = (fall.ci_high - fall.ci_low) / (2 * t_quantile(groups))
+    value = float(detectable_difference(se, groups - 1))
+    return Input(
+        Estimate(
+            f"detectable |{fall.name}|",
+            value,
+            np.nan,
+            np.nan,
+            f"the smallest {fall.name} the data could detect (two-sided 5%, 80% power): (t_0.975 + t_0.8, {groups - 1} df) × se, "
+            f"se from the interval of {fall.name}",
+            statistic="detectable",
+            metric=fall.metric,
+            model=fall.model,
+            variant=fall.variant,
+            intervention=fall.intervention,
+            layer=-1,
+            head=-1,
+            query_window="all",
+        ),
+        REPORTED,
+    )
+
+
 def _reported(path: pd.DataFrame, model: str, variant: str) -> list[Input]:
     key0, key1 = f"key0-phase:D={PRIMARY_OFFSET}", f"key1-phase:D={PRIMARY_OFFSET}"
     wanted = [
@@ -132,10 +162,12 @@ def claim_c3(path: Any, leakage: Any = None, ablation: Any = None, attribution: 
     (minus the same under the key-1 sham), both paired over the folds. Rule:
     :data:`C3_RULE`, headline ``fall`` (:data:`C3`).
 
-    Reported beside them, not used: the split of the sink path and the ablation
-    on the same readout, L(log a) and the loss under the freeze, and with the
-    other parts given, C_res at early queries and its reduction under the sink-path
-    ablation (``leakage``, ``ablation``) and r (key0) of the relativize part.
+    Reported beside them, not used: the smallest fall the data could detect
+    (from each fall's interval, when ``path`` records its groups), the split of
+    the sink path and the ablation on the same readout, L(log a) and the loss
+    under the freeze, and with the other parts given, C_res at early queries and
+    its reduction under the sink-path ablation (``leakage``, ``ablation``) and
+    r (key0) of the relativize part.
 
     Two rows per model (the two decisive estimates), with the joint verdict.
 
@@ -173,7 +205,9 @@ def claim_c3(path: Any, leakage: Any = None, ablation: Any = None, attribution: 
             raise ValueError(f"path-tests: no single row of {READOUT!r} for {missing}, model {model!r}, variant {variant!r}")
         fall = _fall(frozen, "fall", f"the fall of the residual probe R² under the key-0 phase freeze at D = {PRIMARY_OFFSET}")
         beyond = _fall(sham, "fall beyond sham", f"the fall under the key-0 freeze beyond that under the key-1 sham, D = {PRIMARY_OFFSET}")
-        extra = _reported(table, model, variant)
+        groups = (getattr(path, "meta", {}) or {}).get("settings", {}).get("groups")
+        extra = [d for d in (_detectable(fall, groups), _detectable(beyond, groups)) if d is not None]
+        extra += _reported(table, model, variant)
         extra += _earlier_parts(leakage, ablation, attribution, model, variant)
         outcome = verdict(C3_RULE, (fall, beyond))
         inputs = with_roles(C3_RULE, (fall, beyond), C3.headline, extra=extra)

@@ -37,6 +37,7 @@ from poslens.study.claims import not_measured_summary
 from poslens.study.output_lock import OutputLock
 from poslens.study.part_cache import complete_parts
 from poslens.study.parts import Settings, Study
+from poslens.study.zoo_measure import ZooMeasureOptions, measure_family
 from poslens.version import __version__
 from poslens.zoo.family import MEMBERS as ZOO_MEMBERS
 from poslens.zoo.train import ZooSettings, train_family
@@ -810,6 +811,10 @@ def relativize(
 @app.command()
 def zoo(
     out: Path = typer.Option(..., help="Output folder: one Hugging Face model folder per member and seed, log.csv, summary.csv/.md."),
+    task: str = typer.Option(
+        ZooSettings.task,
+        help="stdlib (the Python standard library's source, byte tokens) or bigram-backcopy (a synthetic task, sized for the CPU; see docs/zoo.md).",
+    ),
     steps: int = typer.Option(ZooSettings.steps, min=1, help="Training steps (every run takes the same number)."),
     seq_len: int = typer.Option(ZooSettings.seq_len, min=4, help="Tokens per training sequence T, BOS included (the sliding window is T/8)."),
     width: int = typer.Option(ZooSettings.width, min=2, help="Hidden size."),
@@ -830,6 +835,7 @@ def zoo(
     eval_every: int = typer.Option(ZooSettings.eval_every, min=1, help="Steps between checkpoints (held-out loss, sink count)."),
     eval_seqs: int = typer.Option(ZooSettings.eval_seqs, min=1, help="Held-out sequences per checkpoint."),
     tau: float = cli_options.TAU,
+    weight_decay: float = typer.Option(ZooSettings.weight_decay, min=0.0, help="AdamW's weight decay."),
     time_budget: float | None = typer.Option(
         None, min=0.001, help="Seconds of training per run (member × seed); the family stops at this times the number of runs. Default: --steps only."
     ),
@@ -840,13 +846,15 @@ def zoo(
 ) -> None:
     """Train a controlled family of small models that differ only in their position scheme (the model zoo).
 
-    Every member and seed is a Mistral model trained in lockstep on the Python standard library's source (byte tokens);
-    each is saved as a Hugging Face folder that --model of the measuring commands accepts.
+    Every member and seed is a Mistral model trained in lockstep on the task: the Python standard library's source (byte
+    tokens, --task stdlib, the default) or Bigram-Backcopy (--task bigram-backcopy); each is saved as a Hugging Face folder
+    that --model of the measuring commands accepts, with held_out.jsonl for their --corpus.
 
-    Example: poslens zoo --steps 2000 --seq-len 512 --width 256 --depth 4 --seeds 0,1 --time-budget 40 --out results/zoo
+    Example: poslens zoo --task bigram-backcopy --steps 1500 --seq-len 128 --width 64 --depth 3 --heads 1 --seeds 0,1,2 --out results/zoo_bb
     """
     try:
         settings = ZooSettings(
+            task=task,
             members=tuple(members.split(",")),
             seeds=tuple(int(s) for s in seeds.split(",")),
             steps=steps,
@@ -861,6 +869,7 @@ def zoo(
             eval_every=eval_every,
             eval_seqs=eval_seqs,
             tau=tau,
+            weight_decay=weight_decay,
             time_budget=time_budget,
             device=device,
             save_checkpoints=save_checkpoints,
@@ -870,9 +879,52 @@ def zoo(
         raise typer.BadParameter(str(error)) from error
     with _output_folder(out):
         table = train_family(out, settings, log=lambda message: console.print(escape(message), soft_wrap=True), overwrite=overwrite)
-    columns = ["member", "seed", "steps", "tokens", "train_loss", "held_out_loss", "sink_heads", "stopped_by"]
+    columns = ["member", "seed", "steps", "tokens", "train_loss", "held_out_loss", "sink_heads", "key0_mass", "stopped_by"]
     Console(width=max(console.width, 130)).print(escape(table[columns].to_string(index=False)))
     console.print(escape(f"wrote {Path(out) / 'summary.csv'}, {Path(out) / 'log.csv'} and one model folder per run in {out}"), soft_wrap=True)
+
+
+@app.command("zoo-measure")
+def zoo_measure(
+    zoo: Path = typer.Option(..., help="The family's folder, as poslens zoo wrote it (zoo.json, summary.csv, held_out.jsonl, one folder per run)."),
+    out: Path = typer.Option(..., help="Where the small tables go (runs, emergence, figures, family, claims .csv; e.g. docs/zoo_data)."),
+    work: Path = typer.Option(..., help="Where each run's Study folder goes (the parts as parquet; large, not for committing)."),
+    n_seqs: int = typer.Option(ZooMeasureOptions.n_seqs, min=1, help="Held-out sequences measured per run."),
+    seq_len: int | None = typer.Option(None, min=2, help="Tokens per sequence (default: the family's training T)."),
+    groups: int = typer.Option(ZooMeasureOptions.groups, min=2, help="Groups of sequences for the intervals."),
+    early: int = typer.Option(ZooMeasureOptions.early, min=2, help="Q: the early window is 1 ≤ i < Q."),
+    batch_size: int = typer.Option(ZooMeasureOptions.batch_size, min=1, help="Sequences per forward pass."),
+    tau: float = cli_options.TAU,
+    relativize_seqs: int = typer.Option(ZooMeasureOptions.relativize_seqs, min=2, help="Sequences of the relativization (and of its calibration)."),
+    replacement: list[str] = typer.Option(
+        list(ZooMeasureOptions.replacements),
+        callback=cli_options.check_replacements,
+        help="BOS replacements: mean, zero, noise, token:eos or token:<id or string>; repeat for several.",
+    ),
+) -> None:
+    """Measure every run of a trained zoo family with poslens's parts, seeds as replicates, and decide C4 inside it.
+
+    Leakage and its decomposition, sinks, BOS replacement, sink-path ablation, relativization and the path-specific
+    tests, each run measured on the family's held-out text as the measuring commands would; writes
+    runs/emergence/figures/family/claims .csv into --out.
+
+    Example: poslens zoo-measure --zoo results/zoo_bb --out docs/zoo_data --work results/zoo_bb_measure
+    """
+    options = ZooMeasureOptions(
+        n_seqs=n_seqs,
+        seq_len=seq_len,
+        groups=groups,
+        early=early,
+        batch_size=batch_size,
+        tau=tau,
+        relativize_seqs=relativize_seqs,
+        replacements=tuple(replacement),
+    )
+    with _output_folder(out):
+        claims = measure_family(zoo, out, work, options, log=lambda message: console.print(escape(message), soft_wrap=True))
+    table = claims.table[["model", "figure", "ci_low", "ci_high", "own_verdict", "verdict"]]
+    Console(width=max(console.width, 130)).print(escape(table.to_string(index=False)))
+    console.print(escape(f"wrote the family's tables in {out}"), soft_wrap=True)
 
 
 @app.command()

@@ -60,9 +60,12 @@ def _claim_rows(claims: Claims) -> list[dict[str, str]]:
         figure = "—" if pd.isna(r["figure"]) else f"{r['figure']:.4g} [{r['ci_low']:.4g}, {r['ci_high']:.4g}]"
         model = "—" if r["verdict"] == NOT_MEASURED and (r["model"] is None or pd.isna(r["model"])) else str(r["model"])
         shown = "" if r["figure_name"] is None or pd.isna(r["figure_name"]) else str(r["figure_name"])
+        own = str(r["verdict"]) if r["own_verdict"] is None or pd.isna(r["own_verdict"]) else str(r["own_verdict"])
         rows.append(
             dict(
                 css=verdict_css(r["verdict"]),
+                own_css=verdict_css(own),
+                own_verdict=own,
                 claim=str(r["claim"]),
                 statement=str(r["statement"]),
                 model=model,
@@ -122,7 +125,7 @@ def metric_names(claims: Claims, present: Any = ()) -> list[dict[str, str]]:
 
 
 def claims_html(claims: Claims) -> str:
-    """The claims table as HTML, one row per verdict, coloured by verdict, with each row's inputs; every cell is escaped.
+    """The claims table as HTML, one row per verdict, coloured by its own verdict, with the claim's beside it and its inputs; every cell is escaped.
 
     A claim that was not measured gets the row class ``not-measured``, styled apart from ``inconclusive``.
 

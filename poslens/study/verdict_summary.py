@@ -5,7 +5,8 @@ Every figure comes from the inputs table of :class:`poslens.study.claim_table.Cl
 words, so rewording a rule changes no sentence. The sentences say what the
 unusual values mean: a reduction above 1 is a change of sign of C_res (the
 intervention reversed it, it did not remove more than all of it), a negative one
-a growth. :mod:`poslens.study.report` puts these rows on the page.
+a growth. :mod:`poslens.study.report` puts these rows on the page. Longer than 400 lines
+because it is one job, the summary's words: one reading per claim, each with its examples.
 """
 
 from __future__ import annotations
@@ -215,6 +216,11 @@ def _reading(claim: str, f: dict[str, _Quoted], inputs: pd.DataFrame, records: l
             f"absolute position a probe reads from the residual stream over layers ≥ 2 by a fall of {fall.text()} R² "
             f"({_fall_words(fall)}), and by {beyond.text()} more than freezing key 1 instead, the sham ({beyond.side(0, '0')})"
         )
+        if "detectable |fall|" in f and "detectable |fall beyond sham|" in f:
+            text += (
+                f"; the data could detect a fall of {f['detectable |fall|'].text()} and one beyond the sham of "
+                f"{f['detectable |fall beyond sham|'].text()}"
+            )
         split = [(name, words) for name, words in _SINK_SPLIT if name in f]
         if split:
             text += "; beside it, on the same readout: " + ", ".join(f"{words} {f[name].text()}" for name, words in split)
@@ -303,7 +309,10 @@ def _reading(claim: str, f: dict[str, _Quoted], inputs: pd.DataFrame, records: l
     raise KeyError(claim)
 
 
-def _sentence(claim: str, verdict: str, statement: str, headline: str, inputs: pd.DataFrame, records: list[dict[str, Any]]) -> str:
+def _sentence(
+    claim: str, verdict: str, statement: str, headline: str, inputs: pd.DataFrame, records: list[dict[str, Any]], overall: str | None = None
+) -> str:
+    """The group's sentence, led by ``verdict`` (its own comparisons' verdict); ``overall``, the claim's verdict when it differs."""
     if verdict == NOT_MEASURED:
         return f"{statement[:1].upper() + statement[1:]}: not measured, the parts it reads are not in this report."
     quoted = {str(r["name"]): _quoted(r) for _, r in inputs.iterrows()}
@@ -311,7 +320,10 @@ def _sentence(claim: str, verdict: str, statement: str, headline: str, inputs: p
         reading = _reading(claim, quoted, inputs, records)
     except KeyError:  # inputs of another shape (a claim whose figures changed): say the headline figure alone
         reading = headline
-    return f"{_lead(verdict, statement)}: {reading}."
+    text = f"{_lead(verdict, statement)}: {reading}."
+    if overall is not None and overall != verdict:
+        text += f" The claim as a whole is {overall}: it is decided by all its comparisons together, this row's among them."
+    return text
 
 
 def _rule_blocks(claims: Claims, records: list[dict[str, Any]], verdict: str) -> list[dict[str, Any]]:
@@ -329,16 +341,29 @@ def _rule_blocks(claims: Claims, records: list[dict[str, Any]], verdict: str) ->
     return list(blocks.values())
 
 
+def _own(record: dict[str, Any]) -> str:
+    """A claims row's own verdict (its ``own_verdict``; its ``verdict`` where a table without that column was read)."""
+    own = record.get("own_verdict")
+    return str(record["verdict"]) if own is None or (isinstance(own, float) and math.isnan(own)) else str(own)
+
+
 def summary_rows(claims: Claims, out: Any = "DIR", present: Any = (), settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The verdict summary: one row per claim and group, with joint verdict, headline figure, a sentence and the rules.
 
     Rows of ``claims.table`` (columns :data:`poslens.study.claim_table.CLAIM_COLUMNS`)
     are grouped by claim and ``group`` (for C4 a case's comparison with the
     standard and its depth slope form one group); a group's verdict is
-    :func:`poslens.study.rules.joint` of its rows. Every figure comes from
+    :func:`poslens.study.rules.joint` of its rows' verdicts (for C4 the claim's
+    verdict, decided by all its comparisons together), and its ``own_verdict``
+    the joint of its rows' own verdicts: what this group's comparisons say
+    alone. The badge and the sentence lead with ``own_verdict``; where the
+    claim's verdict differs (a C4 group whose comparisons all read "as
+    claimed", in a claim another group refutes) the row shows it beside, and
+    the sentence says so. Every figure comes from
     ``claims.inputs``, the inputs table, by name and role; the rule's words are
     shown, never read. Each summary row holds ``claim``, ``case`` (the group),
-    ``verdict``, ``css`` (the verdict as a CSS class), ``label`` and
+    ``verdict`` (the claim's), ``css`` (the verdict as a CSS class), ``own_verdict``
+    and ``own_css`` (this group's comparisons alone), ``label`` and
     ``figure`` (the headline input of the group's first row and its interval),
     ``sentence`` (one plain sentence reading the inputs, led by the verdict)
     and ``rules`` (the distinct rules with their inputs, for the disclosure). A
@@ -375,7 +400,9 @@ def summary_rows(claims: Claims, out: Any = "DIR", present: Any = (), settings: 
         groups.setdefault((claim, case), []).append(record)
     rows = []
     for (claim, case), records in groups.items():
-        verdict = joint(r["verdict"] for r in records) if all(r["verdict"] != NOT_MEASURED for r in records) else NOT_MEASURED
+        measured = all(r["verdict"] != NOT_MEASURED for r in records)
+        verdict = joint(r["verdict"] for r in records) if measured else NOT_MEASURED
+        own = joint(_own(r) for r in records) if measured else NOT_MEASURED
         top = claims.headline(records[0]["key"])
         if top is None or pd.isna(top["value"]):
             figure, label = "—", ""
@@ -394,10 +421,12 @@ def summary_rows(claims: Claims, out: Any = "DIR", present: Any = (), settings: 
                 case=case,
                 verdict=verdict,
                 css=verdict_css(verdict),
+                own_verdict=own,
+                own_css=verdict_css(own),
                 statement=statement,
                 label=label,
                 figure=figure,
-                sentence=_sentence(claim, verdict, statement, f"{label} {figure}".strip(), inputs, records),
+                sentence=_sentence(claim, own, statement, f"{label} {figure}".strip(), inputs, records, overall=verdict),
                 rules=blocks,
             )
         )

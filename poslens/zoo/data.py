@@ -1,4 +1,4 @@
-"""The zoo's training text: what every Python install carries, split by file hash, as byte tokens.
+"""The zoo's natural-text task (``--task stdlib``): what every Python install carries, split by file hash, as byte tokens.
 
 The documents are CPython's standard-library source (every ``*.py`` file under
 the folder of ``os.__file__``, sorted by path, leaving out ``site-packages``,
@@ -22,6 +22,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -197,9 +198,10 @@ class ZooData:
 
         Example:
             >>> sorted(load_data(max_documents=40).describe())
-            ['held_out_documents', 'held_out_tokens', 'n_documents', 'root', 'sha256', 'train_tokens']
+            ['held_out_documents', 'held_out_tokens', 'n_documents', 'root', 'sha256', 'task', 'train_tokens']
         """
         return {
+            "task": self.task,
             "root": self.root,
             "n_documents": self.n_documents,
             "held_out_documents": len(self.held_out_names),
@@ -207,6 +209,56 @@ class ZooData:
             "held_out_tokens": int(self.held_out.numel()),
             "sha256": self.sha256,
         }
+
+    task = "stdlib"
+    vocab_size = 260
+
+    def tokenizer(self) -> Any:
+        """The tokenizer saved with every model: :func:`poslens.testing.byte_tokenizer`.
+
+        Returns:
+            The tokenizer.
+
+        Example:
+            >>> load_data(max_documents=40).tokenizer()("ab").input_ids
+            [68, 69]
+        """
+        from poslens.testing import byte_tokenizer
+
+        return byte_tokenizer()
+
+    def batch(self, seq_len: int, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+        """``batch_size`` training sequences from the training stream (:func:`sample_batch`).
+
+        Args:
+            seq_len: Tokens per sequence, BOS included.
+            batch_size: Sequences.
+            generator: The seed's generator (advanced by the call).
+
+        Returns:
+            Token ids, [batch_size, seq_len].
+
+        Example:
+            >>> load_data(max_documents=40).batch(8, 2, torch.Generator().manual_seed(0)).shape
+            torch.Size([2, 8])
+        """
+        return sample_batch(self.train, seq_len, batch_size, generator)
+
+    def held_out_tokens(self, seq_len: int, n_seqs: int) -> torch.Tensor:
+        """``n_seqs`` held-out sequences (:func:`held_out_batch`): the same on every call.
+
+        Args:
+            seq_len: Tokens per sequence, BOS included.
+            n_seqs: Sequences.
+
+        Returns:
+            Token ids, [n_seqs, seq_len].
+
+        Example:
+            >>> load_data(max_documents=40).held_out_tokens(8, 2)[:, 0].tolist()
+            [1, 1]
+        """
+        return held_out_batch(self.held_out, seq_len, n_seqs)
 
     def write_held_out(self, path: str | Path) -> Path:
         """Write the held-out documents as a JSONL file (one ``{"name", "text"}`` per line), for ``--corpus``.

@@ -1,9 +1,11 @@
 """What each checkpoint logs: the held-out loss and the sink count, from the model under training.
 
-The sink score of a head is poslens's (methodology §6, :mod:`poslens.mechanisms.sinks`):
-the mean attention weight a_i0 on key 0 over the queries i ≥ 1 that can see
-key 0 (under a sliding window of W keys, 1 ≤ i < W), averaged over the
-held-out sequences. A head is a sink head when its score is at least τ
+The sink score of a head here is the mean attention weight a_i0 on key 0 over
+the queries i ≥ 1 that can see key 0 (under a sliding window of W keys,
+1 ≤ i < W), averaged over the held-out sequences: the mean that
+:func:`poslens.mechanisms.sinks.key0_means` takes. Without a window it is
+poslens's sink score (methodology §6); under a window, poslens's sink score also
+counts the queries that cannot see key 0 (as 0), so it is (W − 1)/(T − 1) of this one. A head is a sink head when its score is at least τ
 (default 0.3). Here the weights come from the transformers model itself
 (eager attention, ``output_attentions``), so a checkpoint needs no bridge.
 """

@@ -10,10 +10,10 @@ of ``steps`` and the elapsed share of the time budget, the same for every run.
 On CUDA the forward runs under bf16 autocast (float32 weights); on the CPU in float32.
 
 The output folder holds, per run, ``<member>-s<seed>/`` (the model, its
-byte tokenizer, ``log.jsonl`` with one line per checkpoint and ``run.json``),
+task's tokenizer, ``log.jsonl`` with one line per checkpoint and ``run.json``),
 and for the family ``zoo.json`` (settings and data), ``log.csv`` (every
 checkpoint of every run, rewritten at each checkpoint), ``held_out.jsonl``
-(the held-out documents, a ``--corpus`` for the measuring commands) and
+(the held-out documents or chain, a ``--corpus`` for the measuring commands) and
 ``summary.csv`` / ``summary.md`` (one row per run). A rerun with the same
 settings into the same folder reuses the trained family.
 
@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -37,14 +39,16 @@ import torch
 from poslens.errors import InputError, OutputConflictError
 from poslens.files import atomic_write, atomic_write_text
 from poslens.options import DEFAULTS
-from poslens.testing import byte_tokenizer
 from poslens.version import __version__
-from poslens.zoo.data import ZooData, held_out_batch, load_data, sample_batch
+from poslens.zoo.backcopy import BackcopyData, load_backcopy
+from poslens.zoo.data import ZooData, load_data
 from poslens.zoo.evaluate import autocast, held_out_loss, next_token_loss, sink_count, sink_scores
 from poslens.zoo.family import MEMBERS, NOPE_NOTE, initial_model, member_config, parse_members
 
 #: The learning-rate schedules after the warmup.
 SCHEDULES = ("cosine", "constant")
+#: The tasks a family trains on: the standard library's text (bytes) or Bigram-Backcopy (:mod:`poslens.zoo.backcopy`).
+TASKS = ("stdlib", "bigram-backcopy")
 #: The columns of the summary table (``summary.csv``), one row per run.
 SUMMARY_COLUMNS = [
     "member",
@@ -58,6 +62,7 @@ SUMMARY_COLUMNS = [
     "held_out_loss",
     "sink_heads",
     "max_sink_score",
+    "key0_mass",
     "stopped_by",
     "seconds",
     "folder",
@@ -69,6 +74,7 @@ class ZooSettings:
     """Everything a family's training depends on (the defaults are sized for one GPU).
 
     Attributes:
+        task: ``stdlib`` (the standard library's text, byte tokens) or ``bigram-backcopy`` (:mod:`poslens.zoo.backcopy`).
         members: Member names (:data:`poslens.zoo.family.MEMBERS`).
         seeds: Seeds; each gives the initial weights and the data order, shared by every member.
         steps: Training steps (each run takes the same number).
@@ -89,7 +95,7 @@ class ZooSettings:
         time_budget: Seconds of training per run (the family stops after ``time_budget`` × runs); ``None``: steps only.
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``.
         save_checkpoints: Also save each checkpoint's weights, under ``<run>/checkpoints/step-<n>/``.
-        max_documents: Keep only the first this many documents (tiny test families); ``None``: all.
+        max_documents: Keep only the first this many documents (tiny test families; ``stdlib`` only); ``None``: all.
 
     Example:
         >>> s = ZooSettings(steps=10, seq_len=64)
@@ -97,6 +103,7 @@ class ZooSettings:
         (('standard', 'large-base-trained', 'sliding'), (0, 1), [('standard', 0), ('large-base-trained', 0)])
     """
 
+    task: str = "stdlib"
     members: tuple[str, ...] = tuple(MEMBERS)
     seeds: tuple[int, ...] = (0, 1)
     steps: int = 3000
@@ -124,6 +131,10 @@ class ZooSettings:
         object.__setattr__(self, "seeds", tuple(dict.fromkeys(int(s) for s in self.seeds)))
         if not self.seeds:
             raise InputError("no seed given; pass at least one (two or more measure the training variance)")
+        if self.task not in TASKS:
+            raise InputError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
+        if self.task != "stdlib" and self.max_documents is not None:
+            raise InputError(f"max_documents chooses documents of the stdlib task; the {self.task} task has none (leave it unset)")
         if self.schedule not in SCHEDULES:
             raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         for name in ("steps", "seq_len", "batch_size", "eval_every", "eval_seqs"):
@@ -211,7 +222,25 @@ def _device(name: str) -> torch.device:
     return device
 
 
-def _check_out(out: Path, settings: ZooSettings, data: ZooData, overwrite: bool) -> bool:
+def load_task(settings: ZooSettings) -> ZooData | BackcopyData:
+    """The data of the family's task: the standard library's documents, or the Bigram-Backcopy chains.
+
+    Args:
+        settings: The family's settings (``task``, and for ``stdlib`` ``held_out`` and ``max_documents``).
+
+    Returns:
+        The data: training batches, held-out sequences, the tokenizer saved with each model, and its description.
+
+    Example:
+        >>> load_task(ZooSettings(task="bigram-backcopy")).describe()["task"]
+        'bigram-backcopy'
+    """
+    if settings.task == "bigram-backcopy":
+        return load_backcopy()
+    return load_data(settings.held_out, settings.max_documents)
+
+
+def _check_out(out: Path, settings: ZooSettings, data: ZooData | BackcopyData, overwrite: bool) -> bool:
     """True when ``out`` already holds this family, trained with these settings and data (reuse it)."""
     record = out / "zoo.json"
     runs = [out / run_name(m, s) for m, s in settings.runs()]
@@ -275,7 +304,7 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     device = _device(settings.device)
-    data = load_data(settings.held_out, settings.max_documents)
+    data = load_task(settings)
     if _check_out(out, settings, data, overwrite):
         log(f"{out}: every run is already trained with these settings and data; reusing it")
         return pd.read_csv(out / "summary.csv")
@@ -286,6 +315,8 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
         "data": data.describe(),
         "device": str(device),
         "architecture": "MistralForCausalLM",
+        "task": settings.task,
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
         "nope": NOPE_NOTE,
     }
     atomic_write_text(out / "zoo.json", json.dumps(record, indent=1))
@@ -297,7 +328,7 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        config = member_config(member, settings.width, settings.depth, settings.heads, settings.seq_len)
+        config = member_config(member, settings.width, settings.depth, settings.heads, settings.seq_len, vocab_size=data.vocab_size)
         model = initial_model(config, seed).to(device).train()
         optimizer = torch.optim.AdamW(
             model.parameters(),
@@ -308,7 +339,8 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
         )
         runs.append(_Run(member, seed, folder, model, optimizer, torch.zeros((), device=device)))
     generators = {seed: torch.Generator().manual_seed(seed) for seed in settings.seeds}
-    eval_tokens = held_out_batch(data.held_out, settings.seq_len, settings.eval_seqs)
+    eval_tokens = data.held_out_tokens(settings.seq_len, settings.eval_seqs)
+    tokenizer = data.tokenizer()
     budget = settings.time_budget * len(runs) if settings.time_budget else None
     n_params = sum(p.numel() for p in runs[0].model.parameters())
     log(
@@ -317,7 +349,7 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
         + (f", at most {budget:.0f} s" if budget else "")
     )
     start = time.perf_counter()
-    _checkpoint(runs, settings, out, 0, 0.0, eval_tokens, log)
+    _checkpoint(runs, settings, out, 0, 0.0, eval_tokens, tokenizer, log)
     step, stopped_by, lr = 0, "steps", None
     while step < settings.steps:
         elapsed = time.perf_counter() - start
@@ -326,7 +358,7 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
             break
         progress = max(step / settings.steps, elapsed / budget if budget else 0.0)
         lr = learning_rate(settings, step, progress)
-        batches = {seed: sample_batch(data.train, settings.seq_len, settings.batch_size, g).to(device) for seed, g in generators.items()}
+        batches = {seed: data.batch(settings.seq_len, settings.batch_size, g).to(device) for seed, g in generators.items()}
         for run in runs:
             for group in run.optimizer.param_groups:
                 group["lr"] = lr
@@ -340,10 +372,10 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
             run.loss_steps += 1
         step += 1
         if step % settings.eval_every == 0 and step < settings.steps:
-            _checkpoint(runs, settings, out, step, time.perf_counter() - start, eval_tokens, log, lr)
+            _checkpoint(runs, settings, out, step, time.perf_counter() - start, eval_tokens, tokenizer, log, lr)
     seconds = time.perf_counter() - start
     if runs[0].rows[-1]["step"] != step:  # the last checkpoint, unless a time stop fell on one
-        _checkpoint(runs, settings, out, step, seconds, eval_tokens, log, lr)
+        _checkpoint(runs, settings, out, step, seconds, eval_tokens, tokenizer, log, lr)
     return _finish(runs, settings, out, data, step, stopped_by, seconds, log)
 
 
@@ -354,6 +386,7 @@ def _checkpoint(
     step: int,
     seconds: float,
     eval_tokens: torch.Tensor,
+    tokenizer: Any,
     log: Callable[[str], None],
     lr: float | None = None,
 ) -> None:
@@ -372,6 +405,7 @@ def _checkpoint(
             "held_out_loss": held_out_loss(run.model, eval_tokens),
             "sink_heads": sink_count(scores, settings.tau),
             "max_sink_score": float(scores.max()),
+            "key0_mass": float(scores.mean()),
             "sink_heads_by_layer": [sink_count(layer, settings.tau) for layer in scores],
             "sink_scores": [[round(float(v), 4) for v in layer] for layer in scores],
         }
@@ -381,7 +415,7 @@ def _checkpoint(
         with open(run.folder / "log.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(row) + "\n")
         if settings.save_checkpoints:
-            _save_model(run.model, run.folder / "checkpoints" / f"step-{step:06d}")
+            _save_model(run.model, run.folder / "checkpoints" / f"step-{step:06d}", tokenizer)
     table = pd.DataFrame([{k: v for k, v in row.items() if k != "sink_scores"} for run in runs for row in run.rows])
     atomic_write(out / "log.csv", lambda tmp: table.to_csv(tmp, index=False))
     last = table[table["step"] == step]
@@ -391,22 +425,29 @@ def _checkpoint(
     )
 
 
-def _save_model(model: torch.nn.Module, folder: Path) -> None:
-    """The model (float32) and its byte tokenizer, as a folder :func:`poslens.load_model` reads."""
+def _save_model(model: torch.nn.Module, folder: Path, tokenizer: Any) -> None:
+    """The model (float32) and its task's tokenizer, as a folder :func:`poslens.load_model` reads."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the zoo logs its own progress
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
 
 
 def _finish(
-    runs: list[_Run], settings: ZooSettings, out: Path, data: ZooData, steps: int, stopped_by: str, seconds: float, log: Callable[[str], None]
+    runs: list[_Run],
+    settings: ZooSettings,
+    out: Path,
+    data: ZooData | BackcopyData,
+    steps: int,
+    stopped_by: str,
+    seconds: float,
+    log: Callable[[str], None],
 ) -> pd.DataFrame:
     rows = []
     for run in runs:
-        _save_model(run.model, run.folder)
+        _save_model(run.model, run.folder, data.tokenizer())
         last = run.rows[-1]
         config = run.model.config
         summary = {
@@ -421,6 +462,7 @@ def _finish(
             "held_out_loss": last["held_out_loss"],
             "sink_heads": last["sink_heads"],
             "max_sink_score": last["max_sink_score"],
+            "key0_mass": last["key0_mass"],
             "stopped_by": stopped_by,
             "seconds": round(seconds, 2),
             "folder": run.folder.name,
@@ -431,6 +473,9 @@ def _finish(
             json.dumps({**summary, "settings": settings.to_dict(), "data": data.describe(), "poslens_version": __version__}, indent=1),
         )
     table = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    record = json.loads((out / "zoo.json").read_text())  # the machine's load beside the wall time: CPUs are often shared
+    record.update(wall_seconds=round(seconds, 1), load_average_end=[round(x, 2) for x in os.getloadavg()], cpu_threads=torch.get_num_threads())
+    atomic_write_text(out / "zoo.json", json.dumps(record, indent=1))
     atomic_write(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
     atomic_write_text(out / "summary.md", summary_markdown(table))
     log(f"zoo: {len(runs)} runs trained for {steps} steps in {seconds:.0f} s (stopped by {stopped_by}); wrote {out / 'summary.csv'}")

@@ -1,0 +1,691 @@
+"""Write the zoo page (``docs/zoo.md``) and its figures (``docs/img/zoo/*.svg``) from the committed tables.
+
+Reads what ``poslens zoo-measure`` wrote into ``docs/zoo_data`` (``runs.csv``,
+``emergence.csv``, ``figures.csv``, ``family.csv``, ``claims.csv``,
+``claim_inputs.csv``, ``parts.csv``, ``measure.json``) and, for C4's
+inference-time verdicts, the findings run's claims (``docs/findings_data``).
+Every number on the page comes from those tables; the page only selects and
+formats them. The figures are SVG line charts drawn here, in plain Python,
+from ``emergence.csv``: the same tables give the same bytes, so the test suite
+regenerates both the page and the figures and compares them with the committed ones.
+
+Usage::
+
+    .venv/bin/python docs/make_zoo.py [--data docs/zoo_data] [--findings docs/findings_data] [--out docs/zoo.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from poslens.study.claim_table import Claims
+from poslens.study.claims_zoo import ZOO_COMPARISONS, inference_time_beside
+from poslens.study.verdict_summary import summary_rows
+from poslens.zoo.family import MEMBERS, NOPE_NOTE
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURES = Path(__file__).parent / "img" / "zoo"
+#: One colour per member (the same on every figure).
+COLOURS = {"standard": "#1f77b4", "large-base-trained": "#d62728", "sliding": "#2ca02c"}
+DASHES = ("", "6,3", "2,3", "8,3,2,3")
+
+
+def _num(x: float, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    return f"{x:.{digits}g}".replace("-", "−")
+
+
+def _interval(value: float, low: float, high: float) -> str:
+    return f"{_num(value)} [{_num(low)}, {_num(high)}]"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table (first column left-aligned, the others right-aligned)."""
+    cells = lambda row: "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in row) + " |"  # noqa: E731
+    return "\n".join([cells(header), "|" + ":---|" + "---:|" * (len(header) - 1), *[cells(r) for r in rows]])
+
+
+# ---------------------------------------------------------------------------------------------------------- figures
+
+
+def line_chart(
+    series: list[dict], title: str, x_label: str, y_label: str, threshold: float | None = None, width: int = 640, height: int = 300
+) -> str:
+    """An SVG line chart: each series ``{"x", "y", "colour", "dash", "label"}``; ``threshold`` draws a dotted level.
+
+    Args:
+        series: The lines.
+        title: The chart's title.
+        x_label: The x axis's label.
+        y_label: The y axis's label.
+        threshold: A level drawn as a grey dotted line (τ), or None.
+        width: Pixels.
+        height: Pixels.
+
+    Returns:
+        The SVG text.
+    """
+    left, right, top, bottom = 58, 180, 30, 42
+    mid = (top + height - bottom) / 2
+    xs = [x for s in series for x in s["x"]] or [0.0, 1.0]
+    ys = [y for s in series for y in s["y"] if math.isfinite(y)] + ([threshold] if threshold is not None else []) + [0.0]
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    y0, y1 = min(ys), max(ys) if max(ys) > min(ys) else min(ys) + 1
+    y1 += 0.05 * (y1 - y0)
+    px = lambda x: left + (x - x0) / (x1 - x0) * (width - left - right)  # noqa: E731
+    py = lambda y: height - bottom - (y - y0) / (y1 - y0) * (height - top - bottom)  # noqa: E731
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'font-family="sans-serif" font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{left}" y="18" font-size="13">{html.escape(title)}</text>',
+        f'<line x1="{left}" y1="{py(y0):.1f}" x2="{width - right}" y2="{py(y0):.1f}" stroke="#444"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="#444"/>',
+    ]
+    for k in range(5):
+        y = y0 + (y1 - y0) * k / 4
+        out.append(f'<text x="{left - 6}" y="{py(y) + 4:.1f}" text-anchor="end">{html.escape(_num(y, 2))}</text>')
+        out.append(f'<line x1="{left}" y1="{py(y):.1f}" x2="{width - right}" y2="{py(y):.1f}" stroke="#eee"/>')
+    integral = all(float(x).is_integer() for x in xs)
+    ticks = [float(x) for x in range(int(x0), int(x1) + 1)] if integral and x1 - x0 <= 8 else [x0 + (x1 - x0) * k / 4 for k in range(5)]
+    for x in ticks:
+        shown = f"{x:.0f}" if integral else _num(x, 3)
+        out.append(f'<text x="{px(x):.1f}" y="{height - bottom + 15}" text-anchor="middle">{html.escape(shown)}</text>')
+    out.append(f'<text x="{(left + width - right) / 2:.1f}" y="{height - 8}" text-anchor="middle">{html.escape(x_label)}</text>')
+    out.append(f'<text x="14" y="{mid:.1f}" text-anchor="middle" transform="rotate(-90 14 {mid:.1f})">{html.escape(y_label)}</text>')
+    if threshold is not None:
+        out.append(f'<line x1="{left}" y1="{py(threshold):.1f}" x2="{width - right}" y2="{py(threshold):.1f}" stroke="#888" stroke-dasharray="1,3"/>')
+        out.append(f'<text x="{width - right - 4}" y="{py(threshold) - 4:.1f}" text-anchor="end" fill="#666">τ = {_num(threshold)}</text>')
+    for k, s in enumerate(series):
+        points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(s["x"], s["y"], strict=True) if math.isfinite(y))
+        dash = f' stroke-dasharray="{s["dash"]}"' if s["dash"] else ""
+        out.append(f'<polyline points="{points}" fill="none" stroke="{s["colour"]}" stroke-width="1.6"{dash}/>')
+        ly = top + 14 * k + 6
+        out.append(f'<line x1="{width - right + 10}" y1="{ly}" x2="{width - right + 34}" y2="{ly}" stroke="{s["colour"]}" stroke-width="1.6"{dash}/>')
+        out.append(f'<text x="{width - right + 38}" y="{ly + 4}">{html.escape(s["label"])}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def emergence_figures(data: Path) -> dict[str, str]:
+    """The emergence curves, by file name: the sink count at τ and the key-0 mass per checkpoint, one line per run.
+
+    Args:
+        data: The tables' folder.
+
+    Returns:
+        ``{file name: SVG text}``.
+    """
+    log = pd.read_csv(data / "emergence.csv")
+    options = json.loads((data / "measure.json").read_text())
+    tau = float(options["zoo"]["settings"]["tau"])
+    seeds = sorted(log["seed"].unique())
+    figures = {}
+    for name, metric, y_label, threshold in (
+        ("emergence_sinks.svg", "sink_heads", f"heads with sink score ≥ τ = {_num(tau)}", None),
+        ("emergence_key0.svg", "max_sink_score", "largest sink score of a head", tau),
+        ("emergence_loss.svg", "held_out_loss", "held-out loss (nats per token)", None),
+    ):
+        series = []
+        for member in [m for m in MEMBERS if m in set(log["member"])]:
+            for k, seed in enumerate(seeds):
+                run = log[(log["member"] == member) & (log["seed"] == seed)].sort_values("step")
+                series.append(
+                    dict(
+                        x=run["step"].tolist(),
+                        y=run[metric].astype(float).tolist(),
+                        colour=COLOURS[member],
+                        dash=DASHES[k % len(DASHES)],
+                        label=f"{member}, seed {seed}",
+                    )
+                )
+        figures[name] = line_chart(series, f"{y_label.split(' (')[0]}, per checkpoint", "training step", y_label, threshold)
+    return figures
+
+
+def layer_figures(data: Path) -> dict[str, str]:
+    """C_res and C_mask by layer (all queries, unedited), one line per run, from ``figures.csv``.
+
+    Args:
+        data: The tables' folder.
+
+    Returns:
+        ``{file name: SVG text}``.
+    """
+    figures = pd.read_csv(data / "figures.csv")
+    rows = figures[
+        (figures["part"] == "leakage") & (figures["layer"] >= 0) & (figures["query_window"] == "all") & (figures["intervention"] == "none")
+    ]
+    seeds = sorted(rows["seed"].unique())
+    out = {}
+    for name, metric, label in (("c_res_by_layer.svg", "c_res", "C_res (ΔR²)"), ("c_mask_by_layer.svg", "c_mask", "C_mask (ΔR²)")):
+        series = []
+        for member in [m for m in MEMBERS if m in set(rows["member"])]:
+            for k, seed in enumerate(seeds):
+                run = rows[(rows["member"] == member) & (rows["seed"] == seed) & (rows["metric"] == metric)].sort_values("layer")
+                series.append(
+                    dict(
+                        x=run["layer"].astype(float).tolist(),
+                        y=run["value"].astype(float).tolist(),
+                        colour=COLOURS[member],
+                        dash=DASHES[k % len(DASHES)],
+                        label=f"{member}, seed {seed}",
+                    )
+                )
+        out[name] = line_chart(series, f"{label.split(' (')[0]} by layer, all queries", "layer", label)
+    return out
+
+
+def zoo_figures(data: Path) -> dict[str, str]:
+    """Every figure of the page, by file name: the emergence curves and the figures by layer.
+
+    Args:
+        data: The tables' folder.
+
+    Returns:
+        ``{file name: SVG text}``.
+    """
+    return {**emergence_figures(data), **layer_figures(data)}
+
+
+def write_figures(data: Path, folder: Path = FIGURES) -> list[Path]:
+    """Draw :func:`zoo_figures` into ``folder``.
+
+    Args:
+        data: The tables' folder.
+        folder: Where the SVG files go.
+
+    Returns:
+        The files written.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in zoo_figures(data).items():
+        (folder / name).write_text(text, encoding="utf-8")
+        written.append(folder / name)
+    return written
+
+
+# ---------------------------------------------------------------------------------------------------------- page
+
+
+def _runs_table(runs: pd.DataFrame, emergence: pd.DataFrame, tau: float) -> str:
+    rows = []
+    for r in runs.itertuples():
+        log = emergence[(emergence["member"] == r.member) & (emergence["seed"] == r.seed) & (emergence["sink_heads"] >= 1)]
+        first = str(int(log["step"].min())) if len(log) else "none"
+        rows.append(
+            [
+                f"`{r.member}`",
+                r.seed,
+                r.steps,
+                f"{r.tokens:,}",
+                _num(r.held_out_loss, 4),
+                r.sink_heads,
+                first,
+                _num(r.key0_mass),
+                _num(r.max_sink_score),
+            ]
+        )
+    header = [
+        "member",
+        "seed",
+        "steps",
+        "tokens",
+        "held-out loss",
+        f"sink heads (τ = {_num(tau)})",
+        "first step with one",
+        "key-0 mass",
+        "largest sink score",
+    ]
+    return markdown_table(header, rows)
+
+
+def _sinks_sentence(runs: pd.DataFrame, tau: float) -> str:
+    formed = runs[runs["sink_heads"] >= 1]
+    missing = runs[runs["sink_heads"] < 1]
+    members = [m for m in MEMBERS if m in set(runs["member"])]
+    every = [m for m in members if (runs[runs["member"] == m]["sink_heads"] >= 1).all()]
+    none = [m for m in members if (runs[runs["member"] == m]["sink_heads"] < 1).all()]
+    text = (
+        f"At the last checkpoint, {len(formed)} of {len(runs)} runs have at least one head with a sink score ≥ τ = {_num(tau)} "
+        "on the held-out sequences. "
+    )
+    if len(missing) == 0:
+        return text + "Every member formed sinks in every seed."
+    parts = []
+    if every:
+        parts.append("every seed of " + ", ".join(f"`{m}`" for m in every) + " formed sinks")
+    if none:
+        parts.append("no seed of " + ", ".join(f"`{m}`" for m in none) + " did")
+    rest = [m for m in members if m not in every and m not in none]
+    if rest:
+        parts.append("some seeds of " + ", ".join(f"`{m}`" for m in rest) + " did")
+    return text + "; ".join(parts)[:1].upper() + "; ".join(parts)[1:] + ". A member without sinks is a finding of this family, not tuned away."
+
+
+_FAMILY_FIGURES = [
+    ("leakage", "c_res", "all", "none", "C_res, layers ≥ 1, all queries"),
+    ("leakage", "c_mask", "all", "none", "C_mask, layers ≥ 1, all queries"),
+    ("leakage", "c_res_depth_slope", "all", "none", "depth slope of C_res"),
+    ("leakage", "leakage_pattern_heldout", "all", "none", "held-out ΔR² of log attention on position"),
+    ("leakage", "probe_r2", "all", "none", "probe of position, held-out R²"),
+    ("sinks", "sink_heads", "all", "none", "sink-reading heads (τ)"),
+    ("sinks", "key0_mass", "all", "none", "key-0 mass, mean over heads"),
+    ("bos-swap", "reduction", "early", "bos:mean", "BOS → mean embedding: reduction of C_res, early queries"),
+    ("bos-swap", "reduction", "early", "bos:zero", "BOS → zero: reduction of C_res, early queries"),
+    ("ablate-sinks", "reduction", "early", None, "sink-path ablation: reduction of C_res, early queries"),
+    ("relativize", "reduction_ge2", "all", "relativize:all", "relativized, every column: r over layers ≥ 2"),
+    ("relativize", "reduction_ge2", "all", "relativize:key0", "relativized, key 0 only: r over layers ≥ 2"),
+]
+
+
+def _family_tables(family: pd.DataFrame) -> tuple[str, str]:
+    """The members side by side (mean ± sd over seeds [range]) and the differences from standard (t interval, detectable)."""
+    members = [m for m in MEMBERS if m in set(family["member"])]
+    side, diff = [], []
+    for part, metric, window, intervention, label in _FAMILY_FIGURES:
+        rows = family[(family["part"] == part) & (family["metric"] == metric) & (family["query_window"] == window)]
+        if intervention is not None:
+            rows = rows[rows["intervention"] == intervention]
+        if rows.empty:
+            side.append([label] + ["not measured"] * len(members))
+            continue
+        cells, dcells = [], []
+        for m in members:
+            r = rows[rows["member"] == m]
+            if r.empty:
+                cells.append("—")
+                dcells.append("—")
+                continue
+            r = r.iloc[0]
+            cells.append(f"{_num(r['mean'])} ± {_num(r['sd'])} [{_num(r['min'])}, {_num(r['max'])}]")
+            if m != "standard":
+                dcells.append(f"{_interval(r['difference'], r['difference_ci_low'], r['difference_ci_high'])}; detects {_num(r['detectable'])}")
+        side.append([label, *cells])
+        diff.append([label, *dcells])
+    head = [f"`{m}` (n = seeds)" for m in members]
+    dhead = [f"`{m}` − `standard`" for m in members if m != "standard"]
+    return markdown_table(["figure", *head], side), markdown_table(["figure", *dhead], diff)
+
+
+def _detectable_sentence(family: pd.DataFrame) -> str:
+    """The smallest difference in C_res (all queries) the family could detect, per member, beside the seeds' spread."""
+    rows = family[
+        (family["part"] == "leakage") & (family["metric"] == "c_res") & (family["query_window"] == "all") & (family["intervention"] == "none")
+    ]
+    said = []
+    for r in rows.itertuples():
+        if r.member != "standard" and math.isfinite(r.detectable):
+            said.append(f"`{r.member}` − `standard`: {_num(r.detectable)} (its observed difference {_num(r.difference)})")
+    spread = ", ".join(f"`{r.member}` {_num(r.sd)}" for r in rows.itertuples())
+    if not said:
+        return ""
+    return (
+        "**The smallest difference in C_res (layers ≥ 1, all queries) the family could detect:** "
+        + "; ".join(said)
+        + f". The seeds' own spread (standard deviation of C_res over seeds): {spread}."
+    )
+
+
+def _uniform(keys: int) -> float:
+    """The sink score of a uniform head over queries 1 ≤ i < ``keys`` (weight 1/(i + 1) on key 0)."""
+    return sum(1 / (i + 1) for i in range(1, keys)) / (keys - 1)
+
+
+def _window_note(settings: dict, family: pd.DataFrame, runs: pd.DataFrame) -> str:
+    """Why the sliding member's key-0 mass differs between the training log and the measured family."""
+    t = int(settings["seq_len"])
+    w = max(2, t // 8)
+    measured = family[(family["part"] == "sinks") & (family["metric"] == "key0_mass") & (family["member"] == "sliding")]
+    logged = runs[runs["member"] == "sliding"]["key0_mass"]
+    if measured.empty or logged.empty:
+        return ""
+    return (
+        f"**The sliding member's key-0 mass, two ways.** The training log scores a head over the queries that can see key 0"
+        f" (i < W = {w}): {_num(float(logged.mean()))} on average for `sliding`, against {_num(_uniform(w))} for a uniform head. The measured"
+        " family uses poslens's sink score, the mean over every query i ≥ 1, where a query that cannot see key 0 counts 0:"
+        f" {_num(float(measured['mean'].iloc[0]))}, that is (W − 1)/(T − 1) = {w - 1}/{t - 1} of it. Either way no head of"
+        " `sliding` reaches τ."
+    )
+
+
+def _c4_table(claims: Claims) -> str:
+    rows = []
+    for r in claims.table.itertuples():
+        detectable = claims.inputs_of(r.key)
+        detectable = detectable[detectable["name"].str.startswith("detectable")]
+        seeds = claims.inputs_of(r.key)
+        seeds = seeds[seeds["name"].str.contains(", seed ")]
+        rows.append(
+            [
+                r.model,
+                f"`{r.case}`",
+                _interval(r.figure, r.ci_low, r.ci_high),
+                ", ".join(_num(v) for v in seeds["value"]),
+                _num(detectable["value"].iloc[0]) if len(detectable) else "—",
+                f"**{r.own_verdict}**",
+            ]
+        )
+    return markdown_table(["comparison", "case", "mean over seeds [95% t interval]", "per seed", "detectable", "this comparison"], rows)
+
+
+def build(data: Path, findings: Path) -> str:
+    """The zoo page's Markdown from the tables in ``data`` (and C4's inference-time verdicts from ``findings``).
+
+    Args:
+        data: ``docs/zoo_data``.
+        findings: ``docs/findings_data``.
+
+    Returns:
+        The page.
+    """
+    measured = json.loads((data / "measure.json").read_text())
+    settings, task = measured["zoo"]["settings"], measured["zoo"]["data"]
+    options = measured["options"]
+    runs = pd.read_csv(data / "runs.csv")
+    family = pd.read_csv(data / "family.csv")
+    parts = pd.read_csv(data / "parts.csv")
+    zoo_claims = Claims.read(data)
+    tau = float(settings["tau"])
+    side, diff = _family_tables(family)
+    summary = [r for r in summary_rows(zoo_claims) if r["claim"] == "C4"]
+    overall = summary[0]["verdict"] if summary else "not measured"
+    inference = Claims.read(findings)
+    beside = inference_time_beside(zoo_claims, inference)
+    inference_overall = inference.table.loc[inference.table["claim"] == "C4", "verdict"].iloc[0]
+    record = measured["zoo"]
+    failed = parts[parts["status"] != "ok"]
+    flags = " ".join(
+        f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
+        for k, v in (
+            ("task", settings["task"]),
+            ("members", settings["members"]),
+            ("seeds", settings["seeds"]),
+            ("steps", settings["steps"]),
+            ("seq_len", settings["seq_len"]),
+            ("width", settings["width"]),
+            ("depth", settings["depth"]),
+            ("heads", settings["heads"]),
+            ("batch_size", settings["batch_size"]),
+            ("lr", settings["lr"]),
+            ("warmup", settings["warmup"]),
+            ("weight_decay", settings["weight_decay"]),
+            ("eval_every", settings["eval_every"]),
+            ("eval_seqs", settings["eval_seqs"]),
+        )
+    )
+    if settings.get("time_budget"):
+        flags += f" --time-budget {settings['time_budget']:g}"
+    lines = [
+        "# The model zoo: a controlled family",
+        "",
+        "<!-- Generated by docs/make_zoo.py from docs/zoo_data (and docs/findings_data); do not edit by hand. -->",
+        "",
+        "A family of small models that differ only in their position scheme, trained on this project's CPU on a synthetic",
+        "task on which attention sinks can form, and measured with every part of poslens: C4 decided inside the family.",
+        "",
+        '!!! note "The natural-text GPU run is still not made"',
+        "    The family on this page is trained on **Bigram-Backcopy**, a synthetic task, on 2 shared CPU cores. The",
+        "    natural-text family (`--task stdlib`) needs a GPU: no GPU was lent to this work, so `bash benchmarks/zoo_gpu.sh`",
+        "    stays prepared (its CPU dry run is checked) and its tables are not here.",
+        "",
+        "## Why",
+        "",
+        "Claim C4 (NTK suppresses the residual source, a sliding window lets it accumulate, standard RoPE in between) is",
+        "otherwise decided on models that differ in everything (SmolLM2 against Gemma 3) and on inference-time variants",
+        "(`ntk:α`, `window:W`) of a model never trained with them. A controlled family removes both: the same task, data,",
+        "data order, initial weights and size, only the position scheme changed, and several seeds, so that a difference",
+        "between members can be set beside the spread between training runs.",
+        "",
+        "## The task: Bigram-Backcopy",
+        "",
+        "After Guo et al. (2024), *Active-Dormant Attention Heads*. The vocabulary is "
+        f"{task['n_plain']} plain tokens (`w0` … `w{task['n_plain'] - 1}`) and {task['n_triggers']} trigger tokens "
+        f"(`q0` … `q{task['n_triggers'] - 1}`), with BOS, EOS, pad and unk: {task['vocab_size']} ids. After a plain token the",
+        "next one is drawn from its row of a fixed random bigram table: a trigger with probability "
+        f"ρ = {task['trigger_rate']:g} (shared equally), else a plain token from a Dirichlet({task['concentration']:g}) row "
+        f"(table seed {task['table_seed']}). After a trigger the next token is a **copy of the token before the trigger**.",
+        "So a trigger is always between two plain tokens, and ρ/(1 + ρ) = "
+        f"{task['trigger_rate'] / (1 + task['trigger_rate']):.3f} of all tokens are triggers.",
+        "",
+        "**Why sinks are useful on it.** Predicting a copy needs a head that, at a trigger, reads the token two back. At",
+        "every other position (about nine in ten) that head has nothing to add, and the cheapest way to add nothing is to",
+        "park its attention on BOS, whose value it can make small: the head is *dormant*. Guo et al. show heads of one- to",
+        "three-layer transformers becoming such BOS sinks on this task.",
+        "",
+        "**Why absolute position is not part of the task.** Each training sequence is BOS and T − 1 tokens of a long",
+        f"chain ({task['train_chains']} chains of {task['chain_len']:,} tokens, seed {task['train_seed']}) at a uniform offset; each chain ran",
+        f"{task['burn_in']} steps before its first kept token and the bigram rows are dense, so the chain is stationary: every",
+        "position has the same distribution of tokens, triggers included. The best prediction at position i depends on the",
+        "tokens at i − 1 and i − 2 alone, by the same rule at every i; only positions 1 and 2 lack that context. T =",
+        f"{settings['seq_len']} is far longer than that two-token dependency, and the sliding window of T/8 ="
+        f" {max(2, settings['seq_len'] // 8)} keys still holds both tokens the task needs (it hides only BOS, from queries",
+        f"i ≥ {max(2, settings['seq_len'] // 8)}).",
+        "",
+        f"The held-out text is one more chain ({task['held_out_tokens']:,} tokens, seed {task['held_out_seed']}), written as",
+        "space-separated token names in `held_out.jsonl`. Each model folder carries the task's word-level tokenizer, which",
+        "maps that text back to the same ids, so the measuring commands read the task's own sequences: `--corpus",
+        "held_out.jsonl` cuts windows of T − 1 tokens end to end and puts BOS at position 0.",
+        "",
+        "## The family",
+        "",
+        "Every member is a `MistralForCausalLM` (its config holds both `rope_theta` and `sliding_window`, and poslens",
+        "loads and bridges it, its window included):",
+        "",
+        markdown_table(
+            ["member", "RoPE base θ", "sliding window"],
+            [
+                [
+                    f"`{m}`",
+                    f"{MEMBERS[m].rope_theta:.0e}".replace("e+0", "e"),
+                    f"T/8 = {max(2, settings['seq_len'] // 8)} keys, every layer" if MEMBERS[m].windowed else "none",
+                ]
+                for m in settings["members"]
+            ],
+        ),
+        "",
+        "`large-base-trained` is *trained* with θ = 10⁶: it is not NTK scaling applied at inference time.",
+        "",
+        f"**No NoPE member.** {NOPE_NOTE}",
+        "",
+        f"The same for every member: the task and its data, width {settings['width']}, {settings['depth']} layers of",
+        f"{settings['heads']} head{'s' if settings['heads'] > 1 else ''}, T = {settings['seq_len']}, batch {settings['batch_size']},",
+        f"AdamW (peak rate {settings['lr']:g}, {settings['warmup']} warmup steps, {settings['schedule']} decay, weight decay",
+        f"{settings['weight_decay']:g}, gradient clipping at {settings['grad_clip']:g}), float32 on the CPU. A seed fixes the initial weights",
+        "(the same for every member) and the order of the batches; all runs train in lockstep, each step giving one batch",
+        f"per seed to every member of that seed. Seeds: {', '.join(map(str, settings['seeds']))}.",
+        "",
+        "## Training",
+        "",
+        "```bash",
+        f"poslens zoo --out results/zoo_bb {flags} --device cpu",
+        "```",
+        "",
+    ]
+    if record.get("wall_seconds"):
+        lines += [
+            f"It took {record.get('wall_seconds', float('nan')):.0f} s of wall time for the {len(runs)} runs"
+            f" ({record.get('cpu_threads')} torch thread, under `nice -n 10`), on 2 CPU cores shared with other work: the",
+            f"load average (1, 5, 15 min) was {', '.join(map(str, record.get('load_average_start', [])))} at the start and"
+            f" {', '.join(map(str, record.get('load_average_end', [])))} at the end.",
+            "",
+        ]
+    lines += [
+        f"At step 0, every {settings['eval_every']} steps and at the last step, each run logs its held-out loss and the",
+        f"sink score of every head on {settings['eval_seqs']} held-out sequences: the mean attention to key 0 over the",
+        "queries i ≥ 1 that can see it (under the window, the queries i < W; the measured family below uses poslens's",
+        "sink score, where a query that cannot see key 0 counts 0). A uniform head",
+        f"scores about {_uniform(settings['seq_len']):.3f} at T = {settings['seq_len']}"
+        f" and {_uniform(max(2, settings['seq_len'] // 8)):.3f} under the window.",
+        "",
+        "### Sink emergence",
+        "",
+        "![Sink-reading heads per checkpoint, one line per run](img/zoo/emergence_sinks.svg)",
+        "",
+        "![Largest sink score of a head per checkpoint, against τ](img/zoo/emergence_key0.svg)",
+        "",
+        "![Held-out loss per checkpoint](img/zoo/emergence_loss.svg)",
+        "",
+        "*Colour: the member (standard blue, large base red, sliding green); line style: the seed. Drawn by",
+        "`docs/make_zoo.py` from `docs/zoo_data/emergence.csv`.*",
+        "",
+        _runs_table(runs, pd.read_csv(data / "emergence.csv"), tau),
+        "",
+        _sinks_sentence(runs, tau),
+        "",
+        "## The family measured",
+        "",
+        f"Each run was measured by `poslens zoo-measure` through the same parts as `poslens report`, on {options['n_seqs']}",
+        f"held-out sequences of T = {options['seq_len']} ({options['groups']} groups for the delete-one-group jackknife,",
+        f"early queries 1 ≤ i < {options['early']}, τ = {_num(options['tau'])}; the relativization on {options['relativize_seqs']}",
+        "sequences with as many for its calibration). The parts: " + ", ".join(measured["parts"]) + ".",
+    ]
+    if len(failed):
+        lines += ["", "Parts that did not finish: " + "; ".join(f"{r.run} {r.part}: {r.status}" for r in failed.itertuples()) + "."]
+    lines += [
+        "",
+        "**Each figure per member: mean ± standard deviation over the seeds [smallest, largest].**",
+        "",
+        side,
+        "",
+        "**Each member against `standard`, paired by seed: the mean difference [95% t interval over the seeds], and the",
+        "smallest difference the family could detect** (two-sided 5%, power 80%: (t₀.₉₇₅ + t₀.₈₀) · se with n − 1 degrees",
+        f"of freedom; with {len(settings['seeds'])} seeds that is {_num(_t_factor(len(settings['seeds'])))} standard errors):",
+        "",
+        diff,
+        "",
+        _detectable_sentence(family),
+        "",
+        "![C_res by layer, one line per run](img/zoo/c_res_by_layer.svg)",
+        "",
+        "![C_mask by layer, one line per run](img/zoo/c_mask_by_layer.svg)",
+        "",
+        "Every figure of every run, per layer included, is in `docs/zoo_data/figures.csv`; `family.csv` holds the two tables above for every figure.",
+        "",
+        _window_note(settings, family, runs),
+        "",
+        "## C4 inside the family",
+        "",
+        "C4's zoo case (`poslens.study.claims_zoo`, fixed before the family was measured) compares the members with the",
+        "rules of C4 by differences: each comparison is decided by its sign rule in the direction C4 predicts, and the",
+        "comparisons together by the joint rule. The larger trained base speaks for C4's `ntk` case (the claim is about a",
+        "larger base); the seeds are the replicates. Comparisons: "
+        + "; ".join(
+            f"`{c.member}`" + (f" − `{c.reference}`" if c.reference else "") + f" ({c.metric}, expected {'>' if c.direction > 0 else '<'} 0)"
+            for c in ZOO_COMPARISONS
+        )
+        + ".",
+        "",
+        _c4_table(zoo_claims),
+        "",
+        f"**C4 in the zoo: {overall}.**",
+        "",
+        "### Beside the inference-time variants",
+        "",
+        f"The full run's C4 (SmolLM2 with `ntk:α` and `window:W` applied at inference time; `docs/findings.md`) is **{inference_overall}**.",
+        "Each zoo comparison beside the rows of the same case, kind and metric there, each with its own verdict:",
+        "",
+        markdown_table(
+            ["zoo comparison", "zoo: this comparison", "inference-time rows (own verdict)", "where they stand"],
+            [
+                [f"{r.comparison} ({r.case})", f"{r.zoo_figure}: **{r.zoo_verdict}**", r.inference_rows or "—", r.agreement]
+                for r in beside.itertuples()
+            ],
+        ),
+        "",
+        _agreement_sentence(beside),
+        "",
+        "## What the zoo can and cannot say",
+        "",
+        "- **Can:** inside this family, a difference between members is the position scheme's, trained in, not an",
+        "  inference-time edit of a model trained otherwise, and it is set beside the spread over seeds. The smallest",
+        "  differences it could detect are in the tables above.",
+        "- **Cannot:** say how large natural-text models behave. The task is synthetic, its sinks serve one",
+        "  known purpose (dormant copy heads), its context is short and its dependencies two tokens long; the models have",
+        f"  {settings['depth']} layers of width {settings['width']}. What C4 says about accumulation over depth is tested on",
+        f"  {settings['depth'] - 1} layers ≥ 1. With {len(settings['seeds'])} seeds the t intervals are wide: a difference",
+        "  smaller than the detectable one would be missed more often than found. The natural-text family on a GPU",
+        "  (`--task stdlib`) is the step between this and the pretrained models.",
+        "",
+        "## Running it",
+        "",
+        "Train (as above), then measure every run and write the tables, then this page:",
+        "",
+        "```bash",
+        "poslens zoo-measure --zoo results/zoo_bb --out docs/zoo_data --work results/zoo_bb_measure "
+        f"--n-seqs {options['n_seqs']} --groups {options['groups']} --early {options['early']} --relativize-seqs {options['relativize_seqs']}",
+        ".venv/bin/python docs/make_zoo.py",
+        "```",
+        "",
+        "The natural-text family stays as it was: `poslens zoo --task stdlib …` (the default task) and, on a CUDA GPU,",
+        "`bash benchmarks/zoo_gpu.sh` (at most 7 minutes on one H200; `ZOO_DEVICE=cpu ZOO_SMALL=1 bash benchmarks/zoo_gpu.sh`",
+        "is its CPU dry run, which checks the script, not the science).",
+        "",
+        "`poslens zoo` writes, per run, `<member>-s<seed>/` (the model, the task's tokenizer, `log.jsonl` with every head's",
+        "sink score per checkpoint, `run.json`), and for the family `zoo.json` (settings, data, wall time and load), `log.csv`",
+        "(every checkpoint of every run), `held_out.jsonl` (the `--corpus` of the measuring commands) and `summary.csv`.",
+        "`poslens zoo-measure` writes the tables of `docs/zoo_data`: `runs.csv`, `emergence.csv`, `figures.csv`,",
+        "`family.csv`, `claims.csv` / `claim_inputs.csv`, `parts.csv` and `measure.json`. A further part of the",
+        "measurement is one more entry of `poslens.study.zoo_measure.PARTS`.",
+        "",
+        "Each run folder is an ordinary Hugging Face model folder, so every command measures it:",
+        "",
+        "```bash",
+        "poslens leakage --model results/zoo_bb/sliding-s0 --corpus results/zoo_bb/held_out.jsonl "
+        f"--seq-len {settings['seq_len']} --out results/zoo_bb_m/sliding-s0",
+        "```",
+        "",
+        "The Python API is [`poslens.zoo`](api/zoo.md).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _t_factor(n: int) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, n - 1) + stats.t.ppf(0.8, n - 1)) if n > 1 else float("nan")
+
+
+def _agreement_sentence(beside: pd.DataFrame) -> str:
+    if beside.empty:
+        return "No zoo comparison has an inference-time counterpart."
+    said = []
+    for word, text in (
+        ("agree", "agree"),
+        ("partly", "agree with some of the variants only (the zoo's verdict is the own verdict of some)"),
+        ("differ", "differ"),
+    ):
+        rows = beside[beside["agreement"] == word]
+        if len(rows):
+            said.append(f"{text}: " + ", ".join(rows["comparison"]))
+    return (
+        "Where the two kinds of evidence stand: they "
+        + "; they ".join(said)
+        + ". The inference-time dose-responses (the trends over α and over W) and the Gemma 3 rows have no counterpart"
+        " in the family, which has one trained base and one window."
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=ROOT / "docs" / "zoo_data")
+    parser.add_argument("--findings", type=Path, default=ROOT / "docs" / "findings_data")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "zoo.md")
+    args = parser.parse_args()
+    for path in write_figures(args.data):
+        print("wrote", path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+    args.out.write_text(build(args.data, args.findings), encoding="utf-8")
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,541 @@
+"""Measure a trained zoo family with poslens's own parts, seeds as replicates, into a few small tables.
+
+Every run (member × seed) of a family that ``poslens zoo`` trained is measured
+through :class:`poslens.study.parts.Study` on the family's held-out text
+(``held_out.jsonl``), exactly as ``poslens leakage / sinks / bos-swap /
+ablate-sinks / relativize / path-tests --model <run folder> --corpus held_out.jsonl`` would,
+one Study folder per run under ``work``. Each part of :data:`PARTS` turns its
+Study result into figures (rows of :data:`FIGURE_COLUMNS`); adding a part to
+the family's measurement is one more :class:`ZooPart` in :data:`PARTS`.
+
+Written into ``out`` (small CSV tables, meant to be committed):
+
+- ``runs.csv``: the training summary, one row per run (steps, tokens, losses, sink count, key-0 mass);
+- ``emergence.csv``: every checkpoint of every run (held-out loss, sink count at τ, key-0 mass);
+- ``figures.csv``: every figure of every part for every run (model level and per layer);
+- ``family.csv``: per member and model-level figure, the mean, spread and range over seeds; for the members
+  other than ``standard``, the difference from ``standard`` paired by seed with its t interval over the seeds
+  and the smallest difference the seeds could detect (:func:`poslens.study.claims_zoo.seed_estimate`);
+- ``claims.csv`` / ``claim_inputs.csv``: C4 decided inside the family (:func:`poslens.study.claims_zoo.claim_c4_zoo`);
+- ``parts.csv``: run, part, status and seconds; ``measure.json``: the settings, the family's record and the timings.
+
+Longer than 400 lines because it is one job, the family's measurement: each
+part's figures, the registry of parts, and the tables they go into.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from poslens.errors import InputError, NotFoundError
+from poslens.files import atomic_write, atomic_write_text
+from poslens.mechanisms.comparisons import compare_results
+from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE, Claims
+from poslens.study.claims_zoo import claim_c4_zoo, seed_estimate
+from poslens.study.parts import Settings, Study
+from poslens.version import __version__
+
+#: The columns of a part's figures (and, with member, seed and part in front, of ``figures.csv``).
+FIGURE_COLUMNS = ["metric", "layer", "query_window", "intervention", "value", "ci_low", "ci_high"]
+#: The leakage part's figures: C_res, C_mask and their sum, the held-out ΔR², the probe and C_mask's share.
+LEAKAGE_METRICS = ("c_res", "c_mask", "leakage_pattern", "leakage_pattern_heldout", "probe_r2", "rho_mask")
+#: The member every other member is compared with, seed by seed.
+REFERENCE = "standard"
+
+
+def _tidy(table: pd.DataFrame, intervention: str | None = None) -> pd.DataFrame:
+    """Rows of a part's tidy table as figures (:data:`FIGURE_COLUMNS`), mean over heads (head −1)."""
+    rows = table[table["head"] == -1] if "head" in table.columns else table
+    out = rows.reindex(columns=FIGURE_COLUMNS).copy()
+    if intervention is not None:
+        out["intervention"] = intervention
+    out["intervention"] = out["intervention"].fillna("none")
+    return out.reset_index(drop=True)
+
+
+def leakage_figures(study: Study) -> pd.DataFrame:
+    """C_res, C_mask, L(log a) and the probe per layer and for the model; the depth slopes of C_res and C_mask.
+
+    Args:
+        study: The run's study.
+
+    Returns:
+        Figures (:data:`FIGURE_COLUMNS`): the leakage part's rows of :data:`LEAKAGE_METRICS`, and ``c_res_depth_slope`` /
+        ``c_mask_depth_slope`` (layer −1: the slope over the fraction of depth, layers ≥ 1, as ``poslens compare`` takes it).
+
+    Example:
+        >>> leakage_figures(study).query("metric == 'c_res' and layer == -1")  # doctest: +SKIP
+    """
+    result = study.leakage()
+    figures = _tidy(result.table[result.table["metric"].isin(LEAKAGE_METRICS)])
+    slopes = compare_results([result])
+    slopes = slopes[slopes["kind"] == "depth-slope"]
+    return pd.concat([figures, _tidy(slopes)], ignore_index=True)
+
+
+def sinks_figures(study: Study) -> pd.DataFrame:
+    """The sink-reading heads at τ (per layer and for the model), the key-0 mass over all heads and the largest sink score.
+
+    Args:
+        study: The run's study.
+
+    Returns:
+        Figures: ``sink_heads`` (its interval: the heads wholly above τ / reaching τ), ``key0_mass`` (mean sink score
+        over every head, layer −1) and ``max_sink_score`` (layer −1).
+
+    Example:
+        >>> sinks_figures(study).query("metric == 'sink_heads' and layer == -1")["value"]  # doctest: +SKIP
+    """
+    table = study.sinks().table
+    counts = _tidy(table[table["metric"] == "sink_heads"])
+    scores = table[table["metric"] == "sink_score"]["value"].astype(float)
+    extra = pd.DataFrame(
+        [
+            dict(metric="key0_mass", layer=-1, query_window="all", intervention="none", value=float(scores.mean()), ci_low=np.nan, ci_high=np.nan),
+            dict(
+                metric="max_sink_score", layer=-1, query_window="all", intervention="none", value=float(scores.max()), ci_low=np.nan, ci_high=np.nan
+            ),
+        ]
+    )
+    return pd.concat([counts, extra], ignore_index=True)
+
+
+def bos_swap_figures(study: Study) -> pd.DataFrame:
+    """The reduction of C_res under each BOS replacement, per layer and for the model, early and all queries.
+
+    Args:
+        study: The run's study.
+
+    Returns:
+        Figures: metric ``reduction``, intervention ``bos:<kind>``.
+
+    Example:
+        >>> bos_swap_figures(study).query("layer == -1")  # doctest: +SKIP
+    """
+    table = study.bos_swap().table
+    return _tidy(table[table["metric"] == "reduction"])
+
+
+def ablation_figures(study: Study) -> pd.DataFrame:
+    """The reduction of C_res when the sink path of the sink-reading heads is ablated (none when no head reads a sink).
+
+    Args:
+        study: The run's study.
+
+    Returns:
+        Figures: metric ``reduction``, intervention as the part records it; no rows for a run without sink-reading heads.
+
+    Example:
+        >>> ablation_figures(study).query("layer == -1")  # doctest: +SKIP
+    """
+    table = study.ablate_sinks().table
+    return _tidy(table[table["metric"] == "reduction"])
+
+
+def relativize_figures(study: Study) -> pd.DataFrame:
+    """r = 1 − L(edited)/L(unedited) over layers ≥ 2 per relativization mode, and the change in next-token loss.
+
+    Args:
+        study: The run's study.
+
+    Returns:
+        Figures: ``reduction_ge2`` (intervention ``relativize:<mode>`` at the largest calibration size, layer −1)
+        and ``loss_change`` (intervention: the edit, all positions).
+
+    Example:
+        >>> relativize_figures(study).query("metric == 'reduction_ge2'")  # doctest: +SKIP
+    """
+    attribution = study.relativize()
+    s = attribution.summary
+    rows = []
+    for mode, part in s.groupby("mode", sort=False):
+        largest = part[part["calibration_size"] == part["calibration_size"].max()]
+        for _, r in largest.iterrows():
+            rows.append(
+                dict(
+                    metric=str(r["metric"]),
+                    layer=-1,
+                    query_window=r["query_window"],
+                    intervention=f"relativize:{mode}",
+                    value=r["value"],
+                    ci_low=r["ci_low"],
+                    ci_high=r["ci_high"],
+                )
+            )
+    loss = attribution.loss
+    if len(loss):
+        loss = loss[loss["query_bin"] == -1]
+        for _, r in loss.iterrows():
+            rows.append(
+                dict(
+                    metric="loss_change",
+                    layer=-1,
+                    query_window="all",
+                    intervention=str(r["edit"]),
+                    value=r["value"],
+                    ci_low=r["ci_low"],
+                    ci_high=r["ci_high"],
+                )
+            )
+    return pd.DataFrame(rows, columns=FIGURE_COLUMNS)
+
+
+#: The path-specific tests' readouts the family's tables keep: (metric, query bin).
+PATH_READOUTS = (("resid_probe_r2_ge2", -1), ("attn_out_probe_r2_ge2", -1), ("leakage_pattern_ge2", -1), ("next_token_loss", -1))
+
+
+def path_edit_figures(study: Study) -> pd.DataFrame:
+    """The path-specific tests' changes (methodology §12): each edit against the unedited run, and key 0's freeze against the sham.
+
+    Args:
+        study: The run's study.
+
+    Returns:
+        Figures: the readouts of :data:`PATH_READOUTS` at layer −1, all queries; ``intervention`` is ``<edit>`` for a
+        change against the unedited run and ``<edit> − <reference>`` against another reference (the key-1 sham at the
+        same D, or the mask-only profile for the ablation). A run without sink-reading heads has no mask-only or
+        ablation rows.
+
+    Example:
+        >>> path_edit_figures(study).query("intervention == 'key0-phase:D=64'")  # doctest: +SKIP
+    """
+    table = study.path_tests().table
+    rows = table[(table["kind"] == "difference") & (table["layer"] == -1) & (table["query_window"] == "all")]
+    picked = []
+    for metric, qbin in PATH_READOUTS:
+        part = rows[(rows["metric"] == metric) & (rows["query_bin"] == qbin)].copy()
+        part["intervention"] = [iv if ref == "none" else f"{iv} − {ref}" for iv, ref in zip(part["intervention"], part["reference"], strict=True)]
+        picked.append(part)
+    return _tidy(pd.concat(picked, ignore_index=True))
+
+
+@dataclass(frozen=True)
+class ZooPart:
+    """One part of the family's measurement: its name and what turns the run's Study into figures.
+
+    Attributes:
+        name: The part's name (a ``poslens`` command).
+        figures: ``figures(study)``: the part's figures for one run (:data:`FIGURE_COLUMNS`).
+
+    Example:
+        >>> [part.name for part in PARTS]
+        ['leakage', 'sinks', 'bos-swap', 'ablate-sinks', 'relativize', 'path-tests']
+    """
+
+    name: str
+    figures: Callable[[Study], pd.DataFrame]
+
+
+PARTS: tuple[ZooPart, ...] = (
+    ZooPart("leakage", leakage_figures),
+    ZooPart("sinks", sinks_figures),
+    ZooPart("bos-swap", bos_swap_figures),
+    ZooPart("ablate-sinks", ablation_figures),
+    ZooPart("relativize", relativize_figures),
+    ZooPart("path-tests", path_edit_figures),
+)
+"""The parts measured on every run, in order. A part's figures go into every table; C4's zoo case reads ``c_res``
+and ``c_res_depth_slope`` of the leakage part."""
+
+
+@dataclass(frozen=True)
+class ZooMeasureOptions:
+    """The measuring settings shared by every run of the family (the Study's settings, less the model).
+
+    Attributes:
+        n_seqs: Held-out sequences measured.
+        seq_len: Tokens per sequence (``None``: the family's training T).
+        groups: Jackknife groups.
+        early: Q of the early query window.
+        batch_size: Sequences per forward pass.
+        tau: Sink-score threshold τ.
+        replacements: The BOS replacements.
+        relativize_seqs: Sequences of the relativization (and as many calibration sequences).
+        relativize_len: Tokens per sequence of the relativization (``None``: the measured T).
+        seed: Seed of the window draw.
+
+    Example:
+        >>> ZooMeasureOptions().groups
+        8
+    """
+
+    n_seqs: int = 64
+    seq_len: int | None = None
+    groups: int = 8
+    early: int = 16
+    batch_size: int = 16
+    tau: float = 0.3
+    replacements: tuple[str, ...] = ("mean", "zero", "noise", "token:eos")
+    relativize_seqs: int = 32
+    relativize_len: int | None = None
+    seed: int = 0
+
+    def settings(self, model: str, corpus: str, seq_len: int) -> Settings:
+        """The Study settings of one run.
+
+        Args:
+            model: The run's folder.
+            corpus: The family's held-out text.
+            seq_len: The measured T.
+
+        Returns:
+            The settings.
+
+        Example:
+            >>> ZooMeasureOptions().settings("results/zoo/standard-s0", "results/zoo/held_out.jsonl", 128).relativize_len
+            128
+        """
+        return Settings(
+            model=model,
+            corpus=corpus,
+            n_seqs=self.n_seqs,
+            seq_len=seq_len,
+            groups=self.groups,
+            early=self.early,
+            seed=self.seed,
+            batch_size=self.batch_size,
+            max_memory="free",
+            tau=self.tau,
+            replacements=tuple(self.replacements),
+            relativize_seqs=self.relativize_seqs,
+            relativize_len=self.relativize_len or seq_len,
+        )
+
+
+def _family(zoo: Path) -> tuple[dict, pd.DataFrame]:
+    for name in ("zoo.json", "summary.csv", "held_out.jsonl"):
+        if not (zoo / name).exists():
+            raise NotFoundError(f"{zoo / name} is missing: {zoo} is not a family trained by poslens zoo (run poslens zoo --out {zoo} first)")
+    return json.loads((zoo / "zoo.json").read_text()), pd.read_csv(zoo / "summary.csv")
+
+
+def family_table(figures: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
+    """Per member and model-level figure: mean, spread and range over seeds, and the difference from ``reference`` by seed.
+
+    Args:
+        figures: ``figures.csv``'s rows (member, seed, part and :data:`FIGURE_COLUMNS`).
+        reference: The member the others are compared with.
+
+    Returns:
+        One row per (part, metric, query_window, intervention, member): ``n_seeds``, ``mean``, ``sd``, ``min``,
+        ``max``, and for the other members ``difference`` (mean over seeds of member − reference of the same seed),
+        ``difference_ci_low`` / ``difference_ci_high`` (t interval over the seeds) and ``detectable``.
+
+    Example:
+        >>> rows = [dict(member=m, seed=s, part="leakage", metric="c_res", layer=-1, query_window="all", intervention="none",
+        ...              value=v + 0.01 * s, ci_low=np.nan, ci_high=np.nan) for m, v in [("standard", 0.1), ("sliding", 0.2)] for s in range(3)]
+        >>> t = family_table(pd.DataFrame(rows))
+        >>> t[["member", "n_seeds", "mean", "sd", "difference"]].round(3).values.tolist()
+        [['standard', 3, 0.11, 0.01, nan], ['sliding', 3, 0.21, 0.01, 0.1]]
+    """
+    model = figures[figures["layer"] == -1]
+    keys = ["part", "metric", "query_window", "intervention"]
+    order = list(dict.fromkeys(model["member"]))
+    rows = []
+    for key, part in model.groupby(keys, sort=False, dropna=False):
+        ref = part[part["member"] == reference].set_index("seed")["value"].astype(float)
+        for member in order:
+            mine = part[part["member"] == member].set_index("seed")["value"].astype(float)
+            if mine.empty:
+                continue
+            row = dict(
+                zip(keys, key, strict=True),
+                member=member,
+                n_seeds=int(mine.notna().sum()),
+                mean=mine.mean(),
+                sd=mine.std(ddof=1) if mine.notna().sum() > 1 else np.nan,
+                min=mine.min(),
+                max=mine.max(),
+            )
+            row.update(difference=np.nan, difference_ci_low=np.nan, difference_ci_high=np.nan, detectable=np.nan)
+            if member != reference and len(ref):
+                seeds = sorted(set(mine.index) & set(ref.index))
+                est = seed_estimate((mine.loc[seeds] - ref.loc[seeds]).to_numpy())
+                row.update(difference=est.value, difference_ci_low=est.ci_low, difference_ci_high=est.ci_high, detectable=est.detectable)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def c4_figures(figures: pd.DataFrame) -> pd.DataFrame:
+    """The figures C4's zoo case reads: ``c_res`` and ``c_res_depth_slope`` at the model level, all queries, unedited.
+
+    Args:
+        figures: ``figures.csv``'s rows.
+
+    Returns:
+        member, seed, metric, value.
+
+    Example:
+        >>> f = pd.DataFrame([dict(member="standard", seed=0, part="leakage", metric="c_res", layer=-1, query_window="all",
+        ...                        intervention="none", value=0.1, ci_low=0.0, ci_high=0.2)])
+        >>> c4_figures(f).values.tolist()
+        [['standard', 0, 'c_res', 0.1]]
+    """
+    keep = figures[
+        (figures["part"] == "leakage")
+        & (figures["layer"] == -1)
+        & (figures["query_window"] == "all")
+        & (figures["intervention"] == "none")
+        & figures["metric"].isin(["c_res", "c_res_depth_slope"])
+    ]
+    return keep[["member", "seed", "metric", "value"]].reset_index(drop=True)
+
+
+def measure_family(
+    zoo: str | Path,
+    out: str | Path,
+    work: str | Path,
+    options: ZooMeasureOptions | None = None,
+    parts: tuple[ZooPart, ...] = PARTS,
+    log: Callable[[str], None] = print,
+) -> Claims:
+    """Measure every run of the family in ``zoo`` with ``parts`` and write the tables into ``out``.
+
+    The parts go in passes, one part over every run before the next part, so
+    that a run cut short has each early part for the whole family; the tables
+    are rewritten after every part. A part that fails is recorded in
+    ``parts.csv`` with its error and the next one runs; a part reused from
+    ``work`` (same settings and inputs) costs nothing.
+
+    Args:
+        zoo: The family's folder (written by ``poslens zoo``).
+        out: Where the small tables go (e.g. ``docs/zoo_data``).
+        work: Where each run's Study folder goes (parquet parts; large, not committed).
+        options: The measuring settings.
+        parts: The parts (default :data:`PARTS`).
+        log: Where progress lines go.
+
+    Returns:
+        C4's zoo claims (also ``claims.csv`` / ``claim_inputs.csv`` in ``out``).
+
+    Raises:
+        NotFoundError: When ``zoo`` is not a trained family.
+        InputError: When no run measured the leakage part, or the family lacks the members C4's zoo case compares
+            (the tables are written first).
+
+    Example:
+        >>> claims = measure_family("results/zoo_bb", "docs/zoo_data", "results/zoo_bb_measure")  # doctest: +SKIP
+    """
+    zoo, out, work = Path(zoo), Path(out), Path(work)
+    options = options or ZooMeasureOptions()
+    record, summary = _family(zoo)
+    seq_len = options.seq_len or int(record["settings"]["seq_len"])
+    corpus = str((zoo / "held_out.jsonl").resolve())
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    runs = summary.sort_values("seed", kind="stable").to_dict("records")
+    studies = {
+        r["folder"]: Study(
+            options.settings(str((zoo / r["folder"]).resolve()), corpus, seq_len), work / r["folder"], log=lambda line: log(f"    {line}")
+        )
+        for r in runs
+    }
+    frames: list[pd.DataFrame] = []
+    status: list[dict] = []
+
+    def write() -> None:
+        _write_tables(out, zoo, record, summary, frames, status, options, seq_len, time.perf_counter() - start, parts)
+
+    for part in parts:
+        for r in runs:
+            log(f"[zoo-measure {time.perf_counter() - start:.0f}s] {r['folder']}: {part.name}")
+            t0 = time.perf_counter()
+            try:
+                figures = part.figures(studies[r["folder"]])
+                state = "ok"
+            except Exception as error:  # one failed part must not stop the others
+                log(traceback.format_exc())
+                figures, state = pd.DataFrame(columns=FIGURE_COLUMNS), f"failed: {type(error).__name__}: {str(error)[:300]}"
+            tagged = figures.reindex(columns=FIGURE_COLUMNS)
+            tagged.insert(0, "part", part.name)
+            tagged.insert(0, "seed", int(r["seed"]))
+            tagged.insert(0, "member", r["member"])
+            frames.append(tagged)
+            status.append(dict(run=r["folder"], part=part.name, status=state, seconds=round(time.perf_counter() - t0, 1)))
+        write()
+    figures = _figures(frames)
+    if figures.empty or c4_figures(figures).empty:
+        raise InputError(f"no run of {zoo} measured the leakage part (see {out / 'parts.csv'}); C4's zoo case has nothing to read")
+    try:
+        claims = Claims.from_rows(claim_c4_zoo(c4_figures(figures), family=f"zoo ({record['settings'].get('task', 'stdlib')})"))
+    except ValueError as error:  # the tables are written; C4's zoo case needs standard and another member
+        raise InputError(
+            f"{zoo}: C4's zoo case cannot be decided ({error}); train the family with --members standard,large-base-trained,sliding"
+        ) from error
+    atomic_write(out / CLAIMS_FILE, lambda tmp: claims.table.to_csv(tmp, index=False))
+    atomic_write(out / INPUTS_FILE, lambda tmp: claims.inputs.to_csv(tmp, index=False))
+    write()
+    log(f"zoo-measure: {len(runs)} runs × {len(parts)} parts in {time.perf_counter() - start:.0f} s; wrote the tables in {out}")
+    return claims
+
+
+def _figures(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame(columns=["member", "seed", "part", *FIGURE_COLUMNS])
+    return pd.concat(frames, ignore_index=True)
+
+
+def _write_tables(
+    out: Path,
+    zoo: Path,
+    record: dict,
+    summary: pd.DataFrame,
+    frames: list[pd.DataFrame],
+    status: list[dict],
+    options: ZooMeasureOptions,
+    seq_len: int,
+    seconds: float,
+    parts: tuple[ZooPart, ...],
+) -> None:
+    """Every table of ``out`` from what has been measured so far."""
+    figures = _figures(frames)
+    runs = summary.drop(columns=["folder", "label"], errors="ignore")
+    log = pd.read_csv(zoo / "log.csv")
+    emergence = log[
+        [
+            c
+            for c in (
+                "member",
+                "seed",
+                "step",
+                "tokens",
+                "seconds",
+                "train_loss",
+                "held_out_loss",
+                "sink_heads",
+                "max_sink_score",
+                "key0_mass",
+                "sink_heads_by_layer",
+            )
+            if c in log.columns
+        ]
+    ]
+    tables = {
+        "runs.csv": runs,
+        "emergence.csv": emergence,
+        "figures.csv": figures,
+        "family.csv": family_table(figures) if len(figures) else pd.DataFrame(),
+        "parts.csv": pd.DataFrame(status, columns=["run", "part", "status", "seconds"]),
+    }
+    for name, table in tables.items():
+        atomic_write(out / name, lambda tmp, table=table: table.to_csv(tmp, index=False, float_format="%.6g"))
+    measured = {
+        "poslens_version": __version__,
+        "zoo": {
+            key: record.get(key)
+            for key in ("settings", "data", "architecture", "task", "wall_seconds", "load_average_start", "load_average_end", "cpu_threads")
+        },
+        "options": {**asdict(options), "seq_len": seq_len},
+        "parts": [p.name for p in parts],
+        "seconds": round(seconds, 1),
+    }
+    atomic_write_text(out / "measure.json", json.dumps(measured, indent=1, default=str))
