@@ -3,6 +3,7 @@
 The public API, re-exported here (the tutorials use only these names):
 
 - loading and measuring: :func:`load_model`, :func:`make_corpus`, :func:`measure`, :class:`Result`;
+  :func:`hooked_transformer` (a TransformerLens 3.x ``HookedTransformer`` from a model in memory or a local folder, offline);
 - interventions and their effect: :class:`BosReplacement`, :class:`SinkAblation`, :func:`reduction`, :func:`paired_difference`;
 - per-head answers: :func:`sink_heads` (the sink-reading heads with their C_res and C_mask);
 - cause: :func:`calibrate_relativization` and :class:`Relativization` (an edit that leaves each head's logits no
@@ -37,6 +38,7 @@ from poslens.mechanisms.relativization import Relativization
 from poslens.mechanisms.relativization_fit import calibrate as calibrate_relativization
 from poslens.mechanisms.sinks import sink_heads
 from poslens.model.corpus import Corpus, make_corpus
+from poslens.model.hooked_build import hooked_transformer
 from poslens.model.loading import ModelNotSupportedError, PosModel, load_model
 from poslens.model.registry import REGISTRY, registry_names
 from poslens.model.variants import Variant, parse_variant
@@ -65,6 +67,7 @@ __all__ = [
     "claims",
     "compare",
     "cumulative_attribution",
+    "hooked_transformer",
     "load_model",
     "make_corpus",
     "measure",

@@ -74,7 +74,7 @@ class CellSumCapture(GroupedBatches):
 
     Set :attr:`sequence_groups` before each forward pass to the group of each of
     its sequences (a batch may span several groups; each group's sums get its own
-    sequences'), or :attr:`group` when every sequence of the pass belongs to one group
+    sequences'), or :attr:`~poslens.capture.batch_groups.GroupedBatches.group` when every sequence of the pass belongs to one group
     (:class:`~poslens.capture.batch_groups.GroupedBatches`).
 
     Args:

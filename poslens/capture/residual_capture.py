@@ -48,7 +48,7 @@ def residual_sums_bytes(groups: int, layers: int, width: int, seq_len: int, max_
 class ResidualCapture(GroupedBatches):
     """Hooks that add each batch's residual stream and attention output to the readout sums of its sequences' groups.
 
-    Set :attr:`sequence_groups` before each forward pass (or :attr:`group` for a batch of one group:
+    Set :attr:`sequence_groups` before each forward pass (or :attr:`~poslens.capture.batch_groups.GroupedBatches.group` for a batch of one group:
     :class:`~poslens.capture.batch_groups.GroupedBatches`); each run of one group's sequences goes to that group.
 
     Args:

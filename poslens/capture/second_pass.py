@@ -84,7 +84,7 @@ def row_bin_sums(
 class SecondPass(GroupedBatches):
     """Hooks that fold every layer's row-bin sums into a :class:`CounterfactualReplay` during a second forward pass.
 
-    Set :attr:`sequence_groups` (or :attr:`group`, :class:`~poslens.capture.batch_groups.GroupedBatches`)
+    Set :attr:`sequence_groups` (or :attr:`~poslens.capture.batch_groups.GroupedBatches.group`, :class:`~poslens.capture.batch_groups.GroupedBatches`)
     before each forward pass, run it with :meth:`hooks`, then call :meth:`flush` (which hands the
     replay's device-side sums to the host once per batch). Each run of one group's sequences in a
     batch goes to the replay under its group.
