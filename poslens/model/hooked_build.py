@@ -110,7 +110,7 @@ def hooked_transformer(model: Any, tokenizer: Any = None, cls: Any = None) -> An
     if architecture == "Qwen2ForCausalLM":  # TransformerLens's Qwen2 config rounds θ to an int; from_pretrained restores it
         cfg_dict["rotary_base"] = float((getattr(hf.config, "rope_parameters", None) or {}).get("rope_theta", cfg_dict["rotary_base"]))
     cfg_dict.update(
-        model_name=str(getattr(hf.config, "_name_or_path", "") or architecture),
+        model_name=_model_name(hf, architecture),
         tokenizer_name=None,
         original_architecture=architecture,
         dtype=parameter.dtype,
@@ -150,6 +150,15 @@ def _hf_model(model: Any, tokenizer: Any) -> tuple[Any, Any]:
     if tokenizer is None:
         raise InputError("hooked_transformer() needs the model's tokenizer: pass tokenizer= (AutoTokenizer.from_pretrained(...))")
     return model, tokenizer
+
+
+def _model_name(hf: Any, architecture: str) -> str:
+    """The name the built model carries: the folder's name for a model loaded from a local folder (not its path), else
+    the name it was loaded by, else its architecture."""
+    name = str(getattr(hf.config, "_name_or_path", "") or "")
+    if name and Path(name).is_dir():
+        return Path(name).resolve().name
+    return name or architecture
 
 
 def _architecture(hf: Any) -> str:
