@@ -151,3 +151,10 @@ def test_zoo_page_is_the_committed_family() -> None:
 def test_findings_linked_from_readme_and_home() -> None:
     assert "](docs/findings.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert "](findings.md)" in (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+
+
+def test_no_build_script_is_published(site: Path) -> None:
+    """The scripts under docs/ that build pages and figures (make_*.py, execute_tutorials.py, ...) stay out of the site."""
+    scripts = sorted(str(p.relative_to(site)) for p in site.rglob("*.py"))
+    assert not scripts, f"published scripts: {scripts}; add them to exclude_docs in mkdocs.yml"
+    assert (ROOT / "docs" / "make_zoo.py").exists()  # the test would not test if the scripts had moved
