@@ -99,8 +99,8 @@ _GE2 = (
 _PROBE_SIGN = (
     "Negative when the probe predicts the held-out sequences' log(i + 1) worse than their own mean: no decodable position "
     "at this size. Its interval comes from the folds' spread (pooled value ± t · sd / √G), so it is wide when the folds "
-    "disagree; a level's interval is clipped at 1, which no R² exceeds. A `difference` row is edited minus reference, fold by fold: a negative value is a fall of the "
-    "position content under the edit."
+    "disagree; a level's interval is clipped at 1, which no R² exceeds. A `difference` row is edited minus reference, "
+    "fold by fold: a negative value is a fall of the position content under the edit."
 )
 
 
