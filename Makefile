@@ -10,7 +10,7 @@ STAMP := $(VENV)/.poslens-installed
 # tiny-model core a second time over it, with HookedTransformer and HookedSAETransformer
 TL3 := $(VENV)/tl39
 TL3_PACKAGES := transformer-lens==3.9.0 sae-lens==6.54.12 better-abc==0.0.3 simple-parsing==0.1.9 docstring-parser==0.18.0
-TL3_TESTS := tests/test_hooked_transformer.py tests/test_in_memory.py tests/test_decomposition_controls.py \
+TL3_TESTS := tests/test_hooked_transformer.py tests/test_hooked_build.py tests/test_in_memory.py tests/test_decomposition_controls.py \
 	tests/test_leakage_reference.py tests/test_decomposition_reference.py tests/test_notebooks.py
 OUT ?= results/quick
 

@@ -39,7 +39,7 @@ loader's. On CUDA all routes share one process and the peak is
 is reported whole and as the increase over the memory held once the model was
 loaded. Prints a Markdown table.
 
-CUDA: ``--batch-size`` sequences per forward pass (a batch never spans two of
+CUDA: ``--batch-size`` sequences per forward pass (a batch may span several of
 the ``--groups`` groups; the CPU rounds keep batch 1 and one group per
 sequence), weights in ``--dtype``. Every route first runs once, untimed, at
 ``--warmup-len`` (CUDA's one-off costs: kernel loading, cuBLAS handles, the
@@ -387,7 +387,7 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int, groups: int | N
         torch.cuda.synchronize()
     start = time.perf_counter()
     if route == "plain":
-        for _, index in plan:
+        for index, _ in plan:
             run_with_hooks(model, corpus.tokens[index])
     elif route == "poslens":
         poslens.measure(model, corpus, groups=groups, batch_size=batch_size, probe=False, progress=False)
@@ -400,10 +400,10 @@ def _timed(route: str, model, corpus, seq_len: int, n_seqs: int, groups: int | N
         capture = CellSumCapture(model, Binning(seq_len), groups=groups, probe=False, store=store)
         wanted = {attn_scores(l) for l in range(model.n_layers)} | {attn_pattern(l) for l in range(model.n_layers)}
         caches = []
-        for group, index in plan:
+        for index, sequence_groups in plan:
             with torch.inference_mode():
                 _, cache = model.bridge.run_with_cache(corpus.tokens[index].to(device), names_filter=lambda name: name in wanted)
-            capture.group = group
+            capture.sequence_groups = sequence_groups
             capture.add_structure(len(index))
             for layer in range(model.n_layers):
                 capture.reduce(layer, cache[attn_scores(layer)])

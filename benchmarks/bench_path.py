@@ -45,7 +45,7 @@ def main() -> None:
     plan = batches(corpus.n_seqs, args.groups, args.batch_size)
 
     def plain() -> None:
-        for _, index in plan:
+        for index, _ in plan:
             run_with_hooks(model, corpus.tokens[index], [], logits=True)
 
     kept = {}

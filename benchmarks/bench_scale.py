@@ -115,7 +115,7 @@ def run_route(case: dict, route: str) -> dict:
     start = time.perf_counter()
     record = None
     if route == "plain":
-        for _, index in plan:
+        for index, _ in plan:
             run_with_hooks(model, corpus.tokens[index], stop_after=last)
     elif case["fits"]:
         record = poslens.measure(model, corpus, **kwargs).meta["counterfactual"]

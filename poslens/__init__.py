@@ -3,7 +3,8 @@
 The public API, re-exported here (the tutorials use only these names):
 
 - loading and measuring: :func:`load_model`, :func:`make_corpus`, :func:`measure`, :class:`Result`;
-- interventions and their effect: :class:`BosReplacement`, :class:`SinkAblation`, :func:`reduction`;
+  :func:`hooked_transformer` (a TransformerLens 3.x ``HookedTransformer`` from a model in memory or a local folder, offline);
+- interventions and their effect: :class:`BosReplacement`, :class:`SinkAblation`, :func:`reduction`, :func:`paired_difference`;
 - per-head answers: :func:`sink_heads` (the sink-reading heads with their C_res and C_mask);
 - cause: :func:`calibrate_relativization` and :class:`Relativization` (an edit that leaves each head's logits no
   absolute component), :func:`cumulative_attribution` (every layer relativized, each measured before its own edit);
@@ -28,7 +29,7 @@ from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result
 from poslens.mechanisms.architectures import Case, case_table, compare
 from poslens.mechanisms.attribution import cumulative_attribution
-from poslens.mechanisms.effects import reduction
+from poslens.mechanisms.effects import paired_difference, reduction
 from poslens.mechanisms.interventions import BosReplacement, SinkAblation
 from poslens.mechanisms.key_phase import KeyPhaseFreeze
 from poslens.mechanisms.mask_only_sink import MaskOnlySinkProfile
@@ -37,6 +38,7 @@ from poslens.mechanisms.relativization import Relativization
 from poslens.mechanisms.relativization_fit import calibrate as calibrate_relativization
 from poslens.mechanisms.sinks import sink_heads
 from poslens.model.corpus import Corpus, make_corpus
+from poslens.model.hooked_build import hooked_transformer
 from poslens.model.loading import ModelNotSupportedError, PosModel, load_model
 from poslens.model.registry import REGISTRY, registry_names
 from poslens.model.variants import Variant, parse_variant
@@ -65,9 +67,11 @@ __all__ = [
     "claims",
     "compare",
     "cumulative_attribution",
+    "hooked_transformer",
     "load_model",
     "make_corpus",
     "measure",
+    "paired_difference",
     "parse_variant",
     "path_specific_tests",
     "plots",

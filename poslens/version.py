@@ -11,13 +11,22 @@ entry (``tests/test_version.py`` checks all three agree):
 A loader reads every format up to its own and refuses a newer one with
 :func:`newer_format_message`, which names both versions.
 
+The version string itself is ``poslens.__version__``. This module is
+``poslens.version``: shown, it says so, and as text (``str``, an f-string) it is the
+version; ``poslens.version.version`` is the string too, as in NumPy.
+
 Example:
-    >>> from poslens.version import __version__
-    >>> __version__.count(".")
-    2
+    >>> import poslens
+    >>> poslens.__version__.count("."), str(poslens.version) == poslens.__version__ == poslens.version.version
+    (2, True)
+    >>> poslens.version   # doctest: +ELLIPSIS
+    <module 'poslens.version': poslens 0...; the version string is poslens.__version__>
 """
 
 from __future__ import annotations
+
+import sys
+import types
 
 __version__ = "0.3.0"
 
@@ -61,3 +70,20 @@ def newer_format_message(kind: str, found: int, written_by: str | None = None) -
         f"{kind} format {found}{by} is newer than this poslens {__version__} reads ({kind} format {current[kind]}): "
         "upgrade poslens to read it, or measure again with this one"
     )
+
+
+#: The version string under the name NumPy uses for it (``poslens.version.version``).
+version = __version__
+
+
+class _VersionModule(types.ModuleType):
+    """``poslens.version`` as it shows itself: the version, and where the string is."""
+
+    def __repr__(self) -> str:
+        return f"<module 'poslens.version': poslens {__version__}; the version string is poslens.__version__>"
+
+    def __str__(self) -> str:
+        return __version__
+
+
+sys.modules[__name__].__class__ = _VersionModule

@@ -125,11 +125,12 @@ def capture_scores(
 ) -> list[np.ndarray]:
     """Every layer's scores as float64 arrays [N, H, T, T] (masked entries at the float32 minimum).
 
-    Batches are cut inside group blocks so the forward passes see the same
-    batches as ``poslens.measure(..., batch_size=batch_size)``.
+    Batches are cut as ``poslens.measure(..., batch_size=batch_size)`` cuts them, consecutive sequences
+    ``batch_size`` at a time (default: N / G, a group's size when the groups are equal), so that the forward
+    passes see the same batches.
     """
     n = tokens.shape[0]
-    g_of = group_of(n, groups)
+    step = batch_size or -(-n // groups)
     store: list[list[np.ndarray]] = [[] for _ in range(model.n_layers)]
 
     def recorder(layer: int) -> Callable:
@@ -138,15 +139,11 @@ def capture_scores(
 
         return fn
 
-    for g in range(groups):
-        members = np.nonzero(g_of == g)[0]
-        step = batch_size or len(members)
-        for k in range(0, len(members), step):
-            idx = members[k : k + step]
-            batch = tokens[idx]
-            extra = [h for iv in interventions for h in iv.hooks(model, batch)]
-            rec = [(attn_scores(l), recorder(l)) for l in range(model.n_layers)]
-            run_with_hooks(model, batch, extra + rec)
+    for k in range(0, n, step):
+        batch = tokens[k : k + step]
+        extra = [h for iv in interventions for h in iv.hooks(model, batch)]
+        rec = [(attn_scores(l), recorder(l)) for l in range(model.n_layers)]
+        run_with_hooks(model, batch, extra + rec)
     return [np.concatenate(parts, axis=0) for parts in store]
 
 

@@ -80,6 +80,7 @@ SLOW_TESTS: dict[str, str] = {
         "test_path_readouts.py::test_the_path_table_saves_reloads_and_plots",
         "test_key_phase.py::test_identity_reproduces_the_unedited_tables",
         "test_in_memory.py::test_the_users_model_is_as_given_after_every_command",
+        "test_batches_span_groups.py::test_measure_with_batches_across_groups_equals_batches_within_groups",
     )
 }
 REQUIRE_BROWSER = "POSLENS_REQUIRE_BROWSER"

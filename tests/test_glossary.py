@@ -129,3 +129,12 @@ def test_the_page_explains_sign_changes_and_negative_held_out_r2():
 def test_the_glossary_is_in_the_nav_and_linked_from_home():
     assert "- Metric glossary: glossary.md" in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     assert "](glossary.md)" in (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+
+
+def test_the_glossary_page_is_for_users() -> None:
+    """What a reader of the glossary sees holds no maintainer instruction (scripts, test files, the venv); comments are not shown."""
+    page = (ROOT / "docs" / "glossary.md").read_text(encoding="utf-8")
+    shown = re.sub(r"<!--.*?-->", "", page, flags=re.DOTALL)
+    found = [m.group(0) for m in re.finditer(r"\.venv|tests/|test_\w+\.py|python -m|\bmake \w", shown)]
+    assert not found, f"maintainer instructions on the glossary page: {found}"
+    assert "metric_glossary docs/glossary.md" in page  # kept for maintainers, in a comment

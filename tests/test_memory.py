@@ -203,7 +203,8 @@ def test_sums_are_counted_per_group(tiny):
 def test_choose_batch_size(tiny, monkeypatch):
     assert choose_batch_size(tiny, 128, n_seqs=32, groups=8, batch_size=6) == 6  # no budget: unchanged
     monkeypatch.setattr(planner, "free_memory_bytes", lambda device=None: 1 << 40)
-    assert choose_batch_size(tiny, 128, n_seqs=32, groups=8) == 4  # a batch never spans two groups of 4
+    assert choose_batch_size(tiny, 128, n_seqs=32, groups=8) == 32  # a batch may span groups: all 32 fit
+    assert choose_batch_size(tiny, 128, n_seqs=5, groups=2, batch_size=16, max_memory="free") == 5  # never more than the sequences
     assert choose_batch_size(tiny, 128, n_seqs=30, groups=4, batch_size=6, max_memory="free") == 6
     budget = (_need(tiny, 3, 128, groups=2) + _need(tiny, 4, 128, groups=2)) // 2 + system.runtime_bytes(tiny)  # runtime re-measured inside
     assert choose_batch_size(tiny, 128, n_seqs=64, groups=2, batch_size=16, max_memory=budget) == 3

@@ -129,7 +129,7 @@ def test_figures_survive_the_html_export(exported) -> None:
     for figure in figures:  # each figure's div, and the script that draws into it, are in the page
         (div_id,) = re.findall(r'<div id="(poslens-figure-[0-9a-f]+)" class="plotly-graph-div"', figure.data["text/html"])
         assert f'id="{div_id}"' in page and re.search(rf'Plotly\.newPlot\(\s*"{div_id}"', page), div_id
-    assert "c_res per head (all queries)" in page
+    assert "c_res per head (early queries)" in page  # the default window
 
 
 def test_exported_figures_draw_in_a_browser(exported, tmp_path: Path) -> None:

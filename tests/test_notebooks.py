@@ -126,6 +126,25 @@ def test_stored_outputs_show_no_machine_path_and_no_warning(path: Path) -> None:
                 assert "Warning" not in out.text, f"{path.name}, cell {index}: a warning is stored ({out.text[:300]!r}); {rerun}"
 
 
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+TEXT_BAR = re.compile(r"\d+%\|")  # tqdm's text bar: " 40%|████      | 2/5"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_outputs_keep_no_progress_widget_or_bar(path: Path) -> None:
+    """A saved notebook keeps a progress widget's or bar's last frame (a stale "0%" or "99% 238/240"): none is stored."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    rerun = RERUN.format(stem=path.stem)
+    assert "widgets" not in nb.metadata, f"{path.name} stores widget state; {rerun}"
+    for index, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            assert WIDGET_MIME not in out.get("data", {}), f"{path.name}, cell {index}: a widget is stored; {rerun}"
+            texts = [out.text] if out.output_type == "stream" else [t for t in out.get("data", {}).values() if isinstance(t, str)]
+            assert not any(TEXT_BAR.search(text) for text in texts), f"{path.name}, cell {index}: a progress bar is stored; {rerun}"
+
+
 @pytest.fixture(scope="session")
 def python3_kernel(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A kernelspec named ``python3`` that starts *this* interpreter.

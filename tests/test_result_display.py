@@ -116,7 +116,8 @@ def test_plot_sinks_from_a_measurement_and_from_a_sinks_part(result: Result) -> 
 
 
 def test_plot_unknown_kind_names_the_kinds(result: Result) -> None:
-    with pytest.raises(ValueError, match=re.escape("unknown plot kind 'source' (did you mean 'sources'?); kinds: sources, leakage, heads, sinks")):
+    expected = "unknown plot kind 'source' (did you mean 'sources'?); kinds: sources, leakage, heads, layers, sinks"
+    with pytest.raises(ValueError, match=re.escape(expected)):
         result.plot("source")
 
 

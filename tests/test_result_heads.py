@@ -63,8 +63,8 @@ def test_heads_keeps_the_aggregates_apart(runs: dict[str, Result]) -> None:
     assert Result(by_head).heads("c_res", "early").attrs["aggregates"]["head_means"] == {
         head: result.value("c_res", "early", layer=1, head=head) for head in range(4)
     }
-    default = result.heads("c_res")  # window "all" by default
-    assert default.attrs["query_window"] == "all" and default.loc[0, 0] == result.value("c_res", "all", layer=0, head=0)
+    default = result.heads("c_res")  # window "early" by default, as summary() and plot()
+    assert default.attrs["query_window"] == "early" and default.loc[0, 0] == result.value("c_res", "early", layer=0, head=0)
 
 
 def test_heads_names_the_valid_choices(runs: dict[str, Result]) -> None:

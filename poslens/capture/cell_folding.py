@@ -5,7 +5,9 @@ the offset diagonals (:func:`add_diagonal_sums`); summed over the rows of each
 query bin, that gives the sum of s over each (query bin, offset bin) cell, and
 over the rows of each query window, the sum of s_{i,i−Δ} per exact offset Δ.
 :func:`cell_parts` folds the per-row pieces (log Z_i and the row sums of s, s²
-and j·s) into query bins with the plan's one-hot matrix.
+and j·s) into query bins with the plan's one-hot matrix. Every sum over the
+batch is taken per run of one group (:class:`~poslens.capture.batch_groups.BatchGroups`):
+the pieces have a leading axis of runs.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 from einops import einsum, rearrange
 from jaxtyping import Float
 
+from poslens.capture.batch_groups import BatchGroups
 from poslens.capture.capture_plan import CapturePlan
 from poslens.capture.row_blocks import RowBlock
 
@@ -30,8 +33,9 @@ def add_diagonal_sums(
     shape: tuple[int, int, int, int],
     block: RowBlock,
     query_window_of_bin: dict[str, list[bool]],
-    logit_cells: Float[torch.Tensor, "heads qbins obins"],
-    offset_sums: Float[torch.Tensor, "2 heads seq"],
+    logit_cells: Float[torch.Tensor, "runs heads qbins obins"],
+    offset_sums: Float[torch.Tensor, "runs 2 heads seq"],
+    runs: BatchGroups,
 ) -> None:
     """Add one block's visible logits, summed along each offset diagonal, to the cell sums and the per-offset sums.
 
@@ -40,16 +44,17 @@ def add_diagonal_sums(
     walks the diagonal of offset Δ = S − 1 − c (entries left of a row's start fall in
     the previous row's zeros). Summed over the rows of each query bin c and folded
     into offset bins, that is the bin's share of the ``logit`` cells; over the rows of
-    the all / early query windows, it is ``offset_sums`` [2, H, T] (index 0: rows i ≥ 1,
-    index 1: the early rows 1 ≤ i < Q).
+    the all / early query windows, it is ``offset_sums`` [runs, 2, H, T] (index 0: rows i ≥ 1,
+    index 1: the early rows 1 ≤ i < Q). The sums over the batch are taken per run of ``runs``.
 
     Args:
         flat: The padded block, as laid out above.
         shape: ``(B, H, R, S)``: sequences, heads, rows and key span of the block.
         block: The row block.
         query_window_of_bin: For each query window, whether each query bin is in it.
-        logit_cells: Σ of s per (head, query bin, offset bin), added to in place.
-        offset_sums: Σ of s_{i,i−Δ} over the all / early rows per (head, Δ), added to in place.
+        logit_cells: Σ of s per (run, head, query bin, offset bin), added to in place.
+        offset_sums: Σ of s_{i,i−Δ} over the all / early rows per (run, head, Δ), added to in place.
+        runs: The groups of the batch's sequences.
 
     Example:
         >>> from poslens.fit.binning import Binning
@@ -57,21 +62,21 @@ def add_diagonal_sums(
         >>> block = plan.blocks(1, torch.device("cpu"), 64)[0]   # all 4 rows, keys 0..3
         >>> s = torch.ones(4, 4).tril()
         >>> flat = torch.cat([torch.zeros(4), torch.cat([s, torch.zeros(4, 4)], 1).reshape(-1)])
-        >>> cells, offsets = torch.zeros(1, plan.binning.n_query_bins, plan.binning.n_offset_bins), torch.zeros(2, 1, 4)
-        >>> add_diagonal_sums(flat, (1, 1, 4, 4), block, plan.query_window_of_bin, cells, offsets)
-        >>> offsets[0, 0].tolist()   # rows 1..3: three pairs at offset 0, three at 1, two at 2, one at 3
+        >>> cells, offsets = torch.zeros(1, 1, plan.binning.n_query_bins, plan.binning.n_offset_bins), torch.zeros(1, 2, 1, 4)
+        >>> add_diagonal_sums(flat, (1, 1, 4, 4), block, plan.query_window_of_bin, cells, offsets, BatchGroups.of([0]))
+        >>> offsets[0, 0, 0].tolist()   # rows 1..3: three pairs at offset 0, three at 1, two at 2, one at 3
         [3.0, 3.0, 2.0, 1.0]
     """
     span = shape[3]
     diagonals = _diagonals(flat, shape)
     for query_bin, first, end in block.query_segments:
-        by_column = diagonals[..., first:end].sum(-1).sum(0)  # [H, S]
-        logit_cells[:, query_bin].index_add_(1, block.offset_bin_of_column, by_column)
+        by_column = runs.sum(diagonals[..., first:end].sum(-1))  # [runs, H, S]
+        logit_cells[:, :, query_bin].index_add_(2, block.offset_bin_of_column, by_column)
         if query_window_of_bin["all"][query_bin]:
             by_offset = by_column.flip(-1)
-            offset_sums[0, :, :span] += by_offset
+            offset_sums[:, 0, :, :span] += by_offset
             if query_window_of_bin["early"][query_bin]:
-                offset_sums[1, :, :span] += by_offset
+                offset_sums[:, 1, :, :span] += by_offset
 
 
 def add_diagonal_sums_at_once(
@@ -79,12 +84,13 @@ def add_diagonal_sums_at_once(
     shape: tuple[int, int, int, int],
     block: RowBlock,
     plan: CapturePlan,
-    logit_cells: Float[torch.Tensor, "heads qbins obins"],
-    offset_sums: Float[torch.Tensor, "2 heads seq"],
+    logit_cells: Float[torch.Tensor, "runs heads qbins obins"],
+    offset_sums: Float[torch.Tensor, "runs 2 heads seq"],
+    runs: BatchGroups,
 ) -> None:
     """:func:`add_diagonal_sums` without the loop over the block's query bins (the sync-free path).
 
-    The diagonals, summed over the batch, are folded over the rows by one matrix
+    The diagonals, summed over the batch per run of ``runs``, are folded over the rows by one matrix
     [R, query bins of the block + 2] (one-hot query bins, then the all / early query
     windows; :meth:`CapturePlan.diagonal_tables`) and added to the cells by one
     ``index_add_`` over (query bin, offset bin).
@@ -94,8 +100,9 @@ def add_diagonal_sums_at_once(
         shape: ``(B, H, R, S)``: sequences, heads, rows and key span of the block.
         block: The row block.
         plan: The layer's plan (for the block's tables).
-        logit_cells: Σ of s per (head, query bin, offset bin), added to in place.
-        offset_sums: Σ of s_{i,i−Δ} over the all / early rows per (head, Δ), added to in place.
+        logit_cells: Σ of s per (run, head, query bin, offset bin), added to in place.
+        offset_sums: Σ of s_{i,i−Δ} over the all / early rows per (run, head, Δ), added to in place.
+        runs: The groups of the batch's sequences.
 
     Example:
         >>> from poslens.fit.binning import Binning
@@ -103,67 +110,73 @@ def add_diagonal_sums_at_once(
         >>> block = plan.blocks(1, torch.device("cpu"), 64)[0]
         >>> s = torch.ones(4, 4, dtype=torch.float64).tril()
         >>> flat = torch.cat([torch.zeros(4, dtype=torch.float64), torch.cat([s, torch.zeros(4, 4)], 1).reshape(-1)])
-        >>> cells = torch.zeros(1, plan.binning.n_query_bins, plan.binning.n_offset_bins, dtype=torch.float64)
-        >>> offsets = torch.zeros(2, 1, 4, dtype=torch.float64)
-        >>> add_diagonal_sums_at_once(flat, (1, 1, 4, 4), block, plan, cells, offsets)
-        >>> offsets[0, 0].tolist()
+        >>> cells = torch.zeros(1, 1, plan.binning.n_query_bins, plan.binning.n_offset_bins, dtype=torch.float64)
+        >>> offsets = torch.zeros(1, 2, 1, 4, dtype=torch.float64)
+        >>> add_diagonal_sums_at_once(flat, (1, 1, 4, 4), block, plan, cells, offsets, BatchGroups.of([0]))
+        >>> offsets[0, 0, 0].tolist()
         [3.0, 3.0, 2.0, 1.0]
     """
     heads, span = shape[1], shape[3]
+    n_runs = len(runs.runs)
     diagonals = _diagonals(flat, shape)
     rows_to_columns, cell_index = plan.diagonal_tables(block, flat.device)
     n_segments = rows_to_columns.shape[1] - 2
-    folded = diagonals.sum(0) @ rows_to_columns  # [H, S, segments + 2]
-    logit_cells.view(heads, -1).index_add_(1, cell_index, folded[..., :n_segments].reshape(heads, -1))
-    offset_sums[:, :, :span] += rearrange(folded[..., n_segments:], "head col query_window -> query_window head col").flip(-1)
+    folded = runs.sum(diagonals) @ rows_to_columns  # [runs, H, S, segments + 2]
+    logit_cells.view(n_runs, heads, -1).index_add_(2, cell_index, folded[..., :n_segments].reshape(n_runs, heads, -1))
+    offset_sums[..., :span] += rearrange(folded[..., n_segments:], "run head col query_window -> run query_window head col").flip(-1)
 
 
 def cell_parts(
     plan: CapturePlan,
+    runs: BatchGroups,
     log_z: Float[torch.Tensor, "batch heads seq"],
     row_sum: Float[torch.Tensor, "batch heads seq"],
     row_js: Float[torch.Tensor, "batch heads seq"],
     row_sq: Float[torch.Tensor, "batch heads seq"],
-    logit_cells: Float[torch.Tensor, "heads qbins obins"],
-    key0_logits: Float[torch.Tensor, "heads seq"],
-    offset_sums: Float[torch.Tensor, "2 heads seq"],
+    logit_cells: Float[torch.Tensor, "runs heads qbins obins"],
+    key0_logits: Float[torch.Tensor, "runs heads seq"],
+    offset_sums: Float[torch.Tensor, "runs 2 heads seq"],
 ) -> dict[str, torch.Tensor]:
     """One layer's pieces by :class:`~poslens.fit.sums.SumFields` field, folded into query bins, on the scores' device.
 
     Args:
         plan: The layer's plan.
+        runs: The groups of the batch's sequences: each piece is summed over the batch per run.
         log_z: log Z_i per sequence, head and row.
         row_sum: Σ_j s_ij over the visible keys.
         row_js: Σ_j j·s_ij over the visible keys.
         row_sq: Σ_j s_ij² over the visible keys.
-        logit_cells: Σ of s per (head, query bin, offset bin), summed over the batch.
-        key0_logits: Σ over the batch of s_i0 per head and row.
-        offset_sums: Σ of s_{i,i−Δ} over the all / early rows per (head, Δ).
+        logit_cells: Σ of s per (run, head, query bin, offset bin).
+        key0_logits: Σ of s_i0 per run, head and row.
+        offset_sums: Σ of s_{i,i−Δ} over the all / early rows per (run, head, Δ).
 
     Returns:
-        ``{field: tensor}`` without the batch axis, shaped as one (group, layer) slice of the field.
+        ``{field: tensor}`` with a leading axis of runs in place of the batch axis, each run shaped as one
+        (group, layer) slice of the field.
 
     Example:
         >>> from poslens.fit.binning import Binning
         >>> plan = CapturePlan.build(Binning(8), None)
-        >>> z, c, b = torch.zeros(1, 1, 8, dtype=torch.float64), plan.binning.n_query_bins, plan.binning.n_offset_bins
-        >>> parts = cell_parts(plan, z, z, z, z, torch.zeros(1, c, b, dtype=torch.float64), z[0], torch.zeros(2, 1, 8, dtype=torch.float64))
-        >>> tuple(parts["logit_by_offset_early"].shape) == (1, plan.early_rows)
+        >>> z, c, b = torch.zeros(3, 1, 8, dtype=torch.float64), plan.binning.n_query_bins, plan.binning.n_offset_bins
+        >>> runs = BatchGroups.of([0, 1, 1])   # two runs: the pieces are [2, ...]
+        >>> cells, offsets = torch.zeros(2, 1, c, b, dtype=torch.float64), torch.zeros(2, 2, 1, 8, dtype=torch.float64)
+        >>> parts = cell_parts(plan, runs, z, z, z, z, cells, z[:2], offsets)
+        >>> tuple(parts["logit_by_offset_early"].shape) == (2, 1, plan.early_rows)
         True
     """
     tensors = plan.on(log_z.device)
     fold, keys, per_bin, n_visible = tensors.query_fold, tensors.key_positions, tensors.per_bin, tensors.n_visible
-    z_sum = log_z.sum(0)  # [H, T]
+    z_sum = runs.sum(log_z)  # [runs, H, T]
     return {
         "logit": logit_cells,
-        "log_partition": einsum(fold, z_sum, per_bin, "qbin seq, head seq, seq obin -> head qbin obin"),
-        "logit_sq": row_sq.sum(0) @ fold.T,
-        "log_partition_sq": ((log_z**2).sum(0) * n_visible) @ fold.T,
-        "logit_x_log_partition": (log_z * row_sum).sum(0) @ fold.T,
-        "logit_x_query_position": (row_sum.sum(0) * keys) @ fold.T,
-        "logit_x_key_position": row_js.sum(0) @ fold.T,
-        "logit_by_row": row_sum.sum(0),
+        "log_partition": einsum(fold, z_sum, per_bin, "qbin seq, run head seq, seq obin -> run head qbin obin"),
+        "logit_sq": runs.sum(row_sq) @ fold.T,
+        "log_partition_sq": (runs.sum(log_z**2) * n_visible) @ fold.T,
+        "logit_x_log_partition": runs.sum(log_z * row_sum) @ fold.T,
+        "logit_x_query_position": (runs.sum(row_sum) * keys) @ fold.T,
+        "logit_x_key_position": runs.sum(row_js) @ fold.T,
+        "logit_by_row": runs.sum(row_sum),
         "key0_logit_by_row": key0_logits,
-        "logit_by_offset_all": offset_sums[0],
-        "logit_by_offset_early": offset_sums[1, :, : plan.early_rows],
+        "logit_by_offset_all": offset_sums[:, 0],
+        "logit_by_offset_early": offset_sums[:, 1, :, : plan.early_rows],
     }

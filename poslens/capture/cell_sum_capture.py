@@ -14,7 +14,10 @@ summed over the rows of each query bin, that gives the sum of s over each
 s_{i,i−Δ} per exact offset Δ that the counterfactual fit of methodology §4.1
 needs (with Σ_j s_ij and s_i0 per exact row). The per-row pieces are folded into
 query bins with a one-hot matrix and added to :class:`~poslens.fit.sums.CellSums`;
-nothing of size T² outlives the hook. Everything fixed by the geometry is built
+nothing of size T² outlives the hook. A batch may hold sequences of several
+groups: every sum over the batch is taken per run of one group
+(:class:`~poslens.capture.batch_groups.BatchGroups`, set by :attr:`CellSumCapture.sequence_groups`)
+and added to that group's sums. Everything fixed by the geometry is built
 once per sliding window in a :class:`~poslens.capture.capture_plan.CapturePlan`.
 Given a :class:`poslens.capture.row_bin_store.RowBinStore`, it also writes each
 row's maximum and, from one cumulative sum of exp(s − max) along keys, its sums
@@ -51,6 +54,7 @@ from einops import einsum, rearrange
 from jaxtyping import Float
 
 from poslens.capture.attention_layout import AttentionLayout
+from poslens.capture.batch_groups import BatchGroups, GroupedBatches
 from poslens.capture.capture_plan import CapturePlan, lookup_plan
 from poslens.capture.cell_folding import add_diagonal_sums, add_diagonal_sums_at_once, cell_parts
 from poslens.capture.deferred_sums import PendingLayer, flush_pending, pack_layer
@@ -65,11 +69,13 @@ from poslens.model import hooks as hook_names
 from poslens.model.hooks import Hook
 
 
-class CellSumCapture:
+class CellSumCapture(GroupedBatches):
     """Accumulates the :class:`~poslens.fit.sums.CellSums` of a model from hooks on every layer's scores.
 
-    Set :attr:`group` before each forward pass; every sequence of one pass
-    belongs to that group.
+    Set :attr:`sequence_groups` before each forward pass to the group of each of
+    its sequences (a batch may span several groups; each group's sums get its own
+    sequences'), or :attr:`~poslens.capture.batch_groups.GroupedBatches.group` when every sequence of the pass belongs to one group
+    (:class:`~poslens.capture.batch_groups.GroupedBatches`).
 
     Args:
         model: The hooked model, or what the capture reads of it (:class:`~poslens.capture.attention_layout.AttentionLayout`).
@@ -84,7 +90,7 @@ class CellSumCapture:
 
     Example:
         >>> capture = CellSumCapture(model, Binning(64), groups=4)  # doctest: +SKIP
-        >>> capture.group = 0  # doctest: +SKIP
+        >>> capture.sequence_groups = np.array([0, 0, 1])  # doctest: +SKIP
         >>> run_with_hooks(model, tokens, capture.hooks())  # doctest: +SKIP
         >>> capture.flush()  # doctest: +SKIP
     """
@@ -108,7 +114,9 @@ class CellSumCapture:
         self.binning = binning
         self.probe = probe
         self.check_mask = check_mask
-        self.group = 0
+        self.sequence_groups = None  # the group of each sequence of the next batch; None: all in group self.group
+        self._group = 0
+        self.n_groups = groups
         self._plans: dict[int | None, CapturePlan] = {}  # by effective sliding window (None: full causal)
         self._checked: set[int] = set()
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -186,7 +194,7 @@ class CellSumCapture:
         return hook
 
     def add_structure(self, batch: int) -> None:
-        """Add the structural (data-free) sums of ``batch`` sequences to the current group.
+        """Add the structural (data-free) sums of ``batch`` sequences to their groups (:meth:`batch_groups`).
 
         Call it once per forward pass, with the batch size; it also counts the sequences.
 
@@ -200,18 +208,25 @@ class CellSumCapture:
             >>> capture.add_structure(batch=4)
             >>> capture.sums.group_sizes.tolist()
             [0.0, 4.0]
+            >>> import numpy as np
+            >>> capture.sequence_groups = np.array([0, 1, 1])   # a batch spanning both groups
+            >>> capture.add_structure(batch=3)
+            >>> capture.sums.group_sizes.tolist()
+            [1.0, 6.0]
         """
-        a, g = self.sums.per_group, self.group
-        for layer in range(self.model.n_layers):
-            for name, per_sequence in self.plan(layer).structure_sums.items():
-                getattr(a, name)[g, layer] += batch * per_sequence
-        a.query_row_count[g] += batch * self.plan(0).query_fold.sum(-1).numpy()
-        a.sequence_count[g] += batch
-        self.sums.group_sizes[g] += batch
+        a = self.sums.per_group
+        runs = self.batch_groups(batch)
+        for g, size in zip(runs.groups, runs.counts, strict=True):
+            for layer in range(self.model.n_layers):
+                for name, per_sequence in self.plan(layer).structure_sums.items():
+                    getattr(a, name)[g, layer] += size * per_sequence
+            a.query_row_count[g] += size * self.plan(0).query_fold.sum(-1).numpy()
+            a.sequence_count[g] += size
+            self.sums.group_sizes[g] += size
         self.sums.row_count += batch
 
     def reduce(self, layer: int, scores: Float[torch.Tensor, "batch heads query key"]) -> None:
-        """Fold one layer's scores [batch, head, T, T] into the sums of the current group.
+        """Fold one layer's scores [batch, head, T, T] into the sums of their sequences' groups (:meth:`batch_groups`).
 
         Masked entries must be at the dtype minimum, as in ``hook_attn_scores``. On the
         sync-free path (see :class:`CellSumCapture`) the pieces wait on the device and the
@@ -244,10 +259,10 @@ class CellSumCapture:
         if t_q != t_k or t_q != t:
             raise ValueError(f"expected scores of {t}×{t}, got {t_q}×{t_k}")
         plan = self.plan(layer)
+        runs = self.batch_groups(batch)
+        n_runs = len(runs.runs)
         device = scores.device
         deferred = self.sync_free if self.sync_free is not None else device.type == "cuda"
-        if deferred and self._pending and self._pending[0].group != self.group:
-            self.flush()  # a batch never spans two groups: the pieces pending are another group's
         checking = self.check_mask and layer not in self._checked  # the first sequence of the layer's first batch
         threshold = MASKED_BELOW * torch.finfo(scores.dtype).min
         f64 = torch.float64
@@ -255,10 +270,10 @@ class CellSumCapture:
         log_z, row_sum, row_js, row_sq = (torch.empty(batch, heads, t, dtype=f64, device=device) for _ in range(4))
         features = torch.empty(batch, heads, t, len(FEATURES), dtype=f64, device=device)
         n_b = self.binning.n_offset_bins
-        logit_cells = torch.zeros(heads, self.binning.n_query_bins, n_b, dtype=f64, device=device)  # Σ over the batch of s per cell
-        key0_logits = torch.zeros(heads, t, dtype=f64, device=device)  # Σ over the batch of s_i0
+        logit_cells = torch.zeros(n_runs, heads, self.binning.n_query_bins, n_b, dtype=f64, device=device)  # Σ over each run of s per cell
+        key0_logits = torch.zeros(n_runs, heads, t, dtype=f64, device=device)  # Σ over each run of s_i0
         row_bins = torch.empty(batch, heads, t, 1 + n_b, dtype=f64, device=device) if self.store is not None else None  # max, then Σ exp per bin
-        offset_sums = torch.zeros(2, heads, t, dtype=f64, device=device)  # Σ of s_{i,i−Δ} over the all / early rows
+        offset_sums = torch.zeros(n_runs, 2, heads, t, dtype=f64, device=device)  # Σ of s_{i,i−Δ} over the all / early rows
         blocks = plan.blocks(batch * heads, device, self.block_elements)
         work_s, work_e = self._work_buffers(max(batch * heads * b.padded_size for b in blocks), device)
         key_positions = plan.on(device).key_positions
@@ -303,11 +318,11 @@ class CellSumCapture:
             key0_weight = exp_s[..., 0].clone() if k0 == 0 else None
             self_weight = torch.diagonal(exp_s, offset=r0 - k0, dim1=-2, dim2=-1).clone()
             if k0 == 0:
-                key0_logits[:, rows] = visible[..., 0].sum(0)
+                key0_logits[:, :, rows] = runs.sum(visible[..., 0])
             if deferred:
-                add_diagonal_sums_at_once(flat, (batch, heads, n_rows, span), block, plan, logit_cells, offset_sums)
+                add_diagonal_sums_at_once(flat, (batch, heads, n_rows, span), block, plan, logit_cells, offset_sums, runs)
             else:
-                add_diagonal_sums(flat, (batch, heads, n_rows, span), block, plan.query_window_of_bin, logit_cells, offset_sums)
+                add_diagonal_sums(flat, (batch, heads, n_rows, span), block, plan.query_window_of_bin, logit_cells, offset_sums, runs)
             if row_bins is not None:
                 # one running sum of exp(s − max) gives the partition function (its last entry) and each
                 # offset bin's sum for the counterfactual replay (differences at the bins' edges)
@@ -325,7 +340,7 @@ class CellSumCapture:
             features[:, :, rows, 2] = self_weight / partition
             features[:, :, rows, 3] = 1.0 / partition  # the row maximum has exp_s = 1
         finite = torch.isfinite(row_sum) & torch.isfinite(log_z)
-        parts = cell_parts(plan, log_z, row_sum, row_js, row_sq, logit_cells, key0_logits, offset_sums)
+        parts = cell_parts(plan, runs, log_z, row_sum, row_js, row_sq, logit_cells, key0_logits, offset_sums)
         if deferred:
             self._checked.add(layer)  # checked in flush()
             flags = [~finite.all(-1)]  # [B, H]: a non-finite row of sequence b, head h
@@ -334,19 +349,22 @@ class CellSumCapture:
                 first = scores[:1]
                 bad = torch.isnan(first) | torch.isposinf(first) | (torch.isneginf(first) & valid)
                 flags += [mask_ok, ((first > threshold) & ~valid).any(), bad.flatten(2).any(-1)[0]]
-            self._defer(layer, plan, checking, parts, features, flags, row_bins)
+            self._defer(layer, plan, runs, checking, parts, features, flags, row_bins)
             return
         if not finite.all():
             raise non_finite_error(layer, int(torch.nonzero(~finite)[0, 1]))
         self._checked.add(layer)
-        add_layer_on_host(self.sums, self.group, layer, plan, parts, features, self.probe)
+        add_layer_on_host(self.sums, runs, layer, plan, parts, features, self.probe)
         if row_bins is not None and self.store is not None:  # row_bins exist exactly when a store is kept
-            self.store.write(self.group, layer, row_bins.cpu().numpy())
+            on_host = row_bins.cpu().numpy()
+            for g, start, end in runs.runs:
+                self.store.write(g, layer, on_host[start:end])
 
     def _defer(
         self,
         layer: int,
         plan: CapturePlan,
+        runs: BatchGroups,
         checking: bool,
         parts: dict[str, torch.Tensor],
         features: Float[torch.Tensor, "batch heads seq features"],
@@ -354,12 +372,12 @@ class CellSumCapture:
         row_bins: Float[torch.Tensor, "batch heads seq bins"] | None,
     ) -> None:
         """The sync-free path's end of :meth:`reduce`: every piece, folded on the device, in one flat tensor for :meth:`flush`."""
-        per_row = rearrange(features, "batch head seq feature -> batch seq head feature").sum(0)  # [T, H, F]
-        parts["features"] = einsum(plan.on(features.device).query_fold, per_row, "qbin seq, seq head feature -> head feature qbin")
-        parts["row_features"] = rearrange(per_row, "seq head feature -> head feature seq")
+        per_row = runs.sum(rearrange(features, "batch head seq feature -> batch seq head feature"))  # [runs, T, H, F]
+        parts["features"] = einsum(plan.on(features.device).query_fold, per_row, "qbin seq, run seq head feature -> run head feature qbin")
+        parts["row_features"] = rearrange(per_row.sum(0), "seq head feature -> head feature seq")
         if self.probe:  # the probe's design sums, as add_probe_on_host forms them on the host
-            parts.update(probe_parts_on_device(features, plan))
-        self._pending.append(pack_layer(self.group, layer, features.shape[0], checking, parts, flags, row_bins))
+            parts.update(probe_parts_on_device(features, plan, runs))
+        self._pending.append(pack_layer(runs, layer, checking, parts, flags, row_bins))
 
     def flush(self) -> None:
         """Add the pieces the sync-free :meth:`reduce` calls left on the device to the sums, in one device-to-host copy.

@@ -75,35 +75,26 @@ class CounterfactualReplay:
         self.log_partition = {w: np.zeros((groups, groups, model.n_layers, model.n_heads, self.rows[w])) for w in QUERY_WINDOWS}
         self.n_query_bins, self.n_offset_bins = binning.n_query_bins, binning.n_offset_bins
         self._row_query_bin = torch.as_tensor(binning.query_bin[:t], dtype=torch.long)  # c(i)
-        self._weights: dict[str, np.ndarray] = {}  # exp(−A) of one group's variants, [G, L, H, C·B] per query window
-        self._weights_group: int | None = None
-        self._device_weights: dict[str, torch.Tensor] = {}  # exp(−A) cells per query window, and the rows' query bins, on an accelerator
-        self._device_weights_key: tuple[int, str] | None = None
-        self._pending: dict[str, torch.Tensor] = {}  # Σ log Z' of the current batch on the device, [variant, L, H, rows]
-        self._pending_group: int | None = None
+        # on an accelerator: exp(−A) cells of each group of the batch [variant, L, H, C, B] per query window, and the
+        # rows' query bins, copied once per group and batch; Σ log Z' of the batch per group [variant, L, H, rows]
+        self._device_weights: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
+        self._pending: dict[int, dict[str, torch.Tensor]] = {}
 
     def _row_weights(self, group: int, layer: int) -> dict[str, Float[torch.Tensor, "variants heads rows bins"]]:
-        """exp(−A) of ``group``'s variants for ``layer``, for each row's cells (its query bin's), per query window."""
-        self._group_weights(group)
+        """exp(−A) of ``group``'s variants for ``layer``, for each row's cells (its query bin's), per query window.
+
+        Formed for the one layer asked for (a few exponentials per cell, next to the batch's rows × bins per variant):
+        a batch holds several groups, and the hooks visit the groups of one layer before the next layer.
+        """
         out = {}
-        for w, x in self._weights.items():
-            cells = torch.as_tensor(x[:, layer]).unflatten(-1, (self.n_query_bins, self.n_offset_bins))  # [variant, head, C, B]
-            out[w] = cells.index_select(2, self._row_query_bin[: self.rows[w]])
+        row_query_bin = self._row_query_bin.numpy()
+        for w, x in self.cross_fit.variants(group, layer).items():
+            cells = np.exp(-x).reshape(*x.shape[:-1], self.n_query_bins, self.n_offset_bins)  # [variant, head, C, B]
+            out[w] = torch.as_tensor(np.take(cells, row_query_bin[: self.rows[w]], axis=2))
         return out
 
-    def _group_weights(self, group: int) -> None:
-        """Fill :attr:`_weights` with exp(−A) of ``group``'s variants, [G, L, H, C·B] per query window, unless it holds them."""
-        if self._weights_group != group:
-            absolute = self.cross_fit.variants(group)
-            for w in QUERY_WINDOWS:
-                # the same buffers for every group: a fresh array each time costs more in page faults than the exponentials
-                if w not in self._weights:
-                    self._weights[w] = np.empty_like(absolute[w])
-                np.exp(np.negative(absolute[w], out=self._weights[w]), out=self._weights[w])
-            self._weights_group = group
-
     def add(self, group: int, layer: int, row_bins: Float[np.ndarray, "batch heads seq bins"] | Float[torch.Tensor, "batch heads seq bins"]) -> None:
-        """Add Σ over the batch of log Z'_i per row and variant of ``layer`` to ``group``.
+        """Add Σ over the sequences of ``row_bins`` (all of ``group``) of log Z'_i per row and variant of ``layer`` to ``group``.
 
         ``row_bins`` is [batch, H, T, 1 + bins]: each row's maximum, then its sums of exp(s − max) per offset bin,
         from the store (numpy) or from the second pass (a tensor; on an accelerator the sums stay there until :meth:`flush`).
@@ -136,37 +127,37 @@ class CounterfactualReplay:
     def _add_on_device(self, group: int, layer: int, bins: Float[torch.Tensor, "batch heads seq bins"]) -> None:
         """:meth:`add` for row-bin sums on an accelerator: the same arithmetic, summed on the device until :meth:`flush`.
 
-        No host synchronization: the weights of the group's variants go to the device once per group, and
-        the sums stay there until the end of the batch.
+        No host synchronization but one copy of each group's weights per batch: the weights of the group's
+        variants go to the device at its first layer of the batch, and the sums stay there until the end of the batch.
         """
-        if self._pending_group not in (None, group):
-            self.flush()
-        self._pending_group = group
         device = bins.device
         row_max, per_bin = bins[..., 0], bins[..., 1:]
-        self._group_weights(group)  # exp(−A) of the group's variants, on the host, once per group
-        if self._device_weights_key != (group, str(device)):
-            # the per-cell weights [variant, L, H, C, B] (small), and each row's query bin, copied once per group
-            self._device_weights = {
-                w: torch.as_tensor(x).unflatten(-1, (self.n_query_bins, self.n_offset_bins)).to(device) for w, x in self._weights.items()
+        key = (group, str(device))
+        if key not in self._device_weights:
+            # the per-cell weights [variant, L, H, C, B] (small), and each row's query bin, once per group and batch
+            exp_minus_a = {w: np.exp(-x) for w, x in self.cross_fit.variants(group).items()}
+            self._device_weights[key] = {
+                w: torch.as_tensor(x).unflatten(-1, (self.n_query_bins, self.n_offset_bins)).to(device) for w, x in exp_minus_a.items()
             }
-            self._device_weights["row_query_bin"] = self._row_query_bin.to(device)
-            self._device_weights_key = (group, str(device))
+            self._device_weights[key]["row_query_bin"] = self._row_query_bin.to(device)
+        on_device = self._device_weights[key]
+        pending = self._pending.setdefault(group, {})
         for query_window in QUERY_WINDOWS:
             n = self.rows[query_window]
-            cells = self._device_weights[query_window][:, layer]  # [variant, head, C, B]
-            weights = cells.index_select(2, self._device_weights["row_query_bin"][:n])
-            if query_window not in self._pending:
+            cells = on_device[query_window][:, layer]  # [variant, head, C, B]
+            weights = cells.index_select(2, on_device["row_query_bin"][:n])
+            if query_window not in pending:
                 shape = self.log_partition[query_window].shape[1:]  # [variant, layer, head, row]
-                self._pending[query_window] = torch.zeros(shape, dtype=torch.float64, device=device)
+                pending[query_window] = torch.zeros(shape, dtype=torch.float64, device=device)
             for variant in range(weights.shape[0]):
                 z = (per_bin[:, :, :n] * weights[variant][None]).sum(-1)  # [batch, head, row]
-                self._pending[query_window][variant, layer] += (torch.log(z) + row_max[:, :, :n]).sum(0)
+                pending[query_window][variant, layer] += (torch.log(z) + row_max[:, :, :n]).sum(0)
 
     def flush(self) -> None:
         """Add the sums held on the device (by :meth:`add` on accelerator tensors) to :attr:`log_partition`.
 
-        One copy to the host per query window; call it at the end of each batch. Nothing to do on the CPU.
+        One copy to the host per group of the batch and query window; call it at the end of each batch.
+        Nothing to do on the CPU.
 
         Example:
             >>> from types import SimpleNamespace
@@ -178,11 +169,10 @@ class CounterfactualReplay:
             >>> float(replay.log_partition["all"].sum())
             0.0
         """
-        if self._pending_group is None:
-            return
-        for query_window, pending in self._pending.items():
-            self.log_partition[query_window][self._pending_group] += pending.cpu().numpy()
-        self._pending, self._pending_group = {}, None
+        for group, held in self._pending.items():
+            for query_window, sums in held.items():
+                self.log_partition[query_window][group] += sums.cpu().numpy()
+        self._pending, self._device_weights = {}, {}
 
     def replay(self, store: RowBinStore, progress: bool = False, description: str = "counterfactual") -> None:
         """:meth:`add` every entry of ``store``, in the order written.

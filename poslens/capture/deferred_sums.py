@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from jaxtyping import Float
 
+from poslens.capture.batch_groups import BatchGroups
 from poslens.capture.row_bin_store import RowBinStore
 from poslens.capture.score_checks import mask_error, non_finite_error
 from poslens.fit.sums import CellSums
@@ -28,33 +29,41 @@ class PendingLayer:
     """One sync-free ``reduce`` call whose pieces wait on the device for :func:`flush_pending`.
 
     Attributes:
-        group: The group of the batch.
+        runs: The groups of the batch's sequences (the pieces but ``row_features`` have one entry per run).
         layer: The layer index.
-        batch: Sequences in the batch.
         checking: Whether the mask check's flags are in ``flat``.
         parts: ``(field, shape)`` of the pieces at the start of ``flat``.
         flat: The pieces, then the flags (as 0.0 / 1.0): bad rows [B·H], then mask ok, hidden unmasked, bad heads [H].
         row_bins: The row-bin arrays on the host (pinned on CUDA, copied without blocking), or ``None``.
 
     Example:
-        >>> pending = pack_layer(0, 1, 1, False, {"logit_by_row": torch.zeros(1, 8, dtype=torch.float64)}, [torch.zeros(1, 1).bool()], None)
+        >>> one = BatchGroups.of([0])
+        >>> pending = pack_layer(one, 1, False, {"logit_by_row": torch.zeros(1, 1, 8, dtype=torch.float64)}, [torch.zeros(1, 1).bool()], None)
         >>> pending.parts, pending.flat.numel()
-        ([('logit_by_row', (1, 8))], 9)
+        ([('logit_by_row', (1, 1, 8))], 9)
     """
 
-    group: int
+    runs: BatchGroups
     layer: int
-    batch: int
     checking: bool
     parts: list[tuple[str, tuple[int, ...]]]
     flat: Float[torch.Tensor, " values"]
     row_bins: Float[torch.Tensor, "batch heads seq bins"] | None
 
+    @property
+    def batch(self) -> int:
+        """Sequences in the batch.
+
+        Example:
+            >>> pack_layer(BatchGroups.of([0, 1]), 0, False, {}, [torch.zeros(2, 1).bool()], None).batch
+            2
+        """
+        return self.runs.size
+
 
 def pack_layer(
-    group: int,
+    runs: BatchGroups,
     layer: int,
-    batch: int,
     checking: bool,
     parts: dict[str, torch.Tensor],
     flags: list[torch.Tensor],
@@ -63,11 +72,10 @@ def pack_layer(
     """One layer's pieces and check flags in one flat device tensor; its row-bin arrays on their way to the host.
 
     Args:
-        group: The group of the batch.
+        runs: The groups of the batch's sequences.
         layer: The layer index.
-        batch: Sequences in the batch.
         checking: Whether ``flags`` holds the mask check's flags after the bad rows.
-        parts: The pieces by field, on the scores' device.
+        parts: The pieces by field, on the scores' device: one entry per run (``row_features``: one for the batch).
         flags: The bad rows [B, H], then (when checking) mask ok, hidden unmasked and bad heads [H].
         row_bins: The row-bin arrays on the device, or ``None``.
 
@@ -75,7 +83,8 @@ def pack_layer(
         The pending layer.
 
     Example:
-        >>> pack_layer(0, 0, 1, False, {"logit_by_row": torch.ones(1, 4, dtype=torch.float64)}, [torch.zeros(1, 1).bool()], None).flat.tolist()
+        >>> ones = {"logit_by_row": torch.ones(1, 1, 4, dtype=torch.float64)}
+        >>> pack_layer(BatchGroups.of([0]), 0, False, ones, [torch.zeros(1, 1).bool()], None).flat.tolist()
         [1.0, 1.0, 1.0, 1.0, 0.0]
     """
     if row_bins is not None and row_bins.is_cuda:  # to pinned host memory, without waiting; flush_pending writes it
@@ -83,7 +92,7 @@ def pack_layer(
         row_bins = host.copy_(row_bins, non_blocking=True)
     flat = torch.cat([part.reshape(-1) for part in parts.values()] + [flag.reshape(-1).double() for flag in flags])
     shapes = [(name, tuple(part.shape)) for name, part in parts.items()]
-    return PendingLayer(group, layer, batch, checking, shapes, flat, row_bins)
+    return PendingLayer(runs, layer, checking, shapes, flat, row_bins)
 
 
 def flush_pending(
@@ -96,6 +105,7 @@ def flush_pending(
 ) -> None:
     """Add the pending layers to ``sums`` in one device-to-host copy, write their row bins, raise the first deferred error.
 
+    Each run's pieces go to its group's sums, and its sequences' row bins to the store under its group.
     The layers before the first that failed a check are added, as on the host path.
 
     Args:
@@ -113,10 +123,12 @@ def flush_pending(
     Example:
         >>> from poslens.fit.binning import Binning
         >>> sums = CellSums.zeros(1, 1, 1, Binning(4), (None,))
-        >>> layer = pack_layer(0, 0, 1, False, {"logit_by_row": torch.ones(1, 4, dtype=torch.float64)}, [torch.zeros(1, 1).bool()], None)
+        >>> sums = CellSums.zeros(2, 1, 1, Binning(4), (None,))
+        >>> parts = {"logit_by_row": torch.tensor([[[1.0, 1, 1, 1]], [[2.0, 2, 2, 2]]], dtype=torch.float64)}   # two runs
+        >>> layer = pack_layer(BatchGroups.of([1, 0, 0]), 0, False, parts, [torch.zeros(3, 1).bool()], None)
         >>> flush_pending([layer], sums, None, heads=1, sliding_windows=[None], probe_row_counts=None)
-        >>> sums.per_group.logit_by_row[0, 0].tolist()
-        [[1.0, 1.0, 1.0, 1.0]]
+        >>> sums.per_group.logit_by_row[:, 0].tolist()   # group 1 got the first run's, group 0 the second's
+        [[[2.0, 2.0, 2.0, 2.0]], [[1.0, 1.0, 1.0, 1.0]]]
     """
     if not pending:
         return
@@ -135,13 +147,16 @@ def flush_pending(
             raise mask_error(call.layer, sliding_windows[call.layer], hidden_unmasked)
         if bad_rows.any():
             raise non_finite_error(call.layer, int(torch.nonzero(bad_rows)[0, 1]))
-        g, layer = call.group, call.layer
+        layer = call.layer
         for (name, shape), value in zip(call.parts, values, strict=False):
             if name == "row_features":
                 sums.row_features[layer] += value.view(shape).numpy()
-            else:
-                getattr(a, name)[g, layer] += value.view(shape).numpy()
-        if probe_row_counts is not None:
-            a.probe_row_count[g, layer] += call.batch * probe_row_counts
-        if call.row_bins is not None and store is not None:  # row_bins are packed only when a store is kept
-            store.write(g, layer, call.row_bins.numpy())
+                continue
+            per_run = value.view(shape).numpy()
+            for k, g in enumerate(call.runs.groups):
+                getattr(a, name)[g, layer] += per_run[k]
+        for g, first, end in call.runs.runs:
+            if probe_row_counts is not None:
+                a.probe_row_count[g, layer] += (end - first) * probe_row_counts
+            if call.row_bins is not None and store is not None:  # row_bins are packed only when a store is kept
+                store.write(g, layer, call.row_bins[first:end].numpy())

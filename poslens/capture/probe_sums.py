@@ -11,6 +11,7 @@ import torch
 from einops import rearrange
 from jaxtyping import Float
 
+from poslens.capture.batch_groups import BatchGroups
 from poslens.capture.capture_plan import CapturePlan
 from poslens.fit.sums import QUERY_WINDOWS, SumFields
 
@@ -49,26 +50,35 @@ def add_probe_on_host(
         per_group.probe_row_count[group, layer, w_index] += ys.numel()
 
 
-def probe_parts_on_device(features: Float[torch.Tensor, "batch heads seq features"], plan: CapturePlan) -> dict[str, torch.Tensor]:
-    """The probe's design sums of one layer's rows, per query window, formed on the features' device without a synchronization.
+def probe_parts_on_device(features: Float[torch.Tensor, "batch heads seq features"], plan: CapturePlan, runs: BatchGroups) -> dict[str, torch.Tensor]:
+    """The probe's design sums of one layer's rows, per run of one group and query window, formed on the features' device
+    without a synchronization.
 
     The sync-free path's :func:`add_probe_on_host`, less the row count (which the
-    plan knows: ``batch × query_window_row_counts``).
+    plan knows: ``sequences × query_window_row_counts``).
 
     Args:
         features: The row features, [batch, H, T, F], on the scores' device.
         plan: The layer's plan.
+        runs: The groups of the batch's sequences.
 
     Returns:
-        ``{"probe_gram", "probe_design_x_target", "probe_target", "probe_target_sq"}``, each stacked over the query windows.
+        ``{"probe_gram", "probe_design_x_target", "probe_target", "probe_target_sq"}``, each [runs, query windows, ...].
 
     Example:
         >>> from poslens.fit.binning import Binning
         >>> from poslens.fit.sums import FEATURES
-        >>> parts = probe_parts_on_device(torch.zeros(2, 1, 8, len(FEATURES), dtype=torch.float64), CapturePlan.build(Binning(8), None))
-        >>> tuple(parts["probe_gram"].shape) == (2, len(FEATURES) + 1, len(FEATURES) + 1)
+        >>> features = torch.zeros(2, 1, 8, len(FEATURES), dtype=torch.float64)
+        >>> parts = probe_parts_on_device(features, CapturePlan.build(Binning(8), None), BatchGroups.of([0, 1]))
+        >>> tuple(parts["probe_gram"].shape) == (2, 2, len(FEATURES) + 1, len(FEATURES) + 1)   # 2 runs, 2 query windows
         True
     """
+    per_run = [_probe_parts(features[first:end], plan) for _, first, end in runs.runs]
+    return {name: torch.stack([part[name] for part in per_run]) for name in per_run[0]}
+
+
+def _probe_parts(features: Float[torch.Tensor, "batch heads seq features"], plan: CapturePlan) -> dict[str, torch.Tensor]:
+    """:func:`probe_parts_on_device` of sequences of one group: each part stacked over the query windows."""
     batch, t = features.shape[0], features.shape[2]
     device = features.device
     on_device = plan.on(device)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from poslens.capture.batch_groups import GroupedBatches
 from poslens.fit.residual_readout import SITES, ResidualSums
 from poslens.model import hooks as hook_names
 
@@ -44,8 +45,11 @@ def residual_sums_bytes(groups: int, layers: int, width: int, seq_len: int, max_
     return 8 * len(SITES) * groups * layers * ((d + 1) ** 2 + (d + 1) + seq_len * d + 1)
 
 
-class ResidualCapture:
-    """Hooks that add each batch's residual stream and attention output to the readout sums of group :attr:`group`.
+class ResidualCapture(GroupedBatches):
+    """Hooks that add each batch's residual stream and attention output to the readout sums of its sequences' groups.
+
+    Set :attr:`sequence_groups` before each forward pass (or :attr:`~poslens.capture.batch_groups.GroupedBatches.group` for a batch of one group:
+    :class:`~poslens.capture.batch_groups.GroupedBatches`); each run of one group's sequences goes to that group.
 
     Args:
         n_layers: The model's layers (every one is read).
@@ -70,7 +74,9 @@ class ResidualCapture:
         if width > max_width:
             generator = torch.Generator().manual_seed(seed)
             self.projection = torch.linalg.qr(torch.randn(width, max_width, generator=generator, dtype=torch.float64))[0]
-        self.group = 0
+        self.sequence_groups = None
+        self._group = 0
+        self.n_groups = groups
         self._tensors: dict[str, torch.Tensor] | None = None
         self._host = ResidualSums.zeros(groups, n_layers, self.width, seq_len)
         self._target = torch.log(torch.arange(1, seq_len, dtype=torch.float64) + 1.0)  # y = log(i + 1), rows i ≥ 1
@@ -110,7 +116,7 @@ class ResidualCapture:
         return hook
 
     def add(self, site: int, layer: int, x: torch.Tensor) -> None:
-        """Add one site's vectors of one layer, [batch, T, d], to the sums of the current group.
+        """Add one site's vectors of one layer, [batch, T, d], to the sums of their sequences' groups.
 
         The first call of a batch (site 0 of layer 0) also counts its rows and targets.
 
@@ -124,7 +130,16 @@ class ResidualCapture:
             >>> capture.add(0, 0, torch.tensor([[[9.0, 9.0], [1.0, 2.0], [3.0, 4.0]]]))
             >>> capture.finish().position_sum[0, 0, 0].tolist()   # position 0 is not a row
             [[0.0, 0.0], [1.0, 2.0], [3.0, 4.0]]
+            >>> import numpy as np
+            >>> capture.sequence_groups = np.array([0, 1])   # a batch spanning both groups
+            >>> capture.add(0, 0, torch.ones(2, 3, 2)); capture.finish().rows.tolist()
+            [4.0, 2.0]
         """
+        for g, first, end in self.batch_groups(x.shape[0]).runs:
+            self._add_group(g, site, layer, x[first:end])
+
+    def _add_group(self, g: int, site: int, layer: int, x: torch.Tensor) -> None:
+        """:meth:`add` for vectors of sequences of one group ``g``."""
         tensors = self._zeros(x.device)
         rows = x[:, 1:].to(torch.float64)
         if self.projection is not None:
@@ -134,7 +149,6 @@ class ResidualCapture:
         flat = rows.reshape(batch * n, -1)
         design = torch.cat([torch.ones(batch * n, 1, dtype=torch.float64, device=x.device), flat], dim=1)
         target = self._target.to(x.device).repeat(batch)
-        g = self.group
         tensors["gram"][site, g, layer] += design.T @ design
         tensors["design_x_target"][site, g, layer] += design.T @ target
         tensors["position_sum"][site, g, layer, 1:] += rows.sum(0)

@@ -20,6 +20,7 @@ import torch
 from jaxtyping import Float
 
 from poslens.capture.attention_layout import AttentionLayout
+from poslens.capture.batch_groups import GroupedBatches
 from poslens.capture.capture_plan import CapturePlan, lookup_plan
 from poslens.capture.counterfactual_replay import CounterfactualReplay
 from poslens.capture.row_blocks import EXP_FLOOR, RowBlock
@@ -80,11 +81,13 @@ def row_bin_sums(
     return out
 
 
-class SecondPass:
+class SecondPass(GroupedBatches):
     """Hooks that fold every layer's row-bin sums into a :class:`CounterfactualReplay` during a second forward pass.
 
-    Set :attr:`group` before each forward pass, run it with :meth:`hooks`, then
-    call :meth:`flush` (which hands the replay's device-side sums to the host once per batch).
+    Set :attr:`sequence_groups` (or :attr:`~poslens.capture.batch_groups.GroupedBatches.group`, :class:`~poslens.capture.batch_groups.GroupedBatches`)
+    before each forward pass, run it with :meth:`hooks`, then call :meth:`flush` (which hands the
+    replay's device-side sums to the host once per batch). Each run of one group's sequences in a
+    batch goes to the replay under its group.
 
     Args:
         model: The hooked model (its ``n_layers``, ``n_heads`` and ``sliding_windows``, each layer's sliding window).
@@ -95,7 +98,7 @@ class SecondPass:
 
     Example:
         >>> second = SecondPass(model, sums.binning, replay)   # doctest: +SKIP
-        >>> second.group = 0; run_with_hooks(model, tokens, second.hooks()); second.flush()   # doctest: +SKIP
+        >>> second.sequence_groups = np.array([0, 1]); run_with_hooks(model, tokens, second.hooks()); second.flush()   # doctest: +SKIP
     """
 
     def __init__(self, model: AttentionLayout, binning: Binning, replay: CounterfactualReplay | None, block_elements: int | None = None) -> None:
@@ -103,7 +106,8 @@ class SecondPass:
         self.binning = binning
         self.replay = replay
         self.block_elements = block_elements
-        self.group = 0
+        self.sequence_groups = None
+        self._group = 0
         self._plans: dict[int | None, CapturePlan] = {}  # by effective sliding window, as the first pass keeps them
         self._work: torch.Tensor | None = None
 
@@ -166,7 +170,9 @@ class SecondPass:
         def hook(scores: torch.Tensor, hook: Any) -> torch.Tensor:
             if self.replay is None:
                 raise ValueError("this SecondPass has no replay to fold the row-bin sums into: build it with one to run its hooks")
-            self.replay.add(self.group, layer, self.row_bins(layer, scores))
+            bins = self.row_bins(layer, scores)
+            for group, first, end in self.batch_groups(scores.shape[0]).runs:
+                self.replay.add(group, layer, bins[first:end])
             return scores
 
         return hook

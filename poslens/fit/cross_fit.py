@@ -130,11 +130,13 @@ class CrossFit:
         """
         return len(self.sequence_count)
 
-    def variants(self, group: int) -> dict[str, Float[np.ndarray, "variants layers heads cells"]]:
+    def variants(self, group: int, layer: int | None = None) -> dict[str, Float[np.ndarray, "variants *layers heads cells"]]:
         """The absolute components the sequences of ``group`` remove, ``{query_window: [G, L, H, C·B]}`` (variant first).
 
         Args:
             group: The group g whose sequences are renormalized.
+            layer: One layer only (its arrays are [G, H, C·B], the same numbers as that layer's of all layers);
+                default every layer.
 
         Returns:
             Per query window, variant v = g: A^(−g); variant v ≠ g: A^(−g,−v) (A^(−g) again with two groups).
@@ -143,16 +145,21 @@ class CrossFit:
             >>> cross = CrossFit({"all": np.ones((2, 1, 1, 1))}, {"all": 2 * np.ones((1, 1, 1))}, np.ones(2))
             >>> cross.variants(1)["all"].ravel().tolist()   # two groups: both variants fitted on group 0 alone
             [1.0, 1.0]
+            >>> cross.variants(1, layer=0)["all"].shape
+            (2, 1, 1)
         """
         n_groups, n_seqs = self.n_groups, self.sequence_count
+        at = slice(None) if layer is None else layer
+        # what each variant drops: groups g and v (g alone for v = g, and always with two groups), as sums
+        dropped_count = n_seqs[group] + n_seqs if n_groups > 2 else np.full(n_groups, n_seqs[group])
+        dropped_count[group] = n_seqs[group]
         out = {}
         for query_window, fits in self.fits.items():
-            variants = []
-            for variant in range(n_groups):
-                drop = {group, variant} if n_groups > 2 else {group}
-                kept = self.total[query_window] - sum(fits[g] for g in drop)
-                variants.append(kept / (n_seqs.sum() - sum(n_seqs[g] for g in drop)))
-            out[query_window] = np.stack(variants)
+            fits_at, own = fits[:, at], fits[group, at]
+            dropped = own[None] + fits_at if n_groups > 2 else np.broadcast_to(own, fits_at.shape).copy()
+            dropped[group] = own
+            kept = self.total[query_window][at][None] - dropped
+            out[query_window] = kept / (n_seqs.sum() - dropped_count).reshape(-1, *[1] * own.ndim)
         return out
 
 

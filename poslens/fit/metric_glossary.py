@@ -23,6 +23,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from poslens.fit.bounds import interval_note
+
 
 @dataclass(frozen=True)
 class MetricEntry:
@@ -96,9 +98,9 @@ _GE2 = (
 )
 _PROBE_SIGN = (
     "Negative when the probe predicts the held-out sequences' log(i + 1) worse than their own mean: no decodable position "
-    "at this size. Its interval comes from the folds' spread (pooled value ± t · sd / √G), so it can reach past 1 when "
-    "the folds disagree. A `difference` row is edited minus reference, fold by fold: a negative value is a fall of the "
-    "position content under the edit."
+    "at this size. Its interval comes from the folds' spread (pooled value ± t · sd / √G), so it is wide when the folds "
+    "disagree; a level's interval is clipped at 1, which no R² exceeds. A `difference` row is edited minus reference, "
+    "fold by fold: a negative value is a fall of the position content under the edit."
 )
 
 
@@ -654,6 +656,14 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _range(name: str, e: MetricEntry) -> str:
+    """The range as the page states it: the entry's, then how the 95% interval treats it (:func:`~poslens.fit.bounds.interval_note`)."""
+    note = interval_note(name, e.range)
+    if note == f"interval clipped to {e.range}":
+        note = "interval clipped to it"
+    return f"{e.range}; {note}" if note else e.range
+
+
 def glossary_markdown() -> str:
     """The glossary page's list: a table of every metric, then one section per metric, grouped as :data:`GLOSSARY` is.
 
@@ -666,7 +676,7 @@ def glossary_markdown() -> str:
         (True, 56)
     """
     lines = ["| metric | what it is | range | defined in |", "|---|---|---|---|"]
-    lines += [f"| [`{name}`](#{name}) | {_cell(e.short())} | {_cell(e.range)} | {e.section} |" for name, e in GLOSSARY.items()]
+    lines += [f"| [`{name}`](#{name}) | {_cell(e.short())} | {_cell(_range(name, e))} | {e.section} |" for name, e in GLOSSARY.items()]
     group = None
     for name, e in GLOSSARY.items():
         if e.group != group:
@@ -679,7 +689,7 @@ def glossary_markdown() -> str:
             e.definition,
             "",
             f"- **Formula:** ${e.formula}$",
-            f"- **Range:** {e.range}",
+            f"- **Range:** {_range(name, e)}",
             f"- **Sign and extremes:** {e.sign}",
             f"- **Rows:** {e.rows}",
             f"- **Defined in:** {e.section}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Float
 
+from poslens.fit.bounds import clip_interval
 from poslens.fit.metrics import HELD_OUT, all_metrics, held_out_metrics, probe_metrics
 from poslens.fit.stats import fold_interval, jackknife_interval
 from poslens.fit.sums import CellSums
@@ -33,7 +34,8 @@ def metrics_with_intervals(
     per-sequence counterfactual's cells are the replicate's own, with A refitted
     without group g too: :meth:`~poslens.fit.counterfactual_cells.CounterfactualCells.leave_out`); held-out ones
     (``*_heldout``, ``probe_r2``) intervals from their per-fold spread;
-    ``leakage_pattern_bias`` is in-sample minus held-out, jackknifed per fold.
+    ``leakage_pattern_bias`` is in-sample minus held-out, jackknifed per fold. The interval of a figure with a
+    hard bound (an R², a ΔR², a mass) is clipped to it (:func:`~poslens.fit.bounds.clip_interval`).
 
     Args:
         sums: Grouped sums of one measurement.
@@ -74,7 +76,7 @@ def metrics_with_intervals(
     low, high = fold_interval(bias, estimate["leakage_pattern"][None] - folds["leakage_pattern_heldout"])
     result["leakage_pattern_bias"] = (bias, np.asarray(low), np.asarray(high))
     if not probe:
-        return result
+        return _clipped(result)
     probe_r2, probe_r2_folds = probe_metrics(sums)
     low, high = fold_interval(probe_r2, probe_r2_folds)
     shape = estimate["c_res"].shape
@@ -87,4 +89,9 @@ def metrics_with_intervals(
         return full
 
     result["probe_r2"] = (in_head_mean_column(probe_r2), in_head_mean_column(low), in_head_mean_column(high))
-    return result
+    return _clipped(result)
+
+
+def _clipped(result: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every interval kept inside its metric's hard bound (:data:`~poslens.fit.bounds.HARD_BOUNDS`)."""
+    return {name: (value, *clip_interval(name, value, low, high)) for name, (value, low, high) in result.items()}

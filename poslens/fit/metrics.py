@@ -24,7 +24,7 @@ from poslens.fit.stats import (
     held_out_r2,
     linear_r2_gain,
     project,
-    ridge_fit,
+    ridge_fits,
     total_sum_of_squares,
     weighted_inner,
 )
@@ -338,7 +338,7 @@ def probe_metrics(
 
     Args:
         sums: Grouped sums (at least 2 groups).
-        penalty: Ridge penalty, relative to each feature's variance (:func:`~poslens.fit.stats.ridge_fit`).
+        penalty: Ridge penalty, relative to each feature's variance (:func:`~poslens.fit.stats.ridge_fits`).
 
     Returns:
         ``(pooled, per_fold)``: the held-out R², [query_window, layer + 1] and [G, query_window, layer + 1].
@@ -349,30 +349,30 @@ def probe_metrics(
         (2, 31)
     """
     g_count, n_layers = sums.n_groups, sums.n_layers
-    sse = np.zeros((g_count, len(QUERY_WINDOWS), n_layers))
-    sst = np.zeros_like(sse)
+    sse = np.full((g_count, len(QUERY_WINDOWS), n_layers), np.nan)
+    sst = np.full_like(sse, np.nan)
+    tests, fits = [], []  # every (fold, window, layer) with rows on both sides, and its training sums
     for g, train in enumerate(sums.leave_out_each()):
         test = sums.group(g)
         for w in range(len(QUERY_WINDOWS)):
             for layer in range(n_layers):
-                if train.probe_row_count[layer, w] < 2 or test.probe_row_count[layer, w] < 2:
-                    sse[g, w, layer] = sst[g, w, layer] = np.nan
-                    continue
-                theta = ridge_fit(
-                    train.probe_gram[layer, w],
-                    train.probe_design_x_target[layer, w],
-                    train.probe_target[layer, w],
-                    train.probe_row_count[layer, w],
-                    penalty,
-                )
-                sse[g, w, layer], sst[g, w, layer] = held_out_r2(
-                    theta,
-                    test.probe_gram[layer, w],
-                    test.probe_design_x_target[layer, w],
-                    test.probe_target_sq[layer, w],
-                    test.probe_target[layer, w],
-                    test.probe_row_count[layer, w],
-                )
+                if train.probe_row_count[layer, w] >= 2 and test.probe_row_count[layer, w] >= 2:
+                    tests.append((g, w, layer, test))
+                    fits.append(
+                        tuple(x[layer, w] for x in (train.probe_gram, train.probe_design_x_target, train.probe_target, train.probe_row_count))
+                    )
+    if fits:  # all the folds' probes in one call: one stacked pseudo-inverse
+        gram, design_x_target, target, rows = (np.stack(part) for part in zip(*fits, strict=True))
+        thetas = ridge_fits(gram, design_x_target, target, rows, penalty)
+        for (g, w, layer, test), theta in zip(tests, thetas, strict=True):
+            sse[g, w, layer], sst[g, w, layer] = held_out_r2(
+                theta,
+                test.probe_gram[layer, w],
+                test.probe_design_x_target[layer, w],
+                test.probe_target_sq[layer, w],
+                test.probe_target[layer, w],
+                test.probe_row_count[layer, w],
+            )
     with np.errstate(divide="ignore", invalid="ignore"):
         folds = 1 - sse / sst
         pooled = 1 - np.nansum(sse, 0) / np.nansum(sst, 0)

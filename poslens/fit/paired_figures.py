@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 from jaxtyping import Float
 
+from poslens.fit.bounds import clip_interval
 from poslens.fit.stats import fold_interval, jackknife_interval
 
 __all__ = ["KEY_COLUMNS", "Figures"]
@@ -36,6 +37,8 @@ class Figures:
         estimate: The estimate on all groups (pooled over the folds for a held-out figure), [n].
         replicates: The G replicates of each figure, [n, G].
         method: ``"jackknife"`` or ``"fold"`` per figure, [n].
+        difference: Whether the figures are differences of two runs (:meth:`minus`): a level's interval is kept
+            inside its metric's hard bound (:func:`~poslens.fit.bounds.clip_interval`), a difference's is not.
 
     Example:
         >>> keys = pd.DataFrame({"metric": ["m"], "layer": [0], "query_window": ["all"], "query_bin": [-1]})
@@ -49,6 +52,7 @@ class Figures:
     estimate: Float[np.ndarray, " figures"]
     replicates: Float[np.ndarray, "figures groups"]
     method: np.ndarray
+    difference: bool = False
 
     def __post_init__(self) -> None:
         self.keys = self.keys.reset_index(drop=True)
@@ -66,17 +70,23 @@ class Figures:
         Returns:
             All their figures, in order.
 
+        Raises:
+            ValueError: When levels and differences are mixed.
+
         Example:
             >>> keys = pd.DataFrame({"metric": ["m"], "layer": [0], "query_window": ["all"], "query_bin": [-1]})
             >>> one = Figures(keys, np.zeros(1), np.zeros((1, 2)), np.array(["fold"]))
             >>> len(Figures.concat([one, one]).keys)
             2
         """
+        if len({p.difference for p in parts}) > 1:
+            raise ValueError("levels and differences cannot be joined into one set of figures")
         return cls(
             pd.concat([p.keys for p in parts], ignore_index=True),
             np.concatenate([p.estimate for p in parts]),
             np.concatenate([p.replicates for p in parts]),
             np.concatenate([p.method for p in parts]),
+            difference=parts[0].difference,
         )
 
     def minus(self, other: Figures) -> Figures:
@@ -101,7 +111,7 @@ class Figures:
             raise ValueError("two runs can be paired only figure by figure: their keys or groups differ")
         if not np.array_equal(self.method, other.method):
             raise ValueError("paired figures must have the same interval method")
-        return Figures(self.keys.copy(), self.estimate - other.estimate, self.replicates - other.replicates, self.method.copy())
+        return Figures(self.keys.copy(), self.estimate - other.estimate, self.replicates - other.replicates, self.method.copy(), difference=True)
 
     def frame(self) -> pd.DataFrame:
         """The figures as rows: the keys, then value, ci_low and ci_high (95%).
@@ -120,6 +130,10 @@ class Figures:
             chosen = self.method == method
             if chosen.any():
                 low[chosen], high[chosen] = interval(self.estimate[chosen], self.replicates[chosen].T)
+        if not self.difference:
+            for metric in set(self.keys["metric"]):
+                rows = (self.keys["metric"] == metric).to_numpy()
+                low[rows], high[rows] = clip_interval(metric, self.estimate[rows], low[rows], high[rows])
         out = self.keys.copy()
         out["value"], out["ci_low"], out["ci_high"] = self.estimate, low, high
         return out

@@ -245,13 +245,54 @@ def ridge_fit(
         >>> np.round(ridge_fit(x.T @ x, x.T @ y, y.sum(), 4, penalty=0.0), 6).tolist()
         [1.0, 2.0]
     """
-    mean_x = xtx[0, 1:] / n
-    mean_y = y1 / n
-    cov = xtx[1:, 1:] / n - np.outer(mean_x, mean_x)
-    cross = xty[1:] / n - mean_x * mean_y
-    reg = cov + penalty * np.diag(np.diag(cov))
-    weights = np.linalg.pinv(reg, hermitian=True) @ cross
-    return np.concatenate([[mean_y - mean_x @ weights], weights])
+    return ridge_fits(xtx[None], xty[None], np.array([y1], dtype=np.float64), np.array([n], dtype=np.float64), penalty)[0]
+
+
+def ridge_fits(
+    xtx: Float[np.ndarray, "fits probe probe"],
+    xty: Float[np.ndarray, "fits probe"],
+    y1: Float[np.ndarray, " fits"],
+    n: Float[np.ndarray, " fits"],
+    penalty: float = 1e-3,
+) -> Float[np.ndarray, "fits probe"]:
+    """:func:`ridge_fit` of several problems at once: the same numbers, with one stacked pseudo-inverse.
+
+    Each problem's system is formed as :func:`ridge_fit` forms it, and all of them are inverted by one
+    call of ``np.linalg.pinv`` on the stack (the same LAPACK routine per matrix, so the same digits):
+    a loop of small inversions costs far more than the inversions themselves where the BLAS library
+    starts its threads for every call.
+
+    Args:
+        xtx: Σ x̃ x̃ᵀ over each problem's rows.
+        xty: Σ x̃ y over each problem's rows.
+        y1: Σ y of each problem.
+        n: Rows of each problem.
+        penalty: Ridge penalty, relative to each feature's variance.
+
+    Returns:
+        θ = [intercept, weights] of each problem.
+
+    Example:
+        >>> x = np.c_[np.ones(4), [0., 1., 2., 3.]]
+        >>> ys = [1 + 2 * x[:, 1], 3 - x[:, 1]]
+        >>> thetas = ridge_fits(np.stack([x.T @ x] * 2), np.stack([x.T @ y for y in ys]), np.array([y.sum() for y in ys]),
+        ...                     np.array([4.0, 4.0]), penalty=0.0)
+        >>> np.round(thetas, 6).tolist()
+        [[1.0, 2.0], [3.0, -1.0]]
+    """
+    systems = []
+    for k in range(len(xtx)):
+        mean_x = xtx[k, 0, 1:] / n[k]
+        mean_y = y1[k] / n[k]
+        cov = xtx[k, 1:, 1:] / n[k] - np.outer(mean_x, mean_x)
+        cross = xty[k, 1:] / n[k] - mean_x * mean_y
+        systems.append((mean_x, mean_y, cross, cov + penalty * np.diag(np.diag(cov))))
+    inverses = np.linalg.pinv(np.stack([reg for *_, reg in systems]), hermitian=True)
+    out = []
+    for (mean_x, mean_y, cross, _), inverse in zip(systems, inverses, strict=True):
+        weights = inverse @ cross
+        out.append(np.concatenate([[mean_y - mean_x @ weights], weights]))
+    return np.stack(out)
 
 
 def held_out_r2(

@@ -73,6 +73,45 @@ class EarlyWindowWarning(UserWarning):
     """
 
 
+class SmallGroupsWarning(UserWarning):
+    """A group holds a single sequence: its interval rests on single sequences.
+
+    Example:
+        >>> issubclass(SmallGroupsWarning, UserWarning)
+        True
+    """
+
+
+def small_groups_message(n_seqs: int, groups: int) -> str | None:
+    """The warning for ``n_seqs`` sequences in ``groups`` groups when a group holds fewer than two, else ``None``.
+
+    The groups are contiguous blocks of near-equal size (:func:`~poslens.fit.groups.group_of`), so
+    with G ≤ N < 2G sequences, 2G − N groups hold one sequence each.
+
+    Args:
+        n_seqs: Sequences measured, N.
+        groups: Groups G.
+
+    Returns:
+        The message, naming the fix (at least 2G sequences, or at most N // 2 groups), or ``None``.
+
+    Example:
+        >>> small_groups_message(8, 8)
+        '8 sequences in 8 groups: 8 of the groups hold a single sequence, so every interval rests on single sequences ...
+        >>> small_groups_message(16, 8) is None
+        True
+    """
+    if not groups <= n_seqs < 2 * groups:
+        return None
+    singles = 2 * groups - n_seqs
+    fewer = f", or pass groups={n_seqs // 2}" if n_seqs >= 4 else ""
+    return (
+        f"{n_seqs} sequences in {groups} groups: {singles} of the groups hold a single sequence, so every interval rests on "
+        "single sequences (each jackknife replicate leaves out one sequence, each held-out figure is scored on one) and is "
+        f"unstable; measure at least {2 * groups} sequences (n_seqs={2 * groups}){fewer}"
+    )
+
+
 def check_arguments(corpus: object, interventions: object, warn: bool = True, **integers: object) -> tuple[Intervention, ...]:
     """Check the arguments of ``measure`` and ``collect_sums`` at the boundary; returns the interventions as a tuple.
 
@@ -81,12 +120,13 @@ def check_arguments(corpus: object, interventions: object, warn: bool = True, **
     ``early=``, ``batch_size=``) must be an int (``batch_size`` may be None),
     with ``groups ≥ 2`` and ``early ≥ 2``; an ``early`` not below the corpus's
     length warns (:class:`EarlyWindowWarning`: the early rows then repeat the
-    'all' rows); a single intervention is accepted as well as a list.
+    'all' rows), and so do groups of a single sequence (:class:`SmallGroupsWarning`,
+    :func:`small_groups_message`); a single intervention is accepted as well as a list.
 
     Args:
         corpus: the corpus argument.
         interventions: one intervention, or a sequence of them.
-        warn: warn about an early query window that holds every query.
+        warn: warn about an early query window that holds every query, and about groups of one sequence.
         **integers: the integer arguments by name.
 
     Returns:
@@ -124,6 +164,10 @@ def check_arguments(corpus: object, interventions: object, warn: bool = True, **
             EarlyWindowWarning,
             stacklevel=4,
         )
+    groups = integers.get("groups")
+    small = small_groups_message(corpus.n_seqs, groups) if warn and isinstance(groups, int) else None
+    if small is not None:
+        warnings.warn(small, SmallGroupsWarning, stacklevel=4)
     if _is_intervention(interventions):
         return (interventions,)
     try:

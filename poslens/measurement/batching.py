@@ -1,9 +1,16 @@
-"""The batches of a run and the forward pass over each: a batch never spans two groups, and every pass stops at the last layer's scores."""
+"""The batches of a run and the forward pass over each: consecutive sequences, whatever their groups; every pass stops at the last layer's scores.
+
+A batch may hold sequences of several groups: the captures split every sum over
+the batch by group (:class:`poslens.capture.batch_groups.BatchGroups`), so the
+figures do not depend on how the corpus is cut into batches, and the default
+settings (8 groups, batches of 4) run full batches even when a group holds one
+sequence.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -28,7 +35,7 @@ class PassOwner(Protocol):
         ['blocks.0.attn.hook_attn_scores']
     """
 
-    group: int
+    sequence_groups: np.ndarray | None
 
     def hooks(self) -> list[Hook]:
         """The hooks of one forward pass.
@@ -57,8 +64,26 @@ class PassOwner(Protocol):
         ...
 
 
-def batches(n_seqs: int, groups: int, batch_size: int) -> list[tuple[int, np.ndarray]]:
-    """(group, sequence indices) for each forward pass; a batch never spans two groups.
+class Batch(NamedTuple):
+    """One forward pass's sequences and the group of each.
+
+    Attributes:
+        sequences: The sequences' indices in the corpus.
+        groups: The group of each (:func:`~poslens.fit.groups.group_of`).
+
+    Example:
+        >>> Batch(np.array([2, 3]), np.array([0, 1])).groups.tolist()
+        [0, 1]
+    """
+
+    sequences: np.ndarray
+    groups: np.ndarray
+
+
+def batches(n_seqs: int, groups: int, batch_size: int) -> list[Batch]:
+    """The forward passes of a run: consecutive sequences, ``batch_size`` at a time, with the group of each.
+
+    A batch may span several groups; the captures split its sums by group.
 
     Args:
         n_seqs: Number of sequences.
@@ -66,23 +91,19 @@ def batches(n_seqs: int, groups: int, batch_size: int) -> list[tuple[int, np.nda
         batch_size: The most sequences per forward pass.
 
     Returns:
-        ``[(group, sequence indices)]``, in order.
+        ``[Batch(sequence indices, their groups)]``, in order.
 
     Raises:
         ValueError: When ``batch_size`` is below 1 (or the groups cannot be filled, as in :func:`group_of`).
 
     Example:
-        >>> [(g, idx.tolist()) for g, idx in batches(6, 2, 2)]
-        [(0, [0, 1]), (0, [2]), (1, [3, 4]), (1, [5])]
+        >>> [(b.sequences.tolist(), b.groups.tolist()) for b in batches(6, 3, 4)]
+        [([0, 1, 2, 3], [0, 0, 1, 1]), ([4, 5], [2, 2])]
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
     assignment = group_of(n_seqs, groups)
-    out: list[tuple[int, np.ndarray]] = []
-    for g in range(groups):
-        members = np.nonzero(assignment == g)[0]
-        out.extend((g, members[k : k + batch_size]) for k in range(0, len(members), batch_size))
-    return out
+    return [Batch(np.arange(k, min(k + batch_size, n_seqs)), assignment[k : k + batch_size]) for k in range(0, n_seqs, batch_size)]
 
 
 def hooks_after_capture(model: PosModel | None, tokens: torch.Tensor, interventions: Sequence[Intervention]) -> list[Hook]:
@@ -110,7 +131,7 @@ def hooks_after_capture(model: PosModel | None, tokens: torch.Tensor, interventi
 def forward_passes(
     model: PosModel,
     corpus: Corpus,
-    plan: Sequence[tuple[int, np.ndarray]],
+    plan: Sequence[Batch],
     interventions: Sequence[Intervention],
     owner: PassOwner,
     progress: bool,
@@ -123,16 +144,16 @@ def forward_passes(
 
     ``owner`` is a :class:`~poslens.capture.cell_sum_capture.CellSumCapture` (the
     first pass) or a :class:`~poslens.capture.second_pass.SecondPass`: its
-    ``group`` is set before each pass and its ``flush()`` called after it. The
+    ``sequence_groups`` are set before each pass and its ``flush()`` called after it. The
     second pass runs this with the first pass's plan, so that both see the same
     batches with the same interventions.
 
     Args:
         model: The loaded model.
         corpus: The token corpus.
-        plan: ``[(group, sequence indices)]`` of this process (:func:`batches`).
+        plan: The batches of this process (:func:`batches`).
         interventions: Interventions whose hooks run before ``owner``'s.
-        owner: What the hooks fill: its ``group``, ``hooks()`` and ``flush()``.
+        owner: What the hooks fill: its ``sequence_groups``, ``hooks()`` and ``flush()``.
         progress: Whether to show a progress bar.
         description: The progress bar's label.
         before_each: Called with the batch size before each pass (the first pass's structural sums).
@@ -140,11 +161,11 @@ def forward_passes(
     Example:
         >>> forward_passes(model, corpus, batches(16, 8, 4), (), capture, False, "measuring")  # doctest: +SKIP
     """
-    for group, index in progress_bar(plan, desc=description, unit="batch", disable=not progress, leave=False):
+    for index, groups in progress_bar(plan, desc=description, unit="batch", disable=not progress, leave=False):
         tokens = corpus.tokens[index]
         extra: list[Hook] = [h for iv in interventions for h in iv.hooks(model, tokens)]
         after = hooks_after_capture(model, tokens, interventions)
-        owner.group = group
+        owner.sequence_groups = groups
         if before_each is not None:
             before_each(len(index))
         # nothing after the last layer's scores is measured: the pass ends there

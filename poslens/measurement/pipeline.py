@@ -78,7 +78,7 @@ def collect_sums(
         corpus: The token corpus (:func:`~poslens.model.corpus.make_corpus`).
         groups: Number of groups of the delete-one-group jackknife, at least 2.
         early: Q, the bound of the early query window 1 ≤ i < Q.
-        batch_size: Sequences per forward pass (an upper bound with ``max_memory``).
+        batch_size: Sequences per forward pass, which may belong to several groups (an upper bound with ``max_memory``).
         interventions: Interventions whose hooks run in the same forward pass.
         probe: Whether to accumulate the position probe's sums.
         progress: Whether to show a progress bar.
@@ -147,7 +147,7 @@ def _collect_checked(
     """:func:`collect_sums` once its arguments are checked (:func:`_checked_run`) and its batch size is planned."""
     binning = Binning(corpus.seq_len, early=early)
     plan = batches(corpus.n_seqs, groups, batch_size)[distributed.rank() :: distributed.world_size()]
-    estimate = store_bytes(sum(len(index) for _, index in plan), model.n_layers, model.n_heads, corpus.seq_len, binning.n_offset_bins)
+    estimate = store_bytes(sum(len(batch.sequences) for batch in plan), model.n_layers, model.n_heads, corpus.seq_len, binning.n_offset_bins)
     # the ranks of one node share its temporary folder, and so the budget
     route = choose_route(counterfactual, estimate, disk_budget, processes=distributed.local_world_size())
     if route.route == "store":
@@ -299,12 +299,18 @@ def measure(
     the early query window 1 ≤ i < Q. ``interventions`` add hooks to the same
     forward pass and are recorded in the ``intervention`` column.
 
+    The corpus runs ``batch_size`` consecutive sequences per forward pass, whatever
+    their groups: a batch may hold sequences of several groups, and the capture
+    adds each sequence's sums to its own group's, so the defaults (8 groups,
+    batches of 4) run 2 passes over 8 sequences, not 8. The figures do not depend
+    on the batch size beyond the last bits of a float32 forward.
+
     Args:
         model: A :class:`~poslens.model.loading.PosModel` (:func:`~poslens.model.loading.load_model`).
         corpus: The token corpus (:func:`~poslens.model.corpus.make_corpus`).
         groups: Number of groups of the delete-one-group jackknife, at least 2.
         early: Q, the bound of the early query window 1 ≤ i < Q.
-        batch_size: Sequences per forward pass (an upper bound with ``max_memory``).
+        batch_size: Sequences per forward pass, which may belong to several groups (an upper bound with ``max_memory``).
         interventions: Interventions whose hooks run in the same forward pass.
         probe: Whether to fit the position probe (``probe_r2``).
         progress: Whether to show a progress bar.

@@ -13,10 +13,10 @@ import pandas as pd
 
 from poslens.measurement import path_plots, plots
 from poslens.measurement.figure import Figure
-from poslens.measurement.table import COLUMNS, head_grid, rows_with
+from poslens.measurement.table import COLUMNS, DEFAULT_QUERY_WINDOW, head_grid, rows_with
 from poslens.options import DEFAULTS
 
-PLOT_KINDS = ("sources", "leakage", "heads", "sinks", "path", "path-split", "path-doses")
+PLOT_KINDS = ("sources", "leakage", "heads", "layers", "sinks", "path", "path-split", "path-doses")
 """The kinds of :meth:`poslens.measurement.result.Result.plot` (the ``path…`` kinds draw the path-specific tests' table)."""
 
 
@@ -26,10 +26,11 @@ def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, 
     Args:
         table: A tidy table.
         kind: One of :data:`PLOT_KINDS`.
-        query_window: The query window; each kind has its default.
+        query_window: The query window; default :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW` (``early``),
+            but ``all`` for ``"sinks"`` (the sink score is defined over all queries).
         tau: The sink threshold of ``"sinks"``.
-        metric: The per-head metric of ``"heads"`` (required there), the readout of a ``path…`` kind (optional), refused
-            by the other kinds.
+        metric: The metric of ``"heads"`` and ``"layers"`` (required there), the readout of a ``path…`` kind (optional),
+            refused by the other kinds.
 
     Returns:
         The plotly figure.
@@ -41,11 +42,11 @@ def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, 
     Example:
         >>> t = pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=layer, head=0,
         ...                   query_window="all", metric="c_res", value=0.1, ci_low=0.0, ci_high=0.2) for layer in (0, 1)])
-        >>> plot_table(t, "heads", metric="c_res").data[0].type
+        >>> plot_table(t, "heads", "all", metric="c_res").data[0].type
         'heatmap'
         >>> plot_table(t, "sink")
         Traceback (most recent call last):
-        ValueError: unknown plot kind 'sink' (did you mean 'sinks'?); kinds: sources, leakage, heads, sinks, path, path-split, path-doses
+        ValueError: unknown plot kind 'sink' (did you mean 'sinks'?); kinds: sources, leakage, heads, layers, sinks, path, path-split, path-doses
     """
     if kind not in PLOT_KINDS:
         close = difflib.get_close_matches(str(kind), PLOT_KINDS, n=1)
@@ -56,9 +57,17 @@ def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, 
         if metric is None:
             held = set(t[(t["layer"] >= 0) & (t["head"] >= 0)]["metric"]) if set(COLUMNS) <= set(t.columns) else set()
             raise ValueError(f"plot('heads') needs metric=..., one of the per-head metrics: {', '.join(sorted(held)) or 'none'}")
-        grid = head_grid(t, metric, query_window or "all")  # checks the metric, the window and that there is one run
+        grid = head_grid(t, metric, query_window or DEFAULT_QUERY_WINDOW)  # checks the metric, the window and that there is one run
         rows = t[(t["metric"] == metric) & (t["query_window"] == grid.attrs["query_window"])]
         return plots.leakage_heatmap(rows, metric, grid.attrs["query_window"])
+    if kind == "layers":
+        if metric is None:
+            layer_metrics = sorted(set(t[t["head"] == -1]["metric"])) if set(COLUMNS) <= set(t.columns) else []
+            raise ValueError(f"plot('layers') needs metric=..., one with per-layer rows: {', '.join(layer_metrics) or 'none'}")
+        query_window = query_window or DEFAULT_QUERY_WINDOW
+        rows = rows_with(t, "metric", metric, "")
+        rows_with(rows, "query_window", query_window, f" for metric {metric!r}")
+        return plots.by_layer(t, metric, query_window)
     if kind.startswith("path"):
         if "kind" not in t or "reference" not in t:
             raise ValueError(f"plot({kind!r}) draws the table of the path-specific tests (poslens path-tests); this table is another")
@@ -68,16 +77,16 @@ def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, 
             return path_plots.plot_path_doses(t, metric or "resid_probe_r2_ge2")
         return path_plots.plot_path_split(t) if metric is None else path_plots.plot_path_split(t, (metric,))
     if metric is not None:
-        raise ValueError(f"plot({kind!r}) draws fixed metrics; metric= is for plot('heads', metric=...) and the path kinds")
+        raise ValueError(f"plot({kind!r}) draws fixed metrics; metric= is for plot('heads' or 'layers', metric=...) and the path kinds")
     if kind == "sources":
-        query_window = query_window or "early"
+        query_window = query_window or DEFAULT_QUERY_WINDOW
         _needs(t, kind, "c_res", "c_mask")
         for needed in ("c_res", "c_mask"):
             rows_with(t[t["metric"] == needed], "query_window", query_window, f" for metric {needed!r}")
         _one_intervention(t, kind)
         return plots.sources_by_layer(t, query_window)
     if kind == "leakage":
-        query_window = query_window or "all"
+        query_window = query_window or DEFAULT_QUERY_WINDOW
         _needs(t, kind, "leakage_pattern")
         rows = rows_with(t[t["metric"] == "leakage_pattern"], "query_window", query_window, " for metric 'leakage_pattern'")
         _one_run(rows, kind)

@@ -73,6 +73,61 @@ def sources_by_layer(table: pd.DataFrame, query_window: str = "early", title: st
     return Figure(fig)
 
 
+def by_layer(table: pd.DataFrame, metric: str, query_window: str, title: str = "") -> Figure:
+    """One metric's per-layer rows (head −1) with their 95% intervals, one trace per run: before/after comparisons.
+
+    Each run (model, variant, intervention) of the table gets a line with error bars, named by
+    :func:`~poslens.measurement.figure.case_label`; a row of a paired difference (a ``kind`` column saying
+    ``difference``, as :func:`~poslens.mechanisms.effects.paired_difference` writes) is named
+    "run − reference". Runs are drawn side by side, shifted a little along the layer axis so that their
+    intervals do not hide each other; a dotted line marks 0.
+
+    Args:
+        table: a tidy table of one or several runs (e.g. ``pd.concat`` of a baseline's and an intervention's tables,
+            or the rows of :func:`~poslens.mechanisms.effects.reduction`).
+        metric: the metric to draw.
+        query_window: the query window to draw.
+        title: the figure's title (a standard one if empty).
+
+    Returns:
+        The figure.
+
+    Raises:
+        ValueError: the table has no per-layer rows of ``metric`` in this window.
+
+    Example:
+        >>> rows = pd.DataFrame([dict(model="m", variant="base", intervention=i, layer=layer, head=-1, query_window="early",
+        ...                           metric="c_res", value=v, ci_low=v - 0.1, ci_high=v + 0.1)
+        ...                      for i, v in (("none", 0.3), ("bos:mean", 0.1)) for layer in (0, 1, -1)])
+        >>> fig = by_layer(rows, "c_res", "early")
+        >>> [trace.name for trace in fig.data], [round(float(x), 6) for x in fig.data[0].error_y.array]
+        (['m (base)', 'm (base, bos:mean)'], [0.1, 0.1])
+    """
+    rows = table[(table["metric"] == metric) & (table["head"] == -1) & (table["layer"] >= 0) & (table["query_window"] == query_window)]
+    if rows.empty:
+        raise ValueError(f"no per-layer (head -1) {metric} rows for window {query_window!r}")
+    differences = "kind" in rows and "reference" in rows
+    keys = ["model", "variant", "intervention"] + (["kind", "reference"] if differences else [])
+    runs = list(dict.fromkeys(rows[keys].astype(str).itertuples(index=False, name=None)))
+    fig = go.Figure()
+    width = 0.3 / max(len(runs) - 1, 1) if len(runs) > 1 else 0.0
+    for k, run in enumerate(runs):
+        part = rows[(rows[keys].astype(str) == list(run)).all(axis=1)].sort_values("layer")
+        name = case_label(*run[:3])
+        if differences and run[3] == "difference":
+            name = f"{name} − {run[4]}"
+        shift = (k - (len(runs) - 1) / 2) * width
+        fig.add_trace(go.Scatter(x=part["layer"] + shift, y=part["value"], error_y=interval_error_bars(part), mode="markers+lines", name=name))
+    fig.add_hline(y=0, line_dash="dot", line_color="grey")
+    fig.update_layout(
+        title=figure_title(title or f"{metric} by layer ({query_window} queries), 95% intervals", rows),
+        xaxis_title="layer",
+        yaxis_title=f"{metric} ({query_window} queries)",
+        height=440,
+    )
+    return Figure(fig)
+
+
 def leakage_heatmap(table: pd.DataFrame, metric: str = "leakage_pattern", query_window: str = "all") -> Figure:
     """Layer × head heatmap of one per-head metric of one run; the subtitle names the run (:func:`~poslens.measurement.figure.case_label`).
 

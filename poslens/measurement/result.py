@@ -6,7 +6,10 @@ and head −1). The provenance dict travels in the Parquet file's schema
 metadata; the cell sums, when kept, in a sibling ``.sums.npz`` file so a
 result can be refit or merged later. A result shows itself in a notebook
 through :mod:`poslens.measurement.display` and draws its standard figures
-through :mod:`poslens.measurement.plot_kinds`.
+through :mod:`poslens.measurement.plot_kinds`. Every reading that takes a query
+window defaults to the same one, :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`
+(``early``). The module is over 400 lines because each method carries runnable examples;
+the work is in the modules named above.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import pandas as pd
 from poslens.fit.sums import CellSums
 from poslens.measurement.display import result_html
 from poslens.measurement.figure import Figure, case_label
+from poslens.measurement.head_table import head_rows, heads_excluding_zero
 from poslens.measurement.plot_kinds import plot_table
 from poslens.measurement.result_files import read_result, write_result
-from poslens.measurement.table import COLUMNS, head_grid, select_rows, summary_table
+from poslens.measurement.table import COLUMNS, DEFAULT_QUERY_WINDOW, head_grid, select_rows, summary_table
 from poslens.options import DEFAULTS
 
 
@@ -133,7 +137,7 @@ class Result:
             )
         return float(rows["value"].iloc[0])
 
-    def summary(self, query_window: str = "early", metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
+    def summary(self, query_window: str = DEFAULT_QUERY_WINDOW, metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
         """Per-layer aggregates (head = −1) of a few metrics, one column each, formatted ``value [low, high]``.
 
         ``metrics`` defaults to those of ``leakage_pattern, c_res, c_mask,
@@ -142,7 +146,7 @@ class Result:
         naming those the table holds.
 
         Args:
-            query_window: ``early`` or ``all``.
+            query_window: ``early`` (the default, :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`) or ``all``.
             metrics: The metrics to show; default those of the usual few that the table holds.
 
         Returns:
@@ -163,8 +167,9 @@ class Result:
         """
         return summary_table(self.table, query_window, metrics)
 
-    def heads(self, metric: str, query_window: str = "all") -> pd.DataFrame:
-        """One per-head metric as a layer × head grid: index ``layer``, columns ``head``, one value per head.
+    def heads(self, metric: str, query_window: str = DEFAULT_QUERY_WINDOW, intervals: bool = False) -> pd.DataFrame:
+        """One per-head metric as a layer × head grid (index ``layer``, columns ``head``), or with ``intervals=True`` as a
+        tidy frame, one row per head with ``value``, ``ci_low`` and ``ci_high``.
 
         The grid holds the real heads only (layer ≥ 0, head ≥ 0). The long
         table's aggregate rows, marked −1, are kept apart in
@@ -178,17 +183,21 @@ class Result:
         The aggregates are those of :data:`COLUMNS`, each metric's as its glossary entry states.
 
         ``grid.attrs`` also names the ``metric``, the ``query_window`` and the ``run``
-        (model, variant, intervention). The 95% intervals of every cell are in
-        :meth:`~poslens.measurement.result.Result.select`;
+        (model, variant, intervention). With ``intervals=True`` the answer is the tidy frame of
+        :func:`~poslens.measurement.head_table.head_rows` (columns ``layer, head, value, ci_low, ci_high``,
+        the same ``attrs``); :meth:`heads_excluding_zero` keeps the heads whose interval excludes 0.
         :meth:`~poslens.measurement.result.Result.plot` with kind ``"heads"`` draws
-        this grid as a heatmap (:func:`~poslens.measurement.plots.leakage_heatmap`).
+        the grid as a heatmap (:func:`~poslens.measurement.plots.leakage_heatmap`).
 
         Args:
             metric: a metric with per-head rows, such as ``"c_res"``, ``"leakage_pattern"`` or ``"key0_mass"``.
-            query_window: ``"all"`` (every query i ≥ 1) or ``"early"`` (1 ≤ i < Q).
+            query_window: ``"early"`` (1 ≤ i < Q; the default, :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`)
+                or ``"all"`` (every query i ≥ 1).
+            intervals: return the tidy frame with each head's 95% interval instead of the grid of values.
 
         Returns:
-            The layer × head grid of values, with the aggregates in ``attrs["aggregates"]``.
+            The layer × head grid of values, with the aggregates in ``attrs["aggregates"]``; or, with
+            ``intervals=True``, one row per head with its interval.
 
         Raises:
             InputError: the metric or query window is not in this table, the metric has no per-head rows
@@ -198,7 +207,7 @@ class Result:
             >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=layer, head=head,
             ...            query_window="all", metric="c_res", value=layer + head / 10, ci_low=0.0, ci_high=2.0)
             ...            for layer in (-1, 0, 1) for head in (-1, 0, 1)]))
-            >>> grid = r.heads("c_res")
+            >>> grid = r.heads("c_res", "all")
             >>> grid
             head    0    1
             layer
@@ -207,11 +216,46 @@ class Result:
             >>> aggregates = grid.attrs["aggregates"]
             >>> aggregates["layer_means"], aggregates["head_means"], aggregates["overall"]
             ({0: -0.1, 1: 0.9}, {0: -1.0, 1: -0.9}, -1.1)
-            >>> r.heads("c_rez")
+            >>> r.heads("c_res", "all", intervals=True).iloc[:2]
+               layer  head  value  ci_low  ci_high
+            0      0     0    0.0     0.0      2.0
+            1      0     1    0.1     0.0      2.0
+            >>> r.heads("c_rez", "all")
             Traceback (most recent call last):
             poslens.errors.InputError: unknown metric 'c_rez' (did you mean 'c_res'?); metrics with per-head rows: c_res
         """
+        if intervals:
+            return head_rows(self.table, metric, query_window)
         return head_grid(self.table, metric, query_window)
+
+    def heads_excluding_zero(self, metric: str, query_window: str = DEFAULT_QUERY_WINDOW) -> pd.DataFrame:
+        """The heads whose 95% interval of ``metric`` excludes 0, ranked (:func:`~poslens.measurement.head_table.heads_excluding_zero`).
+
+        The first row is the head whose interval keeps farthest from 0. Each interval is a head's own: among
+        the L·H heads, about 5% of those whose figure is 0 would exclude it by chance.
+
+        Args:
+            metric: a metric with per-head rows.
+            query_window: ``"early"`` (the default, :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`) or ``"all"``.
+
+        Returns:
+            ``rank, layer, head, value, ci_low, ci_high, side, nearer_end``, one row per head that excludes 0.
+
+        Raises:
+            InputError: as :meth:`heads`.
+
+        Example:
+            >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=layer, head=head,
+            ...            query_window="early", metric="c_res", value=0.1 * layer, ci_low=0.1 * layer - 0.05, ci_high=0.1 * layer + 0.05)
+            ...            for layer in (0, 1, 2) for head in (0, 1)]))
+            >>> r.heads_excluding_zero("c_res")[["rank", "layer", "head", "side"]]
+               rank  layer  head     side
+            0     1      2     0  above 0
+            1     2      2     1  above 0
+            2     3      1     0  above 0
+            3     4      1     1  above 0
+        """
+        return heads_excluding_zero(self.table, metric, query_window)
 
     def save(self, path: str | Path, csv: bool = True) -> Path:
         """Write ``path`` (Parquet with provenance), a ``.csv`` twin and, if present, ``.sums.npz``.
@@ -333,11 +377,15 @@ class Result:
 
         ``kind`` is one of:
 
-        - ``"sources"``: C_res and C_mask by layer with 95% intervals (window ``early`` by default);
-        - ``"leakage"``: L(log a) (``leakage_pattern``) per head, layer × head (window ``all`` by default);
+        - ``"sources"``: C_res and C_mask by layer with 95% intervals;
+        - ``"leakage"``: L(log a) (``leakage_pattern``) per head, layer × head;
         - ``"heads"``: any per-head ``metric``, layer × head: the grid of
           :meth:`~poslens.measurement.result.Result.heads` drawn by
-          :func:`~poslens.measurement.plots.leakage_heatmap` (window ``all`` by default);
+          :func:`~poslens.measurement.plots.leakage_heatmap`;
+        - ``"layers"``: any ``metric``'s per-layer rows with 95% intervals, one line per run
+          (:func:`~poslens.measurement.plots.by_layer`): before/after comparisons, e.g.
+          ``Result(pd.concat([base.table, after.table])).plot("layers", metric="c_res")``, or the rows of
+          :func:`~poslens.mechanisms.effects.reduction` (``metric="reduction"``);
         - ``"sinks"``: the sink score of every head; from a sinks part
           (:func:`~poslens.mechanisms.sinks.sink_table`) with the count of heads
           whose score is ≥ ``tau`` per layer, or from a measurement's per-head
@@ -347,16 +395,19 @@ class Result:
           key-phase freeze and sham (``metric`` ``resid_probe_r2``, the default, or ``attn_out_probe_r2``); the split
           of the sink path; the dose-responses (:mod:`poslens.measurement.path_plots`).
 
+        The query window defaults to :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW` (``early``) for every
+        kind but ``"sinks"``, whose score is defined over all queries (window ``all``).
         Every title names the run it shows: model, variant and, if any, intervention.
         In a notebook the figure also carries an HTML rendering, so it survives
         a saved notebook's export to HTML (:class:`~poslens.measurement.figure.Figure`).
 
         Args:
-            kind: ``"sources"``, ``"leakage"``, ``"heads"``, ``"sinks"``, ``"path"``, ``"path-split"`` or ``"path-doses"``.
-            query_window: the query window (``"all"`` or ``"early"``); each kind has its default.
+            kind: ``"sources"``, ``"leakage"``, ``"heads"``, ``"layers"``, ``"sinks"``, ``"path"``, ``"path-split"`` or
+                ``"path-doses"``.
+            query_window: the query window (``"early"`` or ``"all"``); see above for the default.
             tau: the sink threshold of ``"sinks"``.
-            metric: the per-head metric of ``"heads"`` (required there), the readout of a ``path…`` kind (optional),
-                refused by the other kinds.
+            metric: the metric of ``"heads"`` and ``"layers"`` (required there), the readout of a ``path…`` kind
+                (optional), refused by the other kinds.
 
         Returns:
             The plotly figure.
@@ -373,9 +424,11 @@ class Result:
             ['C_res (residual stream)', 'C_mask (causal mask)']
             >>> r.plot("heads", "early", metric="c_res").data[0].type
             'heatmap'
+            >>> [trace.name for trace in r.plot("layers", metric="c_res").data]
+            ['m (base)']
             >>> r.plot("head")
             Traceback (most recent call last):
-            ValueError: unknown plot kind 'head' (did you mean 'heads'?); kinds: sources, leakage, heads, sinks, path, path-split, path-doses
+            ValueError: unknown plot kind 'head' (did you mean 'heads'?); kinds: sources, leakage, heads, layers, sinks, path, path-split, path-doses
             >>> r.plot("leakage")
             Traceback (most recent call last):
             ValueError: plot('leakage') needs metric 'leakage_pattern', which this table lacks; it has: c_mask, c_res

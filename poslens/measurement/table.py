@@ -38,6 +38,13 @@ names the few whose −1 rows are not an aggregate over the layers ≥ 1.
 AGGREGATE_LABELS = {"layer": "all layers ≥ 1", "head": "all heads"}
 """How messages name the aggregate −1 of each column (:data:`COLUMNS` defines it)."""
 
+DEFAULT_QUERY_WINDOW = "early"
+"""The query window that :meth:`~poslens.measurement.result.Result.summary`, ``heads``, ``heads_excluding_zero`` and
+``plot`` read when none is named: the early queries 1 ≤ i < Q. The count term log |V_i| = log(i + 1) changes fastest
+over the first positions, and the claims that read one window read this one (C5's reduction; C4 by default), so the
+defaults show the numbers the claims decide on. The sink score is the exception: it is defined over all queries
+(methodology §6), so ``plot("sinks")`` reads ``all``."""
+
 SUMMARY_METRICS = ("leakage_pattern", "c_res", "c_mask", "key0_mass", "probe_r2", "reduction")
 """The metrics :func:`summary_table` shows by default, those of them that the table holds."""
 
@@ -91,7 +98,7 @@ def select_rows(table: pd.DataFrame, metric: str, query_window: str | None = Non
     return t
 
 
-def summary_table(table: pd.DataFrame, query_window: str = "early", metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
+def summary_table(table: pd.DataFrame, query_window: str = DEFAULT_QUERY_WINDOW, metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
     """Per-layer aggregates (head −1) of a few metrics, one column each, as ``value [low, high]`` text.
 
     The reading behind :meth:`~poslens.measurement.result.Result.summary`:
@@ -132,7 +139,7 @@ def summary_table(table: pd.DataFrame, query_window: str = "early", metrics: tup
     return wide.reindex(index=order, columns=[m for m in metrics if m in wide.columns])
 
 
-def head_grid(table: pd.DataFrame, metric: str, query_window: str = "all") -> pd.DataFrame:
+def head_grid(table: pd.DataFrame, metric: str, query_window: str = DEFAULT_QUERY_WINDOW) -> pd.DataFrame:
     """One per-head metric as a layer × head grid, the aggregate rows apart (:meth:`~poslens.measurement.result.Result.heads`).
 
     Args:
@@ -152,9 +159,76 @@ def head_grid(table: pd.DataFrame, metric: str, query_window: str = "all") -> pd
         >>> t = pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=layer, head=head,
         ...                   query_window="all", metric="c_res", value=float(layer + head), ci_low=0.0, ci_high=1.0)
         ...                   for layer in (-1, 0) for head in (-1, 0)])
-        >>> grid = head_grid(t, "c_res")
+        >>> grid = head_grid(t, "c_res", "all")
         >>> grid.to_dict(), grid.attrs["aggregates"]
         ({0: {0: 0.0}}, {'layer_means': {0: -1.0}, 'head_means': {0: -1.0}, 'overall': -2.0})
+    """
+    rows, run = per_head_metric_rows(table, metric, query_window)
+    cells = rows[(rows["layer"] >= 0) & (rows["head"] >= 0)]
+    grid = cells.pivot(index="layer", columns="head", values="value").sort_index().sort_index(axis=1).astype(float)
+    grid.index, grid.columns = grid.index.astype(int), grid.columns.astype(int)
+    grid.index.name, grid.columns.name = "layer", "head"
+    grid.attrs = head_attrs(rows, metric, query_window, run)
+    return grid
+
+
+def head_attrs(rows: pd.DataFrame, metric: str, query_window: str, run: tuple[Any, ...]) -> dict[str, Any]:
+    """What :func:`head_grid` keeps in ``attrs``: the metric, the query window, the run and the aggregate rows (−1).
+
+    Args:
+        rows: One run's rows of ``metric`` in ``query_window`` (:func:`per_head_metric_rows`).
+        metric: The metric.
+        query_window: The query window.
+        run: ``(model, variant, intervention)``.
+
+    Returns:
+        ``{"metric", "query_window", "run", "aggregates"}``.
+
+    Example:
+        >>> rows = pd.DataFrame(dict(layer=[0, 0, -1], head=[0, -1, -1], value=[0.5, 0.4, 0.3]))
+        >>> head_attrs(rows, "c_res", "early", ("m", "base", "none"))["aggregates"]
+        {'layer_means': {0: 0.4}, 'head_means': {}, 'overall': 0.3}
+    """
+
+    def numbers(part: pd.DataFrame, key: str) -> dict[int, float]:
+        return {int(k): float(v) for k, v in sorted(zip(part[key], part["value"], strict=False))}
+
+    overall = rows[(rows["layer"] == -1) & (rows["head"] == -1)]
+    return {
+        "metric": metric,
+        "query_window": query_window,
+        "run": dict(zip(("model", "variant", "intervention"), map(str, run), strict=False)),
+        "aggregates": {
+            "layer_means": numbers(rows[(rows["head"] == -1) & (rows["layer"] >= 0)], "layer"),
+            "head_means": numbers(rows[(rows["layer"] == -1) & (rows["head"] >= 0)], "head"),
+            "overall": float(overall["value"].iloc[0]) if len(overall) else None,
+        },
+    }
+
+
+def per_head_metric_rows(table: pd.DataFrame, metric: str, query_window: str) -> tuple[pd.DataFrame, tuple[Any, ...]]:
+    """One run's rows of a per-head metric in one query window, checked; with the run.
+
+    The checks behind :func:`head_grid` and :func:`poslens.measurement.head_table.head_rows`.
+
+    Args:
+        table: A tidy table of one run.
+        metric: A metric with per-head rows.
+        query_window: ``"all"`` or ``"early"``.
+
+    Returns:
+        ``(rows, (model, variant, intervention))``: every row of the metric in the window, aggregates (−1) included.
+
+    Raises:
+        InputError: The metric or query window is not in the table, the metric has no per-head rows, the table holds
+            several runs, or a head has several rows.
+
+    Example:
+        >>> t = pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=0, head=head, query_window="early",
+        ...                   metric="c_res", value=0.1, ci_low=0.0, ci_high=0.2) for head in (-1, 0, 1)])
+        >>> rows, run = per_head_metric_rows(t, "c_res", "early")
+        >>> len(rows), run
+        (3, ('m', 'base', 'none'))
     """
     t = table
     if t.empty or not set(COLUMNS) <= set(t.columns):
@@ -192,26 +266,7 @@ def head_grid(table: pd.DataFrame, metric: str, query_window: str = "all") -> pd
             f"{int(((repeated['layer'] == first['layer']) & (repeated['head'] == first['head'])).sum())} rows; "
             "a result holds one row per number: keep one copy of each"
         )
-    cells = rows[(rows["layer"] >= 0) & (rows["head"] >= 0)]
-    grid = cells.pivot(index="layer", columns="head", values="value").sort_index().sort_index(axis=1).astype(float)
-    grid.index, grid.columns = grid.index.astype(int), grid.columns.astype(int)
-    grid.index.name, grid.columns.name = "layer", "head"
-
-    def numbers(part: pd.DataFrame, key: str) -> dict[int, float]:
-        return {int(k): float(v) for k, v in sorted(zip(part[key], part["value"], strict=False))}
-
-    overall = rows[(rows["layer"] == -1) & (rows["head"] == -1)]
-    grid.attrs = {
-        "metric": metric,
-        "query_window": query_window,
-        "run": dict(zip(("model", "variant", "intervention"), map(str, runs[0]), strict=False)),
-        "aggregates": {
-            "layer_means": numbers(rows[(rows["head"] == -1) & (rows["layer"] >= 0)], "layer"),
-            "head_means": numbers(rows[(rows["layer"] == -1) & (rows["head"] >= 0)], "head"),
-            "overall": float(overall["value"].iloc[0]) if len(overall) else None,
-        },
-    }
-    return grid
+    return rows, runs[0]
 
 
 def rows_with(rows: pd.DataFrame, column: str, wanted: Any, context: str) -> pd.DataFrame:

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from poslens.fit.bounds import clip_interval
 from poslens.fit.dispersion import Interval, cosine_jackknife, jackknife_replicates, relative_dispersion, with_layer_mean
 from poslens.fit.groups import group_of
 from poslens.fit.readout import Readout, balanced_classes, centroid_readout, readout_by_layer
@@ -168,6 +169,7 @@ def varied_corpus(model: PosModel, n_seqs: int, seq_len: int, n_first_tokens: in
 
 
 def _row(model: PosModel, intervention: str, metric: str, layer: int, value: float, low: float, high: float) -> dict[str, Any]:
+    low, high = clip_interval(metric, value, low, high)  # a dispersion is ≥ 0, a cosine in [−1, 1]
     return dict(
         model=model.name,
         variant=model.variant_name,

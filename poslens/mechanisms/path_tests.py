@@ -134,11 +134,11 @@ def run_once(
     distributed.init_from_env()
     plan = batches(corpus.n_seqs, groups, batch_size)[distributed.rank() :: distributed.world_size()]  # under torchrun, every K-th batch
     show = progress and distributed.is_main()
-    for group, index in progress_bar(plan, desc=description, unit="batch", disable=not show, leave=False):
+    for index, sequence_groups in progress_bar(plan, desc=description, unit="batch", disable=not show, leave=False):
         tokens = corpus.tokens[index]
         before = [h for iv in interventions for h in iv.hooks(model, tokens)]
         after = [h for iv in interventions if hasattr(iv, "hooks_after_capture") for h in iv.hooks_after_capture(model, tokens)]
-        capture.group = residual.group = group
+        capture.sequence_groups = residual.sequence_groups = sequence_groups  # a batch may span several groups
         capture.add_structure(len(index))
         logits = run_with_hooks(model, tokens, before + capture.hooks() + residual.hooks() + after, logits=True)
         capture.flush()

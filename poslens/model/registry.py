@@ -159,6 +159,10 @@ def _gemma3_file() -> Path:
     return Path(gemma_pkg.assemble(target))
 
 
+DEFAULT_MODEL = "smollm2-135m"
+"""The model a newcomer needs first: ``poslens models --install`` installs it (``--all``: every model), and the
+study's default (:class:`poslens.study.settings.Settings`)."""
+
 REGISTRY: dict[str, RegistryEntry] = {
     "smollm2-135m": RegistryEntry(
         name="smollm2-135m",

@@ -266,8 +266,8 @@ def choose_batch_size(
     - ``max_memory`` a size (``"8GB"``, bytes): plan against that budget for the whole process.
 
     When planning, ``batch_size`` (if given) is an upper bound, and so is the
-    largest group (:func:`poslens.measurement.batching.batches` never lets a batch span two
-    groups). Under torchrun every rank plans and all take the smallest result,
+    number of sequences (a batch may span several groups: :func:`poslens.measurement.batching.batches`).
+    Under torchrun every rank plans and all take the smallest result,
     so that they shard the same list of batches; if one rank cannot fit one
     sequence, every rank raises :class:`InsufficientMemoryError`.
 
@@ -290,15 +290,14 @@ def choose_batch_size(
     Example:
         >>> choose_batch_size(model, 128, n_seqs=32, groups=8, batch_size=6)  # doctest: +SKIP
         6
-        >>> choose_batch_size(model, 128, n_seqs=32, groups=8, max_memory="free")  # groups of 4  # doctest: +SKIP
-        4
+        >>> choose_batch_size(model, 128, n_seqs=32, groups=8, max_memory="free")  # all 32 if they fit  # doctest: +SKIP
+        32
     """
     if max_memory is None and batch_size is not None:
         return batch_size
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
-    largest_group = -(-n_seqs // groups)  # group sizes differ by at most one
-    cap = largest_group if batch_size is None else min(batch_size, largest_group)
+    cap = n_seqs if batch_size is None else min(batch_size, n_seqs)
     budget = None if max_memory is None or (isinstance(max_memory, str) and max_memory.lower() in ("free", "auto")) else max_memory
     error: InsufficientMemoryError | None = None
     try:

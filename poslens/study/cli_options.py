@@ -345,7 +345,9 @@ SEED = typer.Option(0, help="Seed of the corpus sampling.")
 GROUPS = typer.Option(DEFAULTS.groups, min=2, help="Groups of sequences for the intervals.")
 EARLY = typer.Option(None, min=2, show_default=str(DEFAULTS.early), help="Q: the early window is 1 ≤ i < Q (below --seq-len).")
 BATCH_SIZE = typer.Option(
-    DEFAULTS.batch_size, min=1, help="Largest number of sequences per forward pass (a setting of the part); --max-memory may lower it."
+    DEFAULTS.batch_size,
+    min=1,
+    help="Largest number of sequences per forward pass, whatever their groups (a setting of the part); --max-memory may lower it.",
 )
 MAX_MEMORY = typer.Option(
     "free",

@@ -1,0 +1,146 @@
+"""A notebook-sized measurement at default settings against a plain forward at the same batch size, in one process.
+
+Usage:
+    python benchmarks/bench_notebook.py [--model smollm2-135m] [--cases 8x128 32x256] [--rounds 3] [--repeats 2]
+                                        [--routes plain measure before] [--json bench_notebook.json]
+
+What a researcher runs in a notebook: ``poslens.measure(model, corpus)`` with every
+default (8 groups, batches of 4, the probe on, the counterfactual's route chosen
+by ``auto``) on a few sequences. For each case N × T (N random sequences of T
+tokens, BOS first), three routes run on the same tokens in this one process,
+the model loaded once:
+
+- ``plain``: the model's forward pass with no hooks, 4 sequences at a time (the default batch size);
+- ``measure``: ``poslens.measure`` at its defaults (progress bar off);
+- ``before``: the same, with the batches cut as poslens cut them before a batch could span
+  groups (each group's sequences in batches of their own: at 8 × 128, eight passes of one
+  sequence); for the record of what changed.
+
+Rounds as in ``benchmarks/bench_measure.py``: every route runs once per round
+and case, round r starting at route r (mod routes); within a round each route
+is timed ``--repeats`` times and the fastest kept (the first pays one-off
+costs); a route's ratio to ``plain`` is taken within the round, and the table
+gives the median over rounds with the range (a shared machine's speed drifts
+by tens of percent over minutes, which moves whole rounds together). The goal
+(issue 36) is ``measure`` ≤ 1.5 × ``plain``. Prints a Markdown table;
+``--json`` also writes every timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+import warnings
+from statistics import median
+
+ROUTES = ("plain", "measure", "before")
+GOAL = 1.5
+
+
+def batches_within_groups(n_seqs: int, groups: int, batch_size: int) -> list:
+    """The plan before batches could span groups: each group's sequences in batches of their own."""
+    import numpy as np
+
+    from poslens.fit.groups import group_of
+    from poslens.measurement.batching import Batch
+
+    assignment = group_of(n_seqs, groups)
+    out = []
+    for g in range(groups):
+        members = np.nonzero(assignment == g)[0]
+        out += [Batch(members[k : k + batch_size], assignment[members[k : k + batch_size]]) for k in range(0, len(members), batch_size)]
+    return out
+
+
+def timed(route: str, model, corpus) -> float:
+    """Seconds of one run of ``route`` over the corpus."""
+    import gc
+
+    import poslens
+    from poslens.measurement import pipeline
+    from poslens.model.hooks import run_with_hooks
+    from poslens.options import DEFAULTS
+
+    gc.collect()
+    start = time.perf_counter()
+    if route == "plain":
+        step = DEFAULTS.batch_size or 1
+        for k in range(0, corpus.n_seqs, step):
+            run_with_hooks(model, corpus.tokens[k : k + step])
+    elif route == "measure":
+        poslens.measure(model, corpus, progress=False)
+    elif route == "before":
+        cut = pipeline.batches
+        pipeline.batches = batches_within_groups
+        try:
+            poslens.measure(model, corpus, progress=False)
+        finally:
+            pipeline.batches = cut
+    else:
+        raise ValueError(f"unknown route {route!r}; routes: {', '.join(ROUTES)}")
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m", help="registry name or local model folder")
+    parser.add_argument("--cases", nargs="+", default=["8x128", "32x256"], help="N x T: sequences x tokens")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2, help="timed runs per route in a round, fastest kept")
+    parser.add_argument("--routes", nargs="+", default=list(ROUTES), choices=ROUTES)
+    parser.add_argument("--json", default=None, help="write every timing here")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")  # 8 × 128 at 8 groups warns that each group holds one sequence: that is the case measured
+
+    import torch
+
+    import poslens
+    from poslens.model.hooks import run_with_hooks
+
+    routes = tuple(r for r in ROUTES if r in args.routes)
+    if "plain" not in routes:
+        parser.error("the ratios need the plain route")
+    model = poslens.load_model(args.model, device="cpu")
+    run_with_hooks(model, torch.ones(1, 16, dtype=torch.long))  # warm-up
+    cases = [tuple(int(x) for x in case.lower().split("x")) for case in args.cases]
+    corpora = {case: poslens.make_corpus(model, "random", n_seqs=case[0], seq_len=case[1], position0="bos", seed=0) for case in cases}
+    rows = []
+    for r in range(args.rounds):
+        order = routes[r % len(routes) :] + routes[: r % len(routes)]
+        for case in cases:
+            for route in order:
+                seconds = min(timed(route, model, corpora[case]) for _ in range(args.repeats))
+                rows.append({"round": r, "n_seqs": case[0], "seq_len": case[1], "route": route, "seconds": seconds})
+                print(f"  round {r + 1} {case[0]}x{case[1]} {route:8s}: {seconds:.2f} s", flush=True)
+    threads = torch.get_num_threads()
+    print(
+        f"\nmodel {args.model}, CPU, float32, {threads} torch threads, {os.cpu_count()} cores, {platform.processor() or platform.machine()}; "
+        f"{args.rounds} round(s), fastest of {args.repeats} per route and round\n"
+    )
+    print("| N × T | route | time (s), median | time / plain, median (range) |")
+    print("|---|---|---|---|")
+    summary = {}
+    for n, t in cases:
+        by_round = [
+            {row["route"]: row["seconds"] for row in rows if row["round"] == r and (row["n_seqs"], row["seq_len"]) == (n, t)}
+            for r in range(args.rounds)
+        ]
+        for route in routes:
+            ratios = [b[route] / b["plain"] for b in by_round]
+            summary[f"{n}x{t}/{route}"] = median(ratios)
+            print(f"| {n} × {t} | {route} | {median(b[route] for b in by_round):.2f} | {median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) |")
+    met = all(summary[f"{n}x{t}/measure"] <= GOAL for n, t in cases) if "measure" in routes else None
+    if met is not None:
+        print(f"\ngoal measure ≤ {GOAL} × plain at every case: {'met' if met else 'not met'}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(
+                {"model": args.model, "threads": threads, "rows": rows, "median_ratio": summary, "goal": GOAL, "goal_met": met}, handle, indent=1
+            )
+
+
+if __name__ == "__main__":
+    main()
