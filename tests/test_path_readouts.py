@@ -122,3 +122,23 @@ def test_the_path_table_saves_reloads_and_plots(tiny_llama_dir, tmp_path):
     assert [trace.name for trace in back.plot("path-doses").data] == ["key 0's phase", "sham: key 1's phase", "mask-only profile"]
     with pytest.raises(ValueError, match="path-specific tests"):
         poslens.measure(model, corpus, groups=4, early=8, progress=False).plot("path")
+
+
+def test_a_sliding_window_records_the_rows_the_freeze_acts_on(tiny_mistral_dir, tiny_llama_dir):
+    from poslens.mechanisms.key_phase import frozen_rows
+    from poslens.mechanisms.path_tests import path_specific_tests
+
+    windowed = poslens.load_model(tiny_mistral_dir)
+    windows = windowed.sliding_windows
+    assert any(w is not None for w in windows)  # the tiny Mistral has a window, else this test says nothing
+    corpus = poslens.make_corpus(windowed, "random", n_seqs=4, seq_len=16, seed=2)
+    result = path_specific_tests(windowed, corpus, offsets=[4], groups=2, early=4, tau=0.05, sham=False, ablation=False, progress=False)
+    width = next(w for w in windows if w is not None)
+    note = result.meta["key0_rows"]["note"]
+    assert f"rows i < {width} in layers" in note and "key-1 sham on rows i < W + 1" in note
+    assert result.meta["key0_rows"]["windows"] == {str(width): [layer for layer, w in enumerate(windows) if w == width]}
+    assert frozen_rows([None] * len(windows)) is None
+    plain = poslens.load_model(tiny_llama_dir)
+    corpus = poslens.make_corpus(plain, "random", n_seqs=4, seq_len=16, seed=2)
+    unwindowed = path_specific_tests(plain, corpus, offsets=[4], groups=2, early=4, tau=0.05, sham=False, ablation=False, progress=False)
+    assert unwindowed.meta["key0_rows"] is None

@@ -28,6 +28,7 @@ cumulative curve.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,7 @@ from poslens.model import hooks as hook_names
 from poslens.model.pos_model import PosModel
 from poslens.model.rotary import LayerRotary, layer_rotary, move
 
-__all__ = ["KeyPhaseFreeze", "key_logit_change"]
+__all__ = ["KeyPhaseFreeze", "frozen_rows", "key_logit_change"]
 
 
 def key_logit_change(
@@ -225,3 +226,37 @@ class KeyPhaseFreeze:
             return out
 
         return hook
+
+
+def frozen_rows(windows: Sequence[int | None]) -> dict[str, Any] | None:
+    """Where the phase freeze acts in a model with sliding windows: only on the rows that still see the frozen key.
+
+    Under a sliding window of W tokens, key 0 is out of view from row W on and key 1 from row W + 1 on, so the
+    freeze of key 0 (edit P0) and its key-1 sham edit those layers' rows i < W (and i < W + 1) only. The path-tests
+    part records this (``meta["key0_rows"]``) and the command prints it.
+
+    Args:
+        windows: each layer's sliding window (``None``: full causal).
+
+    Returns:
+        ``{"windows": {W: layers}, "note"}``, or ``None`` when no layer is windowed.
+
+    Example:
+        >>> rows = frozen_rows([None, 8, 8, None])
+        >>> rows["windows"]
+        {'8': [1, 2]}
+        >>> rows["note"][rows["note"].index("acts"):]
+        'acts only on rows i < 8 in layers 1, 2 (its key-1 sham on rows i < W + 1)'
+        >>> frozen_rows([None, None]) is None
+        True
+    """
+    widths = sorted({w for w in windows if w is not None})
+    if not widths:
+        return None
+    layers = {str(w): [layer for layer, width in enumerate(windows) if width == w] for w in widths}
+    where = "; ".join(f"rows i < {w} in layers {', '.join(str(layer) for layer in found)}" for w, found in layers.items())
+    return {
+        "windows": layers,
+        "note": f"key 0 is visible only to rows i < W under a sliding window, so the key-0 phase freeze acts only on {where} "
+        "(its key-1 sham on rows i < W + 1)",
+    }

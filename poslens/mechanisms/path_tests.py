@@ -46,7 +46,7 @@ from poslens.measurement.provenance import run_metadata
 from poslens.measurement.result import Result
 from poslens.mechanisms import sinks
 from poslens.mechanisms.interventions import SinkAblation
-from poslens.mechanisms.key_phase import KeyPhaseFreeze
+from poslens.mechanisms.key_phase import KeyPhaseFreeze, frozen_rows
 from poslens.mechanisms.mask_only_sink import MaskOnlySinkProfile
 from poslens.mechanisms.path_doses import dose_responses
 from poslens.model.corpus import Corpus
@@ -278,6 +278,7 @@ def path_specific_tests(
     }
     meta = run_metadata(model, corpus, settings)
     meta["sink_heads"] = [list(h) for h in heads]
+    meta["key0_rows"] = frozen_rows(model.sliding_windows)  # None without a sliding window
     meta["dose_responses"] = dose_responses(table).to_dict(orient="records")
     meta["timings"] = {"per_run_seconds": timings, "total_seconds": time.perf_counter() - start}
     return Result(table, meta)
