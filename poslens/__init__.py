@@ -25,6 +25,7 @@ Everything else lives in the layers (``poslens.fit``, ``poslens.model``, ...; se
 """
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from poslens.version import __version__
@@ -89,8 +90,14 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    """Import the public name ``name`` from its module on first use (PEP 562) and keep it in the package."""
+    """Import the public name ``name`` from its module on first use (PEP 562) and keep it in the package.
+
+    A subpackage or module (``poslens.measurement``, ``poslens.testing``) is imported on first use too, as
+    the eager imports used to make ``poslens.measurement.result`` reachable after ``import poslens``.
+    """
     if name not in _WHERE:
+        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            return importlib.import_module(f"{__name__}.{name}")
         raise AttributeError(f"module 'poslens' has no attribute {name!r}")
     module_name, attribute = _WHERE[name]
     module = importlib.import_module(module_name)

@@ -81,3 +81,8 @@ def test_every_public_name_is_reachable_both_ways():
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         poslens.no_such_name  # noqa: B018
+
+
+def test_subpackages_are_reachable_as_attributes():
+    heavy, output = _heavy_modules_after("import poslens\nprint(poslens.measurement.__name__, poslens.testing.__name__)")
+    assert "poslens.measurement poslens.testing" in output and "torch" in heavy  # poslens.testing builds models
