@@ -28,6 +28,7 @@ import importlib
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
+from poslens import progress as _progress  # noqa: F401 (at import, as before: silences tqdm.auto's "IProgress not found" in a notebook without ipywidgets)
 from poslens.version import __version__
 
 # Each public name and where it lives: ``poslens.X`` imports its module on first use, so that
