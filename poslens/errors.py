@@ -126,3 +126,16 @@ class DiskFullError(PoslensError, OSError):
         >>> issubclass(DiskFullError, OSError)
         True
     """
+
+
+class EarlyWindowWarning(UserWarning):
+    """``early`` is not below the sequence length, so the early query window holds every query.
+
+    A warning, not an error: :func:`poslens.measure` goes on (the 'early' rows repeat 'all'). It lives
+    here, with the exceptions, so that the ``poslens`` command can silence it (it prints its own note)
+    without importing torch; :mod:`poslens.measurement.arguments` re-exports it.
+
+    Example:
+        >>> issubclass(EarlyWindowWarning, UserWarning)
+        True
+    """

@@ -21,6 +21,7 @@ import griffe
 import pytest
 
 import poslens
+import poslens.measurement.result  # noqa: F401 (poslens imports its modules on first use; the test reads this one)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Any leftover role, including ones the extension does not know (``:ref:``, ``:py:obj:``).

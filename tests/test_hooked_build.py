@@ -119,3 +119,54 @@ def test_bad_arguments_name_the_fix(tmp_path, tiny_llama_dir):
         poslens.hooked_transformer(hf_and_tokenizer(tiny_llama_dir)[0])
     with pytest.raises(InputError, match="takes a transformers causal LM or a local folder, not int"):
         poslens.hooked_transformer(3)
+
+
+def random_sae(d_in: int, hook_point: str, seed: int):
+    from sae_lens import StandardSAE, StandardSAEConfig
+    from sae_lens.saes.sae import SAEMetadata
+
+    sae = StandardSAE(StandardSAEConfig(d_in=d_in, d_sae=4 * d_in, dtype="float32", device="cpu", metadata=SAEMetadata(hook_name=hook_point)))
+    with torch.no_grad():
+        for p in sae.parameters():
+            p.normal_(0, 0.3, generator=torch.Generator().manual_seed(seed))
+    return sae
+
+
+def test_an_attached_sae_is_recorded_hashed_and_named(tmp_path):
+    """Each attached SAE: hook point, width and weights' hash in the provenance; the label names it; repr, display, summary show it."""
+    require_transformer_lens_3()
+    import copy
+
+    from sae_lens import HookedSAETransformer
+
+    from poslens.model.weights_hash import state_dict_sha256
+
+    hf, tok = hf_and_tokenizer(save_tiny_model(tmp_path, "llama"))
+    model = poslens.hooked_transformer(hf, tok, cls=HookedSAETransformer)
+    wrapped = poslens.load_model(model)
+    corpus, bare = measured(wrapped)
+    point, d = "blocks.1.hook_resid_pre", hf.config.hidden_size
+    first, second = random_sae(d, point, seed=0), random_sae(d, point, seed=1)
+    hashes = {}
+    for name, sae in (("first", first), ("second", second), ("copy", copy.deepcopy(first))):
+        model.add_sae(sae)
+        _, result = measured(wrapped, corpus)
+        model.reset_saes()
+        [record] = result.meta["model"]["saes"]
+        assert record["hook_point"] == point and record["d_sae"] == 4 * d and record["d_in"] == d
+        assert record["sae_class"] == "StandardSAE" and record["sha256"] == state_dict_sha256(sae)
+        hashes[name] = record["sha256"]
+        label = f"{wrapped.name} with SAE at {point}"
+        assert set(result.table["model"]) == {label} and result.meta["model"]["model"] == label
+        assert f"SAE at {point} (d_sae {4 * d})" in repr(result) and result.summary().columns.name == label
+        assert f"{point}: d_sae {4 * d}, sha256 {record['sha256'][:12]}" in result._repr_html_()
+    assert hashes["first"] != hashes["second"] and hashes["first"] == hashes["copy"]  # weights, not the object
+    # the bare model: its own label, no SAE, and the SAE gone again after reset_saes()
+    assert set(bare.table["model"]) == {wrapped.name} and bare.meta["model"]["saes"] == [] and "SAE" not in repr(bare)
+    _, after = measured(wrapped, corpus)
+    assert set(after.table["model"]) == {wrapped.name}
+    np.testing.assert_array_equal(after.table["value"].to_numpy(), bare.table["value"].to_numpy())
+    # an in-place edit of the SAE's weights changes its hash
+    with torch.no_grad():
+        first.W_enc[0, 0] += 1.0
+    assert state_dict_sha256(first) != hashes["first"]

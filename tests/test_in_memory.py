@@ -285,3 +285,30 @@ def test_the_libraries_own_hooks_are_neither_refused_nor_recorded(tiny_llama_dir
     assert any(f.__module__.startswith("transformers.") for f in attention._forward_hooks.values())
     result = figures(poslens.load_model(hf, tokenizer=tok))
     assert result.meta["model"]["user_hooks"] == []
+
+
+def test_what_the_user_held_is_shown_in_repr_display_and_summary(tiny_llama_dir, monkeypatch):
+    """The weights' hash, the user's own hook (run, and named) appear in repr, the notebook display and summary()."""
+    hf, tok = hf_and_tokenizer(tiny_llama_dir)
+    model = poslens.load_model(hf, tokenizer=tok)
+    handle = hf.model.layers[1].self_attn.q_proj.register_forward_hook(double_query)
+    try:
+        hooked = figures(model)
+    finally:
+        handle.remove()
+    record = hooked.meta["model"]
+    distinct = {t.data_ptr(): t for t in hf.state_dict().values()}.values()
+    assert record["weights_bytes"] == sum(t.numel() * t.element_size() for t in distinct)
+    hook_text = "test_in_memory.double_query on model.layers.1.self_attn.q_proj"
+    shown, page = repr(hooked), hooked._repr_html_()
+    assert f"weights sha256 {record['source_sha256'][:12]}" in shown and f"your hooks: {hook_text} (run)" in shown
+    assert record["source_sha256"][:16] in page and f"{hook_text} (forward, run)" in page
+    assert hooked.summary().columns.name == model.name == hooked.table["model"].iloc[0]  # no SAE: the bare name
+    # above the stated size the hash is skipped, with the reason recorded and shown
+    import poslens.model.weights_hash as weights_hash
+
+    monkeypatch.setattr(weights_hash, "MAX_HASHED_BYTES", record["weights_bytes"] - 1)
+    skipped = figures(model)
+    assert skipped.meta["model"]["source_sha256"] is None
+    assert skipped.meta["model"]["source_sha256_skipped"].startswith(f"the weights ({record['weights_bytes']} bytes) are above")
+    assert "not taken: the weights" in skipped._repr_html_() and "weights not hashed" in repr(skipped)

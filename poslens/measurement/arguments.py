@@ -8,7 +8,7 @@ from typing import Any, Protocol, TypeGuard, cast
 
 import torch
 
-from poslens.errors import ParameterTypeError
+from poslens.errors import EarlyWindowWarning, ParameterTypeError
 from poslens.model.corpus import Corpus
 from poslens.model.hooks import Hook
 from poslens.model.pos_model import PosModel
@@ -62,15 +62,6 @@ class Intervention(Protocol):
             {'intervention': 'bos-replacement', 'kind': 'zero', 'seed': 0, 'token_id': None}
         """
         ...
-
-
-class EarlyWindowWarning(UserWarning):
-    """``early`` is not below the sequence length, so the early query window holds every query.
-
-    Example:
-        >>> issubclass(EarlyWindowWarning, UserWarning)
-        True
-    """
 
 
 class SmallGroupsWarning(UserWarning):

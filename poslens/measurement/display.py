@@ -122,7 +122,43 @@ def _provenance_items(meta: dict[str, Any], table: pd.DataFrame) -> list[tuple[s
     if "interventions" in settings:
         names = [", ".join(f"{k}={v}" for k, v in i.items() if v is not None) if isinstance(i, dict) else str(i) for i in settings["interventions"]]
         items.append(("interventions", "; ".join(names) or "none"))
+    items += held_items(meta.get("model"))
     items.append(("rows", f"{len(table)} (metrics: {table['metric'].nunique() if 'metric' in table else 0})"))
+    return items
+
+
+def held_items(model: Any) -> list[tuple[str, str]]:
+    """What the user held, as (label, value) pairs: the weights' hash, the attached SAEs, the user's own hooks.
+
+    Args:
+        model: ``meta["model"]`` of a result.
+
+    Returns:
+        The pairs; none for a record without them (a model loaded from a name or a folder, hashed by file).
+
+    Example:
+        >>> items = held_items({"source": "memory", "source_sha256": "ab" * 32, "user_hooks": [],
+        ...                     "saes": [{"hook_point": "blocks.1.hook_resid_pre", "d_sae": 256, "sha256": "cd" * 32}]})
+        >>> for label, value in items:
+        ...     print(f"{label}: {value}")
+        weights sha256: abababababababab… (at measurement)
+        SAEs: blocks.1.hook_resid_pre: d_sae 256, sha256 cdcdcdcdcdcd…
+        your hooks: none
+    """
+    if not isinstance(model, dict):
+        return []
+    items: list[tuple[str, str]] = []
+    if model.get("source") == "memory":
+        if model.get("source_sha256"):
+            items.append(("weights sha256", f"{str(model['source_sha256'])[:16]}… (at measurement)"))
+        elif model.get("source_sha256_skipped"):
+            items.append(("weights sha256", f"not taken: {model['source_sha256_skipped']}"))
+    if model.get("saes"):
+        saes = [f"{s.get('hook_point')}: d_sae {s.get('d_sae')}, sha256 {str(s.get('sha256'))[:12]}…" for s in model["saes"]]
+        items.append(("SAEs", "; ".join(saes)))
+    if "user_hooks" in model and (model["user_hooks"] or model.get("source") == "memory"):
+        hooks = [f"{h.get('function')} on {h.get('module') or 'the model'} ({h.get('kind')}, run)" for h in model["user_hooks"]]
+        items.append(("your hooks", "; ".join(hooks) or "none"))
     return items
 
 
@@ -295,3 +331,30 @@ def _models_text(result: Shown) -> str:
     if interventions:
         texts.append(("intervention " if len(interventions) == 1 else "interventions ") + ", ".join(interventions))
     return "; ".join(texts)
+
+
+def held_note(model: Any) -> str:
+    """:func:`held_items` in one short line, for ``repr(result)``: the weights' hash, the SAEs, the user's hooks.
+
+    Args:
+        model: ``meta["model"]`` of a result.
+
+    Returns:
+        ``"; weights sha256 …, SAE at …, your hooks: …"``, or ``""`` when there is nothing to say.
+
+    Example:
+        >>> held_note({"source": "memory", "source_sha256": "ab" * 32, "user_hooks": [{"function": "f", "module": "m"}],
+        ...            "saes": [{"hook_point": "blocks.1.hook_resid_pre", "d_sae": 256, "sha256": "cd" * 32}]})
+        '; weights sha256 abababababab…, SAE at blocks.1.hook_resid_pre (d_sae 256), your hooks: f on m (run)'
+    """
+    if not isinstance(model, dict):
+        return ""
+    parts = []
+    if model.get("source") == "memory" and model.get("source_sha256"):
+        parts.append(f"weights sha256 {str(model['source_sha256'])[:12]}…")
+    elif model.get("source_sha256_skipped"):
+        parts.append("weights not hashed (too large)")
+    parts += [f"SAE at {s.get('hook_point')} (d_sae {s.get('d_sae')})" for s in model.get("saes") or []]
+    if model.get("user_hooks"):
+        parts.append("your hooks: " + ", ".join(f"{h.get('function')} on {h.get('module') or 'the model'}" for h in model["user_hooks"]) + " (run)")
+    return "; " + ", ".join(parts) if parts else ""

@@ -343,7 +343,7 @@ def measure(
     sums = _collect_checked(model, corpus, groups, early, batch_size, interventions, probe, progress, "measuring", counterfactual, disk_budget)
     forward_seconds = time.perf_counter() - start
     label = "+".join(iv.label for iv in interventions) or "none"
-    table = tidy(metrics_with_intervals(sums, probe=probe), model.name, model.variant_name, label)
+    table = tidy(metrics_with_intervals(sums, probe=probe), model.label, model.variant_name, label)
     release_free_heap()  # and the fits' replicate copies
     settings = {
         "groups": groups,

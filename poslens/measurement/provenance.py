@@ -37,13 +37,17 @@ def tokens_sha256(tokens: torch.Tensor) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _memory_hash(model: PosModel) -> dict[str, str]:
-    """For a model measured from memory: the sha256 of its state dict now, as its source hash (taken at each measurement)."""
+def _memory_hash(model: PosModel) -> dict[str, Any]:
+    """For a model measured from memory: the sha256 of its weights now, as its source hash (taken at each measurement).
+
+    Not above :data:`~poslens.model.weights_hash.MAX_HASHED_BYTES`: then ``source_sha256`` is None and
+    ``source_sha256_skipped`` says why.
+    """
     if model.source != "memory":
         return {}
-    from poslens.model.in_memory import state_dict_sha256
+    from poslens.model.weights_hash import weights_record
 
-    return {"source_sha256": state_dict_sha256(model.module), "state_dict_sha256_at": "measurement"}
+    return weights_record(model.module)
 
 
 def package_version(module: ModuleType) -> str:
@@ -86,8 +90,11 @@ def run_metadata(model: PosModel, corpus: Corpus, settings: dict[str, Any]) -> d
     """Provenance of a run: model (with its RoPE type and scaling), corpus, settings and software versions.
 
     The model's record holds its weights' dtype and device (:meth:`~poslens.model.pos_model.PosModel.describe`),
-    and the hooks its user put on it (``user_hooks``, :func:`poslens.model.user_hooks.user_hooks`): poslens
-    ran them with the model.
+    the hooks its user put on it (``user_hooks``, :func:`poslens.model.user_hooks.user_hooks`): poslens
+    ran them with the model; the SAEs attached to it (``saes``, :func:`poslens.model.user_saes.attached_saes`:
+    hook point, ``d_sae``, the sha256 of each SAE's weights), which its ``model`` label names; and for a model
+    measured from memory the sha256 of its weights at measurement time (``source_sha256``,
+    :func:`poslens.model.weights_hash.weights_record`).
 
     Args:
         model: The loaded model.
@@ -107,7 +114,13 @@ def run_metadata(model: PosModel, corpus: Corpus, settings: dict[str, Any]) -> d
     return {
         "poslens_version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": {**model.describe(), **model.rope_record(), **_memory_hash(model), "user_hooks": _user_hooks(model)},
+        "model": {
+            **model.describe(),
+            **model.rope_record(),
+            **_memory_hash(model),
+            "user_hooks": _user_hooks(model),
+            "saes": model.attached_saes(),
+        },
         "corpus": {**corpus.describe(), "tokens_sha256": tokens_sha256(corpus.tokens)},
         "settings": settings,
         "versions": {

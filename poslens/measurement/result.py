@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from poslens.fit.sums import CellSums
-from poslens.measurement.display import result_html
+from poslens.measurement.display import held_note, result_html
 from poslens.measurement.figure import Figure, case_label
 from poslens.measurement.head_table import head_rows, heads_excluding_zero
 from poslens.measurement.plot_kinds import plot_table
@@ -165,7 +165,10 @@ class Result:
             Traceback (most recent call last):
             ValueError: unknown metric 'c_mask'; this table has: c_res
         """
-        return summary_table(self.table, query_window, metrics)
+        table = summary_table(self.table, query_window, metrics)
+        if "model" in self.table and self.table["model"].nunique() == 1:  # named above the columns, SAEs included
+            table.columns.name = str(self.table["model"].iloc[0])
+        return table
 
     def heads(self, metric: str, query_window: str = DEFAULT_QUERY_WINDOW, intervals: bool = False) -> pd.DataFrame:
         """One per-head metric as a layer × head grid (index ``layer``, columns ``head``), or with ``intervals=True`` as a
@@ -334,7 +337,7 @@ class Result:
         return cls(*read_result(path, sums))
 
     def __repr__(self) -> str:
-        """One line: what this result holds and for which model.
+        """One line: what this result holds and for which model, with what the user held (weights' hash, SAEs, own hooks).
 
         Example:
             >>> row = dict(model="m", variant="base", intervention="none", layer=0, head=-1,
@@ -343,6 +346,10 @@ class Result:
             Result(model m (base), 1 rows, 1 metrics, windows: all; see .summary(), .heads(metric), .plot(kind), .table)
             >>> Result(pd.DataFrame([{**row, "intervention": "bos:mean"}]))   # a run with an intervention names it
             Result(model m (base, bos:mean), 1 rows, 1 metrics, windows: all; see .summary(), .heads(metric), .plot(kind), .table)
+            >>> shown = repr(Result(pd.DataFrame([{**row, "model": "m with SAE at blocks.1.hook_resid_pre"}]),
+            ...             {"model": {"saes": [{"hook_point": "blocks.1.hook_resid_pre", "d_sae": 64}]}}))   # what the user attached
+            >>> shown[:50], shown[shown.index("all;"):shown.index("; see")]
+            ('Result(model m with SAE at blocks.1.hook_resid_pre', 'all; SAE at blocks.1.hook_resid_pre (d_sae 64)')
         """
         t = self.table
         if t.empty or not set(COLUMNS) <= set(t.columns):
@@ -351,8 +358,9 @@ class Result:
         what = "; ".join(case_label(*run) for run in runs.itertuples(index=False, name=None))
         label = "model" if len(runs) == 1 else f"{len(runs)} runs (model, variant, intervention):"
         query_windows = ", ".join(map(str, t["query_window"].drop_duplicates()))
+        held = held_note(self.meta.get("model")) if len(runs) == 1 else ""
         return (
-            f"Result({label} {what}, {len(t)} rows, {t['metric'].nunique()} metrics, windows: {query_windows}; "
+            f"Result({label} {what}, {len(t)} rows, {t['metric'].nunique()} metrics, windows: {query_windows}{held}; "
             "see .summary(), .heads(metric), .plot(kind), .table)"
         )
 

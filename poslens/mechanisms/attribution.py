@@ -185,7 +185,7 @@ def _rows(
             layer = -1 if index == n_layers else index
             rows.append(
                 {
-                    "model": model.name,
+                    "model": model.label,
                     "variant": model.variant_name,
                     "mode": mode,
                     "calibration_size": size,
@@ -246,7 +246,7 @@ def _paired_rows(
     for w, query_window in enumerate(QUERY_WINDOWS):
         summary.append(
             {
-                "model": model.name,
+                "model": model.label,
                 "variant": model.variant_name,
                 "mode": mode,
                 "calibration_size": size,
@@ -412,7 +412,7 @@ def cumulative_attribution(
         else pd.DataFrame(columns=["edit", "query_bin", "query_low", "query_high", "value", "ci_low", "ci_high"])
     )
     loss_table.insert(0, "variant", model.variant_name)
-    loss_table.insert(0, "model", model.name)
+    loss_table.insert(0, "model", model.label)
     loss_table.insert(3, "metric", "loss_change")
     meta = {
         "model": base.meta.get("model"),

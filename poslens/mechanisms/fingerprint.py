@@ -171,7 +171,7 @@ def varied_corpus(model: PosModel, n_seqs: int, seq_len: int, n_first_tokens: in
 def _row(model: PosModel, intervention: str, metric: str, layer: int, value: float, low: float, high: float) -> dict[str, Any]:
     low, high = clip_interval(metric, value, low, high)  # a dispersion is ≥ 0, a cosine in [−1, 1]
     return dict(
-        model=model.name,
+        model=model.label,
         variant=model.variant_name,
         intervention=intervention,
         layer=int(layer),

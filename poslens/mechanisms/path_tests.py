@@ -158,7 +158,7 @@ def _rows(model: PosModel, label: str, kind: str, reference: str, figures: Figur
     frame["query_high"] = [binning.seq_len if c < 0 else int(min(edges[c + 1], binning.seq_len)) for c in frame["query_bin"]]
     frame.insert(0, "intervention", label)
     frame.insert(0, "variant", model.variant_name)
-    frame.insert(0, "model", model.name)
+    frame.insert(0, "model", model.label)
     frame["head"] = -1
     frame["kind"], frame["reference"] = kind, reference
     return frame[["model", "variant", "intervention", "layer", "head", "query_window", "metric", "value", "ci_low", "ci_high", *EXTRA_COLUMNS]]

@@ -349,4 +349,4 @@ def calibrate(
         "tokens_sha256": tokens_sha256(corpus.tokens),
         "interventions": [iv.describe() for iv in interventions],
     }
-    return RelativizationFit(mode, cells, key0, t, early, sliding_windows, record, {"model": model.name, "variant": model.variant_name})
+    return RelativizationFit(mode, cells, key0, t, early, sliding_windows, record, {"model": model.label, "variant": model.variant_name})

@@ -3,7 +3,7 @@
 :func:`poslens.model.wrapping.from_memory` (also reached through
 :func:`poslens.load_model` when it is given an object instead of a name) wraps,
 without saving anything to disk (this module holds the HookedTransformer part,
-the recognition of model objects and the state-dict hash):
+the recognition of model objects):
 
 - a transformers ``PreTrainedModel`` with its tokenizer (a bridge is booted
   around the very same module: its weights are not copied);
@@ -15,7 +15,8 @@ the recognition of model objects and the state-dict hash):
 Edits made to the weights after wrapping are measured as edited: poslens holds
 the user's module, not a copy. Provenance records ``source: "memory"`` and,
 at each measurement, the sha256 of the state dict as it is then
-(:func:`state_dict_sha256`). Inference-time variants: ``window:W`` works (it is
+(:func:`poslens.model.weights_hash.state_dict_sha256`; not above
+:data:`poslens.model.weights_hash.MAX_HASHED_BYTES`, with the reason recorded). Inference-time variants: ``window:W`` works (it is
 a hook on the scores); ``ntk:`` and ``rope-base:`` are refused, since a built
 model's RoPE frequencies are fixed (save it and load the folder with the
 variant instead). Objects poslens cannot read correctly are refused with the
@@ -26,16 +27,16 @@ reason: a HookedTransformer without rotary embeddings, with attention sinks
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
-import torch
+import torch  # noqa: F401 (the examples use it)
 
 from poslens.errors import InputError
 from poslens.model.pos_model import ModelNotSupportedError, PosModel
 from poslens.model.support import check_weights_loaded
 from poslens.model.user_model import ModelUse
 from poslens.model.variants import Variant
+from poslens.model.weights_hash import state_dict_sha256  # noqa: F401 (re-exported: it was defined here)
 
 MEMORY = "memory"
 
@@ -83,43 +84,6 @@ def is_model_object(obj: Any) -> bool:
         (False, False)
     """
     return bool(model_kind(obj))
-
-
-def state_dict_sha256(module: torch.nn.Module) -> str:
-    """sha256 of a module's weights as they are now: the sorted digests of its distinct tensors (dtype, shape and bytes).
-
-    Each tensor of the state dict counts once however many names it has (tied
-    weights, the aliases and wrappers a TransformerBridge adds), and names do
-    not count, so a model hashes alike before and after a bridge wraps it.
-    Used as the provenance of a model measured from memory, taken when it is measured.
-
-    Args:
-        module: a torch module.
-
-    Returns:
-        64 hex digits.
-
-    Example:
-        >>> layer = torch.nn.Linear(2, 2)
-        >>> before = state_dict_sha256(layer)
-        >>> with torch.no_grad():
-        ...     layer.weight[0, 0] += 1.0
-        >>> before == state_dict_sha256(layer)
-        False
-    """
-    seen, digests = set(), []
-    for tensor in module.state_dict().values():
-        if not isinstance(tensor, torch.Tensor):
-            continue
-        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.dtype, tuple(tensor.stride()))
-        if key in seen:
-            continue
-        seen.add(key)
-        data = tensor.detach().to("cpu").contiguous()
-        one = hashlib.sha256(f"{data.dtype}|{tuple(data.shape)}|".encode())
-        one.update(data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b"")
-        digests.append(one.hexdigest())
-    return hashlib.sha256("".join(sorted(digests)).encode()).hexdigest()
 
 
 def wrap_hooked(ht: Any, tokenizer: Any, variant: Variant, name: str | None) -> PosModel:

@@ -183,6 +183,41 @@ class PosModel:
             return {"rope_type": "llama3" if scaled else "default", "rope_scaling": {"factor": cfg.NTK_by_parts_factor} if scaled else None}
         return rope_summary(self.hf_model.config.get_text_config())
 
+    def attached_saes(self) -> list[dict[str, Any]]:
+        """The SAEs attached to the model now (SAELens's ``HookedSAETransformer``), as :func:`poslens.model.user_saes.attached_saes` records them.
+
+        Returns:
+            One record per SAE (hook point, ``d_sae``, the sha256 of its weights, ...); none for other models.
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.testing import save_tiny_model
+            >>> poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"), device="cpu").attached_saes()
+            []
+        """
+        from poslens.model.user_saes import attached_saes
+
+        return attached_saes(self.bridge)
+
+    @property
+    def label(self) -> str:
+        """The name results carry: :attr:`name`, with the attached SAEs' hook points when there are any.
+
+        Read when a result is made, so an SAE attached after loading counts (``"custom (in memory) with SAE at
+        blocks.1.hook_resid_pre"``); with no SAE it is :attr:`name`.
+
+        Example:
+            >>> import tempfile, poslens
+            >>> from poslens.testing import save_tiny_model
+            >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"), device="cpu")
+            >>> model.label == model.name   # no SAE attached
+            True
+        """
+        from poslens.model.user_saes import label_with_saes
+
+        saes = getattr(self.bridge, "acts_to_saes", None)  # the hook points only: no need to hash the SAEs here
+        return label_with_saes(self.name, [{"hook_point": point} for point in sorted(saes)]) if isinstance(saes, dict) else self.name
+
     @property
     def variant_name(self) -> str:
         """The inference-time variant as a string (the results' ``variant`` column).
@@ -253,7 +288,7 @@ class PosModel:
         """
         tensors = list(self.module.parameters())
         return {
-            "model": self.name,
+            "model": self.label,
             "source": self.source,
             "source_sha256": self.source_sha256,
             "architecture": self.architecture,

@@ -16,33 +16,31 @@ import warnings
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from poslens.errors import PoslensError
+from poslens.errors import EarlyWindowWarning, PoslensError
 from poslens.files import remove_stale_temporaries
-from poslens.measurement.display import reading_notes
-from poslens.measurement.result import Result
-from poslens.measurement.result_files import OutputNotWritableError, ensure_writable_dir
-from poslens.mechanisms.architectures import default_cases
 from poslens.model.cache import folder_size, size_text
-from poslens.model.corpus import make_corpus
-from poslens.model.loading import load_model
 from poslens.model.registry import REGISTRY, install_argv, registry_entry
 from poslens.options import DEFAULTS
-from poslens.runtime import distributed
 from poslens.study import cli_options
-from poslens.study.claims import not_measured_summary
 from poslens.study.output_lock import OutputLock
-from poslens.study.part_cache import complete_parts
-from poslens.study.parts import Settings, Study
-from poslens.study.zoo_measure import ZooMeasureOptions, measure_family
+from poslens.study.settings import Settings, ZooMeasureOptions
 from poslens.version import __version__
 from poslens.zoo.family import MEMBERS as ZOO_MEMBERS
-from poslens.zoo.train import ZooSettings, train_family
+from poslens.zoo.settings import ZooSettings
+
+if TYPE_CHECKING:
+    from poslens.measurement.result import Result
+    from poslens.study.parts import Study
+
+# Only what the options' defaults and --help need is imported above; each command imports the library
+# (torch, transformers) inside itself, so that `poslens --help` and `poslens --version` start in about a second.
 
 app = typer.Typer(
     add_completion=False,
@@ -51,6 +49,13 @@ app = typer.Typer(
     help="Where does absolute position come from in RoPE transformers?",
 )
 console = Console()
+
+
+def _is_main() -> bool:
+    """Whether this process prints and writes: always, except on the ranks other than 0 under torchrun."""
+    from poslens.runtime import distributed
+
+    return distributed.is_main()
 
 
 def _version(value: bool) -> None:
@@ -164,6 +169,8 @@ def _print_frame(frame, title: str) -> None:
 
 def _writable_dir(path: Path) -> Path:
     """The output folder, created and checked for writing before any model is loaded."""
+    from poslens.measurement.result_files import OutputNotWritableError, ensure_writable_dir
+
     try:
         return ensure_writable_dir(path)
     except OutputNotWritableError as error:
@@ -183,8 +190,10 @@ def _output_folder(out: Path):
     holds anything, is never removed. An interrupt (Ctrl-C, or SIGTERM, which
     the ``poslens`` entry point turns into one) prints one ``interrupted:`` line.
     """
+    from poslens.runtime import distributed
+
     distributed.init_from_env()  # under torchrun: the ranks join their group before anything touches --out
-    main = distributed.is_main()
+    main = _is_main()
     lock = OutputLock(out)
 
     def open_folder() -> list[Path]:
@@ -268,7 +277,7 @@ def _early(early: int | None, **lengths: int) -> int:
                 f"so 'early' would repeat 'all'; use --early {max(2, length // 4)} or another value below {length}",
                 param_hint="'--early'",
             )
-        if not distributed.is_main():  # under torchrun, rank 0 prints
+        if not _is_main():  # under torchrun, rank 0 prints
             continue
         console.print(
             escape(
@@ -292,18 +301,21 @@ def _check_fill(groups: int, **counts: int) -> None:
 
 def _study(out: Path, overwrite: bool = False, **settings):
     """The study behind every command (its output folder made by :func:`_output_folder`)."""
+    from poslens.study.parts import Study
+
     return Study(Settings(**settings), out, log=_log, overwrite=overwrite)
 
 
 def _log(message: str) -> None:
     """A study's progress line; under torchrun only rank 0's (the ranks run the same parts)."""
-    if distributed.is_main():
+    if _is_main():
         console.print(escape(message), soft_wrap=True)
 
 
 def _say_written(study: Study) -> None:
     """Name every file the command wrote, or say that it wrote none (every part was reused)."""
-    if not distributed.is_main():
+
+    if not _is_main():
         return
     if study.written:
         console.print(escape("wrote " + ", ".join(str(path) for path in study.written)), soft_wrap=True)
@@ -312,6 +324,8 @@ def _say_written(study: Study) -> None:
 
 
 def _show(result, metric: str, title: str) -> None:
+    from poslens.measurement.display import reading_notes
+
     rows = result.table[(result.table["metric"] == metric) & (result.table["head"] == -1)]
     wide = Console(width=max(console.width, 130))
     wide.print(escape(title), rows[["intervention", "layer", "query_window", "value", "ci_low", "ci_high"]].to_string(index=False))
@@ -372,7 +386,7 @@ def leakage(
             device_map=device_map,
         )
         result = study.leakage()
-    if not distributed.is_main():
+    if not _is_main():
         return  # under torchrun, rank 0 prints and writes
     described = result.meta.get("model", {})
     note = f" — weights {described['quantized']}" if described.get("quantized") else ""
@@ -435,7 +449,7 @@ def sinks(
             tau=tau,
         )
         result = study.sinks()
-    if not distributed.is_main():
+    if not _is_main():
         return  # under torchrun, rank 0 prints and writes
     counts = result.table[result.table["metric"] == "sink_heads"]
     console.print(counts[["layer", "value", "ci_low", "ci_high"]].to_string(index=False))
@@ -495,7 +509,7 @@ def bos_swap(
             replacements=tuple(replacement),
         )
         result = study.bos_swap()
-    if not distributed.is_main():
+    if not _is_main():
         return  # under torchrun, rank 0 prints and writes
     _show(result, "reduction", "reduction of C_res = 1 − C_res(after)/C_res(before)")
     _say_written(study)
@@ -552,7 +566,7 @@ def ablate_sinks(
             tau=tau,
         )
         result = study.ablate_sinks()
-    if not distributed.is_main():
+    if not _is_main():
         return  # under torchrun, rank 0 prints and writes
     _show(result, "reduction", "reduction of C_res under sink-path ablation")
     _say_written(study)
@@ -619,7 +633,7 @@ def path_tests(
             path_doses=tuple(float(d) for d in doses.split(",")),
         )
         result = study.path_tests()
-    if not distributed.is_main():
+    if not _is_main():
         return
     _show_path(result)
     _say_written(study)
@@ -627,6 +641,7 @@ def path_tests(
 
 def _show_path(result: Result) -> None:
     """The path-specific tests' changes against the unedited run (and the key-0 freezes against the sham), with their dose-responses."""
+
     t = result.table
     picked = t[(t["kind"] == "difference") & (t["layer"] == -1) & (t["query_bin"] == -1) & (t["query_window"] == "all")]
     wide = Console(width=max(console.width, 130))
@@ -705,7 +720,7 @@ def fingerprint(
             fingerprint_len=fingerprint_len,
         )
         result = study.fingerprint()
-    if not distributed.is_main():
+    if not _is_main():
         return  # under torchrun, rank 0 prints and writes
     rows = result.table[(result.table["layer"] == -1)]
     console.print(rows[["intervention", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
@@ -753,7 +768,7 @@ def compare_command(
             compare_quick=not full,
         )
         result = study.compare()
-    if not distributed.is_main():
+    if not _is_main():
         return  # under torchrun, rank 0 prints and writes
     rows = result.table[(result.table["layer"] == -1) & (result.table["head"] == -1) & result.table["metric"].isin(["c_res", "c_mask"])]
     console.print(rows[["model", "variant", "query_window", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
@@ -851,7 +866,7 @@ def relativize(
             relativize_loss=not no_loss,
         )
         result = study.relativize()
-    if not distributed.is_main():
+    if not _is_main():
         return
     wide = Console(width=max(console.width, 130))
     table = Table(title="r = 1 − mean over layers ≥ 2 of L(log a) relativized / unedited, 95% CI (paired jackknife)")
@@ -920,6 +935,8 @@ def zoo(
 
     Example: poslens zoo --task bigram-backcopy --steps 1500 --seq-len 128 --width 64 --depth 3 --heads 1 --seeds 0,1,2 --out results/zoo_bb
     """
+    from poslens.zoo.train import train_family
+
     try:
         settings = ZooSettings(
             task=task,
@@ -978,6 +995,8 @@ def zoo_measure(
 
     Example: poslens zoo-measure --zoo results/zoo_bb --out docs/zoo_data --work results/zoo_bb_measure
     """
+    from poslens.study.zoo_measure import measure_family
+
     options = ZooMeasureOptions(
         n_seqs=n_seqs,
         seq_len=seq_len,
@@ -1003,6 +1022,10 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
 
     Example: poslens claims --out results/quick
     """
+    from poslens.measurement.result import Result
+    from poslens.study.claims import not_measured_summary
+    from poslens.study.parts import Study
+
     if not Path(out).is_dir():
         raise typer.BadParameter(f"{out} is not a folder; give the --out folder of the other commands", param_hint="'--out'")
     with _output_folder(out):
@@ -1031,6 +1054,7 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
 
 def _recorded_settings(parts: dict[str, Result]) -> dict:
     """The settings the parts recorded, merged (check_same_settings has made sure they agree)."""
+
     merged: dict = {}
     for result in parts.values():
         merged.update(result.meta.get("settings") or {})
@@ -1042,6 +1066,8 @@ def _calibrate_seconds_per_token(model_name: str) -> float:
     import time as _time
 
     from poslens.measurement.pipeline import collect_sums
+    from poslens.model.corpus import make_corpus
+    from poslens.model.loading import load_model
 
     model = load_model(model_name)
     corpus = make_corpus(model, "random", n_seqs=2, seq_len=256, position0="bos", seed=0)
@@ -1075,6 +1101,9 @@ def report(
 
     Example: poslens report --quick --out results/quick
     """
+    from poslens.study.part_cache import complete_parts
+    from poslens.study.parts import Study
+
     overrides = {
         k: v
         for k, v in dict(
@@ -1121,6 +1150,8 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
 
     import torch
 
+    from poslens.mechanisms.architectures import default_cases
+    from poslens.study.claims import not_measured_summary
     from poslens.study.report import build_report
 
     settings, out = study.settings, study.out
@@ -1145,13 +1176,13 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
         )
     parts, timings = {}, {}
     for number, name in enumerate(plan, start=1):
-        if distributed.is_main():
+        if _is_main():
             console.rule(escape(f"part {number}/{len(plan)}: {name}"))
         start = _time.perf_counter()
         parts[name] = getattr(study, name.replace("-", "_"))()
         timings[name] = parts[name].meta.get("part_seconds", _time.perf_counter() - start)  # compute time, also when reused
     claims_table = study.claims(parts)
-    if not distributed.is_main():
+    if not _is_main():
         return  # under torchrun, rank 0 writes the page and run.json, and prints
     settings_dict = {k: v for k, v in settings.__dict__.items() if k != "cases"}
     page = build_report(parts, claims_table, settings_dict, Path(out) / "report.html")
@@ -1197,21 +1228,16 @@ def run() -> None:
     Raises:
         SystemExit: With status 1 after printing a known failure (a :class:`~poslens.errors.PoslensError` and the like).
     """
-    from poslens.capture.score_checks import MaskMismatchError, NonFiniteScoresError
-    from poslens.measurement.arguments import EarlyWindowWarning
-
     warnings.filterwarnings("ignore", category=EarlyWindowWarning)  # the command prints its own note (_early)
     signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a run as Ctrl-C does: files whole, lock released, one line
     known = (
-        PoslensError,
+        PoslensError,  # also NonFiniteScoresError and MaskMismatchError of poslens.capture.score_checks
         ValueError,
         KeyError,
         FileNotFoundError,
         ModuleNotFoundError,
         MemoryError,
         OSError,
-        NonFiniteScoresError,
-        MaskMismatchError,
         RuntimeError,
     )
     try:

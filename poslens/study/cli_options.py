@@ -12,12 +12,11 @@ from __future__ import annotations
 import typer
 
 from poslens.errors import InputError, PoslensError
-from poslens.mechanisms.interventions import BosReplacement
-from poslens.model.variants import parse_variant
 from poslens.options import DEFAULTS, MeasureOptions
-from poslens.runtime.disk import ROUTES
-from poslens.runtime.planner import parse_bytes
 from poslens.zoo.family import parse_members
+
+# The callbacks import what they check with inside themselves: they run only when their command runs,
+# and importing torch here would make ``poslens --help`` take seconds.
 
 
 def check_max_memory(value: str) -> str:
@@ -36,6 +35,8 @@ def check_max_memory(value: str) -> str:
         >>> check_max_memory("8GB"), check_max_memory("free")
         ('8GB', 'free')
     """
+    from poslens.runtime.planner import parse_bytes
+
     if value.lower() in ("free", "auto"):
         return value
     try:
@@ -61,6 +62,8 @@ def check_route(value: str) -> str:
         >>> check_route("store")
         'store'
     """
+    from poslens.runtime.disk import ROUTES
+
     if value not in ROUTES:
         raise typer.BadParameter(f"--counterfactual must be one of {', '.join(ROUTES)}, got {value!r}")
     return value
@@ -82,6 +85,8 @@ def check_disk_budget(value: str | None) -> str | None:
         >>> check_disk_budget("2GB"), check_disk_budget(None)
         ('2GB', None)
     """
+    from poslens.runtime.planner import parse_bytes
+
     if value is None:
         return None
     try:
@@ -152,6 +157,8 @@ def check_replacements(values: list[str]) -> list[str]:
         >>> check_replacements(["mean", "zero"])
         ['mean', 'zero']
     """
+    from poslens.mechanisms.interventions import BosReplacement
+
     for value in values:
         try:
             BosReplacement(value)
@@ -176,6 +183,8 @@ def check_variant(value: str) -> str:
         >>> check_variant("ntk:4+window:64")
         'ntk:4+window:64'
     """
+    from poslens.model.variants import parse_variant
+
     try:
         parse_variant(value)
     except ValueError as error:

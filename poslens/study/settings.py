@@ -1,7 +1,7 @@
 """The study's settings: one frozen object, the command-line option of each, and the command that makes each part.
 
 :class:`Settings` holds everything a study part depends on, with the quick
-and full presets; :func:`command_line` spells a part's command with the
+and full presets (:class:`ZooMeasureOptions`: those shared by a zoo family's runs); :func:`command_line` spells a part's command with the
 settings a folder's parts were made with, so that a hint never names a
 command that would be refused.
 """
@@ -12,11 +12,13 @@ import hashlib
 import json
 import shlex
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from poslens.fit.relativize import MODES
-from poslens.mechanisms.architectures import Case
 from poslens.options import DEFAULTS, MeasureOptions
+
+if TYPE_CHECKING:  # the settings load without torch, for the command line's --help
+    from poslens.mechanisms.architectures import Case
 
 
 @dataclass(frozen=True)
@@ -328,3 +330,67 @@ def settings_values(settings: Settings, names: tuple[str, ...]) -> dict[str, Any
     """
     values = asdict(settings)
     return {name: json.loads(json.dumps(values[name], default=str)) for name in names}
+
+
+@dataclass(frozen=True)
+class ZooMeasureOptions:
+    """The measuring settings shared by every run of the family (the Study's settings, less the model).
+
+    Attributes:
+        n_seqs: Held-out sequences measured.
+        seq_len: Tokens per sequence (``None``: the family's training T).
+        groups: Jackknife groups.
+        early: Q of the early query window.
+        batch_size: Sequences per forward pass.
+        tau: Sink-score threshold τ.
+        replacements: The BOS replacements.
+        relativize_seqs: Sequences of the relativization (and as many calibration sequences).
+        relativize_len: Tokens per sequence of the relativization (``None``: the measured T).
+        seed: Seed of the window draw.
+
+    Example:
+        >>> ZooMeasureOptions().groups
+        8
+    """
+
+    n_seqs: int = 64
+    seq_len: int | None = None
+    groups: int = 8
+    early: int = 16
+    batch_size: int = 16
+    tau: float = 0.3
+    replacements: tuple[str, ...] = ("mean", "zero", "noise", "token:eos")
+    relativize_seqs: int = 32
+    relativize_len: int | None = None
+    seed: int = 0
+
+    def settings(self, model: str, corpus: str, seq_len: int) -> Settings:
+        """The Study settings of one run.
+
+        Args:
+            model: The run's folder.
+            corpus: The family's held-out text.
+            seq_len: The measured T.
+
+        Returns:
+            The settings.
+
+        Example:
+            >>> ZooMeasureOptions().settings("results/zoo/standard-s0", "results/zoo/held_out.jsonl", 128).relativize_len
+            128
+        """
+        return Settings(
+            model=model,
+            corpus=corpus,
+            n_seqs=self.n_seqs,
+            seq_len=seq_len,
+            groups=self.groups,
+            early=self.early,
+            seed=self.seed,
+            batch_size=self.batch_size,
+            max_memory="free",
+            tau=self.tau,
+            replacements=tuple(self.replacements),
+            relativize_seqs=self.relativize_seqs,
+            relativize_len=self.relativize_len or seq_len,
+        )

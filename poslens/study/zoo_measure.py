@@ -41,7 +41,8 @@ from poslens.files import atomic_write, atomic_write_text
 from poslens.mechanisms.comparisons import compare_results
 from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE, Claims
 from poslens.study.claims_zoo import claim_c4_zoo, seed_estimate
-from poslens.study.parts import Settings, Study
+from poslens.study.parts import Study
+from poslens.study.settings import ZooMeasureOptions  # noqa: F401 (re-exported: it was defined here)
 from poslens.version import __version__
 
 #: The columns of a part's figures (and, with member, seed and part in front, of ``figures.csv``).
@@ -245,70 +246,6 @@ PARTS: tuple[ZooPart, ...] = (
 )
 """The parts measured on every run, in order. A part's figures go into every table; C4's zoo case reads ``c_res``
 and ``c_res_depth_slope`` of the leakage part."""
-
-
-@dataclass(frozen=True)
-class ZooMeasureOptions:
-    """The measuring settings shared by every run of the family (the Study's settings, less the model).
-
-    Attributes:
-        n_seqs: Held-out sequences measured.
-        seq_len: Tokens per sequence (``None``: the family's training T).
-        groups: Jackknife groups.
-        early: Q of the early query window.
-        batch_size: Sequences per forward pass.
-        tau: Sink-score threshold τ.
-        replacements: The BOS replacements.
-        relativize_seqs: Sequences of the relativization (and as many calibration sequences).
-        relativize_len: Tokens per sequence of the relativization (``None``: the measured T).
-        seed: Seed of the window draw.
-
-    Example:
-        >>> ZooMeasureOptions().groups
-        8
-    """
-
-    n_seqs: int = 64
-    seq_len: int | None = None
-    groups: int = 8
-    early: int = 16
-    batch_size: int = 16
-    tau: float = 0.3
-    replacements: tuple[str, ...] = ("mean", "zero", "noise", "token:eos")
-    relativize_seqs: int = 32
-    relativize_len: int | None = None
-    seed: int = 0
-
-    def settings(self, model: str, corpus: str, seq_len: int) -> Settings:
-        """The Study settings of one run.
-
-        Args:
-            model: The run's folder.
-            corpus: The family's held-out text.
-            seq_len: The measured T.
-
-        Returns:
-            The settings.
-
-        Example:
-            >>> ZooMeasureOptions().settings("results/zoo/standard-s0", "results/zoo/held_out.jsonl", 128).relativize_len
-            128
-        """
-        return Settings(
-            model=model,
-            corpus=corpus,
-            n_seqs=self.n_seqs,
-            seq_len=seq_len,
-            groups=self.groups,
-            early=self.early,
-            seed=self.seed,
-            batch_size=self.batch_size,
-            max_memory="free",
-            tau=self.tau,
-            replacements=tuple(self.replacements),
-            relativize_seqs=self.relativize_seqs,
-            relativize_len=self.relativize_len or seq_len,
-        )
 
 
 def _family(zoo: Path) -> tuple[dict, pd.DataFrame]:

@@ -12,7 +12,7 @@ change. Each trained model is an ordinary Hugging Face folder that
   after which the token before the trigger is copied, on which small models can form BOS sinks within CPU minutes;
 - :mod:`poslens.zoo.family` — the members (standard, large base (trained), sliding) and their configs;
 - :mod:`poslens.zoo.evaluate` — held-out loss and sink counts of a model under training;
-- :mod:`poslens.zoo.train` — :class:`~poslens.zoo.train.ZooSettings` and :func:`~poslens.zoo.train.train_family`,
+- :mod:`poslens.zoo.train` — :class:`~poslens.zoo.settings.ZooSettings` (in :mod:`poslens.zoo.settings`) and :func:`~poslens.zoo.train.train_family`,
   which trains every member and seed in lockstep and writes the folders, logs and a summary table.
 
 A trained family is measured by :mod:`poslens.study.zoo_measure` (``poslens zoo-measure``), in the study layer:

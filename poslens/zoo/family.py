@@ -20,8 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from poslens.errors import InputError
 
 #: Why the family has no NoPE member.
@@ -180,6 +178,7 @@ def initial_model(config: Any, seed: int) -> Any:
         >>> all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
         True
     """
+    import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
