@@ -142,3 +142,16 @@ def test_a_sliding_window_records_the_rows_the_freeze_acts_on(tiny_mistral_dir, 
     corpus = poslens.make_corpus(plain, "random", n_seqs=4, seq_len=16, seed=2)
     unwindowed = path_specific_tests(plain, corpus, offsets=[4], groups=2, early=4, tau=0.05, sham=False, ablation=False, progress=False)
     assert unwindowed.meta["key0_rows"] is None
+
+
+def test_the_command_prints_the_windowed_rows(tiny_mistral_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from poslens.study.cli import app
+
+    args = ["path-tests", "--model", str(tiny_mistral_dir), "--corpus", "random", "--n-seqs", "4", "--seq-len", "16"]
+    args += ["--groups", "2", "--early", "4", "--tau", "0.05", "--offsets", "4", "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "note: key 0 is visible only to rows i < W under a sliding window" in " ".join(result.output.split())
+    assert (tmp_path / "out" / "path-tests.parquet").exists()

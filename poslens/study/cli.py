@@ -659,6 +659,8 @@ def _show_path(result: Result) -> None:
         if dose["direction"] == "not monotone":
             said = f"dose-response of {dose['edit']} ({dose['metric']}) over {dose['dose_name']} = {dose['doses']}: not monotone, {dose['where_not']}"
             wide.print(escape(said))
+    if result.meta.get("key0_rows"):  # a sliding window limits the freeze to the rows that see the frozen key
+        wide.print(escape(f"note: {result.meta['key0_rows']['note']}"), soft_wrap=True)
     if result.meta.get("model", {}).get("quantized"):
         wide.print(escape(f"weights: {result.meta['model']['quantized']} (4-bit quantized)"))
 
