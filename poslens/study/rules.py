@@ -34,7 +34,7 @@ import dataclasses
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -296,21 +296,12 @@ class Condition:
 
 
 @dataclass(frozen=True)
-class AnyOf:
-    """Conditions of which one must hold: a rule's "or" inside an "and" (or the reverse, with :class:`AllOf`).
-
-    Attributes:
-        conditions: The conditions (or nested groups).
-        note: An explanation shown after the text; not part of the decision.
-
-    Example:
-        >>> outside = AnyOf((Condition("r", "ci_low", ">", 0.1), Condition("r", "ci_high", "<", -0.1)), note="r outside [-0.1, 0.1]")
-        >>> outside.text(), outside.holds({"r": Estimate("r", -0.5, -0.7, -0.3)})
-        ('(r ci_low > 0.1 or r ci_high < -0.1) (r outside [-0.1, 0.1])', True)
-    """
+class _Group:
+    """Conditions joined by one word: what :class:`AnyOf` and :class:`AllOf` share (they differ in the word alone)."""
 
     conditions: tuple[Condition | AnyOf | AllOf, ...]
     note: str = ""
+    word: ClassVar[str] = ""
 
     def text(self) -> str:
         """The group in words, in parentheses.
@@ -319,25 +310,28 @@ class AnyOf:
             The group in words.
 
         Example:
-            >>> AnyOf((Condition("a", "value", ">", 1.0), Condition("b", "value", ">", 1.0))).text()
-            '(a > 1 or b > 1)'
+            >>> AllOf((Condition("a", "value", ">", 1.0), Condition("b", "value", ">", 1.0))).text()
+            '(a > 1 and b > 1)'
         """
-        return "(" + " or ".join(c.text() for c in self.conditions) + ")" + (f" ({self.note})" if self.note else "")
+        return "(" + f" {self.word} ".join(c.text() for c in self.conditions) + ")" + (f" ({self.note})" if self.note else "")
 
     def holds(self, estimates: Mapping[str, Estimate]) -> bool:
-        """Whether any of the conditions holds.
+        """Whether the conditions hold: any of them for :class:`AnyOf`, all of them for :class:`AllOf`.
 
         Args:
             estimates: The estimates, by name.
 
         Returns:
-            Whether one holds.
+            Whether the group holds.
 
         Example:
             >>> AnyOf((Condition("a", "value", ">", 1.0),)).holds({"a": Estimate("a", 2.0, 1.0, 3.0)})
             True
+            >>> AllOf((Condition("a", "value", ">", 1.0), Condition("a", "value", "<", 1.5))).holds({"a": Estimate("a", 2.0, 1.0, 3.0)})
+            False
         """
-        return any(c.holds(estimates) for c in self.conditions)
+        held = (c.holds(estimates) for c in self.conditions)
+        return any(held) if self.word == "or" else all(held)
 
     def names(self) -> list[str]:
         """The estimates the group reads, in order.
@@ -353,7 +347,24 @@ class AnyOf:
 
 
 @dataclass(frozen=True)
-class AllOf:
+class AnyOf(_Group):
+    """Conditions of which one must hold: a rule's "or" inside an "and" (or the reverse, with :class:`AllOf`).
+
+    Attributes:
+        conditions: The conditions (or nested groups).
+        note: An explanation shown after the text; not part of the decision.
+
+    Example:
+        >>> outside = AnyOf((Condition("r", "ci_low", ">", 0.1), Condition("r", "ci_high", "<", -0.1)), note="r outside [-0.1, 0.1]")
+        >>> outside.text(), outside.holds({"r": Estimate("r", -0.5, -0.7, -0.3)})
+        ('(r ci_low > 0.1 or r ci_high < -0.1) (r outside [-0.1, 0.1])', True)
+    """
+
+    word: ClassVar[str] = "or"
+
+
+@dataclass(frozen=True)
+class AllOf(_Group):
     """Conditions that must all hold: a rule's "and" inside an "or".
 
     Attributes:
@@ -366,47 +377,7 @@ class AllOf:
         ('(d ci_low >= -0.01 and d ci_high <= 0.01) (equivalence)', True)
     """
 
-    conditions: tuple[Condition | AnyOf | AllOf, ...]
-    note: str = ""
-
-    def text(self) -> str:
-        """The group in words, in parentheses.
-
-        Returns:
-            The group in words.
-
-        Example:
-            >>> AllOf((Condition("a", "value", ">", 1.0), Condition("b", "value", ">", 1.0))).text()
-            '(a > 1 and b > 1)'
-        """
-        return "(" + " and ".join(c.text() for c in self.conditions) + ")" + (f" ({self.note})" if self.note else "")
-
-    def holds(self, estimates: Mapping[str, Estimate]) -> bool:
-        """Whether all of the conditions hold.
-
-        Args:
-            estimates: The estimates, by name.
-
-        Returns:
-            Whether all hold.
-
-        Example:
-            >>> AllOf((Condition("a", "value", ">", 1.0), Condition("a", "value", "<", 1.5))).holds({"a": Estimate("a", 2.0, 1.0, 3.0)})
-            False
-        """
-        return all(c.holds(estimates) for c in self.conditions)
-
-    def names(self) -> list[str]:
-        """The estimates the group reads, in order.
-
-        Returns:
-            The estimate names.
-
-        Example:
-            >>> AllOf((Condition("a", "value", ">", 0.0), Condition("b", "value", ">", 0.0))).names()
-            ['a', 'b']
-        """
-        return [name for c in self.conditions for name in _names(c)]
+    word: ClassVar[str] = "and"
 
 
 def _names(c: Condition | AnyOf | AllOf) -> list[str]:
