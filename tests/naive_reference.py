@@ -572,9 +572,20 @@ def intervals(
     for metric in metrics or full:
         est = np.asarray(full[metric], float)
         rep = np.array([r[metric] for r in reps])  # [G, H]
-        bounds = [jackknife(est[k], rep[:, k]) for k in range(est.size)]
+        bounds = [clip_to_bound(metric, *jackknife(est[k], rep[:, k])) for k in range(est.size)]
         out[metric] = (est, np.array([b[0] for b in bounds]), np.array([b[1] for b in bounds]))
     return out
+
+
+def clip_to_bound(metric: str, low: float, high: float) -> tuple[float, float]:
+    """An interval kept inside its figure's hard range, as the methodology states it for bounded figures (L, a mass,
+    a held-out R²: the glossary's ranges, listed in ``poslens.fit.bounds.HARD_BOUNDS``); other figures unchanged."""
+    from poslens.fit.bounds import HARD_BOUNDS
+
+    if metric not in HARD_BOUNDS:
+        return low, high
+    lo, hi = HARD_BOUNDS[metric]
+    return min(max(low, lo), hi), min(max(high, lo), hi)
 
 
 @blas_one_thread

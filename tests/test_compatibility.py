@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import re
 from pathlib import Path
 
 import architecture_coverage as coverage
@@ -436,7 +437,11 @@ def test_supported_models_page_is_current():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     text = module.render()
-    assert (DOCS / "supported_models.md").read_text() == text, "docs/supported_models.md is stale: run python docs/make_supported_models.py"
+    # the page names the transformers and TransformerLens versions it was generated with; a fresh environment may hold a
+    # newer patch release, which changes those numbers and nothing the page says about classes
+    unversioned = lambda page: re.sub(r"\((\d+\.\d+\.\d+)\)", "(version)", page)  # noqa: E731
+    page = (DOCS / "supported_models.md").read_text()
+    assert unversioned(page) == unversioned(text), "docs/supported_models.md is stale: run python docs/make_supported_models.py"
     for kind in TINY_KINDS + UNSUPPORTED_KINDS:
         assert f"`{kind}`" in text
     assert "refused" in text and "tested" in text

@@ -45,6 +45,12 @@ runner = CliRunner()
 BOOKKEEPING = {".poslens-files.json", ".poslens-files.json.lock", ".poslens.lock"}
 
 
+def _default_sigint() -> None:
+    """In the child, SIGINT's default action: a shell's background job (``make test &``) starts with SIGINT ignored,
+    and Python then never raises KeyboardInterrupt, so a Ctrl-C test would see the run finish instead."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def flat(text: str) -> str:
     """CLI output with rich's box drawing removed and whitespace collapsed (panels wrap long lines)."""
     return " ".join(re.sub(r"[│╭╮╰╯─]", " ", text).split())
@@ -468,7 +474,7 @@ def test_ctrl_c_during_report_then_rerun_resumes(tiny_llama_dir, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "400"}  # no wrapped log lines
     log = tmp_path / "first.log"
     with open(log, "w") as handle:
-        process = subprocess.Popen(_report_command(tiny_llama_dir, out), stdout=handle, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(_report_command(tiny_llama_dir, out), stdout=handle, stderr=subprocess.STDOUT, env=env, preexec_fn=_default_sigint)
         leakage = out / "leakage.parquet"
         deadline = time.monotonic() + 120
         while not leakage.exists():
@@ -774,7 +780,7 @@ def test_sigterm_and_ctrl_c_print_one_line_and_leave_no_lock_note_and_no_folder(
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "400"}
     command = [sys.executable, "-m", "poslens.study.cli", "leakage", "--model", str(tiny_llama_dir), "--corpus", "random"]
     command += ["--n-seqs", "64", "--seq-len", "256", "--groups", "2", "--out", str(out)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=_default_sigint)
     note = out / ".poslens.lock.owner"
     deadline = time.monotonic() + 120
     while not note.exists():

@@ -151,7 +151,8 @@ def test_the_readme_example_runs_from_the_installed_wheel(site: Path, tiny_llama
     assert Path(said["TEMPLATE_FILE"]).resolve().is_relative_to(site.resolve())
     # the example's result: a table with rows, saved (Parquet, CSV and the cell sums) under the working folder
     assert int(said["ROWS"]) > 0
-    assert "metric" in proc.stdout and "leakage_pattern" in proc.stdout  # print(result.summary("early")): the per-layer table
+    # print(result.summary("early")): the per-layer table, its columns named by the model it measured (its label)
+    assert "layer" in proc.stdout and "leakage_pattern" in proc.stdout and "tiny_llama" in proc.stdout
     for name in ("leakage.parquet", "leakage.csv", "leakage.sums.npz"):
         assert (outside / "out" / name).is_file(), name
 
