@@ -50,3 +50,16 @@ def float64_llama_reference(monkeypatch):
 
     monkeypatch.setattr(ml.LlamaRMSNorm, "forward", norm_forward)
     monkeypatch.setattr(ml.LlamaRotaryEmbedding, "forward", rotary_forward)
+
+
+def random_sae(d_in: int, hook_point: str = "blocks.1.hook_resid_pre", seed: int = 0, dtype: str = "float32"):
+    """A sae_lens StandardSAE of width 4 · d_in at ``hook_point``, its weights drawn N(0, 0.3²) from ``seed``."""
+    from sae_lens import StandardSAE, StandardSAEConfig
+    from sae_lens.saes.sae import SAEMetadata
+
+    config = StandardSAEConfig(d_in=d_in, d_sae=4 * d_in, dtype=dtype, device="cpu", metadata=SAEMetadata(hook_name=hook_point))
+    sae = StandardSAE(config)
+    with torch.no_grad():
+        for p in sae.parameters():
+            p.normal_(0, 0.3, generator=torch.Generator().manual_seed(seed))
+    return sae

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hooked_models import require_transformer_lens_3
+from hooked_models import random_sae, require_transformer_lens_3
 
 import poslens
 from poslens.errors import InputError
@@ -65,24 +65,12 @@ def test_built_model_measures_as_the_transformers_model(kind, route, tmp_path):
 
 def test_hooked_sae_transformer_with_an_sae_attached(tmp_path):
     require_transformer_lens_3()
-    from sae_lens import HookedSAETransformer, StandardSAE, StandardSAEConfig
-    from sae_lens.saes.sae import SAEMetadata
+    from sae_lens import HookedSAETransformer
 
     hf, tok = hf_and_tokenizer(save_tiny_model(tmp_path, "llama"))
     model = poslens.hooked_transformer(hf, tok, cls=HookedSAETransformer)
     corpus, plain = measured(poslens.load_model(model))
-    sae = StandardSAE(
-        StandardSAEConfig(
-            d_in=hf.config.hidden_size,
-            d_sae=4 * hf.config.hidden_size,
-            dtype="float32",
-            device="cpu",
-            metadata=SAEMetadata(hook_name="blocks.1.hook_resid_pre"),
-        )
-    )
-    with torch.no_grad():
-        for p in sae.parameters():
-            p.normal_(0, 0.3, generator=torch.Generator().manual_seed(0))
+    sae = random_sae(hf.config.hidden_size)
     model.add_sae(sae)
     _, with_sae = measured(poslens.load_model(model), corpus)
     a, b = plain.table["value"].to_numpy(), with_sae.table["value"].to_numpy()
@@ -119,17 +107,6 @@ def test_bad_arguments_name_the_fix(tmp_path, tiny_llama_dir):
         poslens.hooked_transformer(hf_and_tokenizer(tiny_llama_dir)[0])
     with pytest.raises(InputError, match="takes a transformers causal LM or a local folder, not int"):
         poslens.hooked_transformer(3)
-
-
-def random_sae(d_in: int, hook_point: str, seed: int):
-    from sae_lens import StandardSAE, StandardSAEConfig
-    from sae_lens.saes.sae import SAEMetadata
-
-    sae = StandardSAE(StandardSAEConfig(d_in=d_in, d_sae=4 * d_in, dtype="float32", device="cpu", metadata=SAEMetadata(hook_name=hook_point)))
-    with torch.no_grad():
-        for p in sae.parameters():
-            p.normal_(0, 0.3, generator=torch.Generator().manual_seed(seed))
-    return sae
 
 
 def test_an_attached_sae_is_recorded_hashed_and_named(tmp_path):

@@ -16,7 +16,7 @@ import naive_reference as nr
 import numpy as np
 import pytest
 import torch
-from hooked_models import float64_llama_reference, hooked_from_hf_llama, require_transformer_lens_3
+from hooked_models import float64_llama_reference, hooked_from_hf_llama, random_sae, require_transformer_lens_3
 
 N_SEQS, SEQ_LEN, GROUPS, EARLY = 8, 40, 4, 18
 
@@ -78,26 +78,14 @@ def test_hooked_transformer_matches_the_transformers_path_on_the_same_weights(tl
 
 
 def test_hooked_sae_transformer_with_an_sae_attached_is_measured(tl3, llama64):
-    from sae_lens import HookedSAETransformer, StandardSAE, StandardSAEConfig
-    from sae_lens.saes.sae import SAEMetadata
+    from sae_lens import HookedSAETransformer
 
     import poslens
 
     hf, tok = llama64
     model = hooked_from_hf_llama(hf, tok, cls=HookedSAETransformer)
     plain = measured(poslens.load_model(model))[1]
-    sae = StandardSAE(
-        StandardSAEConfig(
-            d_in=hf.config.hidden_size,
-            d_sae=4 * hf.config.hidden_size,
-            dtype="float64",
-            device="cpu",
-            metadata=SAEMetadata(hook_name="blocks.1.hook_resid_pre"),
-        )
-    )
-    with torch.no_grad():
-        for p in sae.parameters():
-            p.normal_(0, 0.3, generator=torch.Generator().manual_seed(0))
+    sae = random_sae(hf.config.hidden_size, dtype="float64")
     model.add_sae(sae)
     with_sae = measured(poslens.load_model(model))[1]
     layer0 = (plain.table["layer"] == 0).to_numpy()
