@@ -402,20 +402,3 @@ class Position0Transplant:
             return hook
 
         return [(hook_names.resid_pre(layer), overwrite(layer)) for layer in range(model.n_layers)]
-
-
-def parse_replacement(spec: str, seed: int = 0) -> BosReplacement:
-    """A :class:`BosReplacement` from a CLI spec: ``mean``, ``zero``, ``noise`` or ``token:X``.
-
-    Args:
-        spec: ``mean``, ``zero``, ``noise`` or ``token:X``.
-        seed: The seed of the ``noise`` direction.
-
-    Returns:
-        The replacement.
-
-    Example:
-        >>> parse_replacement("token:7").label
-        'bos:token:7'
-    """
-    return BosReplacement(spec, seed=seed)
