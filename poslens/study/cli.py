@@ -1166,29 +1166,28 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
 
 
 def run() -> None:
-    """Entry point of the ``poslens`` command: known failures print one line, not a traceback.
+    """Entry point of the ``poslens`` command: a poslens error prints one line; any other exception, a bug, its traceback.
+
+    Every user error on the command's paths (a bad option, file, corpus or
+    model, a full disk, too little memory) is a :class:`~poslens.errors.PoslensError`
+    whose message names the fix: it prints as one ``error:`` line and the
+    command exits with status 1. Usage errors of the options exit with
+    status 2 (typer's box), Ctrl-C with 130 and SIGTERM with 143, each with
+    one line. Any other exception is not expected, so it is not dressed up:
+    its traceback shows (exit status 1), for a bug report.
 
     Example: poslens leakage --model no-such-model --out results/x prints
     ``error: unknown model 'no-such-model'. Known names: ...`` and exits with status 1.
 
     Raises:
-        SystemExit: With status 1 after printing a known failure (a :class:`~poslens.errors.PoslensError` and the like).
+        SystemExit: With status 1 after printing a :class:`~poslens.errors.PoslensError` (also NonFiniteScoresError,
+            InsufficientMemoryError and the other poslens errors, which all derive from it).
     """
     warnings.filterwarnings("ignore", category=EarlyWindowWarning)  # the command prints its own note (_early)
     signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a run as Ctrl-C does: files whole, lock released, one line
-    known = (
-        PoslensError,  # also NonFiniteScoresError and MaskMismatchError of poslens.capture.score_checks
-        ValueError,
-        KeyError,
-        FileNotFoundError,
-        ModuleNotFoundError,
-        MemoryError,
-        OSError,
-        RuntimeError,
-    )
     try:
         app()  # click handles usage errors and Ctrl-C itself
-    except known as error:
+    except PoslensError as error:
         console.print(f"[bold red]error:[/] {escape(str(error))}")
         raise SystemExit(1) from None
 
