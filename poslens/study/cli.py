@@ -8,13 +8,11 @@ per function with its options (typer writes them one per line), each printing it
 from __future__ import annotations
 
 import os
-import platform
 import shlex
 import signal
 import sys
 import warnings
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -1063,21 +1061,6 @@ def _recorded_settings(parts: dict[str, Result]) -> dict:
     return merged
 
 
-def _calibrate_seconds_per_token(model_name: str) -> float:
-    """Time one short forward with capture hooks, to estimate a run's duration."""
-    import time as _time
-
-    from poslens.measurement.pipeline import collect_sums
-    from poslens.model.corpus import make_corpus
-    from poslens.model.loading import load_model
-
-    model = load_model(model_name)
-    corpus = make_corpus(model, "random", n_seqs=2, seq_len=256, position0="bos", seed=0)
-    start = _time.perf_counter()
-    collect_sums(model, corpus, groups=2, batch_size=2, progress=False)
-    return (_time.perf_counter() - start) / (2 * 256)
-
-
 @app.command()
 def report(
     out: Path = typer.Option(Path("results/quick"), help="Output folder (reruns reuse finished parts)."),
@@ -1152,30 +1135,14 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
 
     import torch
 
-    from poslens.mechanisms.architectures import default_cases
     from poslens.study.claims import not_measured_summary
     from poslens.study.report import build_report
+    from poslens.study.run_cost import estimate_line, seconds_per_token
+    from poslens.study.run_record import run_record
 
     settings, out = study.settings, study.out
     if not quick:
-        per_token = _calibrate_seconds_per_token(model)
-        s = settings
-        cases = len(default_cases(quick=s.compare_quick))
-        # per_token is timed with collect_sums itself (the forward with its hooks, then the counterfactual replay)
-        tokens = s.n_seqs * s.seq_len * (1 + 1 + len(s.replacements)) * (1 + s.seq_len / 1024)
-        tokens += (2 * s.fingerprint_seqs + 256) * s.fingerprint_len
-        tokens += (cases + 1) * s.compare_seqs * s.compare_len * (1 + s.compare_len / 1024)  # gemma3-270m: about twice
-        # the attribution: the unedited run, each mode, the smaller calibration and the placebo; then the loss forwards
-        measured = 1 + len(s.relativize_modes) + 2
-        tokens += (measured + 2 * len(s.relativize_modes)) * s.relativize_seqs * s.relativize_len * (1 + s.relativize_len / 1024)
-        # the path-specific tests: the unedited run, the freeze and the sham at each offset, each dose and the ablation,
-        # each a full forward whose residual readouts cost about as much again
-        offsets = len(s.path_offsets) or len({8, 64, s.seq_len // 2})
-        tokens += 2 * (1 + 2 * offsets + len(s.path_doses) + 1) * s.n_seqs * s.seq_len * (1 + s.seq_len / 1024)
-        console.print(
-            f"--full: expecting roughly {tokens * per_token / 60:.0f} minutes on this machine "
-            f"(calibrated at {per_token * 1e3:.1f} ms per token; gemma3-270m costs more per token)"
-        )
+        console.print(estimate_line(settings, seconds_per_token(model)))
     parts, timings = {}, {}
     for number, name in enumerate(plan, start=1):
         if _is_main():
@@ -1189,30 +1156,7 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
     settings_dict = {k: v for k, v in settings.__dict__.items() if k != "cases"}
     page = build_report(parts, claims_table, settings_dict, Path(out) / "report.html")
     study.written.append(page)
-    models = {}
-    for result in parts.values():
-        for meta in [result.meta] + result.meta.get("parts", []):
-            if "model" in meta and isinstance(meta["model"], dict):
-                described = meta["model"]
-                models[f"{described['model']} ({described['variant']})"] = {
-                    "source": described.get("source"),
-                    "sha256": described.get("source_sha256"),
-                    "quantized": described.get("quantized"),
-                }
-    leakage_meta = parts["leakage"].meta
-    run = {
-        "poslens_version": __version__,
-        "preset": "quick" if quick else "full",
-        "command": shlex.join(["poslens", *sys.argv[1:]]),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "cuda": torch.cuda.is_available()},
-        "settings": settings_dict,
-        "models": models,
-        "corpus": leakage_meta.get("corpus"),
-        "versions": leakage_meta.get("versions"),
-        "timings_seconds": timings,
-        "parts": {name: "attribution.parquet" if name == "relativize" else f"{name}.parquet" for name in parts},
-    }
+    run = run_record(parts, settings_dict, quick=quick, timings=timings, argv=sys.argv[1:], cuda=torch.cuda.is_available())
     study.write(Path(out) / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=1, default=str)))
     console.print(escape(claims_table.table[["claim", "model", "verdict"]].to_string(index=False)))
     missing = not_measured_summary(claims_table, out, present=parts, settings=settings_dict)
@@ -1222,29 +1166,28 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
 
 
 def run() -> None:
-    """Entry point of the ``poslens`` command: known failures print one line, not a traceback.
+    """Entry point of the ``poslens`` command: a poslens error prints one line; any other exception, a bug, its traceback.
+
+    Every user error on the command's paths (a bad option, file, corpus or
+    model, a full disk, too little memory) is a :class:`~poslens.errors.PoslensError`
+    whose message names the fix: it prints as one ``error:`` line and the
+    command exits with status 1. Usage errors of the options exit with
+    status 2 (typer's box), Ctrl-C with 130 and SIGTERM with 143, each with
+    one line. Any other exception is not expected, so it is not dressed up:
+    its traceback shows (exit status 1), for a bug report.
 
     Example: poslens leakage --model no-such-model --out results/x prints
     ``error: unknown model 'no-such-model'. Known names: ...`` and exits with status 1.
 
     Raises:
-        SystemExit: With status 1 after printing a known failure (a :class:`~poslens.errors.PoslensError` and the like).
+        SystemExit: With status 1 after printing a :class:`~poslens.errors.PoslensError` (also NonFiniteScoresError,
+            InsufficientMemoryError and the other poslens errors, which all derive from it).
     """
     warnings.filterwarnings("ignore", category=EarlyWindowWarning)  # the command prints its own note (_early)
     signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a run as Ctrl-C does: files whole, lock released, one line
-    known = (
-        PoslensError,  # also NonFiniteScoresError and MaskMismatchError of poslens.capture.score_checks
-        ValueError,
-        KeyError,
-        FileNotFoundError,
-        ModuleNotFoundError,
-        MemoryError,
-        OSError,
-        RuntimeError,
-    )
     try:
         app()  # click handles usage errors and Ctrl-C itself
-    except known as error:
+    except PoslensError as error:
         console.print(f"[bold red]error:[/] {escape(str(error))}")
         raise SystemExit(1) from None
 
