@@ -74,6 +74,15 @@ class NotFoundError(PoslensError, FileNotFoundError):
     """
 
 
+class MissingPackageError(PoslensError, ModuleNotFoundError):
+    """A package that a model, corpus or option needs is not installed: the message names it and the command that installs it.
+
+    Example:
+        >>> issubclass(MissingPackageError, ImportError), str(MissingPackageError("reading it needs: pip install datasets"))
+        (True, 'reading it needs: pip install datasets')
+    """
+
+
 class InputsChangedError(PoslensError, ValueError):
     """A saved part was made from input files (corpus, model) whose bytes have changed since.
 

@@ -130,3 +130,79 @@ def test_ensure_writable_dir_on_a_file(tmp_path):
     file.touch()
     with pytest.raises(OutputNotWritableError, match="it is a file, not a folder"):
         ensure_writable_dir(Path(file))
+
+
+# ---------------------------------------------------------------- the entry point: poslens errors in one line, bugs with their traceback (issue 38)
+
+
+@pytest.fixture
+def entry_point(monkeypatch):
+    """``poslens.study.cli.run`` with ``sys.argv`` set; SIGTERM's handler is put back after, and the console is wide."""
+    import signal
+    import sys
+
+    from poslens.study import cli
+
+    monkeypatch.setattr(cli.console, "width", 1000)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def call(*args: str) -> None:
+        monkeypatch.setattr(sys, "argv", ["poslens", *args])
+        try:
+            cli.run()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    return call
+
+
+def test_a_user_error_prints_one_error_line_and_exits_1(entry_point, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        entry_point("leakage", *NO_MODEL, "--out", str(tmp_path / "out"))
+    assert stopped.value.code == 1
+    printed = capsys.readouterr()
+    lines = [line for line in printed.out.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: unknown model 'no-such-model-xyz'."), printed.out
+    assert "Traceback" not in printed.out + printed.err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("bug", [ValueError, KeyError, RuntimeError, OSError])
+def test_an_internal_bug_is_not_turned_into_an_error_line(bug, entry_point, tmp_path, capsys, monkeypatch):
+    # the exceptions run() used to print as one line: a plain one raised inside a part is a bug, and escapes run() as it is
+    from poslens.study.parts import Study
+
+    def broken(self):
+        raise bug("a bug inside the leakage part")
+
+    monkeypatch.setattr(Study, "leakage", broken)
+    with pytest.raises(bug, match="a bug inside the leakage part"):
+        entry_point("leakage", *NO_MODEL, "--out", str(tmp_path / "out"))
+    assert "error:" not in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()  # the folder the run created still goes
+
+
+def test_the_command_shows_a_bugs_traceback_and_exits_non_zero(tmp_path):
+    # the same through a real process: Python prints the traceback of what run() let through
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from poslens.study import cli\n"
+        "from poslens.study.parts import Study\n"
+        "def broken(self):\n"
+        "    raise ValueError('a bug inside the leakage part')\n"
+        "Study.leakage = broken\n"
+        "sys.argv = ['poslens', *sys.argv[1:]]\n"
+        "cli.run()\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, "leakage", *NO_MODEL, "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback (most recent call last)" in done.stderr and "ValueError: a bug inside the leakage part" in done.stderr
+    assert "error:" not in done.stdout

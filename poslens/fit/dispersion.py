@@ -14,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import ArrayLike
 
+from poslens.errors import InputError
 from poslens.fit.groups import group_of
 from poslens.fit.stats import jackknife_interval
 from poslens.options import DEFAULTS
@@ -141,7 +142,7 @@ def cosine_jackknife(trajectories: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         ``(estimate, replicates)``, [L + 1] and [K, L + 1], in float64.
 
     Raises:
-        ValueError: When there are fewer than 3 tokens (no interval).
+        InputError: When there are fewer than 3 tokens (no interval; a ``ValueError``).
 
     Example:
         >>> x = np.array([[[1.0, 0.0]], [[0.0, 1.0]], [[1.0, 0.0]]])
@@ -151,5 +152,5 @@ def cosine_jackknife(trajectories: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """
     x = np.asarray(trajectories, dtype=np.float64)
     if x.shape[0] < 3:
-        raise ValueError(f"trajectory similarity needs at least 3 distinct first tokens for an interval, got {x.shape[0]}")
+        raise InputError(f"trajectory similarity needs at least 3 distinct first tokens for an interval, got {x.shape[0]}")
     return jackknife_replicates(mean_pairwise_cosine, x, np.arange(x.shape[0]))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from poslens.errors import InputError
+
 
 def group_of(n_seqs: int, groups: int) -> np.ndarray:
     """Group index of each sequence: contiguous, near-equal blocks.
@@ -22,14 +24,14 @@ def group_of(n_seqs: int, groups: int) -> np.ndarray:
         The group of each sequence, [n_seqs].
 
     Raises:
-        ValueError: When ``groups`` is below 2, or exceeds ``n_seqs``.
+        InputError: When ``groups`` is below 2, or exceeds ``n_seqs`` (a ``ValueError``).
 
     Example:
         >>> group_of(10, 4).tolist()
         [0, 0, 0, 1, 1, 2, 2, 2, 3, 3]
     """
     if groups < 2:
-        raise ValueError(f"groups must be ≥ 2 for intervals, got {groups}")
+        raise InputError(f"groups must be ≥ 2 for intervals, got {groups}")
     if n_seqs < groups:
-        raise ValueError(f"{n_seqs} sequences cannot fill {groups} groups; use at least {groups} sequences or fewer groups")
+        raise InputError(f"{n_seqs} sequences cannot fill {groups} groups; use at least {groups} sequences or fewer groups")
     return (np.arange(n_seqs) * groups) // n_seqs

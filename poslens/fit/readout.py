@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from poslens.errors import InputError
 from poslens.fit.groups import group_of
 from poslens.fit.stats import fold_interval
 from poslens.options import DEFAULTS
@@ -180,8 +181,9 @@ def centroid_readout(features: ArrayLike, labels: ArrayLike, groups: int = DEFAU
         The accuracy, its interval, chance and the permutation null.
 
     Raises:
-        ValueError: When the shapes disagree, ``n_permutations`` is below 1, there is one class only,
-            or a class occurs in one group only.
+        ValueError: When the shapes disagree.
+        InputError: When ``n_permutations`` is below 1, there is one class only, or a class occurs in one group
+            only (a ``ValueError``).
 
     Example:
         >>> r = centroid_readout(np.eye(2)[[0, 1] * 8], [0, 1] * 8, groups=4, n_permutations=99)
@@ -193,16 +195,16 @@ def centroid_readout(features: ArrayLike, labels: ArrayLike, groups: int = DEFAU
     if x.ndim != 2 or x.shape[0] != y.shape[0]:
         raise ValueError(f"features must be [N, n_features] with one label per row; got {x.shape} and {y.shape[0]} labels")
     if n_permutations < 1:
-        raise ValueError(f"n_permutations must be ≥ 1, got {n_permutations}")
+        raise InputError(f"n_permutations must be ≥ 1, got {n_permutations}")
     classes, codes = np.unique(y, return_inverse=True)
     k = len(classes)
     if k < 2:
-        raise ValueError(f"one class ({classes.tolist()}): accuracy equals chance by construction; a readout needs K ≥ 2 classes")
+        raise InputError(f"one class ({classes.tolist()}): accuracy equals chance by construction; a readout needs K ≥ 2 classes")
     group = group_of(len(y), groups)
     for g in range(groups):
         absent = np.setdiff1d(np.arange(k), codes[group != g])
         if len(absent):
-            raise ValueError(
+            raise InputError(
                 f"class(es) {classes[absent].tolist()} occur only in group {g}, so the fold that holds out group {g} "
                 "cannot learn them; put every class in at least two groups (varied_corpus puts each in every group)"
             )
@@ -248,7 +250,7 @@ def balanced_classes(n_seqs: int, n_classes: int, groups: int) -> np.ndarray:
         The class of each sequence, [n_seqs].
 
     Raises:
-        ValueError: When K < 2, or n_seqs < K · groups.
+        InputError: When K < 2, or n_seqs < K · groups (a ``ValueError``).
 
     Example:
         >>> balanced_classes(8, 2, 2).tolist()
@@ -257,9 +259,9 @@ def balanced_classes(n_seqs: int, n_classes: int, groups: int) -> np.ndarray:
         [0, 1, 2, 0, 1, 0, 1, 2, 0, 1]
     """
     if n_classes < 2:
-        raise ValueError(f"need at least 2 classes for a readout, got {n_classes}")
+        raise InputError(f"need at least 2 classes for a readout, got {n_classes}")
     if n_seqs < n_classes * groups:
-        raise ValueError(
+        raise InputError(
             f"{n_seqs} sequences cannot put each of K = {n_classes} position-0 tokens in each of {groups} groups; "
             f"use at least K · groups = {n_classes * groups} sequences (or fewer tokens or groups)"
         )

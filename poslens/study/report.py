@@ -113,31 +113,6 @@ def metric_names(claims: Claims, present: Any = ()) -> list[dict[str, str]]:
     ]
 
 
-def claims_html(claims: Claims) -> str:
-    """The claims table as HTML, one row per verdict, coloured by its own verdict, with the claim's beside it and its inputs; every cell is escaped.
-
-    A claim that was not measured gets the row class ``not-measured``, styled apart from ``inconclusive``.
-
-    Args:
-        claims: The claims (:class:`poslens.study.claim_table.Claims`).
-
-    Returns:
-        The HTML table.
-
-    Example:
-        >>> from poslens.study.claims import evaluate
-        >>> from poslens.study.lookup import figure_row
-        >>> t = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06, model="<m>"),
-        ...                   figure_row("probe_r2", 0.6, 0.5, 0.7, model="<m>")])
-        >>> page = claims_html(evaluate(leakage=t, claims=["C1", "C5"]))
-        >>> '<tr class="supported">' in page, "<td>&lt;m&gt;</td>" in page, "probe_r2 = 0.6 [0.5, 0.7] (decides)" in page
-        (True, True, True)
-        >>> '<tr class="not-measured">' in page
-        True
-    """
-    return _TEMPLATES.get_template("claims.html").render(rows=_claim_rows(claims))
-
-
 def _figure_div(fig: go.Figure, first: bool) -> Markup:
     # plotly's own output is the one trusted piece of HTML on the page; it carries plotly.js once, in the first figure.
     return Markup(fig.to_html(full_html=False, include_plotlyjs=first, config={"displaylogo": False, "responsive": True}))

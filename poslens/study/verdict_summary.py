@@ -185,7 +185,9 @@ def _fall_words(fall: _Quoted) -> str:
 
 def _reading(claim: str, f: dict[str, _Quoted], inputs: pd.DataFrame, records: list[dict[str, Any]]) -> str:
     """What the figures of one group say, per claim, from its inputs (``f``: name → number; ``inputs``: their rows of the
-    inputs table; ``records``: the group's claims rows); raises KeyError when an input it quotes is absent."""
+    inputs table; ``records``: the group's claims rows); raises KeyError when an input it quotes is absent, and
+    NotImplementedError for a claim it has no reading for (a new claim needs its branch here: that is a bug to show,
+    not a figure to leave out, so it must not be a KeyError, which the caller treats as a missing input)."""
     if claim == "C1":
         h, p = f["leakage_pattern_heldout"], f["probe_r2"]
         text = f"held-out ΔR² of log attention on absolute position is {h.text()} ({h.side(0, '0')})"
@@ -306,7 +308,7 @@ def _reading(claim: str, f: dict[str, _Quoted], inputs: pd.DataFrame, records: l
             if "loss_change (placebo:all)" in f:
                 text += f" ({f['loss_change (placebo:all)'].text()} under the placebo)"
         return text
-    raise KeyError(claim)
+    raise NotImplementedError(f"the verdict summary has no reading for claim {claim!r}; add its branch to poslens.study.verdict_summary._reading")
 
 
 def _sentence(
