@@ -612,7 +612,8 @@ def run() -> None:
 
     Raises:
         SystemExit: With status 1 after printing a :class:`~poslens.errors.PoslensError` (also NonFiniteScoresError,
-            InsufficientMemoryError and the other poslens errors, which all derive from it).
+            InsufficientMemoryError and the other poslens errors, which all derive from it), or running out of
+            memory all the same (``MemoryError``, torch's ``OutOfMemoryError``): a resource, not a bug.
     """
     warnings.filterwarnings("ignore", category=EarlyWindowWarning)  # the command prints its own note (_early)
     signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a run as Ctrl-C does: files whole, lock released, one line
@@ -621,6 +622,19 @@ def run() -> None:
     except PoslensError as error:
         console.print(f"[bold red]error:[/] {escape(str(error))}")
         raise SystemExit(1) from None
+    except Exception as error:
+        if not _out_of_memory(error):
+            raise
+        console.print(
+            f"[bold red]error:[/] out of memory ({escape(type(error).__name__)}: {escape(str(error).splitlines()[0] if str(error) else '')}); "
+            "give a smaller --max-memory so that poslens plans for less, or a smaller --batch-size or --seq-len"
+        )
+        raise SystemExit(1) from None
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is the host's or torch's out-of-memory error (torch's is a RuntimeError: named, so torch need not load)."""
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"
 
 
 if __name__ == "__main__":

@@ -575,7 +575,7 @@ def estimated_tokens(settings: Settings, names: list[str] | None = None) -> floa
         names: Part names (default: every part).
 
     Returns:
-        Token-equivalents: multiply by the seconds one token takes (:func:`poslens.study.run_record.seconds_per_token`).
+        Token-equivalents: multiply by the seconds one token takes (:func:`poslens.study.run_cost.seconds_per_token`).
 
     Example:
         >>> from poslens.study.settings import Settings
