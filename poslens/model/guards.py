@@ -93,7 +93,7 @@ def check_seq_len(model: PosModel, seq_len: int, option: str | None = None, para
 
 
 def check_corpus_fits(model: PosModel, corpus: Corpus) -> None:
-    """Raise ``ValueError`` unless ``corpus`` was tokenized for ``model``'s tokenizer and its ids fit the model.
+    """Raise :class:`~poslens.errors.InputError` unless ``corpus`` was tokenized for ``model``'s tokenizer and its ids fit the model.
 
     A corpus from :func:`poslens.model.corpus.make_corpus` carries a :func:`poslens.model.corpus.tokenizer_record`; it must
     match the model's. Any corpus, with or without the record (say one built
@@ -105,8 +105,8 @@ def check_corpus_fits(model: PosModel, corpus: Corpus) -> None:
         corpus: the corpus to check.
 
     Raises:
-        ValueError: When the corpus was tokenized for another tokenizer (naming both), or holds an id
-            outside the model's vocabulary (naming the first).
+        InputError: When the corpus was tokenized for another tokenizer (naming both), or holds an id
+            outside the model's vocabulary (naming the first); also a ``ValueError``.
 
     Example:
         >>> import tempfile, poslens
@@ -117,7 +117,7 @@ def check_corpus_fits(model: PosModel, corpus: Corpus) -> None:
         >>> check_corpus_fits(model, poslens.make_corpus(model, "random", n_seqs=2, seq_len=8))   # fits
         >>> check_corpus_fits(model, Corpus(torch.full((1, 4), 999), "random", 0, "none", [999], ["?"]))
         Traceback (most recent call last):
-        ValueError: the corpus holds token id 999 but the model ... has 260 token ids (0 … 259); ...
+        poslens.errors.InputError: the corpus holds token id 999 but the model ... has 260 token ids (0 … 259); ...
     """
     record = {key: corpus.meta.get(key) for key in ("tokenizer_of", "tokenizer_vocab", "tokenizer_fingerprint")}
     if record["tokenizer_fingerprint"] is not None:
@@ -126,7 +126,7 @@ def check_corpus_fits(model: PosModel, corpus: Corpus) -> None:
             same_size = record["tokenizer_vocab"] == mine["tokenizer_vocab"]
             theirs_id = f", tokenizer {record['tokenizer_fingerprint']}" if same_size else ""
             mine_id = f", tokenizer {mine['tokenizer_fingerprint']}" if same_size else ""
-            raise ValueError(
+            raise InputError(
                 f"this corpus was tokenized for {record['tokenizer_of']} (vocab {record['tokenizer_vocab']}{theirs_id}) "
                 f"but the model is {model.name} (vocab {mine['tokenizer_vocab']}{mine_id}); "
                 f"make the corpus with poslens.make_corpus(model, ...) for this model"
@@ -137,7 +137,7 @@ def check_corpus_fits(model: PosModel, corpus: Corpus) -> None:
     low, high = int(corpus.tokens.min()), int(corpus.tokens.max())
     if low < 0 or high >= n_ids:
         bad = low if low < 0 else high
-        raise ValueError(
+        raise InputError(
             f"the corpus holds token id {bad} but the model {model.name} has {n_ids} token ids (0 … {n_ids - 1}); "
             f"make the corpus with poslens.make_corpus(model, ...) for this model"
         )
