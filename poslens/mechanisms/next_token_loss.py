@@ -20,8 +20,8 @@ from poslens.fit.groups import group_of
 from poslens.fit.stats import jackknife_interval
 from poslens.measurement.arguments import as_interventions
 from poslens.measurement.batching import intervened_forward
+from poslens.model.context import check_seq_len
 from poslens.model.corpus import Corpus
-from poslens.model.guards import check_seq_len
 from poslens.model.pos_model import PosModel
 from poslens.options import check_integers
 from poslens.runtime.planner import choose_batch_size

@@ -50,8 +50,8 @@ from poslens.mechanisms.interventions import SinkAblation
 from poslens.mechanisms.key_phase import KeyPhaseFreeze, frozen_rows
 from poslens.mechanisms.mask_only_sink import MaskOnlySinkProfile
 from poslens.mechanisms.path_doses import dose_responses
+from poslens.model.context import check_seq_len
 from poslens.model.corpus import Corpus
-from poslens.model.guards import check_seq_len
 from poslens.model.pos_model import PosModel
 from poslens.options import DEFAULTS, check_integers
 from poslens.progress import progress_bar

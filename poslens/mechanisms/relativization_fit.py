@@ -24,8 +24,8 @@ from poslens.fit.binning import Binning
 from poslens.fit.mask_structure import MaskStructure, structure
 from poslens.fit.relativize import MODES, AbsoluteTerms, check_mode, edit_solver
 from poslens.model import hooks as hook_names
+from poslens.model.context import check_seq_len
 from poslens.model.corpus import Corpus
-from poslens.model.guards import check_seq_len
 from poslens.model.pos_model import PosModel
 from poslens.options import DEFAULTS, check_integers
 from poslens.progress import progress_bar

@@ -1,5 +1,7 @@
 """What a caller checks of the model it was given: that it is a PosModel, that a sequence fits its context, and that a corpus fits its tokenizer.
 
+:func:`check_seq_len` is written in :mod:`poslens.model.context` and re-exported here.
+
 Example:
     >>> import tempfile, poslens
     >>> from poslens.testing import save_tiny_model
@@ -13,6 +15,7 @@ import os
 from typing import Any
 
 from poslens.errors import InputError
+from poslens.model.context import check_seq_len  # noqa: F401 (re-exported: callers check the context here)
 from poslens.model.corpus import Corpus, tokenizer_record
 from poslens.model.in_memory import model_kind
 from poslens.model.pos_model import PosModel
@@ -58,38 +61,6 @@ def require_pos_model(model: Any, where: str) -> None:
     else:
         advice = f"{load} and pass what it returns"
     raise TypeError(f"{where} needs a model loaded by poslens.load_model(...) (a PosModel); got {kind}. {advice}.")
-
-
-def check_seq_len(model: PosModel, seq_len: int, option: str | None = None, parameter: str | None = None) -> None:
-    """Raise :class:`~poslens.errors.InputError` if ``seq_len`` exceeds the model's context.
-
-    Args:
-        model: the loaded model (``max_context`` 0 means no limit known).
-        seq_len: tokens per sequence.
-        option: the command-line option that set ``seq_len`` (e.g. ``"--fingerprint-len"``), named in
-            the message with the largest value that fits; None for the general message.
-        parameter: how Python callers set it, shown after the option (e.g. ``"fingerprint_len="``).
-
-    Raises:
-        InputError: ``seq_len`` > ``model.max_context`` (also a ``ValueError``).
-
-    Example:
-        >>> import tempfile, poslens
-        >>> from poslens.testing import save_tiny_model
-        >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama", max_position_embeddings=32))
-        >>> check_seq_len(model, 32)   # fits
-        >>> check_seq_len(model, 48, option="--fingerprint-len", parameter="fingerprint_len=")
-        Traceback (most recent call last):
-        poslens.errors.InputError: sequence length 48 exceeds ... of 32 tokens; use --fingerprint-len 32 or less (in Python: fingerprint_len=)
-    """
-    context = model.max_context
-    if not context or seq_len <= context:
-        return
-    if option is None:
-        fix = f"use sequences of at most {context} tokens"
-    else:
-        fix = f"use {option} {context} or less" + (f" (in Python: {parameter})" if parameter else "")
-    raise InputError(f"sequence length {seq_len} exceeds {model.name}'s context of {context} tokens; {fix}")
 
 
 def check_corpus_fits(model: PosModel, corpus: Corpus) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from poslens.model.guards import check_seq_len
+from poslens.model.context import check_seq_len
 from poslens.model.user_model import in_use
 
 Hook = tuple[str, Callable[..., Any]]
