@@ -42,7 +42,11 @@ class Recorder(Intervention):
     """Records, in ``fired``, when its hooks before and after the capture run at layer 0's scores."""
 
     def __init__(self, name: str, fired: list[str]) -> None:
-        self.label, self.name, self.fired = name, name, fired
+        self.name, self.fired = name, fired
+
+    @property
+    def label(self) -> str:
+        return self.name
 
     def hooks(self, model: Any, tokens: torch.Tensor) -> list:
         return [(attn_scores(0), lambda x, hook: self.fired.append(f"{self.name}:before"))]

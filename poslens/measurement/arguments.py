@@ -22,6 +22,7 @@ class Intervention(Protocol):
     the labels of several interventions with ``+`` in the ``intervention`` column. A subclass
     inherits :meth:`hooks_after_capture` (none); an object that only has ``label``, ``hooks``
     and ``describe`` is accepted too: :func:`as_interventions` gives it the same default.
+    A subclass gives its ``label`` as a property or a class attribute.
 
     Example:
         >>> from poslens.mechanisms.interventions import BosReplacement, Position0Transplant
@@ -29,7 +30,16 @@ class Intervention(Protocol):
         'bos:mean+transplant:42'
     """
 
-    label: str
+    @property
+    def label(self) -> str:
+        """The ``intervention`` column's value.
+
+        Example:
+            >>> from poslens.mechanisms.interventions import BosReplacement
+            >>> BosReplacement("zero").label
+            'bos:zero'
+        """
+        ...
 
     def hooks(self, model: PosModel, tokens: torch.Tensor) -> list[Hook]:
         """Forward hooks for one batch ``tokens`` [batch, pos], added before the capture's own hooks.
@@ -225,7 +235,7 @@ class _WithoutHooksAfterCapture(Intervention):
         self.inner = inner
 
     @property
-    def label(self) -> str:  # type: ignore[override]
+    def label(self) -> str:
         return self.inner.label
 
     def hooks(self, model: PosModel, tokens: torch.Tensor) -> list[Hook]:
