@@ -71,6 +71,7 @@ SLOW_TESTS: dict[str, str] = {
         "test_relativization_controls.py::test_relative_stack_is_unchanged_within_its_interval",
         "test_relativization_reference.py::test_fit_matches_reference",
         "test_relativization_reference.py::test_edited_figures_match_reference",
+        "test_forward_pass.py::test_calibration_in_several_batches_is_the_one_batch_fit_and_the_reference",
         "test_sinks_effects_reference.py::test_reduction_matches_hand_computation",
         "test_glossary.py::test_every_emitted_metric_has_one_entry_and_every_entry_is_emitted",
         "test_glossary.py::test_the_check_fails_on_a_missing_or_a_stale_entry",

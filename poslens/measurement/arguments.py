@@ -16,10 +16,13 @@ from poslens.options import check_integers
 
 
 class Intervention(Protocol):
-    """What ``measure`` needs of an intervention: a label, hooks and a description.
+    """What ``measure`` needs of an intervention: a label, hooks, a description, and any hooks after the capture.
 
-    The classes in :mod:`poslens.mechanisms.interventions` implement it; ``measure`` joins
-    the labels of several interventions with ``+`` in the ``intervention`` column.
+    The classes in :mod:`poslens.mechanisms.interventions` subclass it; ``measure`` joins
+    the labels of several interventions with ``+`` in the ``intervention`` column. A subclass
+    inherits :meth:`hooks_after_capture` (none); an object that only has ``label``, ``hooks``
+    and ``describe`` is accepted too: :func:`as_interventions` gives it the same default.
+    A subclass gives its ``label`` as a property or a class attribute.
 
     Example:
         >>> from poslens.mechanisms.interventions import BosReplacement, Position0Transplant
@@ -27,7 +30,16 @@ class Intervention(Protocol):
         'bos:mean+transplant:42'
     """
 
-    label: str
+    @property
+    def label(self) -> str:
+        """The ``intervention`` column's value.
+
+        Example:
+            >>> from poslens.mechanisms.interventions import BosReplacement
+            >>> BosReplacement("zero").label
+            'bos:zero'
+        """
+        ...
 
     def hooks(self, model: PosModel, tokens: torch.Tensor) -> list[Hook]:
         """Forward hooks for one batch ``tokens`` [batch, pos], added before the capture's own hooks.
@@ -62,6 +74,25 @@ class Intervention(Protocol):
             {'intervention': 'bos-replacement', 'kind': 'zero', 'seed': 0, 'token_id': None}
         """
         ...
+
+    def hooks_after_capture(self, model: PosModel, tokens: torch.Tensor) -> list[Hook]:
+        """Forward hooks for one batch that run after the capture's, e.g. an edit of the scores once they are measured.
+
+        The default adds none; a relativizing edit or a key-phase freeze overrides it.
+
+        Args:
+            model: The loaded model.
+            tokens: The batch's token ids, [batch, pos].
+
+        Returns:
+            ``[(hook name, hook function)]``; here ``[]``.
+
+        Example:
+            >>> from poslens.mechanisms.interventions import BosReplacement
+            >>> BosReplacement("mean").hooks_after_capture(None, torch.zeros(1, 4))
+            []
+        """
+        return []
 
 
 class SmallGroupsWarning(UserWarning):
@@ -160,17 +191,58 @@ def check_arguments(corpus: object, interventions: object, warn: bool = True, **
     if small is not None:
         warnings.warn(small, SmallGroupsWarning, stacklevel=4)
     if _is_intervention(interventions):
-        return (interventions,)
+        return as_interventions([interventions])
     try:
         listed = tuple(cast(Iterable[object], interventions))  # a non-iterable raises TypeError here
     except TypeError:
         raise ParameterTypeError(f"interventions must be an intervention or a list of them, got {type(interventions).__name__}") from None
-    checked: list[Intervention] = []
     for item in listed:
         if not _is_intervention(item):
             raise ParameterTypeError(f"interventions holds a {type(item).__name__}; give poslens interventions such as BosReplacement('mean')")
-        checked.append(item)
-    return tuple(checked)
+    return as_interventions(listed)
+
+
+def as_interventions(interventions: Iterable[Any]) -> tuple[Intervention, ...]:
+    """The interventions as a tuple, each with :meth:`Intervention.hooks_after_capture`.
+
+    An :class:`Intervention` subclass, or an object with its own ``hooks_after_capture``,
+    is kept as it is; an object with only ``label``, ``hooks`` and ``describe`` is given
+    the default (no hooks after the capture). The entry points call this once, so that
+    the forward pass (:func:`poslens.measurement.batching.intervened_forward`) can call
+    every intervention's ``hooks_after_capture``.
+
+    Args:
+        interventions: The interventions, in order.
+
+    Returns:
+        The same interventions, in order, as a tuple.
+
+    Example:
+        >>> class Plain:
+        ...     label = "plain"
+        ...     def hooks(self, model, tokens): return []
+        ...     def describe(self): return {}
+        >>> [(iv.label, iv.hooks_after_capture(None, torch.zeros(1, 4))) for iv in as_interventions([Plain()])]
+        [('plain', [])]
+    """
+    return tuple(item if callable(getattr(item, "hooks_after_capture", None)) else _WithoutHooksAfterCapture(item) for item in interventions)
+
+
+class _WithoutHooksAfterCapture(Intervention):
+    """An object with ``label``, ``hooks`` and ``describe`` only, given :class:`Intervention`'s default hooks after the capture."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    @property
+    def label(self) -> str:
+        return self.inner.label
+
+    def hooks(self, model: PosModel, tokens: torch.Tensor) -> list[Hook]:
+        return self.inner.hooks(model, tokens)
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
 
 
 def _is_intervention(value: object) -> TypeGuard[Intervention]:

@@ -10,7 +10,7 @@ sequence.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -94,38 +94,59 @@ def batches(n_seqs: int, groups: int, batch_size: int) -> list[Batch]:
         ``[Batch(sequence indices, their groups)]``, in order.
 
     Raises:
-        ValueError: When ``batch_size`` is below 1 (or the groups cannot be filled, as in :func:`group_of`).
+        ValueError: When the groups cannot be filled (as in :func:`group_of`). ``batch_size`` is checked at the
+            entry (:func:`poslens.options.check_integers`).
 
     Example:
         >>> [(b.sequences.tolist(), b.groups.tolist()) for b in batches(6, 3, 4)]
         [([0, 1, 2, 3], [0, 0, 1, 1]), ([4, 5], [2, 2])]
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
     assignment = group_of(n_seqs, groups)
     return [Batch(np.arange(k, min(k + batch_size, n_seqs)), assignment[k : k + batch_size]) for k in range(0, n_seqs, batch_size)]
 
 
-def hooks_after_capture(model: PosModel | None, tokens: torch.Tensor, interventions: Sequence[Intervention]) -> list[Hook]:
-    """The hooks interventions ask to run after the capture's (``hooks_after_capture``, e.g. a relativizing edit).
+def intervened_forward(
+    model: PosModel,
+    tokens: torch.Tensor,
+    interventions: Sequence[Intervention],
+    capture: Sequence[Hook],
+    logits: bool = False,
+    stop_after: str | None = None,
+) -> Any:
+    """The one forward pass of every run: the interventions' hooks, then the capture's, then the interventions' hooks after the capture.
 
-    An intervention that edits a layer's scores after they are measured (methodology §11) defines
-    ``hooks_after_capture(model, tokens)``; the others add nothing here.
+    At a hook point the hooks run in that order: an intervention's ``hooks`` (a BOS replacement,
+    a sink ablation) change what the capture reads; ``capture`` reads it (and may edit it, as
+    calibration does); an intervention's ``hooks_after_capture`` (a relativizing edit, a key-phase
+    freeze) edit the scores once they are measured. ``poslens.measure``, the second pass, the
+    calibration of the relativizing edit, the next-token loss and the path-specific tests all run
+    through here. The caller has checked the sequences against the model's context at its entry.
 
     Args:
         model: The loaded model.
         tokens: The batch's token ids, [batch, pos].
-        interventions: The run's interventions.
+        interventions: The run's interventions (:func:`~poslens.measurement.arguments.as_interventions`), in order.
+        capture: The hooks that read the pass, ``[(hook name, hook function)]``.
+        logits: Whether to return the logits (a full pass).
+        stop_after: A hook name after whose hooks the pass ends (:func:`~poslens.model.hooks.run_with_hooks`).
 
     Returns:
-        ``[(hook name, hook function)]`` in the interventions' order.
+        The logits [batch, pos, vocab] if ``logits``, else ``None``.
 
     Example:
-        >>> from poslens.mechanisms.interventions import BosReplacement
-        >>> hooks_after_capture(None, torch.zeros(1, 4), [BosReplacement("mean")])
-        []
+        >>> import tempfile, poslens
+        >>> from poslens.testing import save_tiny_model
+        >>> from poslens.model.hooks import attn_scores
+        >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
+        >>> seen = []
+        >>> intervened_forward(model, torch.tensor([[1, 70, 71]]), (), [(attn_scores(0), lambda x, hook: seen.append(x.shape))],
+        ...                    stop_after=attn_scores(0))
+        >>> seen
+        [torch.Size([1, 4, 3, 3])]
     """
-    return [h for iv in interventions if hasattr(iv, "hooks_after_capture") for h in iv.hooks_after_capture(model, tokens)]
+    before = [h for iv in interventions for h in iv.hooks(model, tokens)]
+    after = [h for iv in interventions for h in iv.hooks_after_capture(model, tokens)]
+    return run_with_hooks(model, tokens, before + list(capture) + after, logits=logits, stop_after=stop_after, context_checked=True)
 
 
 def forward_passes(
@@ -140,7 +161,7 @@ def forward_passes(
 ) -> None:
     """Run one forward pass per batch of ``plan`` with the interventions' hooks, then ``owner``'s, up to the last layer's scores.
 
-    Hooks an intervention asks to run after the capture (:func:`hooks_after_capture`) come last.
+    Each pass is :func:`intervened_forward`: hooks an intervention asks to run after the capture come last.
 
     ``owner`` is a :class:`~poslens.capture.cell_sum_capture.CellSumCapture` (the
     first pass) or a :class:`~poslens.capture.second_pass.SecondPass`: its
@@ -162,12 +183,9 @@ def forward_passes(
         >>> forward_passes(model, corpus, batches(16, 8, 4), (), capture, False, "measuring")  # doctest: +SKIP
     """
     for index, groups in progress_bar(plan, desc=description, unit="batch", disable=not progress, leave=False):
-        tokens = corpus.tokens[index]
-        extra: list[Hook] = [h for iv in interventions for h in iv.hooks(model, tokens)]
-        after = hooks_after_capture(model, tokens, interventions)
         owner.sequence_groups = groups
         if before_each is not None:
             before_each(len(index))
         # nothing after the last layer's scores is measured: the pass ends there
-        run_with_hooks(model, tokens, extra + owner.hooks() + after, stop_after=attn_scores(model.n_layers - 1))
+        intervened_forward(model, corpus.tokens[index], interventions, owner.hooks(), stop_after=attn_scores(model.n_layers - 1))
         owner.flush()

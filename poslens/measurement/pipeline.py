@@ -26,7 +26,7 @@ from poslens.measurement.provenance import run_metadata
 from poslens.measurement.result import Result
 from poslens.measurement.table import tidy
 from poslens.model.corpus import Corpus
-from poslens.model.guards import check_corpus_fits, require_pos_model
+from poslens.model.guards import check_corpus_fits, check_seq_len, require_pos_model
 from poslens.model.pos_model import PosModel
 from poslens.options import DEFAULTS
 from poslens.runtime import distributed
@@ -125,11 +125,7 @@ def _checked_run(
     checked = check_arguments(corpus, interventions, groups=groups, early=early, batch_size=batch_size)
     check_route(counterfactual)
     check_corpus_fits(model, corpus)
-    if corpus.seq_len > (model.max_context or corpus.seq_len):
-        raise InputError(
-            f"sequence length {corpus.seq_len} exceeds {model.name}'s context of {model.max_context} tokens; "
-            f"use sequences of at most {model.max_context} tokens"
-        )
+    check_seq_len(model, corpus.seq_len)
     distributed.init_from_env()
     return checked, choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)
 

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from poslens.errors import InputError
+from poslens.measurement.arguments import Intervention
 from poslens.model import hooks as hook_names
 from poslens.model.pos_model import PosModel
 
@@ -94,7 +95,7 @@ def _token_id(model: PosModel, spec: str) -> int:
 
 
 @dataclass
-class BosReplacement:
+class BosReplacement(Intervention):
     """Replace the embedding at position 0 before the first block.
 
     ``kind`` is ``mean``, ``zero``, ``noise`` (one seeded Gaussian direction,
@@ -214,7 +215,7 @@ class BosReplacement:
 
 
 @dataclass
-class SinkAblation:
+class SinkAblation(Intervention):
     """Remove the dependence of a_i0 on i in the given heads, keeping their sink mass.
 
     ``key0_mean[(layer, head)]`` is the head's baseline mean of a_i0 (see
@@ -295,7 +296,7 @@ class SinkAblation:
 
 
 @dataclass
-class Position0Transplant:
+class Position0Transplant(Intervention):
     """Overwrite the residual stream at position 0, entering every block, with another token's trajectory.
 
     Under causal attention position 0 sees only itself, so its trajectory is

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from poslens.errors import InputError
+from poslens.measurement.arguments import Intervention
 from poslens.model import hooks as hook_names
 from poslens.model.pos_model import PosModel
 from poslens.model.rotary import LayerRotary, layer_rotary, move
@@ -85,7 +86,7 @@ def key_logit_change(
 
 
 @dataclass
-class KeyPhaseFreeze:
+class KeyPhaseFreeze(Intervention):
     """Freeze the RoPE phase of the key-``key`` logits at offset D in the chosen layers (edit P0; ``key=1``: its sham).
 
     Attributes:

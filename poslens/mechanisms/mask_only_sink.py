@@ -29,6 +29,7 @@ from poslens.errors import InputError
 from poslens.fit.binning import Binning
 from poslens.fit.cross_fit import CrossFit, cross_fitted_absolute_components
 from poslens.fit.groups import group_of
+from poslens.measurement.arguments import Intervention
 from poslens.model import hooks as hook_names
 from poslens.model.corpus import Corpus
 from poslens.model.pos_model import PosModel
@@ -56,7 +57,7 @@ def own_group_components(cross_fit: CrossFit, query_window: str = "all") -> np.n
 
 
 @dataclass
-class MaskOnlySinkProfile:
+class MaskOnlySinkProfile(Intervention):
     """Replace a_i0 in the given heads by the mask-only counterfactual's a'_i0 (times a dose), keeping each row's sum.
 
     Build it with :meth:`from_baseline` from an unedited measurement of the same corpus.

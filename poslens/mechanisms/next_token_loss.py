@@ -18,27 +18,38 @@ import torch
 from poslens.fit.binning import Binning
 from poslens.fit.groups import group_of
 from poslens.fit.stats import jackknife_interval
-from poslens.measurement.batching import hooks_after_capture
+from poslens.measurement.arguments import as_interventions
+from poslens.measurement.batching import intervened_forward
+from poslens.model.context import check_seq_len
 from poslens.model.corpus import Corpus
-from poslens.model.hooks import run_with_hooks
 from poslens.model.pos_model import PosModel
+from poslens.options import check_integers
+from poslens.runtime.planner import choose_batch_size
 
 __all__ = ["loss_change", "next_token_nll"]
 
 
-def next_token_nll(model: PosModel, corpus: Corpus, interventions: Sequence[Any] = (), batch_size: int = 4) -> np.ndarray:
+def next_token_nll(
+    model: PosModel, corpus: Corpus, interventions: Sequence[Any] = (), batch_size: int | None = 4, max_memory: int | str | None = None
+) -> np.ndarray:
     """Next-token negative log-likelihood at every position of every sequence, with the interventions' hooks, [N, T − 1].
 
-    Position i's entry is −log p(token i + 1 | tokens ≤ i), in nats, in float64. The full forward runs (no early stop).
+    Position i's entry is −log p(token i + 1 | tokens ≤ i), in nats, in float64. The full forward runs (no early stop),
+    through the measurement's own forward pass (:func:`~poslens.measurement.batching.intervened_forward`), with the
+    batch size chosen as ``poslens.measure`` chooses it (:func:`~poslens.runtime.planner.choose_batch_size`).
 
     Args:
         model: The loaded model.
         corpus: The token corpus.
         interventions: Interventions whose hooks (before and after the capture's place) run in the pass.
-        batch_size: Sequences per forward pass.
+        batch_size: Sequences per forward pass (an upper bound with ``max_memory``).
+        max_memory: ``"free"`` or a memory budget to plan the batch size against; ``None``: ``batch_size`` as given.
 
     Returns:
         The losses, [N, T − 1].
+
+    Raises:
+        InputError: When ``batch_size`` is below 1, or the sequences are longer than the model's context.
 
     Example:
         >>> import tempfile, poslens
@@ -47,11 +58,15 @@ def next_token_nll(model: PosModel, corpus: Corpus, interventions: Sequence[Any]
         >>> next_token_nll(model, poslens.make_corpus(model, "random", n_seqs=2, seq_len=8)).shape
         (2, 7)
     """
+    check_integers(batch_size=batch_size)
+    check_seq_len(model, corpus.seq_len)
+    interventions = as_interventions(interventions)
+    # the planner's estimate counts the last position's logits only; this pass keeps every position's
+    size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, 1, batch_size, max_memory)
     out = []
-    for start in range(0, corpus.n_seqs, batch_size):
-        tokens = corpus.tokens[start : start + batch_size]
-        hooks = [h for iv in interventions for h in iv.hooks(model, tokens)] + hooks_after_capture(model, tokens, interventions)
-        logits = run_with_hooks(model, tokens, hooks, logits=True)
+    for start in range(0, corpus.n_seqs, size):
+        tokens = corpus.tokens[start : start + size]
+        logits = intervened_forward(model, tokens, interventions, (), logits=True)
         logp = torch.log_softmax(logits.to(torch.float64), dim=-1)[:, :-1]
         target = tokens[:, 1:].to(logp.device)
         out.append((-logp.gather(-1, target[..., None])[..., 0]).cpu().numpy())

@@ -40,7 +40,8 @@ from poslens.fit.binning import Binning
 from poslens.fit.paired_figures import Figures
 from poslens.fit.path_figures import FIRST_LAYER, run_figures
 from poslens.fit.residual_readout import PROBE_PENALTY
-from poslens.measurement.batching import batches
+from poslens.measurement.arguments import as_interventions
+from poslens.measurement.batching import batches, intervened_forward
 from poslens.measurement.pipeline import measure
 from poslens.measurement.provenance import run_metadata
 from poslens.measurement.result import Result
@@ -49,10 +50,10 @@ from poslens.mechanisms.interventions import SinkAblation
 from poslens.mechanisms.key_phase import KeyPhaseFreeze, frozen_rows
 from poslens.mechanisms.mask_only_sink import MaskOnlySinkProfile
 from poslens.mechanisms.path_doses import dose_responses
+from poslens.model.context import check_seq_len
 from poslens.model.corpus import Corpus
-from poslens.model.hooks import run_with_hooks
 from poslens.model.pos_model import PosModel
-from poslens.options import DEFAULTS
+from poslens.options import DEFAULTS, check_integers
 from poslens.progress import progress_bar
 from poslens.runtime import distributed
 
@@ -99,10 +100,11 @@ def run_once(
 ) -> tuple[Any, Any, np.ndarray]:
     """One full forward pass over the corpus with its interventions (none for the unedited run), reading everything the tests need.
 
-    Per batch the hooks run in this order: the interventions' own (e.g. keeping the rotated q and k), the
-    capture of the cell sums and the residual readouts, then the interventions' hooks after the capture (a
-    key-phase freeze edits layer l's scores after they are measured). Under torchrun each rank runs every K-th
-    batch and the sums and losses are summed over the ranks, so every rank returns the whole corpus's.
+    Each batch is one :func:`~poslens.measurement.batching.intervened_forward`: the interventions' own hooks
+    (e.g. keeping the rotated q and k), the capture of the cell sums and the residual readouts, then the
+    interventions' hooks after the capture (a key-phase freeze edits layer l's scores after they are measured).
+    Under torchrun each rank runs every K-th batch and the sums and losses are summed over the ranks, so every
+    rank returns the whole corpus's.
 
     Args:
         model: The loaded model.
@@ -118,6 +120,9 @@ def run_once(
     Returns:
         ``(cell sums, residual readout sums, next-token losses [N, T − 1])``.
 
+    Raises:
+        InputError: When an integer setting is out of range, or the sequences are longer than the model's context.
+
     Example:
         >>> import tempfile, poslens
         >>> from poslens.testing import save_tiny_model
@@ -127,6 +132,9 @@ def run_once(
         >>> nll.shape, residual.rows.tolist()
         ((4, 11), [22.0, 22.0])
     """
+    check_integers(groups=groups, early=early, batch_size=batch_size)
+    check_seq_len(model, corpus.seq_len)
+    interventions = as_interventions(interventions)
     binning = Binning(corpus.seq_len, early=early)
     capture = CellSumCapture(model, binning, groups, probe=False)
     residual = ResidualCapture(model.n_layers, int(model.bridge.cfg.d_model), corpus.seq_len, groups, max_width=max_width)
@@ -136,11 +144,9 @@ def run_once(
     show = progress and distributed.is_main()
     for index, sequence_groups in progress_bar(plan, desc=description, unit="batch", disable=not show, leave=False):
         tokens = corpus.tokens[index]
-        before = [h for iv in interventions for h in iv.hooks(model, tokens)]
-        after = [h for iv in interventions if hasattr(iv, "hooks_after_capture") for h in iv.hooks_after_capture(model, tokens)]
         capture.sequence_groups = residual.sequence_groups = sequence_groups  # a batch may span several groups
         capture.add_structure(len(index))
-        logits = run_with_hooks(model, tokens, before + capture.hooks() + residual.hooks() + after, logits=True)
+        logits = intervened_forward(model, tokens, interventions, capture.hooks() + residual.hooks(), logits=True)
         capture.flush()
         nll[index] = _nll(logits, tokens)
     readouts = residual.finish()

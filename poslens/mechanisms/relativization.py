@@ -23,6 +23,7 @@ import numpy as np  # noqa: F401 (the docstring examples build their fits with i
 import torch
 
 from poslens.errors import InputError
+from poslens.measurement.arguments import Intervention
 from poslens.mechanisms.relativization_fit import RelativizationFit, edit_scores, edit_tensor, visible_pairs
 from poslens.model import hooks as hook_names
 from poslens.model.pos_model import PosModel
@@ -37,7 +38,7 @@ def _check_length(expected: int, scores: torch.Tensor, what: str) -> None:
         )
 
 
-class _ScoreEdit:
+class _ScoreEdit(Intervention):
     """Shared hook plumbing: subtract a per-layer edit [H, T, T] from the scores after the capture has read them."""
 
     label: str

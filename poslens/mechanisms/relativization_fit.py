@@ -2,10 +2,9 @@
 
 :func:`calibrate` fits, bottom up on a calibration corpus, each layer's absolute
 terms (A per cell, κ per query bin on key 0; :mod:`poslens.fit.relativize`) with
-the layers below it already edited, in one forward pass: the calibration
-corpus runs as one batch, and the hook at layer l's scores sums them over every
-calibration sequence (:func:`score_sums`), fits layer l's terms and edits the
-scores before layer l + 1 sees them. :class:`RelativizationFit` holds the
+the layers below it already edited: layer l's scores are summed over every
+calibration sequence (:func:`score_sums`), in batches chosen as ``poslens.measure``
+chooses them, its terms fitted, and the scores edited before layer l + 1 sees them. :class:`RelativizationFit` holds the
 terms; :func:`edit_scores` and :func:`edit_tensor` turn them into the edit E
 that :mod:`poslens.mechanisms.relativization` subtracts in a measured forward.
 """
@@ -25,10 +24,12 @@ from poslens.fit.binning import Binning
 from poslens.fit.mask_structure import MaskStructure, structure
 from poslens.fit.relativize import MODES, AbsoluteTerms, check_mode, edit_solver
 from poslens.model import hooks as hook_names
+from poslens.model.context import check_seq_len
 from poslens.model.corpus import Corpus
 from poslens.model.pos_model import PosModel
-from poslens.options import DEFAULTS
+from poslens.options import DEFAULTS, check_integers
 from poslens.progress import progress_bar
+from poslens.runtime.planner import choose_batch_size
 
 __all__ = ["MODES", "RelativizationFit", "calibrate", "edit_rms", "edit_scores", "edit_tensor", "score_sums", "visible_pairs"]
 
@@ -269,19 +270,29 @@ def edit_scores(st: MaskStructure, terms: AbsoluteTerms, device: torch.device, d
 
 
 def calibrate(
-    model: PosModel, corpus: Corpus, mode: str = "all", early: int = DEFAULTS.early, interventions: Sequence[Any] = (), progress: bool = False
+    model: PosModel,
+    corpus: Corpus,
+    mode: str = "all",
+    early: int = DEFAULTS.early,
+    interventions: Sequence[Any] = (),
+    progress: bool = False,
+    batch_size: int | None = None,
+    max_memory: int | str | None = None,
 ) -> RelativizationFit:
     """Fit every layer's absolute terms bottom up on ``corpus``, with the layers below edited in ``mode``.
 
-    The corpus runs as one batch in one forward pass: at each layer the hook sums
-    the scores over every calibration sequence (with the layers below already
-    edited), fits that layer's A and κ (:func:`poslens.fit.relativize.edit_solver`)
-    and subtracts what ``mode`` edits before the next layer. The corpus must be
-    disjoint from the one measured: use the same source with another seed.
-    Memory grows with the corpus like that of a batch of its size. Other
-    ``interventions`` (a BOS replacement, a sink ablation) run in the same
-    forward, as they will in the measurement: their hooks before the fit's, and
-    their ``hooks_after_capture`` after it.
+    Layer l's A and κ (:func:`poslens.fit.relativize.edit_solver`) are fitted on the scores of every
+    calibration sequence, summed in float64 (:func:`score_sums`), with the layers below already edited;
+    what ``mode`` edits is subtracted before layer l + 1 sees the scores. The batch size is chosen as
+    ``poslens.measure`` chooses it (:func:`poslens.runtime.planner.choose_batch_size`: ``batch_size`` as
+    given, or at most ``batch_size`` and as many as ``max_memory`` allows; with neither, as many as the free
+    memory allows, up to the whole corpus). When the corpus runs as one batch, one forward pass fits every
+    layer in turn; with several batches, each layer takes a pass over every batch up to that layer
+    (L passes, about L/2 forwards of the corpus). The fit is the same either way, up to the last bits of a
+    float32 forward. The corpus must be disjoint from the one measured: use the same source with another
+    seed. Other ``interventions`` (a BOS replacement, a sink ablation) run in the same forward, as they will
+    in the measurement (:func:`poslens.measurement.batching.intervened_forward`): their hooks before the
+    fit's, and their ``hooks_after_capture`` after it.
 
     Args:
         model: The loaded model (:func:`poslens.load_model`).
@@ -290,23 +301,28 @@ def calibrate(
         early: Q of the binning (the measurement's ``early``).
         interventions: Interventions the edit is to compose with, run in the calibration forward too.
         progress: Whether to show a progress bar over layers.
+        batch_size: Sequences per forward pass (an upper bound with ``max_memory``); ``None``: planned.
+        max_memory: ``"free"`` or a memory budget to plan the batch size against.
 
     Returns:
-        The fit, with the calibration corpus's provenance.
+        The fit, with the calibration corpus's provenance and the batch size used (``calibration["batch_size"]``).
 
     Raises:
         ValueError: When ``mode`` is unknown.
-        InputError: When the corpus has fewer than 2 sequences.
+        InputError: When the corpus has fewer than 2 sequences, an integer setting is out of range, or the
+            sequences are longer than the model's context.
+        InsufficientMemoryError: When one sequence per forward pass does not fit the memory budget.
 
     Example:
         >>> import tempfile, poslens
         >>> from poslens.testing import save_tiny_model
         >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"))
-        >>> fit = calibrate(model, poslens.make_corpus(model, "random", n_seqs=4, seq_len=16, seed=1))
-        >>> fit.cells.shape, fit.calibration["n_seqs"]
-        ((3, 4, 16, 16), 4)
+        >>> fit = calibrate(model, poslens.make_corpus(model, "random", n_seqs=4, seq_len=16, seed=1), batch_size=2, max_memory="free")
+        >>> fit.cells.shape, fit.calibration["n_seqs"], fit.calibration["batch_size"]
+        ((3, 4, 16, 16), 4, 2)
     """
-    from poslens.measurement.batching import hooks_after_capture  # the pipeline's own hook order
+    from poslens.measurement.arguments import as_interventions  # the measurement's own interventions,
+    from poslens.measurement.batching import intervened_forward  # forward pass
     from poslens.measurement.provenance import tokens_sha256  # and hash
 
     check_mode(mode)
@@ -314,30 +330,61 @@ def calibrate(
         raise InputError(f"calibrate() takes a poslens Corpus (poslens.make_corpus), not a {type(corpus).__name__}")
     if corpus.n_seqs < 2:
         raise InputError(f"a calibration corpus needs at least 2 sequences, got {corpus.n_seqs}")
+    check_integers(early=early, batch_size=batch_size)
+    check_seq_len(model, corpus.seq_len)
+    interventions = as_interventions(interventions)
     t = corpus.seq_len
-    binning = Binning(t, early)
     n_layers, n_heads = model.n_layers, model.n_heads
+    binning = Binning(t, early)
     cells = np.zeros((n_layers, n_heads, binning.n_query_bins, binning.n_offset_bins))
     key0 = np.zeros((n_layers, n_heads, binning.n_query_bins))
     sliding_windows = tuple(model.sliding_windows)
+    size = choose_batch_size(model, t, corpus.n_seqs, 1, batch_size, max_memory)
+    parts = [corpus.tokens[k : k + size] for k in range(0, corpus.n_seqs, size)]
     bar = progress_bar(None, total=n_layers, desc=f"calibrating ({mode})", unit="layer", disable=not progress, leave=False)
 
-    def fit_andedit_scores(layer: int):
+    def fit(layer: int, sums: Sequence[np.ndarray]) -> torch.Tensor:
+        """Fit ``layer``'s terms from the sums over every calibration sequence; returns what ``mode`` edits, [H, T, T]."""
+        terms = _solver(t, early, sliding_windows[layer]).terms(*sums, float(corpus.n_seqs))
+        cells[layer], key0[layer] = terms.cells, terms.key0
+        bar.update(1)
+        return edit_scores(_structure(t, early, sliding_windows[layer]), terms.for_mode(mode), torch.device("cpu"), torch.float64)
+
+    edits: list[torch.Tensor] = []
+
+    def edit(layer: int) -> Any:
         def hook(scores: torch.Tensor, hook: Any) -> torch.Tensor:
-            st = _structure(t, early, sliding_windows[layer])
-            sums = score_sums(scores, st)
-            terms = _solver(t, early, sliding_windows[layer]).terms(*sums, float(scores.shape[0]))
-            cells[layer], key0[layer] = terms.cells, terms.key0
-            bar.update(1)
-            return scores - edit_scores(st, terms.for_mode(mode), scores.device, scores.dtype)[None]
+            return scores - edits[layer].to(scores.device, scores.dtype)[None]
 
         return hook
 
-    hooks = [h for iv in interventions for h in iv.hooks(model, corpus.tokens)]
-    hooks += [(hook_names.attn_scores(layer), fit_andedit_scores(layer)) for layer in range(n_layers)]
-    hooks += hooks_after_capture(model, corpus.tokens, interventions)
+    def fit_and_edit(layer: int) -> Any:
+        def hook(scores: torch.Tensor, hook: Any) -> torch.Tensor:
+            edits.append(fit(layer, score_sums(scores, _structure(t, early, sliding_windows[layer]))))
+            return edit(layer)(scores, hook)
+
+        return hook
+
+    def summed_over_batches(layer: int) -> list[np.ndarray]:
+        """``layer``'s score sums over every batch, in float64, with the layers below edited."""
+        totals: list[np.ndarray] = []
+
+        def add(scores: torch.Tensor, hook: Any) -> None:
+            sums = score_sums(scores, _structure(t, early, sliding_windows[layer]))
+            totals[:] = sums if not totals else [a + b for a, b in zip(totals, sums, strict=True)]
+
+        capture = [(hook_names.attn_scores(k), edit(k)) for k in range(layer)] + [(hook_names.attn_scores(layer), add)]
+        for tokens in parts:
+            intervened_forward(model, tokens, interventions, capture, stop_after=hook_names.attn_scores(layer))
+        return totals
+
     try:
-        hook_names.run_with_hooks(model, corpus.tokens, hooks, stop_after=hook_names.attn_scores(n_layers - 1))
+        if len(parts) == 1:  # every sequence in the pass: each layer is fitted in its hook, and edited before the next
+            capture = [(hook_names.attn_scores(layer), fit_and_edit(layer)) for layer in range(n_layers)]
+            intervened_forward(model, corpus.tokens, interventions, capture, stop_after=hook_names.attn_scores(n_layers - 1))
+        else:  # layer l's sums need every batch: one pass over the batches per layer
+            for layer in range(n_layers):
+                edits.append(fit(layer, summed_over_batches(layer)))
     finally:
         bar.close()
     record = {
@@ -348,5 +395,6 @@ def calibrate(
         "position0": corpus.position0,
         "tokens_sha256": tokens_sha256(corpus.tokens),
         "interventions": [iv.describe() for iv in interventions],
+        "batch_size": size,
     }
     return RelativizationFit(mode, cells, key0, t, early, sliding_windows, record, {"model": model.label, "variant": model.variant_name})

@@ -1,5 +1,7 @@
 """What a caller checks of the model it was given: that it is a PosModel, that a sequence fits its context, and that a corpus fits its tokenizer.
 
+:func:`check_seq_len` is written in :mod:`poslens.model.context` and re-exported here.
+
 Example:
     >>> import tempfile, poslens
     >>> from poslens.testing import save_tiny_model
@@ -13,6 +15,7 @@ import os
 from typing import Any
 
 from poslens.errors import InputError
+from poslens.model.context import check_seq_len  # noqa: F401 (re-exported: callers check the context here)
 from poslens.model.corpus import Corpus, tokenizer_record
 from poslens.model.in_memory import model_kind
 from poslens.model.pos_model import PosModel
@@ -60,40 +63,8 @@ def require_pos_model(model: Any, where: str) -> None:
     raise TypeError(f"{where} needs a model loaded by poslens.load_model(...) (a PosModel); got {kind}. {advice}.")
 
 
-def check_seq_len(model: PosModel, seq_len: int, option: str | None = None, parameter: str | None = None) -> None:
-    """Raise :class:`~poslens.errors.InputError` if ``seq_len`` exceeds the model's context.
-
-    Args:
-        model: the loaded model (``max_context`` 0 means no limit known).
-        seq_len: tokens per sequence.
-        option: the command-line option that set ``seq_len`` (e.g. ``"--fingerprint-len"``), named in
-            the message with the largest value that fits; None for the general message.
-        parameter: how Python callers set it, shown after the option (e.g. ``"fingerprint_len="``).
-
-    Raises:
-        InputError: ``seq_len`` > ``model.max_context`` (also a ``ValueError``).
-
-    Example:
-        >>> import tempfile, poslens
-        >>> from poslens.testing import save_tiny_model
-        >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama", max_position_embeddings=32))
-        >>> check_seq_len(model, 32)   # fits
-        >>> check_seq_len(model, 48, option="--fingerprint-len", parameter="fingerprint_len=")
-        Traceback (most recent call last):
-        poslens.errors.InputError: sequence length 48 exceeds ... of 32 tokens; use --fingerprint-len 32 or less (in Python: fingerprint_len=)
-    """
-    context = model.max_context
-    if not context or seq_len <= context:
-        return
-    if option is None:
-        fix = f"use sequences of at most {context} tokens"
-    else:
-        fix = f"use {option} {context} or less" + (f" (in Python: {parameter})" if parameter else "")
-    raise InputError(f"sequence length {seq_len} exceeds {model.name}'s context of {context} tokens; {fix}")
-
-
 def check_corpus_fits(model: PosModel, corpus: Corpus) -> None:
-    """Raise ``ValueError`` unless ``corpus`` was tokenized for ``model``'s tokenizer and its ids fit the model.
+    """Raise :class:`~poslens.errors.InputError` unless ``corpus`` was tokenized for ``model``'s tokenizer and its ids fit the model.
 
     A corpus from :func:`poslens.model.corpus.make_corpus` carries a :func:`poslens.model.corpus.tokenizer_record`; it must
     match the model's. Any corpus, with or without the record (say one built
@@ -105,8 +76,8 @@ def check_corpus_fits(model: PosModel, corpus: Corpus) -> None:
         corpus: the corpus to check.
 
     Raises:
-        ValueError: When the corpus was tokenized for another tokenizer (naming both), or holds an id
-            outside the model's vocabulary (naming the first).
+        InputError: When the corpus was tokenized for another tokenizer (naming both), or holds an id
+            outside the model's vocabulary (naming the first); also a ``ValueError``.
 
     Example:
         >>> import tempfile, poslens
@@ -117,7 +88,7 @@ def check_corpus_fits(model: PosModel, corpus: Corpus) -> None:
         >>> check_corpus_fits(model, poslens.make_corpus(model, "random", n_seqs=2, seq_len=8))   # fits
         >>> check_corpus_fits(model, Corpus(torch.full((1, 4), 999), "random", 0, "none", [999], ["?"]))
         Traceback (most recent call last):
-        ValueError: the corpus holds token id 999 but the model ... has 260 token ids (0 … 259); ...
+        poslens.errors.InputError: the corpus holds token id 999 but the model ... has 260 token ids (0 … 259); ...
     """
     record = {key: corpus.meta.get(key) for key in ("tokenizer_of", "tokenizer_vocab", "tokenizer_fingerprint")}
     if record["tokenizer_fingerprint"] is not None:
@@ -126,7 +97,7 @@ def check_corpus_fits(model: PosModel, corpus: Corpus) -> None:
             same_size = record["tokenizer_vocab"] == mine["tokenizer_vocab"]
             theirs_id = f", tokenizer {record['tokenizer_fingerprint']}" if same_size else ""
             mine_id = f", tokenizer {mine['tokenizer_fingerprint']}" if same_size else ""
-            raise ValueError(
+            raise InputError(
                 f"this corpus was tokenized for {record['tokenizer_of']} (vocab {record['tokenizer_vocab']}{theirs_id}) "
                 f"but the model is {model.name} (vocab {mine['tokenizer_vocab']}{mine_id}); "
                 f"make the corpus with poslens.make_corpus(model, ...) for this model"
@@ -137,7 +108,7 @@ def check_corpus_fits(model: PosModel, corpus: Corpus) -> None:
     low, high = int(corpus.tokens.min()), int(corpus.tokens.max())
     if low < 0 or high >= n_ids:
         bad = low if low < 0 else high
-        raise ValueError(
+        raise InputError(
             f"the corpus holds token id {bad} but the model {model.name} has {n_ids} token ids (0 … {n_ids - 1}); "
             f"make the corpus with poslens.make_corpus(model, ...) for this model"
         )

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from poslens.model.context import check_seq_len
 from poslens.model.user_model import in_use
 
 Hook = tuple[str, Callable[..., Any]]
@@ -162,7 +163,9 @@ def _end_forward(tensor: torch.Tensor, hook: Any) -> None:
     raise _ForwardDone
 
 
-def run_with_hooks(model: Any, tokens: torch.Tensor, hooks: Sequence[Hook] = (), logits: bool = False, stop_after: str | None = None) -> Any:
+def run_with_hooks(
+    model: Any, tokens: torch.Tensor, hooks: Sequence[Hook] = (), logits: bool = False, stop_after: str | None = None, context_checked: bool = False
+) -> Any:
     """One forward pass of a :class:`poslens.model.loading.PosModel` with hooks, without gradients.
 
     The model's variant hooks (an imposed window) run first, then ``hooks`` in
@@ -178,13 +181,15 @@ def run_with_hooks(model: Any, tokens: torch.Tensor, hooks: Sequence[Hook] = (),
         hooks: ``(hook name, hook function)`` pairs, run in order after the variant's.
         logits: Whether to return the logits.
         stop_after: A hook name after whose hooks the pass ends.
+        context_checked: Whether the caller has already checked the sequences against the model's context
+            (:func:`poslens.model.guards.check_seq_len` at its entry, as poslens's own runs do); otherwise it is checked here.
 
     Returns:
         The logits [batch, position, vocab] if ``logits``, else ``None``.
 
     Raises:
-        ValueError: When ``tokens`` is not 2-D, ``logits`` is asked with ``stop_after``, or the
-            sequences are longer than the model's context.
+        ValueError: When ``tokens`` is not 2-D, or ``logits`` is asked with ``stop_after``.
+        InputError: When the sequences are longer than the model's context (also a ``ValueError``).
 
     Example:
         >>> seen = []
@@ -195,11 +200,8 @@ def run_with_hooks(model: Any, tokens: torch.Tensor, hooks: Sequence[Hook] = (),
         raise ValueError(f"tokens must be [batch, position], got shape {tuple(tokens.shape)}")
     if stop_after is not None and logits:
         raise ValueError("a pass that stops early has no logits: use logits=False with stop_after")
-    if model.max_context and tokens.shape[1] > model.max_context:
-        raise ValueError(
-            f"sequence length {tokens.shape[1]} exceeds {model.name}'s context of {model.max_context} tokens; "
-            f"use sequences of at most {model.max_context} tokens"
-        )
+    if not context_checked:
+        check_seq_len(model, tokens.shape[1])
     device = model.device
     all_hooks = list(model.variant_hooks()) + list(hooks)
     if stop_after is not None:

@@ -269,7 +269,8 @@ def choose_batch_size(
     number of sequences (a batch may span several groups: :func:`poslens.measurement.batching.batches`).
     Under torchrun every rank plans and all take the smallest result,
     so that they shard the same list of batches; if one rank cannot fit one
-    sequence, every rank raises :class:`InsufficientMemoryError`.
+    sequence, every rank raises :class:`InsufficientMemoryError`. ``batch_size`` was checked (≥ 1) where
+    the run entered (:func:`poslens.options.check_integers`).
 
     Args:
         model: The loaded model.
@@ -285,7 +286,6 @@ def choose_batch_size(
 
     Raises:
         InsufficientMemoryError: When this rank, or another rank, cannot fit one sequence.
-        InputError: When ``batch_size`` is below 1 (a ``ValueError``).
 
     Example:
         >>> choose_batch_size(model, 128, n_seqs=32, groups=8, batch_size=6)  # doctest: +SKIP
@@ -295,8 +295,6 @@ def choose_batch_size(
     """
     if max_memory is None and batch_size is not None:
         return batch_size
-    if batch_size is not None and batch_size < 1:
-        raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
     cap = n_seqs if batch_size is None else min(batch_size, n_seqs)
     budget = None if max_memory is None or (isinstance(max_memory, str) and max_memory.lower() in ("free", "auto")) else max_memory
     error: InsufficientMemoryError | None = None
