@@ -12,13 +12,14 @@ import numpy as np
 from jaxtyping import Float
 
 from poslens.fit.bounds import clip_interval
-from poslens.fit.metrics import HELD_OUT, all_metrics, held_out_metrics, probe_metrics
-from poslens.fit.stats import fold_interval, jackknife_interval
+from poslens.fit.metrics import HELD_OUT, held_out_metrics, probe_metrics
+from poslens.fit.replicates import Replicates
+from poslens.fit.stats import fold_interval
 from poslens.fit.sums import CellSums
 
 
 def metrics_with_intervals(
-    sums: CellSums, probe: bool = True
+    sums: CellSums, probe: bool = True, replicates: Replicates | None = None
 ) -> dict[
     str,
     tuple[
@@ -40,6 +41,7 @@ def metrics_with_intervals(
     Args:
         sums: Grouped sums of one measurement.
         probe: Whether to fit the position probe (``probe_r2``).
+        replicates: The in-sample fits of ``sums`` (:meth:`Replicates.of`), when the caller keeps them; else fitted here.
 
     Returns:
         ``{metric name: (value, ci_low, ci_high)}``, each [query_window, layer + 1, head + 1].
@@ -57,17 +59,9 @@ def metrics_with_intervals(
     """
     if sums.n_groups < 2:
         raise ValueError("intervals need at least 2 groups of sequences")
-    cells = sums.counterfactual_cells
-    assert cells is not None, "CellSums.__post_init__ always sets the counterfactual cells"
-    estimate = all_metrics(sums.pooled(), cells.pooled(), sums.binning, sums.layer_windows)
-    replicates = [
-        all_metrics(replicate, replicate_cells, sums.binning, sums.layer_windows)
-        for replicate, replicate_cells in zip(sums.leave_out_each(), cells.leave_out_each(), strict=False)
-    ]
-    result = {}
-    for name, value in estimate.items():
-        low, high = jackknife_interval(value, np.stack([r[name] for r in replicates]))
-        result[name] = (value, np.asarray(low), np.asarray(high))
+    fits = Replicates.of(sums) if replicates is None else replicates
+    estimate = fits.estimate
+    result = {name: fits.interval(name) for name in estimate}
     pooled, folds = held_out_metrics(sums)
     for name in HELD_OUT:
         low, high = fold_interval(pooled[name], folds[name])

@@ -19,6 +19,7 @@ from poslens.fit.binning import Binning
 from poslens.fit.cross_fit import counterfactual_cells, cross_fitted_absolute_components
 from poslens.fit.groups import group_of
 from poslens.fit.metric_intervals import metrics_with_intervals
+from poslens.fit.replicates import Replicates
 from poslens.fit.sums import QUERY_WINDOWS, CellSums
 from poslens.measurement.arguments import Intervention, check_arguments
 from poslens.measurement.batching import batches, forward_passes
@@ -272,9 +273,10 @@ def measure_scores(
     finally:
         if store is not None:
             store.close()
-    table = tidy(metrics_with_intervals(sums, probe=False), name, "base", "none")
+    fits = Replicates.of(sums)
+    table = tidy(metrics_with_intervals(sums, probe=False, replicates=fits), name, "base", "none")
     meta = {"model": {"model": name}, "settings": {"groups": groups, "early": early, "layer_windows": sliding_windows, "n_seqs": n_seqs}}
-    return Result(table, meta, sums)
+    return Result(table, meta, sums, fits)
 
 
 def measure(
@@ -344,7 +346,8 @@ def measure(
     sums = _collect_checked(model, corpus, groups, early, batch_size, interventions, probe, progress, "measuring", counterfactual, disk_budget)
     forward_seconds = time.perf_counter() - start
     label = "+".join(iv.label for iv in interventions) or "none"
-    table = tidy(metrics_with_intervals(sums, probe=probe), model.label, model.variant_name, label)
+    fits = Replicates.of(sums)  # fitted once: the intervals here, and every reduction or comparison of this result
+    table = tidy(metrics_with_intervals(sums, probe=probe, replicates=fits), model.label, model.variant_name, label)
     release_free_heap()  # and the fits' replicate copies
     settings = {
         "groups": groups,
@@ -360,4 +363,4 @@ def measure(
     meta = run_metadata(model, corpus, settings)
     meta["counterfactual"] = sums.counterfactual
     meta["timings"] = {"forward_seconds": forward_seconds, "total_seconds": time.perf_counter() - start}
-    return Result(table, meta, sums)
+    return Result(table, meta, sums, fits)

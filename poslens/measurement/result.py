@@ -20,6 +20,8 @@ from typing import Any
 
 import pandas as pd
 
+from poslens.errors import InputError
+from poslens.fit.replicates import Replicates
 from poslens.fit.sums import CellSums
 from poslens.measurement.display import held_note, result_html
 from poslens.measurement.figure import Figure, case_label
@@ -38,6 +40,9 @@ class Result:
         table: The tidy table, with the columns of :data:`COLUMNS`.
         meta: The run's provenance: model, corpus, settings, software versions, timings.
         sums: The grouped cell sums the table was fitted from, or ``None``.
+        fits: The in-sample figures and their delete-one-group replicates, as :func:`poslens.measure` fitted
+            them (:class:`~poslens.fit.replicates.Replicates`); ``None`` until :meth:`replicates` fits them from
+            the sums (a result loaded from disk).
 
     Example:
         >>> import pandas as pd
@@ -50,6 +55,32 @@ class Result:
     table: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     sums: CellSums | None = None
+    fits: Replicates | None = field(default=None, repr=False, compare=False)
+
+    def replicates(self) -> Replicates:
+        """The in-sample figures on all groups and without each group in turn: fitted once, then reused.
+
+        Reductions, paired differences, comparisons and the attribution read
+        these instead of refitting the sums; :func:`poslens.measure` keeps the
+        fits it made for the table's intervals, and a result loaded from disk
+        fits them from its sums on first use.
+
+        Returns:
+            The fits (:class:`~poslens.fit.replicates.Replicates`).
+
+        Raises:
+            InputError: When the result has no cell sums (a table loaded with ``sums=False``, or built by hand).
+
+        Example:
+            >>> fits = result.replicates()   # doctest: +SKIP
+            >>> fits.estimate["c_res"].shape, fits.n_groups   # doctest: +SKIP
+            ((2, 31, 10), 8)
+        """
+        if self.fits is None:
+            if self.sums is None:
+                raise InputError("this result has no cell sums to fit replicates from (poslens.measure keeps them; load with the .sums.npz file)")
+            self.fits = Replicates.of(self.sums)
+        return self.fits
 
     def to_frame(self) -> pd.DataFrame:
         """The tidy table (a copy).

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from poslens.errors import InputError, PoslensError
-from poslens.fit.metrics import all_metrics
 from poslens.measurement.result import Result
 
 #: The figures compared by default.
@@ -91,7 +90,7 @@ class CaseFigures:
 
 
 def case_figures(result: Result, metrics: tuple[str, ...] = DEFAULT_METRICS) -> CaseFigures:
-    """Refit ``metrics`` of one measured case from its cell sums, pooled and without each group in turn.
+    """``metrics`` of one measured case, pooled and without each group in turn, from its fits (:meth:`~poslens.measurement.result.Result.replicates`).
 
     Args:
         result: One case's result, with its cell sums (:func:`poslens.measure` keeps them).
@@ -114,22 +113,19 @@ def case_figures(result: Result, metrics: tuple[str, ...] = DEFAULT_METRICS) -> 
     sums = result.sums
     if sums is None:
         raise InputError("a comparison needs each case's cell sums (measure() keeps them; reload a saved result with its .sums.npz)")
-    estimate = all_metrics(sums.pooled(), sums.counterfactual_cells.pooled(), sums.binning, sums.layer_windows)
+    fits = result.replicates()  # the fits measure() made for the table's intervals: not refitted here
+    estimate = fits.estimate
     unknown = [m for m in metrics if m not in estimate]
     if unknown:
         close = difflib.get_close_matches(str(unknown[0]), sorted(estimate), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise InputError(f"metric {unknown[0]!r} is not refitted from the cell sums{hint}; comparisons can use: " + ", ".join(sorted(estimate)))
-    replicates = [
-        all_metrics(r, cells, sums.binning, sums.layer_windows)
-        for r, cells in zip(sums.leave_out_each(), sums.counterfactual_cells.leave_out_each(), strict=False)
-    ]
     model, variant, intervention = _identity(result)
     return CaseFigures(
         model=model,
         variant=variant,
         estimate={m: np.asarray(estimate[m][:, :, -1], dtype=float) for m in metrics},
-        replicates={m: np.stack([r[m][:, :, -1] for r in replicates]).astype(float) for m in metrics},
+        replicates={m: np.asarray(fits.replicates[m][:, :, :, -1], dtype=float) for m in metrics},
         intervention=intervention,
         tokens=str((result.meta.get("corpus") or {}).get("tokens_sha256", "")),
         group_sizes=tuple(float(x) for x in sums.group_sizes),

@@ -15,9 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from poslens.fit.metrics import all_metrics
-from poslens.fit.stats import jackknife_interval
-from poslens.fit.sums import QUERY_WINDOWS, SumFields
+from poslens.fit.sums import QUERY_WINDOWS
 from poslens.measurement.result import Result
 from poslens.measurement.table import DEFAULT_QUERY_WINDOW, tidy
 
@@ -128,7 +126,8 @@ def _paired(
         raise ValueError("baseline and intervention runs must share the corpus and the grouping")
     if before.meta.get("corpus") != after.meta.get("corpus"):
         raise ValueError("baseline and intervention runs used different corpora")
-    reducible = sorted(all_metrics(before.sums.pooled(), before.sums.counterfactual_cells.pooled(), before.sums.binning, before.sums.layer_windows))
+    fits_before, fits_after = before.replicates(), after.replicates()  # fitted once per result, reused by every call
+    reducible = sorted(fits_before.estimate)
     if metric not in reducible:
         if metric in set(before.table["metric"]):
             why = f"metric {metric!r} is in the table but is not refitted from the cell sums"
@@ -136,19 +135,7 @@ def _paired(
             close = difflib.get_close_matches(str(metric), reducible, n=1)
             why = f"unknown metric {metric!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
         raise ValueError(f"{why}; {caller} can use: {', '.join(reducible)}")
-    w = QUERY_WINDOWS.index(query_window)
-
-    def figure(pooled_before: SumFields, cells_before: dict, pooled_after: SumFields, cells_after: dict) -> np.ndarray:
-        b = all_metrics(pooled_before, cells_before, before.sums.binning, before.sums.layer_windows)[metric][w]
-        a = all_metrics(pooled_after, cells_after, after.sums.binning, after.sums.layer_windows)[metric][w]
-        return combine(b, a)
-
-    cf_before, cf_after = before.sums.counterfactual_cells, after.sums.counterfactual_cells
-    estimate = figure(before.sums.pooled(), cf_before.pooled(), after.sums.pooled(), cf_after.pooled())
-    groups = range(before.sums.n_groups)
-    replicates = np.stack([figure(before.sums.leave_out(g), cf_before.leave_out(g), after.sums.leave_out(g), cf_after.leave_out(g)) for g in groups])
-    low, high = jackknife_interval(estimate, replicates)
-    return estimate, np.asarray(low), np.asarray(high)
+    return fits_before.paired(fits_after, metric, combine, QUERY_WINDOWS.index(query_window))
 
 
 def _rows(
