@@ -26,6 +26,7 @@ import pandas as pd  # noqa: F401 (the examples build tables with it)
 from poslens.fit.stats import t_quantile
 from poslens.mechanisms.comparison_stats import detectable_difference
 from poslens.study.claim_table import REPORTED, Claim, Input, claim_row, keyed, model_label, with_roles
+from poslens.mechanisms.attribution_table import edit_label
 from poslens.study.claims_relativize import attribution_estimate, attribution_tables
 from poslens.study.lookup import MODEL_AGGREGATE, pick, rows_where, runs, tidy_table, where_text
 from poslens.study.rules import ZERO, AllOf, Condition, Estimate, Rule, verdict
@@ -234,7 +235,7 @@ def _earlier_parts(leakage: Any, ablation: Any, attribution: Any, model: str, va
             out.append(Input(red, REPORTED))
     if attribution is not None:
         summary = attribution_tables(attribution)[0]
-        if len(rows_where(summary, mode="key0", model=model, variant=variant)):
+        if len(rows_where(summary, intervention=edit_label("key0"), model=model, variant=variant)):
             out.append(Input(attribution_estimate(summary, model, variant, "key0"), REPORTED))
     return out
 
