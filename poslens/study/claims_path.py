@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd  # noqa: F401 (the examples build tables with it)
 
 from poslens.fit.stats import t_quantile
+from poslens.mechanisms.attribution_table import edit_label
 from poslens.mechanisms.comparison_stats import detectable_difference
 from poslens.study.claim_table import REPORTED, Claim, Input, claim_row, keyed, model_label, with_roles
-from poslens.mechanisms.attribution_table import edit_label
 from poslens.study.claims_relativize import attribution_estimate, attribution_tables
 from poslens.study.lookup import MODEL_AGGREGATE, pick, rows_where, runs, tidy_table, where_text
 from poslens.study.rules import ZERO, AllOf, Condition, Estimate, Rule, verdict
