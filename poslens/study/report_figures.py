@@ -225,10 +225,10 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
                 ),
             )
         )
-        if len(attribution.loss):
+        if (attribution.table["metric"] == "loss_change").any():
             figures["C7"].append(
                 (
-                    intervention_plots.plot_loss_change(attribution.loss),
+                    intervention_plots.plot_loss_change(attribution.table),
                     _caption(
                         "What each edit costs the model: the change in next-token loss (nats per token) per query bin, "
                         "beside the purely relative placebo of the same norm. An edit that costs far more than its "
