@@ -1136,7 +1136,8 @@ def report(
         **({} if skip_compare else dict(compare_len=settings.compare_len)),
     )
     study = Study(settings, out, log=_log, overwrite=overwrite)
-    plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "fingerprint", "relativize"] + ([] if skip_compare else ["compare"])
+    plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "fingerprint", "relativize"]
+    plan += [] if skip_compare else ["compare", "comparisons"]  # comparisons: made with compare, read by C4
     with _output_folder(out):
         try:
             _run_report(study, quick, model, plan)

@@ -38,7 +38,7 @@ from poslens.files import atomic_write
 from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result
 from poslens.mechanisms import sinks
-from poslens.mechanisms.architectures import compare, default_cases
+from poslens.mechanisms.architectures import default_cases
 from poslens.mechanisms.effects import reduction
 from poslens.mechanisms.interventions import BosReplacement, SinkAblation
 from poslens.model.corpus import Corpus, make_corpus
@@ -327,6 +327,9 @@ class Study:
     def compare(self) -> Result:
         """C_res and C_mask by layer across standard, NTK and sliding-window cases (C4).
 
+        Also makes the comparisons part (:meth:`comparisons`): the comparisons among the cases need the cases'
+        cell sums, which are at hand only while they are measured.
+
         Returns:
             The part's tidy result, reused from the folder when it matches.
 
@@ -336,16 +339,40 @@ class Study:
             [('smollm2-135m', 'base', 0.0098), ('smollm2-135m', 'ntk:4', 0.0094),
              ('smollm2-135m', 'window:64', 0.0137), ('gemma3-270m', 'base', 0.0043)]
         """
+        return self._compare_parts()[0]
+
+    def comparisons(self) -> Result:
+        """The comparisons among compare's cases by the interval of their difference (C4, methodology §9.1).
+
+        Paired differences of each variant against its model's base, trends over ``ntk:α`` and ``window:W``, depth
+        slopes and independent differences between models (:func:`~poslens.mechanisms.comparisons.compare_figures`):
+        the part ``comparisons.parquet``, made with the compare part. Beside a compare part of table format 1, which
+        kept them in its metadata, they are read from there; beside one of table format 2 saved without them, the
+        cases are measured again.
+
+        Returns:
+            The part's tidy result (:data:`~poslens.mechanisms.comparison_rows.COMPARISON_COLUMNS`), reused from the
+            folder when it matches.
+
+        Example:
+            >>> study.comparisons().table.query("kind == 'paired' and metric == 'c_res' and layer == -1")  # doctest: +SKIP
+        """
+        return self._compare_parts()[1]
+
+    def _compare_parts(self) -> tuple[Result, Result]:
+        """The compare part and its comparisons part, each reused from the folder or made (the two together)."""
+        from poslens.mechanisms.architectures import compare_cases
+        from poslens.mechanisms.comparisons import META_KEY, comparison_table
+
         s = self.settings
         cases = list(s.cases) or default_cases(quick=s.compare_quick)
         names = ("compare_seqs", "compare_len", "compare_quick", "cases", "groups", "early", "seed", "corpus", "text_field", "batch_size")
         inputs = corpus_inputs(s.corpus, s.text_field)
         for case in cases:
             inputs.update(model_inputs(case.model))
-        return self._part(
-            "compare",
-            names,
-            lambda: compare(
+
+        def measured() -> tuple[Result, Result]:
+            return compare_cases(
                 cases,
                 n_seqs=s.compare_seqs,
                 seq_len=s.compare_len,
@@ -358,9 +385,27 @@ class Study:
                 text_field=s.text_field,
                 counterfactual=s.counterfactual,
                 disk_budget=s.disk_budget,
-            ),
-            inputs,
-        )
+            )
+
+        made: list[Result] = []
+
+        def compute_cases() -> Result:
+            result, comparisons = measured()
+            made.append(comparisons)
+            return result
+
+        result = self._part("compare", names, compute_cases, inputs)
+
+        def compute_comparisons() -> Result:
+            if made:  # measured just now
+                return made[0]
+            if META_KEY in result.meta:  # a compare part of table format 1: its comparisons were kept in its meta
+                meta = {k: v for k, v in result.meta.items() if k != META_KEY}
+                return Result(comparison_table(result), meta)
+            self.log("[comparisons] the compare part was saved without its comparisons: measuring the cases again")
+            return measured()[1]
+
+        return result, self._part("comparisons", names, compute_comparisons, inputs)
 
     def relativize(self) -> Result:
         """Cumulative attribution: every layer relativized in each mode, each measured before its own edit (methodology §11).
@@ -486,6 +531,8 @@ class Study:
 
         check_same_settings(parts)
         comparison = parts.get("compare")
+        # C4's paired table: the comparisons part, or in a compare part of table format 1 its meta
+        compared = parts.get("comparisons", comparison)
         ablation = parts.get("ablate-sinks")
         if ablation is not None and ablation.table.empty:
             ablation = None  # no sink-reading head: C3's ablation was not measured
@@ -500,7 +547,7 @@ class Study:
             # an imposed window of W changes nothing for queries i < W, so C4 compares all queries
             c4_query_window="all",
             # C4 by paired/independent differences and trends (methodology §9.1) when compare recorded them
-            c4_comparisons=comparison_table(comparison) if comparison is not None else None,
+            c4_comparisons=comparison_table(compared) if compared is not None else None,
         )
         self.out.mkdir(parents=True, exist_ok=True)
         self.write(self.out / CLAIMS_FILE, lambda tmp: table.table.to_csv(tmp, index=False))

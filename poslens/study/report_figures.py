@@ -191,7 +191,7 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
             )
         )
     if "compare" in parts:
-        comparisons = comparison_table(parts["compare"])
+        comparisons = comparison_table(parts.get("comparisons", parts["compare"]))  # or a compare part of table format 1
         paired = comparisons[(comparisons["kind"] == "paired") & (comparisons["metric"] == "c_res")]
         if any(str(v).startswith(("ntk:", "window:")) for v in paired["variant"]):
             figures["C4"].append(
