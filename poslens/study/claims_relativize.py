@@ -199,7 +199,7 @@ def claim_c7(attribution: Any) -> list[dict[str, Any]]:
     summary, loss = attribution_tables(attribution)
     present = rows_where(summary, metric=R_METRIC, intervention=edit_label("all"))
     rows = []
-    for model, variant in runs(present, "attribution", f"metric {R_METRIC!r} with mode 'all'"):
+    for model, variant in runs(present, "attribution", f"metric {R_METRIC!r} with intervention 'relativize:all'"):
         r_all = attribution_estimate(summary, model, variant, "all")
         mine = rows_where(summary, metric=R_METRIC, intervention=edit_label("all"), query_window="all", model=model, variant=variant)
         others = sorted({int(n) for n in mine["calibration_size"]} - {int(mine["calibration_size"].max())})
