@@ -43,7 +43,8 @@ from poslens.model.corpus import Corpus
 from poslens.model.pos_model import PosModel
 from poslens.options import DEFAULTS
 
-FIGURES = ("leakage_pattern", "c_res", "c_mask")  # L(log a) and its split, per layer
+#: The per-layer figures of the part's level and difference rows: L(log a) and its split.
+FIGURES = ("leakage_pattern", "c_res", "c_mask")
 FIRST_LAYER = 2  # r averages layers ≥ 2: layer 1 has only layer 0's edit below it
 
 
