@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from poslens.errors import OldLayoutError
+from poslens.errors import InputError, OldLayoutError
 from poslens.measurement.result import Result
 from poslens.measurement.table import COLUMNS
 from poslens.version import FORMAT_INTRODUCED, TABLE_FORMAT, __version__
@@ -56,7 +56,7 @@ def attribution_figure(result: Result, mode: str, query_window: str = "all") -> 
         The row: value, ci_low, ci_high and the rest of its columns.
 
     Raises:
-        KeyError: When the part has no such row.
+        InputError: When the part has no such row (the message names the edits it has).
 
     Example:
         >>> row = dict(model="m", variant="base", intervention="relativize:all", layer=-1, head=-1, query_window="all",
@@ -65,15 +65,14 @@ def attribution_figure(result: Result, mode: str, query_window: str = "all") -> 
         0.3
         >>> attribution_figure(Result(pd.DataFrame([row])), "key0")
         Traceback (most recent call last):
-        ...
-        KeyError: "no r row for mode 'key0' in window 'all'"
+        poslens.errors.InputError: no r row (metric reduction_ge2) for mode 'key0' in window 'all'; the part has r of: relativize:all
     """
     t = result.table
-    if not len(t) or "calibration_size" not in t:
-        raise KeyError(f"no r row for mode {mode!r} in window {query_window!r}")
-    rows = t[(t["metric"] == R_METRIC) & (t["intervention"] == edit_label(mode)) & (t["query_window"] == query_window)]
+    held = t[t["metric"] == R_METRIC] if len(t) and "calibration_size" in t else t.iloc[0:0]
+    rows = held[(held["intervention"] == edit_label(mode)) & (held["query_window"] == query_window)]
     if not len(rows):
-        raise KeyError(f"no r row for mode {mode!r} in window {query_window!r}")
+        have = ", ".join(dict.fromkeys(map(str, held["intervention"]))) if len(held) else "none (not a relativize part?)"
+        raise InputError(f"no r row (metric {R_METRIC}) for mode {mode!r} in window {query_window!r}; the part has r of: {have}")
     return rows[rows["calibration_size"] == rows["calibration_size"].max()].iloc[0]
 
 
