@@ -818,9 +818,10 @@ def relativize(
 ) -> None:
     """Relativize every layer and measure each before its own edit: the cumulative attribution (methodology §11).
 
-    Writes attribution.parquet (per layer and mode: L(log a), C_res, C_mask, levels and paired differences),
-    attribution_summary.parquet (r = 1 − mean over layers ≥ 2 of L edited / unedited), attribution_loss.parquet and
-    attribution.json (provenance, the calibration corpora included). --batch-size is used as given (no --max-memory).
+    Writes relativize.parquet (and .csv), one row per figure: per layer and edit L(log a), C_res and C_mask, levels and
+    paired differences; r = 1 − mean over layers ≥ 2 of L edited / unedited (metric reduction_ge2); the change in
+    next-token loss (metric loss_change); the provenance, the calibration corpora included, in its metadata.
+    --batch-size is used as given (no --max-memory).
 
     Example: poslens relativize --model smollm2-135m --modes all,key0 --calibration-sizes 8,16 --out results/quick
     """
@@ -868,25 +869,27 @@ def relativize(
         result = study.relativize()
     if not _is_main():
         return
+    from poslens.mechanisms.attribution_table import LOSS_METRIC, R_METRIC
+
     wide = Console(width=max(console.width, 130))
     table = Table(title="r = 1 − mean over layers ≥ 2 of L(log a) relativized / unedited, 95% CI (paired jackknife)")
-    for column in ("mode", "calibration size", "queries", "r", "95% CI"):
+    for column in ("edit", "calibration size", "queries", "r", "95% CI"):
         table.add_column(column)
-    summary = result.summary.sort_values(["mode", "calibration_size", "query_window"])
+    rows = result.table
+    summary = rows[rows["metric"] == R_METRIC].sort_values(["intervention", "calibration_size", "query_window"])
     for row in summary.itertuples():
-        table.add_row(
-            escape(str(row.mode)), str(row.calibration_size), str(row.query_window), f"{row.value:.3g}", f"[{row.ci_low:.3g}, {row.ci_high:.3g}]"
-        )
+        interval = f"[{row.ci_low:.3g}, {row.ci_high:.3g}]"
+        table.add_row(escape(str(row.intervention)), str(row.calibration_size), str(row.query_window), f"{row.value:.3g}", interval)
     wide.print(table)
     if result.meta.get("key0_rows"):  # a sliding window limits the key-0 modes to the rows that see key 0
         wide.print(escape(f"note: {result.meta['key0_rows']['note']}"), soft_wrap=True)
-    loss = result.loss[result.loss["query_bin"] == -1] if len(result.loss) else result.loss
+    loss = rows[(rows["metric"] == LOSS_METRIC) & (rows["query_bin"] == -1)]
     if len(loss):
         table = Table(title="change in next-token loss over all positions ≥ 1 (edited − unedited, nats per token), 95% CI")
         for column in ("edit", "Δ loss", "95% CI"):
             table.add_column(column)
         for row in loss.itertuples():
-            table.add_row(escape(str(row.edit)), f"{row.value:+.3g}", f"[{row.ci_low:+.3g}, {row.ci_high:+.3g}]")
+            table.add_row(escape(str(row.intervention)), f"{row.value:+.3g}", f"[{row.ci_low:+.3g}, {row.ci_high:+.3g}]")
         wide.print(table)
     _say_written(study)
 
@@ -1030,18 +1033,17 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
         raise typer.BadParameter(f"{out} is not a folder; give the --out folder of the other commands", param_hint="'--out'")
     with _output_folder(out):
         parts = {}
-        for name in ("leakage", "bos-swap", "ablate-sinks", "path-tests", "compare", "fingerprint"):
+        for name in ("leakage", "bos-swap", "ablate-sinks", "path-tests", "compare", "comparisons", "fingerprint", "relativize"):
             path = Path(out) / f"{name}.parquet"
             if path.exists():
                 parts[name] = Result.load(path)
-        if (Path(out) / "attribution.json").exists():
-            from poslens.mechanisms.attribution import Attribution
+        if "relativize" not in parts and (Path(out) / "attribution.json").exists():
+            from poslens.mechanisms.attribution_table import read_old_layout
 
-            parts["relativize"] = Attribution.load(out)
+            parts["relativize"] = read_old_layout(out)  # the four files of table format 1
         if not parts:
             raise typer.BadParameter(
-                f"{out} holds none of leakage/bos-swap/ablate-sinks/path-tests/compare/fingerprint .parquet or attribution.json; "
-                "run those commands first"
+                f"{out} holds none of leakage/bos-swap/ablate-sinks/path-tests/compare/fingerprint/relativize .parquet; run those commands first"
             )
         study = Study(Settings(), out)
         table = study.claims(parts).table
@@ -1117,7 +1119,8 @@ def report(
         **({} if skip_compare else dict(compare_len=settings.compare_len)),
     )
     study = Study(settings, out, log=_log, overwrite=overwrite)
-    plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "fingerprint", "relativize"] + ([] if skip_compare else ["compare"])
+    plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "fingerprint", "relativize"]
+    plan += [] if skip_compare else ["compare", "comparisons"]  # comparisons: made with compare, read by C4
     with _output_folder(out):
         try:
             _run_report(study, quick, model, plan)

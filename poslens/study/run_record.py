@@ -87,5 +87,5 @@ def run_record(
         "corpus": leakage_meta.get("corpus"),
         "versions": leakage_meta.get("versions"),
         "timings_seconds": timings,
-        "parts": {name: "attribution.parquet" if name == "relativize" else f"{name}.parquet" for name in parts},
+        "parts": {name: f"{name}.parquet" for name in parts},
     }
