@@ -8,5 +8,5 @@ from poslens.study.claims import evaluate
 study = study_from_args(__doc__)
 attribution = study.relativize()
 intervention_plots.plot_attribution(attribution.table).write_html(study.out / "c7_relativization.html")
-intervention_plots.plot_loss_change(attribution.loss).write_html(study.out / "c7_loss_change.html")
+intervention_plots.plot_loss_change(attribution.table).write_html(study.out / "c7_loss_change.html")
 show(evaluate(attribution=attribution, claims=["C7"]))

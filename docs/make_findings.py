@@ -39,14 +39,15 @@ import pyarrow.parquet as pq
 
 from poslens.measurement.result import Result
 from poslens.measurement.result_files import META_KEY
-from poslens.mechanisms.attribution import Attribution
+from poslens.mechanisms.attribution_table import LOSS_METRIC, OLD_FILES, R_METRIC, read_old_layout
 from poslens.mechanisms.comparisons import comparison_table
 from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE, Claims
 from poslens.study.rules import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED, joint
 from poslens.study.verdict_summary import summary_rows
 
-PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "fingerprint", "compare")
-ATTRIBUTION_FILES = ("attribution.parquet", "attribution_summary.parquet", "attribution_loss.parquet", "attribution.json")
+PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "fingerprint", "compare", "comparisons")
+# the relativize part: relativize.parquet, or in a folder of table format 1 its four attribution* files
+ATTRIBUTION_FILES = ("relativize.parquet", *OLD_FILES[1:], OLD_FILES[0])
 FIGURES = Path(__file__).parent / "img" / "findings"  # written by docs/make_findings_figures.py
 MODE_TEXT = {
     "none": "unedited",
@@ -535,7 +536,7 @@ def comparisons_section(parts: dict[str, Result], page: Path) -> str:
     lines = ["## C4 by differences: paired, dose-responses, depth slopes (methodology §9.1)", ""]
     if "compare" not in parts:
         return "\n".join(lines + [missing("compare")])
-    c = comparison_table(parts["compare"])
+    c = comparison_table(parts.get("comparisons", parts["compare"]))  # or a compare part of table format 1
     c = c[c["metric"].isin(["c_res", "c_res_depth_slope"]) & (c["query_window"] == "all") & (c["layer"] == -1) & (c["head"] == -1)]
     c = c.sort_values("metric", kind="stable")
     if c.empty:
@@ -568,11 +569,18 @@ def comparisons_section(parts: dict[str, Result], page: Path) -> str:
     return "\n".join(lines)
 
 
-def read_attribution(folder: Path) -> Attribution | None:
-    """The relativize part of the run folder, or None when its files are missing."""
-    if not all((folder / name).exists() for name in ATTRIBUTION_FILES):
+def read_attribution(folder: Path) -> Result | None:
+    """The relativize part of the run folder (either layout), or None when its files are missing."""
+    if (folder / "relativize.parquet").exists():
+        return load_table(folder / "relativize.parquet")
+    if not all((folder / name).exists() for name in OLD_FILES):
         return None
-    return Attribution.load(folder)
+    return read_old_layout(folder)
+
+
+def _with_mode(rows: pd.DataFrame) -> pd.DataFrame:
+    """The relativize part's rows with the mode of each edit (``relativize:<mode>`` → ``<mode>``; ``none``, placebos as they are)."""
+    return rows.assign(mode=rows["intervention"].astype(str).str.removeprefix("relativize:"))
 
 
 def attribution_section(folder: Path, page: Path) -> str:
@@ -580,7 +588,7 @@ def attribution_section(folder: Path, page: Path) -> str:
     lines = ["## Relativizing the forward pass (C7, and C3's causal figure)", ""]
     a = read_attribution(folder)
     if a is None:
-        return "\n".join(lines + ["*The relativize part (`attribution.*`) is not in this run folder: not measured.*", ""])
+        return "\n".join(lines + ["*The relativize part (`relativize.parquet`) is not in this run folder: not measured.*", ""])
     settings = a.meta.get("settings") or {}
     corpus = a.meta.get("corpus") or {}
     lines.append(
@@ -593,14 +601,16 @@ def attribution_section(folder: Path, page: Path) -> str:
         f"settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items() if not isinstance(v, (list, dict))) + "."
     )
     lines.append("")
-    summary = a.summary[a.summary["query_window"] == "all"]
+    table = _with_mode(a.table)
+    summary = table[(table["metric"] == R_METRIC) & (table["query_window"] == "all")]
+    loss = table[table["metric"] == LOSS_METRIC]
     rows = [
         [MODE_TEXT.get(str(r["mode"]), str(r["mode"])), count(r["calibration_size"]), with_interval(r["value"], r["ci_low"], r["ci_high"])]
         for _, r in summary.iterrows()
     ]
     lines.append(markdown_table(["edit", "calibration sequences", "r, all queries [95%]"], rows, ["l", "r", "r"]))
     lines.append("")
-    levels = a.table[(a.table["metric"] == "leakage_pattern") & (a.table["kind"] == "level") & (a.table["query_window"] == "all")]
+    levels = table[(table["metric"] == "leakage_pattern") & (table["kind"] == "level") & (table["query_window"] == "all")]
     largest = levels.groupby("mode")["calibration_size"].transform("max")
     levels = levels[levels["calibration_size"] == largest]
     modes = [m for m in MODE_TEXT if m in set(levels["mode"])]
@@ -624,12 +634,10 @@ def attribution_section(folder: Path, page: Path) -> str:
             page,
         )
     )
-    if len(a.loss):
+    if len(loss):
         rows = []
-        for _, r in a.loss[a.loss["query_bin"] == -1].iterrows():
-            rows.append(
-                [MODE_TEXT.get(str(r["edit"]).replace("relativize:", ""), str(r["edit"])), with_interval(r["value"], r["ci_low"], r["ci_high"])]
-            )
+        for _, r in loss[loss["query_bin"] == -1].iterrows():
+            rows.append([MODE_TEXT.get(str(r["mode"]), str(r["intervention"])), with_interval(r["value"], r["ci_low"], r["ci_high"])])
         lines.append("Change in next-token loss (nats per token, all positions; per query bin in the figure):")
         lines.append("")
         lines.append(markdown_table(["edit", "Δ loss [95%]"], rows, ["l", "r"]))
@@ -675,7 +683,8 @@ def _mode_split(parts: dict[str, Any]) -> str:
     a = parts.get("relativize")
     if a is None:
         return ""
-    rows = a.summary[(a.summary["query_window"] == "all") & a.summary["mode"].isin(["key0", "all-but-key0"])]
+    table = _with_mode(a.table)
+    rows = table[(table["metric"] == R_METRIC) & (table["query_window"] == "all") & table["mode"].isin(["key0", "all-but-key0"])]
     said = []
     for mode, words in (("all-but-key0", "every column but key 0"), ("key0", "key 0's term alone")):
         r = rows[rows["mode"] == mode]

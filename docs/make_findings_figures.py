@@ -29,10 +29,10 @@ import pandas as pd
 from plotly.graph_objects import Figure
 
 sys.path.insert(0, str(Path(__file__).parent))
-from make_findings import load_parts, recorded_models  # noqa: E402
+from make_findings import load_parts, read_attribution, recorded_models  # noqa: E402
 
 from poslens.measurement import intervention_plots, path_plots, plots  # noqa: E402
-from poslens.mechanisms.attribution import Attribution  # noqa: E402
+from poslens.measurement.result import Result  # noqa: E402
 from poslens.mechanisms.comparisons import comparison_table  # noqa: E402
 
 
@@ -57,15 +57,19 @@ def _is_smollm(model: str) -> bool:
 def _dose_response(parts: dict[str, Any]) -> Figure | None:
     if "compare" not in parts:
         return None
-    comparisons = comparison_table(parts["compare"])
+    comparisons = comparison_table(parts.get("comparisons", parts["compare"]))  # or a compare part of table format 1
     paired = comparisons[comparisons["kind"] == "paired"]
     if not any(str(v).startswith(("ntk:", "window:")) for v in paired["variant"]):
         return None
     return intervention_plots.plot_dose_response(comparisons, "c_res", "all")
 
 
-def _attribution(folder: Path) -> Attribution | None:
-    return Attribution.load(folder) if (folder / "attribution.parquet").exists() else None
+def _attribution(folder: Path) -> Result | None:
+    return read_attribution(folder)  # relativize.parquet, or the four attribution* files of table format 1
+
+
+def _loss_change(a: Result) -> Figure | None:
+    return intervention_plots.plot_loss_change(a.table) if (a.table["metric"] == "loss_change").any() else None
 
 
 #: name → (what it shows, how it is drawn from the parts and the run folder, width in px, which of the run's models it
@@ -129,7 +133,7 @@ FIGURES: dict[str, tuple[str, Callable[[dict[str, Any], Path], Figure | None], i
     ),
     "loss_change.png": (
         "What each edit costs: change in next-token loss per query bin, beside the placebo",
-        lambda parts, folder: (a := _attribution(folder)) and (intervention_plots.plot_loss_change(a.loss) if len(a.loss) else None),
+        lambda parts, folder: (a := _attribution(folder)) and _loss_change(a),
         1100,
         _is_smollm,
     ),

@@ -110,6 +110,15 @@ class SumsFormatError(PoslensError, ValueError):
     """
 
 
+class OldLayoutError(PoslensError, ValueError):
+    """A study folder holds a part in the layout of an older table format, which this poslens does not reuse or replace.
+
+    Example:
+        >>> issubclass(OldLayoutError, ValueError)  # the CLI prints it as one error line
+        True
+    """
+
+
 class OutputConflictError(PoslensError, FileExistsError):
     """Writing would replace a file that poslens did not write (or that was changed since), or a folder.
 

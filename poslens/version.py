@@ -33,10 +33,12 @@ __version__ = "0.3.0"
 #: Format of the saved cell sums. 1: poslens 0.1.0, the per-sequence counterfactual's cells stored among the sums
 #: (``a_counterfactual_*``), no format number in the file. 2: poslens 0.2.0, the cells stored apart (``cf_*``).
 SUMS_FORMAT = 2
-#: Format of the saved result table (its columns and metadata). 1: poslens 0.1.0 and 0.2.0.
-TABLE_FORMAT = 1
+#: Format of the saved result table (its columns and metadata). 1: poslens 0.1.0 and 0.2.0. 2: poslens 0.3.0, the
+#: relativize part one result (``relativize.parquet``, not the four ``attribution*`` files) and the compare part's
+#: comparisons a result of their own (``comparisons.parquet``, not ``meta["comparisons"]`` of ``compare.parquet``).
+TABLE_FORMAT = 2
 #: The poslens version that first wrote each format, for messages that name both versions.
-FORMAT_INTRODUCED = {"sums": {1: "0.1.0", 2: "0.2.0"}, "table": {1: "0.1.0"}}
+FORMAT_INTRODUCED = {"sums": {1: "0.1.0", 2: "0.2.0"}, "table": {1: "0.1.0", 2: "0.3.0"}}
 
 
 def newer_format_message(kind: str, found: int, written_by: str | None = None) -> str | None:

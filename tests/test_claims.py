@@ -919,14 +919,14 @@ def test_c4_reads_the_cases_from_the_compare_result_or_its_labelled_table():
 def attribution_summary(
     r_all=(0.3, 0.2, 0.4), key0=(0.02, -0.05, 0.09), placebo=(0.01, -0.02, 0.04), small=(0.35, 0.2, 0.5), model="m", variant="base"
 ) -> pd.DataFrame:
-    """The relativize part's summary table: r per mode and calibration size, in both windows (the early ones must not be read)."""
+    """The relativize part's rows of r: per edit and calibration size, in both windows (the early ones must not be read)."""
     rows = []
-    for mode, size, figure in [
-        ("all", 16, r_all),
-        ("all", 8, small),
-        ("key0", 16, key0),
-        ("key0", 8, (9.0, 9.0, 9.0)),
-        ("all-but-key0", 16, (9.0, 9.0, 9.0)),
+    for edit, size, figure in [
+        ("relativize:all", 16, r_all),
+        ("relativize:all", 8, small),
+        ("relativize:key0", 16, key0),
+        ("relativize:key0", 8, (9.0, 9.0, 9.0)),
+        ("relativize:all-but-key0", 16, (9.0, 9.0, 9.0)),
         ("placebo:all", 16, placebo),
     ]:
         for window, shift in (("all", 0.0), ("early", 5.0)):
@@ -934,7 +934,10 @@ def attribution_summary(
                 dict(
                     model=model,
                     variant=variant,
-                    mode=mode,
+                    intervention=edit,
+                    layer=-1,
+                    head=-1,
+                    kind="reduction",
                     calibration_size=size,
                     metric="reduction_ge2",
                     query_window=window,
@@ -976,15 +979,18 @@ def test_c7_three_verdicts_with_the_equivalence_test(r, expected):
     assert (figure.metric, figure.intervention, figure.query_window, figure.layer_first) == ("reduction_ge2", "relativize:all", "all", 2)
 
 
-def test_c7_reads_an_attribution_object_with_its_loss_table():
-    from types import SimpleNamespace
-
+def test_c7_reads_the_relativize_result_with_its_loss_rows():
     loss = pd.DataFrame(
         [
             dict(
                 model="m",
                 variant="base",
-                edit=edit,
+                intervention=edit,
+                layer=-1,
+                head=-1,
+                kind="difference",
+                calibration_size=16,
+                query_window="all",
                 query_bin=b,
                 query_low=1,
                 query_high=64,
@@ -996,19 +1002,19 @@ def test_c7_reads_an_attribution_object_with_its_loss_table():
             for edit, b, v in [("relativize:all", -1, 0.2), ("relativize:all", 0, 9.0), ("placebo:all", -1, 0.05), ("relativize:key0", -1, 9.0)]
         ]
     )
-    (row_,) = claim_c7(SimpleNamespace(summary=attribution_summary(), loss=loss))
+    (row_,) = claim_c7(Result(pd.concat([attribution_summary(), loss], ignore_index=True)))  # the part: one table
     got = inputs(row_)
     assert same(got["loss_change (relativize:all)"], (0.2, 0.2 - 0.01, 0.2 + 0.01, "reported"))  # the table's numbers, copied
     assert same(got["loss_change (placebo:all)"], (0.05, 0.05 - 0.01, 0.05 + 0.01, "reported"))
     assert row_["verdict"] == SUPPORTED
     two = pd.concat([attribution_summary(), attribution_summary(r_all=(0.0, -0.05, 0.05), model="other")])
     assert [(r["model"], r["verdict"]) for r in claim_c7(two)] == [("m", SUPPORTED), ("other", NOT_SUPPORTED)]
-    with pytest.raises(ValueError, match="mode 'all'"):
-        claim_c7(attribution_summary().query("mode != 'all'"))
+    with pytest.raises(ValueError, match="with intervention 'relativize:all'"):
+        claim_c7(attribution_summary().query("intervention != 'relativize:all'"))
     with pytest.raises(ValueError, match="lacks column"):
         claim_c7(attribution_summary().drop(columns=["calibration_size"]))
     with pytest.raises(ValueError, match="2 rows"):
-        claim_c7(pd.concat([attribution_summary(), attribution_summary().query("mode == 'all' and calibration_size == 16")]))
+        claim_c7(pd.concat([attribution_summary(), attribution_summary().query("intervention == 'relativize:all' and calibration_size == 16")]))
 
 
 def test_an_equivalence_rule_needs_all_its_refuting_conditions():

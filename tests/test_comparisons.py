@@ -24,7 +24,7 @@ from poslens.mechanisms import comparison_cases as cmp_cases
 from poslens.mechanisms import comparison_rows as cmp_rows
 from poslens.mechanisms import comparison_stats as cmp_stats
 from poslens.mechanisms import comparisons as cmp
-from poslens.mechanisms.architectures import Case, compare
+from poslens.mechanisms.architectures import Case, compare_cases
 
 T, N, G, EARLY, H, LAYERS = 24, 8, 4, 8, 2, 3
 NEG = torch.finfo(torch.float32).min
@@ -259,13 +259,29 @@ def test_refuses_cases_measured_on_other_tokens_or_groups(ntk_cases):
         cmp_cases.case_figures(Result(ntk_cases[1].table, ntk_cases[1].meta, None))
 
 
-def test_meta_round_trip(ntk_cases, tmp_path):
-    table = cmp.compare_results([ntk_cases[1], ntk_cases[2]])
-    result = Result(ntk_cases[1].table, {cmp.META_KEY: cmp.to_meta(table)})
-    back = cmp.comparison_table(Result.load(result.save(tmp_path / "compare.parquet"), sums=False))
+def test_the_comparisons_are_a_result_that_saves_and_loads(ntk_cases, tmp_path):
+    """The comparisons are a Result of their own (table format 2), saved and loaded like any part, every number kept."""
+    figures = [cmp_cases.case_figures(r) for r in (ntk_cases[1], ntk_cases[2])]
+    table = cmp.compare_figures(figures)
+    result = cmp.comparisons_result(figures, {"cases": []})
+    back = cmp.comparison_table(Result.load(result.save(tmp_path / "comparisons.parquet"), sums=False))
     assert back.columns.tolist() == cmp_rows.COMPARISON_COLUMNS
-    pd.testing.assert_frame_equal(back.reset_index(drop=True), table.reset_index(drop=True), check_dtype=False)
+    pd.testing.assert_frame_equal(back, table.reset_index(drop=True), check_dtype=False)
     assert cmp.comparison_table(Result(pd.DataFrame())).empty
+
+
+def test_a_compare_part_of_table_format_1_is_read_from_its_meta_and_one_of_format_2_is_refused(ntk_cases, tmp_path):
+    """The compare part of table format 1 kept the comparisons in its meta (pandas' split form): read from there, every
+    number kept; the cases' result of format 2 holds none, and comparison_table says where they are instead of
+    giving an empty table."""
+    table = cmp.compare_figures([cmp_cases.case_figures(r) for r in (ntk_cases[1], ntk_cases[2])])
+    split = table.to_dict(orient="split")  # what table format 1 stored, written here without poslens
+    old = Result(ntk_cases[1].table, {"comparisons": {"columns": list(split["columns"]), "data": [list(r) for r in split["data"]]}})
+    back = cmp.comparison_table(Result.load(old.save(tmp_path / "compare.parquet"), sums=False))
+    pd.testing.assert_frame_equal(back, table.reset_index(drop=True), check_dtype=False)
+    cases = Result(ntk_cases[1].table, {"cases": [{"model": "m", "variant": "base", "case": "standard"}]})
+    with pytest.raises(poslens.errors.InputError, match=r"compare\.parquet, table format 2.*comparisons\.parquet.*table format 1"):
+        cmp.comparison_table(cases)
 
 
 def test_compare_integration_tiny_llama(tiny_llama_dir, tmp_path):
@@ -275,7 +291,7 @@ def test_compare_integration_tiny_llama(tiny_llama_dir, tmp_path):
         Case(str(tiny_llama_dir), "window:8", "sliding"),
         Case(str(tiny_llama_dir), "window:16", "sliding"),
     ]
-    result = compare(
+    result, comparisons = compare_cases(
         cases,
         n_seqs=8,
         seq_len=32,
@@ -286,7 +302,7 @@ def test_compare_integration_tiny_llama(tiny_llama_dir, tmp_path):
         loader=lambda name, variant: poslens.load_model(name, variant=variant),
         counterfactual="second-pass",
     )
-    table = cmp.comparison_table(result)
+    table = cmp.comparison_table(comparisons)
     assert set(table["kind"]) == {"paired", "trend", "depth-slope"}
     assert set(table.loc[table["kind"] == "paired", "comparison"]) == {"ntk:2 − base", "window:8 − base", "window:16 − base"}
     measured = result.table[(result.table["head"] == -1) & (result.table["metric"] == "c_res") & (result.table["query_window"] == "all")]
@@ -298,6 +314,7 @@ def test_compare_integration_tiny_llama(tiny_llama_dir, tmp_path):
     slope = _row(table, kind="trend", variant="window", metric="c_res", query_window="all", layer=-1)
     assert slope["value"] == pytest.approx((value["window:16"] - value["window:8"]) / 1.0, rel=1e-9, abs=1e-15)
     assert result.sums is None
-    # kept through save and load, as the study's compare part does
-    loaded = Result.load(result.save(tmp_path / "compare.parquet"), sums=False)
-    assert len(cmp.comparison_table(loaded)) == len(table)
+    # kept through save and load, as the study's comparisons part does; the cases' table holds none of them
+    loaded = Result.load(comparisons.save(tmp_path / "comparisons.parquet"), sums=False)
+    pd.testing.assert_frame_equal(cmp.comparison_table(loaded), table)
+    assert "comparison" not in result.table.columns and "comparisons" not in result.meta

@@ -161,7 +161,7 @@ def test_report_through_the_installed_command_under_torchrun_writes_once(tiny_ll
     assert done.stdout.count("wrote ") == 1 and len(re.findall(r"part 1/\d+: leakage", said)) == 1, done.stdout[-3000:]
     assert "path-tests" in said, said[-3000:]  # the path-specific tests ran under torchrun too
     manifest = written_files(out)
-    assert {"report.html", "run.json", "claims.csv", "leakage.parquet", "path-tests.parquet", "attribution.json"} <= set(manifest)
+    assert {"report.html", "run.json", "claims.csv", "leakage.parquet", "path-tests.parquet", "relativize.parquet"} <= set(manifest)
     for name, entry in manifest.items():  # each file whole, as rank 0 recorded it: no second writer changed it since
         assert (out / name).stat().st_size == entry["size"], name
     run = json.loads((out / "run.json").read_text())

@@ -451,7 +451,6 @@ def test_reliability_page_shows_the_integrity_messages_users_see(tiny_llama_dir,
 
 def _damage(out: Path, how: str) -> Path:
     """Damage the leakage part in ``out`` as ``how`` says; return the file named as the reason."""
-    import json
     import zipfile
 
     sums = out / "leakage.sums.npz"
@@ -479,9 +478,9 @@ def _damage(out: Path, how: str) -> Path:
         data = (out / "leakage.parquet").read_bytes()
         (out / "leakage.parquet").write_bytes(data[: len(data) // 2])
         return out / "leakage.parquet"
-    record = out / "attribution.json"  # "damaged attribution"
-    record.write_text(json.dumps({"settings": "not json's end"})[:-5])
-    return record
+    data = (out / "relativize.parquet").read_bytes()  # "damaged attribution": the relativize part, one result as any
+    (out / "relativize.parquet").write_bytes(data[: len(data) // 2])
+    return out / "relativize.parquet"
 
 
 @pytest.mark.parametrize(
@@ -499,8 +498,8 @@ def test_a_part_that_cannot_be_read_is_refused_and_kept_unless_overwrite(tiny_ll
 
 
 def test_an_attribution_that_cannot_be_read_is_refused_and_kept_unless_overwrite(tiny_llama_dir, tmp_path):
-    """The relativize part likewise (its attribution.json damaged)."""
-    refused_then_overwritten(tiny_llama_dir, tmp_path, "damaged attribution", "JSONDecodeError")
+    """The relativize part likewise (its relativize.parquet damaged)."""
+    refused_then_overwritten(tiny_llama_dir, tmp_path, "damaged attribution", "cannot be read as Parquet")
 
 
 def refused_then_overwritten(tiny_llama_dir: Path, tmp_path: Path, how: str, reason: str) -> None:
@@ -526,7 +525,7 @@ def refused_then_overwritten(tiny_llama_dir: Path, tmp_path: Path, how: str, rea
     assert again.exit_code == 0, error_text(again)
     assert "cannot be read" in again.output and "measuring it again (--overwrite)" in again.output
     assert named.read_bytes() != before[named.name]
-    own = ("attribution",) if "attribution" in how else ("leakage.",)  # the part's own files; the others not touched
+    own = ("relativize.",) if "attribution" in how else ("leakage.",)  # the part's own files; the others not touched
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and not p.name.startswith(".")}
     assert {name for name in after if not name.startswith(own)} == {name for name in before if not name.startswith((*own, "."))}
     assert all(after[name] == before[name] for name in after if not name.startswith(own))
@@ -536,7 +535,7 @@ def refused_then_overwritten(tiny_llama_dir: Path, tmp_path: Path, how: str, rea
 
 OVERWRITE_WORDS = (
     "`--overwrite` replaces exactly the files of the parts the command measures again (`<part>.parquet`, `<part>.csv` "
-    "and `<part>.sums.npz`, or the four `attribution*` files of `relativize`), and only those poslens wrote, even if "
+    "and `<part>.sums.npz`, and for `relativize` the four `attribution*` files of its old layout), and only those poslens wrote, even if "
     "they were changed since: it is needed to measure again a part made with other settings, from input files changed "
     "since, or that poslens cannot read. It never replaces a file poslens did not write, nor any other file in the folder."
 )

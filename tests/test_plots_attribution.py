@@ -14,8 +14,16 @@ LAYERS = (0, 1, 2, 3)
 def _table() -> pd.DataFrame:
     """A hand-made attribution table: each (mode, size, window, kind) has its own recognisable values."""
     rows = []
-    runs = [("none", 0), ("all", 4), ("all", 8), ("key0", 4), ("key0", 8), ("all-but-key0", 8), ("placebo:all", 8)]
-    for k, (mode, size) in enumerate(runs):
+    runs = [
+        ("none", 0),
+        ("relativize:all", 4),
+        ("relativize:all", 8),
+        ("relativize:key0", 4),
+        ("relativize:key0", 8),
+        ("relativize:all-but-key0", 8),
+        ("placebo:all", 8),
+    ]
+    for k, (edit, size) in enumerate(runs):
         for window, shift in (("all", 0.0), ("early", 100.0)):
             for kind in ("level", "difference"):
                 for metric in ("leakage_pattern", "c_res", "c_mask"):
@@ -32,7 +40,7 @@ def _table() -> pd.DataFrame:
                             dict(
                                 model="m",
                                 variant="base",
-                                mode=mode,
+                                intervention=edit,
                                 calibration_size=size,
                                 metric=metric,
                                 query_window=window,
@@ -91,7 +99,7 @@ def test_loss_change_bars_per_bin_and_edit():
                 dict(
                     model="m",
                     variant="base",
-                    edit=edit,
+                    intervention=edit,
                     query_bin=c,
                     query_low=low,
                     query_high=high,
@@ -101,7 +109,8 @@ def test_loss_change_bars_per_bin_and_edit():
                     ci_high=value + 0.07,
                 )
             )
-    fig = plot_loss_change(pd.DataFrame(rows))
+    others = _table().assign(query_bin=-1, query_low=1, query_high=16)  # the part's other rows: left out
+    fig = plot_loss_change(pd.concat([others, pd.DataFrame(rows)]))
     assert [t.name for t in fig.data] == ["relativize:all", "relativize:key0", "placebo:all"]
     for e, trace in enumerate(fig.data):
         assert list(trace.x) == ["all ≥ 1", "[1, 8)", "[8, 16)"]

@@ -11,7 +11,7 @@ from poslens.errors import InputError
 from poslens.fit.binning import Binning
 from poslens.fit.mask_structure import structure
 from poslens.fit.relativize import edit_solver
-from poslens.mechanisms.attribution import cumulative_attribution
+from poslens.mechanisms.attribution import attribution_figure, cumulative_attribution
 from poslens.mechanisms.interventions import BosReplacement
 from poslens.mechanisms.relativization import Relativization
 from poslens.mechanisms.relativization_fit import calibrate, score_sums
@@ -73,11 +73,12 @@ def test_layer_zero_is_unchanged_and_the_placebo_is_relative(model, corpora):
     a = cumulative_attribution(model, corpus, calibration, modes=["all"], groups=2, early=8, progress=False, calibration_sizes=[8])
     diff = a.table[(a.table["kind"] == "difference") & (a.table["layer"] == 0)]
     assert len(diff) and np.abs(diff["value"]).max() < 1e-12
-    loss = a.loss[a.loss["query_bin"] == -1].set_index("edit")
+    t = a.table
+    loss = t[(t["metric"] == "loss_change") & (t["query_bin"] == -1)].set_index("intervention")
     assert set(loss.index) == {"relativize:all", "placebo:all"}
     assert np.isfinite(loss["value"]).all()
-    low, high = a.figure("all")[["ci_low", "ci_high"]].astype(float)
-    assert low <= a.figure("all")["value"] <= high
+    low, high = attribution_figure(a, "all")[["ci_low", "ci_high"]].astype(float)
+    assert low <= attribution_figure(a, "all")["value"] <= high
 
 
 def test_the_key0_modes_placebo_is_a_matched_constant_key0_shift(model, corpora):
@@ -88,7 +89,12 @@ def test_the_key0_modes_placebo_is_a_matched_constant_key0_shift(model, corpora)
 
     corpus, calibration = corpora
     a = cumulative_attribution(model, corpus, calibration, modes=["all", "key0"], groups=2, early=8, progress=False, calibration_sizes=[8])
-    assert set(a.loss["edit"]) == {"relativize:all", "placebo:all", "relativize:key0", "placebo:key0-shift"}
+    assert set(a.table.loc[a.table["metric"] == "loss_change", "intervention"]) == {
+        "relativize:all",
+        "placebo:all",
+        "relativize:key0",
+        "placebo:key0-shift",
+    }
     fit = calibrate(model, calibration, "key0", early=8)
     for layer in range(model.n_layers):
         shift, target = KeyZeroShiftPlacebo(fit).edit(layer), edit_tensor(fit, layer)

@@ -494,7 +494,8 @@ def test_relativizing_every_layer_removes_the_injected_part(signals):
 
     def row(name: str, metric: str, layer: int, kind: str) -> tuple[float, float, float]:
         t = runs[name].table
-        r = t[(t["mode"] == "all") & (t["metric"] == metric) & (t["query_window"] == "all") & (t["layer"] == layer) & (t["kind"] == kind)]
+        edited = t[(t["intervention"] == "relativize:all") & (t["metric"] == metric) & (t["query_window"] == "all")]
+        r = edited[(edited["layer"] == layer) & (edited["kind"] == kind)]
         assert len(r) == 1, (name, metric, layer, kind)
         return float(r["value"].iloc[0]), float(r["ci_low"].iloc[0]), float(r["ci_high"].iloc[0])
 

@@ -97,7 +97,9 @@ def test_report_writes_every_artifact(report_dir):
     assert set(measured["verdict"]) <= {"supported", "not supported", "inconclusive"}
     run = json.loads((report_dir / "run.json").read_text())
     assert run["models"] and all(m["sha256"] for name, m in run["models"].items() if name.startswith("smollm2"))
-    assert set(run["timings_seconds"]) == {"leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "relativize", "compare", "path-tests"}
+    parts = {"leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "relativize", "compare", "comparisons", "path-tests"}
+    assert set(run["timings_seconds"]) == parts and set(run["parts"]) == parts
+    assert run["parts"]["relativize"] == "relativize.parquet" and run["parts"]["comparisons"] == "comparisons.parquet"
 
 
 def test_rerun_reuses_finished_parts(report_dir):

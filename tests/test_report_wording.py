@@ -212,11 +212,12 @@ def _all_claims() -> Claims:
 
     attribution = pd.DataFrame(
         [
-            dict(model="m", variant="base", mode=mode, calibration_size=n, metric="reduction_ge2", query_window="all", value=v, ci_low=lo, ci_high=hi)
-            for mode, n, v, lo, hi in [
-                ("all", 16, 0.05, -0.02, 0.08),
-                ("all", 8, 0.07, -0.05, 0.15),
-                ("key0", 16, 0.02, -0.05, 0.09),
+            dict(model="m", variant="base", intervention=edit, calibration_size=n, metric="reduction_ge2", query_window="all")
+            | dict(value=v, ci_low=lo, ci_high=hi)
+            for edit, n, v, lo, hi in [
+                ("relativize:all", 16, 0.05, -0.02, 0.08),
+                ("relativize:all", 8, 0.07, -0.05, 0.15),
+                ("relativize:key0", 16, 0.02, -0.05, 0.09),
                 ("placebo:all", 16, 0.01, -0.02, 0.04),
             ]
         ]

@@ -27,17 +27,18 @@ def _one_run(rows: pd.DataFrame, what: str) -> str:
 def plot_attribution(table: pd.DataFrame, query_window: str = "all") -> Figure:
     """The cumulative attribution by layer: L(log a) unedited, relativized in each mode, and under the placebo.
 
-    It draws the per-layer head-mean ``leakage_pattern`` levels of an
-    :class:`~poslens.mechanisms.attribution.Attribution` table (methodology
-    §11): the unedited model (mode ``none``), each mode at the table's largest
-    calibration size, and the purely relative placebo of matched norm (mode
-    ``placebo:…``), with their 95% intervals as error bars. The edited curve at
+    It draws the per-layer head-mean ``leakage_pattern`` levels of the relativize
+    part's table (:func:`~poslens.mechanisms.attribution.cumulative_attribution`, methodology
+    §11): the unedited model (intervention ``none``), each mode (``relativize:<mode>``) at the
+    table's largest calibration size, and the purely relative placebo of matched norm
+    (``placebo:…``), with their 95% intervals as error bars. The edited curve at
     layer l is measured with exactly the layers below l relativized, so layer 0
     (nothing edited below it) is the negative control. Every number is read
     from the table.
 
     Args:
-        table: ``Attribution.table`` (columns mode, calibration_size, metric, query_window, layer, kind, value, ci_low, ci_high).
+        table: The relativize part's table (columns intervention, calibration_size, metric, query_window, layer, kind,
+            value, ci_low, ci_high); its other rows are left out.
         query_window: The query window to draw (``"all"`` or ``"early"``).
 
     Returns:
@@ -47,9 +48,9 @@ def plot_attribution(table: pd.DataFrame, query_window: str = "all") -> Figure:
         ValueError: When the table has no per-layer L(log a) levels in this window, or holds several runs.
 
     Example:
-        >>> rows = pd.DataFrame([dict(model="m", variant="base", mode=mode, calibration_size=size, metric="leakage_pattern",
+        >>> rows = pd.DataFrame([dict(model="m", variant="base", intervention=edit, calibration_size=size, metric="leakage_pattern",
         ...                           query_window="all", layer=layer, kind="level", value=0.1, ci_low=0.0, ci_high=0.2)
-        ...                      for mode, size in (("none", 0), ("key0", 4), ("key0", 8), ("placebo:all", 8))
+        ...                      for edit, size in (("none", 0), ("relativize:key0", 4), ("relativize:key0", 8), ("placebo:all", 8))
         ...                      for layer in (-1, 0, 1)])
         >>> [trace.name for trace in plot_attribution(rows).data]
         ['unedited', 'relativized: key 0 only (n = 8)', 'placebo: relative, matched norm (n = 8)']
@@ -60,8 +61,9 @@ def plot_attribution(table: pd.DataFrame, query_window: str = "all") -> Figure:
     if rows.empty:
         raise ValueError(f"no per-layer leakage_pattern level rows for window {query_window!r}")
     run = _one_run(rows, "attribution")
-    modes = list(dict.fromkeys(rows["mode"].astype(str)))
-    edited = rows[rows["mode"].astype(str) != "none"]
+    rows = rows.assign(mode=rows["intervention"].astype(str).str.removeprefix("relativize:"))  # none, the modes, placebo:…
+    modes = list(dict.fromkeys(rows["mode"]))
+    edited = rows[rows["mode"] != "none"]
     largest = int(edited["calibration_size"].max()) if len(edited) else 0
     fig = go.Figure()
     edits = [m for m in modes if m != "none" and not m.startswith("placebo:")]
@@ -72,7 +74,7 @@ def plot_attribution(table: pd.DataFrame, query_window: str = "all") -> Figure:
         + sorted(m for m in modes if m.startswith("placebo:"))
     )
     for mode in order:
-        part = rows[rows["mode"].astype(str) == mode]
+        part = rows[rows["mode"] == mode]
         if mode == "none":
             name, line = "unedited", dict(color="black", width=3)
         else:
@@ -99,11 +101,13 @@ def plot_loss_change(loss: pd.DataFrame) -> Figure:
     """Change in next-token loss per query bin under each edit and placebo, with 95% intervals.
 
     One bar per query bin ([low, high) positions; ``all ≥ 1`` for every
-    position ≥ 1) and edit, grouped by bin, read from an
-    :class:`~poslens.mechanisms.attribution.Attribution` ``loss`` table.
+    position ≥ 1) and edit, grouped by bin, read from the rows of metric
+    ``loss_change`` of the relativize part's table
+    (:func:`~poslens.mechanisms.attribution.cumulative_attribution`).
 
     Args:
-        loss: ``Attribution.loss`` (columns edit, query_bin, query_low, query_high, value, ci_low, ci_high).
+        loss: The relativize part's table (columns intervention, metric, query_bin, query_low, query_high, value,
+            ci_low, ci_high); its rows of other metrics are left out.
 
     Returns:
         The figure.
@@ -112,19 +116,20 @@ def plot_loss_change(loss: pd.DataFrame) -> Figure:
         ValueError: When the table has no rows, or holds several runs.
 
     Example:
-        >>> loss = pd.DataFrame([dict(model="m", variant="base", edit=edit, query_bin=c, query_low=low, query_high=high,
+        >>> loss = pd.DataFrame([dict(model="m", variant="base", intervention=edit, query_bin=c, query_low=low, query_high=high,
         ...                           metric="loss_change", value=0.01, ci_low=0.0, ci_high=0.02)
         ...                      for edit in ("relativize:all", "placebo:all") for c, low, high in ((-1, 1, 15), (0, 1, 8))])
         >>> fig = plot_loss_change(loss)
         >>> [trace.name for trace in fig.data], list(fig.data[0].x)
         (['relativize:all', 'placebo:all'], ['all ≥ 1', '[1, 8)'])
     """
+    loss = loss[loss["metric"] == "loss_change"] if "metric" in loss else loss.iloc[0:0]
     if loss.empty:
         raise ValueError("no loss_change rows (was the attribution run with loss=False / --no-loss?)")
     run = _one_run(loss, "loss change")
     fig = go.Figure()
-    for edit in dict.fromkeys(loss["edit"].astype(str)):
-        part = loss[loss["edit"].astype(str) == edit].sort_values("query_low")
+    for edit in dict.fromkeys(loss["intervention"].astype(str)):
+        part = loss[loss["intervention"].astype(str) == edit].sort_values("query_low")
         part = pd.concat([part[part["query_bin"] == -1], part[part["query_bin"] != -1]])
         labels = [
             "all ≥ 1" if c == -1 else f"[{low}, {high})"

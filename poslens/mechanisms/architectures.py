@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
 from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result, concat
 from poslens.mechanisms.comparison_cases import DEFAULT_METRICS, case_figures, check_paired
-from poslens.mechanisms.comparisons import META_KEY as COMPARISONS_KEY
-from poslens.mechanisms.comparisons import compare_figures, to_meta
+from poslens.mechanisms.comparisons import comparisons_result
 from poslens.model.corpus import make_corpus
 from poslens.model.guards import require_pos_model
 from poslens.model.loading import load_model
@@ -79,7 +79,30 @@ def default_cases(quick: bool = False) -> list[Case]:
     )
 
 
-def compare(
+def compare(cases: list[Case], **options: Any) -> Result:
+    """Measure every case on the same text and return one stacked result: the cases of :func:`compare_cases`.
+
+    The comparisons between the cases (paired differences, trends, depth slopes, independent differences) are the
+    second result of :func:`compare_cases`, which takes the same arguments.
+
+    Args:
+        cases: The cases to measure.
+        **options: The other arguments of :func:`compare_cases` (``n_seqs``, ``seq_len``, ``groups``, ...).
+
+    Returns:
+        One result with every case's rows and the cases in ``meta["cases"]``.
+
+    Raises:
+        UnpairedCasesError: When two variants of one model were measured on different token ids or groups.
+
+    Example:
+        >>> result = compare(default_cases(quick=True), n_seqs=8, seq_len=128)  # doctest: +SKIP
+        >>> case_table(result)  # doctest: +SKIP
+    """
+    return compare_cases(cases, **options)[0]
+
+
+def compare_cases(
     cases: list[Case],
     n_seqs: int = 16,
     seq_len: int = 640,
@@ -95,8 +118,8 @@ def compare(
     counterfactual: str = "auto",
     disk_budget: int | str | None = None,
     comparison_metrics: tuple[str, ...] = DEFAULT_METRICS,
-) -> Result:
-    """Measure every case on the same text and return one stacked result, with the comparisons between the cases.
+) -> tuple[Result, Result]:
+    """Measure every case on the same text: one stacked result of the cases, and one of the comparisons between them.
 
     Each model gets its own tokenization of the same source with the same seed;
     position 0 is each model's BOS. The default length (640) is beyond
@@ -109,8 +132,8 @@ def compare(
     §9.1 are computed (:func:`poslens.mechanisms.comparisons.compare_figures`:
     paired differences of each variant against its model's ``base``, trends
     over ``ntk:α`` and ``window:W``, depth slopes, and independent differences
-    between models) and kept in ``meta["comparisons"]``; read them with
-    :func:`poslens.mechanisms.comparisons.comparison_table`. Variants of one
+    between models), the second result (:func:`poslens.mechanisms.comparisons.comparisons_result`;
+    :func:`poslens.mechanisms.comparisons.comparison_table` reads it). Variants of one
     model must get the same token ids (a loader whose variants tokenize
     differently is refused with
     :class:`~poslens.mechanisms.comparison_cases.UnpairedCasesError` as soon as
@@ -134,16 +157,16 @@ def compare(
         comparison_metrics: The figures the comparisons compare (refitted from the cell sums).
 
     Returns:
-        One result with every case's rows; ``meta["comparisons"]`` holds the comparison table.
+        ``(cases, comparisons)``: one result with every case's rows and the cases in ``meta["cases"]``, and one with
+        the comparison table's rows (:data:`~poslens.mechanisms.comparison_rows.COMPARISON_COLUMNS`) and the same meta.
 
     Raises:
         UnpairedCasesError: When two variants of one model were measured on different token ids or groups.
 
     Example:
-        >>> result = compare(default_cases(quick=True), n_seqs=8, seq_len=128)  # doctest: +SKIP
+        >>> result, comparisons = compare_cases(default_cases(quick=True), n_seqs=8, seq_len=128)  # doctest: +SKIP
         >>> case_table(result)  # doctest: +SKIP
-        >>> from poslens.mechanisms.comparisons import comparison_table
-        >>> comparison_table(result).query("kind == 'paired' and metric == 'c_res' and layer == -1")  # doctest: +SKIP
+        >>> comparisons.table.query("kind == 'paired' and metric == 'c_res' and layer == -1")  # doctest: +SKIP
     """
     results, figures = [], []
     for case in progress_bar(cases, desc="architectures", unit="case", disable=not progress):
@@ -172,8 +195,7 @@ def compare(
         results.append(result)
     out = concat(results)
     out.meta["cases"] = [c.__dict__ | {"inference_time": c.inference_time} for c in cases]
-    out.meta[COMPARISONS_KEY] = to_meta(compare_figures(figures))
-    return out
+    return out, comparisons_result(figures, out.meta)
 
 
 def case_table(result: Result, metrics: tuple[str, ...] = ("c_res", "c_mask", "leakage_pattern")) -> pd.DataFrame:

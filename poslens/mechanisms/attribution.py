@@ -19,18 +19,14 @@ or for the key-0 mode a constant key-0 shift
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from poslens.errors import InputError
-from poslens.files import atomic_write, atomic_write_text
 from poslens.fit.binning import Binning
 from poslens.fit.metrics import all_metrics
 from poslens.fit.relativize import MODES, check_mode
@@ -38,6 +34,8 @@ from poslens.fit.stats import jackknife_interval
 from poslens.fit.sums import QUERY_WINDOWS
 from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result
+from poslens.measurement.table import COLUMNS
+from poslens.mechanisms.attribution_table import EXTRA_COLUMNS, LOSS_METRIC, R_METRIC, attribution_figure, edit_label, read_old_layout
 from poslens.mechanisms.next_token_loss import loss_change, next_token_nll
 from poslens.mechanisms.relativization import KeyZeroShiftPlacebo, RelativePlacebo, Relativization
 from poslens.mechanisms.relativization_fit import calibrate
@@ -45,106 +43,9 @@ from poslens.model.corpus import Corpus
 from poslens.model.pos_model import PosModel
 from poslens.options import DEFAULTS
 
-FIGURES = ("leakage_pattern", "c_res", "c_mask")  # L(log a) and its split, per layer
+#: The per-layer figures of the part's level and difference rows: L(log a) and its split.
+FIGURES = ("leakage_pattern", "c_res", "c_mask")
 FIRST_LAYER = 2  # r averages layers ≥ 2: layer 1 has only layer 0's edit below it
-
-
-@dataclass
-class Attribution:
-    """The cumulative attribution's tables and provenance.
-
-    Attributes:
-        table: Per layer and mode: ``kind`` ``level`` (the figure) or ``difference`` (edited − unedited), with intervals.
-        summary: r = 1 − mean_{l ≥ 2} L(edited) / mean_{l ≥ 2} L(unedited), per mode, calibration size and query window.
-        loss: The change in next-token loss per query bin under each edit and placebo.
-        meta: Model, corpus, software versions, calibration corpora, settings and timings, and where a sliding window
-            limits the key-0 term (``key0_rows``, :func:`key0_rows`).
-
-    Example:
-        >>> a = Attribution(pd.DataFrame(), pd.DataFrame({"mode": ["all"], "value": [0.3]}), pd.DataFrame(), {})
-        >>> a.figure("all")
-        Traceback (most recent call last):
-        ...
-        KeyError: "no summary row for mode 'all' in window 'all'"
-    """
-
-    table: pd.DataFrame
-    summary: pd.DataFrame
-    loss: pd.DataFrame
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def figure(self, mode: str, query_window: str = "all") -> pd.Series:
-        """The summary row r of ``mode`` at the largest calibration size (what C3 and C7 read).
-
-        Args:
-            mode: ``"all"``, ``"key0"`` or ``"all-but-key0"``.
-            query_window: ``"all"`` or ``"early"``.
-
-        Returns:
-            The row: value, ci_low, ci_high and the rest of its columns.
-
-        Raises:
-            KeyError: When the summary has no such row.
-
-        Example:
-            >>> s = pd.DataFrame({"mode": ["all"], "calibration_size": [8], "query_window": ["all"], "value": [0.3]})
-            >>> float(Attribution(pd.DataFrame(), s, pd.DataFrame(), {}).figure("all")["value"])
-            0.3
-        """
-        s = self.summary
-        if not len(s) or "calibration_size" not in s:
-            raise KeyError(f"no summary row for mode {mode!r} in window {query_window!r}")
-        rows = s[(s["mode"] == mode) & (s["query_window"] == query_window)]
-        if not len(rows):
-            raise KeyError(f"no summary row for mode {mode!r} in window {query_window!r}")
-        return rows[rows["calibration_size"] == rows["calibration_size"].max()].iloc[0]
-
-    def save(self, folder: str | Path) -> list[Path]:
-        """Write the three tables as Parquet and the provenance as JSON into ``folder``.
-
-        Args:
-            folder: The output folder (created if missing).
-
-        Returns:
-            The files written.
-
-        Example:
-            >>> import tempfile
-            >>> a = Attribution(pd.DataFrame({"x": [1]}), pd.DataFrame({"y": [2]}), pd.DataFrame({"z": [3]}), {"k": 1})
-            >>> [p.name for p in a.save(tempfile.mkdtemp())]
-            ['attribution.parquet', 'attribution_summary.parquet', 'attribution_loss.parquet', 'attribution.json']
-        """
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        out = []
-        for name, frame in (("attribution", self.table), ("attribution_summary", self.summary), ("attribution_loss", self.loss)):
-            out.append(atomic_write(folder / f"{name}.parquet", lambda tmp, f=frame: f.to_parquet(tmp, index=False)))
-        out.append(atomic_write_text(folder / "attribution.json", json.dumps(self.meta, indent=2, default=str)))
-        return out
-
-    @classmethod
-    def load(cls, folder: str | Path) -> Attribution:
-        """Read what :meth:`save` wrote.
-
-        Args:
-            folder: The folder holding the files.
-
-        Returns:
-            The attribution.
-
-        Raises:
-            FileNotFoundError: When a file is missing.
-
-        Example:
-            >>> import tempfile
-            >>> folder = tempfile.mkdtemp()
-            >>> _ = Attribution(pd.DataFrame({"x": [1]}), pd.DataFrame({"y": [2]}), pd.DataFrame({"z": [3]}), {"k": 1}).save(folder)
-            >>> Attribution.load(folder).meta
-            {'k': 1}
-        """
-        folder = Path(folder)
-        frames = [pd.read_parquet(folder / f"{name}.parquet") for name in ("attribution", "attribution_summary", "attribution_loss")]
-        return cls(*frames, json.loads((folder / "attribution.json").read_text()))
 
 
 def _metric_arrays(result: Result, pooled: Any, counterfactual: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -175,30 +76,49 @@ def _reduction(edited: np.ndarray, base: np.ndarray) -> np.ndarray:
     return 1.0 - edited[:, FIRST_LAYER:n_layers].mean(-1) / base[:, FIRST_LAYER:n_layers].mean(-1)
 
 
+def _row(
+    model: PosModel, label: str, size: int, metric: str, query_window: str, layer: int, kind: str, value: float, low: float, high: float, seq_len: int
+) -> dict[str, Any]:
+    """One row of the part's table: the tidy columns, then :data:`EXTRA_COLUMNS` (query bin −1: every query ≥ 1)."""
+    return {
+        "model": model.label,
+        "variant": model.variant_name,
+        "intervention": label,
+        "layer": layer,
+        "head": -1,
+        "query_window": query_window,
+        "metric": metric,
+        "value": value,
+        "ci_low": low,
+        "ci_high": high,
+        "kind": kind,
+        "calibration_size": size,
+        "query_bin": -1,
+        "query_low": 1,
+        "query_high": seq_len,
+    }
+
+
 def _rows(
-    model: PosModel, mode: str, size: int, estimate: np.ndarray, low: np.ndarray, high: np.ndarray, metric: str, kind: str
+    model: PosModel, label: str, size: int, estimate: np.ndarray, low: np.ndarray, high: np.ndarray, metric: str, kind: str, seq_len: int
 ) -> list[dict[str, Any]]:
     n_layers = estimate.shape[1] - 1
     rows = []
     for w, query_window in enumerate(QUERY_WINDOWS):
         for index in range(n_layers + 1):
             layer = -1 if index == n_layers else index
-            rows.append(
-                {
-                    "model": model.label,
-                    "variant": model.variant_name,
-                    "mode": mode,
-                    "calibration_size": size,
-                    "metric": metric,
-                    "query_window": query_window,
-                    "layer": layer,
-                    "kind": kind,
-                    "value": float(estimate[w, index]),
-                    "ci_low": float(low[w, index]),
-                    "ci_high": float(high[w, index]),
-                }
-            )
+            value, lo, hi = float(estimate[w, index]), float(low[w, index]), float(high[w, index])
+            rows.append(_row(model, label, size, metric, query_window, layer, kind, value, lo, hi, seq_len))
     return rows
+
+
+def _loss_rows(model: PosModel, label: str, size: int, frame: pd.DataFrame, seq_len: int) -> list[dict[str, Any]]:
+    """The rows of one edit's change in next-token loss per query bin (:func:`~poslens.mechanisms.next_token_loss.loss_change`)."""
+    return [
+        _row(model, label, size, LOSS_METRIC, "all", -1, "difference", float(r.value), float(r.ci_low), float(r.ci_high), seq_len)
+        | {"query_bin": int(r.query_bin), "query_low": int(r.query_low), "query_high": int(r.query_high)}
+        for r in frame.itertuples(index=False)
+    ]
 
 
 def _check_disjoint(corpus: Corpus, calibration: Corpus) -> None:
@@ -219,44 +139,33 @@ def _check_disjoint(corpus: Corpus, calibration: Corpus) -> None:
 
 def _paired_rows(
     model: PosModel,
-    mode: str,
+    label: str,
     size: int,
     edited: Result,
     base_all: dict[str, np.ndarray],
     base_reps: list[dict[str, np.ndarray]],
     table: list[dict[str, Any]],
     summary: list[dict[str, Any]],
+    seq_len: int,
 ):
-    """Add an edited measurement's levels, paired differences and r to the table and summary rows."""
+    """Add an edited measurement's levels and paired differences to the layer rows, and r to the summary rows."""
     ed_all, ed_reps = _replicated(edited)
     for metric in FIGURES:
         est = _per_layer(ed_all[metric])
         reps = np.stack([_per_layer(r[metric]) for r in ed_reps])
         low, high = jackknife_interval(est, reps)
-        table += _rows(model, mode, size, est, low, high, metric, "level")
+        table += _rows(model, label, size, est, low, high, metric, "level", seq_len)
         base_reps_metric = np.stack([_per_layer(r[metric]) for r in base_reps])
         d_est = est - _per_layer(base_all[metric])
         d_low, d_high = jackknife_interval(d_est, reps - base_reps_metric)
-        table += _rows(model, mode, size, d_est, d_low, d_high, metric, "difference")
+        table += _rows(model, label, size, d_est, d_low, d_high, metric, "difference", seq_len)
     r_est = _reduction(_per_layer(ed_all["leakage_pattern"]), _per_layer(base_all["leakage_pattern"]))
     r_reps = np.stack(
         [_reduction(_per_layer(e["leakage_pattern"]), _per_layer(b["leakage_pattern"])) for e, b in zip(ed_reps, base_reps, strict=False)]
     )
     r_low, r_high = jackknife_interval(r_est, r_reps)
     for w, query_window in enumerate(QUERY_WINDOWS):
-        summary.append(
-            {
-                "model": model.label,
-                "variant": model.variant_name,
-                "mode": mode,
-                "calibration_size": size,
-                "metric": "reduction_ge2",
-                "query_window": query_window,
-                "value": float(r_est[w]),
-                "ci_low": float(r_low[w]),
-                "ci_high": float(r_high[w]),
-            }
-        )
+        summary.append(_row(model, label, size, R_METRIC, query_window, -1, "reduction", float(r_est[w]), float(r_low[w]), float(r_high[w]), seq_len))
     return table, summary
 
 
@@ -314,7 +223,7 @@ def cumulative_attribution(
     counterfactual: str = "auto",
     disk_budget: int | str | None = None,
     interventions: Sequence[Any] = (),
-) -> Attribution:
+) -> Result:
     """Relativize every layer in each mode and measure each layer before its own edit (methodology §11).
 
     Each mode's edit is calibrated on the whole calibration corpus and the corpus
@@ -343,7 +252,12 @@ def cumulative_attribution(
             calibrations, the edited runs and the loss; the edit composes with them.
 
     Returns:
-        The :class:`Attribution`.
+        The tidy result: the columns of every table plus :data:`EXTRA_COLUMNS`. Per layer (``kind`` ``level``, and
+        ``difference`` edited − unedited) the figures of :data:`FIGURES` of the unedited run (intervention ``none``,
+        calibration size 0) and of each edit (``relativize:<mode>``, ``placebo:<mode>``) at its calibration size;
+        r (metric :data:`R_METRIC`, layer −1, kind ``reduction``) per edit, size and window; the change in
+        next-token loss (metric :data:`LOSS_METRIC`, kind ``difference``, window ``all``) per edit and query bin
+        (−1: every position ≥ 1), at the largest size. The provenance is in ``meta``.
 
     Raises:
         InputError: When the corpora differ in length or share a sequence, or a size is out of range.
@@ -356,9 +270,10 @@ def cumulative_attribution(
         >>> corpus = poslens.make_corpus(model, "random", n_seqs=8, seq_len=24, seed=0)
         >>> calibration = poslens.make_corpus(model, "random", n_seqs=8, seq_len=24, seed=1)
         >>> a = cumulative_attribution(model, corpus, calibration, modes=["key0"], groups=2, early=8, progress=False)
-        >>> sorted(set(a.table["mode"])), sorted(set(a.summary["calibration_size"]))   # key0 alone: its noise at 4 too
-        (['key0', 'none'], [4, 8])
-        >>> a.figure("key0")[["value", "ci_low", "ci_high"]].notna().all()
+        >>> r = a.table[a.table["metric"] == R_METRIC]
+        >>> sorted(set(a.table["intervention"])), sorted(set(r["calibration_size"]))   # key0 alone: its noise at 4 too
+        (['none', 'placebo:key0-shift', 'relativize:key0'], [4, 8])
+        >>> attribution_figure(a, "key0")[["value", "ci_low", "ci_high"]].notna().all()
         np.True_
     """
     start = time.perf_counter()
@@ -379,9 +294,9 @@ def cumulative_attribution(
     for metric in FIGURES:
         est = _per_layer(base_all[metric])
         low, high = jackknife_interval(est, np.stack([_per_layer(r[metric]) for r in base_reps]))
-        table += _rows(model, "none", 0, est, low, high, metric, "level")
+        table += _rows(model, "none", 0, est, low, high, metric, "level", corpus.seq_len)
     summary: list[dict[str, Any]] = []
-    loss_rows: list[pd.DataFrame] = []
+    loss_rows: list[dict[str, Any]] = []
     calibrations: dict[str, Any] = {}
     binning = Binning(corpus.seq_len, early)
     base_nll = next_token_nll(model, corpus, others, batch_size or 4) if loss else None
@@ -395,25 +310,15 @@ def cumulative_attribution(
             if mode == "all" and size == sizes[-1]:
                 edits.append(RelativePlacebo(fit, seed=placebo_seed))  # the figure's placebo curve
             for edit in edits:
-                label = mode if isinstance(edit, Relativization) else edit.label
                 edited = measure(model, corpus, interventions=[*others, edit], **options)
-                table, summary = _paired_rows(model, label, size, edited, base_all, base_reps, table, summary)
+                table, summary = _paired_rows(model, edit.label, size, edited, base_all, base_reps, table, summary, corpus.seq_len)
             if loss and size == sizes[-1]:
                 # the key-0 mode's placebo is a constant key-0 shift of the same norm (a sink bias), the others' a
                 # random relative kernel: each moves the logits as far as its edit without adding absolute position
                 placebo = KeyZeroShiftPlacebo(fit) if mode == "key0" else RelativePlacebo(fit, seed=placebo_seed)
                 for edit in (Relativization(fit), placebo):
                     frame = loss_change(next_token_nll(model, corpus, [*others, edit], batch_size or 4), base_nll, groups, binning)
-                    frame.insert(0, "edit", edit.label)
-                    loss_rows.append(frame)
-    loss_table = (
-        pd.concat(loss_rows, ignore_index=True)
-        if loss_rows
-        else pd.DataFrame(columns=["edit", "query_bin", "query_low", "query_high", "value", "ci_low", "ci_high"])
-    )
-    loss_table.insert(0, "variant", model.variant_name)
-    loss_table.insert(0, "model", model.label)
-    loss_table.insert(3, "metric", "loss_change")
+                    loss_rows += _loss_rows(model, edit.label, size, frame, corpus.seq_len)
     meta = {
         "model": base.meta.get("model"),
         "corpus": base.meta.get("corpus"),
@@ -434,4 +339,18 @@ def cumulative_attribution(
         },
         "timings": {"total_seconds": time.perf_counter() - start},
     }
-    return Attribution(pd.DataFrame(table), pd.DataFrame(summary), loss_table, meta)
+    return Result(pd.DataFrame(table + summary + loss_rows, columns=[*COLUMNS, *EXTRA_COLUMNS]), meta)
+
+
+__all__ = [
+    "EXTRA_COLUMNS",
+    "FIGURES",
+    "KEY0_MODES",
+    "LOSS_METRIC",
+    "R_METRIC",
+    "attribution_figure",
+    "cumulative_attribution",
+    "edit_label",
+    "key0_rows",
+    "read_old_layout",
+]

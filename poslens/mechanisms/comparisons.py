@@ -62,7 +62,7 @@ from poslens.mechanisms.comparison_rows import (
 )
 from poslens.model.variants import parse_variant
 
-#: Where :func:`poslens.mechanisms.architectures.compare` keeps the comparison table in a result's metadata.
+#: Where the compare part of table format 1 kept the comparison table: in the cases' metadata, read by :func:`comparison_table`.
 META_KEY = "comparisons"
 
 
@@ -162,46 +162,68 @@ def compare_results(
     return compare_figures([case_figures(r, metrics) for r in results], depth_metrics)
 
 
-def to_meta(table: pd.DataFrame) -> dict[str, Any]:
-    """A comparison table as JSON-ready metadata (pandas' ``split`` form), as :func:`comparison_table` reads it back.
+def comparisons_result(figures: list[CaseFigures], meta: dict[str, Any]) -> Result:
+    """The comparisons among the cases (:func:`compare_figures`) as a result of their own, with the cases' provenance.
 
     Args:
-        table: A comparison table.
+        figures: The cases' figures (:func:`case_figures`), in the comparison's order.
+        meta: The provenance of the cases' result (copied; the comparisons record the same run).
 
     Returns:
-        ``{"columns": [...], "data": [[...], ...]}``.
+        The result: one row per comparison, the columns of :data:`COMPARISON_COLUMNS`.
 
     Example:
-        >>> to_meta(empty_comparison_table())["columns"][:3]
-        ['model', 'variant', 'intervention']
+        >>> cases = [CaseFigures("m", v, {"c_res": np.full((2, 4), y)}, {"c_res": np.full((3, 2, 4), y)}, tokens="t")
+        ...          for v, y in (("base", 3.0), ("ntk:2", 2.0))]
+        >>> sorted(set(comparisons_result(cases, {"cases": []}).table["kind"]))
+        ['depth-slope', 'paired', 'trend']
     """
-    split = table[COMPARISON_COLUMNS].to_dict(orient="split")
-    return {"columns": list(split["columns"]), "data": [list(row) for row in split["data"]]}
+    return Result(compare_figures(figures)[COMPARISON_COLUMNS], dict(meta))
 
 
 def comparison_table(result: Result) -> pd.DataFrame:
-    """The comparison table that :func:`poslens.mechanisms.architectures.compare` kept in ``result.meta["comparisons"]``.
+    """C4's comparison table, from the comparisons part (``comparisons.parquet``), or from an older compare part.
 
-    Works on a result loaded from ``compare.parquet`` too. A result without
-    comparisons (saved by an older poslens) gives an empty table with the columns.
+    The comparisons part (the second result of :func:`poslens.mechanisms.architectures.compare_cases`) holds the
+    rows. A compare part of table format 1 kept them in ``meta["comparisons"]`` (:data:`META_KEY`) of the cases'
+    result; they are read from there. The cases' result of table format 2 holds none, and is refused.
 
     Args:
-        result: The result of :func:`~poslens.mechanisms.architectures.compare`.
+        result: The comparisons result, or a compare part of table format 1.
 
     Returns:
-        The comparison table (:data:`COMPARISON_COLUMNS`).
+        The comparison table (:data:`COMPARISON_COLUMNS`); empty when the result holds no comparison.
+
+    Raises:
+        InputError: When ``result`` is the cases' result of table format 2 (its comparisons are a result of their own).
 
     Example:
         >>> comparison_table(Result(pd.DataFrame())).columns.tolist() == COMPARISON_COLUMNS
         True
+        >>> comparison_table(Result(pd.DataFrame({"metric": ["c_res"]}), {"cases": []}))
+        Traceback (most recent call last):
+        poslens.errors.InputError: this result holds the compared cases (compare.parquet, table format 2), not their comparisons: ...
     """
-    stored = result.meta.get(META_KEY)
-    if not stored or not stored.get("data"):
+    if "comparison" in result.table.columns:
+        frame = result.table
+    elif META_KEY in result.meta:  # table format 1: the table in the cases' metadata
+        stored = result.meta[META_KEY]
+        if not stored or not stored.get("data"):
+            return empty_comparison_table()
+        frame = pd.DataFrame(stored["data"], columns=stored["columns"])
+    elif "cases" in result.meta:
+        raise InputError(
+            "this result holds the compared cases (compare.parquet, table format 2), not their comparisons: "
+            "read comparisons.parquet, the second result of compare_cases (in table format 1 they were in the cases' meta)"
+        )
+    else:
         return empty_comparison_table()
-    frame = pd.DataFrame(stored["data"], columns=stored["columns"])
+    if not len(frame):
+        return empty_comparison_table()
+    frame = frame.copy()
     for column in ("value", "ci_low", "ci_high", "se", "df", "detectable"):
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
-    return frame[COMPARISON_COLUMNS].astype({"layer": "int64", "head": "int64"})
+    return frame[COMPARISON_COLUMNS].astype({"layer": "int64", "head": "int64"}).reset_index(drop=True)
 
 
-__all__ = ["META_KEY", "compare_figures", "compare_results", "comparison_table", "to_meta"]
+__all__ = ["META_KEY", "compare_figures", "compare_results", "comparison_table", "comparisons_result"]

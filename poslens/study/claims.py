@@ -150,7 +150,7 @@ def evaluate(
             records each run's case, or a table labelled by :func:`~poslens.study.claims_compare.label_cases`.
         fingerprint: The fingerprint part (C6).
         attribution: The relativize part (C7, and C3's reported causal figure):
-            a :class:`~poslens.mechanisms.attribution.Attribution` or its summary table.
+            its :class:`~poslens.measurement.result.Result` (or that result's table).
         path: The path-specific tests' part (C3).
         claims: The claims to evaluate.
         c4_query_window: The query window (``early`` or ``all``) C4 reads.

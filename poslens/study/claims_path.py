@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd  # noqa: F401 (the examples build tables with it)
 
 from poslens.fit.stats import t_quantile
+from poslens.mechanisms.attribution_table import edit_label
 from poslens.mechanisms.comparison_stats import detectable_difference
 from poslens.study.claim_table import REPORTED, Claim, Input, claim_row, keyed, model_label, with_roles
 from poslens.study.claims_relativize import attribution_estimate, attribution_tables
@@ -234,7 +235,7 @@ def _earlier_parts(leakage: Any, ablation: Any, attribution: Any, model: str, va
             out.append(Input(red, REPORTED))
     if attribution is not None:
         summary = attribution_tables(attribution)[0]
-        if len(rows_where(summary, mode="key0", model=model, variant=variant)):
+        if len(rows_where(summary, intervention=edit_label("key0"), model=model, variant=variant)):
             out.append(Input(attribution_estimate(summary, model, variant, "key0"), REPORTED))
     return out
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from poslens.mechanisms.attribution_table import LOSS_METRIC, R_METRIC, edit_label
 from poslens.study.claim_table import Claim, claim_row, keyed, model_label, with_roles
 from poslens.study.lookup import rows_where, runs, where_text
 from poslens.study.rules import AnyOf, Condition, Estimate, Rule, verdict
@@ -20,11 +21,8 @@ from poslens.study.rules import AnyOf, Condition, Estimate, Rule, verdict
 # --------------------------------------------------------------------------- C7
 
 
-R_METRIC = "reduction_ge2"
-"""The relativize part's summary metric: r = 1 − mean over layers ≥ 2 of L(log a) edited / unedited (methodology §11)."""
-
-SUMMARY_COLUMNS = ("model", "variant", "mode", "calibration_size", "metric", "query_window", "value", "ci_low", "ci_high")
-"""The columns of the relativize part's summary table that C3 and C7 read."""
+PART_COLUMNS = ("model", "variant", "intervention", "calibration_size", "metric", "query_window", "value", "ci_low", "ci_high")
+"""The columns of the relativize part's table that C3 and C7 read (:func:`~poslens.mechanisms.attribution.cumulative_attribution`)."""
 
 C7_MARGIN = 0.10
 """C7's margin on r, read by :data:`C7_RULE`; fixed before the full run. C7 is two-sided: an r wholly below −margin
@@ -54,44 +52,44 @@ C7_RULE = Rule(
 
 
 def attribution_tables(x: Any) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The relativize part's summary table (checked) and its loss table (None when absent).
+    """The relativize part's rows of r (checked) and of the change in next-token loss (None when absent).
 
     Args:
-        x: The relativize part (:class:`~poslens.mechanisms.attribution.Attribution`), or its summary table.
+        x: The relativize part (a :class:`~poslens.measurement.result.Result`), or its table.
 
     Returns:
-        ``(summary, loss)``.
+        ``(r rows, loss rows)``: the rows of metric :data:`~poslens.mechanisms.attribution.R_METRIC` and of
+        :data:`~poslens.mechanisms.attribution.LOSS_METRIC`.
 
     Raises:
-        TypeError: When ``x`` has no summary DataFrame.
-        ValueError: When the summary lacks a column of :data:`SUMMARY_COLUMNS`.
+        TypeError: When ``x`` is neither a result nor a DataFrame.
+        ValueError: When the table lacks a column of :data:`PART_COLUMNS`.
 
     Example:
-        >>> s = pd.DataFrame([dict(model="m", variant="base", mode="all", calibration_size=8, metric="reduction_ge2",
-        ...                        query_window="all", value=0.3, ci_low=0.2, ci_high=0.4)])
-        >>> attribution_tables(s)[1] is None
-        True
+        >>> t = pd.DataFrame([dict(model="m", variant="base", intervention="relativize:all", calibration_size=8,
+        ...                        metric="reduction_ge2", query_window="all", value=0.3, ci_low=0.2, ci_high=0.4)])
+        >>> len(attribution_tables(t)[0]), attribution_tables(t)[1] is None
+        (1, True)
     """
-    summary = getattr(x, "summary", x)
-    if not isinstance(summary, pd.DataFrame):
-        raise TypeError(f"attribution: expected an Attribution or its summary DataFrame, got {type(x).__name__}")
-    missing = [c for c in SUMMARY_COLUMNS if c not in summary.columns]
+    table = getattr(x, "table", x)
+    if not isinstance(table, pd.DataFrame):
+        raise TypeError(f"attribution: expected the relativize part (a Result) or its table, got {type(x).__name__}")
+    missing = [c for c in PART_COLUMNS if c not in table.columns]
     if missing:
-        raise ValueError(f"attribution: summary table lacks column(s) {missing}")
-    loss = getattr(x, "loss", None)
-    needed = ("model", "variant", "edit", "query_bin", "metric", "value", "ci_low", "ci_high")
-    if not isinstance(loss, pd.DataFrame) or loss.empty or any(c not in loss.columns for c in needed):
-        loss = None
-    return summary, loss
+        raise ValueError(f"attribution: the relativize part's table lacks column(s) {missing}")
+    loss = table[table["metric"] == LOSS_METRIC]
+    if loss.empty or "query_bin" not in loss.columns:
+        return table[table["metric"] == R_METRIC], None
+    return table[table["metric"] == R_METRIC], loss
 
 
 def attribution_estimate(
     summary: pd.DataFrame, model: str, variant: str, mode: str, query_window: str = "all", calibration_size: int | None = None
 ) -> Estimate:
-    """r of one relativization mode (or placebo) from the relativize part's summary, as a claim's input.
+    """r of one relativization mode (or placebo) from the relativize part's rows, as a claim's input.
 
     Args:
-        summary: The summary table (:data:`SUMMARY_COLUMNS`).
+        summary: The part's table, or its rows of r (:data:`PART_COLUMNS`).
         model: The model.
         variant: Its variant.
         mode: ``all``, ``key0``, ``all-but-key0`` or ``placebo:<mode>``.
@@ -102,16 +100,17 @@ def attribution_estimate(
         The figure, named ``r (<mode>)`` (with the calibration size when one is asked for).
 
     Raises:
-        ValueError: When the summary has no such row, or several.
+        ValueError: When the part has no such row, or several.
 
     Example:
-        >>> s = pd.DataFrame([dict(model="m", variant="base", mode="all", calibration_size=n, metric="reduction_ge2",
+        >>> s = pd.DataFrame([dict(model="m", variant="base", intervention="relativize:all", calibration_size=n, metric="reduction_ge2",
         ...                        query_window="all", value=v, ci_low=v - 0.1, ci_high=v + 0.1) for n, v in [(8, 0.3), (16, 0.25)]])
         >>> attribution_estimate(s, "m", "base", "all").text(), attribution_estimate(s, "m", "base", "all", calibration_size=8).name
         ('r (all) = 0.25 [0.15, 0.35]', 'r (all, calibration size 8)')
     """
-    where = where_text(metric=R_METRIC, query_window=query_window, model=model, variant=variant) + f", mode {mode!r}"
-    rows = rows_where(summary, metric=R_METRIC, mode=mode, query_window=query_window, model=model, variant=variant)
+    edit = edit_label(mode)
+    where = where_text(metric=R_METRIC, query_window=query_window, model=model, variant=variant) + f", intervention {edit!r}"
+    rows = rows_where(summary, metric=R_METRIC, intervention=edit, query_window=query_window, model=model, variant=variant)
     if len(rows) == 0:
         raise ValueError(f"attribution: no row for {where}")
     size = int(rows["calibration_size"].max()) if calibration_size is None else int(calibration_size)
@@ -120,7 +119,6 @@ def attribution_estimate(
         raise ValueError(f"attribution: {len(rows)} rows for {where}, calibration size {size}; expected exactly one")
     row = rows.iloc[0]
     name = f"r ({mode})" if calibration_size is None else f"r ({mode}, calibration size {size})"
-    edit = mode if mode.startswith("placebo") else f"relativize:{mode}"
     return Estimate(
         name,
         float(row["value"]),
@@ -139,7 +137,7 @@ def attribution_estimate(
 
 def _loss_estimate(loss: pd.DataFrame, model: str, variant: str, edit: str) -> Estimate | None:
     """The change in next-token loss over all positions ≥ 1 under ``edit``, or None when the table has none."""
-    rows = rows_where(loss, metric="loss_change", edit=edit, query_bin=-1, model=model, variant=variant)
+    rows = rows_where(loss, metric=LOSS_METRIC, intervention=edit, query_bin=-1, model=model, variant=variant)
     if len(rows) != 1:
         return None
     row = rows.iloc[0]
@@ -150,7 +148,7 @@ def _loss_estimate(loss: pd.DataFrame, model: str, variant: str, edit: str) -> E
         float(row["ci_high"]),
         f"metric 'loss_change' (nats per token, edited - unedited), edit {edit!r}, positions >= 1, "
         f"model {model!r}, variant {variant!r}, paired jackknife",
-        metric="loss_change",
+        metric=LOSS_METRIC,
         model=str(model),
         variant=str(variant),
         intervention=edit,
@@ -161,7 +159,7 @@ def _loss_estimate(loss: pd.DataFrame, model: str, variant: str, edit: str) -> E
 def claim_c7(attribution: Any) -> list[dict[str, Any]]:
     """C7, later layers' absolute position depends on earlier layers' absolute logits (methodology §11).
 
-    Estimate, per (model, variant) of the relativize part's summary: ``r (all)``,
+    Estimate, per (model, variant) of the relativize part's rows of r: ``r (all)``,
     the reduction of mean L(log a) over layers ≥ 2 under the cumulative "every
     column" edit (each layer measured with exactly the layers below it
     relativized), query window ``all``, at the largest calibration size
@@ -180,33 +178,33 @@ def claim_c7(attribution: Any) -> list[dict[str, Any]]:
     One row per (model, variant).
 
     Args:
-        attribution: The relativize part (:class:`~poslens.mechanisms.attribution.Attribution`, or its summary table).
+        attribution: The relativize part (a :class:`~poslens.measurement.result.Result`), or its table.
 
     Returns:
         The claims rows, ``{column: value}`` with the columns of :data:`~poslens.study.claim_table.CLAIM_COLUMNS` and their ``inputs``.
 
     Raises:
-        ValueError: When the summary has no ``all`` row for a model, or several.
+        ValueError: When the part has no ``relativize:all`` row of r for a model, or several.
 
     Example:
-        >>> s = pd.DataFrame([dict(model="m", variant="base", mode=mode, calibration_size=16, metric="reduction_ge2",
+        >>> s = pd.DataFrame([dict(model="m", variant="base", intervention=edit, calibration_size=16, metric="reduction_ge2",
         ...                        query_window="all", value=v, ci_low=lo, ci_high=hi)
-        ...                   for mode, v, lo, hi in [("all", 0.05, -0.02, 0.08), ("placebo:all", 0.01, -0.03, 0.05)]])
+        ...                   for edit, v, lo, hi in [("relativize:all", 0.05, -0.02, 0.08), ("placebo:all", 0.01, -0.03, 0.05)]])
         >>> [(r["model"], r["verdict"], r["figure"]) for r in claim_c7(s)]
         [('m', 'not supported', 0.05)]
-        >>> s.loc[s["mode"] == "all", ["value", "ci_low", "ci_high"]] = (-0.9, -1.2, -0.6)   # the edit raises L: two-sided
+        >>> s.loc[s["intervention"] == "relativize:all", ["value", "ci_low", "ci_high"]] = (-0.9, -1.2, -0.6)   # the edit raises L: two-sided
         >>> [r["verdict"] for r in claim_c7(s)]
         ['supported']
     """
     summary, loss = attribution_tables(attribution)
-    present = rows_where(summary, metric=R_METRIC, mode="all")
+    present = rows_where(summary, metric=R_METRIC, intervention=edit_label("all"))
     rows = []
-    for model, variant in runs(present, "attribution", f"metric {R_METRIC!r} with mode 'all'"):
+    for model, variant in runs(present, "attribution", f"metric {R_METRIC!r} with intervention 'relativize:all'"):
         r_all = attribution_estimate(summary, model, variant, "all")
-        mine = rows_where(summary, metric=R_METRIC, mode="all", query_window="all", model=model, variant=variant)
+        mine = rows_where(summary, metric=R_METRIC, intervention=edit_label("all"), query_window="all", model=model, variant=variant)
         others = sorted({int(n) for n in mine["calibration_size"]} - {int(mine["calibration_size"].max())})
         reported = [attribution_estimate(summary, model, variant, "all", calibration_size=n) for n in others]
-        if len(rows_where(summary, metric=R_METRIC, mode="placebo:all", query_window="all", model=model, variant=variant)):
+        if len(rows_where(summary, metric=R_METRIC, intervention="placebo:all", query_window="all", model=model, variant=variant)):
             reported.append(attribution_estimate(summary, model, variant, "placebo:all"))
         if loss is not None:
             reported += [f for f in (_loss_estimate(loss, model, variant, e) for e in ("relativize:all", "placebo:all")) if f]

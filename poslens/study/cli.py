@@ -325,7 +325,8 @@ def _run_part(part: Part, typed: dict[str, Any], overwrite: bool, out: Path) -> 
 
 
 for _part in PARTS.values():
-    app.command(_part.name)(part_command(_part, _run_part))
+    if not _part.made_by:  # a part made with another (the comparisons, with compare) has no command of its own
+        app.command(_part.name)(part_command(_part, _run_part))
 
 
 @app.command()
@@ -468,13 +469,12 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
     with _output_folder(out):
         parts = {}
         for part in PARTS.values():
-            if part.name == "relativize":
-                if (Path(out) / "attribution.json").exists():
-                    from poslens.mechanisms.attribution import Attribution
-
-                    parts["relativize"] = Attribution.load(out)
-            elif (Path(out) / part.file).exists():
+            if (Path(out) / part.file).exists():
                 parts[part.name] = Result.load(Path(out) / part.file)
+        if "relativize" not in parts and (Path(out) / "attribution.json").exists():
+            from poslens.mechanisms.attribution_table import read_old_layout
+
+            parts["relativize"] = read_old_layout(out)  # the four files of table format 1
         if not parts:
             raise typer.BadParameter(
                 f"{out} holds none of the parts' tables ({', '.join(part.file for part in PARTS.values())}); run their commands first"

@@ -6,8 +6,8 @@ intervention) and one (metric, query window, layer, head). :func:`pick`
 narrows the table to the run and asks
 :meth:`poslens.measurement.result.Result.select` for the rest, so a metric,
 query window, layer or head that is not there is named with the ones that are;
-exactly one row must match. Tables that are not tidy tables (the relativize
-part's summary and loss tables) are filtered by :func:`rows_where`.
+exactly one row must match. Rows keyed by columns beyond the tidy ones (the
+relativize part's calibration size and query bin) are filtered by :func:`rows_where`.
 
 Example:
     >>> t = pd.DataFrame([figure_row("c_res", 0.01, 0.0, 0.02, query_window="early")])

@@ -13,7 +13,6 @@ runs every part through this cache.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -126,14 +125,9 @@ def complete_parts(out: str | Path, settings: Settings, names: list[str]) -> lis
     """
     complete = []
     for name in names:
-        path = Path(out) / ("attribution.json" if name == "relativize" else f"{name}.parquet")
+        path = Path(out) / f"{name}.parquet"
         try:
-            if not path.exists():
-                saved = None
-            elif name == "relativize":
-                saved = json.loads(path.read_text()).get("settings")
-            else:
-                saved = Result.load(path).meta.get("settings")
+            saved = Result.load(path).meta.get("settings") if path.exists() else None
         except Exception:  # unreadable: a rerun computes it again
             saved = None
         if saved and saved == settings_values(settings, tuple(saved)):
@@ -307,7 +301,7 @@ def unreadable_error(path: Path, error: BaseException) -> PoslensError:
     """The refusal of a saved part that cannot be read: it is left as it is unless ``--overwrite`` asks to replace it.
 
     Args:
-        path: The part's file (``….parquet`` or ``attribution.json``).
+        path: The part's file (``….parquet``).
         error: Why it cannot be read.
 
     Returns:

@@ -7,7 +7,7 @@ imported inside, so that ``poslens --help`` stays fast.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -184,8 +184,8 @@ def show_compare(result: Result, console: Console) -> None:
     console.print("variants other than 'base' are inference-time changes of smollm2-135m; weights are 4-bit quantized")
 
 
-def show_relativize(result: Any, console: Console) -> None:
-    """Print the relativize part: r per mode and calibration size, and the change in next-token loss.
+def show_relativize(result: Result, console: Console) -> None:
+    """Print the relativize part: r per edit and calibration size, and the change in next-token loss.
 
     Args:
         result: The part.
@@ -197,23 +197,25 @@ def show_relativize(result: Any, console: Console) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from poslens.mechanisms.attribution_table import LOSS_METRIC, R_METRIC
+
     wide = _wide(console)
     table = Table(title="r = 1 − mean over layers ≥ 2 of L(log a) relativized / unedited, 95% CI (paired jackknife)")
-    for column in ("mode", "calibration size", "queries", "r", "95% CI"):
+    for column in ("edit", "calibration size", "queries", "r", "95% CI"):
         table.add_column(column)
-    summary = result.summary.sort_values(["mode", "calibration_size", "query_window"])
+    rows = result.table
+    summary = rows[rows["metric"] == R_METRIC].sort_values(["intervention", "calibration_size", "query_window"])
     for row in summary.itertuples():
-        table.add_row(
-            escape(str(row.mode)), str(row.calibration_size), str(row.query_window), f"{row.value:.3g}", f"[{row.ci_low:.3g}, {row.ci_high:.3g}]"
-        )
+        interval = f"[{row.ci_low:.3g}, {row.ci_high:.3g}]"
+        table.add_row(escape(str(row.intervention)), str(row.calibration_size), str(row.query_window), f"{row.value:.3g}", interval)
     wide.print(table)
     if result.meta.get("key0_rows"):  # a sliding window limits the key-0 modes to the rows that see key 0
         wide.print(escape(f"note: {result.meta['key0_rows']['note']}"), soft_wrap=True)
-    loss = result.loss[result.loss["query_bin"] == -1] if len(result.loss) else result.loss
+    loss = rows[(rows["metric"] == LOSS_METRIC) & (rows["query_bin"] == -1)]
     if len(loss):
         table = Table(title="change in next-token loss over all positions ≥ 1 (edited − unedited, nats per token), 95% CI")
         for column in ("edit", "Δ loss", "95% CI"):
             table.add_column(column)
         for row in loss.itertuples():
-            table.add_row(escape(str(row.edit)), f"{row.value:+.3g}", f"[{row.ci_low:+.3g}, {row.ci_high:+.3g}]")
+            table.add_row(escape(str(row.intervention)), f"{row.value:+.3g}", f"[{row.ci_low:+.3g}, {row.ci_high:+.3g}]")
         wide.print(table)

@@ -301,7 +301,7 @@ class Part:
         defaults: Its own default of an option, as typed (``{"replacements": ["mean"]}``).
         fills: Its corpora's sizes: each must hold at least one sequence per group.
         lengths: Its corpora's lengths: the early window must lie below each.
-        table_file: The file that holds its table, when it is not ``<name>.parquet``.
+        made_by: The part whose command makes this one too (empty: its own command).
         figure_metrics: The metrics the report's figures of this part draw.
         tokens: Its cost in token-equivalents of a measured forward pass, for the full run's estimate.
         check: Checks of its options that must agree with each other, given the settings; raises
@@ -326,7 +326,7 @@ class Part:
     figure_metrics: tuple[str, ...] = ()
     tokens: Callable[[Settings], float] = lambda s: 0.0
     check: Callable[[Mapping[str, Any]], None] = lambda settings: None
-    table_file: str = ""
+    made_by: str = ""
 
     @property
     def method(self) -> str:
@@ -335,8 +335,13 @@ class Part:
 
     @property
     def file(self) -> str:
-        """The file that holds its table, in the study folder (``<name>.parquet`` unless declared otherwise)."""
-        return self.table_file or f"{self.name}.parquet"
+        """The file that holds its table, in the study folder."""
+        return f"{self.name}.parquet"
+
+    @property
+    def command(self) -> str:
+        """The ``poslens`` command that makes it."""
+        return self.made_by or self.name
 
     def flag(self, setting: str) -> str:
         """How this part's command spells the option of ``setting``.
@@ -461,9 +466,10 @@ _DECLARED = (
     Part(
         "relativize",
         "Relativize every layer and measure each before its own edit: the cumulative attribution (methodology §11).\n\n"
-        "Writes attribution.parquet (per layer and mode: L(log a), C_res, C_mask, levels and paired differences), "
-        "attribution_summary.parquet (r = 1 − mean over layers ≥ 2 of L edited / unedited), attribution_loss.parquet and "
-        "attribution.json (provenance, the calibration corpora included). --batch-size is used as given (no --max-memory).\n\n"
+        "Writes relativize.parquet (and .csv), one row per figure: per layer and edit L(log a), C_res and C_mask, levels and "
+        "paired differences; r = 1 − mean over layers ≥ 2 of L edited / unedited (metric reduction_ge2); the change in "
+        "next-token loss (metric loss_change); the provenance, the calibration corpora included, in its metadata. "
+        "--batch-size is used as given (no --max-memory).\n\n"
         "Example: poslens relativize --model smollm2-135m --modes all,key0 --calibration-sizes 8,16 --out results/quick",
         (
             "model",
@@ -510,7 +516,6 @@ _DECLARED = (
         flags={"relativize_seqs": "--n-seqs", "relativize_len": "--seq-len"},
         fills=("relativize_seqs",),
         check=_check_relativize,
-        table_file="attribution.parquet",
         lengths=("relativize_len",),
         # the unedited run, each mode, the smaller calibration and the placebo; then the loss forwards
         tokens=lambda s: (1 + len(s.relativize_modes) + 2 + 2 * len(s.relativize_modes)) * _measured_tokens(s.relativize_seqs, s.relativize_len),
@@ -539,6 +544,15 @@ _DECLARED = (
         figure_metrics=("c_res", "c_mask"),
         tokens=lambda s: (_compare_cases(s) + 1) * _measured_tokens(s.compare_seqs, s.compare_len),  # gemma3-270m: about twice
     ),
+    Part(
+        "comparisons",
+        "The comparisons among compare's cases by the interval of their difference (C4): paired differences of each "
+        "variant against its model's base, trends, depth slopes and independent differences between models.",
+        ("compare_seqs", "compare_len", "compare_quick", "cases", "groups", "early", "seed", "corpus", "text_field", "batch_size"),
+        (),
+        show=part_printing.show_compare,
+        made_by="compare",  # measured with the cases, whose sums it needs: compare's command writes both
+    ),
 )
 
 PARTS: Mapping[str, Part] = MappingProxyType({part.name: part for part in _DECLARED})
@@ -563,8 +577,10 @@ def report_plan(skip_compare: bool = False) -> list[str]:
     Example:
         >>> report_plan(skip_compare=True)
         ['leakage', 'sinks', 'bos-swap', 'ablate-sinks', 'path-tests', 'fingerprint', 'relativize']
+        >>> report_plan()[-2:]   # the comparisons are made with the cases
+        ['compare', 'comparisons']
     """
-    return [name for name in PARTS if not (skip_compare and name == "compare")]
+    return [name for name, part in PARTS.items() if not (skip_compare and part.command == "compare")]
 
 
 def estimated_tokens(settings: Settings, names: list[str] | None = None) -> float:
@@ -610,8 +626,8 @@ def command_line(command: str, settings: Mapping[str, Any], out: Any) -> str:
         >>> command_line("bos-swap", {"replacements": ["mean", "zero"]}, "A")
         'poslens bos-swap --replacement mean --replacement zero --out A'
     """
-    part = PARTS[command]
-    words = ["poslens", command]
+    part = PARTS[PARTS[command].command]  # a part made by another part's command: that command
+    words = ["poslens", part.name]
     for name in part.settings:
         spelling = OPTIONS[name].spelling
         if name not in settings or spelling == "none" or _same(settings[name], part.default(name)):

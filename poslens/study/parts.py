@@ -26,7 +26,6 @@ corpus, model and interventions.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -34,12 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from poslens.errors import InputError
+from poslens.errors import InputError, OldLayoutError
 from poslens.files import atomic_write
 from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result
 from poslens.mechanisms import sinks
-from poslens.mechanisms.architectures import compare, default_cases
+from poslens.mechanisms.architectures import default_cases
 from poslens.mechanisms.effects import reduction
 from poslens.mechanisms.interventions import BosReplacement, SinkAblation
 from poslens.model.corpus import Corpus, make_corpus
@@ -47,25 +46,18 @@ from poslens.model.guards import check_seq_len
 from poslens.model.loading import load_model
 from poslens.model.pos_model import PosModel
 from poslens.model.reads import recording_reads
-from poslens.ownership import check_replaceable, record_written, remove_ours, replacing, written_files
+from poslens.ownership import record_written, remove_ours, replacing
 from poslens.runtime import distributed
-from poslens.study.inputs import corpus_inputs, inputs_as_read, model_inputs
+from poslens.study.inputs import corpus_inputs, model_inputs
 from poslens.study.part_cache import (
     cached_part,
     check_same_settings,
-    part_key,
-    refusal_error,
-    unreadable_error,
 )
 from poslens.study.part_registry import PARTS
-from poslens.study.settings import Settings, settings_values
+from poslens.study.settings import Settings
 
 if TYPE_CHECKING:
-    from poslens.mechanisms.attribution import Attribution
     from poslens.study.claim_table import Claims
-
-#: The files of the relativize part (:meth:`Study.relativize`, :meth:`~poslens.mechanisms.attribution.Attribution.save`).
-RELATIVIZE_FILES = ("attribution.parquet", "attribution_summary.parquet", "attribution_loss.parquet", "attribution.json")
 
 
 class Study:
@@ -335,6 +327,9 @@ class Study:
     def compare(self) -> Result:
         """C_res and C_mask by layer across standard, NTK and sliding-window cases (C4).
 
+        Also makes the comparisons part (:meth:`comparisons`): the comparisons among the cases need the cases'
+        cell sums, which are at hand only while they are measured.
+
         Returns:
             The part's tidy result, reused from the folder when it matches.
 
@@ -344,14 +339,39 @@ class Study:
             [('smollm2-135m', 'base', 0.0098), ('smollm2-135m', 'ntk:4', 0.0094),
              ('smollm2-135m', 'window:64', 0.0137), ('gemma3-270m', 'base', 0.0043)]
         """
+        return self._compare_parts()[0]
+
+    def comparisons(self) -> Result:
+        """The comparisons among compare's cases by the interval of their difference (C4, methodology §9.1).
+
+        Paired differences of each variant against its model's base, trends over ``ntk:α`` and ``window:W``, depth
+        slopes and independent differences between models (:func:`~poslens.mechanisms.comparisons.compare_figures`):
+        the part ``comparisons.parquet``, made with the compare part. Beside a compare part of table format 1, which
+        kept them in its metadata, they are read from there; beside one of table format 2 saved without them, the
+        cases are measured again.
+
+        Returns:
+            The part's tidy result (:data:`~poslens.mechanisms.comparison_rows.COMPARISON_COLUMNS`), reused from the
+            folder when it matches.
+
+        Example:
+            >>> study.comparisons().table.query("kind == 'paired' and metric == 'c_res' and layer == -1")  # doctest: +SKIP
+        """
+        return self._compare_parts()[1]
+
+    def _compare_parts(self) -> tuple[Result, Result]:
+        """The compare part and its comparisons part, each reused from the folder or made (the two together)."""
+        from poslens.mechanisms.architectures import compare_cases
+        from poslens.mechanisms.comparisons import META_KEY, comparison_table
+
         s = self.settings
         cases = list(s.cases) or default_cases(quick=s.compare_quick)
         inputs = corpus_inputs(s.corpus, s.text_field)
         for case in cases:
             inputs.update(model_inputs(case.model))
-        return self._part(
-            "compare",
-            lambda: compare(
+
+        def measured() -> tuple[Result, Result]:
+            return compare_cases(
                 cases,
                 n_seqs=s.compare_seqs,
                 seq_len=s.compare_len,
@@ -364,11 +384,29 @@ class Study:
                 text_field=s.text_field,
                 counterfactual=s.counterfactual,
                 disk_budget=s.disk_budget,
-            ),
-            inputs,
-        )
+            )
 
-    def relativize(self) -> Attribution:
+        made: list[Result] = []
+
+        def compute_cases() -> Result:
+            result, comparisons = measured()
+            made.append(comparisons)
+            return result
+
+        result = self._part("compare", compute_cases, inputs)
+
+        def compute_comparisons() -> Result:
+            if made:  # measured just now
+                return made[0]
+            if META_KEY in result.meta:  # a compare part of table format 1: its comparisons were kept in its meta
+                meta = {k: v for k, v in result.meta.items() if k != META_KEY}
+                return Result(comparison_table(result), meta)
+            self.log("[comparisons] the compare part was saved without its comparisons: measuring the cases again")
+            return measured()[1]
+
+        return result, self._part("comparisons", compute_comparisons, inputs)
+
+    def relativize(self) -> Result:
         """Cumulative attribution: every layer relativized in each mode, each measured before its own edit (methodology §11).
 
         The edit is fitted on a calibration corpus of the same source and length
@@ -376,25 +414,27 @@ class Study:
         from the measured corpus by construction: N_cal + N windows are drawn
         and every one the measured corpus also holds is dropped
         (:meth:`~poslens.model.corpus.Corpus.excluding`; two seeds' draws of a
-        small source share windows often). The part is the four files of
-        :meth:`~poslens.mechanisms.attribution.Attribution.save` (:data:`RELATIVIZE_FILES`),
-        whose ``attribution.json`` records the settings, inputs and key; it is
-        reused, refused or measured again (``overwrite``) like the other parts.
+        small source share windows often). The part is ``relativize.parquet``, one
+        tidy result (:func:`~poslens.mechanisms.attribution.cumulative_attribution`),
+        reused, refused or measured again (``overwrite``) like the other parts. A folder
+        holding the part in its old layout of table format 1 (``attribution.json`` and
+        three ``attribution*.parquet``) is refused naming both layouts, unless ``overwrite``
+        asks to measure it again (the old files poslens wrote are removed).
 
         Returns:
-            The :class:`~poslens.mechanisms.attribution.Attribution`, reused from the folder when it matches.
+            The part's tidy result, reused from the folder when it matches.
 
         Raises:
             InputError: When the calibration seed is the measured corpus's seed (the corpora would not be disjoint),
                 or the corpus holds fewer windows than the two disjoint corpora need (N + N_cal).
+            OldLayoutError: When the folder holds the part in its old layout (and not ``overwrite``).
             SettingsMismatchError: When the saved part was made with other settings (and not ``overwrite``).
             InputsChangedError: When the saved part's input files changed since (and not ``overwrite``).
 
         Example:
-            >>> study.relativize().figure("all")[["value", "ci_low", "ci_high"]]  # doctest: +SKIP
+            >>> from poslens.mechanisms.attribution import attribution_figure  # doctest: +SKIP
+            >>> attribution_figure(study.relativize(), "all")[["value", "ci_low", "ci_high"]]  # doctest: +SKIP
         """
-        from poslens.mechanisms.attribution import Attribution
-
         s = self.settings
         calibration_seed = s.seed + 1 if s.calibration_seed is None else s.calibration_seed
         if calibration_seed == s.seed:
@@ -402,65 +442,27 @@ class Study:
                 f"--calibration-seed {calibration_seed} is the measured corpus's --seed: the calibration corpus "
                 f"must be disjoint from the measured one; pass another seed (default --seed + 1 = {s.seed + 1})"
             )
-        names = PARTS["relativize"].settings
-        inputs = self.inputs()
-        key, wanted = part_key(s, names, inputs), settings_values(s, names)
-        saved: list[Attribution] = []
+        self._old_attribution_layout()
+        return self._part("relativize", lambda: self._attribution(calibration_seed))
 
-        def look() -> str:  # rank 0 looks at the folder, as cached_part does
-            previous = self._saved_attribution(key, wanted, inputs)
-            saved.extend([] if previous is None else [previous])
-            return "compute" if previous is None else "reuse"
+    def _old_attribution_layout(self) -> None:
+        """Refuse the relativize part's old layout in the folder, or under ``overwrite`` remove the old files poslens wrote."""
+        from poslens.mechanisms.attribution_table import OLD_FILES, old_layout_message
 
-        if distributed.decided_by_main(look) == "reuse":
-            return saved[0] if saved else Attribution.load(self.out)
-        self.log("[relativize] computing")
-        start = time.perf_counter()
-        with recording_reads() as reads:
-            result = self._attribution(calibration_seed)
-        inputs = distributed.decided_by_main(lambda: inputs_as_read(inputs, reads, "the relativize part"))
-        result.meta.update(
-            settings_key=part_key(s, names, inputs),
-            settings=wanted,
-            inputs=inputs,
-            part_seconds=time.perf_counter() - start,
-        )
-        if distributed.is_main():  # under torchrun, rank 0 writes
-            written = result.save(self.out)
-            record_written(written)
-            self.written.extend(written)
-            self.log(f"[relativize] done in {result.meta['part_seconds']:.0f} s -> " + ", ".join(str(f) for f in written))
-        return result
+        record = self.out / OLD_FILES[0]
+        if distributed.decided_by_main(lambda: "old" if record.exists() else "none") == "none":
+            return
+        if not self.overwrite:
+            raise OldLayoutError(
+                f"{old_layout_message(self.out)}. poslens does not reuse or replace the old files: pass --overwrite to "
+                "measure the part again (removing the old files poslens wrote), or choose another --out; "
+                "`poslens claims` still reads the old layout"
+            )
+        self.log(f"[relativize] {record} is the old layout of the part; measuring it again as relativize.parquet (--overwrite)")
+        if distributed.is_main():
+            remove_ours([self.out / name for name in OLD_FILES])
 
-    def _saved_attribution(self, key: str, wanted: dict[str, Any], inputs: dict[str, str]) -> Attribution | None:
-        """The relativize part saved in the folder if it can be reused; else None, once its files may be written."""
-        from poslens.mechanisms.attribution import Attribution
-
-        files = [self.out / name for name in RELATIVIZE_FILES]
-        record = self.out / "attribution.json"
-        if record.exists():
-            try:
-                previous = Attribution.load(self.out)
-            except Exception as error:  # noqa: BLE001 (any reason it cannot be read is refused, naming it)
-                if record.name not in written_files(self.out):
-                    check_replaceable(record)  # not poslens's: the user's file, named as such
-                if not self.overwrite:
-                    raise unreadable_error(record, error) from error
-                self.log(f"[relativize] {record} cannot be read ({type(error).__name__}: {error}); measuring it again (--overwrite)")
-                remove_ours(files)
-            else:
-                if previous.meta.get("settings_key") == key:
-                    self.log(f"[relativize] reusing {record}")
-                    return previous
-                if not self.overwrite:
-                    raise refusal_error(record, previous.meta, wanted, inputs)
-                self.log(f"[relativize] {record} was made with other settings or inputs; measuring it again (--overwrite)")
-                remove_ours(files)
-        for target in files:
-            check_replaceable(target)
-        return None
-
-    def _attribution(self, calibration_seed: int) -> Attribution:
+    def _attribution(self, calibration_seed: int) -> Result:
         """The cumulative attribution of :meth:`relativize`, computed (its corpora drawn, every mode measured)."""
         from poslens.mechanisms.attribution import cumulative_attribution
 
@@ -528,6 +530,8 @@ class Study:
 
         check_same_settings(parts)
         comparison = parts.get("compare")
+        # C4's paired table: the comparisons part, or in a compare part of table format 1 its meta
+        compared = parts.get("comparisons", comparison)
         ablation = parts.get("ablate-sinks")
         if ablation is not None and ablation.table.empty:
             ablation = None  # no sink-reading head: C3's ablation was not measured
@@ -542,7 +546,7 @@ class Study:
             # an imposed window of W changes nothing for queries i < W, so C4 compares all queries
             c4_query_window="all",
             # C4 by paired/independent differences and trends (methodology §9.1) when compare recorded them
-            c4_comparisons=comparison_table(comparison) if comparison is not None else None,
+            c4_comparisons=comparison_table(compared) if compared is not None else None,
         )
         self.out.mkdir(parents=True, exist_ok=True)
         self.write(self.out / CLAIMS_FILE, lambda tmp: table.table.to_csv(tmp, index=False))

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from poslens.measurement import intervention_plots, path_plots, plots
 from poslens.measurement.display import quantized_note
 from poslens.measurement.result import Result
+from poslens.mechanisms.comparisons import META_KEY as COMPARISONS_META
 from poslens.mechanisms.comparisons import comparison_table
 from poslens.study.claims import STATEMENTS
 
@@ -190,8 +191,10 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
                 ),
             )
         )
-    if "compare" in parts:
-        comparisons = comparison_table(parts["compare"])
+    # the comparisons part, or the meta of a compare part of table format 1, which held them
+    compared = parts.get("comparisons", parts["compare"] if "compare" in parts and COMPARISONS_META in parts["compare"].meta else None)
+    if compared is not None:
+        comparisons = comparison_table(compared)
         paired = comparisons[(comparisons["kind"] == "paired") & (comparisons["metric"] == "c_res")]
         if any(str(v).startswith(("ntk:", "window:")) for v in paired["variant"]):
             figures["C4"].append(
@@ -202,7 +205,7 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
                         "ids and groups, with the paired delete-one-group jackknife 95% interval; the panel titles give "
                         "the least-squares slope per doubling of α or W and its interval (methodology §9.1). C4 reads "
                         "these differences and slopes, not whether two cases' own intervals overlap.",
-                        quantized_note(parts["compare"]),
+                        quantized_note(compared),
                     ),
                 )
             )
@@ -225,10 +228,10 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
                 ),
             )
         )
-        if len(attribution.loss):
+        if (attribution.table["metric"] == "loss_change").any():
             figures["C7"].append(
                 (
-                    intervention_plots.plot_loss_change(attribution.loss),
+                    intervention_plots.plot_loss_change(attribution.table),
                     _caption(
                         "What each edit costs the model: the change in next-token loss (nats per token) per query bin, "
                         "beside the purely relative placebo of the same norm. An edit that costs far more than its "

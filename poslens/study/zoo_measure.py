@@ -155,11 +155,12 @@ def relativize_figures(study: Study) -> pd.DataFrame:
     Example:
         >>> relativize_figures(study).query("metric == 'reduction_ge2'")  # doctest: +SKIP
     """
-    attribution = study.relativize()
-    s = attribution.summary
+    table = study.relativize().table
+    s = table[table["metric"] == "reduction_ge2"]
     rows = []
-    for mode, part in s.groupby("mode", sort=False):
+    for edit, part in s.groupby("intervention", sort=False):
         largest = part[part["calibration_size"] == part["calibration_size"].max()]
+        mode = str(edit).removeprefix("relativize:")  # the family's tables name the placebo relativize:placebo:all
         for _, r in largest.iterrows():
             rows.append(
                 dict(
@@ -172,21 +173,19 @@ def relativize_figures(study: Study) -> pd.DataFrame:
                     ci_high=r["ci_high"],
                 )
             )
-    loss = attribution.loss
-    if len(loss):
-        loss = loss[loss["query_bin"] == -1]
-        for _, r in loss.iterrows():
-            rows.append(
-                dict(
-                    metric="loss_change",
-                    layer=-1,
-                    query_window="all",
-                    intervention=str(r["edit"]),
-                    value=r["value"],
-                    ci_low=r["ci_low"],
-                    ci_high=r["ci_high"],
-                )
+    loss = table[(table["metric"] == "loss_change") & (table["query_bin"] == -1)]
+    for _, r in loss.iterrows():
+        rows.append(
+            dict(
+                metric="loss_change",
+                layer=-1,
+                query_window="all",
+                intervention=str(r["intervention"]),
+                value=r["value"],
+                ci_low=r["ci_low"],
+                ci_high=r["ci_high"],
             )
+        )
     return pd.DataFrame(rows, columns=FIGURE_COLUMNS)
 
 
