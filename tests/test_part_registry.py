@@ -62,11 +62,22 @@ def test_every_part_is_a_study_method_and_every_study_part_is_declared():
 
 def test_the_report_runs_every_part_in_the_declared_order():
     assert report_plan() == list(PARTS)
-    assert report_plan(skip_compare=True) == [name for name in PARTS if name != "compare"]
+    assert report_plan(skip_compare=True) == [name for name in PARTS if name not in ("compare", "comparisons")]
     assert PARTS["leakage"] is next(iter(PARTS.values()))  # the baseline comes first: the others read it
 
 
-@pytest.mark.parametrize("name", list(PARTS))
+COMMANDS = [name for name, part in PARTS.items() if not part.made_by]
+
+
+def test_a_part_made_by_another_command_has_none_of_its_own_and_its_hint_names_that_command():
+    commands = get_command(app).commands
+    assert PARTS["comparisons"].command == "compare" and "comparisons" not in commands and "compare" in commands
+    settings = {"compare_seqs": 4, "groups": 2}
+    assert command_line("comparisons", settings, "A") == command_line("compare", settings, "A") == "poslens compare --n-seqs 4 --groups 2 --out A"
+    assert PARTS["comparisons"].settings == PARTS["compare"].settings  # made together: reused or refused together
+
+
+@pytest.mark.parametrize("name", COMMANDS)
 def test_each_part_has_its_command_with_one_option_per_setting_it_takes(name):
     part = PARTS[name]
     command = get_command(app).commands[name]
@@ -79,7 +90,7 @@ def test_each_part_has_its_command_with_one_option_per_setting_it_takes(name):
     assert command.help and command.help.startswith(part.summary.splitlines()[0])
 
 
-@pytest.mark.parametrize("name", list(PARTS))
+@pytest.mark.parametrize("name", COMMANDS)
 def test_the_printed_command_line_gives_back_the_settings_it_spells(name):
     """command_line writes a part's recorded settings as options; its command parses them back to the same settings."""
     part = PARTS[name]
