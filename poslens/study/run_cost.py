@@ -7,9 +7,12 @@ seconds per token of one short timed run of :func:`poslens.measurement.pipeline.
 on the report's model (the capture hooks and the counterfactual replay
 included). It is a rough guide for an idle machine, not a promise.
 
+Each part declares its own cost (:attr:`poslens.study.part_registry.Part.tokens`).
+
 Example:
+    >>> from poslens.study.part_registry import estimated_tokens
     >>> from poslens.study.settings import Settings
-    >>> tokens = full_run_tokens(Settings.full())
+    >>> tokens = estimated_tokens(Settings.full())
     >>> round(tokens / 1e6, 2)   # million tokens, before the seconds per token of the machine
     0.49
 """
@@ -50,44 +53,16 @@ def seconds_per_token(model_name: str) -> float:
     return (time.perf_counter() - start) / (2 * 256)
 
 
-def full_run_tokens(s: Settings) -> float:
-    """The tokens a whole report processes under settings ``s``, each forward weighted by ``1 + T/1024``.
-
-    Args:
-        s: The report's settings.
-
-    Returns:
-        The weighted token count; times :func:`seconds_per_token` it is the estimated seconds.
-
-    Example:
-        >>> from poslens.study.settings import Settings
-        >>> quick = full_run_tokens(Settings.quick())
-        >>> 0 < quick < full_run_tokens(Settings.full())
-        True
-    """
-    from poslens.mechanisms.architectures import default_cases
-
-    cases = len(default_cases(quick=s.compare_quick))
-    # per_token is timed with collect_sums itself (the forward with its hooks, then the counterfactual replay)
-    tokens = s.n_seqs * s.seq_len * (1 + 1 + len(s.replacements)) * (1 + s.seq_len / 1024)
-    tokens += (2 * s.fingerprint_seqs + 256) * s.fingerprint_len
-    tokens += (cases + 1) * s.compare_seqs * s.compare_len * (1 + s.compare_len / 1024)  # gemma3-270m: about twice
-    # the attribution: the unedited run, each mode, the smaller calibration and the placebo; then the loss forwards
-    measured = 1 + len(s.relativize_modes) + 2
-    tokens += (measured + 2 * len(s.relativize_modes)) * s.relativize_seqs * s.relativize_len * (1 + s.relativize_len / 1024)
-    # the path-specific tests: the unedited run, the freeze and the sham at each offset, each dose and the ablation,
-    # each a full forward whose residual readouts cost about as much again
-    offsets = len(s.path_offsets) or len({8, 64, s.seq_len // 2})
-    tokens += 2 * (1 + 2 * offsets + len(s.path_doses) + 1) * s.n_seqs * s.seq_len * (1 + s.seq_len / 1024)
-    return tokens
-
-
-def estimate_line(s: Settings, per_token: float) -> str:
+def estimate_line(s: Settings, per_token: float, plan: list[str] | None = None) -> str:
     """The line ``poslens report --full`` prints before it starts: the expected minutes and the timed seconds per token.
+
+    The tokens are the sum of each part's declared cost
+    (:func:`poslens.study.part_registry.estimated_tokens`), each forward weighted by ``1 + T/1024``.
 
     Args:
         s: The report's settings.
         per_token: Seconds per token, from :func:`seconds_per_token`.
+        plan: The parts the report runs (default: every part).
 
     Returns:
         The line.
@@ -97,7 +72,10 @@ def estimate_line(s: Settings, per_token: float) -> str:
         >>> estimate_line(Settings.full(), 2e-3)
         '--full: expecting roughly 16 minutes on this machine (calibrated at 2.0 ms per token; gemma3-270m costs more per token)'
     """
-    tokens = full_run_tokens(s)
+    from poslens.study.part_registry import estimated_tokens
+
+    # per_token is timed with collect_sums itself (the forward with its hooks, then the counterfactual replay)
+    tokens = estimated_tokens(s, plan)
     return (
         f"--full: expecting roughly {tokens * per_token / 60:.0f} minutes on this machine "
         f"(calibrated at {per_token * 1e3:.1f} ms per token; gemma3-270m costs more per token)"

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from poslens.study.part_registry import PARTS
 from poslens.version import __version__
 
 
@@ -87,5 +88,5 @@ def run_record(
         "corpus": leakage_meta.get("corpus"),
         "versions": leakage_meta.get("versions"),
         "timings_seconds": timings,
-        "parts": {name: f"{name}.parquet" for name in parts},
+        "parts": {name: PARTS[name].file for name in parts},
     }

@@ -1,16 +1,14 @@
-"""The study's settings: one frozen object, the command-line option of each, and the command that makes each part.
+"""The study's settings: one frozen object with the quick and full presets.
 
-:class:`Settings` holds everything a study part depends on, with the quick
-and full presets (:class:`ZooMeasureOptions`: those shared by a zoo family's runs); :func:`command_line` spells a part's command with the
-settings a folder's parts were made with, so that a hint never names a
-command that would be refused.
+:class:`Settings` holds everything a study part depends on (:class:`ZooMeasureOptions`: those shared by a
+zoo family's runs). Which settings each part depends on, and the command-line option of each, are declared
+with the parts in :mod:`poslens.study.part_registry`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -190,128 +188,13 @@ class Settings:
         Example:
             >>> Settings().key("model", "n_seqs")
             'c348ecbb9faf360e'
+            >>> from poslens.study.part_registry import MEASURE_KEYS
             >>> Settings(tau=0.5).key(*MEASURE_KEYS) == Settings().key(*MEASURE_KEYS)  # τ is not a measuring setting
             True
         """
         values = asdict(self)
         chosen = {n: values[n] for n in (names or sorted(values))}
         return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-MEASURE_KEYS = ("model", "variant", "corpus", "text_field", "n_seqs", "seq_len", "groups", "early", "seed", "batch_size", "position0", "dtype")
-
-#: The command-line option of each setting, for messages that tell the user what to type.
-OPTION_NAMES = {
-    "model": "--model",
-    "variant": "--variant",
-    "corpus": "--corpus",
-    "text_field": "--text-field",
-    "n_seqs": "--n-seqs",
-    "seq_len": "--seq-len",
-    "groups": "--groups",
-    "early": "--early",
-    "seed": "--seed",
-    "batch_size": "--batch-size",
-    "position0": "--bos",
-    "dtype": "--dtype",
-    "tau": "--tau",
-    "replacements": "--replacement",
-    "fingerprint_seqs": "--fingerprint-seqs",
-    "fingerprint_len": "--fingerprint-len",
-    "compare_seqs": "--compare-seqs",
-    "compare_len": "--compare-len",
-    "compare_quick": "--full",
-    "cases": "cases",
-    "counterfactual": "--counterfactual",
-    "disk_budget": "--disk-budget",
-    "relativize_seqs": "--relativize-seqs",
-    "relativize_len": "--relativize-len",
-    "relativize_modes": "--modes",
-    "calibration_seqs": "--calibration-seqs",
-    "calibration_seed": "--calibration-seed",
-    "calibration_sizes": "--calibration-sizes",
-    "relativize_loss": "--no-loss",
-    "path_offsets": "--offsets",
-    "path_doses": "--doses",
-}
-
-
-#: The settings each command records in its part, beyond the measuring ones (see :func:`command_line`).
-COMMAND_SETTINGS = {
-    "leakage": MEASURE_KEYS,
-    "sinks": (*MEASURE_KEYS, "tau"),
-    "bos-swap": (*MEASURE_KEYS, "replacements"),
-    "ablate-sinks": (*MEASURE_KEYS, "tau"),
-    "fingerprint": (*MEASURE_KEYS, "tau", "fingerprint_seqs", "fingerprint_len"),
-    "compare": ("compare_seqs", "compare_len", "compare_quick", "groups", "early", "seed", "corpus", "text_field", "batch_size"),
-    "path-tests": (*MEASURE_KEYS, "tau", "path_offsets", "path_doses"),
-    "relativize": (
-        "model",
-        "variant",
-        "corpus",
-        "text_field",
-        "relativize_seqs",
-        "relativize_len",
-        "groups",
-        "early",
-        "seed",
-        "batch_size",
-        "position0",
-        "dtype",
-        "relativize_modes",
-        "calibration_seqs",
-        "calibration_seed",
-        "calibration_sizes",
-        "relativize_loss",
-    ),
-}
-_COMMAND_OPTIONS = {  # a command's own --n-seqs and --seq-len, for the settings they stand for
-    "compare": {"compare_seqs": "--n-seqs", "compare_len": "--seq-len"},
-    "relativize": {"relativize_seqs": "--n-seqs", "relativize_len": "--seq-len"},
-}
-
-
-def command_line(command: str, settings: dict[str, Any], out: Any) -> str:
-    """The ``poslens`` command that makes part ``command`` with ``settings`` into ``out``: it agrees with the parts there.
-
-    Only settings that differ from the defaults are spelled out; settings the
-    command does not take are left out. The words are quoted for a POSIX shell
-    (:func:`shlex.join`): a corpus named ``c;touch X;.jsonl`` is one argument.
-
-    Args:
-        command: a part's command (``"ablate-sinks"``, ``"compare"``, …).
-        settings: recorded settings (a part's ``meta["settings"]``, or ``Settings`` as a dict).
-        out: the output folder.
-
-    Returns:
-        The command line.
-
-    Example:
-        >>> command_line("ablate-sinks", {"model": "models/llama", "n_seqs": 4, "seq_len": 32, "tau": 0.3}, "A")
-        'poslens ablate-sinks --model models/llama --n-seqs 4 --seq-len 32 --out A'
-        >>> command_line("compare", {"compare_seqs": 4, "compare_quick": False, "groups": 2}, "A")
-        'poslens compare --n-seqs 4 --full --groups 2 --out A'
-        >>> command_line("leakage", {"corpus": "my texts;rm -rf x.txt"}, "out dir")
-        "poslens leakage --corpus 'my texts;rm -rf x.txt' --out 'out dir'"
-    """
-    defaults = settings_values(Settings(), tuple(f for f in asdict(Settings()) if f != "cases"))
-    words = ["poslens", command]
-    for name in COMMAND_SETTINGS[command]:
-        if name not in settings or settings[name] == defaults.get(name):
-            continue
-        value = settings[name]
-        if name == "compare_quick":
-            words += [] if value else ["--full"]
-        elif name == "replacements":
-            for kind in value:
-                words += ["--replacement", str(kind)]
-        elif name == "relativize_loss":
-            words += [] if value else ["--no-loss"]
-        elif name in ("relativize_modes", "calibration_sizes", "path_offsets", "path_doses"):
-            words += [OPTION_NAMES[name], ",".join(str(v) for v in value)]
-        else:
-            words += [_COMMAND_OPTIONS.get(command, {}).get(name, OPTION_NAMES[name]), str(value)]
-    return shlex.join([*words, "--out", str(out)])  # quoted: pasted into a shell, it runs as this one command
 
 
 def settings_values(settings: Settings, names: tuple[str, ...]) -> dict[str, Any]:
