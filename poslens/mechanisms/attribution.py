@@ -28,7 +28,6 @@ import pandas as pd
 
 from poslens.errors import InputError
 from poslens.fit.binning import Binning
-from poslens.fit.metrics import all_metrics
 from poslens.fit.relativize import MODES, check_mode
 from poslens.fit.stats import jackknife_interval
 from poslens.fit.sums import QUERY_WINDOWS
@@ -48,18 +47,15 @@ FIGURES = ("leakage_pattern", "c_res", "c_mask")
 FIRST_LAYER = 2  # r averages layers ≥ 2: layer 1 has only layer 0's edit below it
 
 
-def _metric_arrays(result: Result, pooled: Any, counterfactual: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    m = all_metrics(pooled, counterfactual, result.sums.binning, result.sums.layer_windows)
-    return {name: m[name] for name in FIGURES}
-
-
 def _replicated(result: Result) -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
-    """The figures on all groups and on each leave-one-group-out replicate: [query window, layer + 1, head + 1] arrays."""
-    sums = result.sums
-    cells = sums.counterfactual_cells
+    """The figures on all groups and on each leave-one-group-out replicate: [query window, layer + 1, head + 1] arrays.
+
+    Read from the fits :func:`poslens.measure` made for the result's intervals (:meth:`Result.replicates`), not refitted.
+    """
+    fits = result.replicates()
     return (
-        _metric_arrays(result, sums.pooled(), cells.pooled()),
-        [_metric_arrays(result, sums.leave_out(g), cells.leave_out(g)) for g in range(sums.n_groups)],
+        {name: fits.estimate[name] for name in FIGURES},
+        [{name: fits.replicates[name][g] for name in FIGURES} for g in range(fits.n_groups)],
     )
 
 
