@@ -6,18 +6,18 @@ Usage:
 
 The per-sequence counterfactual of methodology §4.4 (i) needs each row's
 per-offset-bin sums of exp(s). ``collect_sums`` gets them by one of two routes
-(its ``counterfactual=`` keyword): ``store`` keeps them on temporary disk between
+(its ``row_sums=`` keyword): ``store`` keeps them on temporary disk between
 the pass and a replay (8·L·H·T·(1 + bins) bytes per sequence), ``second-pass``
 recomputes them with a second forward pass once A is fitted (no disk). Three
 routes run on the same tokens and the same batches:
 
 - plain: a bridge forward with no hooks (``run_with_hooks``), ending where
   poslens's pass ends (after the last layer's attention scores);
-- store: ``collect_sums(..., counterfactual="store", probe=False)``;
-- second-pass: ``collect_sums(..., counterfactual="second-pass", probe=False)``.
+- store: ``collect_sums(..., row_sums="store", probe=False)``;
+- second-pass: ``collect_sums(..., row_sums="second-pass", probe=False)``.
 
 With ``--fits`` the two routes call ``poslens.measure`` (every fit with its
-intervals) instead. Each route's record (``sums.counterfactual``) must name the
+intervals) instead. Each route's record (``sums.row_sums_route``) must name the
 route asked for, or the process fails.
 
 The parts (``--only``), all on CPU in float32, random-token corpora with BOS:
@@ -39,7 +39,7 @@ Memory: each route runs in a fresh subprocess. Once the model is loaded and
 warmed up, the heap's free pages are handed back (``malloc_trim``) and the
 peak resident memory (VmHWM) is reset, so the peak is the route's own and not
 the loader's (the approach of ``benchmarks/bench_measure.py``). Temporary
-disk is ``sums.counterfactual["stored_bytes"]`` (bytes written to ``TMPDIR``),
+disk is ``sums.row_sums_route["stored_bytes"]`` (bytes written to ``TMPDIR``),
 0 for plain and second-pass.
 
 Goals, printed beside each row: the store route's time ≤ 1.25× and peak ≤ 1.1×
@@ -111,16 +111,16 @@ def run_route(case: dict, route: str) -> dict:
     reset = reset_peak_resident()
     kwargs: dict = dict(groups=case["groups"], batch_size=case["batch_size"], probe=False, progress=False)
     if route != "plain":
-        kwargs["counterfactual"] = route
+        kwargs["row_sums"] = route
     start = time.perf_counter()
     record = None
     if route == "plain":
         for index, _ in plan:
             run_with_hooks(model, corpus.tokens[index], stop_after=last)
     elif case["fits"]:
-        record = poslens.measure(model, corpus, **kwargs).meta["counterfactual"]
+        record = poslens.measure(model, corpus, **kwargs).meta["row_sums"]
     else:
-        record = collect_sums(model, corpus, **kwargs).counterfactual
+        record = collect_sums(model, corpus, **kwargs).row_sums_route
     seconds = time.perf_counter() - start
     if route != "plain" and record["route"] != route:
         raise RuntimeError(f"asked for the {route} route, but poslens ran the {record['route']} route: {record['reason']}")
@@ -132,7 +132,7 @@ def run_route(case: dict, route: str) -> dict:
         "peak_mb": peak,
         "loaded_mb": loaded,
         "stored_bytes": 0 if record is None else int(record["stored_bytes"]),
-        "counterfactual": record,
+        "row_sums": record,
         "peak_reset": reset,
     }
 

@@ -116,13 +116,13 @@ CASES = [
 def test_measure_with_batches_across_groups_equals_batches_within_groups(request, monkeypatch, model_dir, interventions, route):
     model = poslens.load_model(request.getfixturevalue(model_dir))
     corpus = poslens.make_corpus(model, "random", n_seqs=N_SEQS, seq_len=SEQ_LEN, position0="bos", seed=1)
-    settings = dict(groups=GROUPS, early=EARLY, batch_size=3, interventions=interventions, progress=False, counterfactual=route)
+    settings = dict(groups=GROUPS, early=EARLY, batch_size=3, interventions=interventions, progress=False, row_sums=route)
     assert spans_groups(batches(N_SEQS, GROUPS, 3))
     new = poslens.measure(model, corpus, **settings)
     with monkeypatch.context() as patch:
         patch.setattr(pipeline, "batches", batches_within_groups)
         old = poslens.measure(model, corpus, **settings)
-    assert new.meta["counterfactual"]["route"] == old.meta["counterfactual"]["route"] == route
+    assert new.meta["row_sums"]["route"] == old.meta["row_sums"]["route"] == route
     assert_results_equal(new, old, f"{model_dir} {route}")
 
 

@@ -49,7 +49,7 @@ def _scores(scale: float, seed: int = 0) -> list[torch.Tensor]:
 
 
 def _case(variant: str, scale: float, tokens: str = "same", seed: int = 0) -> Result:
-    r = measure_scores(_scores(scale, seed), groups=G, early=EARLY, name="synthetic", counterfactual="second-pass")
+    r = measure_scores(_scores(scale, seed), groups=G, early=EARLY, name="synthetic", row_sums="second-pass")
     r.meta["model"]["variant"] = variant
     r.meta["corpus"] = {"tokens_sha256": tokens}
     return r
@@ -300,7 +300,7 @@ def test_compare_integration_tiny_llama(tiny_llama_dir, tmp_path):
         source="random",
         progress=False,
         loader=lambda name, variant: poslens.load_model(name, variant=variant),
-        counterfactual="second-pass",
+        row_sums="second-pass",
     )
     table = cmp.comparison_table(comparisons)
     assert set(table["kind"]) == {"paired", "trend", "depth-slope"}

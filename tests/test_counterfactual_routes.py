@@ -2,7 +2,7 @@
 
 The second pass (poslens.capture.second_pass) recomputes, once the absolute
 component is fitted, what the store would have kept; with a disk budget below
-the store's size, ``counterfactual="auto"`` takes it, and the temporary folder
+the store's size, ``row_sums="auto"`` takes it, and the temporary folder
 then holds nothing however many sequences are measured.
 """
 
@@ -46,15 +46,15 @@ def _same_tables(a: pd.DataFrame, b: pd.DataFrame, tol: float) -> None:
 
 def test_second_pass_equals_store_on_given_scores() -> None:
     layers = [_masked_scores(8, 3, 40, None, 0), _masked_scores(8, 3, 40, 9, 1)]
-    store = measure_scores(layers, groups=4, early=8, layer_windows=[None, 9], counterfactual="store")
-    second = measure_scores(layers, groups=4, early=8, layer_windows=[None, 9], counterfactual="second-pass")
+    store = measure_scores(layers, groups=4, early=8, layer_windows=[None, 9], row_sums="store")
+    second = measure_scores(layers, groups=4, early=8, layer_windows=[None, 9], row_sums="second-pass")
     assert store.table["metric"].str.startswith("c_res").any()
     _same_tables(store.table, second.table, tol=1e-10)
 
 
 def test_measure_scores_refuses_auto() -> None:
     with pytest.raises(InputError, match="not 'auto'"):
-        measure_scores([_masked_scores(4, 1, 8, None, 0)], groups=2, early=4, counterfactual="auto")
+        measure_scores([_masked_scores(4, 1, 8, None, 0)], groups=2, early=4, row_sums="auto")
 
 
 @pytest.fixture(scope="module")
@@ -89,18 +89,18 @@ def test_budget_below_the_store_takes_the_second_pass_with_the_same_figures(tiny
     budget = need // 4
     watch = _DiskWatch(monkeypatch)
     noise = BosReplacement("noise", seed=2)  # the second pass must run the same intervention, seeded the same
-    kept = poslens.measure(tiny, corpus16, groups=4, early=16, interventions=[noise], counterfactual="store", progress=False)
-    assert kept.meta["counterfactual"]["route"] == "store"
-    assert kept.meta["counterfactual"]["stored_bytes"] == need == max(watch.sizes)
+    kept = poslens.measure(tiny, corpus16, groups=4, early=16, interventions=[noise], row_sums="store", progress=False)
+    assert kept.meta["row_sums"]["route"] == "store"
+    assert kept.meta["row_sums"]["stored_bytes"] == need == max(watch.sizes)
     watch.sizes.clear()
     auto = poslens.measure(tiny, corpus16, groups=4, early=16, interventions=[noise], disk_budget=budget, progress=False)
-    record = auto.meta["counterfactual"]
+    record = auto.meta["row_sums"]
     assert record["route"] == "second-pass" and record["requested"] == "auto"
     assert record["budget_bytes"] == budget and record["estimated_store_bytes"] == need
     assert "over the budget" in record["reason"]
     assert record["stored_bytes"] == 0 and watch.sizes == []  # nothing went to the temporary folder
     assert list(tmp_path.iterdir()) == []
-    assert auto.meta["settings"]["counterfactual"] == "auto" and auto.meta["settings"]["disk_budget"] == str(budget)
+    assert auto.meta["settings"]["row_sums"] == "auto" and auto.meta["settings"]["disk_budget"] == str(budget)
     _same_tables(kept.table, auto.table, tol=1e-10)
 
 
@@ -115,18 +115,18 @@ def test_disk_stops_growing_with_n_once_the_budget_is_reached(tiny, monkeypatch)
         watch.sizes.clear()
         sums = collect_sums(tiny, corpus, groups=2, early=8, disk_budget=budget, progress=False)
         used[n] = max(watch.sizes, default=0)
-        assert used[n] == sums.counterfactual["stored_bytes"] <= budget
+        assert used[n] == sums.row_sums_route["stored_bytes"] <= budget
     assert used == {4: 4 * per_seq, 8: 0, 16: 0}
 
 
 def test_auto_within_the_budget_keeps_the_store(tiny, corpus16) -> None:
     sums = collect_sums(tiny, corpus16, groups=4, early=16, disk_budget="1GB", progress=False)
-    assert sums.counterfactual["route"] == "store" and "within the budget" in sums.counterfactual["reason"]
+    assert sums.row_sums_route["route"] == "store" and "within the budget" in sums.row_sums_route["reason"]
 
 
 def test_unknown_route_is_refused_before_anything_runs(tiny, corpus16) -> None:
-    with pytest.raises(InputError, match="counterfactual must be one of auto, store, second-pass"):
-        poslens.measure(tiny, corpus16, groups=4, counterfactual="disk", progress=False)
+    with pytest.raises(InputError, match="row_sums must be one of auto, store, second-pass"):
+        poslens.measure(tiny, corpus16, groups=4, row_sums="disk", progress=False)
 
 
 def test_default_budget_is_the_smaller_of_4gb_and_half_the_free_space(tmp_path) -> None:
@@ -167,13 +167,13 @@ def test_cli_says_which_route_ran_and_records_it(tiny_llama_dir, tmp_path) -> No
 
     runner = CliRunner()
     small = ["--model", str(tiny_llama_dir), "--n-seqs", "8", "--seq-len", "24", "--groups", "4", "--early", "8"]
-    done = runner.invoke(app, ["leakage", *small, "--counterfactual", "auto", "--disk-budget", "1kB", "--out", str(tmp_path / "a")])
+    done = runner.invoke(app, ["leakage", *small, "--row-sums", "auto", "--disk-budget", "1kB", "--out", str(tmp_path / "a")])
     assert done.exit_code == 0, done.output
-    assert "counterfactual: second-pass (the row-bin store would take" in " ".join(done.output.split())
+    assert "row sums: second-pass (the row-bin store would take" in " ".join(done.output.split())
     saved = Result.load(tmp_path / "a" / "leakage.parquet")
-    assert saved.meta["counterfactual"]["route"] == "second-pass" and saved.meta["counterfactual"]["budget_bytes"] == 1000
-    refused = runner.invoke(app, ["leakage", *small, "--counterfactual", "disk", "--out", str(tmp_path / "b")])
+    assert saved.meta["row_sums"]["route"] == "second-pass" and saved.meta["row_sums"]["budget_bytes"] == 1000
+    refused = runner.invoke(app, ["leakage", *small, "--row-sums", "disk", "--out", str(tmp_path / "b")])
     unboxed = " ".join(refused.output.replace("│", " ").split())
-    assert refused.exit_code == 2 and "--counterfactual must be one of auto, store, second-pass, got 'disk'" in unboxed
+    assert refused.exit_code == 2 and "--row-sums must be one of auto, store, second-pass, got 'disk'" in unboxed
     refused = runner.invoke(app, ["leakage", *small, "--disk-budget", "lots", "--out", str(tmp_path / "c")])
     assert refused.exit_code == 2 and "--disk-budget" in refused.output

@@ -29,7 +29,7 @@ import sys, poslens
 from poslens.runtime import distributed
 model = poslens.load_model(sys.argv[1])
 corpus = poslens.make_corpus(model, "docs", n_seqs=8, seq_len=40, position0="bos", seed=3)
-result = poslens.measure(model, corpus, groups=4, early=16, batch_size=1, progress=False, counterfactual=sys.argv[3])
+result = poslens.measure(model, corpus, groups=4, early=16, batch_size=1, progress=False, row_sums=sys.argv[3])
 assert distributed.world_size() == 2, distributed.world_size()
 if distributed.is_main():
     result.save(sys.argv[2])
@@ -54,11 +54,11 @@ def test_torchrun_two_processes_match_one(tiny_llama_dir, tmp_path, route):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     parallel = Result.load(out)
     assert parallel.meta["settings"]["world_size"] == 2
-    assert parallel.meta["counterfactual"]["route"] == route
+    assert parallel.meta["row_sums"]["route"] == route
 
     model = poslens.load_model(tiny_llama_dir)
     corpus = poslens.make_corpus(model, "docs", n_seqs=8, seq_len=40, position0="bos", seed=3)
-    single = poslens.measure(model, corpus, groups=4, early=16, batch_size=1, progress=False, counterfactual="store")
+    single = poslens.measure(model, corpus, groups=4, early=16, batch_size=1, progress=False, row_sums="store")
 
     keys = ["layer", "head", "query_window", "metric"]
     a = single.table.sort_values(keys).reset_index(drop=True)

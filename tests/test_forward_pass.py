@@ -230,7 +230,7 @@ def test_the_context_length_is_checked_once_per_run_with_its_message(short_conte
 
     corpus = poslens.make_corpus(short_context, "random", n_seqs=8, seq_len=32)
     at_entry, in_pass = _count_calls(monkeypatch, pipeline, "check_seq_len"), _count_calls(monkeypatch, hooks, "check_seq_len")
-    poslens.measure(short_context, corpus, groups=2, early=8, batch_size=2, progress=False, probe=False, counterfactual="second-pass")
+    poslens.measure(short_context, corpus, groups=2, early=8, batch_size=2, progress=False, probe=False, row_sums="second-pass")
     assert (len(at_entry), len(in_pass)) == (1, 0)  # 8 forward passes (4 batches, twice), one check
     long = poslens.make_corpus(short_context, "random", n_seqs=4, seq_len=40)
     message = f"sequence length 40 exceeds {short_context.name}'s context of 32 tokens; use sequences of at most 32 tokens"

@@ -127,7 +127,7 @@ OPTIONS = {
     "--batch-size": (["0", "1", "3"], ["3"]),
     "--max-memory": (["free", "8GB", "1B", "0", "nan", "1e400GB"], [None]),
     "--dtype": (["float32", "bfloat16", "garbage"], [None]),
-    "--counterfactual": (["auto", "store", "second-pass", "garbage"], [None, "store"]),
+    "--row-sums": (["auto", "store", "second-pass", "garbage"], [None, "store"]),
     "--disk-budget": (["0", "-1GB", "nan", "1B", "20GB", "garbage"], [None]),
 }
 # A message that names an option's Python parameter names the option too.
@@ -144,7 +144,7 @@ PARAMETERS = {
     "--batch-size": "batch_size",
     "--max-memory": "max_memory",
     "--dtype": "dtype",
-    "--counterfactual": "counterfactual",
+    "--row-sums": "row_sums",
     "--disk-budget": "disk_budget",
 }
 DISTINCT = ("5000", "99999", str(2**64), str(-(2**63) - 1))  # values no message holds by chance
@@ -264,7 +264,7 @@ def run_edge_case(
     if out_name == DANGLING:
         assert outcome == "usage" and out.is_symlink() and "symbolic link" in flat(result.output)
     if full_tmpdir and type(result.exception).__name__ == "DiskFullError":  # the folder that filled up, and the route that needs none
-        assert "(TMPDIR) filled up" in str(result.exception) and "--counterfactual second-pass" in str(result.exception)
+        assert "(TMPDIR) filled up" in str(result.exception) and "--row-sums second-pass" in str(result.exception)
     return outcome
 
 
@@ -290,7 +290,7 @@ def run_edge_case(
         "out",
     )
 )
-@example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--counterfactual": "store"}, "random", False, None, "out", True))
+@example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--row-sums": "store"}, "random", False, None, "out", True))
 @example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2", "--disk-budget": "0"}, "random", False, None, "out"))
 @example(case=("leakage", {"--n-seqs": "2", "--seq-len": "16", "--groups": "2"}, "random", False, None, DANGLING))
 def test_cli_options_at_their_edges(tiny_llama_dir, scratch, case):

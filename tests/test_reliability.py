@@ -682,11 +682,11 @@ def test_a_temporary_folder_that_fills_up_mid_run_is_named_with_the_fix(tiny_lla
     monkeypatch.setattr(row_bin_store.tempfile, "TemporaryFile", lambda dir=None: FullDisk(real(dir=dir), room=20_000))
     out = tmp_path / "out"
     args = ["leakage", "--model", str(tiny_llama_dir), "--corpus", "random", "--n-seqs", "4", "--seq-len", "32", "--groups", "2"]
-    result = runner.invoke(app, [*args, "--counterfactual", "store", "--out", str(out)])
+    result = runner.invoke(app, [*args, "--row-sums", "store", "--out", str(out)])
     assert result.exit_code == 1 and type(result.exception).__name__ == "DiskFullError", repr(result.exception)
     message = str(result.exception)
     assert "(TMPDIR) filled up while the per-sequence counterfactual's row-bin store was written (No space left on device" in message
-    assert "--counterfactual second-pass" in message and not out.exists()
+    assert "--row-sums second-pass" in message and not out.exists()
 
 
 @pytest.mark.parametrize("value", ["0", "-1GB", "nan"])

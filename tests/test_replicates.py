@@ -31,8 +31,8 @@ def _scores(absolute: float, seed: int) -> list[torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def runs() -> tuple[Result, Result]:
-    before = measure_scores(_scores(0.02, seed=0), groups=4, early=8, counterfactual="second-pass")
-    after = measure_scores(_scores(0.005, seed=0), groups=4, early=8, counterfactual="second-pass")
+    before = measure_scores(_scores(0.02, seed=0), groups=4, early=8, row_sums="second-pass")
+    after = measure_scores(_scores(0.005, seed=0), groups=4, early=8, row_sums="second-pass")
     return before, after
 
 

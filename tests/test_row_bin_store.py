@@ -136,11 +136,11 @@ def test_collect_sums_refuses_before_running_when_the_temporary_disk_is_too_smal
 
     free(need - 1)
     with pytest.raises(InsufficientDiskError, match=r"needs [0-9.]+ kB of temporary disk in .*TMPDIR"):
-        collect_sums(model, corpus, groups=2, progress=False, counterfactual="store")  # the store, asked for outright
+        collect_sums(model, corpus, groups=2, progress=False, row_sums="store")  # the store, asked for outright
     free(need)
-    assert collect_sums(model, corpus, groups=2, progress=False, counterfactual="store").row_count[0] == 4  # exactly enough room
+    assert collect_sums(model, corpus, groups=2, progress=False, row_sums="store").row_count[0] == 4  # exactly enough room
     # "auto" budgets half the free space: the store fits at twice its size free, and the second pass runs below that
     free(2 * need)
-    assert collect_sums(model, corpus, groups=2, progress=False).counterfactual["route"] == "store"
+    assert collect_sums(model, corpus, groups=2, progress=False).row_sums_route["route"] == "store"
     free(2 * need - 2)
-    assert collect_sums(model, corpus, groups=2, progress=False).counterfactual["route"] == "second-pass"
+    assert collect_sums(model, corpus, groups=2, progress=False).row_sums_route["route"] == "second-pass"

@@ -142,8 +142,8 @@ class RowBinStore:
             raise DiskFullError(
                 f"the temporary folder {self.directory or tempfile.gettempdir()} (TMPDIR) filled up while the per-sequence "
                 f"counterfactual's row-bin store was written ({os.strerror(error.errno)}, after {bytes_text(self._end)}): free "
-                "space there, point TMPDIR at a folder with more room, or pass --counterfactual second-pass "
-                "(counterfactual='second-pass'), which writes nothing to disk and gives the same figures"
+                "space there, point TMPDIR at a folder with more room, or pass --row-sums second-pass "
+                "(row_sums='second-pass'), which writes nothing to disk and gives the same figures"
             ) from error
         self.entries.append((group, layer, data.shape, self._end))
         self._end += data.nbytes

@@ -37,7 +37,7 @@ class Replicates:
         >>> from poslens.measurement.pipeline import measure_scores
         >>> t = 16; i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
         >>> scores = [(-0.1 * (i - j) + 0.01 * i * (j == 0)).float().masked_fill(j > i, torch.finfo(torch.float32).min).expand(4, 1, t, t)] * 3
-        >>> fits = Replicates.of(measure_scores(scores, groups=2, early=8, counterfactual="second-pass").sums)
+        >>> fits = Replicates.of(measure_scores(scores, groups=2, early=8, row_sums="second-pass").sums)
         >>> fits.estimate["c_res"].shape, fits.replicates["c_res"].shape, fits.n_groups
         ((2, 4, 2), (2, 2, 4, 2), 2)
     """

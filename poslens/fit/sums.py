@@ -281,7 +281,7 @@ class CellSums:
         row_count: Number of sequences that contributed to each query position, [T].
         group_sizes: Number of sequences in each group, [G].
         layer_windows: Each layer's sliding window (``None``: full causal); empty when unknown.
-        counterfactual: The route the per-sequence counterfactual took, why, and the bytes it kept on disk; empty until run.
+        row_sums_route: How the row sums of the per-sequence counterfactual were got (the route), why, and the bytes kept on disk; empty until run.
         counterfactual_cells: The per-sequence counterfactual's cells, per group and per replicate; zeros until run.
 
     Example:
@@ -296,7 +296,7 @@ class CellSums:
     row_count: Float[np.ndarray, " seq"]
     group_sizes: Float[np.ndarray, " groups"] = field(default_factory=lambda: np.zeros(0))
     layer_windows: tuple[int | None, ...] = ()
-    counterfactual: dict = field(default_factory=dict)  # the route of the per-sequence counterfactual (poslens.runtime.disk), once run
+    row_sums_route: dict = field(default_factory=dict)  # the route of the per-sequence counterfactual (poslens.runtime.disk), once run
     counterfactual_cells: CounterfactualCells | None = None  # None: zeros of the sums' shape (set in __post_init__)
 
     def __post_init__(self) -> None:

@@ -48,7 +48,7 @@ def collect_sums(
     progress: bool = True,
     description: str = "measuring",
     max_memory: int | str | None = DEFAULTS.max_memory,
-    counterfactual: str = "auto",
+    row_sums: str = "auto",
     disk_budget: int | str | None = None,
 ) -> CellSums:
     """Run the model over the corpus with capture hooks and return the grouped cell sums.
@@ -58,7 +58,7 @@ def collect_sums(
     methodology §4.4 (i) then renormalizes each sequence's logits
     (:mod:`poslens.capture.counterfactual_replay`), with each group's absolute
     component fitted on the other groups, by one of two routes that give the
-    same figures (:mod:`poslens.runtime.disk`): ``counterfactual="store"`` keeps
+    same figures (:mod:`poslens.runtime.disk`): ``row_sums="store"`` keeps
     each sequence's per-row offset-bin sums of exp(s) in a temporary file
     between the pass and the replay (:mod:`poslens.capture.row_bin_store`,
     8·L·H·T·(1 + bins) bytes per sequence;
@@ -87,11 +87,11 @@ def collect_sums(
         progress: Whether to show a progress bar.
         description: The progress bar's label.
         max_memory: ``"free"`` or a memory budget to plan the batch size against.
-        counterfactual: ``"auto"``, ``"store"`` or ``"second-pass"``: the route of the per-sequence counterfactual.
+        row_sums: ``"auto"``, ``"store"`` or ``"second-pass"``: the route of the per-sequence counterfactual.
         disk_budget: The most temporary disk ``"auto"`` lets the store take (bytes or ``"2GB"``).
 
     Returns:
-        The grouped cell sums, with the counterfactual's and, as ``.counterfactual``, the route taken.
+        The grouped cell sums, with the counterfactual's and, as ``.row_sums_route``, the route taken.
 
     Raises:
         TypeError: When ``model`` is not a :class:`~poslens.model.loading.PosModel`, or an option is given by
@@ -105,8 +105,8 @@ def collect_sums(
     Example:
         >>> sums = collect_sums(model, corpus, groups=4)  # doctest: +SKIP
     """
-    interventions, batch_size = _checked_run(model, corpus, "collect_sums()", groups, early, batch_size, interventions, max_memory, counterfactual)
-    return _collect_checked(model, corpus, groups, early, batch_size, interventions, probe, progress, description, counterfactual, disk_budget)
+    interventions, batch_size = _checked_run(model, corpus, "collect_sums()", groups, early, batch_size, interventions, max_memory, row_sums)
+    return _collect_checked(model, corpus, groups, early, batch_size, interventions, probe, progress, description, row_sums, disk_budget)
 
 
 def _checked_run(
@@ -118,13 +118,13 @@ def _checked_run(
     batch_size: int | None,
     interventions: object,
     max_memory: int | str | None,
-    counterfactual: str,
+    row_sums: str,
 ) -> tuple[tuple[Intervention, ...], int]:
     """The one validation of :func:`measure` and :func:`collect_sums`: arguments, route, corpus and context; then the
     process group and the batch size. Returns the interventions as a tuple and the batch size to run."""
     require_pos_model(model, caller)  # before the planner reads the model
     checked = check_arguments(corpus, interventions, groups=groups, early=early, batch_size=batch_size)
-    check_route(counterfactual)
+    check_route(row_sums)
     check_corpus_fits(model, corpus)
     check_seq_len(model, corpus.seq_len)
     distributed.init_from_env()
@@ -141,7 +141,7 @@ def _collect_checked(
     probe: bool,
     progress: bool,
     description: str,
-    counterfactual: str,
+    row_sums: str,
     disk_budget: int | str | None,
 ) -> CellSums:
     """:func:`collect_sums` once its arguments are checked (:func:`_checked_run`) and its batch size is planned."""
@@ -149,7 +149,7 @@ def _collect_checked(
     plan = batches(corpus.n_seqs, groups, batch_size)[distributed.rank() :: distributed.world_size()]
     estimate = store_bytes(sum(len(batch.sequences) for batch in plan), model.n_layers, model.n_heads, corpus.seq_len, binning.n_offset_bins)
     # the ranks of one node share its temporary folder, and so the budget
-    route = choose_route(counterfactual, estimate, disk_budget, processes=distributed.local_world_size())
+    route = choose_route(row_sums, estimate, disk_budget, processes=distributed.local_world_size())
     if route.route == "store":
         check_disk_space(estimate)
     store = RowBinStore() if route.route == "store" else None
@@ -174,7 +174,7 @@ def _collect_checked(
     finally:
         if store is not None:
             store.close()
-    sums.counterfactual = {**route.describe(), "stored_bytes": stored}
+    sums.row_sums_route = {**route.describe(), "stored_bytes": stored}
     release_free_heap()  # the hooks' freed arrays, so that the next forward pass finds an unfragmented heap
     return sums
 
@@ -211,7 +211,7 @@ def measure_scores(
     early: int = DEFAULTS.early,
     layer_windows: Sequence[int | None] | None = None,
     name: str = "synthetic",
-    counterfactual: str = "store",
+    row_sums: str = "store",
 ) -> Result:
     """:func:`measure` on attention scores given directly, one [N, H, T, T] tensor per layer (no model).
 
@@ -226,7 +226,7 @@ def measure_scores(
         early: Q, the bound of the early query window 1 ≤ i < Q.
         layer_windows: Each layer's sliding window (``None``: full causal); default all full causal.
         name: The ``model`` column of the table.
-        counterfactual: ``"store"`` (the row-bin store) or ``"second-pass"`` (the sums recomputed from the scores
+        row_sums: ``"store"`` (the row-bin store) or ``"second-pass"`` (the sums recomputed from the scores
             once the absolute component is fitted); the figures are the same.
 
     Returns:
@@ -247,9 +247,9 @@ def measure_scores(
     n_seqs, n_heads, t, _ = scores[0].shape
     sliding_windows = list(layer_windows) if layer_windows is not None else [None] * len(scores)
     layout: AttentionLayout = SimpleNamespace(n_layers=len(scores), n_heads=n_heads, sliding_windows=sliding_windows)
-    if check_route(counterfactual) == "auto":
-        raise InputError("measure_scores takes counterfactual='store' or 'second-pass', not 'auto'")
-    store = RowBinStore() if counterfactual == "store" else None
+    if check_route(row_sums) == "auto":
+        raise InputError("measure_scores takes row_sums='store' or 'second-pass', not 'auto'")
+    store = RowBinStore() if row_sums == "store" else None
     capture = CellSumCapture(layout, Binning(t, early=early), groups, probe=False, store=store)
     assignment = group_of(n_seqs, groups)
     indices = [np.nonzero(assignment == g)[0] for g in range(groups)]
@@ -290,7 +290,7 @@ def measure(
     probe: bool = DEFAULTS.probe,
     progress: bool = True,
     max_memory: int | str | None = DEFAULTS.max_memory,
-    counterfactual: str = "auto",
+    row_sums: str = "auto",
     disk_budget: int | str | None = None,
 ) -> Result:
     """Measure absolute-position leakage and its mask / residual-stream decomposition.
@@ -317,9 +317,9 @@ def measure(
         probe: Whether to fit the position probe (``probe_r2``).
         progress: Whether to show a progress bar.
         max_memory: ``"free"`` or a memory budget to plan the batch size against (:func:`collect_sums`).
-        counterfactual: ``"auto"``, ``"store"`` or ``"second-pass"``: how the per-sequence counterfactual gets each
+        row_sums: ``"auto"``, ``"store"`` or ``"second-pass"``: how the per-sequence counterfactual gets each
             sequence's row sums, from temporary disk or from a second forward pass (:func:`collect_sums`); the
-            figures are the same, and ``meta["counterfactual"]`` records the route and why.
+            figures are the same, and ``meta["row_sums"]`` records the route and why.
         disk_budget: The most temporary disk ``"auto"`` lets the store take (bytes or ``"2GB"``).
 
     Returns:
@@ -342,8 +342,8 @@ def measure(
         >>> result.select("c_res", "early", head=-1)[["layer", "value", "ci_low", "ci_high"]]  # doctest: +SKIP
     """
     start = time.perf_counter()
-    interventions, batch_size = _checked_run(model, corpus, "measure()", groups, early, batch_size, interventions, max_memory, counterfactual)
-    sums = _collect_checked(model, corpus, groups, early, batch_size, interventions, probe, progress, "measuring", counterfactual, disk_budget)
+    interventions, batch_size = _checked_run(model, corpus, "measure()", groups, early, batch_size, interventions, max_memory, row_sums)
+    sums = _collect_checked(model, corpus, groups, early, batch_size, interventions, probe, progress, "measuring", row_sums, disk_budget)
     forward_seconds = time.perf_counter() - start
     label = "+".join(iv.label for iv in interventions) or "none"
     fits = Replicates.of(sums)  # fitted once: the intervals here, and every reduction or comparison of this result
@@ -356,11 +356,11 @@ def measure(
         "max_memory": None if max_memory is None else str(max_memory),
         "probe": probe,
         "interventions": [iv.describe() for iv in interventions],
-        "counterfactual": counterfactual,
+        "row_sums": row_sums,
         "disk_budget": None if disk_budget is None else str(disk_budget),
     }
     settings["world_size"] = distributed.world_size()
     meta = run_metadata(model, corpus, settings)
-    meta["counterfactual"] = sums.counterfactual
+    meta["row_sums"] = sums.row_sums_route
     meta["timings"] = {"forward_seconds": forward_seconds, "total_seconds": time.perf_counter() - start}
     return Result(table, meta, sums, fits)

@@ -115,7 +115,7 @@ def compare_cases(
     loader: Callable[[str, str], PosModel] = lambda name, variant: load_model(name, variant=variant),
     progress: bool = True,
     text_field: str = "text",
-    counterfactual: str = "auto",
+    row_sums: str = "auto",
     disk_budget: int | str | None = None,
     comparison_metrics: tuple[str, ...] = DEFAULT_METRICS,
 ) -> tuple[Result, Result]:
@@ -152,7 +152,7 @@ def compare_cases(
         loader: ``loader(name, variant)`` loads a case's model.
         progress: Whether to show progress bars.
         text_field: The text field of a JSONL or Parquet ``source``.
-        counterfactual: The per-sequence counterfactual's route (:func:`poslens.measure`).
+        row_sums: The per-sequence counterfactual's route (:func:`poslens.measure`).
         disk_budget: The most temporary disk the store may take under ``"auto"``.
         comparison_metrics: The figures the comparisons compare (refitted from the cell sums).
 
@@ -182,7 +182,7 @@ def compare_cases(
             max_memory=max_memory,
             probe=False,
             progress=progress,
-            counterfactual=counterfactual,
+            row_sums=row_sums,
             disk_budget=disk_budget,
         )
         result.meta["case"] = {"case": case.case, "inference_time": case.inference_time}

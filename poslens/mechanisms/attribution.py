@@ -216,7 +216,7 @@ def cumulative_attribution(
     loss: bool = True,
     placebo_seed: int = 0,
     progress: bool = True,
-    counterfactual: str = "auto",
+    row_sums: str = "auto",
     disk_budget: int | str | None = None,
     interventions: Sequence[Any] = (),
 ) -> Result:
@@ -242,7 +242,7 @@ def cumulative_attribution(
         loss: Whether to measure the change in next-token loss (edits and placebos; at the largest size only).
         placebo_seed: Seed of the placebos' relative kernels.
         progress: Whether to show progress bars.
-        counterfactual: The measurements' counterfactual route (``poslens.measure``).
+        row_sums: The measurements' counterfactual route (``poslens.measure``).
         disk_budget: The measurements' disk budget (``poslens.measure``).
         interventions: Other interventions (e.g. a BOS replacement) in every forward: the unedited run, the
             calibrations, the edited runs and the loss; the edit composes with them.
@@ -280,9 +280,7 @@ def cumulative_attribution(
     for size in sizes:
         if not 2 <= size <= calibration.n_seqs:
             raise InputError(f"calibration sizes must lie in 2..{calibration.n_seqs} (the calibration corpus), got {size}")
-    options = dict(
-        groups=groups, early=early, batch_size=batch_size, probe=False, progress=progress, counterfactual=counterfactual, disk_budget=disk_budget
-    )
+    options = dict(groups=groups, early=early, batch_size=batch_size, probe=False, progress=progress, row_sums=row_sums, disk_budget=disk_budget)
     others = list(interventions)
     base = measure(model, corpus, interventions=others, **options)
     base_all, base_reps = _replicated(base)
@@ -329,7 +327,7 @@ def cumulative_attribution(
             "calibration_sizes": sizes,
             "loss": loss,
             "placebo_seed": placebo_seed,
-            "counterfactual": counterfactual,
+            "row_sums": row_sums,
             "first_layer": FIRST_LAYER,
             "interventions": [iv.describe() for iv in others],
         },

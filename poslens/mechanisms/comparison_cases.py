@@ -106,7 +106,7 @@ def case_figures(result: Result, metrics: tuple[str, ...] = DEFAULT_METRICS) -> 
         >>> import torch; from poslens.measurement.pipeline import measure_scores
         >>> t = 16; i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
         >>> scores = [(-0.1 * (i - j) + 0.01 * i * (j == 0)).float().masked_fill(j > i, torch.finfo(torch.float32).min).expand(4, 1, t, t)] * 3
-        >>> f = case_figures(measure_scores(scores, groups=2, early=8, counterfactual="second-pass"))
+        >>> f = case_figures(measure_scores(scores, groups=2, early=8, row_sums="second-pass"))
         >>> f.estimate["c_res"].shape, f.replicates["c_res"].shape
         ((2, 4), (2, 2, 4))
     """

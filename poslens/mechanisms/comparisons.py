@@ -154,7 +154,7 @@ def compare_results(
         >>> import torch; from poslens.measurement.pipeline import measure_scores
         >>> t = 16; i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
         >>> scores = [(-0.1 * (i - j) + 0.01 * i * (j == 0)).float().masked_fill(j > i, torch.finfo(torch.float32).min).expand(4, 1, t, t)] * 3
-        >>> r = measure_scores(scores, groups=2, early=8, counterfactual="second-pass")
+        >>> r = measure_scores(scores, groups=2, early=8, row_sums="second-pass")
         >>> r.meta["corpus"] = {"tokens_sha256": "t"}
         >>> compare_results([r])["kind"].unique().tolist()
         ['depth-slope']

@@ -92,7 +92,7 @@ class CounterfactualRoute:
 
 
 def check_route(requested: Any) -> str:
-    """Check a ``counterfactual=`` argument: one of ``ROUTES``.
+    """Check a ``row_sums=`` argument: one of ``ROUTES``.
 
     Args:
         requested: The argument.
@@ -109,10 +109,10 @@ def check_route(requested: Any) -> str:
         >>> check_route("disk")
         Traceback (most recent call last):
         ...
-        poslens.errors.InputError: counterfactual must be one of auto, store, second-pass, got 'disk'
+        poslens.errors.InputError: row_sums must be one of auto, store, second-pass, got 'disk'
     """
     if requested not in ROUTES:
-        raise InputError(f"counterfactual must be one of {', '.join(ROUTES)}, got {requested!r}")
+        raise InputError(f"row_sums must be one of {', '.join(ROUTES)}, got {requested!r}")
     return requested
 
 

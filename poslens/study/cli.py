@@ -514,7 +514,7 @@ def report(
     relativize_len: int | None = typer.Option(None, min=2, help="Override the cumulative attribution's sequence length."),
     batch_size: int | None = typer.Option(None, min=1, help="Override the preset's largest batch size (4)."),
     max_memory: str = cli_options.MAX_MEMORY,
-    counterfactual: str = cli_options.COUNTERFACTUAL,
+    row_sums: str = cli_options.ROW_SUMS,
     disk_budget: str | None = cli_options.DISK_BUDGET,
     overwrite: bool = cli_options.OVERWRITE,
 ) -> None:
@@ -541,7 +541,7 @@ def report(
         ).items()
         if v is not None
     }
-    overrides.update(max_memory=max_memory, counterfactual=counterfactual, disk_budget=disk_budget)
+    overrides.update(max_memory=max_memory, row_sums=row_sums, disk_budget=disk_budget)
     settings = Settings.quick(model=model, **overrides) if quick else Settings.full(model=model, **overrides)
     plan = report_plan(skip_compare)
     fills = dict.fromkeys(name for p in plan for name in PARTS[p].fills)  # in the plan's order, once each

@@ -47,7 +47,7 @@ def check_max_memory(value: str) -> str:
 
 
 def check_route(value: str) -> str:
-    """Check ``--counterfactual``: one of the routes ``auto``, ``store``, ``second-pass`` (``poslens.runtime.disk.ROUTES``).
+    """Check ``--row-sums``: one of the routes ``auto``, ``store``, ``second-pass`` (``poslens.runtime.disk.ROUTES``).
 
     Args:
         value: The option as typed.
@@ -65,7 +65,7 @@ def check_route(value: str) -> str:
     from poslens.runtime.disk import ROUTES
 
     if value not in ROUTES:
-        raise typer.BadParameter(f"--counterfactual must be one of {', '.join(ROUTES)}, got {value!r}")
+        raise typer.BadParameter(f"--row-sums must be one of {', '.join(ROUTES)}, got {value!r}")
     return value
 
 
@@ -365,9 +365,9 @@ MAX_MEMORY = typer.Option(
     help="Memory budget for the whole process, e.g. 8GB or 512MiB; 'free' (default): 80% of the memory free now, "
     "for the forward pass. Lowers the batch size to what fits, or stops with the numbers and the longest --seq-len that fits.",
 )
-COUNTERFACTUAL = typer.Option(
+ROW_SUMS = typer.Option(
     "auto",
-    "--counterfactual",
+    "--row-sums",
     callback=lambda v: check_route(v),
     help="How the per-sequence counterfactual gets each sequence's row sums: 'store' keeps them on temporary disk (TMPDIR, "
     "8·L·H·T·(1 + bins) bytes per sequence), 'second-pass' runs the model a second time and keeps nothing, 'auto' (default) "
@@ -377,7 +377,7 @@ DISK_BUDGET = typer.Option(
     None,
     "--disk-budget",
     callback=lambda v: check_disk_budget(v),
-    help="Most temporary disk the store may take under --counterfactual auto, e.g. 2GB; default the smaller of 4 GB and half the free space.",
+    help="Most temporary disk the store may take under --row-sums auto, e.g. 2GB; default the smaller of 4 GB and half the free space.",
 )
 DTYPE = typer.Option("float32", help="Weights' dtype: float32, bfloat16 or float16 (sums stay float64).")
 DEVICE_MAP = typer.Option(None, help="transformers device map, e.g. 'auto' to spread a large model over GPUs.")

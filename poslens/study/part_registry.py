@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 MEASURE_KEYS = ("model", "variant", "corpus", "text_field", "n_seqs", "seq_len", "groups", "early", "seed", "batch_size", "position0", "dtype")
 """The settings every measured part depends on: the model, the corpus and the measurement's grouping."""
 
-RUNTIME = ("max_memory", "counterfactual", "disk_budget")
+RUNTIME = ("max_memory", "row_sums", "disk_budget")
 """Settings that choose how a part is computed, never its figures: a command takes them, its part does not record them."""
 
 
@@ -135,8 +135,8 @@ OPTIONS: Mapping[str, Option] = MappingProxyType(
             "for the forward pass. Lowers the batch size to what fits, or stops with the numbers and the longest --seq-len that fits.",
             checks={"callback": "check_max_memory"},
         ),
-        "counterfactual": Option(
-            "--counterfactual",
+        "row_sums": Option(
+            "--row-sums",
             "auto",
             "How the per-sequence counterfactual gets each sequence's row sums: 'store' keeps them on temporary disk (TMPDIR, "
             "8·L·H·T·(1 + bins) bytes per sequence), 'second-pass' runs the model a second time and keeps nothing, 'auto' (default) "
@@ -146,7 +146,7 @@ OPTIONS: Mapping[str, Option] = MappingProxyType(
         "disk_budget": Option(
             "--disk-budget",
             None,
-            "Most temporary disk the store may take under --counterfactual auto, e.g. 2GB; default the smaller of 4 GB and half the free space.",
+            "Most temporary disk the store may take under --row-sums auto, e.g. 2GB; default the smaller of 4 GB and half the free space.",
             str | None,
             checks={"callback": "check_disk_budget"},
         ),
@@ -502,7 +502,7 @@ _DECLARED = (
             "groups",
             "early",
             "batch_size",
-            "counterfactual",
+            "row_sums",
             "disk_budget",
             "dtype",
             "device_map",

@@ -164,11 +164,11 @@ class Study:
             max_memory=s.max_memory,
             interventions=interventions,
             probe=probe,
-            counterfactual=s.counterfactual,
+            row_sums=s.row_sums,
             disk_budget=s.disk_budget,
         )
-        route = result.meta["counterfactual"]
-        self.log(f"counterfactual: {route['route']} ({route['reason']})")
+        route = result.meta["row_sums"]
+        self.log(f"row sums: {route['route']} ({route['reason']})")
         return result
 
     def leakage(self) -> Result:
@@ -382,7 +382,7 @@ class Study:
                 batch_size=s.batch_size,
                 max_memory=s.max_memory,
                 text_field=s.text_field,
-                counterfactual=s.counterfactual,
+                row_sums=s.row_sums,
                 disk_budget=s.disk_budget,
             )
 
@@ -500,7 +500,7 @@ class Study:
             batch_size=s.batch_size,
             calibration_sizes=s.calibration_sizes or None,
             loss=s.relativize_loss,
-            counterfactual=s.counterfactual,
+            row_sums=s.row_sums,
             disk_budget=s.disk_budget,
         )
 

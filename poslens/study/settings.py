@@ -35,7 +35,7 @@ class Settings:
         seed: Seed of the text windows.
         batch_size: Sequences per forward pass (an upper bound when planning memory).
         max_memory: The memory budget (``"free"``, or a size such as ``"8GB"``).
-        counterfactual: The per-sequence counterfactual's route: ``auto``, ``store`` or ``second-pass`` (the same figures).
+        row_sums: The per-sequence counterfactual's route: ``auto``, ``store`` or ``second-pass`` (the same figures).
         disk_budget: The most temporary disk the store may take under ``auto`` (default: the smaller of 4 GB and half the free space).
         position0: What position 0 holds (``bos``; :func:`~poslens.model.corpus.make_corpus`).
         dtype: The weights' dtype.
@@ -74,7 +74,7 @@ class Settings:
     seed: int = 0
     batch_size: int = DEFAULTS.batch_size
     max_memory: str = "free"  # the study plans against the memory free now; the library plans only when asked
-    counterfactual: str = "auto"
+    row_sums: str = "auto"
     disk_budget: str | None = None
     position0: str = "bos"
     dtype: str = "float32"
