@@ -66,6 +66,10 @@ FOLDERS: dict[str, str] = {
     "test_relativize_fit.py": "unit/fit",
     "test_shape_checks.py": "unit/fit",
     "test_sums.py": "unit/fit",
+    "test_replicates.py": "unit/fit",
+    "test_forward_pass.py": "unit/measurement",
+    "test_part_registry.py": "unit/study",
+    "test_compare_runs.py": "unit/study",
     # poslens.measurement: measure, batching, the Result and its display and plots
     "test_batches_span_groups.py": "unit/measurement",
     "test_boundary.py": "unit/measurement",
