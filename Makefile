@@ -10,8 +10,8 @@ STAMP := $(VENV)/.poslens-installed
 # tiny-model core a second time over it, with HookedTransformer and HookedSAETransformer
 TL3 := $(VENV)/tl39
 TL3_PACKAGES := transformer-lens==3.9.0 sae-lens==6.54.12 better-abc==0.0.3 simple-parsing==0.1.9 docstring-parser==0.18.0
-TL3_TESTS := tests/test_hooked_transformer.py tests/test_hooked_build.py tests/test_in_memory.py tests/test_decomposition_controls.py \
-	tests/test_leakage_reference.py tests/test_decomposition_reference.py tests/test_notebooks.py
+TL3_TESTS := tests/unit/model/test_hooked_transformer.py tests/unit/model/test_hooked_build.py tests/unit/model/test_in_memory.py tests/unit/measurement/test_decomposition_controls.py \
+	tests/integration/test_leakage_reference.py tests/integration/test_decomposition_reference.py tests/notebooks/test_notebooks.py
 OUT ?= results/quick
 
 .PHONY: setup report test test-integration test-fast docs clean

@@ -13,7 +13,7 @@
 #      with --no-deps into a folder put first on PYTHONPATH, after the repository itself, so that poslens
 #      imports from this checkout;
 #   2. record the environment: nvidia-smi, Python, torch and CUDA versions, pip list, the commit;
-#   3. the CUDA correctness tests, tests/test_cuda.py (on the CPU dry run: POSLENS_TEST_DEVICE=cpu, a subset);
+#   3. the CUDA correctness tests, tests/unit/runtime/test_cuda.py (on the CPU dry run: POSLENS_TEST_DEVICE=cpu, a subset);
 #   4. build a random-weight model with Llama-3.2-1B's architecture in bfloat16 on the device itself
 #      (benchmarks/gpu_model.py; the dry run's is two layers of hidden 256);
 #   5. time and measure peak memory of the plain forward, the capture (collect_sums), poslens.measure (probe
@@ -131,9 +131,9 @@ EOF
 run_tests() {
     [ "$DEVICE" = cpu ] && export POSLENS_TEST_DEVICE=cpu
     if [ -n "$TEST_FILTER" ]; then
-        "$PY" -m pytest tests/test_cuda.py -v -rs -p no:cacheprovider --junitxml="$RESULTS/tests.xml" -k "$TEST_FILTER"
+        "$PY" -m pytest tests/unit/runtime/test_cuda.py -v -rs -p no:cacheprovider --junitxml="$RESULTS/tests.xml" -k "$TEST_FILTER"
     else
-        "$PY" -m pytest tests/test_cuda.py -v -rs -p no:cacheprovider --junitxml="$RESULTS/tests.xml"
+        "$PY" -m pytest tests/unit/runtime/test_cuda.py -v -rs -p no:cacheprovider --junitxml="$RESULTS/tests.xml"
     fi
 }
 

@@ -5,7 +5,7 @@ Usage:
 
 Layer 0's residual stream holds only token embeddings, so its C_res should be 0.
 On random-weight tiny models and random tokens, the all-window interval of
-C_res / L excludes 0 at 8 sequences for most kinds (tests/test_compatibility.py
+C_res / L excludes 0 at 8 sequences for most kinds (tests/integration/test_compatibility.py
 therefore bounds |C_res| < 3% of L there). This prints C_res / L with its 95%
 interval at 8 and 64 sequences (T = 32) for a few kinds, to see whether the
 offset shrinks with N, as a small-sample bias would.

@@ -23,7 +23,7 @@ the two models (:func:`measured_rms`), which a reduced-precision *forward*
 makes larger than one rounding of the scores; it is printed beside the
 tolerance and is not used to decide ``within``.
 
-The tolerance functions are imported by tests/test_precision.py.
+The tolerance functions are imported by tests/unit/capture/test_precision.py.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Usage (from the repository root, with the venv's Python, which has poslens insta
 Each notebook runs top to bottom with nbclient in a fresh ``python3`` kernel
 that starts this interpreter, offline (``HF_HUB_OFFLINE=1``). Its outputs are
 written back into the ``.ipynb`` and the SHA-256 of its code cells' sources is
-recorded in ``metadata["poslens"]["source_sha256"]``; tests/test_notebooks.py
+recorded in ``metadata["poslens"]["source_sha256"]``; tests/notebooks/test_notebooks.py
 compares it with the current code cells, so a cell edited without running this
 script fails the tests.
 

@@ -15,7 +15,7 @@ Usage::
 
 ``--summary-in`` also writes the short claims table (one row per claim and
 case, :func:`claims_summary`) between the markers ``<!-- claims-summary:start -->``
-and ``<!-- claims-summary:end -->`` of each named page; ``tests/test_docs.py``
+and ``<!-- claims-summary:end -->`` of each named page; ``tests/docs/test_docs.py``
 checks that README.md and docs/index.md hold the table of ``docs/findings_data``.
 
 The page is meant for the full run (``poslens report --full --out results/full``).

@@ -1,13 +1,13 @@
 """Write docs/supported_models.md from the compatibility matrix (tests/compatibility_matrix.py).
 
-Every row is a kind that tests/test_compatibility.py builds and tests; the
+Every row is a kind that tests/integration/test_compatibility.py builds and tests; the
 columns are read from the kind's transformers config, and the variant column
 from poslens' own refusal rule (:func:`poslens.model.variants.variant_refusal`).
 The "Not yet tested" list is computed from the installed transformers and
 TransformerLens (``not_yet_tested`` of tests/architecture_coverage.py). Both modules are test data,
 outside the package, so this script imports them from tests/.
 Run ``python docs/make_supported_models.py`` after changing the matrix;
-``tests/test_compatibility.py`` checks that the page is current.
+``tests/integration/test_compatibility.py`` checks that the page is current.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ architectures it is tested on. Each row is a tiny random-weight model built from
 that architecture's transformers config (2–4 layers, hidden size 64, 4 heads,
 a 260-token byte tokenizer) and saved to disk; the window widths and RoPE scaling
 fields shown are the tiny model's, the pattern is the architecture's.
-`tests/test_compatibility.py` checks each one in the same way:
+`tests/integration/test_compatibility.py` checks each one in the same way:
 
 - **(a)** the bridge's log-probabilities match those of the plain Hugging Face model;
 - **(b)** the softmax of the captured `hook_attn_scores` matches HF's eager attention weights;
@@ -113,7 +113,7 @@ which is given back as it was: the bridge's wrappers are in its modules only whi
 training mode, and no hook of poslens's is left. Your own hooks run where the bridge calls their module and are listed in
 `meta["model"]["user_hooks"]`; a hook on a module the bridge never calls (`self_attn` itself) is refused, not skipped.
 A HookedTransformer's masked scores are −inf, treated as masked; on the same float64 weights it matches the
-transformers path to 1e-8 (`tests/test_in_memory.py`, `tests/test_hooked_transformer.py`).
+transformers path to 1e-8 (`tests/unit/model/test_in_memory.py`, `tests/unit/model/test_hooked_transformer.py`).
 
 TransformerLens 3.9 is the last line with `HookedTransformer`, and SAELens needs it; poslens allows it as well as 4.x.
 `make test` runs the tiny-model core (loading, the scores check, `measure`, the controls, the

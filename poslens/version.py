@@ -2,7 +2,7 @@
 
 A change to what a saved file holds bumps its format number here, bumps the
 package's minor version (here and in ``pyproject.toml``) and gets a CHANGELOG
-entry (``tests/test_version.py`` checks all three agree):
+entry (``tests/unit/test_version.py`` checks all three agree):
 
 - :data:`SUMS_FORMAT`: the ``.sums.npz`` cell sums (:func:`poslens.fit.sums_files.save_sums`);
 - :data:`TABLE_FORMAT`: the result table's Parquet file, its columns and provenance

@@ -1,4 +1,4 @@
-"""The compatibility matrix: every tiny model kind tests/test_compatibility.py builds, loads and tests.
+"""The compatibility matrix: every tiny model kind tests/integration/test_compatibility.py builds, loads and tests.
 
 :data:`TINY_MODELS` holds 64 :class:`poslens.testing.TinyKind`: one per architecture poslens supports
 (48, :data:`TINY_KINDS`) and one per kind it must refuse (16, :data:`UNSUPPORTED_KINDS`);
@@ -632,7 +632,7 @@ TINY_MODELS: dict[str, TinyKind] = {
     ),
 }
 _HYBRID = "layers without softmax attention (state-space, linear-attention or convolution mixers)"
-#: Architectures poslens refuses from their config alone, before any weights are read: tests/test_compatibility.py
+#: Architectures poslens refuses from their config alone, before any weights are read: tests/integration/test_compatibility.py
 #: saves each config class's default config (with these fields) and checks the refusal. HF class -> (config class,
 #: fields, what the model has that poslens cannot measure).
 REFUSED_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {

@@ -10,8 +10,8 @@ once per test session:
   Tests that use them are marked ``embedded`` automatically.
 
 Every test also gets one kind marker (``unit``, ``integration``, ``notebooks``,
-``docs``, ``browser``) from its file, as :mod:`suite_kinds` says: ``pytest -m unit``
-(``make test-fast``) runs the fast set only.
+``docs``, ``browser``) from the first folder under ``tests/`` that holds its file, as
+:mod:`suite_kinds` says: ``pytest -m unit`` (``make test-fast``) runs the fast set only.
 
 The jaxtyping shape annotations of :mod:`poslens.fit` and :mod:`poslens.capture`
 are checked at run time (beartype) for the whole session: the import hook is
@@ -30,6 +30,8 @@ from pathlib import Path
 import pytest
 from suite_kinds import kind_of
 
+TESTS = Path(__file__).resolve().parent
+
 # Never reach the network from a test: everything must come from disk.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -41,7 +43,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if any(name in getattr(item, "fixturenames", ()) for name in EMBEDDED_FIXTURES):
             item.add_marker(pytest.mark.embedded)
-        kind = kind_of(item.path, embedded=item.get_closest_marker("embedded") is not None, function=getattr(item, "originalname", item.name))
+        embedded, marked = (item.get_closest_marker(name) is not None for name in ("embedded", "integration"))
+        kind = kind_of(item.path.resolve().relative_to(TESTS), embedded=embedded, marked_integration=marked)
         item.add_marker(getattr(pytest.mark, kind))
 
 

@@ -1,16 +1,22 @@
-"""The kinds of test in this suite, and the browser guard: which marker each test file's tests get, and when a missing browser skips.
+"""The kinds of test in this suite, and the browser guard: which marker each test gets, and when a missing browser skips.
 
-Every test gets exactly one kind marker, assigned in ``conftest.py`` from its file:
+Every test gets exactly one kind marker, assigned in ``conftest.py`` from the first folder under ``tests/`` that holds
+its file:
 
-- ``unit``: the default; fast tests on synthetic data and tiny random models (``make test-fast`` runs these alone);
-- ``integration``: end to end, slow: every test that uses an embedded 4-bit model (these keep the ``embedded``
-  marker as well), the whole-command files of :data:`FILE_KINDS` (the wheel build, torchrun, the zoo's training)
-  and the slowest tests of the other files (:data:`SLOW_TESTS`);
-- ``notebooks``: the tutorial notebooks and notebooks run in a real Jupyter kernel;
-- ``docs``: the docs site build, the API pages, the docstrings and their examples, the maths and the § references;
-- ``browser``: the report opened in headless Chromium.
+- ``unit/``: fast tests on synthetic data and tiny random models (``make test-fast`` runs these alone), in
+  ``tests/unit/<area>/`` after the subpackage of poslens they test (``tests/unit/`` itself for the top-level modules
+  and the suite's own checks). Two kinds of unit test are ``integration`` instead: a test that uses an embedded 4-bit
+  model (it keeps the ``embedded`` marker as well), and a single slow test marked ``@pytest.mark.integration`` in its
+  source;
+- ``integration/``: end to end, slow: the whole commands (the wheel build, torchrun, the zoo's training), the
+  compatibility matrix and the dense references on tiny models;
+- ``notebooks/``: the tutorial notebooks and notebooks run in a real Jupyter kernel;
+- ``docs/``: the docs site build, the API pages, the docstrings and their examples, the maths and the § references;
+- ``browser/``: the report opened in headless Chromium.
 
-Select with ``pytest -m unit``, ``-m "not integration"``, ``-m docs`` and so on.
+Select with ``pytest -m unit``, ``-m "not integration"``, ``-m docs`` and so on. The helpers (this module,
+``conftest.py``, the independent references, the compatibility matrix) stay in ``tests/``, on ``sys.path`` from
+every folder (pyproject's ``pythonpath``); test files have no ``__init__.py``, so their base names are unique.
 
 A test that needs a browser calls :func:`require_browser`: it skips with the reason where no chromium or
 chromedriver is installed, and fails instead when ``POSLENS_REQUIRE_BROWSER=1`` (``make test`` sets it, so a
@@ -29,85 +35,41 @@ import pytest
 
 KINDS = ("unit", "integration", "notebooks", "docs", "browser")
 DEFAULT_KIND = "unit"
-# The kind of every test file that is not unit. A unit test that uses an embedded model becomes integration (conftest.py).
-FILE_KINDS = {
-    # whole commands, the compatibility matrix (64 tiny kinds built and run) and the dense references on tiny
-    # models: slow (together 83% of the unit time measured with --durations on 2 cores)
-    "test_wheel_install.py": "integration",
-    "test_distributed.py": "integration",
-    "test_path_distributed.py": "integration",
-    "test_zoo.py": "integration",
-    "test_compatibility.py": "integration",
-    "test_cli_relativize.py": "integration",
-    "test_comparisons.py": "integration",
-    "test_capture_dispatch.py": "integration",
-    "test_fuzz.py": "integration",
-    "test_leakage_reference.py": "integration",
-    "test_decomposition_reference.py": "integration",
-    "test_path_reference.py": "integration",
-    "test_path_controls.py": "integration",
-    # notebooks
-    "test_notebooks.py": "notebooks",
-    "test_notebook_display.py": "notebooks",
-    # the docs site, the API reference and the docstrings
-    "test_docs.py": "docs",
-    "test_api_docs.py": "docs",
-    "test_docstrings.py": "docs",
-    "test_docstring_examples.py": "docs",
-    "test_math_rendering.py": "docs",
-    "test_section_refs.py": "docs",
-    # a real browser
-    "test_report_browser.py": "browser",
-}
-# Single slow tests of otherwise unit files, as "file::function" (every parametrization): integration, so that
-# make test-fast stays under 2 minutes (measured with --durations on this machine's 2 cores).
-SLOW_TESTS: dict[str, str] = {
-    key: "integration"
-    for key in (
-        "test_reliability.py::test_ctrl_c_during_report_then_rerun_resumes",
-        "test_leakage_controls.py::test_tables_do_not_depend_on_batching_or_order_within_groups",
-        "test_counterfactual_routes.py::test_budget_below_the_store_takes_the_second_pass_with_the_same_figures",
-        "test_decomposition_controls.py::test_noise_floor_meanfield_is_biased_and_per_sequence_is_far_smaller",
-        "test_relativization_controls.py::test_relative_stack_is_unchanged_within_its_interval",
-        "test_relativization_reference.py::test_fit_matches_reference",
-        "test_relativization_reference.py::test_edited_figures_match_reference",
-        "test_forward_pass.py::test_calibration_in_several_batches_is_the_one_batch_fit_and_the_reference",
-        "test_sinks_effects_reference.py::test_reduction_matches_hand_computation",
-        "test_glossary.py::test_every_emitted_metric_has_one_entry_and_every_entry_is_emitted",
-        "test_glossary.py::test_the_check_fails_on_a_missing_or_a_stale_entry",
-        "test_integrity.py::test_a_second_run_into_a_locked_folder_is_refused_at_once_naming_the_holder",
-        "test_integrity.py::test_an_attribution_that_cannot_be_read_is_refused_and_kept_unless_overwrite",
-        "test_reliability.py::test_sigterm_and_ctrl_c_print_one_line_and_leave_no_lock_note_and_no_folder",
-        "test_path_readouts.py::test_the_path_table_saves_reloads_and_plots",
-        "test_key_phase.py::test_identity_reproduces_the_unedited_tables",
-        "test_in_memory.py::test_the_users_model_is_as_given_after_every_command",
-        "test_batches_span_groups.py::test_measure_with_batches_across_groups_equals_batches_within_groups",
-    )
-}
 REQUIRE_BROWSER = "POSLENS_REQUIRE_BROWSER"
 
 
-def kind_of(path: str | Path, embedded: bool, function: str = "") -> str:
-    """The kind marker of a test in the file ``path``.
+def kind_of(path: str | Path, embedded: bool, marked_integration: bool = False) -> str:
+    """The kind marker of a test in the file ``path``: its first folder under ``tests/``.
 
     Args:
-        path: the test file (only its name is read).
+        path: the test file, relative to ``tests/`` (``unit/fit/test_sums.py``).
         embedded: whether the test uses an embedded model (has the ``embedded`` marker).
-        function: the test function's name (without its parameters), looked up in :data:`SLOW_TESTS`.
+        marked_integration: whether the test carries ``@pytest.mark.integration`` in its source.
 
     Returns:
-        One of :data:`KINDS`: the file's kind from :data:`FILE_KINDS`, else ``integration`` for an embedded test or
-        one of :data:`SLOW_TESTS`, else ``unit``.
+        One of :data:`KINDS`: the folder's kind, except ``integration`` for a test of ``unit/`` that is embedded or
+        marked integration.
+
+    Raises:
+        pytest.UsageError: the file lies in no kind folder, or a test outside ``unit/`` and ``integration/`` is marked
+            integration.
 
     Example:
-        >>> kind_of("tests/test_sums.py", embedded=False), kind_of("tests/test_sums.py", embedded=True)
+        >>> kind_of("unit/fit/test_sums.py", embedded=False), kind_of("unit/fit/test_sums.py", embedded=True)
         ('unit', 'integration')
-        >>> kind_of("tests/test_docs.py", embedded=False)
+        >>> kind_of("docs/test_docs.py", embedded=False)
         'docs'
     """
-    name = Path(path).name
-    kind = FILE_KINDS.get(name, SLOW_TESTS.get(f"{name}::{function}", DEFAULT_KIND))
-    return "integration" if kind == DEFAULT_KIND and embedded else kind
+    parts = Path(path).parts
+    kind = parts[0] if len(parts) > 1 else ""
+    if kind not in KINDS:
+        raise pytest.UsageError(
+            f"tests/{Path(path).as_posix()} lies in no kind folder: move it into tests/unit/<area>/ (the subpackage "
+            f"it tests) or tests/{{{','.join(KINDS[1:])}}}/ (see tests/suite_kinds.py)"
+        )
+    if marked_integration and kind not in ("unit", "integration"):
+        raise pytest.UsageError(f"tests/{Path(path).as_posix()} is a {kind} test; only a unit test can be marked integration")
+    return "integration" if kind == DEFAULT_KIND and (embedded or marked_integration) else kind
 
 
 def require_browser(environ: Mapping[str, str] = os.environ, which: Callable[[str], str | None] = shutil.which) -> tuple[str, str]:

@@ -20,7 +20,7 @@ to an attribute without a docstring (a dataclass field, described in its class's
 reported as a griffe warning and left as a link to the written name, which
 autorefs reports too; it never silently vanishes. Both warnings fail
 ``mkdocs build --strict``, but only when warnings are logged: ``-q`` (log level
-ERROR) hides them. tests/test_api_docs.py runs this rewrite over every docstring.
+ERROR) hides them. tests/docs/test_api_docs.py runs this rewrite over every docstring.
 
 The extension also reads Sphinx's other convention, a ``#:`` comment above a
 module constant or class attribute (``#: Share of the free memory ...``), as that

@@ -8,7 +8,7 @@ mkdocstrings; never inside code, preformatted text or an existing link), into
 a link to ``methodology/#s4.4``. On the methodology page itself a bare "§4.4"
 is linked too. A citation of a section the page does not have is a warning and,
 in a ``--strict`` build, an error at the end of the build (raised by the hook
-itself: ``mkdocs build --strict -q`` does not count warnings). ``tests/test_section_refs.py`` checks the
+itself: ``mkdocs build --strict -q`` does not count warnings). ``tests/docs/test_section_refs.py`` checks the
 same thing on the sources.
 """
 

@@ -6,7 +6,7 @@
 :class:`MetricEntry`: a definition in words, its formula in TeX, its range, its
 sign convention, the section of the methodology page that defines it, and which
 rows carry it. :func:`glossary_markdown` renders the entries as the glossary
-page's list; ``tests/test_glossary.py`` checks that the page holds exactly that
+page's list; ``tests/unit/fit/test_glossary.py`` checks that the page holds exactly that
 list, and that a real measurement by every producer emits exactly these names.
 
 Rewrite the page's list after editing an entry with::

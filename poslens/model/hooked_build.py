@@ -26,7 +26,7 @@ Families, and why the others are refused (the refusal names the family):
   Llama or Mistral (their converters drop them), and any other architecture: refused.
 
 The figures poslens measures on the built model equal those of the Hugging Face
-model to 1e-6 in float32 (``tests/test_hooked_build.py``).
+model to 1e-6 in float32 (``tests/unit/model/test_hooked_build.py``).
 """
 
 from __future__ import annotations

@@ -89,7 +89,8 @@ C2_RULE = Rule(
     remark=(
         "C_mask - C_res = (2 rho_mask - 1) L, so rho_mask > 1/2 is C_mask > C_res when L > 0, "
         "which holds when c_mask and rho_mask are both positive. c_res and count_share at layer 0 are reported, not used; "
-        "the synthetic controls of methodology §4.4 are checked by the test suite (tests/test_leakage_controls.py), not by this table"
+        "the synthetic controls of methodology §4.4 are checked by the test suite "
+        "(tests/unit/measurement/test_leakage_controls.py), not by this table"
     ),
 )
 """C2's rule (its words: ``C2_RULE.text()``)."""
@@ -115,7 +116,7 @@ def claim_c2(leakage: Any) -> list[dict[str, Any]]:
 
     Rule: :data:`C2_RULE`, headline ``c_mask (layer 0)`` (:data:`C2`). The synthetic controls of methodology §4.4 (C_res = 0 for
     mask-only heads, clearly non-zero for absolute ones) are not table rows:
-    the test suite checks them (``tests/test_leakage_controls.py``).
+    the test suite checks them (``tests/unit/measurement/test_leakage_controls.py``).
 
     Five rows per model (c_mask at layer 0, c_mask at layer −1, c_res,
     rho_mask and count_share at layer 0), with the joint verdict.

@@ -1,0 +1,212 @@
+"""The documentation site builds with ``mkdocs build --strict``, and holds every page it should.
+
+Strict mode turns every warning into an error (without ``-q``: mkdocs's ``-q`` drops
+warnings before strict mode counts them): a broken link, a nav entry
+without a file, a docstring that mkdocstrings cannot render. The tutorials are
+rendered as committed (``execute: false``); tests/notebooks/test_notebooks.py runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import pkgutil
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Modules without an API page: the command line (its reference is ``poslens --help``) and the version constant.
+NO_PAGE = {"study.cli", "version"}
+#: Every module of the package, as its path below ``poslens`` ("fit.stats"); its page is docs/api/fit/stats.md.
+API_MODULES = sorted(
+    info.name.removeprefix("poslens.")
+    for info in pkgutil.walk_packages([str(ROOT / "poslens")], prefix="poslens.")
+    if not info.ispkg and info.name.removeprefix("poslens.") not in NO_PAGE
+)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return out
+
+
+def test_strict_build(site: Path) -> None:
+    assert (site / "index.html").exists()
+
+
+def test_built_site_has_no_external_scripts_and_no_raw_maths(site: Path) -> None:
+    """Every page works offline: no CDN script, no MathJax; the maths is MathML made at build time."""
+    from test_math_rendering import _external_references
+
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 20
+    bad = {str(p.relative_to(site)): refs for p in pages if (refs := _external_references(p.read_text(encoding="utf-8")))}
+    assert not bad, bad
+    page = (site / "methodology" / "index.html").read_text(encoding="utf-8")
+    assert page.count("<math") > 100 and "arithmatex" not in page
+    assert 'href="#s4.4"' in page
+
+
+@pytest.mark.parametrize("page", ["quickstart", "methodology", "architecture", "benchmarks", "reliability"])
+def test_pages(site: Path, page: str) -> None:
+    assert (site / page / "index.html").exists()
+
+
+def test_tutorials_rendered(site: Path) -> None:
+    notebooks = sorted((ROOT / "docs" / "tutorials").glob("*.ipynb"))
+    assert notebooks
+    for nb in notebooks:
+        page = site / "tutorials" / nb.stem / "index.html"
+        assert page.exists(), f"{nb.name} is not rendered; add it to the nav in mkdocs.yml"
+        assert "poslens" in page.read_text()
+
+
+@pytest.mark.parametrize("module", API_MODULES)
+def test_api_page(site: Path, module: str) -> None:
+    page = site / "api" / module.replace(".", "/") / "index.html"
+    assert page.exists(), f"no API page for poslens.{module}"
+    html = page.read_text()
+    assert f"poslens.{module}" in html
+    # Doctests under "Example:" must render as code (docs/_ext/griffe_examples.py), not as
+    # Markdown, where ">>> x" becomes nested block quotes and x["a"][0] a reference link.
+    assert "<blockquote" not in html, f"poslens.{module}: a doctest is rendered as Markdown prose"
+
+
+def _make_findings():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_findings", ROOT / "docs" / "make_findings.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("page, link", [("README.md", "docs/findings.md"), ("docs/index.md", "findings.md")])
+def test_claims_summary_is_the_full_runs(page: str, link: str) -> None:
+    # The README and the home page show the full run's claims; the table must be the one its tables give.
+    findings = _make_findings()
+    text = (ROOT / page).read_text(encoding="utf-8")
+    want = findings.claims_summary(ROOT / "docs" / "findings_data", link)
+    assert findings.replace_summary(text, want) == text, (
+        f"{page}'s claims summary is stale: run .venv/bin/python docs/make_findings.py --results docs/findings_data "
+        "--summary-in README.md docs/index.md"
+    )
+    assert "| **C1** |" in text and "supported" in text
+
+
+def test_findings_page_is_the_full_runs() -> None:
+    # The findings page is generated from docs/findings_data: apart from its "Generated on" date, regenerating it
+    # must give the committed page, figures embedded (docs/img/findings, drawn by docs/make_findings_figures.py).
+    findings = _make_findings()
+    page = ROOT / "docs" / "findings.md"
+    undated = lambda text: re.sub(r"Generated on [^*]*? by", "Generated by", text)  # noqa: E731
+    want = findings.build(ROOT / "docs" / "findings_data", page).replace(f"{ROOT}/", "")  # as run from the root
+    assert undated(want) == undated(page.read_text(encoding="utf-8")), (
+        "docs/findings.md is stale: run .venv/bin/python docs/make_findings.py --results docs/findings_data --summary-in README.md docs/index.md"
+    )
+    for name in ("sources_native.png", "sources_ntk.png", "sources_window.png", "dose_response.png", "attribution.png", "loss_change.png"):
+        assert f"](img/findings/{name})" in want, name
+    for claim in ("C1", "C2", "C3", "C4", "C5", "C6", "C7"):
+        assert f"\n**{claim}: " in want, claim
+
+
+def _make_zoo():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_zoo", ROOT / "docs" / "make_zoo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_zoo_page_is_the_committed_family() -> None:
+    # The zoo page and its emergence curves are generated from docs/zoo_data (C4's inference-time verdicts from
+    # docs/findings_data): regenerating them must give the committed page and SVG files byte for byte.
+    zoo = _make_zoo()
+    data = ROOT / "docs" / "zoo_data"
+    want = zoo.build(data, ROOT / "docs" / "findings_data")
+    assert want == (ROOT / "docs" / "zoo.md").read_text(encoding="utf-8"), "docs/zoo.md is stale: run .venv/bin/python docs/make_zoo.py"
+    for name, text in zoo.zoo_figures(data).items():
+        assert f"](img/zoo/{name})" in want, name
+        assert text == (ROOT / "docs" / "img" / "zoo" / name).read_text(encoding="utf-8"), f"docs/img/zoo/{name} is stale: run docs/make_zoo.py"
+    for heading in ("## The task: Bigram-Backcopy", "### Sink emergence", "## C4 inside the family", "## What the zoo can and cannot say"):
+        assert f"\n{heading}\n" in want, heading
+    assert "GPU" in want and "No NoPE member" in want
+
+
+def test_findings_linked_from_readme_and_home() -> None:
+    assert "](docs/findings.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "](findings.md)" in (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+
+
+def test_no_build_script_is_published(site: Path) -> None:
+    """The scripts under docs/ that build pages and figures (make_*.py, execute_tutorials.py, ...) stay out of the site."""
+    scripts = sorted(str(p.relative_to(site)) for p in site.rglob("*.py"))
+    assert not scripts, f"published scripts: {scripts}; add them to exclude_docs in mkdocs.yml"
+    assert (ROOT / "docs" / "make_zoo.py").exists()  # the test would not test if the scripts had moved
+
+
+#: Each table of a page at this width: its box, the box it scrolls in, and its cells that wrap onto a second line.
+_TABLE_GEOMETRY = """
+const lines = (cell) => { const r = document.createRange(); r.selectNodeContents(cell);
+  return new Set(Array.from(r.getClientRects()).map((b) => Math.round(b.top))).size; };
+return Array.from(document.querySelectorAll('.jupyter-wrapper table')).map((t) => {
+  const box = t.getBoundingClientRect(); const holder = t.parentElement;
+  return {right: box.right, width: t.scrollWidth, room: holder.clientWidth,
+          wrapped: Array.from(t.querySelectorAll('td, th')).filter((c) => c.textContent.trim() && lines(c) > 1).length};
+});
+"""
+
+
+def test_tutorial_tables_fit_at_1280_px(site: Path, tmp_path: Path) -> None:
+    """Tutorial 1 at 1280 px wide in headless Chromium: every output table (the Result's summary, the DataFrames) fits the
+    page and the room it is in, with no cell wrapped onto a second line. The screenshot is kept (tmp_path, /tmp/screens)."""
+    import functools
+    import http.server
+    import threading
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from suite_kinds import require_browser
+
+    chromium, driver_path = require_browser()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900", "--hide-scrollbars"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        driver.get(f"http://127.0.0.1:{server.server_address[1]}/tutorials/01_first_look/")
+        width = driver.execute_script("return window.innerWidth")
+        tables = driver.execute_script(_TABLE_GEOMETRY)
+        first = driver.find_element("css selector", ".jupyter-wrapper table")
+        driver.execute_script("arguments[0].scrollIntoView()", first)
+        for folder in (tmp_path, Path("/tmp/screens")):
+            folder.mkdir(parents=True, exist_ok=True)
+            driver.save_screenshot(str(folder / "tutorial_01_tables_1280.png"))
+    finally:
+        driver.quit()
+        server.shutdown()
+    assert width == 1280
+    assert len(tables) >= 4, tables  # the Result's summary and the DataFrames: the test would not test without them
+    too_wide = [t for t in tables if t["right"] > width or t["width"] > t["room"]]
+    assert not too_wide, f"tables wider than the page or their room at 1280 px: {too_wide}"
+    wrapped = [t for t in tables if t["wrapped"]]
+    assert not wrapped, f"tables with cells wrapped onto a second line: {wrapped}"
