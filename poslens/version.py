@@ -28,17 +28,17 @@ from __future__ import annotations
 import sys
 import types
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 #: Format of the saved cell sums. 1: poslens 0.1.0, the per-sequence counterfactual's cells stored among the sums
 #: (``a_counterfactual_*``), no format number in the file. 2: poslens 0.2.0, the cells stored apart (``cf_*``).
 SUMS_FORMAT = 2
-#: Format of the saved result table (its columns and metadata). 1: poslens 0.1.0 and 0.2.0. 2: poslens 0.3.0, the
+#: Format of the saved result table (its columns and metadata). 1: poslens 0.1.0 to 0.3.0. 2: poslens 0.4.0, the
 #: relativize part one result (``relativize.parquet``, not the four ``attribution*`` files) and the compare part's
 #: comparisons a result of their own (``comparisons.parquet``, not ``meta["comparisons"]`` of ``compare.parquet``).
 TABLE_FORMAT = 2
 #: The poslens version that first wrote each format, for messages that name both versions.
-FORMAT_INTRODUCED = {"sums": {1: "0.1.0", 2: "0.2.0"}, "table": {1: "0.1.0", 2: "0.3.0"}}
+FORMAT_INTRODUCED = {"sums": {1: "0.1.0", 2: "0.2.0"}, "table": {1: "0.1.0", 2: "0.4.0"}}
 
 
 def newer_format_message(kind: str, found: int, written_by: str | None = None) -> str | None:
@@ -60,7 +60,7 @@ def newer_format_message(kind: str, found: int, written_by: str | None = None) -
         >>> newer_format_message("sums", 1) is None
         True
         >>> newer_format_message("sums", 9, written_by="0.9.0")  # doctest: +ELLIPSIS
-        'sums format 9 (written by poslens 0.9.0) is newer than this poslens 0.3.0 reads (sums format 2): ...'
+        'sums format 9 (written by poslens 0.9.0) is newer than this poslens 0.4.0 reads (sums format 2): ...'
     """
     current = {"sums": SUMS_FORMAT, "table": TABLE_FORMAT}
     if kind not in current:

@@ -95,7 +95,7 @@ def collect_sums(
 
     Raises:
         TypeError: When ``model`` is not a :class:`~poslens.model.loading.PosModel`, or an option is given by
-            position (the options are keyword-only since 0.3.0).
+            position (the options are keyword-only since 0.4.0).
         ParameterTypeError: When an argument has the wrong type.
         InputError: When an argument is out of range, or the sequences are longer than the model's context.
         InsufficientMemoryError: When one sequence per forward pass does not fit the memory budget.
@@ -327,7 +327,7 @@ def measure(
 
     Raises:
         TypeError: When ``model`` is not a :class:`~poslens.model.loading.PosModel`, or an option is given by
-            position (the options are keyword-only since 0.3.0).
+            position (the options are keyword-only since 0.4.0).
         ParameterTypeError: When an argument has the wrong type.
         InputError: When an argument is out of range, or the sequences are longer than the model's context.
         InsufficientMemoryError: When one sequence per forward pass does not fit the memory budget.
