@@ -219,6 +219,7 @@ def cumulative_attribution(
     row_sums: str = "auto",
     disk_budget: int | str | None = None,
     interventions: Sequence[Any] = (),
+    max_memory: int | str | None = None,
 ) -> Result:
     """Relativize every layer in each mode and measure each layer before its own edit (methodology §11).
 
@@ -246,6 +247,8 @@ def cumulative_attribution(
         disk_budget: The measurements' disk budget (``poslens.measure``).
         interventions: Other interventions (e.g. a BOS replacement) in every forward: the unedited run, the
             calibrations, the edited runs and the loss; the edit composes with them.
+        max_memory: The memory budget the next-token loss passes plan their batches against (``"free"``, a size,
+            or ``None``: ``batch_size`` as given); they keep every position's logits.
 
     Returns:
         The tidy result: the columns of every table plus :data:`EXTRA_COLUMNS`. Per layer (``kind`` ``level``, and
@@ -293,7 +296,7 @@ def cumulative_attribution(
     loss_rows: list[dict[str, Any]] = []
     calibrations: dict[str, Any] = {}
     binning = Binning(corpus.seq_len, early)
-    base_nll = next_token_nll(model, corpus, others, batch_size or 4) if loss else None
+    base_nll = next_token_nll(model, corpus, others, batch_size or 4, max_memory) if loss else None
     for size in sizes:
         subset = calibration.subset(list(range(size)))
         # the smaller sizes show the calibration's own noise: once, on the mode that edits most
@@ -311,7 +314,7 @@ def cumulative_attribution(
                 # random relative kernel: each moves the logits as far as its edit without adding absolute position
                 placebo = KeyZeroShiftPlacebo(fit) if mode == "key0" else RelativePlacebo(fit, seed=placebo_seed)
                 for edit in (Relativization(fit), placebo):
-                    frame = loss_change(next_token_nll(model, corpus, [*others, edit], batch_size or 4), base_nll, groups, binning)
+                    frame = loss_change(next_token_nll(model, corpus, [*others, edit], batch_size or 4, max_memory), base_nll, groups, binning)
                     loss_rows += _loss_rows(model, edit.label, size, frame, corpus.seq_len)
     meta = {
         "model": base.meta.get("model"),

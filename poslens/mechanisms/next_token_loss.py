@@ -61,8 +61,8 @@ def next_token_nll(
     check_integers(batch_size=batch_size)
     check_seq_len(model, corpus.seq_len)
     interventions = as_interventions(interventions)
-    # the planner's estimate counts the last position's logits only; this pass keeps every position's
-    size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, 1, batch_size, max_memory)
+    # this pass keeps every position's logits, and their float64 log-softmax: planned as such
+    size = choose_batch_size(model, corpus.seq_len, corpus.n_seqs, 1, batch_size, max_memory, logit_positions=corpus.seq_len)
     out = []
     for start in range(0, corpus.n_seqs, size):
         tokens = corpus.tokens[start : start + size]

@@ -317,7 +317,9 @@ def _element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def estimate_from_shape(shape: ModelShape, batch: int, t: int, block_elements: int, runtime: int, slack: float, groups: int) -> MemoryEstimate:
+def estimate_from_shape(
+    shape: ModelShape, batch: int, t: int, block_elements: int, runtime: int, slack: float, groups: int, logit_positions: int = 1
+) -> MemoryEstimate:
     """The estimate of one capture forward pass, from a model's shape (the formula of docs/benchmarks.md).
 
     Args:
@@ -328,6 +330,8 @@ def estimate_from_shape(shape: ModelShape, batch: int, t: int, block_elements: i
         runtime: Resident memory besides the weights, added to the total.
         slack: The allocator factor on the attention-phase terms (:func:`allocator_slack`).
         groups: Number of groups the run accumulates.
+        logit_positions: Positions whose logits the pass keeps: 1 for a capture pass (the last position's); T for
+            the next-token loss, which also holds them as float64 log-probabilities.
 
     Returns:
         The estimate, by component.
@@ -357,7 +361,8 @@ def estimate_from_shape(shape: ModelShape, batch: int, t: int, block_elements: i
         scores=e * h * square,
         attention=h * square * (e + 4 + (e if e != 4 else 0)),
         capture=capture,
-        logits=e * b * shape.vocab,  # run_with_hooks keeps the last position's logits only
+        # a capture pass keeps the last position's logits only; the loss pass every position's, and their float64 log-softmax
+        logits=e * b * shape.vocab if logit_positions == 1 else (e + 16) * b * shape.vocab * logit_positions,
         sums=sums_bytes(groups, shape.n_layers, shape.n_heads, Binning(t)) + counterfactual_bytes(groups, shape.n_layers, shape.n_heads, Binning(t)),
         slack=slack,
     )

@@ -152,6 +152,7 @@ def plan_batch(
     block_elements: int | None = None,
     runtime: int | None = None,
     groups: int = DEFAULT_GROUPS,
+    logit_positions: int = 1,
 ) -> int:
     """The largest batch size ≤ ``n_seqs`` whose estimated peak fits the memory budget.
 
@@ -177,6 +178,7 @@ def plan_batch(
         block_elements: The capture's row-block buffer size; default the device's.
         runtime: Resident memory besides the weights; measured when a budget is given and this is not.
         groups: Number of groups the run accumulates.
+        logit_positions: Positions whose logits the pass keeps (the loss pass: every one; :func:`estimate_from_shape`).
 
     Returns:
         The batch size.
@@ -219,19 +221,19 @@ def plan_batch(
         source = f"{budget / MiB:.1f} MiB may be used ({FREE_SHARE:.0%} of the {free / MiB:.1f} MiB free on {device.type})"
 
     def need(b: int, t: int) -> int:
-        est = estimate_from_shape(shape, b, t, block, base, slack, groups)
+        est = estimate_from_shape(shape, b, t, block, base, slack, groups, logit_positions)
         return est.total if whole else est.increase
 
     def necessary(b: int, t: int) -> bool:
         # the estimate without the capture's term: monotone in b and t, and never above need
-        est = estimate_from_shape(shape, b, t, block, base, slack, groups)
+        est = estimate_from_shape(shape, b, t, block, base, slack, groups, logit_positions)
         floor = est.activations + est.sums + int(max(slack * est.attention, est.logits))
         return (est.total - est.increase if whole else 0) + floor <= budget
 
     best = _largest(lambda b: need(b, seq_len) <= budget, lambda b: necessary(b, seq_len), n_seqs)
     if best:
         return best
-    one = estimate_from_shape(shape, 1, seq_len, block, base, slack, groups)
+    one = estimate_from_shape(shape, 1, seq_len, block, base, slack, groups, logit_positions)
     cost = need(1, seq_len)
     max_t = _largest(lambda t: need(1, t) <= budget, lambda t: necessary(1, t), seq_len - 1)
     max_t = max_t if max_t >= 2 else 0
@@ -258,6 +260,7 @@ def choose_batch_size(
     batch_size: int | None = None,
     max_memory: int | str | None = None,
     device: str | torch.device | None = None,
+    logit_positions: int = 1,
 ) -> int:
     """The batch size a run uses: ``batch_size`` as given, or the largest that fits ``max_memory``.
 
@@ -280,6 +283,7 @@ def choose_batch_size(
         batch_size: The batch size asked for (an upper bound when planning).
         max_memory: ``None``, ``"free"``, or a memory budget.
         device: The device to plan for; default the model's.
+        logit_positions: Positions whose logits the pass keeps: 1 for a capture pass, T for the next-token loss.
 
     Returns:
         The batch size, the same on every rank.
@@ -299,7 +303,7 @@ def choose_batch_size(
     budget = None if max_memory is None or (isinstance(max_memory, str) and max_memory.lower() in ("free", "auto")) else max_memory
     error: InsufficientMemoryError | None = None
     try:
-        chosen = plan_batch(model, seq_len, cap, budget, device, groups=groups)
+        chosen = plan_batch(model, seq_len, cap, budget, device, groups=groups, logit_positions=logit_positions)
     except InsufficientMemoryError as e:
         chosen, error = 0, e
     chosen = _smallest_over_ranks(chosen)

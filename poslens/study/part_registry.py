@@ -469,7 +469,8 @@ _DECLARED = (
         "Writes relativize.parquet (and .csv), one row per figure: per layer and edit L(log a), C_res and C_mask, levels and "
         "paired differences; r = 1 − mean over layers ≥ 2 of L edited / unedited (metric reduction_ge2); the change in "
         "next-token loss (metric loss_change); the provenance, the calibration corpora included, in its metadata. "
-        "--batch-size is used as given (no --max-memory).\n\n"
+        "--batch-size is used as given by the measurements (no --max-memory); the next-token loss passes, which keep every "
+        "position's logits, lower it to what the free memory holds.\n\n"
         "Example: poslens relativize --model smollm2-135m --modes all,key0 --calibration-sizes 8,16 --out results/quick",
         (
             "model",

@@ -502,6 +502,7 @@ class Study:
             loss=s.relativize_loss,
             row_sums=s.row_sums,
             disk_budget=s.disk_budget,
+            max_memory=s.max_memory,  # the loss passes keep every position's logits: planned against the memory
         )
 
     def claims(self, parts: dict[str, Result]) -> Claims:

@@ -210,6 +210,31 @@ def test_calibration_in_float32_batches_matches_one_batch_to_float32_tolerance(t
     assert np.abs(split.key0 - whole.key0).max() <= 1e-5 * max(1.0, np.abs(whole.key0).max())
 
 
+def test_the_loss_pass_plans_for_every_positions_logits_and_gives_the_same_losses(llama, monkeypatch):
+    """The next-token loss keeps T positions' logits and their float64 log-softmax: the planner counts them, by its closed form."""
+    import poslens.mechanisms.next_token_loss as loss_module
+    from poslens.runtime.estimate import estimate_from_shape, model_shape
+
+    shape, t = model_shape(llama), 24
+    assert estimate_from_shape(shape, 2, t, 1 << 19, 0, 1.0, 1).logits == 4 * 2 * shape.vocab  # the last position, float32
+    # every position: the float32 logits, their float64 copy and its log-softmax
+    assert estimate_from_shape(shape, 2, t, 1 << 19, 0, 1.0, 1, logit_positions=t).logits == (4 + 8 + 8) * 2 * shape.vocab * t
+    monkeypatch.setattr(planner, "runtime_bytes", lambda model, device=None: 0)
+    capture_four = estimate_peak_bytes(llama, 4, t, groups=1).total  # a capture pass of four sequences fits, the loss pass's does not
+    assert planner.choose_batch_size(llama, t, 8, 1, 4, capture_four) == 4
+    planned = planner.choose_batch_size(llama, t, 8, 1, 4, capture_four, logit_positions=t)
+    assert 1 <= planned < 4
+    sizes: list[int] = []
+    real = loss_module.intervened_forward
+    monkeypatch.setattr(loss_module, "intervened_forward", lambda model, tokens, *a, **k: sizes.append(len(tokens)) or real(model, tokens, *a, **k))
+    corpus = poslens.make_corpus(llama, "random", n_seqs=8, seq_len=t, seed=3)
+    under_budget = next_token_nll(llama, corpus, batch_size=4, max_memory=capture_four)
+    assert max(sizes) == planned
+    as_given = next_token_nll(llama, corpus, batch_size=4)
+    assert max(sizes[-2:]) == 4
+    np.testing.assert_allclose(under_budget, as_given, rtol=0, atol=1e-5)
+
+
 # -- (4) each check once, at the entry ---------------------------------------------------------------
 
 
