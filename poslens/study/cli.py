@@ -28,7 +28,7 @@ from poslens.model.registry import REGISTRY, install_argv, registry_entry
 from poslens.options import DEFAULTS
 from poslens.study import cli_options
 from poslens.study.output_lock import OutputLock
-from poslens.study.part_commands import part_command
+from poslens.study.part_commands import part_command, setting_option
 from poslens.study.part_registry import OPTION_NAMES, OPTIONS, PARTS, OptionConflictError, Part, report_plan
 from poslens.study.settings import Settings, ZooMeasureOptions
 from poslens.version import __version__
@@ -355,7 +355,7 @@ def zoo(
     ),
     eval_every: int = typer.Option(ZooSettings.eval_every, min=1, help="Steps between checkpoints (held-out loss, sink count)."),
     eval_seqs: int = typer.Option(ZooSettings.eval_seqs, min=1, help="Held-out sequences per checkpoint."),
-    tau: float = cli_options.TAU,
+    tau: float = setting_option("tau"),
     weight_decay: float = typer.Option(ZooSettings.weight_decay, min=0.0, help="AdamW's weight decay."),
     time_budget: float | None = typer.Option(
         None, min=0.001, help="Seconds of training per run (member × seed); the family stops at this times the number of runs. Default: --steps only."
@@ -417,7 +417,7 @@ def zoo_measure(
     groups: int = typer.Option(ZooMeasureOptions.groups, min=2, help="Groups of sequences for the intervals."),
     early: int = typer.Option(ZooMeasureOptions.early, min=2, help="Q: the early window is 1 ≤ i < Q."),
     batch_size: int = typer.Option(ZooMeasureOptions.batch_size, min=1, help="Sequences per forward pass."),
-    tau: float = cli_options.TAU,
+    tau: float = setting_option("tau"),
     relativize_seqs: int = typer.Option(ZooMeasureOptions.relativize_seqs, min=2, help="Sequences of the relativization (and of its calibration)."),
     replacement: list[str] = typer.Option(
         list(ZooMeasureOptions.replacements),
@@ -513,9 +513,9 @@ def report(
     relativize_seqs: int | None = typer.Option(None, min=1, help="Override the cumulative attribution's sequences."),
     relativize_len: int | None = typer.Option(None, min=2, help="Override the cumulative attribution's sequence length."),
     batch_size: int | None = typer.Option(None, min=1, help="Override the preset's largest batch size (4)."),
-    max_memory: str = cli_options.MAX_MEMORY,
-    row_sums: str = cli_options.ROW_SUMS,
-    disk_budget: str | None = cli_options.DISK_BUDGET,
+    max_memory: str = setting_option("max_memory"),
+    row_sums: str = setting_option("row_sums"),
+    disk_budget: str | None = setting_option("disk_budget"),
     overwrite: bool = cli_options.OVERWRITE,
 ) -> None:
     """Run the whole study and write report.html, every table (Parquet + CSV), claims.csv and run.json.

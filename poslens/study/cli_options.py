@@ -1,4 +1,7 @@
-"""The options the ``poslens`` commands share, and the callbacks that check them when the command line is parsed.
+"""The callbacks that check the ``poslens`` commands' options when the command line is parsed, and ``--overwrite`` and ``--out``.
+
+The options of the settings (flag, default, help, check) are declared once, with the parts, in
+:data:`poslens.study.part_registry.OPTIONS`; :func:`poslens.study.part_commands.setting_option` makes them.
 
 Every callback returns the value it was given (or its normal form) and raises
 ``typer.BadParameter`` (BadParameter below) with the reason, so a wrong option stops the command
@@ -12,7 +15,7 @@ from __future__ import annotations
 import typer
 
 from poslens.errors import InputError, PoslensError
-from poslens.options import DEFAULTS, MeasureOptions
+from poslens.options import MeasureOptions
 from poslens.zoo.family import parse_members
 
 # The callbacks import what they check with inside themselves: they run only when their command runs,
@@ -344,45 +347,6 @@ def check_members(value: str) -> str:
         raise typer.BadParameter(str(error)) from error
 
 
-MODEL = typer.Option("smollm2-135m", help="Registry name, local model folder, or a model id in the local HF cache.")
-VARIANT = typer.Option("base", callback=check_variant, help="Inference-time variant: ntk:<a>, window:<W>, rope-base:<θ>, joined by '+'.")
-BOS = typer.Option("bos", callback=check_bos, help="Position 0: bos, none, or token:<id or string>.")
-CORPUS = typer.Option("docs", help="docs, random, repeat, or a path to .txt/.jsonl/folder.")
-N_SEQS = typer.Option(16, min=1, help="Number of sequences N.")
-SEQ_LEN = typer.Option(128, min=2, help="Tokens per sequence T (position 0 included).")
-SEED = typer.Option(0, help="Seed of the corpus sampling.")
-GROUPS = typer.Option(DEFAULTS.groups, min=2, help="Groups of sequences for the intervals.")
-EARLY = typer.Option(None, min=2, show_default=str(DEFAULTS.early), help="Q: the early window is 1 ≤ i < Q (below --seq-len).")
-BATCH_SIZE = typer.Option(
-    DEFAULTS.batch_size,
-    min=1,
-    help="Largest number of sequences per forward pass, whatever their groups (a setting of the part); --max-memory may lower it.",
-)
-MAX_MEMORY = typer.Option(
-    "free",
-    "--max-memory",
-    callback=lambda v: check_max_memory(v),
-    help="Memory budget for the whole process, e.g. 8GB or 512MiB; 'free' (default): 80% of the memory free now, "
-    "for the forward pass. Lowers the batch size to what fits, or stops with the numbers and the longest --seq-len that fits.",
-)
-ROW_SUMS = typer.Option(
-    "auto",
-    "--row-sums",
-    callback=lambda v: check_route(v),
-    help="How the per-sequence counterfactual gets each sequence's row sums: 'store' keeps them on temporary disk (TMPDIR, "
-    "8·L·H·T·(1 + bins) bytes per sequence), 'second-pass' runs the model a second time and keeps nothing, 'auto' (default) "
-    "keeps the store when it fits --disk-budget. The figures are the same.",
-)
-DISK_BUDGET = typer.Option(
-    None,
-    "--disk-budget",
-    callback=lambda v: check_disk_budget(v),
-    help="Most temporary disk the store may take under --row-sums auto, e.g. 2GB; default the smaller of 4 GB and half the free space.",
-)
-DTYPE = typer.Option("float32", help="Weights' dtype: float32, bfloat16 or float16 (sums stay float64).")
-DEVICE_MAP = typer.Option(None, help="transformers device map, e.g. 'auto' to spread a large model over GPUs.")
-TAU = typer.Option(DEFAULTS.tau, callback=check_tau, help="Sink-reading threshold τ, in (0, 1].")
-TEXT_FIELD = typer.Option("text", help="Field (JSONL) or column (Parquet, saved dataset) that holds the text of a --corpus file.")
 OVERWRITE = typer.Option(
     False,
     "--overwrite",

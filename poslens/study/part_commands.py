@@ -20,14 +20,31 @@ from poslens.study import cli_options
 from poslens.study.part_registry import OPTIONS, Part
 
 
-def _typer_option(part: Part, setting: str) -> Any:
-    """The ``typer.Option`` of ``setting`` on ``part``'s command."""
+def setting_option(setting: str, default: Any = None, flag: str | None = None) -> Any:
+    """The ``typer.Option`` of ``setting``, from its declaration in :data:`~poslens.study.part_registry.OPTIONS`.
+
+    Args:
+        setting: A setting name.
+        default: Another default than the declared one (``None``: the declared one).
+        flag: Another spelling than the declared one (``None``: the declared one).
+
+    Returns:
+        The option, for a command's signature.
+
+    Example:
+        >>> setting_option("tau").param_decls, setting_option("tau").default
+        (('--tau',), 0.3)
+    """
     option = OPTIONS[setting]
     checks = dict(option.checks)
     if "callback" in checks:
         checks["callback"] = getattr(cli_options, checks["callback"])
-    default = part.defaults.get(setting, option.default)
-    return typer.Option(default, part.flag(setting), help=option.help, **checks)
+    return typer.Option(option.default if default is None else default, flag or option.flag, help=option.help, **checks)
+
+
+def _typer_option(part: Part, setting: str) -> Any:
+    """The ``typer.Option`` of ``setting`` on ``part``'s command (its own spelling and default)."""
+    return setting_option(setting, part.defaults.get(setting), part.flag(setting))
 
 
 def part_command(part: Part, run: Callable[[Part, dict[str, Any], bool, Path], None]) -> Callable[..., None]:

@@ -160,6 +160,12 @@ def _has_help(default: ast.expr | None, constants: dict[str, ast.expr]) -> bool:
         default = constants.get(default.id)
     elif isinstance(default, ast.Attribute) and isinstance(default.value, ast.Name):  # an option of an imported module
         default = constants.get(f"{default.value.id}.{default.attr}")
+    if isinstance(default, ast.Call) and getattr(default.func, "id", None) == "setting_option":
+        # an option declared with the settings (poslens.study.part_registry.OPTIONS): its help is there
+        from poslens.study.part_registry import OPTIONS
+
+        setting = default.args[0].value if default.args and isinstance(default.args[0], ast.Constant) else None
+        return bool(setting in OPTIONS and OPTIONS[setting].help)
     return isinstance(default, ast.Call) and any(k.arg == "help" and isinstance(k.value, ast.Constant) and k.value.value for k in default.keywords)
 
 
