@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import platform
@@ -72,10 +73,21 @@ def package_version(module: ModuleType) -> str:
     if version:
         return str(version)
     top = module.__name__.split(".")[0]
-    wanted = {name.lower().replace("_", "-") for name in importlib.metadata.packages_distributions().get(top, [])}
-    location = Path(module.__file__ or "").resolve().parent.parent
-    for dist in importlib.metadata.distributions(path=[str(location)]):
-        if (dist.metadata["Name"] or "").lower().replace("_", "-") in wanted:
+    return _installed_version(top, str(Path(module.__file__ or "").resolve().parent.parent))
+
+
+@functools.cache
+def _installed_version(top: str, location: str) -> str:
+    """The version of the distribution installed at ``location`` that provides the top-level package ``top``.
+
+    Cached per process: every ``measure`` records it, and the fallback, ``packages_distributions``, reads
+    the metadata of every installed distribution (about half a second with this project's environment).
+    The distribution named like the package (``transformer_lens`` → ``transformer-lens``) is tried first.
+    """
+    for dist in importlib.metadata.distributions(name=top, path=[location]):
+        return dist.version
+    for name in importlib.metadata.packages_distributions().get(top, []):
+        for dist in importlib.metadata.distributions(name=name, path=[location]):
             return dist.version
     return "?"
 
