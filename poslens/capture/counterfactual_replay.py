@@ -36,6 +36,10 @@ from poslens.fit.cross_fit import CrossFit
 from poslens.fit.sums import QUERY_WINDOWS
 from poslens.progress import progress_bar
 
+PRODUCT_BYTES = 32 * 2**20
+"""The most that one product of row bins and weights in :meth:`CounterfactualReplay.add` takes when it holds several
+variants of A; a single variant's product is made whatever its size."""
+
 
 class CounterfactualReplay:
     """Accumulates Σ_n log Z'_i(n) per group, variant of A, layer, head and row, for each query window.
@@ -117,12 +121,16 @@ class CounterfactualReplay:
             # each row's bins weighted by its query bin's exp(−A), summed over bins: elementwise products and a
             # sum, not a matmul (einsum), whose other order of summation changes the rounding, which the
             # figures amplify beyond 1e-12
-            # one variant at a time: the product is [batch, head, row, bin], not G times that (the second pass
-            # makes it inside the forward, where it adds to the peak)
+            # as many variants at once as fit in PRODUCT_BYTES, and never fewer than one: one variant's product is
+            # [batch, head, row, bin], and G of them at once would be G times that (the second pass makes it inside
+            # the forward, where it adds to the peak); small products go together, so that a notebook-sized run
+            # pays one pass per layer and not one per variant
             target = self.log_partition[query_window][group, :, layer]  # [variant, head, row]
-            for variant in range(weights.shape[0]):
-                z = (per_bin[:, :, :n] * weights[variant][None]).sum(-1)  # [batch, head, row]
-                target[variant] += (torch.log(z) + row_max[:, :, :n]).sum(0).numpy()
+            rows_bins = per_bin[:, :, :n]
+            step = max(1, PRODUCT_BYTES // (rows_bins.numel() * rows_bins.element_size()))
+            for start in range(0, weights.shape[0], step):
+                z = (rows_bins[None] * weights[start : start + step, None]).sum(-1)  # [variants, batch, head, row]
+                target[start : start + step] += (torch.log(z) + row_max[None, :, :, :n]).sum(1).numpy()
 
     def _add_on_device(self, group: int, layer: int, bins: Float[torch.Tensor, "batch heads seq bins"]) -> None:
         """:meth:`add` for row-bin sums on an accelerator: the same arithmetic, summed on the device until :meth:`flush`.

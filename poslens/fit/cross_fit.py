@@ -156,10 +156,12 @@ class CrossFit:
         out = {}
         for query_window, fits in self.fits.items():
             fits_at, own = fits[:, at], fits[group, at]
-            dropped = own[None] + fits_at if n_groups > 2 else np.broadcast_to(own, fits_at.shape).copy()
-            dropped[group] = own
-            kept = self.total[query_window][at][None] - dropped
-            out[query_window] = kept / (n_seqs.sum() - dropped_count).reshape(-1, *[1] * own.ndim)
+            # in one buffer, the same operations as (total − dropped) / count: fresh arrays of G times a group's
+            # fits cost more in page faults than in arithmetic
+            buffer = np.add(own[None], fits_at) if n_groups > 2 else np.broadcast_to(own, fits_at.shape).copy()
+            buffer[group] = own  # dropped
+            np.subtract(self.total[query_window][at][None], buffer, out=buffer)  # kept
+            out[query_window] = np.divide(buffer, (n_seqs.sum() - dropped_count).reshape(-1, *[1] * own.ndim), out=buffer)
         return out
 
 
@@ -217,8 +219,12 @@ def group_counterfactual_cells(
     logit_cells = rearrange(group_sums.logit, "layer head qbin obin -> layer head (qbin obin)")
     out = np.zeros((n_layers, n_heads, binning.n_query_bins * binning.n_offset_bins))
     for st, layers in layers_by_structure(binning, layer_windows, query_window):
-        cells = per_sequence_cells(st, logit_cells[layers], absolute[layers], n_seqs, log_partition[layers])
-        out[layers] = np.where(st.pair_cells > 0, cells, 0.0)
+        # only the cells that hold pairs (the others are 0): in the early window most cells hold none
+        held = np.flatnonzero(st.pair_cells > 0)
+        at = slice(None) if len(layers) == n_layers else layers  # every layer: views, not copies
+        rows = log_partition[at][..., : st.rows]
+        cells = logit_cells[at][..., held] - n_seqs * st.pair_cells[held] * absolute[at][..., held] - apply_operator(st.to_cells[held], rows)
+        out[np.ix_(np.arange(n_layers)[at], np.arange(n_heads), held)] = cells
     return rearrange(out, "layer head (qbin obin) -> layer head qbin obin", qbin=binning.n_query_bins)
 
 
