@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from einops import rearrange
-from jaxtyping import Float
+from jaxtyping import Float, Int
 
 from poslens.fit.binning import Binning
 from poslens.fit.counterfactual import layer_fits, layers_by_structure
@@ -31,21 +31,25 @@ def per_sequence_cells(
     absolute: Float[np.ndarray, "*heads cells"],
     n_seqs: float,
     log_partition_rows: Float[np.ndarray, "*heads seq"],
+    cells: Int[np.ndarray, " picked"] | None = None,
 ) -> Float[np.ndarray, "*heads cells"]:
     """Cell sums of the per-sequence log a'(n) = s − A − log Z'(n) over ``n_seqs`` sequences, [..., C·B].
 
     ``logit_cells``: cell sums of s; ``absolute``: A [..., C·B] (per pair);
     ``log_partition_rows``: Σ_n log Z'_i(n) per row [..., rows] from the replay.
+    With ``cells``, only those cells are formed: ``logit_cells`` and ``absolute`` then hold
+    those cells only, and so does the result (each cell the same number as without ``cells``).
 
     Args:
         st: The structure of the layer and query window.
-        logit_cells: Cell sums of s, [..., C·B].
-        absolute: The absolute component A of every cell, [..., C·B].
+        logit_cells: Cell sums of s, [..., C·B] (or [..., len(cells)]).
+        absolute: The absolute component A of every cell, [..., C·B] (or [..., len(cells)]).
         n_seqs: Number of sequences the sums are over.
         log_partition_rows: Σ_n log Z'_i(n) of each row, [..., rows].
+        cells: Flat indices of the cells to form; default all.
 
     Returns:
-        The cell sums of the per-sequence log a'(n), [..., C·B].
+        The cell sums of the per-sequence log a'(n), [..., C·B] (or [..., len(cells)]).
 
     Example:
         >>> from poslens.fit.mask_structure import structure
@@ -54,8 +58,13 @@ def per_sequence_cells(
         ...                            np.log([1.0, 2.0, 3.0, 4.0]))
         >>> round(float(cells.sum()), 6) == round(-float(2 * np.log(2) + 3 * np.log(3) + 4 * np.log(4)), 6)
         True
+        >>> some = np.array([0, 2])   # two cells only: the same numbers as those cells of all
+        >>> part = per_sequence_cells(st, np.zeros(2), np.zeros(2), 1.0, np.log([1.0, 2.0, 3.0, 4.0]), cells=some)
+        >>> bool(np.array_equal(part, cells[some]))
+        True
     """
-    return logit_cells - n_seqs * st.pair_cells * absolute - apply_operator(st.to_cells, log_partition_rows[..., : st.rows])
+    pair_cells, to_cells = (st.pair_cells, st.to_cells) if cells is None else (st.pair_cells[cells], st.to_cells[cells])
+    return logit_cells - n_seqs * pair_cells * absolute - apply_operator(to_cells, log_partition_rows[..., : st.rows])
 
 
 def absolute_component(
@@ -219,11 +228,9 @@ def group_counterfactual_cells(
     logit_cells = rearrange(group_sums.logit, "layer head qbin obin -> layer head (qbin obin)")
     out = np.zeros((n_layers, n_heads, binning.n_query_bins * binning.n_offset_bins))
     for st, layers in layers_by_structure(binning, layer_windows, query_window):
-        # only the cells that hold pairs (the others are 0): in the early window most cells hold none
-        held = np.flatnonzero(st.pair_cells > 0)
+        held = np.flatnonzero(st.pair_cells > 0)  # only the cells that hold pairs: the others are 0
         at = slice(None) if len(layers) == n_layers else layers  # every layer: views, not copies
-        rows = log_partition[at][..., : st.rows]
-        cells = logit_cells[at][..., held] - n_seqs * st.pair_cells[held] * absolute[at][..., held] - apply_operator(st.to_cells[held], rows)
+        cells = per_sequence_cells(st, logit_cells[at][..., held], absolute[at][..., held], n_seqs, log_partition[at], cells=held)
         out[np.ix_(np.arange(n_layers)[at], np.arange(n_heads), held)] = cells
     return rearrange(out, "layer head (qbin obin) -> layer head qbin obin", qbin=binning.n_query_bins)
 
