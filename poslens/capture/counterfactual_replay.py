@@ -37,8 +37,8 @@ from poslens.fit.sums import QUERY_WINDOWS
 from poslens.progress import progress_bar
 
 PRODUCT_BYTES = 32 * 2**20
-"""The most that one product of row bins and weights in :meth:`CounterfactualReplay.add` takes when it holds several
-variants of A; a single variant's product is made whatever its size."""
+"""The most that one product of row bins and weights may take when :meth:`CounterfactualReplay.replay` gives
+:meth:`CounterfactualReplay.add` several variants of A at once; a single variant's product is made whatever its size."""
 
 
 class CounterfactualReplay:
@@ -97,7 +97,13 @@ class CounterfactualReplay:
             out[w] = torch.as_tensor(np.take(cells, row_query_bin[: self.rows[w]], axis=2))
         return out
 
-    def add(self, group: int, layer: int, row_bins: Float[np.ndarray, "batch heads seq bins"] | Float[torch.Tensor, "batch heads seq bins"]) -> None:
+    def add(
+        self,
+        group: int,
+        layer: int,
+        row_bins: Float[np.ndarray, "batch heads seq bins"] | Float[torch.Tensor, "batch heads seq bins"],
+        product_bytes: int = 0,
+    ) -> None:
         """Add Σ over the sequences of ``row_bins`` (all of ``group``) of log Z'_i per row and variant of ``layer`` to ``group``.
 
         ``row_bins`` is [batch, H, T, 1 + bins]: each row's maximum, then its sums of exp(s − max) per offset bin,
@@ -107,6 +113,10 @@ class CounterfactualReplay:
             group: The group of the batch's sequences.
             layer: The layer index.
             row_bins: Each row's maximum, then its sums of exp(s − max) per offset bin, [batch, H, T, 1 + bins].
+            product_bytes: How much one product of row bins and weights may take, to weigh several variants of A
+                at once (never fewer than one). 0, the default, takes one variant at a time, as the second pass
+                needs inside the forward, where the product adds to the peak; :meth:`replay`, after the forward,
+                passes :data:`PRODUCT_BYTES`. The sums are the same to the bit.
 
         Example:
             >>> # see the class example
@@ -121,13 +131,11 @@ class CounterfactualReplay:
             # each row's bins weighted by its query bin's exp(−A), summed over bins: elementwise products and a
             # sum, not a matmul (einsum), whose other order of summation changes the rounding, which the
             # figures amplify beyond 1e-12
-            # as many variants at once as fit in PRODUCT_BYTES, and never fewer than one: one variant's product is
-            # [batch, head, row, bin], and G of them at once would be G times that (the second pass makes it inside
-            # the forward, where it adds to the peak); small products go together, so that a notebook-sized run
-            # pays one pass per layer and not one per variant
+            # one variant's product is [batch, head, row, bin]; as many variants go together as product_bytes
+            # allows, so that a notebook-sized replay pays one pass per layer and not one per variant
             target = self.log_partition[query_window][group, :, layer]  # [variant, head, row]
             rows_bins = per_bin[:, :, :n]
-            step = max(1, PRODUCT_BYTES // (rows_bins.numel() * rows_bins.element_size()))
+            step = max(1, product_bytes // (rows_bins.numel() * rows_bins.element_size()))
             for start in range(0, weights.shape[0], step):
                 z = (rows_bins[None] * weights[start : start + step, None]).sum(-1)  # [variants, batch, head, row]
                 target[start : start + step] += (torch.log(z) + row_max[None, :, :, :n]).sum(1).numpy()
@@ -196,4 +204,4 @@ class CounterfactualReplay:
         for group, layer, row_bins in progress_bar(
             store.read(), total=len(store.entries), desc=description, unit="layer", disable=not progress, leave=False
         ):
-            self.add(group, layer, row_bins)
+            self.add(group, layer, row_bins, product_bytes=PRODUCT_BYTES)  # after the forward: larger products are fine

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import poslens
+from poslens.capture import counterfactual_replay
 from poslens.capture.counterfactual_replay import CounterfactualReplay
 from poslens.capture.row_bin_store import RowBinStore, store_bytes
 from poslens.errors import InputError
@@ -50,6 +51,22 @@ def test_second_pass_equals_store_on_given_scores() -> None:
     second = measure_scores(layers, groups=4, early=8, layer_windows=[None, 9], row_sums="second-pass")
     assert store.table["metric"].str.startswith("c_res").any()
     _same_tables(store.table, second.table, tol=1e-10)
+
+
+def test_the_second_pass_weighs_one_variant_at_a_time_and_the_store_replay_several(monkeypatch) -> None:
+    """Inside the forward (second pass) the replay's product holds one variant of A, as the memory model in the
+    scaling page counts it; the store's replay, after the forward, may take several at once."""
+    seen: dict[str, set] = {"store": set(), "second-pass": set()}
+    add = CounterfactualReplay.add
+    for route in seen:
+
+        def recording(self, group, layer, row_bins, product_bytes=0, _route=route):
+            seen[_route].add(product_bytes)
+            return add(self, group, layer, row_bins, product_bytes)
+
+        monkeypatch.setattr(CounterfactualReplay, "add", recording)
+        measure_scores([_masked_scores(4, 2, 24, None, 0)], groups=2, early=8, row_sums=route)
+    assert seen == {"store": {counterfactual_replay.PRODUCT_BYTES}, "second-pass": {0}}
 
 
 def test_measure_scores_refuses_auto() -> None:

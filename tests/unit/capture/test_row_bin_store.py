@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import poslens
-from poslens.capture import counterfactual_replay, row_bin_store
+from poslens.capture import row_bin_store
 from poslens.capture.cell_sum_capture import CellSumCapture
 from poslens.capture.counterfactual_replay import CounterfactualReplay
 from poslens.capture.row_bin_store import InsufficientDiskError, RowBinStore, store_bytes
@@ -85,15 +85,15 @@ def _random_cross_fit(rng: np.random.Generator, cells: int) -> CrossFit:
     return CrossFit(fits, {w: x.sum(axis=0) for w, x in fits.items()}, rng.uniform(1.0, 3.0, size=GROUPS))
 
 
-@pytest.mark.parametrize("product_bytes", ["one variant", "two variants", "every variant"])
-def test_replay_weighs_each_row_as_a_per_row_gather_of_exp_minus_a_would(product_bytes, monkeypatch):
+@pytest.mark.parametrize("product_bytes", ["default: one variant", "one variant", "two variants", "every variant"])
+def test_replay_weighs_each_row_as_a_per_row_gather_of_exp_minus_a_would(product_bytes):
     """The replay weighs each row's bins by exp(−A) of its query bin's cells; written here variant by variant,
     from the flat cell index of each row, it must give the same Σ log Z', to the bit, for every query window,
-    variant, batch and layer, whether the replay takes the variants one at a time, two at a time (the last
-    chunk holding one; the early window's, all at once) or all at once."""
+    variant, batch and layer, whether ``add`` takes the variants one at a time (its default, the second pass's),
+    two at a time (the last chunk holding one; the early window's, all at once) or all at once."""
     one_variant = 3 * HEADS * T * Binning(T, early=EARLY).n_offset_bins * 8  # the product of one variant over T rows, float64
-    limit = {"one variant": 1, "two variants": 2 * one_variant, "every variant": 2**40}[product_bytes]
-    monkeypatch.setattr(counterfactual_replay, "PRODUCT_BYTES", limit)
+    limit = {"default: one variant": None, "one variant": 1, "two variants": 2 * one_variant, "every variant": 2**40}[product_bytes]
+    chunked = {} if limit is None else {"product_bytes": limit}
     binning = Binning(T, early=EARLY)
     model = SimpleNamespace(n_layers=2, n_heads=HEADS)
     rng = np.random.default_rng(1)
@@ -105,7 +105,7 @@ def test_replay_weighs_each_row_as_a_per_row_gather_of_exp_minus_a_would(product
     row_cells = torch.as_tensor(binning.query_bin)[:, None] * binning.n_offset_bins + torch.arange(binning.n_offset_bins)[None, :]
     for g, layer in [(0, 0), (0, 1), (2, 0), (2, 1), (2, 0), (1, 1)]:  # group 2's layer 0 twice: two batches
         row_bins = np.concatenate([rng.normal(size=(3, HEADS, T, 1)), rng.uniform(0.0, 2.0, size=(3, HEADS, T, binning.n_offset_bins))], -1)
-        replay.add(g, layer, row_bins)
+        replay.add(g, layer, row_bins, **chunked)
         bins = torch.as_tensor(row_bins)
         for w, rows in (("early", EARLY), ("all", T)):
             weights = torch.as_tensor(np.exp(-residuals[g][w]))[:, layer][:, :, row_cells[:rows]]  # [variant, head, row, bin]
