@@ -229,9 +229,8 @@ def group_counterfactual_cells(
     out = np.zeros((n_layers, n_heads, binning.n_query_bins * binning.n_offset_bins))
     for st, layers in layers_by_structure(binning, layer_windows, query_window):
         held = np.flatnonzero(st.pair_cells > 0)  # only the cells that hold pairs: the others are 0
-        at = slice(None) if len(layers) == n_layers else layers  # every layer: views, not copies
-        cells = per_sequence_cells(st, logit_cells[at][..., held], absolute[at][..., held], n_seqs, log_partition[at], cells=held)
-        out[np.ix_(np.arange(n_layers)[at], np.arange(n_heads), held)] = cells
+        cells = per_sequence_cells(st, logit_cells[layers][..., held], absolute[layers][..., held], n_seqs, log_partition[layers], cells=held)
+        out[np.ix_(np.asarray(layers), np.arange(n_heads), held)] = cells
     return rearrange(out, "layer head (qbin obin) -> layer head qbin obin", qbin=binning.n_query_bins)
 
 
