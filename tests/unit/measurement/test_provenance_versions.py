@@ -57,6 +57,17 @@ def test_a_distribution_named_otherwise_is_found_through_its_top_level_names(tmp
     assert package_version(module) == "4.5.6"
 
 
+def test_a_like_named_distribution_that_provides_another_package_is_not_taken(tmp_path, monkeypatch):
+    """As ``attr`` (provided by ``attrs``) beside a distribution called ``attr``: the provider's version, not the namesake's."""
+    module = _install(tmp_path, "sharedname", "Provider-Dist", "1.0.0")
+    namesake = tmp_path / "sharedname-9.9.9.dist-info"
+    namesake.mkdir()
+    (namesake / "METADATA").write_text("Metadata-Version: 2.1\nName: sharedname\nVersion: 9.9.9\n")
+    (namesake / "RECORD").write_text("other_module/__init__.py,,\n")  # no top_level.txt: its files say what it installs
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert package_version(module) == "1.0.0"
+
+
 def test_a_package_without_metadata_has_version_question_mark(tmp_path):
     (tmp_path / "bare").mkdir()
     module = types.ModuleType("bare")
