@@ -34,7 +34,7 @@ def test_the_phases_are_parts_of_one_measure_and_the_capture_is_inside_the_forwa
     assert times["rest"] >= 0 and named <= times["measure"]  # no phase counted twice
 
 
-def test_the_timers_are_removed_after_each_measure(notebook_phases, tiny_llama_dir):
+def test_the_timers_are_removed_after_each_measure(notebook_phases):
     before = (pipeline.forward_passes, pipeline._add_counterfactual, pipeline.run_metadata, CellSumCapture.reduce, Replicates.__dict__["of"])
     with pytest.raises(RuntimeError), notebook_phases.timed_phases({}):
         assert pipeline.forward_passes is not before[0]
