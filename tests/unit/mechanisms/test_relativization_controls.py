@@ -64,6 +64,7 @@ from poslens.model.hooks import attn_scores, embed
 from poslens.testing import save_tiny_model
 
 sys.path.insert(0, str(Path(__file__).parents[2]))
+sys.path.insert(0, str(Path(__file__).parents[1] / "measurement"))  # test_decomposition_controls, also when this file runs alone
 import naive_reference as nr  # noqa: E402
 import relativize_reference as rr  # noqa: E402
 import test_decomposition_controls as dc  # noqa: E402
