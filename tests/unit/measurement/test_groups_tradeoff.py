@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
+from scripts import load_script
 
 import poslens
 from poslens.measurement.arguments import SmallGroupsWarning
 
-SCRIPT = Path(__file__).parents[3] / "benchmarks" / "groups_tradeoff.py"
-
 
 @pytest.fixture(scope="module")
 def groups_tradeoff():
-    spec = importlib.util.spec_from_file_location("groups_tradeoff", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/groups_tradeoff.py")
 
 
 def test_each_g_is_timed_in_each_round_against_that_rounds_plain_forward(groups_tradeoff, tiny_llama_dir):

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from scripts import load_script
 
 import poslens
 from poslens.capture.cell_sum_capture import CellSumCapture
 from poslens.fit.replicates import Replicates
 from poslens.measurement import pipeline
 
-SCRIPT = Path(__file__).parents[3] / "benchmarks" / "notebook_phases.py"
-
 
 @pytest.fixture(scope="module")
 def notebook_phases():
-    spec = importlib.util.spec_from_file_location("notebook_phases", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/notebook_phases.py")
 
 
 def test_the_phases_are_parts_of_one_measure_and_the_capture_is_inside_the_forward(notebook_phases, tiny_llama_dir):
