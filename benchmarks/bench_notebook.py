@@ -55,21 +55,73 @@ def batches_within_groups(n_seqs: int, groups: int, batch_size: int) -> list:
     return out
 
 
+def parse_cases(cases: list[str]) -> list[tuple[int, int]]:
+    """The ``--cases`` of the notebook benchmarks, ``N x T`` each, as ``(N, T)`` pairs.
+
+    Args:
+        cases: e.g. ``["8x128", "32X256"]``.
+
+    Returns:
+        ``(sequences, tokens)`` per case.
+
+    Example:
+        >>> parse_cases(["8x128", "32X256"])
+        [(8, 128), (32, 256)]
+    """
+    return [tuple(int(x) for x in case.lower().split("x")) for case in cases]
+
+
+def load_warm(name: str):
+    """The model ``name`` (registry name or local folder) loaded on the CPU, after one short forward pass.
+
+    Args:
+        name: What :func:`poslens.load_model` takes.
+
+    Returns:
+        The loaded model.
+
+    Example:
+        >>> model = load_warm("smollm2-135m")  # doctest: +SKIP
+    """
+    import torch
+
+    import poslens
+    from poslens.model.hooks import run_with_hooks
+
+    model = poslens.load_model(name, device="cpu")
+    run_with_hooks(model, torch.ones(1, 16, dtype=torch.long))  # one-off costs
+    return model
+
+
+def plain_forward(model, corpus) -> None:
+    """The model's forward pass over the corpus with no hooks, at the default batch size: what the ratios divide by.
+
+    Args:
+        model: The loaded model.
+        corpus: The corpus that ``measure`` runs over.
+
+    Example:
+        >>> plain_forward(model, corpus)  # doctest: +SKIP
+    """
+    from poslens.model.hooks import run_with_hooks
+    from poslens.options import DEFAULTS
+
+    step = DEFAULTS.batch_size or 1
+    for k in range(0, corpus.n_seqs, step):
+        run_with_hooks(model, corpus.tokens[k : k + step])
+
+
 def timed(route: str, model, corpus) -> float:
     """Seconds of one run of ``route`` over the corpus."""
     import gc
 
     import poslens
     from poslens.measurement import pipeline
-    from poslens.model.hooks import run_with_hooks
-    from poslens.options import DEFAULTS
 
     gc.collect()
     start = time.perf_counter()
     if route == "plain":
-        step = DEFAULTS.batch_size or 1
-        for k in range(0, corpus.n_seqs, step):
-            run_with_hooks(model, corpus.tokens[k : k + step])
+        plain_forward(model, corpus)
     elif route == "measure":
         poslens.measure(model, corpus, progress=False)
     elif route == "before":
@@ -98,14 +150,12 @@ def main() -> None:
     import torch
 
     import poslens
-    from poslens.model.hooks import run_with_hooks
 
     routes = tuple(r for r in ROUTES if r in args.routes)
     if "plain" not in routes:
         parser.error("the ratios need the plain route")
-    model = poslens.load_model(args.model, device="cpu")
-    run_with_hooks(model, torch.ones(1, 16, dtype=torch.long))  # warm-up
-    cases = [tuple(int(x) for x in case.lower().split("x")) for case in args.cases]
+    model = load_warm(args.model)
+    cases = parse_cases(args.cases)
     corpora = {case: poslens.make_corpus(model, "random", n_seqs=case[0], seq_len=case[1], position0="bos", seed=0) for case in cases}
     rows = []
     for r in range(args.rounds):

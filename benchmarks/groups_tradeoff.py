@@ -33,6 +33,8 @@ import time
 import warnings
 from statistics import median
 
+from bench_notebook import load_warm, parse_cases, plain_forward  # this folder is on sys.path when the script runs
+
 WIDTH_METRICS = ("leakage_pattern", "c_res", "c_mask")
 
 
@@ -87,12 +89,9 @@ def tradeoff(model, case: tuple[int, int], groups: list[int], rounds: int, repea
     import gc
 
     import poslens
-    from poslens.model.hooks import run_with_hooks
-    from poslens.options import DEFAULTS
 
     n, t = case
     corpus = poslens.make_corpus(model, "random", n_seqs=n, seq_len=t, position0="bos", seed=0)
-    step = DEFAULTS.batch_size or 1
     rows = []
     for r in range(rounds):
         order = groups[r % len(groups) :] + groups[: r % len(groups)]
@@ -102,8 +101,7 @@ def tradeoff(model, case: tuple[int, int], groups: list[int], rounds: int, repea
                 gc.collect()
                 start = time.perf_counter()
                 if g is None:
-                    for k in range(0, n, step):
-                        run_with_hooks(model, corpus.tokens[k : k + step])
+                    plain_forward(model, corpus)
                 else:
                     result = poslens.measure(model, corpus, groups=g, progress=False)
                 best = min(best, time.perf_counter() - start)
@@ -149,12 +147,8 @@ def main() -> None:
 
     import torch
 
-    import poslens
-    from poslens.model.hooks import run_with_hooks
-
-    model = poslens.load_model(args.model, device="cpu")
-    run_with_hooks(model, torch.ones(1, 16, dtype=torch.long))  # warm-up
-    cases = [tuple(int(x) for x in case.lower().split("x")) for case in args.cases]
+    model = load_warm(args.model)
+    cases = parse_cases(args.cases)
     rows = [row for case in cases for row in tradeoff(model, case, args.groups, args.rounds, args.repeats)]
     threads = torch.get_num_threads()
     print(

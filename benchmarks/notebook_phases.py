@@ -6,7 +6,7 @@ Usage:
 ``benchmarks/bench_notebook.py`` times the whole of ``measure`` against the
 model's plain forward; this script says what the difference is made of. For
 each case N × T (random tokens, BOS first, as there), every round runs the
-plain forward (4 sequences at a time, the default batch size) and one
+plain forward (at the default batch size, 4) and one
 ``measure`` at its defaults, whose phases are timed by wrapping the functions
 ``measure`` calls:
 
@@ -34,11 +34,27 @@ import warnings
 from collections import defaultdict
 from statistics import median
 
+from bench_notebook import load_warm, parse_cases, plain_forward  # this folder is on sys.path when the script runs
+
 PHASES = ("forward passes", "of which: capture", "counterfactual", "fits", "intervals", "provenance", "rest")
 
 
 def timing(spent: dict[str, float], phase: str, function):
-    """``function``, adding its wall time to ``spent[phase]`` at each call."""
+    """``function``, adding its wall time to ``spent[phase]`` at each call.
+
+    Args:
+        spent: Seconds by phase, added to.
+        phase: The phase the function's time counts to.
+        function: The function to time.
+
+    Returns:
+        The timed function.
+
+    Example:
+        >>> spent = defaultdict(float)
+        >>> timing(spent, "fits", sum)([1, 2]), spent["fits"] > 0
+        (3, True)
+    """
 
     @functools.wraps(function)
     def timed(*args, **kwargs):
@@ -53,7 +69,20 @@ def timing(spent: dict[str, float], phase: str, function):
 
 @contextlib.contextmanager
 def timed_phases(spent: dict[str, float]):
-    """Within the block, the functions ``measure`` calls add their wall times to ``spent`` by phase; restored after."""
+    """Within the block, the functions ``measure`` calls add their wall times to ``spent`` by phase; restored after.
+
+    Args:
+        spent: Seconds by phase, added to (a ``defaultdict(float)``).
+
+    Yields:
+        ``spent``.
+
+    Example:
+        >>> with timed_phases(defaultdict(float)) as spent:  # doctest: +SKIP
+        ...     poslens.measure(model, corpus, progress=False)
+        >>> sorted(spent)  # doctest: +SKIP
+        ['counterfactual', 'fits', 'forward passes', 'intervals', 'of which: capture', 'provenance']
+    """
     from poslens.capture.cell_sum_capture import CellSumCapture
     from poslens.fit.replicates import Replicates
     from poslens.measurement import pipeline
@@ -87,11 +116,13 @@ def phase_times(model, n_seqs: int, seq_len: int, rounds: int) -> list[dict[str,
 
     Returns:
         One dict per round: ``plain``, ``measure`` and every phase, in seconds.
-    """
-    import torch
 
+    Example:
+        >>> (times,) = phase_times(poslens.load_model("smollm2-135m"), 8, 128, rounds=1)  # doctest: +SKIP
+        >>> times["forward passes"] / times["plain"]  # doctest: +SKIP
+        1.5
+    """
     import poslens
-    from poslens.model.hooks import run_with_hooks
 
     corpus = poslens.make_corpus(model, "random", n_seqs=n_seqs, seq_len=seq_len, position0="bos", seed=0)
     poslens.measure(model, corpus, progress=False)  # warm-up: one-off costs
@@ -99,9 +130,7 @@ def phase_times(model, n_seqs: int, seq_len: int, rounds: int) -> list[dict[str,
     spent: dict[str, float] = defaultdict(float)
     for _ in range(rounds):
         start = time.perf_counter()
-        with torch.no_grad():
-            for k in range(0, corpus.n_seqs, 4):
-                run_with_hooks(model, corpus.tokens[k : k + 4])
+        plain_forward(model, corpus)
         plain = time.perf_counter() - start
         spent.clear()
         with timed_phases(spent):
@@ -123,12 +152,8 @@ def main() -> None:
 
     import torch
 
-    import poslens
-    from poslens.model.hooks import run_with_hooks
-
-    model = poslens.load_model(args.model, device="cpu")
-    run_with_hooks(model, torch.ones(1, 16, dtype=torch.long))  # warm-up
-    cases = [tuple(int(x) for x in case.lower().split("x")) for case in args.cases]
+    model = load_warm(args.model)
+    cases = parse_cases(args.cases)
     rows = {(n, t): phase_times(model, n, t, args.rounds) for n, t in cases}
     print(f"\nmodel {args.model}, CPU, float32, {torch.get_num_threads()} torch threads; median over {args.rounds} round(s)\n")
     print("| N × T | phase | seconds | × plain forward |")
