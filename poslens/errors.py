@@ -119,6 +119,15 @@ class OldLayoutError(PoslensError, ValueError):
     """
 
 
+class EditInvariantError(PoslensError, RuntimeError):
+    """An edit of the attention broke what it must keep: an edited row that is not finite or does not sum to 1.
+
+    Example:
+        >>> issubclass(EditInvariantError, RuntimeError)
+        True
+    """
+
+
 class OutputConflictError(PoslensError, FileExistsError):
     """Writing would replace a file that poslens did not write (or that was changed since), or a folder.
 

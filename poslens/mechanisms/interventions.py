@@ -9,7 +9,7 @@ and ``describe()`` for the result's metadata:
   noise, always computed by the model's own embedding module (so Gemma's √d
   scaling is respected);
 - :class:`SinkAblation` replaces a_i0 in sink-reading heads by the head's
-  baseline mean and rescales the rest of each row so it still sums to 1;
+  baseline mean and rebuilds the rest of each row from the logits, exactly;
 - :class:`Position0Transplant` overwrites the position-0 residual stream
   entering every block with the trajectory of another position-0 token.
 
@@ -26,6 +26,7 @@ import torch
 
 from poslens.errors import InputError
 from poslens.measurement.arguments import Intervention
+from poslens.mechanisms.exact_rows import check_rows, key_zero_rows
 from poslens.model import hooks as hook_names
 from poslens.model.pos_model import PosModel
 
@@ -220,8 +221,11 @@ class SinkAblation(Intervention):
 
     ``key0_mean[(layer, head)]`` is the head's baseline mean of a_i0 (see
     :func:`poslens.mechanisms.sinks.key0_means`). For every query i ≥ 1 that can see key 0,
-    a_i0 becomes that mean and the other weights of the row are scaled by
-    (1 − mean)/(1 − a_i0), so the row still sums to 1. Other heads are untouched.
+    a_i0 becomes that mean ā and the rest of the row is rebuilt from the logits as
+    (1 − ā) · softmax over the other visible keys, in float64
+    (:mod:`poslens.mechanisms.exact_rows`): never by dividing by 1 − a_i0, which a
+    strong sink rounds to 0 in float32. Each edited row is checked to sum to 1.
+    Other heads are untouched.
 
     Attributes:
         key0_mean: ``{(layer, head): baseline mean of a_i0}`` of every ablated head.
@@ -235,6 +239,12 @@ class SinkAblation(Intervention):
 
     key0_mean: dict[tuple[int, int], float]
     label: str = "sink-ablation"
+    _scores: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for (layer, head), mean in self.key0_mean.items():
+            if not 0.0 <= float(mean) <= 1.0:
+                raise InputError(f"{self.label}: the mean a_i0 of head ({layer}, {head}) must lie between 0 and 1, got {mean}")
 
     def describe(self) -> dict[str, Any]:
         """The settings recorded in a result's metadata: each head as [layer, head, mean], sorted.
@@ -252,11 +262,11 @@ class SinkAblation(Intervention):
         }
 
     def hooks(self, model: PosModel, tokens: torch.Tensor) -> list[tuple[str, Any]]:
-        """One hook on ``hook_pattern`` per layer that holds an ablated head.
+        """Per layer with an ablated head: a hook keeping its scores, and one rewriting its rows in ``hook_pattern``.
 
         Args:
             model: The loaded model.
-            tokens: The batch's token ids (unused: the ablation depends on the pattern only).
+            tokens: The batch's token ids (unused: the ablation depends on the scores only).
 
         Returns:
             ``[(hook name, hook function)]``, as ``run_with_hooks`` takes them.
@@ -274,22 +284,27 @@ class SinkAblation(Intervention):
         by_layer: dict[int, dict[int, float]] = {}
         for (layer, head), mean in self.key0_mean.items():
             by_layer.setdefault(layer, {})[head] = mean
-        return [(hook_names.attn_pattern(layer), self._hook(heads, model.sliding_windows[layer])) for layer, heads in sorted(by_layer.items())]
+        out = []
+        for layer, heads in sorted(by_layer.items()):
+            out += [(hook_names.attn_scores(layer), self._keep(layer, sorted(heads))), (hook_names.attn_pattern(layer), self._edit(layer, heads))]
+        return out
 
-    @staticmethod
-    def _hook(heads: dict[int, float], sliding_window: int | None):
+    def _keep(self, layer: int, heads: list[int]):
+        def hook(scores: torch.Tensor, hook: Any) -> None:
+            self._scores[layer] = scores[:, heads].detach()
+
+        return hook
+
+    def _edit(self, layer: int, heads: dict[int, float]):
+        order = sorted(heads)
+
         def hook(pattern: torch.Tensor, hook: Any) -> torch.Tensor:
+            rows = key_zero_rows(self._scores.pop(layer))
+            mean = torch.tensor([heads[h] for h in order], dtype=torch.float64, device=pattern.device)[None, :, None]
+            new = rows.with_key0(mean.expand_as(rows.x), (1.0 - mean).expand_as(rows.x)).to(pattern.dtype)
+            check_rows(new.to(torch.float64), rows.sees_key0, layer, order, self.label)
             out = pattern.clone()
-            queries = torch.arange(1, out.shape[-2], device=out.device)
-            sees_key0 = queries < sliding_window if sliding_window is not None else torch.ones_like(queries, dtype=torch.bool)
-            sees_key0 = sees_key0[None, :]  # [1, T−1]: a sliding window may hide key 0
-            for head, mean in heads.items():
-                rows = out[:, head, 1:]  # queries i ≥ 1: [batch, T−1, T]
-                key0 = rows[..., 0]
-                rest = (1.0 - key0).clamp_min(torch.finfo(out.dtype).tiny)
-                factor = torch.where(sees_key0, (1.0 - mean) / rest, torch.ones_like(rest))
-                rows[..., 1:] *= factor[..., None]
-                rows[..., 0] = torch.where(sees_key0, torch.full_like(key0, mean), key0)
+            out[:, order] = new
             return out
 
         return hook

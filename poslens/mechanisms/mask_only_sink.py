@@ -8,8 +8,11 @@ the head's absolute component A removed, renormalized over the visible keys,
 
 with A cross-fitted as the decomposition fits it (each group's A fitted on the
 other groups' sums of an unedited run of the same corpus, query window
-``all``). The rest of the row is rescaled so that it still sums to 1. A dose λ
-moves a_i0 only part of the way: a_i0 + λ·(a'_i0 − a_i0).
+``all``). The rest of the row is rebuilt from the logits, (1 − a) · softmax over
+the other visible keys, in float64 (:mod:`poslens.mechanisms.exact_rows`), and
+each edited row is checked to sum to 1. A dose λ moves a_i0 only part of the
+way: a_i0 + λ·(a'_i0 − a_i0), with 1 − a_i0 written as (1 − λ)·σ(−x) + λ·σ(−x')
+so that nothing is subtracted from 1.
 
 Beside the sink-path ablation (a_i0 := its mean over i, which removes every
 dependence of the sink's mass on i), it splits the sink path in two:
@@ -30,6 +33,7 @@ from poslens.fit.binning import Binning
 from poslens.fit.cross_fit import CrossFit, cross_fitted_absolute_components
 from poslens.fit.groups import group_of
 from poslens.measurement.arguments import Intervention
+from poslens.mechanisms.exact_rows import check_rows, key_zero_rows, visible_keys
 from poslens.model import hooks as hook_names
 from poslens.model.corpus import Corpus
 from poslens.model.pos_model import PosModel
@@ -206,20 +210,17 @@ class MaskOnlySinkProfile(Intervention):
     def _edit(self, layer: int, heads: list[int], groups: np.ndarray):
         def hook(pattern: torch.Tensor, hook: Any) -> torch.Tensor:
             kept = self._scores.pop(layer)
-            visible = kept > torch.finfo(kept.dtype).min / 2  # masked entries hold the dtype's minimum (or −inf)
-            scores = kept.to(torch.float64)
-            shifted = torch.where(visible, scores - self._absolute_pairs(groups, layer, heads, scores.device), -torch.inf)
-            counterfactual = torch.exp(shifted[..., 0] - torch.logsumexp(shifted, dim=-1))  # a'_i0, [batch, heads, T]
+            rows = key_zero_rows(kept)
+            # x' = s_i0 − A_i0 − logsumexp over j ≥ 1 of (s_ij − A_ij): key 0's logit relative to the rest, A removed
+            shifted = torch.where(visible_keys(kept), kept.to(torch.float64) - self._absolute_pairs(groups, layer, heads, kept.device), -torch.inf)
+            x_new = shifted[..., 0] - torch.logsumexp(shifted[..., 1:], dim=-1)
+            lam = self.dose
+            key0 = (1 - lam) * torch.sigmoid(rows.x) + lam * torch.sigmoid(x_new)
+            rest = (1 - lam) * torch.sigmoid(-rows.x) + lam * torch.sigmoid(-x_new)
+            new = rows.with_key0(key0, rest).to(pattern.dtype)
+            check_rows(new.to(torch.float64), rows.sees_key0, layer, heads, self.label)
             out = pattern.clone()
-            for k, head in enumerate(heads):
-                rows = out[:, head, 1:]  # queries i ≥ 1
-                sees = visible[:, k, 1:, 0]
-                key0 = rows[..., 0]
-                wanted = key0 + self.dose * (counterfactual[:, k, 1:].to(out.dtype) - key0)
-                rest = (1.0 - key0).clamp_min(torch.finfo(out.dtype).tiny)
-                factor = torch.where(sees, (1.0 - wanted) / rest, torch.ones_like(rest))
-                rows[..., 1:] *= factor[..., None]
-                rows[..., 0] = torch.where(sees, wanted, key0)
+            out[:, heads] = new
             return out
 
         return hook
