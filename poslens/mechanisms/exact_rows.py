@@ -23,7 +23,7 @@ import torch
 
 from poslens.errors import EditInvariantError
 
-__all__ = ["ROW_SUM_TOLERANCE", "KeyZeroRows", "check_rows", "key_zero_rows", "visible_keys"]
+__all__ = ["ROW_SUM_TOLERANCE", "KeyZeroRows", "check_rows", "key_zero_rows", "visible_keys", "write_rows"]
 
 #: How far an edited row's sum may be from 1 before the edit stops the run.
 ROW_SUM_TOLERANCE = 1e-5
@@ -81,8 +81,8 @@ class KeyZeroRows:
 
         Example:
             >>> rows = key_zero_rows(torch.tensor([[[[0.0, -torch.inf], [50.0, 0.0]]]]))
-            >>> rows.rebuild(rows.x - 100.0)[0, 0, 1].tolist()   # key 0 pushed 100 below the rest
-            [3.720075976020836e-44, 1.0]
+            >>> rows.rebuild(rows.x - 100.0)[0, 0, 1].tolist()   # x = 50 moved to −50: a_i0 = σ(−50), the rest σ(50)
+            [1.928749847963918e-22, 1.0]
         """
         x = torch.where(self.sees_key0, x, self.x)
         return self.with_key0(torch.sigmoid(x), torch.sigmoid(-x))
@@ -169,3 +169,36 @@ def check_rows(rows: torch.Tensor, edited: torch.Tensor, layer: int, heads: Sequ
         f"{label} broke attention rows: layer {layer}, head {heads[k]}, sequence {b} of the batch, row {i} sums to "
         f"{float(sums[b, k, i]):.6g} (more than {tolerance:g} from 1); {count} edited row{'s are' if count > 1 else ' is'} off"
     )
+
+
+def write_rows(pattern: torch.Tensor, heads: Sequence[int], rows: torch.Tensor, edited: torch.Tensor, layer: int, label: str) -> torch.Tensor:
+    """The pattern with the edited rows of ``heads`` replaced by ``rows`` (in the pattern's dtype), each checked first.
+
+    Rows the edit did not write (row 0, rows that do not see key 0) keep the model's own values.
+
+    Args:
+        pattern: The layer's pattern, [batch, all heads, T, T].
+        heads: The edited heads, in the order of ``rows``' second axis.
+        rows: The rebuilt rows, [batch, heads, T, T], float64.
+        edited: Which rows the edit wrote, [batch, heads, T].
+        layer: The layer (for the message).
+        label: The edit's name (for the message).
+
+    Returns:
+        A new pattern.
+
+    Raises:
+        EditInvariantError: Where an edited row, in the pattern's dtype, is not finite or does not sum to 1 (:func:`check_rows`).
+
+    Example:
+        >>> pattern = torch.tensor([[[[1.0, 0.0], [0.5, 0.5]], [[1.0, 0.0], [0.9, 0.1]]]])
+        >>> rows = torch.tensor([[[[0.0, 0.0], [0.2, 0.8]]]], dtype=torch.float64)   # row 0 not written
+        >>> write_rows(pattern, [1], rows, torch.tensor([[[False, True]]]), 0, "edit")[0, 1].tolist()
+        [[1.0, 0.0], [0.20000000298023224, 0.800000011920929]]
+    """
+    new = rows.to(pattern.dtype)
+    check_rows(new.to(torch.float64), edited, layer, heads, label)
+    out = pattern.clone()
+    index = list(heads)
+    out[:, index] = torch.where(edited[..., None], new, pattern[:, index])
+    return out

@@ -26,7 +26,7 @@ import torch
 
 from poslens.errors import InputError
 from poslens.measurement.arguments import Intervention
-from poslens.mechanisms.exact_rows import check_rows, key_zero_rows
+from poslens.mechanisms.exact_rows import key_zero_rows, write_rows
 from poslens.model import hooks as hook_names
 from poslens.model.pos_model import PosModel
 
@@ -279,7 +279,7 @@ class SinkAblation(Intervention):
             >>> record = (hook_names.attn_pattern(0), lambda pattern, hook: seen.append(pattern[0, 1]))
             >>> hook_names.run_with_hooks(model, torch.tensor([[1, 70, 71, 72]]), ablate.hooks(model, None) + [record])
             >>> seen[0][:, 0], seen[0].sum(-1)   # layer 0, head 1: a_i0 = 0.3 for i ≥ 1, rows still sum to 1
-            (tensor([1.0000, 0.3000, 0.3000, 0.3000]), tensor([1.0000, 1.0000, 1.0000, 1.0000]))
+            (tensor([1.0000, 0.3000, 0.3000, 0.3000]), tensor([1., 1., 1., 1.]))
         """
         by_layer: dict[int, dict[int, float]] = {}
         for (layer, head), mean in self.key0_mean.items():
@@ -301,11 +301,8 @@ class SinkAblation(Intervention):
         def hook(pattern: torch.Tensor, hook: Any) -> torch.Tensor:
             rows = key_zero_rows(self._scores.pop(layer))
             mean = torch.tensor([heads[h] for h in order], dtype=torch.float64, device=pattern.device)[None, :, None]
-            new = rows.with_key0(mean.expand_as(rows.x), (1.0 - mean).expand_as(rows.x)).to(pattern.dtype)
-            check_rows(new.to(torch.float64), rows.sees_key0, layer, order, self.label)
-            out = pattern.clone()
-            out[:, order] = new
-            return out
+            new = rows.with_key0(mean.expand_as(rows.x), (1.0 - mean).expand_as(rows.x))
+            return write_rows(pattern, order, new, rows.sees_key0, layer, self.label)
 
         return hook
 

@@ -33,7 +33,7 @@ from poslens.fit.binning import Binning
 from poslens.fit.cross_fit import CrossFit, cross_fitted_absolute_components
 from poslens.fit.groups import group_of
 from poslens.measurement.arguments import Intervention
-from poslens.mechanisms.exact_rows import check_rows, key_zero_rows, visible_keys
+from poslens.mechanisms.exact_rows import key_zero_rows, visible_keys, write_rows
 from poslens.model import hooks as hook_names
 from poslens.model.corpus import Corpus
 from poslens.model.pos_model import PosModel
@@ -217,10 +217,6 @@ class MaskOnlySinkProfile(Intervention):
             lam = self.dose
             key0 = (1 - lam) * torch.sigmoid(rows.x) + lam * torch.sigmoid(x_new)
             rest = (1 - lam) * torch.sigmoid(-rows.x) + lam * torch.sigmoid(-x_new)
-            new = rows.with_key0(key0, rest).to(pattern.dtype)
-            check_rows(new.to(torch.float64), rows.sees_key0, layer, heads, self.label)
-            out = pattern.clone()
-            out[:, heads] = new
-            return out
+            return write_rows(pattern, heads, rows.with_key0(key0, rest), rows.sees_key0, layer, self.label)
 
         return hook

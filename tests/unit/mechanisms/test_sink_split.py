@@ -1,0 +1,205 @@
+"""The split's edits and run (methodology §13.1): identity, shams, windows, refusals, and what the table holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import poslens
+from poslens.errors import InputError
+from poslens.measurement.arguments import Intervention
+from poslens.measurement.batching import intervened_forward
+from poslens.mechanisms.sink_split import ProbeSizeWarning, sink_path_split
+from poslens.mechanisms.sink_split_edits import SinkPathEdit, SinkRowStats, SplitStatistics
+from poslens.model import hooks as hook_names
+from poslens.testing import save_tiny_model
+
+T = 12
+
+
+class Float64Softmax(Intervention):
+    """Every head's pattern as the float64 softmax of its scores (transformers' eager softmax is float32 even for float64)."""
+
+    label = "float64-softmax"
+
+    def describe(self) -> dict:
+        return {"intervention": "float64-softmax"}
+
+    def hooks(self, model, tokens):
+        kept = {}
+
+        def keep(layer):
+            def hook(scores, hook):
+                kept[layer] = scores
+
+            return hook
+
+        def write(layer):
+            def hook(pattern, hook):
+                return torch.softmax(kept.pop(layer).to(torch.float64), dim=-1).to(pattern.dtype)
+
+            return hook
+
+        out = []
+        for layer in range(model.n_layers):
+            out += [(hook_names.attn_scores(layer), keep(layer)), (hook_names.attn_pattern(layer), write(layer))]
+        return out
+
+
+class Record(Intervention):
+    """Keeps the pattern of every layer as the model uses it."""
+
+    label = "record"
+
+    def __init__(self) -> None:
+        self.patterns = {}
+
+    def describe(self) -> dict:
+        return {"intervention": "record"}
+
+    def hooks(self, model, tokens):
+        def keep(layer):
+            def hook(pattern, hook):
+                self.patterns[layer] = pattern.detach().clone()
+
+            return hook
+
+        return [(hook_names.attn_pattern(layer), keep(layer)) for layer in range(model.n_layers)]
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    return poslens.load_model(save_tiny_model(tmp_path_factory.mktemp("llama"), "llama"), dtype=torch.float64)
+
+
+@pytest.fixture(scope="module")
+def tokens(llama):
+    return poslens.make_corpus(llama, "random", n_seqs=4, seq_len=T, seed=0).tokens
+
+
+def statistics_of(model, tokens, heads, groups=2) -> SplitStatistics:
+    stats = SinkRowStats(heads, groups, tokens.shape[1])
+    stats.sequence_groups = np.repeat(np.arange(groups), len(tokens) // groups)
+    intervened_forward(model, tokens, [], stats.hooks())
+    return stats.finish()
+
+
+def sequence_of(tokens, groups=2):
+    labels = np.repeat(np.arange(groups), len(tokens) // groups)
+    return {row.numpy().tobytes(): (int(g), n) for n, (row, g) in enumerate(zip(tokens, labels, strict=True))}
+
+
+def test_row_statistics_are_the_written_out_sums(llama, tokens):
+    heads = [(1, 0), (2, 1)]
+    stats = statistics_of(llama, tokens, heads)
+    seen = Record()
+    kept = {}
+
+    def keep(layer):
+        return lambda s, hook: kept.__setitem__(layer, s)
+
+    intervened_forward(llama, tokens, [seen], [(hook_names.attn_scores(layer), keep(layer)) for layer in (1, 2)])
+    for layer, head in heads:
+        k = 0  # one edited head per layer
+        s = kept[layer][:, head].double()
+        ell = torch.stack([torch.logsumexp(s[:, i, 1 : i + 1], -1) if i else torch.zeros(len(s), dtype=torch.float64) for i in range(T)], -1)
+        ell[:, 0] = 0.0
+        torch.testing.assert_close(torch.as_tensor(stats.ell_sum[layer][0, k]), ell[:2].sum(0), rtol=0, atol=1e-10)
+        a0 = torch.softmax(s, -1)[..., 0]
+        a0[:, 0] = 0.0
+        torch.testing.assert_close(torch.as_tensor(stats.key0_sum[layer][1, k]), a0[2:].sum(0), rtol=0, atol=1e-10)
+
+
+def test_m_with_flat_row_statistics_is_the_identity(llama, tokens):
+    """ℓrow(i) − ℓ̄ = 0 at every row (equal ℓ sums): edit m reproduces the unedited forward to 1e-10."""
+    heads = [(0, 1), (1, 0), (2, 1)]
+    stats = statistics_of(llama, tokens, heads)
+    for layer in stats.ell_sum:
+        stats.ell_sum[layer][:] = 3.0
+    edit = SinkPathEdit("m", heads, stats, sequence_of(tokens), offset=4)
+    unedited = intervened_forward(llama, tokens, [Float64Softmax()], [], logits=True)
+    edited = intervened_forward(llama, tokens, [Float64Softmax(), edit], [], logits=True)
+    torch.testing.assert_close(edited, unedited, rtol=0, atol=1e-10)
+
+
+def test_each_edit_changes_only_its_heads_and_keeps_rows_exact(llama, tokens):
+    heads = [(1, 0)]
+    stats = statistics_of(llama, tokens, heads)
+    before = Record()
+    intervened_forward(llama, tokens, [before], [])
+    for kind in ("m", "p", "mp", "s", "sham-m", "sham-p"):
+        after = Record()
+        intervened_forward(llama, tokens, [SinkPathEdit(kind, heads, stats, sequence_of(tokens), offset=4), after], [])
+        pattern = after.patterns[1]
+        assert float((pattern[:, 0].sum(-1) - 1).abs().max()) < 1e-12, kind
+        torch.testing.assert_close(pattern[:, 1:], before.patterns[1][:, 1:], rtol=0, atol=0)  # other heads of the layer
+        torch.testing.assert_close(after.patterns[0], before.patterns[0], rtol=0, atol=0)  # the layer below
+        assert float((pattern[:, 0, 1:, 0] - before.patterns[1][:, 0, 1:, 0]).abs().max()) > 1e-6, kind  # the edit acts
+        if kind == "s":
+            means = stats.cross_fitted(1)[2]  # [G, heads]
+            torch.testing.assert_close(pattern[:2, 0, 1:, 0], torch.full((2, T - 1), float(means[0, 0]), dtype=torch.float64))
+
+
+def test_the_shams_permute_the_factors_shifts_within_each_sequence(llama, tokens):
+    heads = [(1, 0), (1, 1)]
+    stats = statistics_of(llama, tokens, heads)
+    edit = SinkPathEdit("sham-m", heads, stats, sequence_of(tokens), offset=4, seed=3)
+    shift = torch.arange(4 * 2 * T, dtype=torch.float64).reshape(4, 2, T)
+    rows = np.arange(T) > 0
+    permuted = edit._permuted(shift, rows, 1, [0, 1], [0, 1, 2, 3])
+    assert torch.equal(permuted[..., 0], shift[..., 0])  # row 0 is never edited
+    assert torch.equal(permuted.sort(-1).values, shift.sort(-1).values)  # the same shifts, at other rows
+    assert not torch.equal(permuted, shift)
+    assert not torch.equal(permuted[0, 0], permuted[1, 0] - (shift[1, 0] - shift[0, 0]))  # each sequence its own order
+    torch.testing.assert_close(edit._permuted(shift, rows, 1, [0, 1], [0, 1, 2, 3]), permuted)  # seeded
+
+
+def test_a_window_leaves_the_rows_that_do_not_see_key0(tmp_path):
+    model = poslens.load_model(save_tiny_model(tmp_path, "mistral"), dtype=torch.float64)
+    window = model.sliding_windows[1]
+    assert window is not None and window < T
+    tokens = poslens.make_corpus(model, "random", n_seqs=4, seq_len=T, seed=0).tokens
+    stats = statistics_of(model, tokens, [(1, 0)])
+    assert stats.sees_key0[1].tolist() == [False] + [i < window for i in range(1, T)]
+    before, after = Record(), Record()
+    intervened_forward(model, tokens, [before], [])
+    intervened_forward(model, tokens, [SinkPathEdit("mp", [(1, 0)], stats, sequence_of(tokens), offset=2), after], [])
+    torch.testing.assert_close(after.patterns[1][:, 0, window:], before.patterns[1][:, 0, window:], rtol=0, atol=1e-12)
+    assert float((after.patterns[1][:, 0, 1:window, 0] - before.patterns[1][:, 0, 1:window, 0]).abs().max()) > 1e-6
+
+
+def test_refusals(llama, tokens):
+    stats = statistics_of(llama, tokens, [(1, 0)])
+    with pytest.raises(InputError, match="one of"):
+        SinkPathEdit("q", [(1, 0)], stats, {})
+    with pytest.raises(InputError, match="offset D"):
+        SinkPathEdit("p", [(1, 0)], stats, {}, offset=-1)
+    with pytest.raises(InputError, match="the corpus it was built for"):
+        SinkPathEdit("m", [(1, 0)], stats, {}).hooks(llama, tokens)
+
+
+def test_the_split_without_sink_heads_says_so(llama):
+    corpus = poslens.make_corpus(llama, "random", n_seqs=8, seq_len=T, seed=0)
+    with pytest.warns(ProbeSizeWarning, match="--n-seqs"):
+        result = sink_path_split(llama, corpus, heads=[], offset=4, groups=4, progress=False)
+    assert result.meta["c8"]["verdict"] == "no share" and "no head" in result.meta["c8"]["reason"]
+    assert set(result.table["intervention"]) == {"none", "p0-every-head"}
+
+
+def test_the_split_table_holds_every_run_readout_and_figure(llama):
+    corpus = poslens.make_corpus(llama, "random", n_seqs=8, seq_len=T, seed=0)
+    result = sink_path_split(llama, corpus, heads=[(0, 0), (1, 1)], offset=4, groups=4, progress=False)
+    table = result.table
+    levels = table.query("kind == 'level' and layer == -1")
+    assert sorted(levels["intervention"].unique()) == ["m", "mp", "none", "p", "p0-every-head", "s", "sham-m", "sham-p"]
+    assert sorted(levels["readout"].unique()) == ["R2", "V"]
+    derived = table.query("kind == 'derived' and readout == 'V'").set_index("metric")["value"]
+    f = levels.query("readout == 'V'").set_index("intervention")["value"]
+    assert derived["phi_m"] == pytest.approx(0.5 * ((f["none"] - f["m"]) + (f["p"] - f["mp"])))
+    assert derived["sink_total"] == pytest.approx(f["none"] - f["s"])
+    per_layer = table.query("kind == 'level' and readout == 'V' and intervention == 'none' and layer >= 2")["value"]
+    assert f["none"] == pytest.approx(per_layer.mean())
+    assert set(table.query("kind == 'loss'")["intervention"]) == {"m", "p", "mp", "s", "sham-m", "sham-p", "p0-every-head"}
+    assert result.meta["sink_heads"] == [[0, 0], [1, 1]] and result.meta["settings"]["offset"] == 4
+    assert np.isfinite(table["value"]).all()
