@@ -144,6 +144,57 @@ def show_path_tests(result: Result, console: Console) -> None:
     _print_notes(result, wide)
 
 
+def show_sink_split(result: Result, console: Console) -> None:
+    """Print the sink-split part: each run's f on both readouts, the split's figures, C8 and where the readouts disagree.
+
+    Args:
+        result: The part.
+        console: Where to print.
+
+    Example:
+        >>> show_sink_split(result, Console())  # doctest: +SKIP
+    """
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = result.table
+    wide = _wide(console)
+
+    def cell(rows: pd.DataFrame) -> str:
+        if rows.empty:
+            return ""
+        row = rows.iloc[0]
+        return f"{row['value']:.4g} [{row['ci_low']:.4g}, {row['ci_high']:.4g}]"
+
+    runs = Table(title="position in the residual stream, layers ≥ 2: each run's f and its change from the unedited run, 95% CI")
+    for column in ("run", "V (unedited code)", "ΔV", "R² (content)", "ΔR²", "Δ loss (nats)"):
+        runs.add_column(column)
+    levels = t[(t["layer"] == -1) & (t["kind"].isin(["level", "difference", "loss"]))]
+    for run in levels["intervention"].drop_duplicates():
+        r = levels[levels["intervention"] == run]
+        wanted = [("f", "V"), ("f_change", "V"), ("f", "R2"), ("f_change", "R2"), ("loss_change", "loss")]
+        runs.add_row(escape(str(run)), *(cell(r[(r["metric"] == metric) & (r["readout"] == readout)]) for metric, readout in wanted))
+    wide.print(runs)
+    derived = t[t["kind"] == "derived"]
+    if not derived.empty:
+        split = Table(title="the split, per readout (paired group jackknife, 95% CI)")
+        split.add_column("figure")
+        for readout in ("V", "R2"):
+            split.add_column(readout)
+        for metric in derived["metric"].drop_duplicates():
+            m = derived[derived["metric"] == metric]
+            split.add_row(metric, cell(m[m["readout"] == "V"]), cell(m[m["readout"] == "R2"]))
+        wide.print(split)
+    for readout, said in result.meta.get("split", {}).items():
+        if readout in ("V", "R2") and said.get("no_share"):
+            wide.print(escape(f"no share on {readout}: {said['no_share']}"), soft_wrap=True)
+    for edit, flag in result.meta.get("split", {}).get("flags", {}).items():
+        wide.print(escape(f"{edit}: {flag}"), soft_wrap=True)
+    c8 = result.meta.get("c8", {})
+    wide.print(escape(f"C8 (read on V): {c8.get('verdict')}: {c8.get('reason')}"), soft_wrap=True)
+    _print_notes(result, wide)
+
+
 def _print_notes(result: Result, console: Console) -> None:
     """The notes a part's metadata carries: a sliding window's rows, quantized weights."""
     from rich.markup import escape

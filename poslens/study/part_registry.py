@@ -225,6 +225,13 @@ OPTIONS: Mapping[str, Option] = MappingProxyType(
             to_setting=_tuple_of(int),
             checks={"callback": "check_offsets", "show_default": "8,64,T/2"},
         ),
+        "split_offset": Option(
+            "--split-offset",
+            None,
+            "D of the split's phase edit: key 0's logit as if the query sat D tokens from it.",
+            int | None,
+            checks={"min": 0, "show_default": "64, or half the narrowest sliding window"},
+        ),
         "path_doses": Option(
             "--doses",
             "1",
@@ -452,6 +459,23 @@ _DECLARED = (
         ),
     ),
     Part(
+        "sink-split",
+        "The sink path's split as a number (methodology §13): how much of the residual stream's position the sink path "
+        "carries, and how much of it runs through the mask's count and through key 0's RoPE phase.\n\n"
+        "In the sink-reading heads of the leakage part (measured first if it is not in --out), one full forward pass per "
+        "edit: m (the mask's count removed), p (key 0's phase frozen at --split-offset), mp (both), s (the whole sink "
+        "path), each factor's sham, and the phase frozen in every head. Two readouts of the residual stream over layers "
+        "≥ 2: V (the unedited probe on the edited run: position along the unedited code) and R² (the probe refitted: "
+        "position content); the two-factor Shapley split of each, with paired group-jackknife intervals, and C8's verdict.\n\n"
+        "Example: poslens sink-split --model smollm2-135m --n-seqs 16 --seq-len 128 --out results/quick",
+        (*MEASURE_KEYS, "tau", "split_offset"),
+        (*_MEASURED_OPTIONS, "tau", "split_offset"),
+        show=part_printing.show_sink_split,
+        figure_metrics=("f", "share_m", "sink_share"),
+        # the unedited run, four edits, two shams and the every-head freeze, each a full forward with the residual readout
+        tokens=lambda s: 1.5 * 8 * _measured_tokens(s.n_seqs, s.seq_len),
+    ),
+    Part(
         "fingerprint",
         "Position-0 fingerprint: dispersion with and without BOS, trajectory similarity, readout (methodology §8).\n\n"
         "The sink-reading heads come from the leakage part (--n-seqs × --seq-len), measured first if it is not in --out.\n\n"
@@ -577,7 +601,7 @@ def report_plan(skip_compare: bool = False) -> list[str]:
 
     Example:
         >>> report_plan(skip_compare=True)
-        ['leakage', 'sinks', 'bos-swap', 'ablate-sinks', 'path-tests', 'fingerprint', 'relativize']
+        ['leakage', 'sinks', 'bos-swap', 'ablate-sinks', 'path-tests', 'sink-split', 'fingerprint', 'relativize']
         >>> report_plan()[-2:]   # the comparisons are made with the cases
         ['compare', 'comparisons']
     """

@@ -291,6 +291,40 @@ class Study:
 
         return self._part("path-tests", compute)
 
+    def sink_split(self) -> Result:
+        """The sink path's split (methodology §13): its share of the residual stream's position, mask count versus key-0 phase.
+
+        Runs on the leakage part's corpus and groups, in its sink-reading heads at τ, one full forward pass per edit
+        (:func:`~poslens.mechanisms.sink_split.sink_path_split`): m, p at D = ``split_offset``, mp, s, each factor's sham,
+        and the key-0 phase frozen in every head.
+
+        Returns:
+            The part's tidy result, reused from the folder when it matches; ``meta["c8"]`` holds C8's verdict.
+
+        Example:
+            >>> study.sink_split().meta["c8"]["verdict"]  # doctest: +SKIP
+            'undecided'
+        """
+        from poslens.mechanisms.sink_split import sink_path_split
+
+        base = self.leakage()  # first: its sink-reading heads, reused when saved
+
+        def compute() -> Result:
+            s = self.settings
+            return sink_path_split(
+                self.model(),
+                self.corpus(),
+                offset=s.split_offset,
+                groups=s.groups,
+                early=s.early,
+                batch_size=int(base.meta.get("settings", {}).get("batch_size") or s.batch_size),  # the leakage part's batches
+                tau=s.tau,
+                baseline=base,
+                progress=True,
+            )
+
+        return self._part("sink-split", compute)
+
     def fingerprint(self) -> Result:
         """Position-0 fingerprint: dispersion, trajectory similarity, readout (methodology §8).
 

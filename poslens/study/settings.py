@@ -57,6 +57,7 @@ class Settings:
         relativize_loss: Whether it measures the change in next-token loss.
         path_offsets: The offsets D of the path-specific tests' key-phase freeze (empty: 8, 64 and T/2).
         path_doses: The doses λ of their mask-only sink profile (1 is the split's).
+        split_offset: D of the sink-path split's phase edit (``None``: 64, or half the narrowest sliding window).
 
     Example:
         >>> Settings.quick().n_seqs, Settings.full().seq_len
@@ -96,6 +97,7 @@ class Settings:
     relativize_loss: bool = True
     path_offsets: tuple[int, ...] = ()
     path_doses: tuple[float, ...] = (1.0,)
+    split_offset: int | None = None
 
     def __post_init__(self) -> None:
         self.measure_options()  # refuse a bad groups, early, batch size or τ when the settings are made
