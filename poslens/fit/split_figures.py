@@ -54,6 +54,7 @@ __all__ = [
     "layer_mean",
     "no_share_reason",
     "split_figures",
+    "split_intervals",
 ]
 
 #: The four edits of the Shapley split, then the whole path's: the unedited run is ``none``.
@@ -64,6 +65,11 @@ SHAMS = {"m": "sham-m", "p": "sham-p"}
 FIRST_LAYER = 2
 #: A verdict needs its factor's φ to exceed its sham's effect by this share of φ_m + φ_p.
 SHAM_MARGIN = 0.1
+#: Rounding, not position: a rise of f smaller than this share of |f₀|, or a share_m this far outside [0, 1], does not
+#: make "no share". A float64 model still builds its RoPE tables in float32 in transformers; in the phase-only control
+#: that rounding let edit m raise f by 3.5e-7 on f₀ = 0.39 (9e-7 of f₀) with an interval as narrow, which the rule
+#: without this margin read as "position added".
+NUMERICAL_MARGIN = 1e-5
 
 
 @dataclass
@@ -237,7 +243,7 @@ def split_figures(levels: Mapping[str, Figure]) -> dict[str, Figure]:
         levels: f of ``none``, ``m``, ``p``, ``mp`` and ``s``, and of any of ``sham-m``, ``sham-p``, ``p0-every-head``.
 
     Returns:
-        ``{name: Figure}``: ``phi_m``, ``phi_p``, ``interaction``, ``share_m``, ``r1``, ``r2``, ``sink_total``,
+        ``{name: Figure}``: ``phi_m``, ``phi_p``, ``phi_sum`` (φ_m + φ_p), ``interaction``, ``share_m``, ``r1``, ``r2``, ``sink_total``,
         ``sink_share``, ``coverage``; with the shams, ``sham_m_effect``, ``sham_p_effect``, ``phi_m_beyond_sham`` and
         ``phi_p_beyond_sham`` (φ minus its sham's effect minus 0.1·(φ_m + φ_p): above 0 where C8 may use the factor);
         with ``p0-every-head``, ``p0_every_head_change`` (its f minus f₀).
@@ -255,6 +261,7 @@ def split_figures(levels: Mapping[str, Figure]) -> dict[str, Figure]:
     out = {
         "phi_m": phi_m,
         "phi_p": phi_p,
+        "phi_sum": both,
         "interaction": (f0 - fm) - (fp - fmp),
         "share_m": _ratio(phi_m, both),
         "r1": _ratio(f0 - fm, f0 - fmp),
@@ -275,12 +282,36 @@ def split_figures(levels: Mapping[str, Figure]) -> dict[str, Figure]:
     return out
 
 
-def no_share_reason(levels: Mapping[str, Figure], derived: Mapping[str, Figure]) -> str | None:
-    """Why the split has no share on this readout (methodology §13.3), or ``None`` where it has one.
+def split_intervals(levels: Mapping[str, Figure], derived: Mapping[str, Figure]) -> dict[str, tuple[float, float]]:
+    """The 95% intervals the no-share rules and C8 read: every derived figure's, and each edit's change of f as ``change_<edit>``.
 
     Args:
         levels: f of each run (:func:`split_figures`'s input).
         derived: :func:`split_figures`'s output.
+
+    Returns:
+        ``{name: (low, high)}``.
+
+    Example:
+        >>> flat = lambda v: Figure(v, np.full(4, v))
+        >>> levels = {"none": flat(1.0), "m": flat(0.5), "p": flat(0.9), "mp": flat(0.4), "s": flat(0.3)}
+        >>> split_intervals(levels, split_figures(levels))["change_m"]
+        (-0.5, -0.5)
+    """
+    out = {name: figure.interval() for name, figure in derived.items()}
+    out |= {f"change_{edit}": (levels[edit] - levels["none"]).interval() for edit in EDITS}
+    out["f0"] = levels["none"].interval()
+    return out
+
+
+def no_share_reason(intervals: Mapping[str, tuple[float, float]]) -> str | None:
+    """Why the split has no share on this readout (methodology §13.3), or ``None`` where it has one.
+
+    Args:
+        intervals: The figures' 95% intervals (:func:`split_intervals`: ``phi_sum``, ``phi_m``, ``phi_p``, ``share_m``,
+            ``change_<edit>`` for m, p, mp and s, and ``f0``). Intervals are read with
+            :data:`NUMERICAL_MARGIN` (times |f₀| for the φ and the changes of f): a rise, a sign or an excursion of
+            share_m within it is rounding and does not count.
 
     Returns:
         The reason, in words, or ``None``.
@@ -288,30 +319,28 @@ def no_share_reason(levels: Mapping[str, Figure], derived: Mapping[str, Figure])
     Example:
         >>> flat = lambda v: Figure(v, np.full(4, v))
         >>> levels = {"none": flat(1.0), "m": flat(1.2), "p": flat(0.9), "mp": flat(1.0), "s": flat(0.5)}
-        >>> no_share_reason(levels, split_figures(levels))
+        >>> no_share_reason(split_intervals(levels, split_figures(levels)))
         'edit m raises f above the unedited run beyond its interval (position added, not removed)'
     """
-    phi_m, phi_p = derived["phi_m"], derived["phi_p"]
-    both = Figure(phi_m.estimate + phi_p.estimate, phi_m.replicates + phi_p.replicates)
-    low, high = both.interval()
+    low, high = intervals["phi_sum"]
     if not (np.isfinite(low) and np.isfinite(high)):
         return "the figures are not finite"
+    margin = NUMERICAL_MARGIN * max(abs(intervals["f0"][0]), abs(intervals["f0"][1]))
     for edit in EDITS:
-        rise_low, _ = (levels[edit] - levels["none"]).interval()
-        if rise_low > 0:
+        if intervals[f"change_{edit}"][0] > margin:
             return f"edit {edit} raises f above the unedited run beyond its interval (position added, not removed)"
-    if low <= 0 <= high:
+    if low <= margin and high >= -margin:
         return f"the interval of φ_m + φ_p [{low:.4g}, {high:.4g}] holds 0: the two channels remove no position that can be told from none"
-    (m_low, m_high), (p_low, p_high) = phi_m.interval(), phi_p.interval()
-    if (m_low > 0 and p_high < 0) or (m_high < 0 and p_low > 0):
+    (m_low, m_high), (p_low, p_high) = intervals["phi_m"], intervals["phi_p"]
+    if (m_low > margin and p_high < -margin) or (m_high < -margin and p_low > margin):
         return f"φ_m [{m_low:.4g}, {m_high:.4g}] and φ_p [{p_low:.4g}, {p_high:.4g}] have intervals of opposite sign"
-    share_low, share_high = derived["share_m"].interval()
-    if not (share_low >= 0 and share_high <= 1):
+    share_low, share_high = intervals["share_m"]
+    if not (share_low >= -NUMERICAL_MARGIN and share_high <= 1 + NUMERICAL_MARGIN):
         return f"share_m's interval [{share_low:.4g}, {share_high:.4g}] leaves [0, 1]"
     return None
 
 
-def c8_verdict(levels: Mapping[str, Figure], derived: Mapping[str, Figure]) -> tuple[str, str]:
+def c8_verdict(intervals: Mapping[str, tuple[float, float]]) -> tuple[str, str]:
     """C8 (methodology §13.5), read on V: mostly the mask's count, mostly key 0's phase, undecided, no share or inconclusive.
 
     - ``count``: r₁ and r₂ both have intervals above 0.5; ``phase``: both below 0.5; ``undecided`` otherwise;
@@ -320,8 +349,7 @@ def c8_verdict(levels: Mapping[str, Figure], derived: Mapping[str, Figure]) -> t
       above 0.1·(φ_m + φ_p) (``phi_…_beyond_sham``), or whose sham was not run.
 
     Args:
-        levels: f of each run on V.
-        derived: :func:`split_figures` of them.
+        intervals: The 95% intervals of V's figures (:func:`split_intervals`).
 
     Returns:
         ``(verdict, reason)``.
@@ -330,13 +358,13 @@ def c8_verdict(levels: Mapping[str, Figure], derived: Mapping[str, Figure]) -> t
         >>> flat = lambda v: Figure(v, np.array([v - 0.01, v, v + 0.01, v]))
         >>> levels = {"none": flat(1.0), "m": flat(0.3), "p": flat(0.95), "mp": flat(0.25), "s": flat(0.2),
         ...           "sham-m": flat(1.0), "sham-p": flat(1.0)}
-        >>> c8_verdict(levels, split_figures(levels))[0]
+        >>> c8_verdict(split_intervals(levels, split_figures(levels)))[0]
         'count'
     """
-    reason = no_share_reason(levels, derived)
+    reason = no_share_reason(intervals)
     if reason is not None:
         return "no share", reason
-    (r1_low, r1_high), (r2_low, r2_high) = derived["r1"].interval(), derived["r2"].interval()
+    (r1_low, r1_high), (r2_low, r2_high) = intervals["r1"], intervals["r2"]
     shown = f"r₁ [{r1_low:.4g}, {r1_high:.4g}], r₂ [{r2_low:.4g}, {r2_high:.4g}]"
     if r1_low > 0.5 and r2_low > 0.5:
         verdict, factor = "count", "m"
@@ -344,10 +372,10 @@ def c8_verdict(levels: Mapping[str, Figure], derived: Mapping[str, Figure]) -> t
         verdict, factor = "phase", "p"
     else:
         return "undecided", f"the order-specific shares do not both lie on one side of 0.5: {shown}"
-    beyond = derived.get(f"phi_{factor}_beyond_sham")
+    beyond = intervals.get(f"phi_{factor}_beyond_sham")
     if beyond is None:
         return "inconclusive", f"{shown} say {verdict}, but the {SHAMS[factor]} sham was not run"
-    low, high = beyond.interval()
+    low, high = beyond
     if not low > 0:
         return (
             "inconclusive",

@@ -317,9 +317,10 @@ def sink_path_split(
         for readout in READOUTS:
             derived = fig.split_figures(levels[readout])
             rows += [_row(model, "split", -1, name, figure, readout, "derived") for name, figure in derived.items()]
-            split[readout] = {"no_share": fig.no_share_reason(levels[readout], derived)}
+            intervals = fig.split_intervals(levels[readout], derived)
+            split[readout] = {"no_share": fig.no_share_reason(intervals)}
             if readout == "V":
-                verdict, reason = fig.c8_verdict(levels[readout], derived)
+                verdict, reason = fig.c8_verdict(intervals)
                 c8 = {"verdict": verdict, "reason": reason}
         split["flags"] = _flags(levels)
     else:

@@ -115,7 +115,7 @@ def test_shapley_figures_in_closed_form():
 )
 def test_no_share_reasons(levels, reason):
     figures = {name: flat(value, 0.001) for name, value in levels.items()}
-    found = fig.no_share_reason(figures, fig.split_figures(figures))
+    found = fig.no_share_reason(fig.split_intervals(figures, fig.split_figures(figures)))
     assert found is not None and reason in found, found
 
 
@@ -125,7 +125,7 @@ def test_a_share_outside_0_1_is_no_share():
     derived = fig.split_figures(figures)
     low, high = derived["share_m"].interval()
     assert high > 1  # the case: share_m near 1 with a wide interval
-    found = fig.no_share_reason(figures, derived)
+    found = fig.no_share_reason(fig.split_intervals(figures, derived))
     assert found is not None and ("leaves [0, 1]" in found or "opposite sign" in found or "holds 0" in found), found
 
 
@@ -141,7 +141,7 @@ def test_a_share_outside_0_1_is_no_share():
 )
 def test_c8_verdicts(values, verdict):
     figures = {name: flat(value) for name, value in values.items()}
-    found, reason = fig.c8_verdict(figures, fig.split_figures(figures))
+    found, reason = fig.c8_verdict(fig.split_intervals(figures, fig.split_figures(figures)))
     assert found == verdict, reason
     if verdict == "inconclusive":
         assert "sham" in reason
