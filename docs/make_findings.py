@@ -783,6 +783,23 @@ def _open_questions(claim: str, claims: Claims, parts: dict[str, Result], run: d
             f"The figures come from {_scope(run)}; the readout reads the sink-reading heads together, so they do "
             "not say which head carries the fingerprint."
         )
+    if claim == "C8":
+        total = _input(claims, "C8", "sink_total (V)")
+        if total is None:
+            return "Nothing: the sink path's split was not measured in this run."
+        no_share = claims.inputs[(claims.inputs["claim"] == "C8") & claims.inputs["name"].astype(str).str.startswith("no share:")]
+        pieces = [
+            "Two readouts answer two questions: V reads position along the code the unedited model writes, so an edit "
+            "can lower it while a probe refitted on the edited run (R²) still reads position in another direction; the "
+            "split is decided on V and R²'s reading stands beside it"
+        ]
+        if len(no_share):
+            pieces.append(str(no_share["name"].iloc[0]))
+        pieces.append(
+            "the split covers the sink-reading heads at τ; freezing key 0's phase in every head, reported beside it, "
+            "reaches the heads that are not sink-reading too"
+        )
+        return "; ".join(pieces) + f". The figures come from {_scope(run)}."
     if claim == "C7":
         r = _input(claims, "C7", "r (all)")
         if r is None:

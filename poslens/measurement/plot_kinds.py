@@ -11,13 +11,14 @@ import difflib
 
 import pandas as pd
 
-from poslens.measurement import path_plots, plots
+from poslens.measurement import path_plots, plots, split_plots
 from poslens.measurement.figure import Figure
 from poslens.measurement.table import COLUMNS, DEFAULT_QUERY_WINDOW, head_grid, rows_with
 from poslens.options import DEFAULTS
 
-PLOT_KINDS = ("sources", "leakage", "heads", "layers", "sinks", "path", "path-split", "path-doses")
-"""The kinds of :meth:`poslens.measurement.result.Result.plot` (the ``path…`` kinds draw the path-specific tests' table)."""
+PLOT_KINDS = ("sources", "leakage", "heads", "layers", "sinks", "path", "path-split", "path-doses", "sink-split")
+"""The kinds of :meth:`poslens.measurement.result.Result.plot` (the ``path…`` kinds draw the path-specific tests' table,
+``sink-split`` the sink path's split)."""
 
 
 def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, tau: float = DEFAULTS.tau, metric: str | None = None) -> Figure:
@@ -44,9 +45,9 @@ def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, 
         ...                   query_window="all", metric="c_res", value=0.1, ci_low=0.0, ci_high=0.2) for layer in (0, 1)])
         >>> plot_table(t, "heads", "all", metric="c_res").data[0].type
         'heatmap'
-        >>> plot_table(t, "sink")
+        >>> plot_table(t, "sink")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
-        ValueError: unknown plot kind 'sink' (did you mean 'sinks'?); kinds: sources, leakage, heads, layers, sinks, path, path-split, path-doses
+        ValueError: unknown plot kind 'sink' (did you mean 'sinks'?); kinds: sources, leakage, heads, layers, sinks, ...
     """
     if kind not in PLOT_KINDS:
         close = difflib.get_close_matches(str(kind), PLOT_KINDS, n=1)
@@ -68,6 +69,10 @@ def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, 
         rows = rows_with(t, "metric", metric, "")
         rows_with(rows, "query_window", query_window, f" for metric {metric!r}")
         return plots.by_layer(t, metric, query_window)
+    if kind == "sink-split":
+        if metric is not None:
+            raise ValueError("plot('sink-split') draws both readouts of the split; it takes no metric=")
+        return split_plots.plot_sink_split(t)
     if kind.startswith("path"):
         if "kind" not in t or "reference" not in t:
             raise ValueError(f"plot({kind!r}) draws the table of the path-specific tests (poslens path-tests); this table is another")

@@ -432,7 +432,10 @@ class Result:
         - ``"path"``, ``"path-split"``, ``"path-doses"``: the path-specific tests' table
           (:func:`~poslens.mechanisms.path_tests.path_specific_tests`): the probe R² of log(i + 1) by layer under each
           key-phase freeze and sham (``metric`` ``resid_probe_r2``, the default, or ``attn_out_probe_r2``); the split
-          of the sink path; the dose-responses (:mod:`poslens.measurement.path_plots`).
+          of the sink path; the dose-responses (:mod:`poslens.measurement.path_plots`);
+        - ``"sink-split"``: the sink path's split (:func:`~poslens.mechanisms.sink_split.sink_path_split`): per readout
+          (V, R²), the sink path's total and its parts through the mask's count and key 0's phase, with intervals
+          (:mod:`poslens.measurement.split_plots`).
 
         The query window defaults to :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW` (``early``) for every
         kind but ``"sinks"``, whose score is defined over all queries (window ``all``).
@@ -441,8 +444,8 @@ class Result:
         a saved notebook's export to HTML (:class:`~poslens.measurement.figure.Figure`).
 
         Args:
-            kind: ``"sources"``, ``"leakage"``, ``"heads"``, ``"layers"``, ``"sinks"``, ``"path"``, ``"path-split"`` or
-                ``"path-doses"``.
+            kind: ``"sources"``, ``"leakage"``, ``"heads"``, ``"layers"``, ``"sinks"``, ``"path"``, ``"path-split"``,
+                ``"path-doses"`` or ``"sink-split"``.
             query_window: the query window (``"early"`` or ``"all"``); see above for the default.
             tau: the sink threshold of ``"sinks"``.
             metric: the metric of ``"heads"`` and ``"layers"`` (required there), the readout of a ``path…`` kind
@@ -465,9 +468,9 @@ class Result:
             'heatmap'
             >>> [trace.name for trace in r.plot("layers", metric="c_res").data]
             ['m (base)']
-            >>> r.plot("head")
+            >>> r.plot("head")  # doctest: +ELLIPSIS
             Traceback (most recent call last):
-            ValueError: unknown plot kind 'head' (did you mean 'heads'?); kinds: sources, leakage, heads, layers, sinks, path, path-split, path-doses
+            ValueError: unknown plot kind 'head' (did you mean 'heads'?); kinds: sources, leakage, heads, layers, sinks, ...
             >>> r.plot("leakage")
             Traceback (most recent call last):
             ValueError: plot('leakage') needs metric 'leakage_pattern', which this table lacks; it has: c_mask, c_res

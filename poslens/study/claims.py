@@ -1,4 +1,4 @@
-"""The claims C1–C7 of methodology §9 and §11 as data, and :func:`evaluate`, which decides them from tidy tables.
+"""The claims C1–C8 of methodology §9, §11 and §13 as data, and :func:`evaluate`, which decides them from tidy tables.
 
 Every verdict is ``supported``, ``not supported`` or ``inconclusive`` (or
 ``not measured`` when a claim's input tables were not given) and is computed
@@ -11,7 +11,8 @@ them, its rule(s) and its headline estimate. The claims are defined beside the
 lookups of the parts they read: :mod:`poslens.study.claims_leakage` (C1, C2),
 :mod:`poslens.study.claims_path` (C3, from the path-specific tests),
 :mod:`poslens.study.claims_compare` (C4), :mod:`poslens.study.claims_position0`
-(C5, C6) and :mod:`poslens.study.claims_relativize` (C7). They decide through
+(C5, C6), :mod:`poslens.study.claims_relativize` (C7) and :mod:`poslens.study.claims_split` (C8, from the
+sink path's split). They decide through
 the rule engine of :mod:`poslens.study.rules` (a :class:`~poslens.study.rules.Rule`
 writes its own words and :func:`~poslens.study.rules.verdict` applies it), read
 estimates through :mod:`poslens.study.lookup` and write the tables of
@@ -59,15 +60,16 @@ from poslens.study.claims_leakage import C1, C2, claim_c1, claim_c2
 from poslens.study.claims_path import C3, claim_c3
 from poslens.study.claims_position0 import C5, C6, claim_c5, claim_c6
 from poslens.study.claims_relativize import C7, claim_c7
+from poslens.study.claims_split import C8, claim_c8
 from poslens.study.lookup import figure_row  # noqa: F401 (the examples build tables with it)
 from poslens.study.part_registry import command_line
 from poslens.study.rules import NOT_MEASURED
 
-CLAIMS: dict[str, Claim] = {claim.name: claim for claim in (C1, C2, C3, C4, C5, C6, C7)}
-"""The claims, C1–C7, by name."""
+CLAIMS: dict[str, Claim] = {claim.name: claim for claim in (C1, C2, C3, C4, C5, C6, C7, C8)}
+"""The claims, C1–C8, by name."""
 
 STATEMENTS = {name: claim.statement for name, claim in CLAIMS.items()}
-"""The statement of each claim, C1–C7 (:attr:`~poslens.study.claim_table.Claim.statement`)."""
+"""The statement of each claim, C1–C8 (:attr:`~poslens.study.claim_table.Claim.statement`)."""
 
 MEASURED_BY = {name: claim.measured_by for name, claim in CLAIMS.items()}
 """The ``poslens`` commands (and parts) whose tables each claim reads (C3 also reports the leakage, ablate-sinks and
@@ -120,6 +122,7 @@ def evaluate(
     fingerprint: Any = None,
     attribution: Any = None,
     path: Any = None,
+    split: Any = None,
     *,
     claims: Iterable[str] = tuple(STATEMENTS),
     c4_query_window: str = "early",
@@ -152,6 +155,7 @@ def evaluate(
         attribution: The relativize part (C7, and C3's reported causal figure):
             its :class:`~poslens.measurement.result.Result` (or that result's table).
         path: The path-specific tests' part (C3).
+        split: The sink path's split (C8).
         claims: The claims to evaluate.
         c4_query_window: The query window (``early`` or ``all``) C4 reads.
         c4_comparisons: The comparison table compare recorded (:func:`poslens.mechanisms.comparisons.comparison_table`);
@@ -184,7 +188,14 @@ def evaluate(
     if unknown:
         raise ValueError(f"unknown claim(s) {sorted(unknown)}; known: {list(STATEMENTS)}")
     given = dict(
-        leakage=leakage, ablation=ablation, bos_swap=bos_swap, comparison=comparison, fingerprint=fingerprint, attribution=attribution, path=path
+        leakage=leakage,
+        ablation=ablation,
+        bos_swap=bos_swap,
+        comparison=comparison,
+        fingerprint=fingerprint,
+        attribution=attribution,
+        path=path,
+        split=split,
     )
     decide = {
         "C1": lambda: claim_c1(leakage),
@@ -194,6 +205,7 @@ def evaluate(
         "C5": lambda: claim_c5(bos_swap, c5_target, c5_band),
         "C6": lambda: claim_c6(fingerprint, c6_tolerance, c6_alpha),
         "C7": lambda: claim_c7(attribution),
+        "C8": lambda: claim_c8(split),
     }
     rows: list[dict[str, Any]] = []
     for name, claim in CLAIMS.items():

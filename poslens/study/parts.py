@@ -540,7 +540,7 @@ class Study:
         )
 
     def claims(self, parts: dict[str, Result]) -> Claims:
-        """Verdicts C1–C7 from whichever parts were run; writes ``claims.csv`` and ``claim_inputs.csv``.
+        """Verdicts C1–C8 from whichever parts were run; writes ``claims.csv`` and ``claim_inputs.csv``.
 
         The parts must agree on every setting they share (:func:`poslens.study.part_cache.check_same_settings`,
         else :class:`poslens.study.part_cache.MixedSettingsError`): a claim never pairs figures of different runs.
@@ -578,6 +578,7 @@ class Study:
             fingerprint=parts.get("fingerprint"),
             attribution=parts.get("relativize"),  # C7, and C3's causal figure (reported)
             path=parts.get("path-tests"),  # C3, decided by the key-0 phase freeze (methodology §12)
+            split=parts.get("sink-split"),  # C8, the sink path's split (methodology §13)
             # an imposed window of W changes nothing for queries i < W, so C4 compares all queries
             c4_query_window="all",
             # C4 by paired/independent differences and trends (methodology §9.1) when compare recorded them

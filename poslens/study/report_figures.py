@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from poslens.measurement import intervention_plots, path_plots, plots
+from poslens.measurement import intervention_plots, path_plots, plots, split_plots
 from poslens.measurement.display import quantized_note
 from poslens.measurement.result import Result
 from poslens.mechanisms.comparisons import META_KEY as COMPARISONS_META
@@ -154,6 +154,24 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
                 ),
             ),
         )
+    if "sink-split" in parts:
+        split = parts["sink-split"]
+        if (split.table["kind"] == "derived").any():
+            c8 = split.meta.get("c8", {})
+            figures["C8"].append(
+                (
+                    split_plots.plot_sink_split(split.table),
+                    _caption(
+                        "The sink path's split in the sink-reading heads (methodology §13), mean over layers ≥ 2: the sink "
+                        "path's total (the unedited run minus the run with a_i0 held at its cross-fitted mean) and its two-factor "
+                        "Shapley parts through the mask's count (edit m) and key 0's RoPE phase (edit p, D = "
+                        f"{split.meta.get('settings', {}).get('offset')}), on V (the unedited probe applied to the edited runs: "
+                        "the position code) and on R² (the probe refitted: position content). C8 (read on V): "
+                        f"{c8.get('verdict')}, {c8.get('reason')}.",
+                        quantized_note(split),
+                    ),
+                )
+            )
     if "sinks" in parts:
         tau = settings.get("tau", 0.3)
         sink_figure = plots.sink_scores(parts["sinks"].table, tau)

@@ -66,6 +66,7 @@ _HEADLINE_LABEL = {
     "C5": "reduction of C_res",
     "C6": "dispersion without BOS",
     "C7": "reduction of L(log a) over layers ≥ 2, every column relativized",
+    "C8": "r₁, the mask's count's share of the sink path's position code (m removed first)",
 }
 """Per claim, the words that label its headline figure (the input whose role is ``headline``) in the summary."""
 
@@ -94,6 +95,42 @@ class _Quoted:
         if self.ci_high <= threshold:
             return f"at or below {name}"
         return f"interval reaching {name}"
+
+
+def split_sentence(f: dict[str, _Quoted]) -> str:
+    """The sink path's split in words a researcher can quote (methodology §13), from C8's inputs (name → number).
+
+    Args:
+        f: C8's inputs by name: ``sink_share (V)``, ``share_m (V)``, ``r1``, ``r2``, ``interaction (V)``,
+            ``coverage (V)``, ``sink_total (R2)`` and, when run, ``p0_every_head_change (V)`` / ``(R2)``.
+
+    Returns:
+        The sentence, without a final full stop.
+
+    Example:
+        >>> q = lambda v: _Quoted(v, v - 0.01, v + 0.01)
+        >>> f = {"sink_share (V)": q(0.4), "share_m (V)": q(0.9), "r1": q(0.88), "r2": q(0.92), "interaction (V)": q(-0.003),
+        ...      "coverage (V)": q(0.7), "sink_total (R2)": q(0.01)}
+        >>> split_sentence(f).split(";")[0]
+        "in the sink-reading heads, the sink path carries 40% [39%, 41%] of the residual stream's position code over layers ≥ 2"
+    """
+    share = f["share_m (V)"]
+    phase = _Quoted(1 - share.value, 1 - share.ci_high, 1 - share.ci_low)
+    total_r2 = f["sink_total (R2)"]
+    change_r2 = _Quoted(-total_r2.value, -total_r2.ci_high, -total_r2.ci_low)
+    text = (
+        f"in the sink-reading heads, the sink path carries {f['sink_share (V)'].text(percent=True)} of the residual stream's "
+        f"position code over layers ≥ 2; of the part its two named channels explain ({f['coverage (V)'].text(percent=True)} "
+        f"of it), {share.text(percent=True)} runs through the mask's count and {phase.text(percent=True)} through key 0's "
+        f"RoPE phase (interaction {f['interaction (V)'].text()}; order-specific shares r₁ {f['r1'].text(percent=True)}, "
+        f"r₂ {f['r2'].text(percent=True)}); removing it changes the held-out R² of position by {change_r2.text()}"
+    )
+    if "p0_every_head_change (V)" in f and "p0_every_head_change (R2)" in f:
+        text += (
+            f"; freezing key 0's phase in every head instead changes the code by {f['p0_every_head_change (V)'].text()} "
+            f"and the held-out R² by {f['p0_every_head_change (R2)'].text()}"
+        )
+    return text
 
 
 def _quoted(record: Any) -> _Quoted:
@@ -283,6 +320,8 @@ def _reading(claim: str, f: dict[str, _Quoted], inputs: pd.DataFrame, records: l
         if "readout_p_value" in f:
             text += f" (permutation p = {f['readout_p_value'].text()})"
         return text
+    if claim == "C8":
+        return split_sentence(f)
     if claim == "C7":
         r = f["r (all)"]
         margin = C7_MARGIN

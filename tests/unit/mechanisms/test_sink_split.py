@@ -203,3 +203,24 @@ def test_the_split_table_holds_every_run_readout_and_figure(llama):
     assert set(table.query("kind == 'loss'")["intervention"]) == {"m", "p", "mp", "s", "sham-m", "sham-p", "p0-every-head"}
     assert result.meta["sink_heads"] == [[0, 0], [1, 1]] and result.meta["settings"]["offset"] == 4
     assert np.isfinite(table["value"]).all()
+
+
+C8_OF = {"count": "supported", "phase": "not supported", "undecided": "inconclusive", "no share": "inconclusive", "inconclusive": "inconclusive"}
+
+
+def test_c8_in_the_claims_table_agrees_with_the_split(llama, tmp_path):
+    """The claims table's C8 (read back from the saved part) is the split's own C8 verdict, mapped onto supported / not."""
+    from poslens.measurement.result import Result
+    from poslens.study.claims import evaluate
+
+    corpus = poslens.make_corpus(llama, "random", n_seqs=12, seq_len=T, seed=0)
+    result = sink_path_split(llama, corpus, heads=[(0, 0), (1, 1)], offset=4, groups=4, progress=False)
+    result.save(tmp_path / "sink-split.parquet")
+    loaded = Result.load(tmp_path / "sink-split.parquet")
+    claims = evaluate(split=loaded, claims=["C8"])
+    row = claims.table.iloc[0]
+    assert row["claim"] == "C8" and row["verdict"] == C8_OF[result.meta["c8"]["verdict"]]
+    inputs = claims.inputs[claims.inputs["key"] == row["key"]]
+    assert {"r1", "r2", "φ_m beyond sham", "φ_p beyond sham", "sink_total (V)", "sink_total (R2)"} <= set(inputs["name"])
+    if result.meta["c8"]["verdict"] == "no share":
+        assert inputs["name"].str.startswith("no share:").any()

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from split_tables import split_table
 
 import poslens.study.claim_table as claim_table
 import poslens.study.claims as claims
@@ -21,6 +22,7 @@ import poslens.study.claims_leakage as claims_leakage
 import poslens.study.claims_path as claims_path
 import poslens.study.claims_position0 as claims_position0
 import poslens.study.claims_relativize as claims_relativize
+import poslens.study.claims_split as claims_split
 import poslens.study.lookup as lookup
 import poslens.study.rules as rules
 from poslens.fit.stats import depth_slope
@@ -32,6 +34,7 @@ from poslens.study.claims_leakage import C1_RULE, C2_RULE, claim_c1, claim_c2
 from poslens.study.claims_path import C3_RULE, claim_c3
 from poslens.study.claims_position0 import c5_rule, c6_rule, claim_c5, claim_c6
 from poslens.study.claims_relativize import C7_RULE, claim_c7
+from poslens.study.claims_split import C8_RULE
 from poslens.study.lookup import figure_row
 from poslens.study.rules import (
     INCONCLUSIVE,
@@ -1042,8 +1045,8 @@ def test_evaluate_columns_and_not_measured():
         == ["key", "claim", "statement", "model", "group", "case", "figure_name", "figure", "ci_low", "ci_high", "rule", "own_verdict", "verdict"]
     )
     assert list(claims_.inputs.columns) == INPUT_COLUMNS and claims_.inputs.empty
-    assert out["key"].tolist() == ["C1.1", "C2.1", "C3.1", "C4.1", "C5.1", "C6.1", "C7.1"]
-    assert out["claim"].tolist() == ["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
+    assert out["key"].tolist() == ["C1.1", "C2.1", "C3.1", "C4.1", "C5.1", "C6.1", "C7.1", "C8.1"]
+    assert out["claim"].tolist() == ["C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8"]
     assert set(out["verdict"]) == {NOT_MEASURED} == {"not measured"} and set(out["rule"]) == {"not measured"}
     assert out["statement"].tolist() == list(STATEMENTS.values())
 
@@ -1060,13 +1063,14 @@ def test_only_leakage_leaves_c3_to_c6_not_measured_and_names_their_commands():
         "C5": {NOT_MEASURED},
         "C6": {NOT_MEASURED},
         "C7": {NOT_MEASURED},
+        "C8": {NOT_MEASURED},
     }
     assert INCONCLUSIVE not in set(out["verdict"])
     line = not_measured_summary(out, "results/x", present=["leakage"])
     assert line == (
         "not measured: C3 (run: poslens path-tests --out results/x), C4 (run: poslens compare --out results/x), "
         "C5 (run: poslens bos-swap --out results/x), C6 (run: poslens fingerprint --out results/x), "
-        "C7 (run: poslens relativize --out results/x)"
+        "C7 (run: poslens relativize --out results/x), C8 (run: poslens sink-split --out results/x)"
     )
     # with nothing present, C1 and C2 name the leakage command, C3 the path-specific tests (which measure the leakage part first)
     everything = not_measured_summary(evaluate(), "D")
@@ -1081,7 +1085,7 @@ def test_evaluate_everything():
     ablation = c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[1]
     bos_swap = frame(row("reduction", 0.4, 0.35, 0.45, intervention="bos:mean", query_window="early"))
     comparison = c4_table((0.002, 0.001, 0.003), (0.03, 0.02, 0.04))
-    both = evaluate(Result(leakage, {}), Result(ablation, {}), bos_swap, comparison, c6_table(), attribution_summary(), path_table())
+    both = evaluate(Result(leakage, {}), Result(ablation, {}), bos_swap, comparison, c6_table(), attribution_summary(), path_table(), split_table())
     out = both.table
     assert list(out.columns) == CLAIM_COLUMNS
     assert set(out["claim"]) == set(STATEMENTS)
@@ -1101,11 +1105,11 @@ def test_evaluate_propagates_missing_rows_and_rejects_unknown_claims():
     with pytest.raises(ValueError, match="c_mask"):
         evaluate(leakage=c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)))
     with pytest.raises(ValueError, match="unknown claim"):
-        evaluate(claims=["C8"])
+        evaluate(claims=["C9"])
 
 
 @pytest.mark.parametrize(
-    "module", [rules, claim_table, lookup, claims, claims_leakage, claims_path, claims_compare, claims_position0, claims_relativize]
+    "module", [rules, claim_table, lookup, claims, claims_leakage, claims_path, claims_compare, claims_position0, claims_relativize, claims_split]
 )
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
@@ -1113,7 +1117,7 @@ def test_docstring_examples_run(module):
 
 
 def test_each_claim_is_data_with_its_rules_and_headline():
-    assert list(CLAIMS) == ["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
+    assert list(CLAIMS) == ["C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8"]
     assert {name: claim.statement for name, claim in CLAIMS.items()} == STATEMENTS
     for claim in CLAIMS.values():
         assert claim.rules and all(isinstance(rule, Rule) for rule in claim.rules)
@@ -1139,6 +1143,7 @@ def _everything(tmp_path=None):
         c6_table(),
         attribution_summary(),
         path_table(),
+        split_table(),
     )
 
 
@@ -1180,7 +1185,7 @@ def test_the_inputs_table_has_name_value_interval_and_role_for_every_verdict_row
 def test_each_verdict_is_the_rule_applied_to_its_recorded_inputs():
     # the inputs table holds exactly the figures that decided: applying the rule to them again gives the row's own verdict
     out = _everything()
-    rules = {"C1": C1_RULE, "C2": C2_RULE, "C3": C3_RULE, "C6": c6_rule(), "C7": C7_RULE}
+    rules = {"C1": C1_RULE, "C2": C2_RULE, "C3": C3_RULE, "C6": c6_rule(), "C7": C7_RULE, "C8": C8_RULE}
     for _, r in out.table.iterrows():
         mine = out.inputs[(out.inputs["key"] == r["key"]) & out.inputs["role"].isin(["headline", "decides"])]
         figures = [Estimate(i["name"], i["value"], i["ci_low"], i["ci_high"]) for _, i in mine.iterrows() if i["statistic"] != "threshold"]
@@ -1228,3 +1233,22 @@ def test_methodology_shows_the_rules_as_the_rule_objects_write_them():
     assert hook.MARKER not in shown and claims.rules_table() in shown
     for claim in CLAIMS.values():
         assert all(rule.text() in shown for rule in claim.rules), claim.name
+
+
+@pytest.mark.parametrize(
+    ("r1", "r2", "verdict_of_c8"),
+    [((0.9, 0.85, 0.95), (0.92, 0.88, 0.96), SUPPORTED), ((0.6, 0.45, 0.75), (0.92, 0.88, 0.96), INCONCLUSIVE)],
+)
+def test_c8_reads_the_order_specific_shares(r1, r2, verdict_of_c8):
+    out = evaluate(split=split_table(r1, r2), claims=["C8"])
+    assert out.table["verdict"].tolist() == [verdict_of_c8]
+    _check_inputs(out)
+
+
+def test_c8_is_inconclusive_without_a_share_and_says_why():
+    table = split_table()
+    table.loc[(table["kind"] == "difference") & (table["intervention"] == "p"), ["value", "ci_low", "ci_high"]] = (0.05, 0.02, 0.08)
+    out = evaluate(split=table, claims=["C8"])
+    assert out.table["verdict"].tolist() == [INCONCLUSIVE] and out.table["own_verdict"].tolist() == [INCONCLUSIVE]
+    reasons = out.inputs[out.inputs["name"].str.startswith("no share:")]["name"].tolist()
+    assert reasons == ["no share: edit p raises f above the unedited run beyond its interval (position added, not removed)"]

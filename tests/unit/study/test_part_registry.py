@@ -131,6 +131,7 @@ def test_the_full_runs_estimate_is_the_sum_of_the_parts_costs():
     expected += (cases + 1) * s.compare_seqs * s.compare_len * grow(s.compare_len)
     expected += (1 + len(s.relativize_modes) + 2 + 2 * len(s.relativize_modes)) * s.relativize_seqs * s.relativize_len * grow(s.relativize_len)
     expected += 2 * (1 + 2 * len({8, 64, s.seq_len // 2}) + len(s.path_doses) + 1) * s.n_seqs * s.seq_len * grow(s.seq_len)
+    expected += 1.5 * 8 * s.n_seqs * s.seq_len * grow(s.seq_len)  # the sink split: unedited, 4 edits, 2 shams, every-head P0
     assert estimated_tokens(s) == pytest.approx(expected, rel=1e-12)
     assert estimated_tokens(s, report_plan(skip_compare=True)) < expected
 

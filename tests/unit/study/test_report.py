@@ -177,14 +177,14 @@ def _summary(text: str) -> list[dict[str, str]]:
 
 
 def test_the_page_opens_with_a_verdict_summary_one_row_per_claim_and_case(user_result, tmp_path):
-    """C1 and C2 of the tiny model, C3–C7 not measured: seven summary rows, each a badge, a sentence and its rule folded."""
+    """C1 and C2 of the tiny model, C3–C8 not measured: eight summary rows, each a badge, a sentence and its rule folded."""
     claims = evaluate(leakage=user_result)
     path = build_report({"leakage": user_result}, claims, SETTINGS, tmp_path / "report.html")
     text = path.read_text(encoding="utf-8")
     # the summary comes before the first figure and before the long claims table
     assert text.index('<table class="summary">') < text.index('class="plotly-graph-div"') < text.index('<table class="claims">')
     rows = _summary(text)
-    assert [r["cells"].split()[0] for r in rows] == ["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
+    assert [r["cells"].split()[0] for r in rows] == ["C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8"]
     table, inputs = claims.table, claims.inputs
     for row, claim in zip(rows, ["C1", "C2"], strict=False):
         verdict = table.loc[table["claim"] == claim, "verdict"].unique().item()

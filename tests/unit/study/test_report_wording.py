@@ -13,6 +13,7 @@ from html.parser import HTMLParser
 
 import pandas as pd
 import pytest
+from split_tables import split_table
 
 from poslens.fit.metric_glossary import GLOSSARY
 from poslens.measurement.result import Result
@@ -230,6 +231,7 @@ def _all_claims() -> Claims:
         fingerprint,
         attribution,
         _path(),
+        split_table(),
         c4_query_window="all",
     )
 
@@ -249,7 +251,7 @@ def test_rewording_a_rule_changes_no_sentence_figure_or_summary_table(tmp_path):
     assert set(claims.table["verdict"]) - {"not measured"} and "not measured" not in set(claims.table["verdict"])
     reworded = Claims(claims.table.assign(rule=REWORDED), claims.inputs.assign(where=REWORDED))
     before, after = summary_rows(claims), summary_rows(reworded)
-    assert len(before) == len(after) == 8
+    assert len(before) == len(after) == 9  # C4 has two cases
     for a, b in zip(before, after, strict=False):
         assert (a["claim"], a["case"], a["verdict"], a["label"], a["figure"], a["sentence"]) == (
             b["claim"],
@@ -367,8 +369,8 @@ def test_the_findings_page_has_a_paragraph_per_claim_read_from_the_tables(tmp_pa
     claims.inputs.to_csv(tmp_path / "claim_inputs.csv", index=False)
     run = {"settings": {"model": "m", "n_seqs": 4, "seq_len": 8}}
     paragraphs = [line for line in findings.decided_section(tmp_path, {}, run).splitlines() if line.startswith("**C")]
-    assert [p.split(":")[0] for p in paragraphs] == ["**C1", "**C2", "**C3", "**C4", "**C5", "**C6", "**C7"]
-    c7 = paragraphs[-1]
+    assert [p.split(":")[0] for p in paragraphs] == ["**C1", "**C2", "**C3", "**C4", "**C5", "**C6", "**C7", "**C8"]
+    c7 = paragraphs[-2]
     assert c7.startswith("**C7: not supported.** Against the claim that later layers' absolute position depends")
     assert "(r = 5% [−2%, 8%], interval within ±10%: no effect of that size)" in c7
     assert "What the data cannot tell apart: later layers that rebuild absolute position" in c7

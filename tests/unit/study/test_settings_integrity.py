@@ -79,15 +79,15 @@ def test_the_report_shows_not_measured_claims_apart_with_their_commands(folders,
     out = tmp_path / "report"
     table = Study(Settings(), out).claims(parts)
     page = build_report(parts, table, {"n_seqs": 8}, out / "report.html").read_text(encoding="utf-8")
-    for claim in ("C3", "C4", "C5", "C6", "C7"):
+    for claim in ("C3", "C4", "C5", "C6", "C7", "C8"):
         assert f'<tr class="not-measured"><td>{claim}</td>' in page, claim
-    assert page.count('<tr class="not-measured">') == 5 and "<b>not measured</b>" in page
+    assert page.count('<tr class="not-measured">') == 6 and "<b>not measured</b>" in page
     assert ".not-measured {" in page  # styled apart from inconclusive
     assert (
         f'<p class="not-measured-summary">not measured: C3 (run: poslens path-tests --n-seqs 8 --out {out}), '
         f"C4 (run: poslens compare --out {out}), "
         f"C5 (run: poslens bos-swap --n-seqs 8 --out {out}), C6 (run: poslens fingerprint --n-seqs 8 --out {out}), "
-        f"C7 (run: poslens relativize --out {out})</p>"
+        f"C7 (run: poslens relativize --out {out}), C8 (run: poslens sink-split --n-seqs 8 --out {out})</p>"
     ) in page
 
 
