@@ -63,3 +63,36 @@ def test_a_shard_in_a_subfolder_or_hidden_is_hashed_and_never_reused_stale(tmp_p
     assert again.exit_code != 0, again.output
     assert f"{shard} changed since leakage.parquet was made" in error_text(again)
     assert "wrote nothing" not in again.output
+
+
+# ---------------------------------------------------------------- 2. poslens zoo writes only its own files
+
+ZOO = ["--task", "bigram-backcopy", "--steps", "2", "--seq-len", "16", "--width", "16", "--depth", "1", "--heads", "2",
+       "--batch-size", "2", "--eval-every", "2", "--eval-seqs", "2", "--device", "cpu", "--seeds", "0", "--members", "standard"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["summary.csv", "log.csv", "held_out.jsonl", "summary.md"])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_zoo_never_replaces_a_users_file_in_out(tmp_path, name, overwrite):
+    out = tmp_path / "zf"
+    out.mkdir()
+    (out / name).write_text("mine")
+    result = invoke("zoo", *ZOO, *(["--overwrite"] if overwrite else []), "--out", out)
+    assert result.exit_code != 0, result.output
+    assert name in error_text(result) and "did not write" in error_text(result)
+    assert (out / name).read_text() == "mine"
+
+
+@pytest.mark.integration  # two trainings, about 40 s on 2 shared cores
+def test_zoo_overwrite_keeps_a_users_file_in_a_run_folder_and_replaces_its_own(tmp_path):
+    out = tmp_path / "zf"
+    assert invoke("zoo", *ZOO, "--out", out).exit_code == 0
+    (out / "standard-s0" / "notes.txt").write_text("mine")
+    again = invoke("zoo", *[*ZOO[:3], "3", *ZOO[4:]], "--overwrite", "--out", out)  # other settings: trained again
+    assert again.exit_code == 0, error_text(again)
+    assert (out / "standard-s0" / "notes.txt").read_text() == "mine"
+    assert json.loads((out / "standard-s0" / "run.json").read_text())["steps"] == 3
+    from poslens.ownership import is_ours
+
+    assert all(is_ours(out / name) for name in ("summary.csv", "log.csv", "held_out.jsonl", "summary.md", "zoo.json"))
+    assert is_ours(out / "standard-s0" / "model.safetensors")
