@@ -96,3 +96,32 @@ def test_zoo_overwrite_keeps_a_users_file_in_a_run_folder_and_replaces_its_own(t
 
     assert all(is_ours(out / name) for name in ("summary.csv", "log.csv", "held_out.jsonl", "summary.md", "zoo.json"))
     assert is_ours(out / "standard-s0" / "model.safetensors")
+
+
+# ---------------------------------------------------------------- 3. --overwrite replaces the old part only once the new one is written
+
+
+def test_a_failed_overwrite_keeps_the_complete_old_part(tiny_llama_dir, tmp_path):
+    out = tmp_path / "out"
+    assert invoke("leakage", *small(tiny_llama_dir), "--out", out).exit_code == 0
+    before = {name: (out / name).read_bytes() for name in ("leakage.parquet", "leakage.csv", "leakage.sums.npz")}
+    text = tmp_path / "c.txt"
+    text.write_text("too short")
+    options = small(tiny_llama_dir)
+    options[options.index("random")] = str(text)  # other inputs: measured again, and the corpus is too small
+    failed = invoke("leakage", *options, "--overwrite", "--out", out)
+    assert failed.exit_code != 0, failed.output
+    assert {name: (out / name).read_bytes() for name in before} == before
+    assert len(Result.load(out / "leakage.parquet").table) > 0
+    rerun = invoke("leakage", *small(tiny_llama_dir), "--out", out)  # the old part is still poslens's, reused
+    assert rerun.exit_code == 0 and "reusing" in rerun.output
+
+
+def test_overwrite_replaces_an_edited_part_of_poslens_once_the_new_one_is_written(tiny_llama_dir, tmp_path):
+    out = tmp_path / "out"
+    assert invoke("leakage", *small(tiny_llama_dir, "--seed", "0"), "--out", out).exit_code == 0
+    (out / "leakage.csv").write_text("edited")
+    replaced = invoke("leakage", *small(tiny_llama_dir, "--seed", "1"), "--overwrite", "--out", out)
+    assert replaced.exit_code == 0, error_text(replaced)
+    assert (out / "leakage.csv").read_text() != "edited"
+    assert Result.load(out / "leakage.parquet").meta["settings"]["seed"] == 1
