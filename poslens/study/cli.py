@@ -217,6 +217,20 @@ def _output_folder(out: Path):
         lock.release()
 
 
+def _check_out_apart(out: Path, settings: Settings) -> None:
+    """Refuse, as a bad ``--out``, a folder that is, lies inside or holds the model's or the corpus's folder."""
+    from poslens.errors import OutputConflictError
+    from poslens.study.inputs import check_out_apart
+
+    inputs = {"--model": settings.model, "--corpus": settings.corpus}
+    for number, case in enumerate(settings.cases):
+        inputs.update({f"case {number + 1}'s model": getattr(case, "model", ""), f"case {number + 1}'s corpus": getattr(case, "corpus", "")})
+    try:
+        check_out_apart(out, inputs)
+    except OutputConflictError as error:
+        raise typer.BadParameter(str(error), param_hint="'--out'") from None
+
+
 def _folders_to_create(out: Path) -> list[Path]:
     """The folders of ``--out`` that do not exist yet, deepest first; a name longer than a file name may be is refused."""
     created = []
@@ -315,6 +329,7 @@ def _run_part(part: Part, typed: dict[str, Any], overwrite: bool, out: Path) -> 
         part.check(settings)
     except OptionConflictError as error:
         raise typer.BadParameter(str(error), param_hint=f"'{error.flag}'") from None
+    _check_out_apart(out, Settings(**settings))
     with _output_folder(out):
         study = Study(Settings(**settings), out, log=_log, overwrite=overwrite)
         result = getattr(study, part.method)()
@@ -548,6 +563,7 @@ def report(
     lengths = dict.fromkeys(name for p in plan for name in PARTS[p].lengths)
     _check_fill(settings.groups, {OPTION_NAMES[name]: getattr(settings, name) for name in fills})
     _early(None, {OPTION_NAMES[name]: getattr(settings, name) for name in lengths})
+    _check_out_apart(out, settings)
     study = Study(settings, out, log=_log, overwrite=overwrite)
     with _output_folder(out):
         try:

@@ -125,3 +125,24 @@ def test_overwrite_replaces_an_edited_part_of_poslens_once_the_new_one_is_writte
     assert replaced.exit_code == 0, error_text(replaced)
     assert (out / "leakage.csv").read_text() != "edited"
     assert Result.load(out / "leakage.parquet").meta["settings"]["seed"] == 1
+
+
+# ---------------------------------------------------------------- 4. --out apart from the model and the corpus
+
+
+@pytest.mark.parametrize("where", ["model", "inside model", "holding model", "corpus", "inside corpus"])
+def test_out_at_or_around_an_input_folder_is_refused_before_anything_is_written(tiny_llama_dir, tmp_path, where):
+    model = Path(shutil.copytree(tiny_llama_dir, tmp_path / "inputs" / "llama"))
+    corpus = tmp_path / "inputs" / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    out = {"model": model, "inside model": model / "res", "holding model": tmp_path / "inputs", "corpus": corpus, "inside corpus": corpus / "r"}[
+        where
+    ]
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    options = small(model)
+    options[options.index("random")] = str(corpus)
+    result = invoke("leakage", *options, "--out", out)
+    assert result.exit_code == 2, result.output
+    assert "--out" in result.output and "folder" in result.output
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
