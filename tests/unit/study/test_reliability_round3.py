@@ -9,7 +9,11 @@ own assertion when run against the code from before the change.
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +35,11 @@ def invoke(*args: object):
 
 def error_text(result) -> str:
     return f"{result.exception}\n{result.output}"
+
+
+def flat(text: str) -> str:
+    """The text with the Error box's borders and line breaks taken out."""
+    return " ".join(text.replace("│", " ").split())
 
 
 # ---------------------------------------------------------------- 1. every weights file is hashed
@@ -146,3 +155,60 @@ def test_out_at_or_around_an_input_folder_is_refused_before_anything_is_written(
     assert result.exit_code == 2, result.output
     assert "--out" in result.output and "folder" in result.output
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+# ---------------------------------------------------------------- 5. inputs that hung or gave raw errors
+
+
+def _command(tiny_llama_dir: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "poslens.study.cli", "leakage", *small(tiny_llama_dir), *extra, "--out", str(out)]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "1000"}
+
+
+def _corpus_option(command: list[str], corpus: str) -> list[str]:
+    command = list(command)
+    command[command.index("random")] = corpus
+    return command
+
+
+@pytest.mark.parametrize("how", ["named pipe", "process substitution", "piped stdin"])
+def test_a_corpus_that_is_a_pipe_is_refused_in_one_line_never_waited_on(tiny_llama_dir, tmp_path, how):
+    text = tmp_path / "c.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    out = tmp_path / "out"
+    if how == "named pipe":
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        done = subprocess.run(_corpus_option(_command(tiny_llama_dir, out), str(fifo)), capture_output=True, text=True, env=_env(), timeout=120)
+    elif how == "process substitution":
+        line = shlex.join(_corpus_option(_command(tiny_llama_dir, out), "CORPUS")).replace("CORPUS", f"<(cat {shlex.quote(str(text))})")
+        done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=_env(), timeout=120)
+    else:
+        command = _corpus_option(_command(tiny_llama_dir, out), "/dev/stdin")
+        done = subprocess.run(command, input=text.read_text(), capture_output=True, text=True, env=_env(), timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("error: corpus ") and "not a regular file" in last and "save it to a file first" in last
+
+
+def test_an_offset_too_large_for_any_sequence_is_refused_when_parsed(tiny_llama_dir, tmp_path):
+    result = invoke("path-tests", *small(tiny_llama_dir), "--offsets", "99999999999999999999", "--out", tmp_path / "out")
+    assert result.exit_code == 2, error_text(result)
+    assert "--offsets" in result.output and "is larger than any sequence poslens measures" in flat(result.output)
+    assert not isinstance(result.exception, OverflowError)
+
+
+def test_a_random_corpus_larger_than_memory_is_refused_naming_the_options(tiny_llama_dir, tmp_path):
+    options = small(tiny_llama_dir)
+    options[options.index("--n-seqs") + 1] = "1000000000"
+    result = invoke("leakage", *options, "--out", tmp_path / "out")
+    assert result.exit_code != 0
+    from poslens.errors import PoslensError
+
+    assert isinstance(result.exception, PoslensError), repr(result.exception)
+    assert "--n-seqs" in str(result.exception) and "memory" in str(result.exception)
+    assert not (tmp_path / "out").exists()
