@@ -26,6 +26,7 @@ from poslens.ownership import check_replaceable, reclaim_ours, written_files
 from poslens.runtime import distributed
 from poslens.study.inputs import changed_inputs, inputs_as_read, inputs_key
 from poslens.study.part_registry import OPTION_NAMES
+from poslens.study.part_warnings import part_warnings
 from poslens.study.settings import Settings, settings_values
 
 
@@ -252,7 +253,10 @@ def cached_part(
 
     # rank 0 looks at the folder (where it writes), and every rank does as it decides
     if distributed.decided_by_main(look) == "reuse":
-        return saved[0] if saved else Result.load(path)
+        reused = saved[0] if saved else Result.load(path)
+        for note in reused.meta.get("warnings", []):
+            log(f"[{name}] warning (recorded when it was computed): {note}")
+        return reused
     log(f"[{name}] computing")
     start = time.perf_counter()
     with recording_reads() as reads:
@@ -262,6 +266,11 @@ def cached_part(
     result.meta["settings"] = wanted
     result.meta["inputs"] = inputs
     result.meta["part_seconds"] = time.perf_counter() - start
+    notes = part_warnings(name, settings, result)
+    if notes:  # recorded with the part, and said now and at each reuse: such figures never pass in silence
+        result.meta["warnings"] = [*result.meta.get("warnings", []), *notes]
+        for note in notes:
+            log(f"[{name}] warning: {note}")
     if distributed.is_main():  # under torchrun, rank 0 writes
         if overwrite:
             reclaim_ours(_part_files(path))  # the old part, damaged or edited, is replaced by the new one's files

@@ -212,3 +212,33 @@ def test_a_random_corpus_larger_than_memory_is_refused_naming_the_options(tiny_l
     assert isinstance(result.exception, PoslensError), repr(result.exception)
     assert "--n-seqs" in str(result.exception) and "memory" in str(result.exception)
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- 6. silent nonsense: warned and recorded
+
+
+def test_an_offset_beyond_the_sequence_is_warned_and_recorded(tiny_llama_dir, tmp_path):
+    out = tmp_path / "out"
+    done = invoke("path-tests", *small(tiny_llama_dir), "--offsets", "8,40", "--out", out)
+    assert done.exit_code == 0, error_text(done)
+    assert "warning: --offsets 40 is not below --seq-len 32" in flat(done.output)
+    assert any("--offsets 40" in note for note in Result.load(out / "path-tests.parquet").meta["warnings"])
+    again = invoke("path-tests", *small(tiny_llama_dir), "--offsets", "8,40", "--out", out)  # reused: said again
+    assert "reusing" in again.output and "--offsets 40 is not below" in flat(again.output)
+
+
+def test_a_non_finite_loss_never_passes_in_silence(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from poslens.testing import save_tiny_model
+
+    model = save_tiny_model(tmp_path / "model", "llama")
+    weights = load_file(model / "model.safetensors")
+    weights["lm_head.weight"][5] = float("nan")  # the logits, so the loss, are NaN; the attention is untouched
+    save_file(weights, model / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "out"
+    done = invoke("relativize", *small(model), "--out", out)
+    assert done.exit_code != 0 or "warning:" in done.output, done.output
+    text = flat(done.output)
+    assert "not finite (NaN or ±inf): loss_change (value)" in text
+    assert any("not finite" in note for note in Result.load(out / "relativize.parquet").meta["warnings"])
