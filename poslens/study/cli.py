@@ -201,6 +201,7 @@ def _output_folder(out: Path):
     except BaseException as error:
         if created and main:
             lock.remove_files()
+            _remove_empty_manifest_lock(Path(out))
         for folder in created if main else []:
             try:
                 folder.rmdir()  # only an empty folder can be removed
@@ -229,6 +230,18 @@ def _check_out_apart(out: Path, settings: Settings) -> None:
         check_out_apart(out, inputs)
     except OutputConflictError as error:
         raise typer.BadParameter(str(error), param_hint="'--out'") from None
+
+
+def _remove_empty_manifest_lock(out: Path) -> None:
+    """In a folder the failed command created, the manifest's lock file when it is all that is left (a save that failed)."""
+    from poslens.ownership import MANIFEST
+
+    lock_file = out / f"{MANIFEST}.lock"
+    try:
+        if lock_file.is_file() and [p.name for p in out.iterdir()] == [lock_file.name]:
+            lock_file.unlink()
+    except OSError:
+        pass  # the folder is kept, as any folder that holds something
 
 
 def _folders_to_create(out: Path) -> list[Path]:

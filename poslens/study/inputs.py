@@ -218,7 +218,10 @@ def check_out_apart(out: str | Path, inputs: dict[str, str]) -> None:
         Traceback (most recent call last):
         poslens.errors.OutputConflictError: --out .../results lies inside the --model folder ...
     """
-    target = Path(out).expanduser().resolve()
+    try:
+        target = Path(out).expanduser().resolve()
+    except (RuntimeError, OSError):  # a symlink loop: the output folder's own check names it
+        return
     for option, value in inputs.items():
         folder = Path(str(value)).expanduser()
         if not value or not folder.is_dir():

@@ -242,3 +242,57 @@ def test_a_non_finite_loss_never_passes_in_silence(tmp_path):
     text = flat(done.output)
     assert "not finite (NaN or ±inf): loss_change (value)" in text
     assert any("not finite" in note for note in Result.load(out / "relativize.parquet").meta["warnings"])
+
+
+# ---------------------------------------------------------------- 7. old files, and what a failure leaves
+
+
+def test_an_old_layout_attribution_table_is_named_as_an_older_poslenss(tmp_path):
+    import pandas as pd
+
+    path = tmp_path / "attribution.parquet"
+    pd.DataFrame({"layer": [0], "mode": ["all"], "value": [0.1]}).to_parquet(path)  # as the old Attribution.save wrote it
+    (tmp_path / "attribution.json").write_text("{}")
+    with pytest.raises(ValueError) as raised:
+        Result.load(path)
+    from poslens.errors import PoslensError
+
+    assert isinstance(raised.value, PoslensError)
+    message = str(raised.value)
+    assert "old layout" in message and "table format 1" in message and "read_old_layout" in message
+    assert "was not written by poslens" not in message
+
+
+@pytest.mark.parametrize("stamp", [b"0", b"1", b"-5"])
+def test_a_relativize_table_with_an_impossible_format_is_refused(tiny_llama_dir, tmp_path, stamp):
+    import pyarrow.parquet as pq
+
+    from poslens.measurement.result_files import TABLE_FORMAT_KEY
+
+    out = tmp_path / "out"
+    assert invoke("relativize", *small(tiny_llama_dir), "--out", out).exit_code == 0
+    path = out / "relativize.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, TABLE_FORMAT_KEY: stamp}), path)
+    with pytest.raises(ValueError, match=f"table format {stamp.decode()}"):
+        Result.load(path)
+
+
+def test_a_command_that_fails_writing_leaves_no_folder_it_created(tiny_llama_dir, tmp_path):
+    out = tmp_path / "new" / "out"
+    limit = "import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)); "
+    limit += "sys.argv = ['poslens', *sys.argv[1:]]; runpy.run_module('poslens.study.cli', run_name='__main__')"
+    command = [sys.executable, "-c", limit, "leakage", *small(tiny_llama_dir), "--row-sums", "second-pass", "--out", str(out)]  # no TMPDIR store
+    done = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=180)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "error:" in done.stdout and "Traceback" not in done.stdout + done.stderr
+    assert not (tmp_path / "new").exists(), sorted(p.name for p in out.iterdir()) if out.exists() else None
+
+
+def test_a_self_looping_out_symlink_is_named_as_a_loop(tmp_path):
+    loopy = tmp_path / "loopy"
+    loopy.symlink_to(loopy)
+    result = invoke("leakage", "--model", "x", "--out", loopy)
+    assert result.exit_code == 2
+    text = flat(result.output)
+    assert "leads back to itself" in text and "which does not exist" not in text
