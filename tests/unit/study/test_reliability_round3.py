@@ -296,3 +296,59 @@ def test_a_self_looping_out_symlink_is_named_as_a_loop(tmp_path):
     assert result.exit_code == 2
     text = flat(result.output)
     assert "leads back to itself" in text and "which does not exist" not in text
+
+
+# ---------------------------------------------------------------- 8. what the forward reads, as the provenance records it
+
+
+def _measure(model):
+    import poslens
+
+    corpus = poslens.make_corpus(model, "random", n_seqs=4, seq_len=16, seed=3)
+    return poslens.measure(model, corpus, groups=2, early=4, batch_size=2, progress=False)
+
+
+def test_an_inv_freq_edited_in_memory_changes_the_recorded_state_and_is_named(tiny_llama_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import poslens
+
+    hf = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    model = poslens.load_model(hf, tokenizer=AutoTokenizer.from_pretrained(tiny_llama_dir))
+    before = _measure(model).meta["model"]
+    assert "rope_in_memory" not in before
+    with torch.no_grad():
+        hf.model.rotary_emb.inv_freq.mul_(0.25)
+    after = _measure(model).meta["model"]
+    assert after["source_sha256"] != before["source_sha256"] and after["state_sha256"] != before["state_sha256"]
+    assert "inv_freq in memory differ" in " ".join(after["rope_in_memory"])
+
+
+def test_a_config_theta_changed_after_the_build_is_named_beside_the_recorded_base(tiny_llama_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import poslens
+
+    hf = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    hf.config.rope_parameters["rope_theta"] = 500000.0  # the buffers keep the frequencies of 10000
+    meta = _measure(poslens.load_model(hf, tokenizer=AutoTokenizer.from_pretrained(tiny_llama_dir))).meta["model"]
+    notes = " ".join(meta["rope_in_memory"])
+    assert "rope_theta 500000" in notes and "about 10000" in notes
+
+
+def test_a_weights_file_replaced_after_loading_does_not_leave_the_measured_state_unrecorded(tmp_path):
+    import poslens
+    from poslens.testing import save_tiny_model
+
+    folder = save_tiny_model(tmp_path / "model", "llama", seed=0)
+    other = save_tiny_model(tmp_path / "other", "llama", seed=1)
+    model = poslens.load_model(folder, device="cpu")
+    staged = folder / ".staged.safetensors"
+    shutil.copyfile(other / "model.safetensors", staged)
+    os.replace(staged, folder / "model.safetensors")  # replaced on disk after the load
+    measured = _measure(model).meta["model"]
+    assert measured["state_sha256"] is not None and len(measured["state_sha256"]) == 64
+    fresh = _measure(poslens.load_model(other, device="cpu")).meta["model"]
+    assert measured["state_sha256"] != fresh["state_sha256"]  # the weights measured were the ones loaded, not the file's now
+    assert "not code" in measured["state_sha256_covers"]
