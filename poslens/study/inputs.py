@@ -224,8 +224,8 @@ def check_out_apart(out: str | Path, inputs: dict[str, str]) -> None:
         return
     for option, value in inputs.items():
         folder = Path(str(value)).expanduser()
-        if not value or not folder.is_dir():
-            continue
+        if not value or str(value) in BUILTIN_SOURCES or str(value) in REGISTRY or not folder.is_dir():
+            continue  # a built-in corpus or a registry model is no folder of the user's, whatever the working folder holds
         folder = folder.resolve()
         if target == folder:
             relation = "is"
