@@ -267,3 +267,30 @@ def remove_ours(paths: Iterable[str | Path]) -> None:
     for path in present:
         path.unlink()
     forget_written(present)
+
+
+def reclaim_ours(paths: Iterable[str | Path]) -> None:
+    """List again, with their current hash, those of ``paths`` that poslens wrote (changed since or not), so they may be replaced.
+
+    For ``--overwrite``, once the new part is written in full to temporary files:
+    a part poslens made, even damaged or edited since, is then replaced by one
+    ``os.replace`` per file, never deleted before. A file poslens never wrote is left
+    unlisted, so the write that follows still refuses it.
+
+    Args:
+        paths: the files about to be replaced.
+
+    Returns:
+        None.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "leakage.csv"; _ = path.write_text("1")
+        >>> record_written([path]); _ = path.write_text("edited"); is_ours(path)
+        False
+        >>> reclaim_ours([path]); is_ours(path)
+        True
+    """
+    listed = [Path(p) for p in paths if Path(p).is_file() and Path(p).name in written_files(Path(p).parent)]
+    if listed:
+        record_written(listed)

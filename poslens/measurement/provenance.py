@@ -51,6 +51,106 @@ def _memory_hash(model: PosModel) -> dict[str, Any]:
     return weights_record(model.module)
 
 
+#: What ``state_sha256`` covers, as results record it beside the hash.
+STATE_COVERS = (
+    "every parameter and buffer of the model (saved or not, such as the rotary inv_freq) as measured; not code: "
+    "a forward method or module replaced in Python is not recorded"
+)
+
+
+def _forward_state(model: PosModel) -> dict[str, Any]:
+    """What the forward pass reads, as measured: the sha256 of every parameter and buffer, and RoPE edits made in memory.
+
+    Taken at each measurement for every model (a folder's weights replaced on disk after loading, an in-memory
+    edit of a buffer, change it), not above :data:`~poslens.model.weights_hash.MAX_HASHED_BYTES` (then
+    ``state_sha256`` is None and ``state_sha256_skipped`` says why). ``rope_in_memory`` lists, where there are
+    any, the rotary frequencies that differ from what the recorded config gives.
+    """
+    from poslens.model.weights_hash import weights_record
+
+    record = weights_record(model.module)
+    state: dict[str, Any] = {"state_sha256": record["source_sha256"], "state_sha256_covers": STATE_COVERS}
+    if "source_sha256_skipped" in record:
+        state["state_sha256_skipped"] = record["source_sha256_skipped"]
+    notes = rope_in_memory_notes(model)
+    if notes:
+        state["rope_in_memory"] = notes
+    return state
+
+
+def rope_in_memory_notes(model: Any) -> list[str]:
+    """The rotary frequencies in memory that differ from the ones the model's config gives, or from those computed at load.
+
+    A rotary module computes its ``inv_freq`` buffer once, from the config, when the model is built; the forward
+    reads the buffer. An edit of the buffer (``rotary_emb.inv_freq.mul_(0.25)``) or of the config after the
+    build (``config.rope_parameters["rope_theta"] = 5e5``) then makes the recorded ``rope_base`` (the config's)
+    differ from what the figures were measured with: each such case is one sentence here. RoPE types that change
+    their frequencies in the forward (``dynamic``) are not checked.
+
+    Args:
+        model: A :class:`~poslens.model.pos_model.PosModel` (a TransformerLens ``HookedTransformer`` has no buffer
+            to compare: none).
+
+    Returns:
+        One sentence per differing buffer; empty when the frequencies are those of the config.
+
+    Example:
+        >>> import tempfile, poslens, torch
+        >>> from poslens.testing import save_tiny_model
+        >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"), device="cpu")
+        >>> rope_in_memory_notes(model)
+        []
+        >>> with torch.no_grad():
+        ...     _ = model.hf_model.model.rotary_emb.inv_freq.mul_(0.25)
+        >>> print(rope_in_memory_notes(model)[0])  # doctest: +ELLIPSIS
+        the rotary frequencies model.rotary_emb...inv_freq in memory differ from those computed when the model was built ...
+    """
+    hf = getattr(model, "hf_model", None)
+    if getattr(model, "kind", None) == "hooked" or hf is None:
+        return []
+    config = hf.config.get_text_config()
+    rope_type = str((getattr(config, "rope_parameters", None) or {}).get("rope_type", "default"))
+    if "dynamic" in rope_type:
+        return []
+    notes = []
+    for name, module in hf.named_modules():
+        current = getattr(module, "inv_freq", None)
+        if not isinstance(current, torch.Tensor):
+            continue
+        original = getattr(module, "original_inv_freq", None)
+        if isinstance(original, torch.Tensor) and not torch.equal(current.cpu(), original.cpu()):
+            notes.append(
+                f"the rotary frequencies {name}.inv_freq in memory differ from those computed when the model was built "
+                f"(original_inv_freq): the figures are measured with the frequencies in memory, not with the recorded "
+                f"rope_base {_config_theta(config)}"
+            )
+            continue
+        expected = _config_inv_freq(module, config, rope_type)
+        if expected is not None and (expected.shape != current.shape or not torch.allclose(expected.float(), current.cpu().float(), rtol=1e-5)):
+            base = float(current[1].double() ** (-current.numel())) if current.numel() > 1 and float(current[1]) > 0 else float("nan")
+            notes.append(
+                f"the config gives rope_theta {_config_theta(config)}, but the rotary frequencies {name}.inv_freq in memory "
+                f"were computed from another base (about {base:.6g}; the config was changed after the model was built): the "
+                "figures are measured with the frequencies in memory, and the recorded rope_base is the config's"
+            )
+    return notes
+
+
+def _config_theta(config: Any) -> Any:
+    return (getattr(config, "rope_parameters", None) or {}).get("rope_theta", getattr(config, "rope_theta", None))
+
+
+def _config_inv_freq(module: torch.nn.Module, config: Any, rope_type: str) -> torch.Tensor | None:
+    """The ``inv_freq`` the config gives for a default-RoPE module (its class's own computation), or None when unknown."""
+    compute = getattr(type(module), "compute_default_rope_parameters", None)
+    if rope_type != "default" or compute is None:
+        return None
+    try:
+        return compute(config)[0].cpu()
+    except Exception:  # noqa: BLE001 (a class whose computation needs more than the config: not checked)
+        return None
+
+
 def package_version(module: ModuleType) -> str:
     """The installed version of the distribution that holds ``module`` (the one imported, where two are installed).
 
@@ -117,7 +217,10 @@ def run_metadata(model: PosModel, corpus: Corpus, settings: dict[str, Any]) -> d
     ran them with the model; the SAEs attached to it (``saes``, :func:`poslens.model.user_saes.attached_saes`:
     hook point, ``d_sae``, the sha256 of each SAE's weights), which its ``model`` label names; and for a model
     measured from memory the sha256 of its weights at measurement time (``source_sha256``,
-    :func:`poslens.model.weights_hash.weights_record`).
+    :func:`poslens.model.weights_hash.weights_record`). For every model it holds ``state_sha256``, the sha256 of
+    every parameter and buffer as measured (a weights file replaced after loading, a buffer edited in memory,
+    change it), what that hash covers (``state_sha256_covers``), and ``rope_in_memory`` where the rotary
+    frequencies in memory differ from those of the recorded config (:func:`rope_in_memory_notes`).
 
     Args:
         model: The loaded model.
@@ -141,6 +244,7 @@ def run_metadata(model: PosModel, corpus: Corpus, settings: dict[str, Any]) -> d
             **model.describe(),
             **model.rope_record(),
             **_memory_hash(model),
+            **_forward_state(model),
             "user_hooks": _user_hooks(model),
             "saes": model.attached_saes(),
         },

@@ -9,6 +9,7 @@ sums (:data:`SUMS_TAG_KEY`).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -63,6 +64,17 @@ class OutputNotWritableError(PoslensError, OSError):
     """
 
 
+def _loops(link: Path) -> bool:
+    """Whether the symbolic link ``link`` resolves back into itself (a loop), rather than to a missing target."""
+    try:
+        link.resolve(strict=True)
+    except RuntimeError:  # Python < 3.13: "Symlink loop"
+        return True
+    except OSError as error:
+        return error.errno == errno.ELOOP
+    return False
+
+
 def ensure_writable_dir(folder: str | Path) -> Path:
     """Create ``folder`` if needed and check that a file can be written in it.
 
@@ -87,6 +99,11 @@ def ensure_writable_dir(folder: str | Path) -> Path:
         raise OutputNotWritableError(f"cannot write results to {folder}: it is a file, not a folder; choose an output folder you can write to")
     dangling = next((p for p in (folder, *folder.parents) if p.is_symlink() and not p.exists()), None)
     if dangling is not None:  # mkdir would say only "File exists"
+        if _loops(dangling):
+            raise OutputNotWritableError(
+                f"cannot write results to {folder}: {dangling} is a symbolic link that leads back to itself "
+                f"({dangling} -> {os.readlink(dangling)}), so it never reaches a folder; remove the link or choose another output folder"
+            )
         raise OutputNotWritableError(
             f"cannot write results to {folder}: {dangling} is a symbolic link to {os.readlink(dangling)}, which does not exist; "
             "create the folder it points to, remove the link, or choose another output folder"
@@ -174,6 +191,13 @@ def _write_checked(path: Path, table: pd.DataFrame, meta: dict[str, Any], sums: 
     return path
 
 
+#: The relativize part's Parquet files in table format 1 (poslens.mechanisms.attribution_table.OLD_FILES, which this
+#: layer cannot import), which Result.load cannot read but names as an older poslens's.
+OLD_RELATIVIZE_FILES = ("attribution.parquet", "attribution_summary.parquet", "attribution_loss.parquet")
+#: Part files that exist only from table format 2 on: one that says format 1 (or less) was altered.
+FORMAT_2_FILES = ("relativize.parquet", "comparisons.parquet")
+
+
 def read_result(path: str | Path, sums: bool = True) -> tuple[pd.DataFrame, dict[str, Any], CellSums | None]:
     """Read a result's files: the work of :meth:`~poslens.measurement.result.Result.load`, which states the checks.
 
@@ -186,8 +210,9 @@ def read_result(path: str | Path, sums: bool = True) -> tuple[pd.DataFrame, dict
 
     Raises:
         FileNotFoundError: No file at ``path``.
-        InputError: Not a poslens result (the message says what to load), or a newer table format than this
-            poslens reads (the message names both versions).
+        InputError: Not a poslens result (the message says what to load; a file of the relativize part's old
+            layout is named as such), a newer table format than this poslens reads (the message names both
+            versions), or a table format no poslens wrote (below 1, or 1 for a file that format 2 introduced).
         SumsMismatchError: The sums beside the table are missing or belong to another table.
 
     Example:
@@ -207,6 +232,13 @@ def read_result(path: str | Path, sums: bool = True) -> tuple[pd.DataFrame, dict
             f"{path} cannot be read as Parquet ({error}); Result.load reads the .parquet files that Result.save and the poslens commands write"
         ) from error
     raw = (table.schema.metadata or {}).get(META_KEY)
+    if raw is None and path.name in OLD_RELATIVIZE_FILES:
+        raise InputError(
+            f"{path} is a file of the relativize part's old layout (table format 1, {', '.join(OLD_RELATIVIZE_FILES)} with "
+            f"attribution.json), which an older poslens wrote; Result.load reads table format {TABLE_FORMAT} (relativize.parquet). "
+            "Read the old files with poslens.mechanisms.attribution_table.read_old_layout(folder), or measure the part "
+            "again: poslens relativize --overwrite --out <folder>"
+        )
     if raw is None:
         raise InputError(
             f"{path} was not written by poslens (it has no poslens metadata); Result.load reads the .parquet "
@@ -225,6 +257,16 @@ def read_result(path: str | Path, sums: bool = True) -> tuple[pd.DataFrame, dict
     newer = newer_format_message("table", found, written_by)
     if newer is not None:
         raise InputError(f"{path}: {newer}")
+    if found < 1:
+        raise InputError(
+            f"{path}: table format {found} is not one any poslens wrote (they are 1 to {TABLE_FORMAT}), so the file was altered "
+            "or damaged; measure the part again (poslens <part> --overwrite), or restore the file"
+        )
+    if found < 2 and path.name in FORMAT_2_FILES:
+        raise InputError(
+            f"{path}: it says table format {found}, but poslens writes {path.name} only from table format 2 on (before, "
+            "the part was other files), so the file was altered or damaged; measure the part again (poslens <part> --overwrite)"
+        )
     missing = [c for c in COLUMNS if c not in table.column_names]
     if missing:
         raise InputError(

@@ -210,6 +210,18 @@ def _as_int(name: str, value: Any) -> int:
     raise ParameterTypeError(f"{name} must be an int, got {type(value).__name__} {value_snippet(value)}{fix}")
 
 
+def _check_token_memory(n_seqs: int, seq_len: int) -> None:
+    """Refuse a corpus whose token ids alone (int64, drawn then indexed: twice) would not fit in this machine's memory."""
+    import psutil
+
+    need, total = 2 * 8 * n_seqs * seq_len, psutil.virtual_memory().total
+    if need > total:
+        raise InputError(
+            f"n_seqs (--n-seqs) {n_seqs:,} × seq_len (--seq-len) {seq_len:,} tokens need {need / 1e9:,.1f} GB of memory for "
+            f"their token ids alone, more than this machine's {total / 1e9:,.1f} GB: give fewer sequences or shorter ones"
+        )
+
+
 def make_corpus(
     tokenizer: Any,
     source: str | os.PathLike[str] | Sequence[str] = "docs",
@@ -290,6 +302,7 @@ def make_corpus(
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
     if n_seqs < 1 or seq_len < 2:
         raise InputError(f"need n_seqs ≥ 1 and seq_len ≥ 2, got {n_seqs} and {seq_len}")
+    _check_token_memory(n_seqs, seq_len)
     if not -(2**63) <= seed < 2**64:  # the range torch.Generator.manual_seed takes
         raise InputError(f"seed (--seed) {seed} is outside the range of torch's generator seeds, -2**63 … 2**64 − 1; pass a seed in that range")
     first = _position0(tokenizer, position0)

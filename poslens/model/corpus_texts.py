@@ -130,7 +130,8 @@ def source_files(source: str | os.PathLike[str], text_field: str = "text") -> li
 
     Raises:
         CorpusNotFoundError: the path does not exist.
-        CorpusError: a folder holds no corpus file and is not a saved dataset.
+        CorpusError: a folder holds no corpus file and is not a saved dataset, or the path is no regular file (a named
+            pipe, ``/dev/stdin`` fed by a pipe, a shell's ``<(…)``): a corpus is read twice, so it must be a file.
 
     Example:
         >>> import tempfile, pathlib
@@ -148,6 +149,12 @@ def source_files(source: str | os.PathLike[str], text_field: str = "text") -> li
     if not path.exists():
         raise CorpusNotFoundError(f"corpus {path} does not exist; give a .txt/.jsonl/.parquet file, a folder, or one of {BUILTIN_SOURCES}")
     if not path.is_dir():
+        if not path.is_file():  # stat only: opening a named pipe would wait for a writer
+            raise CorpusError(
+                f"corpus {source} is not a regular file but {_file_kind(path)}; poslens reads a corpus twice (its hash, "
+                "before any model loads, then its texts), which a pipe or stream cannot give: save it to a file first "
+                f"(e.g. cat > corpus.txt) and pass --corpus corpus.txt"
+            )
         return [path]
     if _is_saved_dataset(path):
         return sorted(p for p in path.rglob("*") if p.is_file())
@@ -157,6 +164,21 @@ def source_files(source: str | os.PathLike[str], text_field: str = "text") -> li
             f"folder {path} holds no .txt, .jsonl or .parquet files and is not a saved dataset; put the texts in such files or give one file"
         )
     return files
+
+
+def _file_kind(path: Path) -> str:
+    """What a path that is neither a folder nor a regular file is, in words (a named pipe, /dev/stdin from a pipe)."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        return f"a path that cannot be read ({error.strerror or error})"
+    for test, what in ((stat.S_ISFIFO, "a named pipe (a FIFO, or a shell's <(…) or piped stdin)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device")):  # fmt: skip
+        if test(mode):
+            return what
+    return "a special file"
 
 
 def read_texts(path: str | os.PathLike[str], text_field: str = "text") -> list[str]:

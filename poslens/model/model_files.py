@@ -53,8 +53,10 @@ def model_files(folder: str | os.PathLike) -> list[Path]:
     cache snapshot) directly in ``folder`` whose name does not start with ``.``,
     except prose: ``*.md``, ``*.rst`` and files named README, LICENSE, LICENCE,
     NOTICE or COPYING with any suffix (editing a model card does not change the
-    model). Subfolders are not entered: transformers reads a model folder's top
-    level only. Hash them to notice a folder edited in place.
+    model); and every weights file that transformers would read, wherever it is:
+    each shard that ``model.safetensors.index.json`` names, in a subfolder or
+    with a hidden name too (:func:`weight_files`). Hash them to notice a folder
+    edited in place.
 
     Args:
         folder: a local Hugging Face model folder.
@@ -76,10 +78,48 @@ def model_files(folder: str | os.PathLike) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise ModelFileError(f"{folder} is not a folder; model_files() lists the files of a local model folder")
-    return sorted(
-        (path for path in folder.iterdir() if path.is_file() and not path.name.startswith(".") and not _is_prose(path)),
-        key=lambda path: path.name,
-    )
+    top = {path for path in folder.iterdir() if path.is_file() and not path.name.startswith(".") and not _is_prose(path)}
+    return sorted(top | {path for path in weight_files(folder) if path.is_file()}, key=str)
+
+
+def weight_files(folder: str | os.PathLike) -> list[Path]:
+    """The safetensors files transformers reads from a model folder: ``model.safetensors`` and every shard its index names.
+
+    A shard may lie in a subfolder or have a hidden name (``sub/w.safetensors``,
+    ``.w.safetensors``): transformers reads it all the same, so it belongs to the
+    model's hashed identity. Shards that are missing are listed too (the caller
+    checks that they are there).
+
+    Args:
+        folder: a local Hugging Face model folder.
+
+    Returns:
+        The files as ``folder / name``: ``model.safetensors`` where it is a file, then the index's shards, sorted.
+
+    Raises:
+        ModelFileError: ``model.safetensors.index.json`` is not a safetensors index with a ``weight_map``.
+
+    Example:
+        >>> import tempfile
+        >>> from poslens.testing import save_tiny_model
+        >>> folder = save_tiny_model(tempfile.mkdtemp(), "llama")
+        >>> [path.name for path in weight_files(folder)]
+        ['model.safetensors']
+    """
+    folder = Path(folder)
+    single = folder / "model.safetensors"
+    files = [single] if single.is_file() else []
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return files
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        shards = sorted({str(name) for name in weight_map.values()})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ModelFileError(
+            f"{index} is damaged (not a safetensors index with a weight_map: {error}); save the model again with model.save_pretrained(folder)"
+        ) from None
+    return files + [folder / name for name in shards if folder / name != single]
 
 
 def _is_prose(path: Path) -> bool:
@@ -134,13 +174,7 @@ def _weights_to_check(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if not index.is_file():
         return []  # other weight formats (or none): transformers says what it finds
-    try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-        shards = sorted(set(weight_map.values()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise ModelFileError(
-            f"{index} is damaged (not a safetensors index with a weight_map: {error}); save the model again with model.save_pretrained(folder)"
-        ) from None
+    shards = [str(path.relative_to(folder)) for path in weight_files(folder)]
     missing = [name for name in shards if not (folder / name).is_file()]
     if missing:
         raise ModelFileError(

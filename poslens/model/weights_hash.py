@@ -21,9 +21,13 @@ MAX_HASHED_BYTES = 8 * 10**9
 
 
 def _distinct_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
-    """The module's state-dict tensors, each once however many names it has (tied weights, a bridge's aliases)."""
+    """The module's state-dict tensors and every buffer, each once however many names it has (tied weights, a bridge's aliases).
+
+    Buffers that are not saved (non-persistent, such as a rotary module's ``inv_freq``) count too: the forward
+    reads them, so an edit of one in memory changes the hash.
+    """
     seen, tensors = set(), []
-    for tensor in module.state_dict().values():
+    for tensor in [*module.state_dict().values(), *module.buffers()]:
         if not isinstance(tensor, torch.Tensor):
             continue
         key = (tensor.data_ptr(), tuple(tensor.shape), tensor.dtype, tuple(tensor.stride()))
@@ -52,7 +56,9 @@ def weights_bytes(module: torch.nn.Module) -> int:
 def state_dict_sha256(module: torch.nn.Module) -> str:
     """sha256 of a module's weights as they are now: the sorted digests of its distinct tensors (dtype, shape and bytes).
 
-    Each tensor of the state dict counts once however many names it has (tied
+    The tensors are those of the state dict and every buffer, saved or not (a rotary
+    module's ``inv_freq``: an edit of it in memory changes the forward, so the hash).
+    Each tensor counts once however many names it has (tied
     weights, the aliases and wrappers a TransformerBridge adds), and names do
     not count, so a model hashes alike before and after a bridge wraps it.
     Used as the provenance of a model measured from memory, taken when it is measured,

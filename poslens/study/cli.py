@@ -201,6 +201,7 @@ def _output_folder(out: Path):
     except BaseException as error:
         if created and main:
             lock.remove_files()
+            _remove_empty_manifest_lock(Path(out))
         for folder in created if main else []:
             try:
                 folder.rmdir()  # only an empty folder can be removed
@@ -215,6 +216,32 @@ def _output_folder(out: Path):
         raise
     finally:
         lock.release()
+
+
+def _check_out_apart(out: Path, settings: Settings) -> None:
+    """Refuse, as a bad ``--out``, a folder that is, lies inside or holds the model's or the corpus's folder."""
+    from poslens.errors import OutputConflictError
+    from poslens.study.inputs import check_out_apart
+
+    inputs = {"--model": settings.model, "--corpus": settings.corpus}
+    for number, case in enumerate(settings.cases):
+        inputs.update({f"case {number + 1}'s model": getattr(case, "model", ""), f"case {number + 1}'s corpus": getattr(case, "corpus", "")})
+    try:
+        check_out_apart(out, inputs)
+    except OutputConflictError as error:
+        raise typer.BadParameter(str(error), param_hint="'--out'") from None
+
+
+def _remove_empty_manifest_lock(out: Path) -> None:
+    """In a folder the failed command created, the manifest's lock file when it is all that is left (a save that failed)."""
+    from poslens.ownership import MANIFEST
+
+    lock_file = out / f"{MANIFEST}.lock"
+    try:
+        if lock_file.is_file() and [p.name for p in out.iterdir()] == [lock_file.name]:
+            lock_file.unlink()
+    except OSError:
+        pass  # the folder is kept, as any folder that holds something
 
 
 def _folders_to_create(out: Path) -> list[Path]:
@@ -315,6 +342,7 @@ def _run_part(part: Part, typed: dict[str, Any], overwrite: bool, out: Path) -> 
         part.check(settings)
     except OptionConflictError as error:
         raise typer.BadParameter(str(error), param_hint=f"'{error.flag}'") from None
+    _check_out_apart(out, Settings(**settings))
     with _output_folder(out):
         study = Study(Settings(**settings), out, log=_log, overwrite=overwrite)
         result = getattr(study, part.method)()
@@ -548,6 +576,7 @@ def report(
     lengths = dict.fromkeys(name for p in plan for name in PARTS[p].lengths)
     _check_fill(settings.groups, {OPTION_NAMES[name]: getattr(settings, name) for name in fills})
     _early(None, {OPTION_NAMES[name]: getattr(settings, name) for name in lengths})
+    _check_out_apart(out, settings)
     study = Study(settings, out, log=_log, overwrite=overwrite)
     with _output_folder(out):
         try:

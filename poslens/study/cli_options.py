@@ -225,6 +225,10 @@ def check_modes(value: str) -> str:
     return ",".join(modes)
 
 
+#: The largest offset ``--offsets`` takes: the positions of a sequence are int32 in the forward pass.
+MAX_OFFSET = 2**31 - 1
+
+
 def check_offsets(value: str | None) -> str | None:
     """Check ``--offsets``: a comma list of whole offsets D ≥ 0 for the key-phase freeze, each once (None: the defaults).
 
@@ -235,7 +239,7 @@ def check_offsets(value: str | None) -> str | None:
         The offsets joined by commas, or None.
 
     Raises:
-        BadParameter: When an offset is not a whole number ≥ 0, or is named twice.
+        BadParameter: When an offset is not a whole number ≥ 0 (ASCII digits), is above :data:`MAX_OFFSET`, or is named twice.
 
     Example:
         >>> check_offsets("8, 64"), check_offsets(None)
@@ -244,8 +248,14 @@ def check_offsets(value: str | None) -> str | None:
     if value is None:
         return None
     parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts):
+    if not parts or not all(p.isascii() and p.isdigit() for p in parts):
         raise typer.BadParameter(f"{value!r} is not a comma list of whole offsets D >= 0 (e.g. --offsets 8,64,128)")
+    too_large = [p for p in parts if int(p) > MAX_OFFSET]
+    if too_large:
+        raise typer.BadParameter(
+            f"offset {too_large[0]} is larger than any sequence poslens measures (at most {MAX_OFFSET:,} tokens); "
+            "give offsets D below --seq-len (e.g. --offsets 8,64,128)"
+        )
     if len(set(map(int, parts))) < len(parts):
         raise typer.BadParameter(f"{value!r} names an offset twice; name each at most once")
     return ",".join(str(int(p)) for p in parts)

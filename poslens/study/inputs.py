@@ -25,7 +25,7 @@ import hashlib
 import platform
 from pathlib import Path
 
-from poslens.errors import InputsChangedError
+from poslens.errors import InputsChangedError, OutputConflictError
 from poslens.model.cache import file_sha256
 from poslens.model.corpus_texts import BUILTIN_SOURCES, docs_texts, source_files
 from poslens.model.model_files import model_files
@@ -193,3 +193,49 @@ def changed_inputs(saved: dict[str, str], now: dict[str, str]) -> list[str]:
         elif saved[label] != now[label]:
             out.append(f"{label} changed")
     return out
+
+
+def check_out_apart(out: str | Path, inputs: dict[str, str]) -> None:
+    """Refuse an output folder that is, lies inside, or holds one of the input folders (the model's, the corpus's).
+
+    poslens writes its tables into ``out``: written into a model folder they would
+    join the model's files (and its hashed identity), into a corpus folder they would
+    be read as corpus on the next run. Only inputs that are local folders count; a
+    corpus file's folder may hold the results.
+
+    Args:
+        out: the output folder (``--out``), existing or not.
+        inputs: ``{option: value}`` of the inputs, as typed (``{"--model": "models/tiny", "--corpus": "random"}``).
+
+    Raises:
+        OutputConflictError: naming the option, both folders and what to do.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> model = pathlib.Path(tempfile.mkdtemp())
+        >>> check_out_apart(model.parent / "results", {"--model": str(model)})   # beside it: fine
+        >>> check_out_apart(model / "results", {"--model": str(model)})
+        Traceback (most recent call last):
+        poslens.errors.OutputConflictError: --out .../results lies inside the --model folder ...
+    """
+    try:
+        target = Path(out).expanduser().resolve()
+    except (RuntimeError, OSError):  # a symlink loop: the output folder's own check names it
+        return
+    for option, value in inputs.items():
+        folder = Path(str(value)).expanduser()
+        if not value or str(value) in BUILTIN_SOURCES or str(value) in REGISTRY or not folder.is_dir():
+            continue  # a built-in corpus or a registry model is no folder of the user's, whatever the working folder holds
+        folder = folder.resolve()
+        if target == folder:
+            relation = "is"
+        elif target.is_relative_to(folder):
+            relation = "lies inside"
+        elif folder.is_relative_to(target):
+            relation = "holds"
+        else:
+            continue
+        raise OutputConflictError(
+            f"--out {out} {relation} the {option} folder {value}: poslens would write its tables "
+            f"{'among' if relation != 'holds' else 'around'} the files it reads; choose an --out outside {value}, such as {folder.parent / 'results'}"
+        )

@@ -22,10 +22,11 @@ from poslens.errors import InputsChangedError, PoslensError, SumsMismatchError
 from poslens.measurement.result import Result
 from poslens.measurement.result_files import saved_files
 from poslens.model.reads import recording_reads
-from poslens.ownership import check_replaceable, remove_ours, written_files
+from poslens.ownership import check_replaceable, reclaim_ours, written_files
 from poslens.runtime import distributed
 from poslens.study.inputs import changed_inputs, inputs_as_read, inputs_key
 from poslens.study.part_registry import OPTION_NAMES
+from poslens.study.part_warnings import part_warnings
 from poslens.study.settings import Settings, settings_values
 
 
@@ -221,7 +222,8 @@ def cached_part(
         compute: makes the part.
         log: where progress lines go.
         inputs: ``{file: sha256}`` of the part's input files (:mod:`poslens.study.inputs`).
-        overwrite: measure again a part poslens made with other settings or inputs, replacing its files.
+        overwrite: measure again a part poslens made with other settings or inputs (or damaged), replacing its files
+            only once the new part is written in full: a failure on the way keeps the old part.
         written: if given, the files written are appended to it.
 
     Returns:
@@ -251,7 +253,10 @@ def cached_part(
 
     # rank 0 looks at the folder (where it writes), and every rank does as it decides
     if distributed.decided_by_main(look) == "reuse":
-        return saved[0] if saved else Result.load(path)
+        reused = saved[0] if saved else Result.load(path)
+        for note in reused.meta.get("warnings", []):
+            log(f"[{name}] warning (recorded when it was computed): {note}")
+        return reused
     log(f"[{name}] computing")
     start = time.perf_counter()
     with recording_reads() as reads:
@@ -261,7 +266,14 @@ def cached_part(
     result.meta["settings"] = wanted
     result.meta["inputs"] = inputs
     result.meta["part_seconds"] = time.perf_counter() - start
+    notes = part_warnings(name, settings, result)
+    if notes:  # recorded with the part, and said now and at each reuse: such figures never pass in silence
+        result.meta["warnings"] = [*result.meta.get("warnings", []), *notes]
+        for note in notes:
+            log(f"[{name}] warning: {note}")
     if distributed.is_main():  # under torchrun, rank 0 writes
+        if overwrite:
+            reclaim_ours(_part_files(path))  # the old part, damaged or edited, is replaced by the new one's files
         result.save(path)
         files = saved_files(path, result)
         if written is not None:
@@ -283,7 +295,6 @@ def _saved_part(
             if not overwrite:
                 raise unreadable_error(path, error) from error
             log(f"[{name}] {path} cannot be read ({error}); measuring it again (--overwrite)")
-            remove_ours(_part_files(path))
         else:
             if previous.meta.get("settings_key") == key:
                 log(f"[{name}] reusing {path}")
@@ -291,8 +302,9 @@ def _saved_part(
             if not overwrite:
                 raise refusal_error(path, previous.meta, wanted, inputs)
             log(f"[{name}] {path} was made with other settings or inputs; measuring it again (--overwrite)")
-            remove_ours(_part_files(path))
     for target in _part_files(path):
+        if overwrite and target.is_file() and target.name in written_files(target.parent):
+            continue  # poslens's old part: replaced once the new one is written in full, never deleted before
         check_replaceable(target)  # a file poslens did not write stops the part before it is computed
     return None
 

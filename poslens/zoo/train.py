@@ -17,6 +17,12 @@ checkpoint of every run, rewritten at each checkpoint), ``held_out.jsonl``
 ``summary.csv`` / ``summary.md`` (one row per run). A rerun with the same
 settings into the same folder reuses the trained family.
 
+Every file the zoo writes is listed in its folder's manifest
+(:mod:`poslens.ownership`), and only those are ever replaced or deleted: a
+file of the user's at one of the names the zoo writes is refused before
+training, with or without ``overwrite``, and ``overwrite`` deletes only the
+listed files of a run folder (a user's ``notes.txt`` there stays).
+
 Longer than 400 lines because it is one job, the lockstep training loop:
 its settings, checkpoints and outputs are read and written by that loop alone.
 """
@@ -26,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +43,8 @@ import pandas as pd
 import torch
 
 from poslens.errors import InputError, OutputConflictError
-from poslens.files import atomic_write, atomic_write_text
+from poslens.files import atomic_write
+from poslens.ownership import check_replaceable, record_written, written_files
 from poslens.version import __version__
 from poslens.zoo.backcopy import BackcopyData, load_backcopy
 from poslens.zoo.data import ZooData, load_data
@@ -132,6 +139,55 @@ def load_task(settings: ZooSettings) -> ZooData | BackcopyData:
     return load_data(settings.held_out, settings.max_documents)
 
 
+#: The files the zoo writes at the top of its output folder.
+TOP_FILES = ("zoo.json", "held_out.jsonl", "log.csv", "summary.csv", "summary.md")
+#: The files the zoo writes into a run folder (the model's and tokenizer's as ``save_pretrained`` names them, the logs).
+RUN_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "log.jsonl",
+    "run.json",
+)
+
+
+def _check_ours(paths: list[Path], overwrite: bool) -> None:
+    """Refuse, before anything is written, a file at one of ``paths`` that poslens did not write.
+
+    A file poslens wrote and that has changed since may be replaced under ``overwrite``.
+    """
+    for path in paths:
+        if overwrite and path.is_file() and path.name in written_files(path.parent):
+            continue
+        check_replaceable(path)
+
+
+def _write_ours(path: Path, write: Callable[[Path], None]) -> None:
+    """Write ``path`` atomically and list it in its folder's manifest."""
+    atomic_write(path, write)
+    record_written([path])
+
+
+def _remove_ours(folder: Path) -> None:
+    """Delete the files poslens listed in ``folder`` and its subfolders; the rest stays, and so does a folder left non-empty."""
+    for sub in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [folder]:
+        listed = written_files(sub)
+        for name in listed:
+            (sub / name).unlink(missing_ok=True)
+        if listed:
+            (sub / ".poslens-files.json").unlink(missing_ok=True)
+            (sub / ".poslens-files.json.lock").unlink(missing_ok=True)
+        if sub != folder and not any(sub.iterdir()):
+            sub.rmdir()
+
+
 def _check_out(out: Path, settings: ZooSettings, data: ZooData | BackcopyData, overwrite: bool) -> bool:
     """True when ``out`` already holds this family, trained with these settings and data (reuse it)."""
     record = out / "zoo.json"
@@ -146,14 +202,26 @@ def _check_out(out: Path, settings: ZooSettings, data: ZooData | BackcopyData, o
                 f"{out} holds a zoo family trained with other settings or data ({record}); pass --overwrite "
                 "(overwrite=True) to train it again, or choose another --out"
             )
-        return False
-    taken = [run for run in runs if run.exists() and any(run.iterdir())]
-    if taken and not overwrite:
-        raise OutputConflictError(
-            f"{taken[0]} exists and is not empty, and {out} has no zoo.json: poslens did not train it; "
-            "choose another --out, or pass --overwrite to replace it"
-        )
+    else:
+        taken = [run for run in runs if run.exists() and any(run.iterdir())]
+        if taken and not overwrite:
+            raise OutputConflictError(
+                f"{taken[0]} exists and is not empty, and {out} has no zoo.json: poslens did not train it; "
+                "choose another --out, or pass --overwrite to replace it"
+            )
+    _check_files(out, settings, overwrite)
     return False
+
+
+def _check_files(out: Path, settings: ZooSettings, overwrite: bool) -> None:
+    """Refuse a file of the user's at a name the zoo writes in ``out`` or its run folders (before the task is loaded)."""
+    runs = [out / run_name(m, s) for m, s in settings.runs()]
+    replace = overwrite or (out / "zoo.json").exists()  # the same family, unfinished, is trained again: its own files may be replaced
+    _check_ours([out / name for name in TOP_FILES], replace)
+    for run in runs:
+        _check_ours([run / name for name in RUN_FILES], replace)
+        if (run / "checkpoints").is_dir():
+            _check_ours([step / name for step in (run / "checkpoints").iterdir() if step.is_dir() for name in RUN_FILES], replace)
 
 
 @dataclass
@@ -196,11 +264,13 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     device = _device(settings.device)
+    _check_files(out, settings, overwrite)
     data = load_task(settings)
     if _check_out(out, settings, data, overwrite):
         log(f"{out}: every run is already trained with these settings and data; reusing it")
         return pd.read_csv(out / "summary.csv")
     data.write_held_out(out / "held_out.jsonl")
+    record_written([out / "held_out.jsonl"])
     record = {
         "poslens_version": __version__,
         "settings": settings.to_dict(),
@@ -211,15 +281,15 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
         "nope": NOPE_NOTE,
     }
-    atomic_write_text(out / "zoo.json", json.dumps(record, indent=1))
+    _write_ours(out / "zoo.json", lambda tmp: tmp.write_text(json.dumps(record, indent=1), encoding="utf-8"))
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     runs = []
     for member, seed in settings.runs():
         folder = out / run_name(member, seed)
         if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+            _remove_ours(folder)  # only what poslens wrote there: a user's file stays
+        folder.mkdir(parents=True, exist_ok=True)
         config = member_config(member, settings.width, settings.depth, settings.heads, settings.seq_len, vocab_size=data.vocab_size)
         model = initial_model(config, seed).to(device).train()
         optimizer = torch.optim.AdamW(
@@ -306,10 +376,11 @@ def _checkpoint(
         run.loss_steps = 0
         with open(run.folder / "log.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(row) + "\n")
+        record_written([run.folder / "log.jsonl"])
         if settings.save_checkpoints:
             _save_model(run.model, run.folder / "checkpoints" / f"step-{step:06d}", tokenizer)
     table = pd.DataFrame([{k: v for k, v in row.items() if k != "sink_scores"} for run in runs for row in run.rows])
-    atomic_write(out / "log.csv", lambda tmp: table.to_csv(tmp, index=False))
+    _write_ours(out / "log.csv", lambda tmp: table.to_csv(tmp, index=False))
     last = table[table["step"] == step]
     log(
         f"step {step}: held-out loss "
@@ -318,13 +389,25 @@ def _checkpoint(
 
 
 def _save_model(model: torch.nn.Module, folder: Path, tokenizer: Any) -> None:
-    """The model (float32) and its task's tokenizer, as a folder :func:`poslens.load_model` reads."""
+    """The model (float32) and its task's tokenizer, as a folder :func:`poslens.load_model` reads; each file listed as poslens's.
+
+    Saved into a temporary sibling first, then each file moved in, so that a file of the user's is refused by
+    name (:func:`~poslens.ownership.check_replaceable`) rather than replaced.
+    """
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the zoo logs its own progress
     folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".poslens-save-") as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        files = sorted(Path(staging).iterdir())
+        for path in files:
+            if written_files(folder).get(path.name) is None:
+                check_replaceable(folder / path.name)
+        for path in files:
+            os.replace(path, folder / path.name)
+        record_written([folder / path.name for path in files])
 
 
 def _finish(
@@ -360,16 +443,14 @@ def _finish(
             "folder": run.folder.name,
         }
         rows.append(summary)
-        atomic_write_text(
-            run.folder / "run.json",
-            json.dumps({**summary, "settings": settings.to_dict(), "data": data.describe(), "poslens_version": __version__}, indent=1),
-        )
+        text = json.dumps({**summary, "settings": settings.to_dict(), "data": data.describe(), "poslens_version": __version__}, indent=1)
+        _write_ours(run.folder / "run.json", lambda tmp, text=text: tmp.write_text(text, encoding="utf-8"))
     table = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     record = json.loads((out / "zoo.json").read_text())  # the machine's load beside the wall time: CPUs are often shared
     record.update(wall_seconds=round(seconds, 1), load_average_end=[round(x, 2) for x in os.getloadavg()], cpu_threads=torch.get_num_threads())
-    atomic_write_text(out / "zoo.json", json.dumps(record, indent=1))
-    atomic_write(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
-    atomic_write_text(out / "summary.md", summary_markdown(table))
+    _write_ours(out / "zoo.json", lambda tmp: tmp.write_text(json.dumps(record, indent=1), encoding="utf-8"))
+    _write_ours(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
+    _write_ours(out / "summary.md", lambda tmp: tmp.write_text(summary_markdown(table), encoding="utf-8"))
     log(f"zoo: {len(runs)} runs trained for {steps} steps in {seconds:.0f} s (stopped by {stopped_by}); wrote {out / 'summary.csv'}")
     return table
 

@@ -66,8 +66,9 @@ def test_an_edit_in_memory_is_measured_as_edited_and_its_hash_recorded(tiny_llam
     # provenance: from memory, with the state dict's hash taken at each measurement
     import hashlib
 
-    # the state dict as measured (the bridge adds its own zero lm_head bias), each distinct tensor once
-    tensors = {t.data_ptr(): t for t in hf.state_dict().values()}.values()
+    # the state dict and every buffer, saved or not (the rotary inv_freq), as measured (the bridge adds its own zero
+    # lm_head bias), each distinct tensor once
+    tensors = {t.data_ptr(): t for t in [*hf.state_dict().values(), *hf.buffers()]}.values()
     digests = sorted(
         hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode() + t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
         for t in tensors
@@ -298,7 +299,7 @@ def test_what_the_user_held_is_shown_in_repr_display_and_summary(tiny_llama_dir,
     finally:
         handle.remove()
     record = hooked.meta["model"]
-    distinct = {t.data_ptr(): t for t in hf.state_dict().values()}.values()
+    distinct = {t.data_ptr(): t for t in [*hf.state_dict().values(), *hf.buffers()]}.values()
     assert record["weights_bytes"] == sum(t.numel() * t.element_size() for t in distinct)
     hook_text = "test_in_memory.double_query on model.layers.1.self_attn.q_proj"
     shown, page = repr(hooked), hooked._repr_html_()
