@@ -28,7 +28,7 @@ from __future__ import annotations
 import sys
 import types
 
-__version__ = "0.4.1"
+__version__ = "0.5.0"
 
 #: Format of the saved cell sums. 1: poslens 0.1.0, the per-sequence counterfactual's cells stored among the sums
 #: (``a_counterfactual_*``), no format number in the file. 2: poslens 0.2.0, the cells stored apart (``cf_*``).
