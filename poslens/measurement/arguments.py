@@ -6,6 +6,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Any, Protocol, TypeGuard, cast
 
+import numpy as np
 import torch
 
 from poslens.errors import EarlyWindowWarning, ParameterTypeError
@@ -93,6 +94,48 @@ class Intervention(Protocol):
             []
         """
         return []
+
+
+class ProbeSizeWarning(UserWarning):
+    """The residual probe has fewer training rows per fold than twice its features: its readouts cannot be read.
+
+    Example:
+        >>> issubclass(ProbeSizeWarning, UserWarning)
+        True
+    """
+
+
+def warn_probe_size(n_seqs: int, seq_len: int, groups: int, width: int, stacklevel: int = 3) -> None:
+    """Warn (:class:`ProbeSizeWarning`) where the residual probe trains on fewer rows per fold than twice its features.
+
+    The probe of log(i + 1) from the residual stream is fitted on the rows 1 ≤ i < T of the other groups' sequences;
+    with fewer rows than twice its ``width`` features its held-out R² and its code readout scatter beyond reading
+    (8 × 32 tokens of SmolLM2 gave a ΔR² of −38 [−158, 82]).
+
+    Args:
+        n_seqs: Sequences N.
+        seq_len: Tokens per sequence T.
+        groups: Groups G (each fold trains on G − 1 of them).
+        width: The probe's features (d_model, or the projection's width).
+        stacklevel: Passed to :func:`warnings.warn`.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_probe_size(8, 32, 8, 576)
+        >>> str(caught[0].message).split(":")[0]
+        'the residual probe trains on about 217 rows per fold for 576 features'
+    """
+    rows = n_seqs * (seq_len - 1) * (groups - 1) / groups
+    if rows < 2 * width:
+        needed = int(np.ceil(2 * width * groups / ((groups - 1) * (seq_len - 1))))
+        warnings.warn(
+            f"the residual probe trains on about {rows:.0f} rows per fold for {width} features: its readouts cannot be read "
+            f"at this size; use at least {needed} sequences of {seq_len} tokens (--n-seqs, --seq-len)",
+            ProbeSizeWarning,
+            stacklevel=stacklevel,
+        )
 
 
 class SmallGroupsWarning(UserWarning):

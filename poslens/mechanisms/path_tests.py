@@ -40,7 +40,7 @@ from poslens.fit.binning import Binning
 from poslens.fit.paired_figures import Figures
 from poslens.fit.path_figures import FIRST_LAYER, run_figures
 from poslens.fit.residual_readout import PROBE_PENALTY
-from poslens.measurement.arguments import as_interventions
+from poslens.measurement.arguments import as_interventions, warn_probe_size
 from poslens.measurement.batching import batches, intervened_forward
 from poslens.measurement.pipeline import measure
 from poslens.measurement.provenance import run_metadata
@@ -239,6 +239,7 @@ def path_specific_tests(
     for dose in doses:
         if not 0 < dose <= 1:
             raise InputError(f"doses λ must lie in (0, 1], got {dose}")
+    warn_probe_size(corpus.n_seqs, corpus.seq_len, groups, min(int(model.bridge.cfg.d_model), max_width))
     if baseline is None:
         baseline = measure(model, corpus, groups=groups, early=early, batch_size=batch_size, interventions=others, probe=False, progress=progress)
     heads = sinks.sink_reading_heads(baseline, tau)
@@ -257,7 +258,9 @@ def path_specific_tests(
         began = time.perf_counter()
         runs = others if edit is None else [*others, edit]
         sums, residual, nll = run_once(model, corpus, runs, groups, early, batch_size, max_width, progress, f"path tests: {label}")
-        figures[label] = run_figures(sums, residual, nll, heads, penalty)
+        show = progress and distributed.is_main()
+        for _ in progress_bar([label], desc=f"path tests: probes and fits of {label}", unit="run", disable=not show, leave=False):
+            figures[label] = run_figures(sums, residual, nll, heads, penalty)
         timings[label] = time.perf_counter() - began
     frames = [_rows(model, label, "level", "", f, binning) for label, f in figures.items()]
     pairs = [(label, NONE) for label in figures if label != NONE]

@@ -40,7 +40,7 @@ from poslens.errors import InputError
 from poslens.fit import split_figures as fig
 from poslens.fit.groups import group_of
 from poslens.fit.residual_readout import PROBE_PENALTY, ResidualSums
-from poslens.measurement.arguments import as_interventions
+from poslens.measurement.arguments import ProbeSizeWarning, as_interventions, warn_probe_size
 from poslens.measurement.batching import batches, intervened_forward
 from poslens.measurement.pipeline import measure
 from poslens.measurement.provenance import run_metadata
@@ -68,15 +68,6 @@ EXTRA_COLUMNS = ["readout", "kind"]
 EVERY_HEAD = "p0-every-head"
 #: A change of R² within this band counts as "no loss" (methodology §13.2).
 R2_BAND = 0.01
-
-
-class ProbeSizeWarning(UserWarning):
-    """The residual probe has fewer training rows per fold than twice its features: its readouts cannot be read.
-
-    Example:
-        >>> issubclass(ProbeSizeWarning, UserWarning)
-        True
-    """
 
 
 def default_split_offset(windows: Sequence[int | None]) -> int:
@@ -177,18 +168,6 @@ def _flags(levels: dict[str, dict[str, fig.Figure]]) -> dict[str, str]:
     return out
 
 
-def _check_probe_size(corpus: Corpus, groups: int, width: int) -> None:
-    rows = corpus.n_seqs * (corpus.seq_len - 1) * (groups - 1) / groups
-    if rows < 2 * width:
-        warnings.warn(
-            f"the residual probe trains on about {rows:.0f} rows per fold for {width} features: its readouts (V, R²) cannot be "
-            f"read at this size; use at least {int(np.ceil(2 * width * groups / ((groups - 1) * (corpus.seq_len - 1))))} sequences "
-            f"of {corpus.seq_len} tokens (--n-seqs, --seq-len)",
-            ProbeSizeWarning,
-            stacklevel=3,
-        )
-
-
 def sink_path_split(
     model: PosModel,
     corpus: Corpus,
@@ -256,7 +235,7 @@ def sink_path_split(
         warnings.warn(f"D = {offset} is not an offset this corpus's sequences of {corpus.seq_len} tokens show the model", UserWarning, stacklevel=2)
     others = as_interventions(list(interventions))
     width = min(int(model.bridge.cfg.d_model), max_width)
-    _check_probe_size(corpus, groups, width)
+    warn_probe_size(corpus.n_seqs, corpus.seq_len, groups, width)
     distributed.init_from_env()
     if heads is None:
         if baseline is None:
@@ -269,7 +248,10 @@ def sink_path_split(
     stats = SinkRowStats(heads, groups, corpus.seq_len) if heads else None
     unedited, unedited_loss = _forward(model, corpus, others, stats, groups, batch_size, max_width, progress, NONE)
     timings[NONE] = time.perf_counter() - began
-    theta = fig.fold_probes(unedited, penalty)
+    for _ in progress_bar(
+        [NONE], desc="sink split: the unedited fold probes", unit="fit", disable=not (progress and distributed.is_main()), leave=False
+    ):
+        theta = fig.fold_probes(unedited, penalty)
     statistics: SplitStatistics | None = stats.finish() if stats is not None else None
 
     runs: list[tuple[str, Any]] = []
@@ -285,8 +267,10 @@ def sink_path_split(
     losses: dict[str, fig.Figure] = {NONE: _loss(unedited_loss, groups)}
 
     def read(label: str, sums: ResidualSums) -> None:
-        per_layer["V"][label] = fig.code_variance(theta, sums)
-        per_layer["R2"][label] = fig.content_r2(sums, penalty)
+        show = progress and distributed.is_main()
+        for _ in progress_bar([label], desc=f"sink split: probes of {label}", unit="run", disable=not show, leave=False):
+            per_layer["V"][label] = fig.code_variance(theta, sums)
+            per_layer["R2"][label] = fig.content_r2(sums, penalty)
 
     read(NONE, unedited)
     del unedited

@@ -224,3 +224,11 @@ def test_c8_in_the_claims_table_agrees_with_the_split(llama, tmp_path):
     assert {"r1", "r2", "φ_m beyond sham", "φ_p beyond sham", "sink_total (V)", "sink_total (R2)"} <= set(inputs["name"])
     if result.meta["c8"]["verdict"] == "no share":
         assert inputs["name"].str.startswith("no share:").any()
+
+
+def test_the_path_tests_warn_where_the_probe_cannot_be_read(llama):
+    from poslens.mechanisms.path_tests import path_specific_tests
+
+    corpus = poslens.make_corpus(llama, "random", n_seqs=4, seq_len=T, seed=0)
+    with pytest.warns(ProbeSizeWarning, match=r"use at least \d+ sequences of 12 tokens \(--n-seqs, --seq-len\)"):
+        path_specific_tests(llama, corpus, offsets=[4], groups=2, early=4, tau=0.05, sham=False, ablation=False, progress=False)
