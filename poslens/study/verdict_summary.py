@@ -97,12 +97,29 @@ class _Quoted:
         return f"interval reaching {name}"
 
 
-def split_sentence(f: dict[str, _Quoted]) -> str:
+def quoted_inputs(inputs: pd.DataFrame) -> dict[str, _Quoted]:
+    """Rows of the inputs table as numbers to quote, by name (what :func:`split_sentence` reads).
+
+    Args:
+        inputs: Rows of the inputs table (``name``, ``value``, ``ci_low``, ``ci_high``).
+
+    Returns:
+        ``{name: number with its interval}``.
+
+    Example:
+        >>> quoted_inputs(pd.DataFrame([{"name": "r1", "value": 0.5, "ci_low": 0.4, "ci_high": 0.6}]))["r1"].text()
+        '0.5 [0.4, 0.6]'
+    """
+    return {str(r["name"]): _quoted(r) for _, r in inputs.iterrows()}
+
+
+def split_sentence(f: dict[str, _Quoted], where: str = "in the sink-reading heads") -> str:
     """The sink path's split in words a researcher can quote (methodology §13), from C8's inputs (name → number).
 
     Args:
         f: C8's inputs by name: ``sink_share (V)``, ``share_m (V)``, ``r1``, ``r2``, ``interaction (V)``,
             ``coverage (V)``, ``sink_total (R2)`` and, when run, ``p0_every_head_change (V)`` / ``(R2)``.
+        where: How the sentence opens.
 
     Returns:
         The sentence, without a final full stop.
@@ -119,7 +136,7 @@ def split_sentence(f: dict[str, _Quoted]) -> str:
     total_r2 = f["sink_total (R2)"]
     change_r2 = _Quoted(-total_r2.value, -total_r2.ci_high, -total_r2.ci_low)
     text = (
-        f"in the sink-reading heads, the sink path carries {f['sink_share (V)'].text(percent=True)} of the residual stream's "
+        f"{where}, the sink path carries {f['sink_share (V)'].text(percent=True)} of the residual stream's "
         f"position code over layers ≥ 2; of the part its two named channels explain ({f['coverage (V)'].text(percent=True)} "
         f"of it), {share.text(percent=True)} runs through the mask's count and {phase.text(percent=True)} through key 0's "
         f"RoPE phase (interaction {f['interaction (V)'].text()}; order-specific shares r₁ {f['r1'].text(percent=True)}, "
