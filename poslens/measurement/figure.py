@@ -164,3 +164,30 @@ def interval_error_bars(rows: pd.DataFrame) -> dict[str, Any]:
         ([0.5], [0.25])
     """
     return dict(type="data", symmetric=False, array=rows["ci_high"] - rows["value"], arrayminus=rows["value"] - rows["ci_low"])
+
+
+def add_interval_bars(fig: go.Figure, picked: list[tuple[str, Any]], name: str, col: int) -> None:
+    """Add one panel of horizontal bars with their 95% intervals, and a dotted line at 0, to column ``col`` of ``fig``.
+
+    Args:
+        fig: A figure made with ``make_subplots`` (one row).
+        picked: ``(label, row)`` per bar, each row with ``value``, ``ci_low`` and ``ci_high``; none: the panel stays empty.
+        name: The trace's name.
+        col: The panel's column, from 1.
+
+    Example:
+        >>> from plotly.subplots import make_subplots
+        >>> fig = make_subplots(rows=1, cols=1)
+        >>> add_interval_bars(fig, [("a", pd.Series(dict(value=1.0, ci_low=0.5, ci_high=1.5)))], "m", 1)
+        >>> fig.data[0].x.tolist(), fig.data[0].y.tolist()
+        ([1.0], ['a'])
+    """
+    frame = pd.DataFrame([dict(words=w, value=r["value"], ci_low=r["ci_low"], ci_high=r["ci_high"]) for w, r in picked])
+    if frame.empty:
+        return
+    fig.add_trace(
+        go.Bar(y=frame["words"], x=frame["value"], orientation="h", error_x=interval_error_bars(frame), name=name, showlegend=False),
+        row=1,
+        col=col,
+    )
+    fig.add_vline(x=0, line=dict(color="grey", dash="dot"), row=1, col=col)

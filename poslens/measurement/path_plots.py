@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from poslens.measurement.figure import Figure, case_label, interval_error_bars
+from poslens.measurement.figure import Figure, add_interval_bars, case_label, interval_error_bars
 
 __all__ = ["plot_path_doses", "plot_path_probe", "plot_path_split"]
 
@@ -125,15 +125,7 @@ def plot_path_split(table: pd.DataFrame, metrics: tuple[str, ...] = ("resid_prob
             hit = rows[(rows["intervention"] == edit) & (rows["reference"] == reference) & (rows["metric"] == metric)]
             if len(hit):
                 picked.append((words, hit.iloc[0]))
-        frame = pd.DataFrame([dict(words=w, value=r["value"], ci_low=r["ci_low"], ci_high=r["ci_high"]) for w, r in picked])
-        if frame.empty:
-            continue
-        fig.add_trace(
-            go.Bar(y=frame["words"], x=frame["value"], orientation="h", error_x=interval_error_bars(frame), name=metric, showlegend=False),
-            row=1,
-            col=col,
-        )
-        fig.add_vline(x=0, line=dict(color="grey", dash="dot"), row=1, col=col)
+        add_interval_bars(fig, picked, metric, col)
     fig.update_yaxes(showticklabels=False, col=2)
     fig.update_layout(
         title=dict(text="The sink path split: paired changes, mean over layers ≥ 2 (95% intervals)", subtitle=dict(text=run)),

@@ -7,10 +7,9 @@ No statistics here: every number is read from the table of
 from __future__ import annotations
 
 import pandas as pd
-import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from poslens.measurement.figure import Figure, case_label, interval_error_bars
+from poslens.measurement.figure import Figure, add_interval_bars, case_label
 
 __all__ = ["plot_sink_split"]
 
@@ -62,15 +61,7 @@ def plot_sink_split(table: pd.DataFrame) -> Figure:
     for col, readout in enumerate(READOUT_WORDS, start=1):
         mine = rows[rows["readout"] == readout]
         picked = [(words, mine[mine["metric"] == metric].iloc[0]) for metric, words in BARS if (mine["metric"] == metric).any()]
-        frame = pd.DataFrame([dict(words=w, value=r["value"], ci_low=r["ci_low"], ci_high=r["ci_high"]) for w, r in picked])
-        if frame.empty:
-            continue
-        fig.add_trace(
-            go.Bar(y=frame["words"], x=frame["value"], orientation="h", error_x=interval_error_bars(frame), name=readout, showlegend=False),
-            row=1,
-            col=col,
-        )
-        fig.add_vline(x=0, line=dict(color="grey", dash="dot"), row=1, col=col)
+        add_interval_bars(fig, picked, readout, col)
     fig.update_yaxes(showticklabels=False, col=2)
     fig.update_layout(
         title=dict(text="The sink path's split, in the sink-reading heads, mean over layers ≥ 2 (95% intervals)", subtitle=dict(text=run)),
