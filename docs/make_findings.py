@@ -41,6 +41,7 @@ from poslens.measurement.result import Result
 from poslens.measurement.result_files import META_KEY
 from poslens.mechanisms.attribution_table import LOSS_METRIC, OLD_FILES, R_METRIC, read_old_layout
 from poslens.mechanisms.comparisons import comparison_table
+from poslens.mechanisms.sink_split import split_offset_of
 from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE, Claims
 from poslens.study.rules import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED, joint
 from poslens.study.verdict_summary import quoted_inputs, split_sentence, summary_rows
@@ -860,7 +861,7 @@ def split_section(parts: dict[str, Result]) -> str:
     settings = split.meta.get("settings", {})
     lines.append(
         f"In the {len(split.meta.get('sink_heads', []))} sink-reading heads (τ = {settings.get('tau')}), key 0's phase "
-        f"frozen at D = {settings.get('offset')}; means over layers ≥ 2; 95% intervals. Δ: each run minus the unedited "
+        f"frozen at D = {split_offset_of(split)}; means over layers ≥ 2; 95% intervals. Δ: each run minus the unedited "
         "run, paired over the groups."
     )
     lines.append("")

@@ -56,7 +56,7 @@ from poslens.options import DEFAULTS, check_integers
 from poslens.progress import progress_bar
 from poslens.runtime import distributed
 
-__all__ = ["NONE", "READOUTS", "ProbeSizeWarning", "default_split_offset", "sink_path_split"]
+__all__ = ["NONE", "READOUTS", "ProbeSizeWarning", "default_split_offset", "sink_path_split", "split_offset_of"]
 
 #: The label of the unedited run.
 NONE = "none"
@@ -85,6 +85,28 @@ def default_split_offset(windows: Sequence[int | None]) -> int:
     """
     widths = [w for w in windows if w is not None]
     return min([64] + [w // 2 for w in widths])
+
+
+def split_offset_of(result: Result) -> int:
+    """D of a saved split's phase edit: as recorded, else the study's ``split_offset``, else its default for the model's windows.
+
+    Args:
+        result: A sink-split result (from :func:`sink_path_split`, or a study's ``sink-split`` part).
+
+    Returns:
+        D.
+
+    Example:
+        >>> split_offset_of(Result(pd.DataFrame(), {"split_settings": {"offset": 16}}))
+        16
+        >>> split_offset_of(Result(pd.DataFrame(), {"settings": {"split_offset": None}, "model": {"window": [None, 32]}}))
+        16
+    """
+    recorded = result.meta.get("split_settings", {}).get("offset")
+    if recorded is not None:
+        return int(recorded)
+    chosen = result.meta.get("settings", {}).get("split_offset")
+    return int(chosen) if chosen is not None else default_split_offset(result.meta.get("model", {}).get("window") or [])
 
 
 def _forward(
@@ -326,6 +348,7 @@ def sink_path_split(
         "interventions": [iv.describe() for iv in others],
     }
     meta = run_metadata(model, corpus, settings)
+    meta["split_settings"] = settings  # kept apart: a study part records its own settings under "settings"
     meta["sink_heads"] = [list(h) for h in heads]
     meta["c8"] = c8
     meta["split"] = split

@@ -155,6 +155,8 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
             ),
         )
     if "sink-split" in parts:
+        from poslens.mechanisms.sink_split import split_offset_of
+
         split = parts["sink-split"]
         if (split.table["kind"] == "derived").any():
             c8 = split.meta.get("c8", {})
@@ -165,7 +167,7 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
                         "The sink path's split in the sink-reading heads (methodology §13), mean over layers ≥ 2: the sink "
                         "path's total (the unedited run minus the run with a_i0 held at its cross-fitted mean) and its two-factor "
                         "Shapley parts through the mask's count (edit m) and key 0's RoPE phase (edit p, D = "
-                        f"{split.meta.get('settings', {}).get('offset')}), on V (the unedited probe applied to the edited runs: "
+                        f"{split_offset_of(split)}), on V (the unedited probe applied to the edited runs: "
                         "the position code) and on R² (the probe refitted: position content). C8 (read on V): "
                         f"{c8.get('verdict')}, {c8.get('reason')}.",
                         quantized_note(split),
