@@ -453,7 +453,8 @@ class Study:
         reused, refused or measured again (``overwrite``) like the other parts. A folder
         holding the part in its old layout of table format 1 (``attribution.json`` and
         three ``attribution*.parquet``) is refused naming both layouts, unless ``overwrite``
-        asks to measure it again (the old files poslens wrote are removed).
+        asks to measure it again (the old files poslens wrote are removed once the new part is written in full, so a
+        failure on the way keeps them).
 
         Returns:
             The part's tidy result, reused from the folder when it matches.
@@ -476,25 +477,32 @@ class Study:
                 f"--calibration-seed {calibration_seed} is the measured corpus's --seed: the calibration corpus "
                 f"must be disjoint from the measured one; pass another seed (default --seed + 1 = {s.seed + 1})"
             )
-        self._old_attribution_layout()
-        return self._part("relativize", lambda: self._attribution(calibration_seed))
+        replaces_old = self._old_attribution_layout()
+        result = self._part("relativize", lambda: self._attribution(calibration_seed))
+        if replaces_old and distributed.is_main():  # only once the new part is written in full
+            from poslens.mechanisms.attribution_table import OLD_FILES
 
-    def _old_attribution_layout(self) -> None:
-        """Refuse the relativize part's old layout in the folder, or under ``overwrite`` remove the old files poslens wrote."""
+            remove_ours([self.out / name for name in OLD_FILES])
+        return result
+
+    def _old_attribution_layout(self) -> bool:
+        """Refuse the relativize part's old layout in the folder; under ``overwrite``, True: its old files go once the new part is written."""
         from poslens.mechanisms.attribution_table import OLD_FILES, old_layout_message
 
         record = self.out / OLD_FILES[0]
         if distributed.decided_by_main(lambda: "old" if record.exists() else "none") == "none":
-            return
+            return False
         if not self.overwrite:
             raise OldLayoutError(
                 f"{old_layout_message(self.out)}. poslens does not reuse or replace the old files: pass --overwrite to "
                 "measure the part again (removing the old files poslens wrote), or choose another --out; "
                 "`poslens claims` still reads the old layout"
             )
-        self.log(f"[relativize] {record} is the old layout of the part; measuring it again as relativize.parquet (--overwrite)")
-        if distributed.is_main():
-            remove_ours([self.out / name for name in OLD_FILES])
+        self.log(
+            f"[relativize] {record} is the old layout of the part; measuring it again as relativize.parquet (--overwrite), "
+            "and removing the old files once it is written"
+        )
+        return True
 
     def _attribution(self, calibration_seed: int) -> Result:
         """The cumulative attribution of :meth:`relativize`, computed (its corpora drawn, every mode measured)."""

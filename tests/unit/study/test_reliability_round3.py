@@ -222,6 +222,7 @@ def test_an_offset_beyond_the_sequence_is_warned_and_recorded(tiny_llama_dir, tm
     done = invoke("path-tests", *small(tiny_llama_dir), "--offsets", "8,40", "--out", out)
     assert done.exit_code == 0, error_text(done)
     assert "warning: --offsets 40 is not below --seq-len 32" in flat(done.output)
+    assert "an offset these sequences never show the model" in flat(done.output)  # the freeze still edits: D is from key 0
     assert any("--offsets 40" in note for note in Result.load(out / "path-tests.parquet").meta["warnings"])
     again = invoke("path-tests", *small(tiny_llama_dir), "--offsets", "8,40", "--out", out)  # reused: said again
     assert "reusing" in again.output and "--offsets 40 is not below" in flat(again.output)
