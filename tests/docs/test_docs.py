@@ -120,8 +120,14 @@ def test_findings_page_is_the_full_runs() -> None:
     )
     for name in ("sources_native.png", "sources_ntk.png", "sources_window.png", "dose_response.png", "attribution.png", "loss_change.png"):
         assert f"](img/findings/{name})" in want, name
-    for claim in ("C1", "C2", "C3", "C4", "C5", "C6", "C7"):
+    for claim in ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8"):
         assert f"\n**{claim}: " in want, claim
+    # the split opens the page, in sentences from the tables, on both readouts
+    top = want.index("## Where the residual stream's position comes from: the sink path's split")
+    assert top < want.index("## Claims")
+    opening = want[top : want.index("## Claims")]
+    assert "**In the sink-reading heads of smollm2-135m, the sink path carries" in opening and "held-out R² of position by" in opening
+    assert "C8 (the sink path's position runs mostly through the mask's count" in opening
 
 
 def _make_zoo():
