@@ -85,6 +85,9 @@ class SplitStatistics:
         Returns:
             ``(ell_row [G, heads, n], ell_bar [G, heads], key0_mean [G, heads])``, n the rows i ≥ 1 that see key 0.
 
+        Raises:
+            InputError: When a group holds every sequence (nothing is left to cross-fit from).
+
         Example:
             >>> stats = SplitStatistics({0: np.arange(6.0).reshape(2, 1, 3)}, {0: np.zeros((2, 1, 3))}, np.array([1.0, 1.0]),
             ...                         {0: np.array([False, True, True])})

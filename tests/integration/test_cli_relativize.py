@@ -320,12 +320,12 @@ def test_a_relativize_parquet_poslens_did_not_write_is_refused_as_result_save_re
     assert {p.name: p.read_bytes() for p in out.iterdir() if not p.name.startswith(".")} == before
 
 
-FINDINGS = Path(__file__).resolve().parents[2] / "docs" / "findings_data"  # a run folder of table format 1
+FINDINGS = Path(__file__).resolve().parents[2] / "tests" / "data" / "findings_format1"  # a run folder of table format 1 (0.3.0)
 OLD_FILES = ("attribution.json", "attribution.parquet", "attribution_summary.parquet", "attribution_loss.parquet")
 
 
 def test_the_old_layout_is_refused_naming_both_formats_read_by_claims_and_replaced_under_overwrite(tiny_llama_dir, tmp_path):
-    """A folder holding the part as an older poslens wrote it (the four attribution* files of docs/findings_data):
+    """A folder holding the part as an older poslens wrote it (the four attribution* files of tests/data/findings_format1, 0.3.0):
     `relativize` refuses it naming table format 1 and 2 and changes nothing; `claims` reads it (C7's figure is the
     old summary's r, read here with pandas alone); under --overwrite the old files poslens wrote are removed and the
     part is measured as relativize.parquet, a file of the user's beside them kept."""

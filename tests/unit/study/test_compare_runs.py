@@ -1,6 +1,6 @@
 """benchmarks/compare_runs.py compares report folders of either table format value by value (issue 38).
 
-The older folder is docs/findings_data, written by a poslens of table format 1 (the relativize part as four
+The older folder is tests/data/findings_format1 (the full run of 0.3.0), written by a poslens of table format 1 (the relativize part as four
 ``attribution*`` files, the comparisons in the meta of ``compare.parquet``). The newer one is made from it here
 with the files of table format 2, so every number of the two is the same, and one changed number must show.
 """
@@ -22,7 +22,7 @@ from poslens.mechanisms.attribution_table import read_old_layout
 from poslens.mechanisms.comparisons import comparison_table
 
 ROOT = Path(__file__).resolve().parents[3]
-OLD = ROOT / "docs" / "findings_data"
+OLD = ROOT / "tests" / "data" / "findings_format1"
 SCRIPT = ROOT / "benchmarks" / "compare_runs.py"
 
 
@@ -34,7 +34,7 @@ def _compare_runs():
 
 
 def _new_layout(folder: Path) -> Path:
-    """docs/findings_data in the files of table format 2: relativize.parquet, comparisons.parquet, compare.parquet without them."""
+    """That folder in the files of table format 2: relativize.parquet, comparisons.parquet, compare.parquet without them."""
     folder.mkdir()
     for path in OLD.iterdir():
         if path.suffix in (".parquet", ".csv") and not path.name.startswith(("attribution", "compare")):
