@@ -27,6 +27,8 @@ import pandas as pd
 from poslens.study.claim_table import Claims
 from poslens.study.claims_zoo import ZOO_COMPARISONS, inference_time_beside
 from poslens.study.verdict_summary import summary_rows
+from poslens.study.zoo_plan import RECORDED_SECONDS, plan_family
+from poslens.study.zoo_power import POWER_FILE, TARGET_RULE, power_markdown
 from poslens.zoo.family import MEMBERS, NOPE_NOTE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -613,6 +615,7 @@ def build(data: Path, findings: Path) -> str:
         "",
         _agreement_sentence(beside),
         "",
+        *_power_section(data),
         "## What the zoo can and cannot say",
         "",
         "- **Can:** inside this family, a difference between members is the position scheme's, trained in, not an",
@@ -657,6 +660,41 @@ def build(data: Path, findings: Path) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _power_section(data: Path) -> list[str]:
+    """The power table and the planned family (issue 52), from ``power.csv``; nothing when it has not been written."""
+    if not (data / POWER_FILE).exists():
+        return []
+    power = pd.read_csv(data / POWER_FILE)
+    return [
+        "<!-- power before training: added for issue 52 -->",
+        "## Power before training: the family that can decide C4",
+        "",
+        "How many seeds each comparison of C4's zoo case needs (two-sided 5%, power 80%: the smallest n with",
+        "(t₀.₉₇₅ + t₀.₈₀) · sd/√n ≤ the target, n − 1 degrees of freedom, methodology §9.1). The spread is the one above",
+        "(the standard deviation over this family's seeds of each comparison's per-seed values), also at its one-sided 80%",
+        "upper confidence bound, since three seeds estimate it loosely. The target is stated before any new family is trained:",
+        f"each row is an inference-time row of the findings run that answers the same question; the planned target (bold) is {TARGET_RULE}.",
+        "",
+        *power_markdown(power, plan_family(power)),
+        "",
+        "The shape is the one issue 52 asks for sinks in every member (width 64, 4 layers × 2 heads, T = 128, so a window of 16); "
+        "2000 steps is twice the latest step at which a run of this family first formed a sink (1000). The spread of that "
+        "larger shape is not known before it is trained: the seeds are planned from this family's. "
+        f"The time is the recorded {RECORDED_SECONDS:.0f} s of this family scaled by runs × steps × the arithmetic of a step "
+        "(`poslens.study.zoo_plan.estimate_cpu_seconds`); fixed per-call overhead does not grow with the shape, so it errs long. "
+        "The trained large base against `standard` is out of reach at the size NTK scaling showed on SmolLM2: with this spread "
+        "(in which one seed of `standard` formed no sink) no family that fits the CPU decides it, and it is planned as a "
+        "comparison reported with its detectable difference, not as one the family can decide.",
+        "",
+        "```bash",
+        "poslens zoo-measure --power --out docs/zoo_data --findings docs/findings_data   # prints the table, writes docs/zoo_data/power.csv",
+        ".venv/bin/python docs/make_zoo.py",
+        "```",
+        "<!-- end of the power section (issue 52) -->",
+        "",
+    ]
 
 
 def _t_factor(n: int) -> float:

@@ -437,9 +437,11 @@ def zoo(
 
 @app.command("zoo-measure")
 def zoo_measure(
-    zoo: Path = typer.Option(..., help="The family's folder, as poslens zoo wrote it (zoo.json, summary.csv, held_out.jsonl, one folder per run)."),
+    zoo: Path | None = typer.Option(
+        None, help="The family's folder, as poslens zoo wrote it (zoo.json, summary.csv, held_out.jsonl, one folder per run)."
+    ),
     out: Path = typer.Option(..., help="Where the small tables go (runs, emergence, figures, family, claims .csv; e.g. docs/zoo_data)."),
-    work: Path = typer.Option(..., help="Where each run's Study folder goes (the parts as parquet; large, not for committing)."),
+    work: Path | None = typer.Option(None, help="Where each run's Study folder goes (the parts as parquet; large, not for committing)."),
     n_seqs: int = typer.Option(ZooMeasureOptions.n_seqs, min=1, help="Held-out sequences measured per run."),
     seq_len: int | None = typer.Option(None, min=2, help="Tokens per sequence (default: the family's training T)."),
     groups: int = typer.Option(ZooMeasureOptions.groups, min=2, help="Groups of sequences for the intervals."),
@@ -452,6 +454,13 @@ def zoo_measure(
         callback=cli_options.check_replacements,
         help="BOS replacements: mean, zero, noise, token:eos or token:<id or string>; repeat for several.",
     ),
+    power: bool = typer.Option(
+        False,
+        "--power",
+        help="Measure nothing: from --out's figures.csv (a family already measured) and --findings' C4, print how many seeds each "
+        "C4 comparison needs and the family that fits 3 h of CPU; write --out/power.csv.",
+    ),
+    findings: Path = typer.Option(Path("docs/findings_data"), help="With --power: the findings run's claims (the inference-time targets)."),
 ) -> None:
     """Measure every run of a trained zoo family with poslens's parts, seeds as replicates, and decide C4 inside it.
 
@@ -459,9 +468,25 @@ def zoo_measure(
     tests, each run measured on the family's held-out text as the measuring commands would; writes
     runs/emergence/figures/family/claims .csv into --out.
 
+    With --power, nothing is measured: the seeds each comparison needs (methodology §9.1) come from the family in --out.
+
     Example: poslens zoo-measure --zoo results/zoo_bb --out docs/zoo_data --work results/zoo_bb_measure
     """
     from poslens.study.zoo_measure import measure_family
+
+    if power:
+        from poslens.study.zoo_power import power_markdown, write_power
+
+        try:
+            table, plan = write_power(out, findings)
+        except PoslensError as error:
+            raise typer.BadParameter(str(error), param_hint="'--out' / '--findings'") from None
+        for line in power_markdown(table, plan):
+            console.print(escape(line), soft_wrap=True)
+        console.print(escape(f"wrote {out / 'power.csv'}"), soft_wrap=True)
+        return
+    if zoo is None or work is None:
+        raise typer.BadParameter("give --zoo (the trained family) and --work (its Study folders), or --power", param_hint="'--zoo'")
 
     options = ZooMeasureOptions(
         n_seqs=n_seqs,

@@ -15,7 +15,9 @@ and for the family ``zoo.json`` (settings and data), ``log.csv`` (every
 checkpoint of every run, rewritten at each checkpoint), ``held_out.jsonl``
 (the held-out documents or chain, a ``--corpus`` for the measuring commands) and
 ``summary.csv`` / ``summary.md`` (one row per run). A rerun with the same
-settings into the same folder reuses the trained family.
+settings into the same folder reuses the trained family, and resumes an
+unfinished one from its last checkpoint (``resume.pt``, :mod:`poslens.zoo.resume`),
+ending with the same weights and log as a run never interrupted.
 
 Every file the zoo writes is listed in its folder's manifest
 (:mod:`poslens.ownership`), and only those are ever replaced or deleted: a
@@ -45,11 +47,13 @@ import torch
 from poslens.errors import InputError, OutputConflictError
 from poslens.files import atomic_write
 from poslens.ownership import check_replaceable, record_written, written_files
+from poslens.progress import progress_bar
 from poslens.version import __version__
 from poslens.zoo.backcopy import BackcopyData, load_backcopy
 from poslens.zoo.data import ZooData, load_data
 from poslens.zoo.evaluate import autocast, held_out_loss, next_token_loss, sink_count, sink_scores
 from poslens.zoo.family import MEMBERS, NOPE_NOTE, initial_model, member_config
+from poslens.zoo.resume import RESUME_FILE, load_resume, remove_resume, restore, save_resume
 from poslens.zoo.settings import SCHEDULES, TASKS, ZooSettings  # noqa: F401 (re-exported: they were defined here)
 
 #: The columns of the summary table (``summary.csv``), one row per run.
@@ -140,7 +144,7 @@ def load_task(settings: ZooSettings) -> ZooData | BackcopyData:
 
 
 #: The files the zoo writes at the top of its output folder.
-TOP_FILES = ("zoo.json", "held_out.jsonl", "log.csv", "summary.csv", "summary.md")
+TOP_FILES = ("zoo.json", "held_out.jsonl", "log.csv", "summary.csv", "summary.md", RESUME_FILE)
 #: The files the zoo writes into a run folder (the model's and tokenizer's as ``save_pretrained`` names them, the logs).
 RUN_FILES = (
     "config.json",
@@ -236,14 +240,21 @@ class _Run:
     rows: list[dict] = field(default_factory=list)
 
 
-def train_family(out: str | Path, settings: ZooSettings | None = None, log: Callable[[str], None] = print, overwrite: bool = False) -> pd.DataFrame:
+def train_family(
+    out: str | Path, settings: ZooSettings | None = None, log: Callable[[str], None] = print, overwrite: bool = False, show_progress: bool = True
+) -> pd.DataFrame:
     """Train the family of ``settings`` into ``out`` and return its summary (one row per run).
+
+    Every ``eval_every`` steps the whole state is saved (``resume.pt``); called again with the same settings on a
+    family cut short, it resumes from there and ends with the same weights and log as one uninterrupted run.
 
     Args:
         out: The output folder (created).
         settings: The family's settings (default :class:`ZooSettings`).
         log: Where progress lines go.
         overwrite: Train again a family that ``out`` holds with other settings, replacing its runs.
+        show_progress: Draw a progress bar of the steps with its ETA (text in a terminal, a widget in a notebook;
+            :func:`poslens.progress.progress_bar`).
 
     Returns:
         The summary table (:data:`SUMMARY_COLUMNS`), also written as ``summary.csv`` and ``summary.md``.
@@ -256,7 +267,7 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
         >>> import tempfile
         >>> s = ZooSettings(steps=2, seq_len=16, width=16, depth=1, heads=2, batch_size=2, eval_seqs=2, seeds=(0,),
         ...                 members=("standard",), max_documents=30, device="cpu")
-        >>> table = train_family(tempfile.mkdtemp(), s, log=lambda line: None)
+        >>> table = train_family(tempfile.mkdtemp(), s, log=lambda line: None, show_progress=False)
         >>> table[["member", "seed", "steps", "stopped_by"]].values.tolist()
         [['standard', 0, 2, 'steps']]
     """
@@ -269,25 +280,30 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
     if _check_out(out, settings, data, overwrite):
         log(f"{out}: every run is already trained with these settings and data; reusing it")
         return pd.read_csv(out / "summary.csv")
+    state = load_resume(out, settings.to_dict(), data.sha256) if (out / "zoo.json").exists() else None
     data.write_held_out(out / "held_out.jsonl")
     record_written([out / "held_out.jsonl"])
-    record = {
-        "poslens_version": __version__,
-        "settings": settings.to_dict(),
-        "data": data.describe(),
-        "device": str(device),
-        "architecture": "MistralForCausalLM",
-        "task": settings.task,
-        "load_average_start": [round(x, 2) for x in os.getloadavg()],
-        "nope": NOPE_NOTE,
-    }
+    record = (
+        json.loads((out / "zoo.json").read_text())
+        if state is not None
+        else {
+            "poslens_version": __version__,
+            "settings": settings.to_dict(),
+            "data": data.describe(),
+            "device": str(device),
+            "architecture": "MistralForCausalLM",
+            "task": settings.task,
+            "load_average_start": [round(x, 2) for x in os.getloadavg()],
+            "nope": NOPE_NOTE,
+        }
+    )
     _write_ours(out / "zoo.json", lambda tmp: tmp.write_text(json.dumps(record, indent=1), encoding="utf-8"))
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     runs = []
     for member, seed in settings.runs():
         folder = out / run_name(member, seed)
-        if folder.exists():
+        if folder.exists() and state is None:
             _remove_ours(folder)  # only what poslens wrote there: a user's file stays
         folder.mkdir(parents=True, exist_ok=True)
         config = member_config(member, settings.width, settings.depth, settings.heads, settings.seq_len, vocab_size=data.vocab_size)
@@ -310,9 +326,17 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
         f"each, {settings.steps} steps of {settings.batch_size} × {settings.seq_len} tokens, on {device}"
         + (f", at most {budget:.0f} s" if budget else "")
     )
-    start = time.perf_counter()
-    _checkpoint(runs, settings, out, 0, 0.0, eval_tokens, tokenizer, log)
-    step, stopped_by, lr = 0, "steps", None
+    step, stopped_by, lr, spent = 0, "steps", None, 0.0
+    if state is not None:
+        restore(state, runs, generators)
+        step, spent = int(state["step"]), float(state["seconds"])
+        for run in runs:  # the log as it stood at the saved step (a line written after it, before a crash, goes)
+            _write_ours(run.folder / "log.jsonl", lambda tmp, run=run: tmp.write_text("".join(json.dumps(r) + "\n" for r in run.rows)))
+        log(f"zoo: resuming every run at step {step} of {settings.steps} from {out / RESUME_FILE}")
+    start = time.perf_counter() - spent
+    if state is None:
+        _checkpoint(runs, settings, out, 0, 0.0, eval_tokens, tokenizer, log)
+    bar = progress_bar(None, total=settings.steps, initial=step, desc=f"zoo: {len(runs)} runs", unit="step", disable=not show_progress)
     while step < settings.steps:
         elapsed = time.perf_counter() - start
         if budget is not None and elapsed >= budget:
@@ -333,12 +357,21 @@ def train_family(out: str | Path, settings: ZooSettings | None = None, log: Call
             run.loss_sum += loss.detach()
             run.loss_steps += 1
         step += 1
+        bar.update(1)
         if step % settings.eval_every == 0 and step < settings.steps:
             _checkpoint(runs, settings, out, step, time.perf_counter() - start, eval_tokens, tokenizer, log, lr)
+            save_resume(out, settings.to_dict(), data.sha256, step, time.perf_counter() - start, runs, generators)
+            bar.set_postfix_str(_postfix(runs), refresh=False)
+    bar.close()
     seconds = time.perf_counter() - start
     if runs[0].rows[-1]["step"] != step:  # the last checkpoint, unless a time stop fell on one
         _checkpoint(runs, settings, out, step, seconds, eval_tokens, tokenizer, log, lr)
     return _finish(runs, settings, out, data, step, stopped_by, seconds, log)
+
+
+def _postfix(runs: list[_Run]) -> str:
+    """The bar's postfix: the last held-out loss and sink count of each run, ``member-s<seed> 3.25/2``."""
+    return ", ".join(f"{run_name(r.member, r.seed)} {r.rows[-1]['held_out_loss']:.3f}/{r.rows[-1]['sink_heads']}" for r in runs if r.rows)
 
 
 def _checkpoint(
@@ -451,6 +484,7 @@ def _finish(
     _write_ours(out / "zoo.json", lambda tmp: tmp.write_text(json.dumps(record, indent=1), encoding="utf-8"))
     _write_ours(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
     _write_ours(out / "summary.md", lambda tmp: tmp.write_text(summary_markdown(table), encoding="utf-8"))
+    remove_resume(out)  # finished: a rerun reuses the family
     log(f"zoo: {len(runs)} runs trained for {steps} steps in {seconds:.0f} s (stopped by {stopped_by}); wrote {out / 'summary.csv'}")
     return table
 
