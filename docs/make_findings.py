@@ -46,7 +46,7 @@ from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE, Claims
 from poslens.study.rules import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED, joint
 from poslens.study.verdict_summary import quoted_inputs, split_sentence, summary_rows
 
-PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "fingerprint", "compare", "comparisons")
+PARTS = ("leakage", "sinks", "bos-swap", "ablate-sinks", "path-tests", "sink-split", "fingerprint", "compare", "comparisons")
 # the relativize part: relativize.parquet, or in a folder of table format 1 its four attribution* files
 ATTRIBUTION_FILES = ("relativize.parquet", *OLD_FILES[1:], OLD_FILES[0])
 FIGURES = Path(__file__).parent / "img" / "findings"  # written by docs/make_findings_figures.py
