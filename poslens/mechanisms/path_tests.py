@@ -26,6 +26,7 @@ spread, the others from the delete-one-group jackknife.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -236,6 +237,14 @@ def path_specific_tests(
     for offset in offsets:
         if isinstance(offset, bool) or not isinstance(offset, int | np.integer) or offset < 0:
             raise InputError(f"offsets D must be whole numbers ≥ 0, got {offset!r}")
+    unseen = [int(d) for d in offsets if d >= corpus.seq_len]
+    notes = []
+    if unseen:
+        notes.append(
+            f"offsets D = {', '.join(map(str, unseen))} are not below the sequences' {corpus.seq_len} tokens: the freeze puts each "
+            "query that far from key 0, an offset these sequences never show the model"
+        )
+        warnings.warn(notes[-1], UserWarning, stacklevel=2)
     for dose in doses:
         if not 0 < dose <= 1:
             raise InputError(f"doses λ must lie in (0, 1], got {dose}")
@@ -288,6 +297,7 @@ def path_specific_tests(
     meta = run_metadata(model, corpus, settings)
     meta["sink_heads"] = [list(h) for h in heads]
     meta["key0_rows"] = frozen_rows(model.sliding_windows)  # None without a sliding window
+    meta["offset_notes"] = notes
     meta["dose_responses"] = dose_responses(table).to_dict(orient="records")
     meta["timings"] = {"per_run_seconds": timings, "total_seconds": time.perf_counter() - start}
     return Result(table, meta)

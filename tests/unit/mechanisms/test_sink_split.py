@@ -232,3 +232,12 @@ def test_the_path_tests_warn_where_the_probe_cannot_be_read(llama):
     corpus = poslens.make_corpus(llama, "random", n_seqs=4, seq_len=T, seed=0)
     with pytest.warns(ProbeSizeWarning, match=r"use at least \d+ sequences of 12 tokens \(--n-seqs, --seq-len\)"):
         path_specific_tests(llama, corpus, offsets=[4], groups=2, early=4, tau=0.05, sham=False, ablation=False, progress=False)
+
+
+def test_the_path_tests_warn_and_record_an_offset_the_sequences_never_show(llama):
+    from poslens.mechanisms.path_tests import path_specific_tests
+
+    corpus = poslens.make_corpus(llama, "random", n_seqs=8, seq_len=T, seed=0)
+    with pytest.warns(UserWarning, match="never show the model"):
+        result = path_specific_tests(llama, corpus, offsets=[4, 40], groups=2, early=4, tau=0.05, sham=False, ablation=False, progress=False)
+    assert result.meta["offset_notes"] and "D = 40" in result.meta["offset_notes"][0]
