@@ -335,7 +335,7 @@ def inference_time_beside(zoo: Any, inference: Any) -> pd.DataFrame:
          ['sliding − standard: c_res', 'supported', 'not supported', 'differ']]
     """
     rows = []
-    theirs = _variant_rows(inference)
+    theirs = variant_rows(inference)
     for _, r in zoo.table[zoo.table["claim"] == "C4"].iterrows():
         head = zoo.headline(r["key"])
         if head is None:
@@ -372,8 +372,20 @@ def inference_time_beside(zoo: Any, inference: Any) -> pd.DataFrame:
     )
 
 
-def _variant_rows(claims: Any) -> pd.DataFrame:
-    """The inference-time variants' C4 rows of ``claims`` with their headline's statistic and metric."""
+def variant_rows(claims: Any) -> pd.DataFrame:
+    """The inference-time variants' C4 rows (``ntk:α``, ``window:W``) of ``claims`` with their headline's statistic and metric.
+
+    Args:
+        claims: A run's claims (:class:`~poslens.study.claim_table.Claims`).
+
+    Returns:
+        ``model`` (the row's model column), ``case``, ``statistic``, ``metric``, ``own_verdict`` and ``rows`` (the headline
+        input's record).
+
+    Example:
+        >>> variant_rows(Claims.read("docs/findings_data"))["case"].iloc[0]  # doctest: +SKIP
+        'sliding'
+    """
     out = []
     for _, r in claims.table[claims.table["claim"] == "C4"].iterrows():
         head = claims.headline(r["key"])

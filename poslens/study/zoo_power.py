@@ -36,7 +36,7 @@ from poslens.errors import NotFoundError
 from poslens.files import atomic_write
 from poslens.mechanisms.comparison_stats import LEVEL, POWER, detectable_difference
 from poslens.study.claim_table import Claims
-from poslens.study.claims_zoo import ZOO_COMPARISONS, ZooComparison
+from poslens.study.claims_zoo import ZOO_COMPARISONS, ZooComparison, variant_rows
 from poslens.study.zoo_plan import MAX_SEEDS, FamilyPlan, plan_family
 
 #: How the planned target of each comparison is chosen, stated before any new family is trained.
@@ -135,23 +135,19 @@ def inference_targets(inference: Claims) -> pd.DataFrame:
         >>> inference_targets(Claims.read("docs/findings_data")).iloc[0]["row"]  # doctest: +SKIP
         'smollm2-135m (window:32): c_res_depth_slope'
     """
-    rows = []
-    for _, r in inference.table[inference.table["claim"] == "C4"].iterrows():
-        head = inference.headline(r["key"])
-        if head is None or not str(head["variant"]).startswith(("ntk:", "window:")):
-            continue
-        rows.append(
-            dict(
-                row=str(r["model"]),
-                case=str(r["case"]),
-                statistic=str(head["statistic"]),
-                metric=str(head["metric"]),
-                value=float(head["value"]),
-                ci_low=float(head["ci_low"]),
-                ci_high=float(head["ci_high"]),
-                own_verdict=str(r["own_verdict"]),
-            )
+    rows = [
+        dict(
+            row=r["model"],
+            case=r["case"],
+            statistic=r["statistic"],
+            metric=r["metric"],
+            value=float(r["rows"]["value"]),
+            ci_low=float(r["rows"]["ci_low"]),
+            ci_high=float(r["rows"]["ci_high"]),
+            own_verdict=r["own_verdict"],
         )
+        for _, r in variant_rows(inference).iterrows()
+    ]
     return pd.DataFrame(rows, columns=["row", "case", "statistic", "metric", "value", "ci_low", "ci_high", "own_verdict"])
 
 
