@@ -60,7 +60,7 @@ def newer_format_message(kind: str, found: int, written_by: str | None = None) -
         >>> newer_format_message("sums", 1) is None
         True
         >>> newer_format_message("sums", 9, written_by="0.9.0")  # doctest: +ELLIPSIS
-        'sums format 9 (written by poslens 0.9.0) is newer than this poslens 0.4.1 reads (sums format 2): ...'
+        'sums format 9 (written by poslens 0.9.0) is newer than this poslens 0.5.0 reads (sums format 2): ...'
     """
     current = {"sums": SUMS_FORMAT, "table": TABLE_FORMAT}
     if kind not in current:

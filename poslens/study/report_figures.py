@@ -56,7 +56,7 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
     Example:
         >>> figures = claim_figures({}, {})
         >>> sorted(figures), figures["C1"]
-        (['C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7'], [])
+        (['C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7', 'C8'], [])
     """
     figures: dict[str, list[tuple[go.Figure, str]]] = {claim: [] for claim in STATEMENTS}
     if "leakage" in parts:

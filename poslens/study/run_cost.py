@@ -14,7 +14,7 @@ Example:
     >>> from poslens.study.settings import Settings
     >>> tokens = estimated_tokens(Settings.full())
     >>> round(tokens / 1e6, 2)   # million tokens, before the seconds per token of the machine
-    0.49
+    0.61
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def estimate_line(s: Settings, per_token: float, plan: list[str] | None = None) 
     Example:
         >>> from poslens.study.settings import Settings
         >>> estimate_line(Settings.full(), 2e-3)
-        '--full: expecting roughly 16 minutes on this machine (calibrated at 2.0 ms per token; gemma3-270m costs more per token)'
+        '--full: expecting roughly 20 minutes on this machine (calibrated at 2.0 ms per token; gemma3-270m costs more per token)'
     """
     from poslens.study.part_registry import estimated_tokens
 

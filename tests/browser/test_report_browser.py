@@ -91,7 +91,7 @@ def test_report_writes_every_artifact(report_dir):
     claims = pd.read_csv(report_dir / "claims.csv")
     assert list(claims.columns) == CLAIM_COLUMNS
     assert list(pd.read_csv(report_dir / "claim_inputs.csv").columns) == INPUT_COLUMNS
-    assert set(claims["claim"]) == {"C1", "C2", "C3", "C4", "C5", "C6", "C7"}
+    assert set(claims["claim"]) == {"C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8"}
     # C7 reads the relativize part, which the report runs only when its plan holds it
     measured = claims[claims["claim"] != "C7"] if "relativize" not in json.loads((report_dir / "run.json").read_text())["timings_seconds"] else claims
     assert set(measured["verdict"]) <= {"supported", "not supported", "inconclusive"}
@@ -114,10 +114,10 @@ def test_report_notes_the_4bit_weights_of_the_embedded_models(report_dir):
     text = (report_dir / "report.html").read_text()
     note = "Figures from smollm2-135m and gemma3-270m come from 4-bit quantized (GGUF) weights dequantized to float32."
     assert f'<p class="note">{note}</p>' in text
-    # the captions of the eleven smollm2-only figures (C1 heatmap, C2 and C3 by layer, C3 sinks, C3's three path-specific
-    # figures: probe R² by edit, the split, the doses; C5 reductions, C6 fingerprint, C7 attribution and loss change)
-    # name smollm2 alone
-    assert text.count("Figures from smollm2-135m come from 4-bit quantized") == 11
+    # the captions of the twelve smollm2-only figures (C1 heatmap, C2 and C3 by layer, C3 sinks, C3's three path-specific
+    # figures: probe R² by edit, the split, the doses; C5 reductions, C6 fingerprint, C7 attribution and loss change;
+    # C8's sink split) name smollm2 alone
+    assert text.count("Figures from smollm2-135m come from 4-bit quantized") == 12
 
 
 def test_report_renders_offline_without_console_errors(browser, report_dir):
