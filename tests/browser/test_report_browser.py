@@ -85,7 +85,7 @@ def _driver(browser: tuple[str, str]):
 
 
 def test_report_writes_every_artifact(report_dir):
-    for name in ("leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "compare", "path-tests"):
+    for name in ("leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "compare", "path-tests", "sink-split"):
         assert (report_dir / f"{name}.parquet").exists(), name
         assert (report_dir / f"{name}.csv").exists(), name
     claims = pd.read_csv(report_dir / "claims.csv")
@@ -97,7 +97,7 @@ def test_report_writes_every_artifact(report_dir):
     assert set(measured["verdict"]) <= {"supported", "not supported", "inconclusive"}
     run = json.loads((report_dir / "run.json").read_text())
     assert run["models"] and all(m["sha256"] for name, m in run["models"].items() if name.startswith("smollm2"))
-    parts = {"leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "relativize", "compare", "comparisons", "path-tests"}
+    parts = {"leakage", "sinks", "bos-swap", "ablate-sinks", "fingerprint", "relativize", "compare", "comparisons", "path-tests", "sink-split"}
     assert set(run["timings_seconds"]) == parts and set(run["parts"]) == parts
     assert run["parts"]["relativize"] == "relativize.parquet" and run["parts"]["comparisons"] == "comparisons.parquet"
 
