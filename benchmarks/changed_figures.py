@@ -47,7 +47,9 @@ def changed_inputs(before: Path, after: Path, tolerance: float = 1e-9) -> tuple[
     """
     old, new = _inputs(before), _inputs(after)
     both = old.merge(new, on=KEYS, how="outer", suffixes=("_before", "_after"), indicator=True)
-    unpaired = both[both["_merge"] != "both"][KEYS].assign(**{"in": both["_merge"].map({"left_only": "before", "right_only": "after"})})
+    alone = both[both["_merge"] != "both"]
+    unpaired = alone[KEYS].copy()
+    unpaired["in"] = alone["_merge"].astype(str).map({"left_only": "before", "right_only": "after"})
     paired = both[both["_merge"] == "both"].copy()
     differs = np.zeros(len(paired), dtype=bool)
     for column in ("value", "ci_low", "ci_high"):

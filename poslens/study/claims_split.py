@@ -70,9 +70,10 @@ def _estimate(row: pd.Series, name: str, readout: str) -> Estimate:
         model=str(row["model"]),
         variant=str(row["variant"]),
         intervention="split",
-        layer=-1,
+        layer=None,  # a mean over the layers from fig.FIRST_LAYER on, which layer −1 ("layers ≥ 1") would misname
         head=-1,
         query_window="all",
+        layer_first=fig.FIRST_LAYER,
     )
 
 

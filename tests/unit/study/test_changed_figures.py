@@ -38,4 +38,5 @@ def test_moved_inputs_unpaired_inputs_and_changed_verdicts(tmp_path):
     verdicts = script.changed_verdicts(before, after)
     assert verdicts.values.tolist() == [["C8", "m", "", "supported"]]
     nudged = _folder(tmp_path / "nudged", [same[:4] + [0.75 + 1e-12, 0.73, 0.77] + same[7:]], [["C1", "m", "supported"]])
-    assert script.changed_inputs(_folder(tmp_path / "base", [same], [["C1", "m", "supported"]]), nudged)[0].empty  # within the tolerance
+    moved, unpaired = script.changed_inputs(_folder(tmp_path / "base", [same], [["C1", "m", "supported"]]), nudged)
+    assert moved.empty and unpaired.empty  # within the tolerance, and nothing unpaired
