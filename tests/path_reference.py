@@ -247,7 +247,10 @@ def absolute_cells(scores: np.ndarray, groups: int, early: int) -> np.ndarray:
 
 
 def mask_only_edit(absolute: dict[int, np.ndarray], heads: Sequence[tuple[int, int]], groups: np.ndarray, early: int, t: int, dose: float):
-    """Edit M, written out: ``absolute[layer]`` [G, H, C·B]; ``groups`` the group of every sequence of the corpus."""
+    """Edit M, written out: ``absolute[layer]`` [G, H, C·B]; ``groups`` the group of every sequence of the corpus.
+
+    Each edited row is rebuilt from the logits (methodology §12.3): a_i0 and a'_i0 from the scores, the rest of the
+    row (1 − wanted) · softmax over the other visible keys, in float64."""
     bins = nr.ReferenceBins(t, early)
     cell = np.zeros((t, t), int)
     for i in range(t):
@@ -267,11 +270,14 @@ def mask_only_edit(absolute: dict[int, np.ndarray], heads: Sequence[tuple[int, i
                     visible = scores[b, h, i] > FMIN32 / 2
                     if not visible[0]:
                         continue
-                    z = (scores[b, h, i] - torch.as_tensor(a_pairs[i]))[visible]
+                    s_row = scores[b, h, i][visible].to(torch.float64)
+                    z = s_row - torch.as_tensor(a_pairs[i])[visible]
                     a0_new = torch.exp(z[0] - torch.logsumexp(z, 0))
-                    a0 = pattern[b, h, i, 0]
+                    a0 = torch.exp(s_row[0] - torch.logsumexp(s_row, 0))  # from the logits, not the float32 pattern
                     wanted = a0 + dose * (a0_new - a0)
-                    pattern[b, h, i, 1:] *= (1 - wanted) / (1 - a0)
+                    rest = torch.softmax(s_row[1:], 0)  # the other visible keys, as the logits weigh them
+                    keys = torch.nonzero(visible)[:, 0]
+                    pattern[b, h, i, keys[1:]] = ((1 - wanted) * rest).to(pattern.dtype)
                     pattern[b, h, i, 0] = wanted
         return pattern
 

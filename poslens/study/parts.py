@@ -578,6 +578,9 @@ class Study:
         ablation = parts.get("ablate-sinks")
         if ablation is not None and ablation.table.empty:
             ablation = None  # no sink-reading head: C3's ablation was not measured
+        split = parts.get("sink-split")
+        if split is not None and not (split.table.get("kind", pd.Series(dtype=str)) == "derived").any():
+            split = None  # no sink-reading head: nothing was split, so C8 was not measured
         table = evaluate(
             leakage=parts.get("leakage"),
             ablation=ablation,
@@ -586,7 +589,7 @@ class Study:
             fingerprint=parts.get("fingerprint"),
             attribution=parts.get("relativize"),  # C7, and C3's causal figure (reported)
             path=parts.get("path-tests"),  # C3, decided by the key-0 phase freeze (methodology §12)
-            split=parts.get("sink-split"),  # C8, the sink path's split (methodology §13)
+            split=split,  # C8, the sink path's split (methodology §13)
             # an imposed window of W changes nothing for queries i < W, so C4 compares all queries
             c4_query_window="all",
             # C4 by paired/independent differences and trends (methodology §9.1) when compare recorded them

@@ -38,3 +38,17 @@ def test_the_saved_part_keeps_the_offset_it_ran_at(tiny_llama_dir, tmp_path):
     assert done.exit_code == 0, done.output
     saved = Result.load(out / "sink-split.parquet")
     assert saved.meta["settings"]["split_offset"] is None and split_offset_of(saved) == saved.meta["split_settings"]["offset"] == 64
+
+
+def test_a_split_without_sink_reading_heads_leaves_c8_not_measured(tiny_llama_dir, tmp_path):
+    out = tmp_path / "study"
+    args = ["sink-split", "--model", tiny_llama_dir, "--corpus", "random", "--n-seqs", "12", "--seq-len", "16", "--groups", "4", "--early", "4"]
+    done = runner.invoke(app, [str(a) for a in [*args, "--tau", "1.0", "--out", out]])  # no head reads the sink at τ = 1
+    assert done.exit_code == 0, done.output
+    assert "no head is sink-reading" in " ".join(done.output.split())
+    claims = runner.invoke(app, ["claims", "--out", str(out)])
+    assert claims.exit_code == 0, claims.output
+    import pandas as pd
+
+    table = pd.read_csv(out / "claims.csv").set_index("claim")
+    assert table.loc["C8", "verdict"] == "not measured"
