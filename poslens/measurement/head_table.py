@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from poslens.measurement.table import DEFAULT_QUERY_WINDOW, head_attrs, per_head_metric_rows
+from poslens.measurement.table import head_attrs, per_head_metric_rows, query_window_for
 
 __all__ = ["HEAD_COLUMNS", "head_rows", "heads_excluding_zero"]
 
@@ -21,7 +21,7 @@ __all__ = ["HEAD_COLUMNS", "head_rows", "heads_excluding_zero"]
 HEAD_COLUMNS = ["layer", "head", "value", "ci_low", "ci_high"]
 
 
-def head_rows(table: pd.DataFrame, metric: str, query_window: str = DEFAULT_QUERY_WINDOW) -> pd.DataFrame:
+def head_rows(table: pd.DataFrame, metric: str, query_window: str | None = None) -> pd.DataFrame:
     """One per-head metric as a tidy frame: one row per real head (layer ≥ 0, head ≥ 0), its value and 95% interval.
 
     Sorted by layer, then head. ``attrs`` holds what :func:`~poslens.measurement.table.head_grid` keeps there:
@@ -30,7 +30,8 @@ def head_rows(table: pd.DataFrame, metric: str, query_window: str = DEFAULT_QUER
     Args:
         table: A tidy table of one run.
         metric: A metric with per-head rows.
-        query_window: ``"early"`` (the default, :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`) or ``"all"``.
+        query_window: ``"early"`` or ``"all"``; default :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`
+            (``early``; :func:`~poslens.measurement.table.query_window_for`).
 
     Returns:
         The frame, with the columns of :data:`HEAD_COLUMNS`.
@@ -50,6 +51,7 @@ def head_rows(table: pd.DataFrame, metric: str, query_window: str = DEFAULT_QUER
         2      1     0    1.0     0.5      1.5
         3      1     1    1.1     0.5      1.5
     """
+    query_window = query_window_for(table, metric, query_window)
     rows, run = per_head_metric_rows(table, metric, query_window)
     cells = rows[(rows["layer"] >= 0) & (rows["head"] >= 0)][HEAD_COLUMNS]
     out = cells.astype({"layer": "int64", "head": "int64", "value": float, "ci_low": float, "ci_high": float})
@@ -58,7 +60,7 @@ def head_rows(table: pd.DataFrame, metric: str, query_window: str = DEFAULT_QUER
     return out
 
 
-def heads_excluding_zero(table: pd.DataFrame, metric: str, query_window: str = DEFAULT_QUERY_WINDOW) -> pd.DataFrame:
+def heads_excluding_zero(table: pd.DataFrame, metric: str, query_window: str | None = None) -> pd.DataFrame:
     """The heads whose 95% interval of ``metric`` excludes 0, ranked: the interval's end nearer 0 farthest from it first.
 
     ``side`` is ``"above 0"`` (ci_low > 0) or ``"below 0"`` (ci_high < 0); ``nearer_end`` is the end nearer 0, the
@@ -69,7 +71,8 @@ def heads_excluding_zero(table: pd.DataFrame, metric: str, query_window: str = D
     Args:
         table: A tidy table of one run.
         metric: A metric with per-head rows.
-        query_window: ``"early"`` (the default, :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`) or ``"all"``.
+        query_window: ``"early"`` or ``"all"``; default :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`
+            (``early``; :func:`~poslens.measurement.table.query_window_for`).
 
     Returns:
         ``rank``, then the columns of :data:`HEAD_COLUMNS`, ``side`` and ``nearer_end``; no rows if no interval excludes 0.

@@ -13,7 +13,7 @@ import pandas as pd
 
 from poslens.measurement import path_plots, plots, split_plots
 from poslens.measurement.figure import Figure
-from poslens.measurement.table import COLUMNS, DEFAULT_QUERY_WINDOW, head_grid, rows_with
+from poslens.measurement.table import COLUMNS, head_grid, query_window_for, rows_with
 from poslens.options import DEFAULTS
 
 PLOT_KINDS = ("sources", "leakage", "heads", "layers", "sinks", "path", "path-split", "path-doses", "sink-split")
@@ -27,8 +27,8 @@ def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, 
     Args:
         table: A tidy table.
         kind: One of :data:`PLOT_KINDS`.
-        query_window: The query window; default :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW` (``early``),
-            but ``all`` for ``"sinks"`` (the sink score is defined over all queries).
+        query_window: The query window; default :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW` (``early``), or
+            the one window a table holds its metrics in (:func:`~poslens.measurement.table.query_window_for`).
         tau: The sink threshold of ``"sinks"``.
         metric: The metric of ``"heads"`` and ``"layers"`` (required there), the readout of a ``path…`` kind (optional),
             refused by the other kinds.
@@ -58,14 +58,14 @@ def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, 
         if metric is None:
             held = set(t[(t["layer"] >= 0) & (t["head"] >= 0)]["metric"]) if set(COLUMNS) <= set(t.columns) else set()
             raise ValueError(f"plot('heads') needs metric=..., one of the per-head metrics: {', '.join(sorted(held)) or 'none'}")
-        grid = head_grid(t, metric, query_window or DEFAULT_QUERY_WINDOW)  # checks the metric, the window and that there is one run
+        grid = head_grid(t, metric, query_window)  # checks the metric, the window and that there is one run
         rows = t[(t["metric"] == metric) & (t["query_window"] == grid.attrs["query_window"])]
         return plots.leakage_heatmap(rows, metric, grid.attrs["query_window"])
     if kind == "layers":
         if metric is None:
             layer_metrics = sorted(set(t[t["head"] == -1]["metric"])) if set(COLUMNS) <= set(t.columns) else []
             raise ValueError(f"plot('layers') needs metric=..., one with per-layer rows: {', '.join(layer_metrics) or 'none'}")
-        query_window = query_window or DEFAULT_QUERY_WINDOW
+        query_window = query_window_for(t, metric, query_window)
         rows = rows_with(t, "metric", metric, "")
         rows_with(rows, "query_window", query_window, f" for metric {metric!r}")
         return plots.by_layer(t, metric, query_window)
@@ -84,14 +84,14 @@ def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, 
     if metric is not None:
         raise ValueError(f"plot({kind!r}) draws fixed metrics; metric= is for plot('heads' or 'layers', metric=...) and the path kinds")
     if kind == "sources":
-        query_window = query_window or DEFAULT_QUERY_WINDOW
+        query_window = query_window_for(t, ("c_res", "c_mask"), query_window)
         _needs(t, kind, "c_res", "c_mask")
         for needed in ("c_res", "c_mask"):
             rows_with(t[t["metric"] == needed], "query_window", query_window, f" for metric {needed!r}")
         _one_intervention(t, kind)
         return plots.sources_by_layer(t, query_window)
     if kind == "leakage":
-        query_window = query_window or DEFAULT_QUERY_WINDOW
+        query_window = query_window_for(t, "leakage_pattern", query_window)
         _needs(t, kind, "leakage_pattern")
         rows = rows_with(t[t["metric"] == "leakage_pattern"], "query_window", query_window, " for metric 'leakage_pattern'")
         _one_run(rows, kind)
@@ -104,11 +104,11 @@ def plot_table(table: pd.DataFrame, kind: str, query_window: str | None = None, 
             f"plot('sinks') needs metric 'sink_score' (a sinks part) or 'key0_mass' (a measurement), which this "
             f"table lacks; it has: {', '.join(sorted(set(t['metric']))) or 'no rows'}"
         )
-    query_window = query_window or "all"
+    query_window = query_window_for(t, "key0_mass", query_window)
     rows = rows_with(t[t["metric"] == "key0_mass"], "query_window", query_window, " for metric 'key0_mass'")
     rows = rows[(rows["head"] >= 0) & (rows["layer"] >= 0)]
     _one_run(rows, kind)
-    return plots.sink_scores(rows.assign(metric="sink_score"), tau)
+    return plots.sink_scores(rows.assign(metric="sink_score"), tau, query_window)
 
 
 def _needs(table: pd.DataFrame, kind: str, *metrics: str) -> None:

@@ -165,7 +165,7 @@ def leakage_heatmap(table: pd.DataFrame, metric: str = "leakage_pattern", query_
     return Figure(fig)
 
 
-def sink_scores(table: pd.DataFrame, tau: float = DEFAULTS.tau) -> Figure:
+def sink_scores(table: pd.DataFrame, tau: float = DEFAULTS.tau, query_window: str = "all") -> Figure:
     """Sink score per head as a heatmap, with the sink-reading count per layer beside it.
 
     The count panel is drawn when the table has ``sink_heads`` rows (a sinks
@@ -175,6 +175,8 @@ def sink_scores(table: pd.DataFrame, tau: float = DEFAULTS.tau) -> Figure:
     Args:
         table: A tidy table with ``sink_score`` rows (and maybe ``sink_heads`` rows).
         tau: The threshold drawn on the heatmap's scale.
+        query_window: The queries the score is a mean over, for the titles: ``all`` (i ≥ 1; the sinks part's
+            sink score) or ``early`` (1 ≤ i < Q; a measurement's key-0 mass in that window).
 
     Returns:
         The plotly figure.
@@ -188,15 +190,16 @@ def sink_scores(table: pd.DataFrame, tau: float = DEFAULTS.tau) -> Figure:
     scores = table[table["metric"] == "sink_score"]
     if scores.empty:
         raise ValueError("no sink_score rows; make them with poslens.mechanisms.sinks.sink_table(result)")
+    over = "i ≥ 1" if query_window == "all" else "early queries 1 ≤ i < Q"
     counts = table[(table["metric"] == "sink_heads") & (table["layer"] >= 0)].sort_values("layer")
     grid = scores.pivot_table(index="layer", columns="head", values="value")
     if counts.empty:
         fig = go.Figure(go.Heatmap(z=grid.values, x=grid.columns, y=grid.index, colorscale="Magma", zmin=0, zmax=1, colorbar=dict(title="a_i0")))
         fig.update_layout(
-            height=520, title=figure_title("Attention sinks: sink score a_i0 (mean over i ≥ 1)", scores), xaxis_title="head", yaxis_title="layer"
+            height=520, title=figure_title(f"Attention sinks: sink score a_i0 (mean over {over})", scores), xaxis_title="head", yaxis_title="layer"
         )
         return Figure(fig)
-    titles = ["sink score a_i0 (mean over i ≥ 1)", f"heads with score ≥ τ = {tau}"]
+    titles = [f"sink score a_i0 (mean over {over})", f"heads with score ≥ τ = {tau}"]
     fig = make_subplots(rows=1, cols=2, column_widths=[0.7, 0.3], subplot_titles=titles)
     fig.add_trace(go.Heatmap(z=grid.values, x=grid.columns, y=grid.index, colorscale="Magma", zmin=0, zmax=1, colorbar=dict(x=0.66)), row=1, col=1)
     fig.add_trace(

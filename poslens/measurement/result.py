@@ -7,8 +7,9 @@ metadata; the cell sums, when kept, in a sibling ``.sums.npz`` file so a
 result can be refit or merged later. A result shows itself in a notebook
 through :mod:`poslens.measurement.display` and draws its standard figures
 through :mod:`poslens.measurement.plot_kinds`. Every reading that takes a query
-window defaults to the same one, :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`
-(``early``). The module is over 400 lines because each method carries runnable examples;
+window (``value``, ``summary``, ``heads``, ``heads_excluding_zero``, ``plot``) defaults to the same one,
+:data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW` (``early``), or, for a metric measured in one window
+only, that window (:func:`~poslens.measurement.table.query_window_for`). The module is over 400 lines because each method carries runnable examples;
 the work is in the modules named above.
 """
 
@@ -28,7 +29,7 @@ from poslens.measurement.figure import Figure, case_label
 from poslens.measurement.head_table import head_rows, heads_excluding_zero
 from poslens.measurement.plot_kinds import plot_table
 from poslens.measurement.result_files import read_result, write_result
-from poslens.measurement.table import COLUMNS, DEFAULT_QUERY_WINDOW, head_grid, select_rows, summary_table
+from poslens.measurement.table import COLUMNS, head_grid, query_window_for, select_rows, summary_table
 from poslens.options import DEFAULTS
 
 
@@ -129,7 +130,7 @@ class Result:
         """
         return select_rows(self.table, metric, query_window, layer, head)
 
-    def value(self, metric: str, query_window: str = "all", layer: int = -1, head: int = -1) -> float:
+    def value(self, metric: str, query_window: str | None = None, layer: int = -1, head: int = -1) -> float:
         """One figure (model aggregate by default).
 
         Unknown choices raise ``ValueError`` as in :meth:`select`; so does a
@@ -138,7 +139,9 @@ class Result:
 
         Args:
             metric: The metric.
-            query_window: ``early`` or ``all``.
+            query_window: ``early`` or ``all``; default :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`
+                (``early``), or the one window a metric measured in one window only has
+                (:func:`~poslens.measurement.table.query_window_for`).
             layer: A layer (−1: the aggregate over layers, as :data:`COLUMNS` defines it).
             head: A head (−1: the aggregate over heads).
 
@@ -151,12 +154,13 @@ class Result:
         Example:
             >>> r = Result(pd.DataFrame([dict(model="m", variant="base", intervention="none", layer=-1, head=-1,
             ...            query_window="early", metric="c_res", value=0.012, ci_low=0.0, ci_high=0.02)]))
-            >>> r.value("c_res", "early")
-            0.012
+            >>> r.value("c_res"), r.value("c_res", "early")   # the default window is early
+            (0.012, 0.012)
             >>> r.value("c_res", "late")
             Traceback (most recent call last):
             ValueError: unknown query window 'late' for metric 'c_res'; this table has: early
         """
+        query_window = query_window_for(self.table, metric, query_window)
         rows = self.select(metric, query_window, layer, head)
         if len(rows) != 1:  # select() never returns no rows, so several runs or repeated rows hold this figure
             runs = rows[["model", "variant", "intervention"]].drop_duplicates()
@@ -168,7 +172,7 @@ class Result:
             )
         return float(rows["value"].iloc[0])
 
-    def summary(self, query_window: str = DEFAULT_QUERY_WINDOW, metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
+    def summary(self, query_window: str | None = None, metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
         """Per-layer aggregates (head = −1) of a few metrics, one column each, formatted ``value [low, high]``.
 
         ``metrics`` defaults to those of ``leakage_pattern, c_res, c_mask,
@@ -177,7 +181,8 @@ class Result:
         naming those the table holds.
 
         Args:
-            query_window: ``early`` (the default, :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`) or ``all``.
+            query_window: ``early`` or ``all``; default :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`
+                (``early``; :func:`~poslens.measurement.table.query_window_for`).
             metrics: The metrics to show; default those of the usual few that the table holds.
 
         Returns:
@@ -201,7 +206,7 @@ class Result:
             table.columns.name = str(self.table["model"].iloc[0])
         return table
 
-    def heads(self, metric: str, query_window: str = DEFAULT_QUERY_WINDOW, intervals: bool = False) -> pd.DataFrame:
+    def heads(self, metric: str, query_window: str | None = None, intervals: bool = False) -> pd.DataFrame:
         """One per-head metric as a layer × head grid (index ``layer``, columns ``head``), or with ``intervals=True`` as a
         tidy frame, one row per head with ``value``, ``ci_low`` and ``ci_high``.
 
@@ -225,8 +230,9 @@ class Result:
 
         Args:
             metric: a metric with per-head rows, such as ``"c_res"``, ``"leakage_pattern"`` or ``"key0_mass"``.
-            query_window: ``"early"`` (1 ≤ i < Q; the default, :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`)
-                or ``"all"`` (every query i ≥ 1).
+            query_window: ``"early"`` (1 ≤ i < Q) or ``"all"`` (every query i ≥ 1); default
+                :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW` (``early``; a metric measured in one window
+                only is read there, :func:`~poslens.measurement.table.query_window_for`).
             intervals: return the tidy frame with each head's 95% interval instead of the grid of values.
 
         Returns:
@@ -262,7 +268,7 @@ class Result:
             return head_rows(self.table, metric, query_window)
         return head_grid(self.table, metric, query_window)
 
-    def heads_excluding_zero(self, metric: str, query_window: str = DEFAULT_QUERY_WINDOW) -> pd.DataFrame:
+    def heads_excluding_zero(self, metric: str, query_window: str | None = None) -> pd.DataFrame:
         """The heads whose 95% interval of ``metric`` excludes 0, ranked (:func:`~poslens.measurement.head_table.heads_excluding_zero`).
 
         The first row is the head whose interval keeps farthest from 0. Each interval is a head's own: among
@@ -270,7 +276,8 @@ class Result:
 
         Args:
             metric: a metric with per-head rows.
-            query_window: ``"early"`` (the default, :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`) or ``"all"``.
+            query_window: ``"early"`` or ``"all"``; default :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW`
+                (``early``; :func:`~poslens.measurement.table.query_window_for`).
 
         Returns:
             ``rank, layer, head, value, ci_low, ci_high, side, nearer_end``, one row per head that excludes 0.
@@ -438,7 +445,9 @@ class Result:
           (:mod:`poslens.measurement.split_plots`).
 
         The query window defaults to :data:`~poslens.measurement.table.DEFAULT_QUERY_WINDOW` (``early``) for every
-        kind but ``"sinks"``, whose score is defined over all queries (window ``all``).
+        kind, as for every other reading; a table that holds its metrics in one window only (the sinks part, the path
+        tests, the split) is drawn in that window. ``"sinks"`` from a measurement draws each head's key-0 mass in the
+        window (the sinks part's sink score is the key-0 mass over all queries: pass ``query_window="all"`` for it).
         Every title names the run it shows: model, variant and, if any, intervention.
         In a notebook the figure also carries an HTML rendering, so it survives
         a saved notebook's export to HTML (:class:`~poslens.measurement.figure.Figure`).

@@ -39,11 +39,44 @@ AGGREGATE_LABELS = {"layer": "all layers ≥ 1", "head": "all heads"}
 """How messages name the aggregate −1 of each column (:data:`COLUMNS` defines it)."""
 
 DEFAULT_QUERY_WINDOW = "early"
-"""The query window that :meth:`~poslens.measurement.result.Result.summary`, ``heads``, ``heads_excluding_zero`` and
-``plot`` read when none is named: the early queries 1 ≤ i < Q. The count term log |V_i| = log(i + 1) changes fastest
-over the first positions, and the claims that read one window read this one (C5's reduction; C4 by default), so the
-defaults show the numbers the claims decide on. The sink score is the exception: it is defined over all queries
-(methodology §6), so ``plot("sinks")`` reads ``all``."""
+"""The query window every reading reads when none is named: the early queries 1 ≤ i < Q.
+
+:meth:`~poslens.measurement.result.Result.value`, ``summary``, ``heads``, ``heads_excluding_zero`` and ``plot``,
+:func:`~poslens.mechanisms.effects.reduction` and ``poslens heads`` all take ``query_window=None`` and read it through
+:func:`query_window_for`: this window, or, for a metric measured in one window only (the sinks part's sink score, the
+path tests, the split, the relativization: window ``all``), that one. The count term log |V_i| = log(i + 1) changes
+fastest over the first positions, which is why the early window is the default. The claims do not read a default: each
+claim's window is part of its rule and is named in the claims table's ``where`` (C4 reads ``all``, since an imposed
+window of W changes nothing for queries i < W; C5 reads ``early``)."""
+
+
+def query_window_for(table: pd.DataFrame, metrics: Any, query_window: str | None = None) -> str:
+    """The query window a reading reads: the one named; else :data:`DEFAULT_QUERY_WINDOW`, unless the metrics are held in one other window only.
+
+    Args:
+        table: A tidy table.
+        metrics: A metric, or several.
+        query_window: The window named by the caller, or None.
+
+    Returns:
+        ``query_window`` when given; else the default window, or the one window the table holds the metrics in when
+        that is not the default (a metric measured in one window only).
+
+    Example:
+        >>> both = pd.DataFrame({"metric": ["c_res", "c_res"], "query_window": ["early", "all"]})
+        >>> query_window_for(both, "c_res"), query_window_for(both, "c_res", "all")
+        ('early', 'all')
+        >>> query_window_for(pd.DataFrame({"metric": ["sink_score"], "query_window": ["all"]}), "sink_score")
+        'all'
+    """
+    if query_window is not None:
+        return query_window
+    wanted = {metrics} if isinstance(metrics, str) else set(metrics)
+    if not {"metric", "query_window"} <= set(table.columns):
+        return DEFAULT_QUERY_WINDOW
+    held = set(map(str, table.loc[table["metric"].isin(wanted), "query_window"]))
+    return held.pop() if len(held) == 1 and DEFAULT_QUERY_WINDOW not in held else DEFAULT_QUERY_WINDOW
+
 
 SUMMARY_METRICS = ("leakage_pattern", "c_res", "c_mask", "key0_mass", "probe_r2", "reduction")
 """The metrics :func:`summary_table` shows by default, those of them that the table holds."""
@@ -98,7 +131,7 @@ def select_rows(table: pd.DataFrame, metric: str, query_window: str | None = Non
     return t
 
 
-def summary_table(table: pd.DataFrame, query_window: str = DEFAULT_QUERY_WINDOW, metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
+def summary_table(table: pd.DataFrame, query_window: str | None = None, metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
     """Per-layer aggregates (head −1) of a few metrics, one column each, as ``value [low, high]`` text.
 
     The reading behind :meth:`~poslens.measurement.result.Result.summary`:
@@ -106,7 +139,7 @@ def summary_table(table: pd.DataFrame, query_window: str = DEFAULT_QUERY_WINDOW,
 
     Args:
         table: A tidy table.
-        query_window: ``early`` or ``all``.
+        query_window: ``early`` or ``all``; default :data:`DEFAULT_QUERY_WINDOW` (:func:`query_window_for`).
         metrics: The metrics to show; default those of :data:`SUMMARY_METRICS` that the table holds.
 
     Returns:
@@ -121,10 +154,11 @@ def summary_table(table: pd.DataFrame, query_window: str = DEFAULT_QUERY_WINDOW,
         >>> summary_table(t, "all").to_dict()
         {'c_res': {1: '0.5000 [0.2500, 0.7500]', -1: '0.5000 [0.2500, 0.7500]'}}
     """
-    rows_with(table, "query_window", query_window, "")
     if metrics is None:
         held = set(table["metric"])
         metrics = tuple(m for m in SUMMARY_METRICS if m in held)
+    query_window = query_window_for(table, metrics, query_window)
+    rows_with(table, "query_window", query_window, "")
     for metric in metrics:
         rows_with(table, "metric", metric, "")
     rows = table[(table["head"] == -1) & (table["query_window"] == query_window) & table["metric"].isin(metrics)]
@@ -139,13 +173,13 @@ def summary_table(table: pd.DataFrame, query_window: str = DEFAULT_QUERY_WINDOW,
     return wide.reindex(index=order, columns=[m for m in metrics if m in wide.columns])
 
 
-def head_grid(table: pd.DataFrame, metric: str, query_window: str = DEFAULT_QUERY_WINDOW) -> pd.DataFrame:
+def head_grid(table: pd.DataFrame, metric: str, query_window: str | None = None) -> pd.DataFrame:
     """One per-head metric as a layer × head grid, the aggregate rows apart (:meth:`~poslens.measurement.result.Result.heads`).
 
     Args:
         table: A tidy table of one run.
         metric: A metric with per-head rows.
-        query_window: ``"all"`` or ``"early"``.
+        query_window: ``"all"`` or ``"early"``; default :data:`DEFAULT_QUERY_WINDOW` (:func:`query_window_for`).
 
     Returns:
         The grid of the real heads (layer ≥ 0, head ≥ 0), with ``attrs`` naming the metric, query window and run and
@@ -163,6 +197,7 @@ def head_grid(table: pd.DataFrame, metric: str, query_window: str = DEFAULT_QUER
         >>> grid.to_dict(), grid.attrs["aggregates"]
         ({0: {0: 0.0}}, {'layer_means': {0: -1.0}, 'head_means': {0: -1.0}, 'overall': -2.0})
     """
+    query_window = query_window_for(table, metric, query_window)
     rows, run = per_head_metric_rows(table, metric, query_window)
     cells = rows[(rows["layer"] >= 0) & (rows["head"] >= 0)]
     grid = cells.pivot(index="layer", columns="head", values="value").sort_index().sort_index(axis=1).astype(float)

@@ -55,7 +55,7 @@ from typing import Any
 import pandas as pd
 
 from poslens.study.claim_table import Claim, Claims, not_measured_row
-from poslens.study.claims_compare import C4, C4_DIRECTIONS, c4_rows, c4_sign_rule
+from poslens.study.claims_compare import C4, C4_DIRECTIONS, C4_QUERY_WINDOW, c4_rows, c4_sign_rule
 from poslens.study.claims_leakage import C1, C2, claim_c1, claim_c2
 from poslens.study.claims_path import C3, claim_c3
 from poslens.study.claims_position0 import C5, C6, claim_c5, claim_c6
@@ -125,7 +125,7 @@ def evaluate(
     split: Any = None,
     *,
     claims: Iterable[str] = tuple(STATEMENTS),
-    c4_query_window: str = "early",
+    c4_query_window: str = C4_QUERY_WINDOW,
     c4_comparisons: pd.DataFrame | None = None,
     c5_target: float = 0.4,
     c5_band: float = 0.1,
@@ -157,7 +157,8 @@ def evaluate(
         path: The path-specific tests' part (C3).
         split: The sink path's split (C8).
         claims: The claims to evaluate.
-        c4_query_window: The query window (``early`` or ``all``) C4 reads.
+        c4_query_window: The query window (``early`` or ``all``) C4 reads; default its rule's,
+            :data:`~poslens.study.claims_compare.C4_QUERY_WINDOW` (``all``).
         c4_comparisons: The comparison table compare recorded (:func:`poslens.mechanisms.comparisons.comparison_table`);
             when it holds rows, C4 is decided by differences (:func:`~poslens.study.claims_compare.claim_c4_differences`,
             methodology §9.1) with the cases compare recorded; else (a compare part of an older poslens) by

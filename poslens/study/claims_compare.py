@@ -141,7 +141,12 @@ C4_SLOPE_RULE = Rule(
 """C4's rule on the depth slope of a sliding case, accumulation with depth (its words: ``C4_SLOPE_RULE.text()``)."""
 
 
-def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any]]:
+#: The query window C4 reads, part of its rule: an imposed window of W changes nothing for queries i < W, so the
+#: cases are compared over all queries (the claims read no default window; each claim names its own).
+C4_QUERY_WINDOW = "all"
+
+
+def claim_c4(comparison: Any, query_window: str = C4_QUERY_WINDOW) -> list[dict[str, Any]]:
     """C4, NTK suppresses, sliding window accumulates, standard in between.
 
     ``comparison`` is a tidy table of several (model, variant) runs with an
@@ -151,7 +156,7 @@ def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any
     one NTK and one sliding case. Only intervention ``none`` is used.
 
     Comparison rows, one per NTK or sliding case: ``c_res`` at the model
-    aggregate (layer −1, head −1) in ``query_window`` (default ``early``),
+    aggregate (layer −1, head −1) in ``query_window`` (default :data:`C4_QUERY_WINDOW`, ``all``),
     against the standard's. Each comparison gets the verdict of its case's rule
     (:data:`C4_RULES`). Every comparison row carries the joint verdict
     (:func:`~poslens.study.rules.joint`); its ``own_verdict`` says how its own
@@ -177,7 +182,7 @@ def claim_c4(comparison: Any, query_window: str = "early") -> list[dict[str, Any
             or an NTK or sliding case is missing.
 
     Example:
-        >>> rows = [figure_row("c_res", v, lo, hi, model=m, variant=var, query_window="early", layer=layer)
+        >>> rows = [figure_row("c_res", v, lo, hi, model=m, variant=var, query_window="all", layer=layer)
         ...         for m, var, layer, v, lo, hi in [
         ...             ("smollm2-135m", "base", -1, 0.010, 0.008, 0.012),
         ...             ("smollm2-135m", "ntk:4", -1, 0.002, 0.001, 0.003),
@@ -343,7 +348,7 @@ def _c4_case_of(by_key: Mapping[tuple[str, str], str], row: Any) -> str | None:
     return by_key.get((str(row["model"]), str(row["variant"])))
 
 
-def claim_c4_differences(comparisons: pd.DataFrame, cases: Iterable[Any], query_window: str = "all") -> list[dict[str, Any]]:
+def claim_c4_differences(comparisons: pd.DataFrame, cases: Iterable[Any], query_window: str = C4_QUERY_WINDOW) -> list[dict[str, Any]]:
     """C4 decided by the intervals of differences, trends and depth slopes (methodology §9.1).
 
     ``comparisons`` is the comparison table of

@@ -590,8 +590,6 @@ class Study:
             attribution=parts.get("relativize"),  # C7, and C3's causal figure (reported)
             path=parts.get("path-tests"),  # C3, decided by the key-0 phase freeze (methodology §12)
             split=split,  # C8, the sink path's split (methodology §13)
-            # an imposed window of W changes nothing for queries i < W, so C4 compares all queries
-            c4_query_window="all",
             # C4 by paired/independent differences and trends (methodology §9.1) when compare recorded them
             c4_comparisons=comparison_table(compared) if compared is not None else None,
         )

@@ -63,7 +63,7 @@ def test_unknown_window_names_the_windows(result):
 def test_unknown_layer_names_the_layers(result):
     with raises(ValueError, "layer 40 not in this table for metric 'c_res', window 'early'; layers: -1 (all layers ≥ 1), 0 … 2"):
         result.select("c_res", "early", layer=40)
-    with raises(ValueError, "layer 3 not in this table for metric 'c_res', window 'all'; layers: -1 (all layers ≥ 1), 0 … 2"):
+    with raises(ValueError, "layer 3 not in this table for metric 'c_res', window 'early'; layers: -1 (all layers ≥ 1), 0 … 2"):
         result.value("c_res", layer=3)
     with raises(ValueError, "layer '1' not in this table"):  # a string is not a layer number
         result.select("c_res", layer="1")

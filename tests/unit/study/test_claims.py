@@ -355,13 +355,13 @@ RISING = [(1, 0.01), (2, 0.02), (3, 0.035), (4, 0.04), (5, 0.05)]
 
 def c4_table(ntk: tuple, sliding: tuple, per_layer=RISING) -> pd.DataFrame:
     rows = [
-        row("c_res", *STD_CI, model=STANDARD[0], variant=STANDARD[1], query_window="early"),
-        row("c_res", *ntk, model="smollm2-135m", variant="ntk:4", query_window="early"),
-        row("c_res", *sliding, model="gemma3-270m", variant="base", query_window="early"),
-        row("c_res", 0.5, 0.5, 0.5, model="gemma3-270m", layer=0, query_window="early"),  # layer 0 is left out of the slope
+        row("c_res", *STD_CI, model=STANDARD[0], variant=STANDARD[1], query_window="all"),
+        row("c_res", *ntk, model="smollm2-135m", variant="ntk:4", query_window="all"),
+        row("c_res", *sliding, model="gemma3-270m", variant="base", query_window="all"),
+        row("c_res", 0.5, 0.5, 0.5, model="gemma3-270m", layer=0, query_window="all"),  # layer 0 is left out of the slope
     ]
-    rows += [row("c_res", v, v - 0.005, v + 0.005, model="gemma3-270m", layer=layer, query_window="early") for layer, v in per_layer]
-    rows += [row("c_res", 9, 9, 9, model="gemma3-270m", layer=layer, head=0, query_window="early") for layer, _ in per_layer]
+    rows += [row("c_res", v, v - 0.005, v + 0.005, model="gemma3-270m", layer=layer, query_window="all") for layer, v in per_layer]
+    rows += [row("c_res", 9, 9, 9, model="gemma3-270m", layer=layer, head=0, query_window="all") for layer, _ in per_layer]
     return label_cases(Result(frame(*rows), {"cases": CASES}))
 
 
@@ -400,10 +400,10 @@ def test_c4_three_verdicts(ntk, sliding, expected):
 
 def test_c4_window_parameter_selects_rows():
     t = c4_table((0.002, 0.001, 0.003), (0.03, 0.02, 0.04))
-    with pytest.raises(ValueError, match="window 'all'"):
-        claim_c4(t, query_window="all")
-    flipped = t.assign(query_window="all")
-    assert only_verdict([r for r in claim_c4(flipped, "all") if " vs " in r["model"]]) == SUPPORTED
+    with pytest.raises(ValueError, match="window 'early'"):
+        claim_c4(t, query_window="early")
+    flipped = t.assign(query_window="early")
+    assert only_verdict([r for r in claim_c4(flipped, "early") if " vs " in r["model"]]) == SUPPORTED
 
 
 @pytest.mark.parametrize(
