@@ -175,7 +175,7 @@ def _per_seed(figures: pd.DataFrame, comparison: ZooComparison) -> pd.Series:
     return (mine.loc[seeds] - theirs.loc[seeds]).sort_index()
 
 
-def claim_c4_zoo(figures: pd.DataFrame, family: str = "zoo") -> list[dict[str, Any]]:
+def claim_c4_zoo(figures: pd.DataFrame, family: str = "zoo", without_sinks: Any = ()) -> list[dict[str, Any]]:
     """C4 decided inside a trained family: each comparison of :data:`ZOO_COMPARISONS` by its sign rule, all by ``joint``.
 
     ``figures`` holds one row per run and metric (:data:`FIGURE_COLUMNS`):
@@ -186,12 +186,17 @@ def claim_c4_zoo(figures: pd.DataFrame, family: str = "zoo") -> list[dict[str, A
     direction C4 predicts (``own_verdict``), and every row carries the
     claim's joint verdict. The per-seed values and the detectable difference
     are reported beside it (role ``reported``). A comparison whose members
-    are absent is left out; with fewer than two seeds its interval is NaN and
-    its verdict inconclusive.
+    are absent is left out. A run in ``without_sinks`` (no head met the sink
+    criterion) is not read: C4 is about the sink path, so its seed is left out
+    of every comparison it takes part in, and the row's ``where`` names it; a
+    comparison with no seed left could not be read, and says so. With fewer
+    than two seeds the interval is NaN, the verdict inconclusive, and ``where``
+    says why.
 
     Args:
         figures: The per-run figures.
         family: A name for the family, the start of each row's label.
+        without_sinks: ``(member, seed)`` pairs of the runs in which no sink formed.
 
     Returns:
         The claims rows (columns of :data:`~poslens.study.claim_table.CLAIM_COLUMNS`, with ``inputs``).
@@ -210,23 +215,35 @@ def claim_c4_zoo(figures: pd.DataFrame, family: str = "zoo") -> list[dict[str, A
          ('zoo: sliding: c_res_depth_slope, mean over seeds', 'supported')]
         >>> {r["verdict"] for r in out}
         {'supported'}
+        >>> out = claim_c4_zoo(pd.DataFrame(rows), without_sinks=[("large-base-trained", s) for s in range(3)] + [("sliding", 0)])
+        >>> out[0]["own_verdict"], out[0]["figure"], round(out[1]["figure"], 4)   # sliding − standard over seeds 1, 2
+        ('inconclusive', nan, 0.01)
     """
     missing = [c for c in FIGURE_COLUMNS if c not in figures.columns]
     if missing:
         raise ValueError(f"zoo figures: missing column(s) {missing}; expected {list(FIGURE_COLUMNS)}")
+    sinkless = {(str(m), int(s)) for m, s in without_sinks}
     found = []
     for comparison in ZOO_COMPARISONS:
         per_seed = _per_seed(figures, comparison)
         if per_seed.dropna().empty:
             continue
+        members = [comparison.member] + ([comparison.reference] if comparison.reference else [])
+        dropped = [f"{m}-s{int(s)}" for s in per_seed.index for m in members if (m, int(s)) in sinkless]
+        per_seed = per_seed[[all((m, int(s)) not in sinkless for m in members) for s in per_seed.index]]
         est = seed_estimate(per_seed.to_numpy())
         name = comparison.name()
         seeds = ", ".join(str(int(s)) for s in per_seed.index)
         what = f"{comparison.member} − {comparison.reference} of the same seed" if comparison.reference else comparison.member
-        where = (
-            f"{family}: {comparison.metric} of {what}, layers >= 1, window {ZOO_WINDOW!r}; mean over seeds {seeds} "
-            f"with a t interval over the seeds ({est.df} df)"
-        )
+        where = f"{family}: {comparison.metric} of {what}, layers >= 1, window {ZOO_WINDOW!r}; "
+        if est.n == 0:
+            where += "could not be read: no seed in which every member compared formed a sink"
+        else:
+            where += f"mean over seeds {seeds} with a t interval over the seeds ({est.df} df)"
+        if dropped:
+            where += f"; left out, no sink-reading head: {', '.join(dropped)}"
+        if est.n == 1:
+            where += "; no interval: one seed, and an interval over seeds needs at least 2"
         statistic = "paired difference" if comparison.reference else "depth slope"
         figure = Estimate(
             name,

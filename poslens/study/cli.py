@@ -30,7 +30,7 @@ from poslens.study import cli_options
 from poslens.study.output_lock import OutputLock
 from poslens.study.part_commands import part_command, setting_option
 from poslens.study.part_registry import OPTION_NAMES, OPTIONS, PARTS, OptionConflictError, Part, report_plan
-from poslens.study.settings import Settings, ZooMeasureOptions
+from poslens.study.settings import ZOO_PART_NAMES, Settings, ZooMeasureOptions
 from poslens.version import __version__
 from poslens.zoo.family import MEMBERS as ZOO_MEMBERS
 from poslens.zoo.settings import ZooSettings
@@ -461,6 +461,7 @@ def zoo_measure(
         "C4 comparison needs and the family that fits 3 h of CPU; write --out/power.csv.",
     ),
     findings: Path = typer.Option(Path("docs/findings_data"), help="With --power: the findings run's claims (the inference-time targets)."),
+    parts: str = typer.Option(",".join(ZOO_PART_NAMES), help="The parts measured, a comma list in this order (leakage is needed: C4 reads it)."),
 ) -> None:
     """Measure every run of a trained zoo family with poslens's parts, seeds as replicates, and decide C4 inside it.
 
@@ -472,7 +473,7 @@ def zoo_measure(
 
     Example: poslens zoo-measure --zoo results/zoo_bb --out docs/zoo_data --work results/zoo_bb_measure
     """
-    from poslens.study.zoo_measure import measure_family
+    from poslens.study.zoo_measure import c4_lines, choose_parts, measure_family
 
     if power:
         from poslens.study.zoo_power import power_markdown, write_power
@@ -498,10 +499,11 @@ def zoo_measure(
         relativize_seqs=relativize_seqs,
         replacements=tuple(replacement),
     )
+    chosen = choose_parts(parts)
     with _output_folder(out):
-        claims = measure_family(zoo, out, work, options, log=lambda message: console.print(escape(message), soft_wrap=True))
-    table = claims.table[["model", "figure", "ci_low", "ci_high", "own_verdict", "verdict"]]
-    Console(width=max(console.width, 130)).print(escape(table.to_string(index=False)))
+        claims = measure_family(zoo, out, work, options, chosen, log=lambda message: console.print(escape(message), soft_wrap=True))
+    for line in c4_lines(claims):  # a block per comparison: no table to wrap in a narrow terminal
+        console.print(escape(line), soft_wrap=True)
     console.print(escape(f"wrote the family's tables in {out}"), soft_wrap=True)
 
 

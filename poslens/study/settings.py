@@ -217,6 +217,10 @@ def settings_values(settings: Settings, names: tuple[str, ...]) -> dict[str, Any
     return {name: json.loads(json.dumps(values[name], default=str)) for name in names}
 
 
+#: The parts ``poslens zoo-measure`` measures, in order (:data:`poslens.study.zoo_measure.PARTS` defines them).
+ZOO_PART_NAMES = ("leakage", "sinks", "bos-swap", "ablate-sinks", "relativize", "path-tests")
+
+
 @dataclass(frozen=True)
 class ZooMeasureOptions:
     """The measuring settings shared by every run of the family (the Study's settings, less the model).

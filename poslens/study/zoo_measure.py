@@ -25,6 +25,7 @@ part's figures, the registry of parts, and the tables they go into.
 
 from __future__ import annotations
 
+import difflib
 import json
 import shlex
 import time
@@ -40,7 +41,7 @@ from poslens.errors import InputError, NotFoundError
 from poslens.files import atomic_write, atomic_write_text
 from poslens.mechanisms.comparisons import compare_results
 from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE, Claims
-from poslens.study.claims_zoo import claim_c4_zoo, seed_estimate
+from poslens.study.claims_zoo import ZOO_COMPARISONS, claim_c4_zoo, seed_estimate
 from poslens.study.parts import Study
 from poslens.study.settings import ZooMeasureOptions  # noqa: F401 (re-exported: it was defined here)
 from poslens.version import __version__
@@ -365,6 +366,9 @@ def measure_family(
     zoo, out, work = Path(zoo), Path(out), Path(work)
     options = options or ZooMeasureOptions()
     record, summary = _family(zoo)
+    check_decidable(summary, zoo)
+    if "leakage" not in [p.name for p in parts]:
+        raise InputError(f"the parts must include leakage: C4's zoo case reads it (given: {', '.join(p.name for p in parts) or 'none'})")
     seq_len = options.seq_len or int(record["settings"]["seq_len"])
     corpus = str((zoo / "held_out.jsonl").resolve())
     out.mkdir(parents=True, exist_ok=True)
@@ -403,7 +407,8 @@ def measure_family(
     if figures.empty or c4_figures(figures).empty:
         raise InputError(f"no run of {zoo} measured the leakage part (see {out / 'parts.csv'}); C4's zoo case has nothing to read")
     try:
-        claims = Claims.from_rows(claim_c4_zoo(c4_figures(figures), family=f"zoo ({record['settings'].get('task', 'stdlib')})"))
+        family = f"zoo ({record['settings'].get('task', 'stdlib')})"
+        claims = Claims.from_rows(claim_c4_zoo(c4_figures(figures), family=family, without_sinks=runs_without_sinks(figures, summary)))
     except ValueError as error:  # the tables are written; C4's zoo case needs standard and another member
         raise InputError(
             f"{zoo}: C4's zoo case cannot be decided ({error}); train the family with --members standard,large-base-trained,sliding"
@@ -413,6 +418,123 @@ def measure_family(
     write()
     log(f"zoo-measure: {len(runs)} runs × {len(parts)} parts in {time.perf_counter() - start:.0f} s; wrote the tables in {out}")
     return claims
+
+
+def choose_parts(names: str) -> tuple[ZooPart, ...]:
+    """The parts named in a comma list, in the order of :data:`PARTS`; leakage must be among them.
+
+    Args:
+        names: E.g. ``"leakage,sinks"``.
+
+    Returns:
+        The parts.
+
+    Raises:
+        InputError: An unknown part, or none named, or leakage missing (C4 reads it).
+
+    Example:
+        >>> [p.name for p in choose_parts("sinks, leakage")]
+        ['leakage', 'sinks']
+        >>> choose_parts("leakage,sink")
+        Traceback (most recent call last):
+        poslens.errors.InputError: unknown part 'sink' (did you mean 'sinks'?); parts: leakage, sinks, bos-swap, ablate-sinks, relativize, path-tests
+    """
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    known = [p.name for p in PARTS]
+    for name in wanted:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InputError(f"unknown part {name!r}{hint}; parts: {', '.join(known)}")
+    if "leakage" not in wanted:
+        raise InputError(f"the parts must include leakage: C4's zoo case reads it (given: {', '.join(wanted) or 'none'})")
+    return tuple(p for p in PARTS if p.name in wanted)
+
+
+def c4_lines(claims: Claims) -> list[str]:
+    """C4's zoo rows as short lines, a block per comparison (for a terminal of any width).
+
+    Args:
+        claims: What :func:`measure_family` returns.
+
+    Returns:
+        The lines.
+
+    Example:
+        >>> rows = [dict(member=m, seed=s, metric="c_res", value=v) for m, b in [("standard", 0.02), ("sliding", 0.03)]
+        ...         for s, v in enumerate([b, b + 0.001, b - 0.001])]
+        >>> print("\\n".join(c4_lines(Claims.from_rows(claim_c4_zoo(pd.DataFrame(rows))))))
+        C4 inside the family:
+          zoo: sliding − standard: c_res, paired by seed
+            0.01 [0.01, 0.01]; this comparison: supported; C4: supported
+    """
+    lines = ["C4 inside the family:"]
+    for r in claims.table.itertuples():
+        interval = "no interval" if pd.isna(r.ci_low) else f"[{r.ci_low:.4g}, {r.ci_high:.4g}]"
+        lines += [f"  {r.model}", f"    {r.figure:.4g} {interval}; this comparison: {r.own_verdict}; C4: {r.verdict}"]
+    return lines
+
+
+def check_decidable(summary: pd.DataFrame, zoo: Path | str = "the family") -> None:
+    """Refuse, before anything is measured, a family in which no comparison of C4's zoo case can have an interval.
+
+    Each comparison needs ``standard`` and the member compared (or ``sliding`` for its own depth slope), each in the
+    same two seeds at least: the interval is a t interval over seeds.
+
+    Args:
+        summary: The family's ``summary.csv`` (``member`` and ``seed`` per run).
+        zoo: The family's folder, for the message.
+
+    Raises:
+        InputError: No comparison has two seeds in all its members; the message says what to train.
+
+    Example:
+        >>> check_decidable(pd.DataFrame(dict(member=["standard", "sliding"] * 2, seed=[0, 0, 1, 1])))
+        >>> check_decidable(pd.DataFrame(dict(member=["standard"], seed=[0])))
+        Traceback (most recent call last):
+        poslens.errors.InputError: the family: C4's zoo case cannot be decided: it has member standard with seed 0; ... --seeds 0,1,2 (or more seeds)
+    """
+    seeds = {m: set(map(int, g["seed"])) for m, g in summary.groupby("member")}
+    for comparison in ZOO_COMPARISONS:
+        members = [comparison.member] + ([comparison.reference] if comparison.reference else [])
+        common = set.intersection(*(seeds.get(m, set()) for m in members))
+        if len(common) >= 2:
+            return
+    held = "; ".join(f"member {m} with seed{'s' if len(v) > 1 else ''} {', '.join(map(str, sorted(v)))}" for m, v in sorted(seeds.items()))
+    raise InputError(
+        f"{zoo}: C4's zoo case cannot be decided: it has {held or 'no run'}; each comparison needs standard and "
+        "large-base-trained or sliding in the same 2 seeds at least. Train the family with "
+        "poslens zoo --members standard,large-base-trained,sliding --seeds 0,1,2 (or more seeds)"
+    )
+
+
+def runs_without_sinks(figures: pd.DataFrame, summary: pd.DataFrame) -> list[tuple[str, int]]:
+    """The runs in which no head meets the sink criterion: the sinks part's count of sink-reading heads (layer −1) is 0.
+
+    Where the sinks part was not measured for a run, the count the training recorded at its last checkpoint
+    (``summary.csv``'s ``sink_heads``, the same criterion on the held-out text) is read.
+
+    Args:
+        figures: ``figures.csv``'s rows.
+        summary: The family's ``summary.csv``.
+
+    Returns:
+        ``(member, seed)`` of each run without a sink.
+
+    Example:
+        >>> f = pd.DataFrame([dict(member="standard", seed=s, part="sinks", metric="sink_heads", layer=-1, value=v) for s, v in [(0, 2), (1, 0)]])
+        >>> runs_without_sinks(f, pd.DataFrame(dict(member=["standard"] * 3, seed=[0, 1, 2], sink_heads=[2, 0, 0])))
+        [('standard', 1), ('standard', 2)]
+    """
+    counts = figures[(figures["part"] == "sinks") & (figures["metric"] == "sink_heads") & (figures["layer"] == -1)]
+    measured = {(str(r.member), int(r.seed)): float(r.value) for r in counts.itertuples()}
+    found = []
+    for r in summary.itertuples():
+        key = (str(r.member), int(r.seed))
+        count = measured.get(key, getattr(r, "sink_heads", np.nan))
+        if not count >= 1:
+            found.append(key)
+    return found
 
 
 def _figures(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -7,6 +7,7 @@ loading the trainer (:mod:`poslens.zoo.train`, which re-exports them).
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import asdict, dataclass, field
 
 from poslens.errors import InputError
@@ -17,6 +18,19 @@ from poslens.zoo.family import MEMBERS, member_config, parse_members
 SCHEDULES = ("cosine", "constant")
 #: The tasks a family trains on: the standard library's text (bytes) or Bigram-Backcopy (:mod:`poslens.zoo.backcopy`).
 TASKS = ("stdlib", "bigram-backcopy")
+
+
+class WarmupWarning(UserWarning):
+    """A family whose steps do not pass its warmup: the learning rate never leaves its linear ramp.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     _ = ZooSettings(steps=20, warmup=100)
+        >>> caught[0].category.__name__, str(caught[0].message)[:46]
+        ('WarmupWarning', 'steps = 20 is not above warmup = 100: the lear')
+    """
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,13 @@ class ZooSettings:
             raise InputError(f"time_budget must be a positive number of seconds per run, or None; got {self.time_budget}")
         if not 0 < self.tau <= 1:
             raise InputError(f"tau must lie in (0, 1], got {self.tau}")
+        if self.steps <= self.warmup and self.time_budget is None:
+            warnings.warn(
+                f"steps = {self.steps} is not above warmup = {self.warmup}: the learning rate never leaves its linear warmup "
+                f"(it ends at {self.steps / max(self.warmup, 1):.0%} of lr), so the family barely trains; pass warmup below steps",
+                WarmupWarning,
+                stacklevel=3,
+            )
         member_config(self.members[0], self.width, self.depth, self.heads, self.seq_len)  # checks the sizes
 
     def runs(self) -> list[tuple[str, int]]:

@@ -175,6 +175,27 @@ def test_c4_zoo_against_the_claim_one_seed_and_the_joint():
     assert [c.direction for c in ZOO_COMPARISONS] == [-1, 1, 1, 1]
 
 
+def test_runs_without_a_sink_are_left_out_of_c4_and_named():
+    values = {"standard": [0.02, 0.021, 0.019, 0.02], "large-base-trained": [0.01, 0.011, 0.009, 0.5], "sliding": [0.03, 0.031, 0.029, 0.03]}
+    sinkless = [("large-base-trained", 3)]
+    rows = {r["case"]: r for r in claim_c4_zoo(_figures(values), without_sinks=sinkless + [("sliding", s) for s in range(4)])}
+    inputs = Claims.from_rows(list(rows.values())).inputs
+    where = {k: inputs[(inputs["key"] == r["key"]) & (inputs["role"] != "reported")]["where"].iloc[0] for k, r in rows.items()}
+    # seed 3 of the large base (an outlier of 0.5) is not read: the difference is the mean over seeds 0-2, by hand
+    assert rows["ntk"]["figure"] == pytest.approx(np.mean([0.01 - 0.02, 0.011 - 0.021, 0.009 - 0.019]))
+    assert "left out, no sink-reading head: large-base-trained-s3" in where["ntk"] and "seeds 0, 1, 2" in where["ntk"]
+    # no sliding run formed a sink: its comparison could not be read, and says so
+    assert math.isnan(rows["sliding"]["figure"]) and rows["sliding"]["own_verdict"] == INCONCLUSIVE
+    assert "could not be read" in where["sliding"]
+
+
+def test_a_c4_row_without_an_interval_says_why():
+    rows = claim_c4_zoo(_figures({"standard": [0.02], "large-base-trained": [0.01], "sliding": [0.03]}))
+    inputs = Claims.from_rows(rows).inputs
+    decided = inputs[inputs["role"] != "reported"]
+    assert len(decided) and all("no interval: one seed" in w for w in decided["where"])
+
+
 def test_a_row_whose_comparisons_read_as_claimed_shows_its_own_verdict_beside_the_claims():
     # the summary's badge and sentence of a group follow its own comparisons; the claim's verdict stands beside
     values = {"standard": [0.02, 0.021, 0.019], "large-base-trained": [0.03, 0.031, 0.029], "sliding": [0.04, 0.041, 0.039]}
@@ -230,3 +251,41 @@ def test_the_family_table_gives_the_spread_over_seeds_and_the_paired_difference(
     e = seed_estimate([0.5, 0.51, 0.52])
     assert t.loc["sliding", "difference"] == pytest.approx(0.51) and t.loc["sliding", "difference_ci_low"] == pytest.approx(e.ci_low)
     assert t.loc["sliding", "detectable"] == pytest.approx(e.detectable)
+
+
+def test_zoo_measure_parts_named_in_the_cli_are_the_parts_it_measures():
+    from poslens.study.settings import ZOO_PART_NAMES
+    from poslens.study.zoo_measure import PARTS
+
+    assert tuple(p.name for p in PARTS) == ZOO_PART_NAMES
+
+
+def test_zoo_measure_refuses_a_family_that_cannot_decide_c4_before_measuring(tmp_path):
+    from typer.testing import CliRunner
+
+    from poslens.study.cli import app
+
+    zoo = tmp_path / "family"
+    zoo.mkdir()
+    (zoo / "zoo.json").write_text('{"settings": {"seq_len": 16}}')
+    (zoo / "held_out.jsonl").write_text('{"text": "a b"}\n')
+    pd.DataFrame(dict(member=["standard", "sliding"], seed=[0, 0], folder=["standard-s0", "sliding-s0"])).to_csv(zoo / "summary.csv", index=False)
+    work = tmp_path / "work"
+    result = CliRunner().invoke(app, ["zoo-measure", "--zoo", str(zoo), "--out", str(tmp_path / "out"), "--work", str(work)])
+    text = " ".join(str(result.exception).split())  # poslens's run() prints a PoslensError as one "error:" line
+    assert isinstance(result.exception, InputError) and "cannot be decided" in text and "--seeds 0,1,2" in text, result.output
+    assert not work.exists()  # nothing was measured: the run folders (standard-s0, ...) do not exist, and none was needed
+    bad = CliRunner().invoke(app, ["zoo-measure", "--zoo", str(zoo), "--out", str(tmp_path / "out"), "--work", str(work), "--parts", "sinks"])
+    assert isinstance(bad.exception, InputError) and "must include leakage" in str(bad.exception)
+
+
+def test_zoo_warns_when_its_steps_do_not_pass_the_warmup():
+    from poslens.zoo.settings import WarmupWarning, ZooSettings
+
+    with pytest.warns(WarmupWarning, match="steps = 20 is not above warmup = 100"):
+        ZooSettings(task="bigram-backcopy", steps=20, warmup=100)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ZooSettings(task="bigram-backcopy", steps=200, warmup=100)
