@@ -45,6 +45,7 @@ from poslens.study.claims_zoo import ZOO_COMPARISONS, claim_c4_zoo, seed_estimat
 from poslens.study.parts import Study
 from poslens.study.settings import ZooMeasureOptions  # noqa: F401 (re-exported: it was defined here)
 from poslens.version import __version__
+from poslens.zoo.store import verify_family
 
 #: The columns of a part's figures (and, with member, seed and part in front, of ``figures.csv``).
 FIGURE_COLUMNS = ["metric", "layer", "query_window", "intervention", "value", "ci_low", "ci_high"]
@@ -367,6 +368,7 @@ def measure_family(
     options = options or ZooMeasureOptions()
     record, summary = _family(zoo)
     check_decidable(summary, zoo)
+    verify_family(zoo)  # a stored family (docs/zoo_family): every file as its hashes.json records
     if "leakage" not in [p.name for p in parts]:
         raise InputError(f"the parts must include leakage: C4's zoo case reads it (given: {', '.join(p.name for p in parts) or 'none'})")
     seq_len = options.seq_len or int(record["settings"]["seq_len"])

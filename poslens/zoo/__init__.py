@@ -13,7 +13,8 @@ change. Each trained model is an ordinary Hugging Face folder that
 - :mod:`poslens.zoo.family` — the members (standard, large base (trained), sliding) and their configs;
 - :mod:`poslens.zoo.evaluate` — held-out loss and sink counts of a model under training;
 - :mod:`poslens.zoo.train` — :class:`~poslens.zoo.settings.ZooSettings` (in :mod:`poslens.zoo.settings`) and :func:`~poslens.zoo.train.train_family`,
-  which trains every member and seed in lockstep and writes the folders, logs and a summary table.
+  which trains every member and seed in lockstep and writes the folders, logs and a summary table;
+- :mod:`poslens.zoo.store` — a finished family kept in float16 with the sha256 of every file (docs/zoo_family).
 
 A trained family is measured by :mod:`poslens.study.zoo_measure` (``poslens zoo-measure``), in the study layer:
 every run with poslens's parts, seeds as replicates, and C4 decided inside the family.
