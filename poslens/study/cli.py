@@ -46,6 +46,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode="rich",  # the help texts escape their brackets for rich (part_commands._help_with_default)
     help="Where does absolute position come from in RoPE transformers?",
 )
 console = Console()
@@ -362,7 +363,8 @@ def zoo(
     out: Path = typer.Option(..., help="Output folder: one Hugging Face model folder per member and seed, log.csv, summary.csv/.md."),
     task: str = typer.Option(
         ZooSettings.task,
-        help="stdlib (the Python standard library's source, byte tokens) or bigram-backcopy (a synthetic task, sized for the CPU; see docs/zoo.md).",
+        help="stdlib (the Python standard library's source, byte tokens) or bigram-backcopy (a synthetic task, sized for the CPU; "
+        "see docs/zoo.md, in the sources and the sdist).",
     ),
     steps: int = typer.Option(ZooSettings.steps, min=1, help="Training steps (every run takes the same number)."),
     seq_len: int = typer.Option(ZooSettings.seq_len, min=4, help="Tokens per training sequence T, BOS included (the sliding window is T/8)."),
@@ -379,7 +381,8 @@ def zoo(
     members: str = typer.Option(
         ",".join(ZOO_MEMBERS),
         callback=cli_options.check_members,
-        help="Members, a comma list of standard, large-base-trained, sliding (NoPE is left out).",
+        show_default=False,  # one unbreakable word, which rich cuts in a narrow terminal: the help says it
+        help=f"Members, a comma list of {', '.join(ZOO_MEMBERS)} (NoPE is left out). \\[default: all {len(ZOO_MEMBERS)}]",
     ),
     eval_every: int = typer.Option(ZooSettings.eval_every, min=1, help="Steps between checkpoints (held-out loss, sink count)."),
     eval_seqs: int = typer.Option(ZooSettings.eval_seqs, min=1, help="Held-out sequences per checkpoint."),
