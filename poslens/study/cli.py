@@ -11,7 +11,6 @@ import os
 import shlex
 import signal
 import sys
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,12 +20,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from poslens.errors import EarlyWindowWarning, PoslensError
+from poslens.errors import PoslensError
 from poslens.files import remove_stale_temporaries
 from poslens.model.cache import folder_size, size_text
 from poslens.model.registry import REGISTRY, install_argv, registry_entry
 from poslens.options import DEFAULTS
-from poslens.study import cli_options
+from poslens.study import cli_options, cli_warnings
 from poslens.study.output_lock import OutputLock
 from poslens.study.part_commands import part_command, setting_option
 from poslens.study.part_registry import OPTION_NAMES, OPTIONS, PARTS, OptionConflictError, Part, report_plan
@@ -67,12 +66,14 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(
+    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     """poslens: attribute absolute position in attention to the causal mask and to position 0.
 
     Example: poslens --version
     """
+    ctx.with_resource(cli_warnings.command_warnings())  # while the command runs: one line per warning, once, in its flags
 
 
 @app.command()
@@ -599,6 +600,7 @@ def report(
     }
     overrides.update(max_memory=max_memory, row_sums=row_sums, disk_budget=disk_budget)
     settings = Settings.quick(model=model, **overrides) if quick else Settings.full(model=model, **overrides)
+    cli_warnings.resolved_values(vars(settings))  # a warning's advice names the option whose (preset) value it found
     plan = report_plan(skip_compare)
     fills = dict.fromkeys(name for p in plan for name in PARTS[p].fills)  # in the plan's order, once each
     lengths = dict.fromkeys(name for p in plan for name in PARTS[p].lengths)
@@ -672,7 +674,6 @@ def run() -> None:
             InsufficientMemoryError and the other poslens errors, which all derive from it), or running out of
             memory all the same (``MemoryError``, torch's ``OutOfMemoryError``): a resource, not a bug.
     """
-    warnings.filterwarnings("ignore", category=EarlyWindowWarning)  # the command prints its own note (_early)
     signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a run as Ctrl-C does: files whole, lock released, one line
     try:
         app()  # click handles usage errors and Ctrl-C itself
