@@ -25,7 +25,7 @@ from poslens.files import remove_stale_temporaries
 from poslens.model.cache import folder_size, size_text
 from poslens.model.registry import REGISTRY, install_argv, registry_entry
 from poslens.options import DEFAULTS
-from poslens.study import cli_options, cli_warnings
+from poslens.study import cli_options, cli_warnings, heads_command
 from poslens.study.output_lock import OutputLock
 from poslens.study.part_commands import part_command, setting_option
 from poslens.study.part_registry import OPTION_NAMES, OPTIONS, PARTS, OptionConflictError, Part, report_plan
@@ -357,6 +357,7 @@ def _run_part(part: Part, typed: dict[str, Any], overwrite: bool, out: Path) -> 
 for _part in PARTS.values():
     if not _part.made_by:  # a part made with another (the comparisons, with compare) has no command of its own
         app.command(_part.name)(part_command(_part, _run_part))
+app.command()(heads_command.heads)  # reads a folder's tables: poslens.study.heads_command
 
 
 @app.command()
