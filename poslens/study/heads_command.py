@@ -217,6 +217,11 @@ def show_heads(rows: pd.DataFrame, console: Console) -> None:
     console.print(table)
 
 
+commands = typer.Typer()
+"""This module's command, ``heads``; ``poslens.study.cli`` adds it to the ``poslens`` app."""
+
+
+@commands.command()
 def heads(
     out: Path = typer.Option(..., help="The results folder (the --out of poslens report, leakage or sinks)."),
     metric: str = typer.Option("c_res", help="A metric with per-head rows: c_res, c_mask, leakage_pattern, key0_mass, sink_score, ..."),
@@ -229,7 +234,7 @@ def heads(
     tau: float | None = typer.Option(
         None,
         callback=lambda value: value if value is None else cli_options.check_tau(value),
-        help=f"With --sink-reading: the threshold τ, in (0, 1]. \\[default: the τ the folder's parts recorded, else {DEFAULTS.tau}]",
+        help="With --sink-reading: the threshold τ, in (0, 1]. \\[default: the τ the folder's parts recorded, else poslens sinks' --tau]",
     ),
     top_k: int | None = typer.Option(None, min=1, help="Only the k heads of largest |value| (after --layer and --sink-reading), largest first."),
     csv: str | None = typer.Option(None, help="Write the rows as CSV to this file ('-': print them as CSV instead of the table)."),
