@@ -166,3 +166,75 @@ class EarlyWindowWarning(UserWarning):
         >>> issubclass(EarlyWindowWarning, UserWarning)
         True
     """
+
+
+class AdvisedWarning(UserWarning):
+    """A warning whose advice names parameters, kept apart from its words, so that each caller spells them its own way.
+
+    The text holds ``{name}`` where the advice names a parameter; ``advice`` maps each name to the value advised,
+    ``found`` to the value the call had. ``str(warning)`` spells the advice as the Python API takes it
+    (``n_seqs=16``); :meth:`spelled` takes another spelling, e.g. a command's flags (``--n-seqs 16``: the
+    ``poslens`` command, :mod:`poslens.study.cli_warnings`). ``found`` tells a command which of its options gave
+    the value (``--n-seqs`` or ``--relativize-seqs``, when both take a number of sequences).
+
+    Args:
+        text: The message, with ``{name}`` for each parameter of ``advice`` (any other brace doubled).
+        advice: ``{name: advised value}``.
+        found: ``{name: the value the call had}``.
+
+    Example:
+        >>> warning = AdvisedWarning("use at least 16 sequences ({n_seqs})", {"n_seqs": 16}, {"n_seqs": 8})
+        >>> str(warning)
+        'use at least 16 sequences (n_seqs=16)'
+        >>> warning.spelled(lambda name, value: f"--{name.replace('_', '-')} {value}")
+        'use at least 16 sequences (--n-seqs 16)'
+    """
+
+    def __init__(self, text: str, advice: dict | None = None, found: dict | None = None) -> None:
+        super().__init__(text, dict(advice or {}), dict(found or {}))
+
+    @property
+    def text(self) -> str:
+        """The message with ``{name}`` where a parameter is advised."""
+        return str(self.args[0])
+
+    @property
+    def advice(self) -> dict:
+        """``{parameter: advised value}``."""
+        return dict(self.args[1])
+
+    @property
+    def found(self) -> dict:
+        """``{parameter: the value the call had}``."""
+        return dict(self.args[2])
+
+    def spelled(self, spell=None) -> str:
+        """The message, each advised parameter written by ``spell(name, value)`` (default: the API's ``name=value``).
+
+        Args:
+            spell: ``(name, value) -> str``.
+
+        Returns:
+            The message.
+
+        Example:
+            >>> AdvisedWarning("or pass {groups}", {"groups": 4}).spelled(lambda name, value: f"--{name} {value}")
+            'or pass --groups 4'
+        """
+        spell = spell or (lambda name, value: f"{name}={value}")
+        return self.text.format(**{name: spell(name, value) for name, value in self.advice.items()})
+
+    def __str__(self) -> str:
+        return self.spelled()
+
+
+class UnseenOffsetWarning(UserWarning):
+    """An offset D of a key-phase edit is not below the sequence length: the edit moves key 0 farther than the corpus shows.
+
+    The ``poslens`` command silences it: the part's own warning (:mod:`poslens.study.part_warnings`) says it
+    in the command's flags (``--offsets``, ``--split-offset``) and is recorded with the part.
+
+    Example:
+        >>> issubclass(UnseenOffsetWarning, UserWarning)
+        True
+    """

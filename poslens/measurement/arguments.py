@@ -9,7 +9,7 @@ from typing import Any, Protocol, TypeGuard, cast
 import numpy as np
 import torch
 
-from poslens.errors import EarlyWindowWarning, ParameterTypeError
+from poslens.errors import AdvisedWarning, EarlyWindowWarning, ParameterTypeError
 from poslens.model.corpus import Corpus
 from poslens.model.hooks import Hook
 from poslens.model.pos_model import PosModel
@@ -96,8 +96,10 @@ class Intervention(Protocol):
         return []
 
 
-class ProbeSizeWarning(UserWarning):
+class ProbeSizeWarning(AdvisedWarning):
     """The residual probe has fewer training rows per fold than twice its features: its readouts cannot be read.
+
+    Its advice names ``n_seqs`` and ``seq_len`` (:class:`~poslens.errors.AdvisedWarning`), found with ``groups`` too.
 
     Example:
         >>> issubclass(ProbeSizeWarning, UserWarning)
@@ -126,20 +128,24 @@ def warn_probe_size(n_seqs: int, seq_len: int, groups: int, width: int, stacklev
         ...     warn_probe_size(8, 32, 8, 576)
         >>> str(caught[0].message).split(":")[0]
         'the residual probe trains on about 217 rows per fold for 576 features'
+        >>> str(caught[0].message).split("; ")[-1]
+        'use at least 43 sequences of 32 tokens (n_seqs=43, seq_len=32)'
     """
     rows = n_seqs * (seq_len - 1) * (groups - 1) / groups
     if rows < 2 * width:
         needed = int(np.ceil(2 * width * groups / ((groups - 1) * (seq_len - 1))))
-        warnings.warn(
+        text = (
             f"the residual probe trains on about {rows:.0f} rows per fold for {width} features: its readouts cannot be read "
-            f"at this size; use at least {needed} sequences of {seq_len} tokens (--n-seqs, --seq-len)",
-            ProbeSizeWarning,
-            stacklevel=stacklevel,
+            f"at this size; use at least {needed} sequences of {seq_len} tokens ({{n_seqs}}, {{seq_len}})"
         )
+        found = {"n_seqs": n_seqs, "seq_len": seq_len, "groups": groups}
+        warnings.warn(ProbeSizeWarning(text, {"n_seqs": needed, "seq_len": seq_len}, found), stacklevel=stacklevel)
 
 
-class SmallGroupsWarning(UserWarning):
+class SmallGroupsWarning(AdvisedWarning):
     """A group holds a single sequence: its interval rests on single sequences.
+
+    Its advice names ``n_seqs`` and ``groups`` (:class:`~poslens.errors.AdvisedWarning`), found with the same names.
 
     Example:
         >>> issubclass(SmallGroupsWarning, UserWarning)
@@ -166,15 +172,37 @@ def small_groups_message(n_seqs: int, groups: int) -> str | None:
         >>> small_groups_message(16, 8) is None
         True
     """
+    warning = small_groups_warning(n_seqs, groups)
+    return None if warning is None else str(warning)
+
+
+def small_groups_warning(n_seqs: int, groups: int) -> SmallGroupsWarning | None:
+    """The :class:`SmallGroupsWarning` of :func:`small_groups_message`, its advice (``n_seqs``, ``groups``) kept apart.
+
+    Args:
+        n_seqs: Sequences measured, N.
+        groups: Groups G.
+
+    Returns:
+        The warning, or ``None`` when every group holds two sequences or more.
+
+    Example:
+        >>> warning = small_groups_warning(8, 8)
+        >>> warning.advice, warning.found
+        ({'n_seqs': 16, 'groups': 4}, {'n_seqs': 8, 'groups': 8})
+        >>> warning.spelled(lambda name, value: f"--{name.replace('_', '-')} {value}").split("; ")[-1]
+        'measure at least 16 sequences (--n-seqs 16), or pass --groups 4'
+    """
     if not groups <= n_seqs < 2 * groups:
         return None
     singles = 2 * groups - n_seqs
-    fewer = f", or pass groups={n_seqs // 2}" if n_seqs >= 4 else ""
-    return (
+    advice = {"n_seqs": 2 * groups, **({"groups": n_seqs // 2} if n_seqs >= 4 else {})}
+    text = (
         f"{n_seqs} sequences in {groups} groups: {singles} of the groups hold a single sequence, so every interval rests on "
         "single sequences (each jackknife replicate leaves out one sequence, each held-out figure is scored on one) and is "
-        f"unstable; measure at least {2 * groups} sequences (n_seqs={2 * groups}){fewer}"
+        f"unstable; measure at least {2 * groups} sequences ({{n_seqs}}){', or pass {groups}' if 'groups' in advice else ''}"
     )
+    return SmallGroupsWarning(text, advice, {"n_seqs": n_seqs, "groups": groups})
 
 
 def check_arguments(corpus: object, interventions: object, warn: bool = True, **integers: object) -> tuple[Intervention, ...]:
@@ -230,9 +258,9 @@ def check_arguments(corpus: object, interventions: object, warn: bool = True, **
             stacklevel=4,
         )
     groups = integers.get("groups")
-    small = small_groups_message(corpus.n_seqs, groups) if warn and isinstance(groups, int) else None
+    small = small_groups_warning(corpus.n_seqs, groups) if warn and isinstance(groups, int) else None
     if small is not None:
-        warnings.warn(small, SmallGroupsWarning, stacklevel=4)
+        warnings.warn(small, stacklevel=4)
     if _is_intervention(interventions):
         return as_interventions([interventions])
     try:

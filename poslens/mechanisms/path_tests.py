@@ -36,7 +36,7 @@ import torch
 
 from poslens.capture.cell_sum_capture import CellSumCapture
 from poslens.capture.residual_capture import DEFAULT_MAX_WIDTH, ResidualCapture
-from poslens.errors import InputError
+from poslens.errors import InputError, UnseenOffsetWarning
 from poslens.fit.binning import Binning
 from poslens.fit.paired_figures import Figures
 from poslens.fit.path_figures import FIRST_LAYER, run_figures
@@ -244,7 +244,7 @@ def path_specific_tests(
             f"offsets D = {', '.join(map(str, unseen))} are not below the sequences' {corpus.seq_len} tokens: the freeze puts each "
             "query that far from key 0, an offset these sequences never show the model"
         )
-        warnings.warn(notes[-1], UserWarning, stacklevel=2)
+        warnings.warn(notes[-1], UnseenOffsetWarning, stacklevel=2)
     for dose in doses:
         if not 0 < dose <= 1:
             raise InputError(f"doses λ must lie in (0, 1], got {dose}")

@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 
 from poslens.capture.residual_capture import DEFAULT_MAX_WIDTH, ResidualCapture
-from poslens.errors import InputError
+from poslens.errors import InputError, UnseenOffsetWarning
 from poslens.fit import split_figures as fig
 from poslens.fit.groups import group_of
 from poslens.fit.residual_readout import PROBE_PENALTY, ResidualSums
@@ -254,7 +254,8 @@ def sink_path_split(
         raise InputError(f"offset D must be a whole number ≥ 0, got {offset!r}")
     offset = int(offset)
     if offset >= corpus.seq_len:
-        warnings.warn(f"D = {offset} is not an offset this corpus's sequences of {corpus.seq_len} tokens show the model", UserWarning, stacklevel=2)
+        unseen = f"D = {offset} is not an offset this corpus's sequences of {corpus.seq_len} tokens show the model"
+        warnings.warn(unseen, UnseenOffsetWarning, stacklevel=2)
     others = as_interventions(list(interventions))
     width = min(int(model.bridge.cfg.d_model), max_width)
     warn_probe_size(corpus.n_seqs, corpus.seq_len, groups, width)

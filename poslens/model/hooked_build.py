@@ -38,7 +38,7 @@ from typing import Any
 from poslens.errors import InputError
 from poslens.model.pos_model import ModelNotSupportedError
 
-__all__ = ["BUILT_ARCHITECTURES", "hooked_transformer"]
+__all__ = ["BUILT_ARCHITECTURES", "check_transformer_lens_3", "hooked_transformer"]
 
 BUILT_ARCHITECTURES = {"LlamaForCausalLM": "Llama", "Qwen2ForCausalLM": "Qwen2", "MistralForCausalLM": "Mistral"}
 """The Hugging Face architectures :func:`hooked_transformer` builds, with their family names."""
@@ -71,21 +71,28 @@ def hooked_transformer(model: Any, tokenizer: Any = None, cls: Any = None) -> An
         The model, in eval mode, on the Hugging Face model's device.
 
     Raises:
-        ModelNotSupportedError: TransformerLens 3.x is not installed, or the family is not built (the message names
-            the family and why).
+        ModelNotSupportedError: TransformerLens 3.x is not installed (checked first, from the installed package's
+            version, before any model is loaded: on 4.x the message names the routes that work there), or the family
+            is not built (the message names the family and why).
         InputError: No tokenizer, or ``model`` is neither a transformers model nor a folder.
 
     Example:
         >>> import tempfile
         >>> from poslens.testing import save_tiny_model
+        >>> import importlib.metadata
         >>> folder = save_tiny_model(tempfile.mkdtemp(), "gemma")
-        >>> hooked_transformer(folder)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        poslens.model.pos_model.ModelNotSupportedError: GemmaForCausalLM is Gemma (1): TransformerLens 3.9 builds a Gemma config only ...
+        >>> try:
+        ...     hooked_transformer(folder)
+        ... except ModelNotSupportedError as error:
+        ...     said = str(error)
+        >>> tl3 = importlib.metadata.version("transformer_lens").startswith("3.")
+        >>> ("GemmaForCausalLM is Gemma (1)" if tl3 else "4.0 removed HookedTransformer") in said   # 3.x: the family; 4.x: at once
+        True
         >>> hooked = hooked_transformer(save_tiny_model(tempfile.mkdtemp(), "llama"))  # doctest: +SKIP
         >>> hooked.cfg.positional_embedding_type, poslens.load_model(hooked).kind  # doctest: +SKIP
         ('rotary', 'hooked')
     """
+    check_transformer_lens_3()
     hf, tokenizer = _hf_model(model, tokenizer)
     architecture = _architecture(hf)
     _check_family(architecture, hf.config)
@@ -132,6 +139,45 @@ def hooked_transformer(model: Any, tokenizer: Any = None, cls: Any = None) -> An
             "measure the Hugging Face model itself (poslens.load_model(model, tokenizer=...))"
         )
     return built.eval()
+
+
+def check_transformer_lens_3(version: str | None = None) -> None:
+    """Refuse, before anything is loaded, a TransformerLens other than 3.x: 4.0 removed ``HookedTransformer``.
+
+    Reads the installed package's version from its metadata (nothing is imported), so that
+    :func:`hooked_transformer` on a default install (TransformerLens 4.x) stops at once, not after loading
+    the whole model, and says which routes work there.
+
+    Args:
+        version: The TransformerLens version to check (default: the installed one's).
+
+    Raises:
+        ModelNotSupportedError: The version is 4.0 or later; the message names the routes that measure the model on
+            4.x (``poslens.load_model`` of the folder, of the transformers model, or of a ``TransformerBridge``) and
+            how to install 3.x for a ``HookedTransformer``.
+
+    Example:
+        >>> check_transformer_lens_3("3.9.0")
+        >>> check_transformer_lens_3("4.3.0")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        poslens.model.pos_model.ModelNotSupportedError: hooked_transformer() builds a TransformerLens 3.x HookedTransformer; ...
+    """
+    if version is None:
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("transformer_lens")
+        except importlib.metadata.PackageNotFoundError:
+            return  # not installed at all: the import below says so
+    major = version.split(".")[0]
+    if major.isdigit() and int(major) >= 4:
+        raise ModelNotSupportedError(
+            f"hooked_transformer() builds a TransformerLens 3.x HookedTransformer; TransformerLens {version} is installed, and 4.0 "
+            "removed HookedTransformer. On 4.x measure the model itself: poslens.load_model(folder), or "
+            "poslens.load_model(model, tokenizer=...) for a transformers model in memory, or poslens.load_model(bridge) for a "
+            "TransformerBridge (TransformerBridge.boot_transformers(...)); for a HookedTransformer (SAELens's HookedSAETransformer), "
+            "install TransformerLens 3.x: pip install 'transformer-lens>=3.9,<4'"
+        )
 
 
 def _hf_model(model: Any, tokenizer: Any) -> tuple[Any, Any]:

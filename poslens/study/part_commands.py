@@ -39,7 +39,20 @@ def setting_option(setting: str, default: Any = None, flag: str | None = None) -
     checks = dict(option.checks)
     if "callback" in checks:
         checks["callback"] = getattr(cli_options, checks["callback"])
-    return typer.Option(option.default if default is None else default, flag or option.flag, help=option.help, **checks)
+    return typer.Option(option.default if default is None else default, flag or option.flag, help=_help_with_default(option.help, checks), **checks)
+
+
+def _help_with_default(text: str, checks: dict[str, Any]) -> str:
+    """``text`` with a default written in words (``show_default="8,64,T/2"``) shown as typer shows a value: ``[default: 8,64,T/2]``.
+
+    typer prints a ``show_default`` string in parentheses (``[default: (8,64,T/2)]``), so the string goes into the help
+    text instead, its bracket escaped for rich's markup, and ``show_default`` becomes False; ``checks`` is changed in place.
+    """
+    shown = checks.get("show_default")
+    if not isinstance(shown, str):
+        return text
+    checks["show_default"] = False
+    return f"{text} \\[default: {shown}]"
 
 
 def _typer_option(part: Part, setting: str) -> Any:

@@ -72,17 +72,44 @@ def show_leakage(result: Result, console: Console) -> None:
 
 
 def show_sinks(result: Result, console: Console) -> None:
-    """Print the sinks part: the sink-reading head count per layer.
+    """Print the sinks part: the sink-reading head count per layer, and the model's total, in a titled table.
+
+    The counts are :func:`poslens.mechanisms.sinks.sink_table`'s: a head reads the sink when its sink score (the mean
+    over queries i ≥ 1 of a_i0) is at least τ; the interval's low end counts the heads whose whole score interval lies
+    at or above τ, its high end the heads whose interval reaches τ. The table's layer −1 row, shown as "all", counts
+    the heads of every layer together: the sum of the layers' rows.
 
     Args:
         result: The part.
         console: Where to print.
 
     Example:
-        >>> show_sinks(result, Console())  # doctest: +SKIP
+        >>> import pandas as pd
+        >>> from rich.console import Console
+        >>> from poslens.measurement.result import Result
+        >>> rows = [dict(layer=layer, head=-1, metric="sink_heads", value=v, ci_low=v - 1, ci_high=v) for layer, v in ((0, 1.0), (1, 2.0), (-1, 3.0))]
+        >>> show_sinks(Result(pd.DataFrame(rows), {"settings": {"tau": 0.3}}), Console(width=200, color_system=None))  # doctest: +ELLIPSIS
+        sink-reading heads (sink score ≥ τ = 0.3) per layer; 'all' (layer −1): every layer's heads together, ...
+        ...
     """
+    from rich.markup import escape
+    from rich.table import Table
+
     counts = result.table[result.table["metric"] == "sink_heads"]
-    console.print(counts[["layer", "value", "ci_low", "ci_high"]].to_string(index=False))
+    tau = (result.meta.get("settings") or {}).get("tau")
+    wide = _wide(console)
+    title = (
+        f"sink-reading heads (sink score ≥ τ{'' if tau is None else f' = {tau:g}'}) per layer; 'all' (layer −1): every layer's "
+        "heads together, the sum of the rows above. 95% interval: low = heads whose whole score interval is ≥ τ, "
+        "high = heads whose interval reaches τ"
+    )
+    wide.print(escape(title), soft_wrap=True)
+    table = Table()
+    for column in ("layer", "sink-reading heads", "95% CI low", "95% CI high"):
+        table.add_column(column, justify="right")
+    for row in counts.itertuples():  # the layers in order, then layer −1 (sink_table's order)
+        table.add_row("all" if row.layer == -1 else str(row.layer), f"{row.value:g}", f"{row.ci_low:g}", f"{row.ci_high:g}")
+    wide.print(table)
 
 
 def show_bos_swap(result: Result, console: Console) -> None:

@@ -60,8 +60,9 @@ def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("sdist_build")
     source = work / "src"
     shutil.copytree(ROOT / "poslens", source / "poslens", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
         shutil.copy2(ROOT / name, source / name)
+    shutil.copytree(ROOT / "docs", source / "docs", ignore=shutil.ignore_patterns("__pycache__", "*.ipynb", "*.parquet"))
     out = work / "dist"
     code = f"from setuptools import build_meta; print(build_meta.build_sdist({str(out)!r}))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=source, capture_output=True, text=True, timeout=300)
@@ -120,11 +121,24 @@ def test_the_sdist_carries_the_sources_and_the_templates(sdist: Path):
     assert {f"poslens/measurement/templates/{name}.html" for name in ("report", "claims", "tables", "result")} <= names
 
 
+def test_the_sdist_carries_the_docs_pages_the_help_and_the_readme_point_to(sdist: Path):
+    """``poslens zoo --help`` says docs/zoo.md, the README links docs/*.md and shows docs/img: each must be in the sdist."""
+    import tarfile
+
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    sources = [path.read_text(encoding="utf-8") for path in (ROOT / "poslens").rglob("*.py")]
+    named = set(re.findall(r"docs/[\w/]+\.md", "\n".join(sources))) | set(re.findall(r"\((docs/[\w/.]+)[#)]", (ROOT / "README.md").read_text()))
+    pages = {name for name in named if (ROOT / name).is_file()}  # a page the site builds from a notebook is no file here
+    assert {"docs/zoo.md", "docs/methodology.md", "docs/glossary.md", "docs/img/report_sources.png"} <= pages
+    assert pages <= names, f"pointed to but not in the sdist: {sorted(pages - names)}"
+
+
 def test_the_wheel_carries_the_package_and_its_templates(wheel: Path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "poslens/__init__.py" in names and "poslens/study/cli.py" in names
     assert {f"poslens/measurement/templates/{name}.html" for name in ("report", "claims", "tables", "result")} <= names
-    assert {name for name in names if name.startswith("tests/")} == set()  # the tests stay in the repository
+    assert {name for name in names if name.startswith(("tests/", "docs/"))} == set()  # the tests and the docs stay in the repository and the sdist
     entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
     assert "poslens = poslens.study.cli:run" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -181,7 +181,7 @@ def test_refusals(llama, tokens):
 
 def test_the_split_without_sink_heads_says_so(llama):
     corpus = poslens.make_corpus(llama, "random", n_seqs=8, seq_len=T, seed=0)
-    with pytest.warns(ProbeSizeWarning, match="--n-seqs"):
+    with pytest.warns(ProbeSizeWarning, match=r"\(n_seqs=\d+, seq_len=12\)"):  # the API's spelling; the command writes its flags
         result = sink_path_split(llama, corpus, heads=[], offset=4, groups=4, progress=False)
     assert result.meta["c8"]["verdict"] == "no share" and "no head" in result.meta["c8"]["reason"]
     assert set(result.table["intervention"]) == {"none", "p0-every-head"}
@@ -230,7 +230,7 @@ def test_the_path_tests_warn_where_the_probe_cannot_be_read(llama):
     from poslens.mechanisms.path_tests import path_specific_tests
 
     corpus = poslens.make_corpus(llama, "random", n_seqs=4, seq_len=T, seed=0)
-    with pytest.warns(ProbeSizeWarning, match=r"use at least \d+ sequences of 12 tokens \(--n-seqs, --seq-len\)"):
+    with pytest.warns(ProbeSizeWarning, match=r"use at least \d+ sequences of 12 tokens \(n_seqs=\d+, seq_len=12\)"):
         path_specific_tests(llama, corpus, offsets=[4], groups=2, early=4, tau=0.05, sham=False, ablation=False, progress=False)
 
 

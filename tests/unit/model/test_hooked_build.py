@@ -4,8 +4,8 @@ The built model is measured and compared with the transformers path on the same
 weights (float32, 1e-6 on every figure), for each family it builds; SAELens's
 HookedSAETransformer takes an SAE that moves the later layers and not layer 0;
 every family it does not build is refused by name, with the reason. The builds
-run in ``make test``'s TransformerLens 3.9 pass (``POSLENS_REQUIRE_TL3=1``); the
-refusals come before TransformerLens is imported and run in both passes.
+and the refusals run in ``make test``'s TransformerLens 3.9 pass (``POSLENS_REQUIRE_TL3=1``);
+on TransformerLens 4.x every call stops first, before the model is loaded, naming the routes that work there.
 """
 
 from __future__ import annotations
@@ -95,18 +95,47 @@ def test_hooked_sae_transformer_with_an_sae_attached(tmp_path):
     ],
 )
 def test_families_not_built_are_refused_by_name(kind, overrides, expected, tmp_path):
+    require_transformer_lens_3()
     hf, tok = hf_and_tokenizer(save_tiny_model(tmp_path, kind, **overrides))
     with pytest.raises(ModelNotSupportedError, match=expected):
         poslens.hooked_transformer(hf, tok)
 
 
 def test_bad_arguments_name_the_fix(tmp_path, tiny_llama_dir):
+    require_transformer_lens_3()
     with pytest.raises(InputError, match="is not a local model folder"):
         poslens.hooked_transformer(tmp_path)
     with pytest.raises(InputError, match="needs the model's tokenizer"):
         poslens.hooked_transformer(hf_and_tokenizer(tiny_llama_dir)[0])
     with pytest.raises(InputError, match="takes a transformers causal LM or a local folder, not int"):
         poslens.hooked_transformer(3)
+
+
+def test_on_transformer_lens_4_the_version_is_refused_before_anything_loads(tmp_path):
+    """4.x removed HookedTransformer: the call stops at once, before the folder is read, and names the routes that work."""
+    import importlib.metadata
+
+    version = importlib.metadata.version("transformer_lens")
+    if version.startswith("3."):
+        pytest.skip(f"TransformerLens {version} builds HookedTransformer; the 4.x refusal is checked in make test's first pass")
+    missing = tmp_path / "no-such-folder"  # on 3.x this is an InputError (no config.json); on 4.x the version speaks first
+    with pytest.raises(ModelNotSupportedError, match=rf"TransformerLens {version} is installed, and 4\.0 removed HookedTransformer") as caught:
+        poslens.hooked_transformer(missing)
+    said = str(caught.value)
+    assert "poslens.load_model(folder)" in said and "poslens.load_model(model, tokenizer=...)" in said and "transformer-lens>=3.9,<4" in said
+    assert not missing.exists()
+    with pytest.raises(ModelNotSupportedError, match="4\\.0 removed HookedTransformer"):
+        poslens.hooked_transformer(3)  # before the arguments are even looked at
+
+
+def test_the_version_check_passes_3x_and_refuses_later_majors():
+    from poslens.model.hooked_build import check_transformer_lens_3
+
+    check_transformer_lens_3("3.9.0")
+    check_transformer_lens_3("3.10.1")
+    for later in ("4.0.0", "4.3.0", "5.0.0.dev1"):
+        with pytest.raises(ModelNotSupportedError, match=rf"TransformerLens {later} is installed"):
+            check_transformer_lens_3(later)
 
 
 def test_an_attached_sae_is_recorded_hashed_and_named(tmp_path):
