@@ -37,6 +37,7 @@ API_PARAMETERS: Mapping[str, str] = {
     "groups": "groups",
     "early": "early",
     "batch_size": "batch_size",
+    "warmup": "warmup",
 }
 """A command's parameter (its setting) → the API parameter a warning's advice names: ``relativize_seqs`` is a corpus's ``n_seqs``."""
 

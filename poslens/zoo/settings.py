@@ -10,7 +10,7 @@ import json
 import warnings
 from dataclasses import asdict, dataclass, field
 
-from poslens.errors import InputError
+from poslens.errors import AdvisedWarning, InputError
 from poslens.options import DEFAULTS
 from poslens.zoo.family import MEMBERS, member_config, parse_members
 
@@ -20,7 +20,7 @@ SCHEDULES = ("cosine", "constant")
 TASKS = ("stdlib", "bigram-backcopy")
 
 
-class WarmupWarning(UserWarning):
+class WarmupWarning(AdvisedWarning):
     """A family whose steps do not pass its warmup: the learning rate never leaves its linear ramp.
 
     Example:
@@ -111,12 +111,12 @@ class ZooSettings:
         if not 0 < self.tau <= 1:
             raise InputError(f"tau must lie in (0, 1], got {self.tau}")
         if self.steps <= self.warmup and self.time_budget is None:
-            warnings.warn(
+            text = (
                 f"steps = {self.steps} is not above warmup = {self.warmup}: the learning rate never leaves its linear warmup "
-                f"(it ends at {self.steps / max(self.warmup, 1):.0%} of lr), so the family barely trains; pass warmup below steps",
-                WarmupWarning,
-                stacklevel=3,
+                f"(it ends at {self.steps / max(self.warmup, 1):.0%} of lr), so the family barely trains; pass a warmup below the steps "
+                "({warmup})"
             )
+            warnings.warn(WarmupWarning(text, {"warmup": self.steps // 10}, {"warmup": self.warmup}), stacklevel=3)
         member_config(self.members[0], self.width, self.depth, self.heads, self.seq_len)  # checks the sizes
 
     def runs(self) -> list[tuple[str, int]]:

@@ -289,3 +289,17 @@ def test_zoo_warns_when_its_steps_do_not_pass_the_warmup():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ZooSettings(task="bigram-backcopy", steps=200, warmup=100)
+
+
+def test_zoo_warns_once_in_its_flags_when_steps_do_not_pass_the_warmup(tmp_path):
+    import subprocess
+    import sys
+
+    args = ["zoo", "--task", "bigram-backcopy", "--steps", "2", "--warmup", "100", "--seq-len", "16", "--width", "8", "--depth", "1"]
+    args += ["--heads", "1", "--seeds", "0,1", "--members", "standard", "--eval-every", "1", "--eval-seqs", "2", "--batch-size", "2"]
+    code = "import sys; sys.argv[0] = 'poslens'; from poslens.study.cli import run; run()"
+    done = subprocess.run([sys.executable, "-c", code, *args, "--out", str(tmp_path / "zoo")], capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stderr.splitlines() if "warmup" in line]
+    assert done.returncode == 0, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("warning: steps = 2 is not above warmup = 100") and "(--warmup 0)" in lines[0], done.stderr
+    assert ".py:" not in done.stderr
