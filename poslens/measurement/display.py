@@ -16,7 +16,7 @@ import pandas as pd
 
 from poslens.measurement.figure import case_label
 from poslens.measurement.plot_kinds import PLOT_KINDS
-from poslens.measurement.table import COLUMNS, layer_label, summary_table
+from poslens.measurement.table import COLUMNS, DEFAULT_QUERY_WINDOW, layer_label, summary_table
 from poslens.measurement.templating import page_templates
 
 _TEMPLATES = page_templates()
@@ -63,6 +63,7 @@ def result_html(result: Shown) -> str:
         stacked=stacked,
         provenance=[] if stacked is not None else _provenance_items(meta, table),
         kinds=", ".join(PLOT_KINDS),
+        default_window=DEFAULT_QUERY_WINDOW,
     )
 
 

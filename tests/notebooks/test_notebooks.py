@@ -200,3 +200,56 @@ def test_notebook_runs(path: Path, python3_kernel: str, tmp_path: Path) -> None:
         traces = figure["data"][PLOTLY_MIME]["data"]
         assert traces and all(len(trace.get("x", [])) > 0 for trace in traces), f"{path.name}: a figure has an empty trace"
     print(f"{path.name}: {seconds:.1f} s")
+
+
+def _html_outputs(path: Path) -> list[str]:
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    return [
+        "".join(out["data"]["text/html"])
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.outputs
+        if out.get("output_type") in ("display_data", "execute_result") and "text/html" in out.get("data", {})
+    ]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_results_come_from_this_version_and_show_todays_methods_line(path: Path) -> None:
+    """A notebook run with another poslens records that version in its results' provenance, and the Methods line of its day."""
+    import re
+
+    import pandas as pd
+
+    import poslens
+    from poslens.measurement.display import result_html
+    from poslens.measurement.result import Result
+
+    shown = Result(
+        pd.DataFrame(
+            [
+                dict(
+                    model="m",
+                    variant="base",
+                    intervention="none",
+                    layer=-1,
+                    head=-1,
+                    query_window="early",
+                    metric="c_res",
+                    value=0.1,
+                    ci_low=0.0,
+                    ci_high=0.2,
+                )
+            ]
+        )
+    )
+    current = re.search(r"<p[^>]*>Methods: .*?</p>", result_html(shown)).group(0)
+    rerun = RERUN.format(stem=path.stem)
+    html = _html_outputs(path)
+    versions = {v for page in html for v in re.findall(r'<th style="text-align:left">poslens</th><td style="text-align:left">([^<]+)</td>', page)}
+    methods = {m for page in html for m in re.findall(r"<p[^>]*>Methods: .*?</p>", page)}
+    assert versions <= {poslens.__version__}, f"{path.name} records poslens {sorted(versions)}, the package is {poslens.__version__}; {rerun}"
+    assert methods <= {current}, f"{path.name} shows a Methods line the code no longer prints; {rerun}"
+    if path.stem in ("01_first_look", "05_your_text_head_by_head"):  # these show a result: the check above has something to read
+        assert versions and methods, f"{path.name} shows no result's provenance or Methods line"
