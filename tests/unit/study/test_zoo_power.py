@@ -139,3 +139,44 @@ def test_cli_power_refuses_a_folder_without_a_family(tmp_path):
 def test_cli_without_power_needs_zoo_and_work(tmp_path):
     result = CliRunner().invoke(app, ["zoo-measure", "--out", str(tmp_path)])
     assert result.exit_code != 0 and "--power" in _said(result)
+
+
+def _zoo_claims(per_seed: dict[str, list[float]]):
+    """A family whose paired differences (member − standard) are the given per-seed numbers."""
+    from poslens.study.claim_table import Claims
+    from poslens.study.claims_zoo import claim_c4_zoo
+
+    rows = []
+    for member, diffs in per_seed.items():
+        for s, d in enumerate(diffs):
+            rows += [dict(member="standard", seed=s, metric="c_res", value=0.1), dict(member=member, seed=s, metric="c_res", value=0.1 + d)]
+    return Claims.from_rows(claim_c4_zoo(pd.DataFrame(rows).drop_duplicates()))
+
+
+def test_decisions_read_the_band_planned_before_training_and_say_equivalent_or_give_power():
+    from scipy import stats
+
+    from poslens.study.zoo_decisions import decide_family, decision_sentence
+
+    power = pd.DataFrame(
+        [
+            dict(comparison="c_res (sliding − standard)", planned=True, target=0.01, target_row="window:64"),
+            dict(comparison="c_res (sliding − standard)", planned=False, target=0.5, target_row="window:256"),
+            dict(comparison="c_res (large-base-trained − standard)", planned=True, target=0.0002, target_row="ntk:4"),
+        ]
+    )
+    tight = [0.001, -0.001, 0.0005, -0.0005, 0.0]  # interval well inside ±0.01: equivalent
+    wide = [0.003, -0.002, 0.004, -0.003, 0.001]  # interval reaching past ±0.0002: inconclusive
+    d = decide_family(_zoo_claims({"sliding": tight, "large-base-trained": wide}), power).set_index("comparison", drop=False)
+    sliding, large = d.loc["c_res (sliding − standard)"], d.loc["c_res (large-base-trained − standard)"]
+    half = stats.t.ppf(0.975, 4) * np.std(tight, ddof=1) / np.sqrt(5)  # the interval by hand
+    assert sliding["ci_high"] == pytest.approx(np.mean(tight) + half) and sliding["band"] == 0.01  # the planned row, not 0.5
+    assert sliding["equivalent"] and sliding["decision"] == "equivalent to 0 within ±0.01" and sliding["powered"]
+    assert large["decision"] == "inconclusive" and not large["equivalent"] and not large["powered"]
+    assert large["sd"] == pytest.approx(np.std(wide, ddof=1))
+    assert large["seeds_for_band"] == seeds_needed(np.std(wide, ddof=1), 0.0002)
+    sentence = decision_sentence(large)
+    assert "inconclusive" in sentence and "above the band 0.0002" in sentence and f"{large['seeds_for_band']} seeds" in sentence
+    # a clear effect is decided by the sign rule, band or not
+    clear = decide_family(_zoo_claims({"sliding": [0.02, 0.021, 0.019]}), power).iloc[0]
+    assert clear["decision"] == "supported" and not clear["equivalent"]
