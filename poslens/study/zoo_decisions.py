@@ -130,8 +130,8 @@ def decision_sentence(row: Any) -> str:
 
     Example:
         >>> row = pd.Series(dict(comparison="c", decision="inconclusive", detectable=0.006, band=0.0002, seeds_for_band=3000, n_seeds=5))
-        >>> decision_sentence(row)
-        'c: inconclusive; the 5 seeds detect a difference of 0.006 or more (two-sided 5%, power 80%), above the band 0.0002, which needs 3000 seeds at this spread.'
+        >>> decision_sentence(row)  # doctest: +ELLIPSIS
+        'c: inconclusive; the 5 seeds detect a difference of 0.006 or more (...), above the band 0.0002, which needs 3000 seeds at this spread.'
     """
     if row.decision in (SUPPORTED, NOT_SUPPORTED) or str(row.decision).startswith("equivalent"):
         return f"{row.comparison}: {row.decision}."
@@ -144,7 +144,8 @@ def decision_sentence(row: Any) -> str:
         if np.isfinite(row.band)
         else "no band was planned for it"
     )
-    return f"{row.comparison}: inconclusive; the {row.n_seeds} seeds detect a difference of {row.detectable:.3g} or more (two-sided 5%, power 80%), {band}."
+    detects = f"the {row.n_seeds} seeds detect a difference of {row.detectable:.3g} or more (two-sided 5%, power 80%)"
+    return f"{row.comparison}: inconclusive; {detects}, {band}."
 
 
 __all__ = ["DECISION_COLUMNS", "decide_family", "decision_sentence"]
