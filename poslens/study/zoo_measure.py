@@ -511,10 +511,13 @@ def check_decidable(summary: pd.DataFrame, zoo: Path | str = "the family") -> No
 
 
 def runs_without_sinks(figures: pd.DataFrame, summary: pd.DataFrame) -> list[tuple[str, int]]:
-    """The runs in which no head meets the sink criterion: the sinks part's count of sink-reading heads (layer −1) is 0.
+    """The runs in which no head meets the sink criterion: a sink score ≥ τ, as the training recorded at the last checkpoint.
 
-    Where the sinks part was not measured for a run, the count the training recorded at its last checkpoint
-    (``summary.csv``'s ``sink_heads``, the same criterion on the held-out text) is read.
+    The count is ``summary.csv``'s ``sink_heads``: each head's mean a_i0 over the held-out queries that can see key 0
+    (:mod:`poslens.zoo.evaluate`). On a model without a window that is poslens's sink score (the sinks part); under a
+    sliding window of W < T keys the sinks part also counts the queries that cannot see key 0, as 0, which caps its
+    score at (W − 1)/(T − 1) (0.12 at W = 16, T = 128, below τ = 0.3): a windowed member could never show a sink by it.
+    Where the summary lacks the count, the sinks part's (layer −1) is read.
 
     Args:
         figures: ``figures.csv``'s rows.
@@ -524,16 +527,17 @@ def runs_without_sinks(figures: pd.DataFrame, summary: pd.DataFrame) -> list[tup
         ``(member, seed)`` of each run without a sink.
 
     Example:
-        >>> f = pd.DataFrame([dict(member="standard", seed=s, part="sinks", metric="sink_heads", layer=-1, value=v) for s, v in [(0, 2), (1, 0)]])
-        >>> runs_without_sinks(f, pd.DataFrame(dict(member=["standard"] * 3, seed=[0, 1, 2], sink_heads=[2, 0, 0])))
-        [('standard', 1), ('standard', 2)]
+        >>> runs_without_sinks(pd.DataFrame(columns=["part", "metric", "layer", "member", "seed", "value"]),
+        ...                    pd.DataFrame(dict(member=["standard"] * 3, seed=[0, 1, 2], sink_heads=[2, 0, 1])))
+        [('standard', 1)]
     """
     counts = figures[(figures["part"] == "sinks") & (figures["metric"] == "sink_heads") & (figures["layer"] == -1)]
     measured = {(str(r.member), int(r.seed)): float(r.value) for r in counts.itertuples()}
     found = []
     for r in summary.itertuples():
         key = (str(r.member), int(r.seed))
-        count = measured.get(key, getattr(r, "sink_heads", np.nan))
+        count = getattr(r, "sink_heads", np.nan)
+        count = measured.get(key, np.nan) if pd.isna(count) else count
         if not count >= 1:
             found.append(key)
     return found
