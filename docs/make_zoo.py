@@ -2,8 +2,10 @@
 
 Reads what ``poslens zoo-measure`` wrote into ``docs/zoo_data`` (``runs.csv``,
 ``emergence.csv``, ``figures.csv``, ``family.csv``, ``claims.csv``,
-``claim_inputs.csv``, ``parts.csv``, ``measure.json``) and, for C4's
-inference-time verdicts, the findings run's claims (``docs/findings_data``).
+``claim_inputs.csv``, ``parts.csv``, ``measure.json``) from the stored family
+(``docs/zoo_family``), the first family's tables and the power table computed
+from them before this family was trained (``docs/zoo_data/first_family``), and,
+for C4's inference-time verdicts, the findings run's claims (``docs/findings_data``).
 Every number on the page comes from those tables; the page only selects and
 formats them. The figures are SVG line charts drawn here, in plain Python,
 from ``emergence.csv``: the same tables give the same bytes, so the test suite
@@ -26,7 +28,9 @@ import pandas as pd
 
 from poslens.study.claim_table import Claims
 from poslens.study.claims_zoo import ZOO_COMPARISONS, inference_time_beside
+from poslens.study.settings import ZOO_PART_NAMES
 from poslens.study.verdict_summary import summary_rows
+from poslens.study.zoo_decisions import decide_family, decision_sentence
 from poslens.study.zoo_plan import RECORDED_SECONDS, plan_family
 from poslens.study.zoo_power import POWER_FILE, TARGET_RULE, power_markdown
 from poslens.zoo.family import MEMBERS, NOPE_NOTE
@@ -600,6 +604,7 @@ def build(data: Path, findings: Path) -> str:
         "",
         f"**C4 in the zoo: {overall}.**",
         "",
+        *_decision_section(zoo_claims, data),
         "### Beside the inference-time variants",
         "",
         f"The full run's C4 (SmolLM2 with `ntk:α` and `window:W` applied at inference time; `docs/findings.md`) is **{inference_overall}**.",
@@ -616,6 +621,8 @@ def build(data: Path, findings: Path) -> str:
         _agreement_sentence(beside),
         "",
         *_power_section(data),
+        *_weights_section(data),
+        *_first_family_section(data),
         "## What the zoo can and cannot say",
         "",
         "- **Can:** inside this family, a difference between members is the position scheme's, trained in, not an",
@@ -633,8 +640,7 @@ def build(data: Path, findings: Path) -> str:
         "Train (as above), then measure every run and write the tables, then this page:",
         "",
         "```bash",
-        "poslens zoo-measure --zoo results/zoo_bb --out docs/zoo_data --work results/zoo_bb_measure "
-        f"--n-seqs {options['n_seqs']} --groups {options['groups']} --early {options['early']} --relativize-seqs {options['relativize_seqs']}",
+        f"poslens zoo-measure --zoo results/zoo_bb --out docs/zoo_data --work results/zoo_bb_measure {_measure_flags(measured)}",
         ".venv/bin/python docs/make_zoo.py",
         "```",
         "",
@@ -662,37 +668,140 @@ def build(data: Path, findings: Path) -> str:
     return "\n".join(lines)
 
 
+FIRST = "first_family"
+"""The first family's tables (3 layers × 1 head, width 32, T = 64, 3 seeds), kept beside the family measured now."""
+STORED = "docs/zoo_family"
+"""Where the measured family's weights are kept (float16, with hashes.json)."""
+
+
 def _power_section(data: Path) -> list[str]:
-    """The power table and the planned family (issue 52), from ``power.csv``; nothing when it has not been written."""
-    if not (data / POWER_FILE).exists():
+    """The power table and the planned family (issue 52), from the first family's ``power.csv``; nothing without it."""
+    if not (data / FIRST / POWER_FILE).exists():
         return []
-    power = pd.read_csv(data / POWER_FILE)
+    power = pd.read_csv(data / FIRST / POWER_FILE)
     return [
         "<!-- power before training: added for issue 52 -->",
         "## Power before training: the family that can decide C4",
         "",
-        "How many seeds each comparison of C4's zoo case needs (two-sided 5%, power 80%: the smallest n with",
-        "(t₀.₉₇₅ + t₀.₈₀) · sd/√n ≤ the target, n − 1 degrees of freedom, methodology §9.1). The spread is the one above",
-        "(the standard deviation over this family's seeds of each comparison's per-seed values), also at its one-sided 80%",
-        "upper confidence bound, since three seeds estimate it loosely. The target is stated before any new family is trained:",
+        "Computed from the first family (below) before the family on this page was trained: how many seeds each comparison",
+        "of C4's zoo case needs (two-sided 5%, power 80%: the smallest n with (t₀.₉₇₅ + t₀.₈₀) · sd/√n ≤ the target, n − 1",
+        "degrees of freedom, methodology §9.1). The spread is the first family's (the standard deviation over its seeds of",
+        "each comparison's per-seed values), also at its one-sided 80% upper confidence bound, since three seeds estimate it",
+        "loosely. The target is stated before the family was trained, and is the band of the decisions above:",
         f"each row is an inference-time row of the findings run that answers the same question; the planned target (bold) is {TARGET_RULE}.",
         "",
         *power_markdown(power, plan_family(power)),
         "",
         "The shape is the one issue 52 asks for sinks in every member (width 64, 4 layers × 2 heads, T = 128, so a window of 16); "
-        "2000 steps is twice the latest step at which a run of this family first formed a sink (1000). The spread of that "
-        "larger shape is not known before it is trained: the seeds are planned from this family's. "
-        f"The time is the recorded {RECORDED_SECONDS:.0f} s of this family scaled by runs × steps × the arithmetic of a step "
+        "2000 steps is twice the latest step at which a run of the first family first formed a sink (1000). The spread of that "
+        "larger shape is not known before it is trained: the seeds are planned from the first family's. "
+        f"The time is the recorded {RECORDED_SECONDS:.0f} s of the first family scaled by runs × steps × the arithmetic of a step "
         "(`poslens.study.zoo_plan.estimate_cpu_seconds`); fixed per-call overhead does not grow with the shape, so it errs long. "
         "The trained large base against `standard` is out of reach at the size NTK scaling showed on SmolLM2: with this spread "
         "(in which one seed of `standard` formed no sink) no family that fits the CPU decides it, and it is planned as a "
         "comparison reported with its detectable difference, not as one the family can decide.",
         "",
         "```bash",
-        "poslens zoo-measure --power --out docs/zoo_data --findings docs/findings_data   # prints the table, writes docs/zoo_data/power.csv",
+        "poslens zoo-measure --power --out docs/zoo_data/first_family --findings docs/findings_data   # prints the table, writes its power.csv",
         ".venv/bin/python docs/make_zoo.py",
         "```",
         "<!-- end of the power section (issue 52) -->",
+        "",
+    ]
+
+
+def _decision_section(claims: Claims, data: Path) -> list[str]:
+    """Each C4 comparison against the band the power table fixed before training (:mod:`poslens.study.zoo_decisions`)."""
+    if not (data / FIRST / POWER_FILE).exists():
+        return []
+    decided = decide_family(claims, pd.read_csv(data / FIRST / POWER_FILE))
+    rows = [
+        [
+            r.comparison,
+            _interval(r.figure, r.ci_low, r.ci_high),
+            _num(r.band) if pd.notna(r.band) else "—",
+            _num(r.detectable),
+            "yes" if r.powered else "no",
+            "yes" if r.equivalent else "no",
+            f"**{r.decision}**",
+        ]
+        for r in decided.itertuples()
+    ]
+    return [
+        "### Decided against the band fixed before training",
+        "",
+        "The sign rule leaves a comparison inconclusive when its interval holds 0. Read against the band that the power",
+        "table below fixed before this family was trained (the smallest inference-time difference of the same question),",
+        "a comparison whose interval lies inside ±band is **equivalent to 0 within the band**: the family excludes a",
+        "difference as large as the inference-time variants showed. Otherwise it stays inconclusive, and its power statement",
+        "says what the seeds could detect and what the band would need (`poslens.study.zoo_decisions`).",
+        "",
+        markdown_table(
+            ["comparison", "mean over seeds [95% t interval]", "band", "detectable", "detectable ≤ band", "inside ±band", "decision"], rows
+        ),
+        "",
+        *[f"- {decision_sentence(r)}" for r in decided.itertuples()],
+        "",
+    ]
+
+
+def _weights_section(data: Path) -> list[str]:
+    """Where the measured family's weights are kept and how to measure them again."""
+    stored = ROOT / STORED
+    hashes = stored / "hashes.json"
+    if not hashes.exists():
+        return []
+    listed = json.loads(hashes.read_text())
+    size = sum((stored / name).stat().st_size for name in listed)
+    weights = [name for name in listed if name.endswith("model.safetensors")]
+    return [
+        "## The weights",
+        "",
+        f"The {len(weights)} trained models are in `{STORED}`: each run's Hugging Face folder with its weights as float16",
+        f"safetensors, the family's `zoo.json`, `log.csv`, `summary.csv` and `held_out.jsonl`, {size / 1e6:.1f} MB in all.",
+        "`hashes.json` lists the sha256 of every file; `poslens zoo-measure` checks them before it reads the folder and",
+        "refuses a changed or missing file. Every figure on this page was measured from these float16 weights (read in",
+        "float32), so this command gives the page's tables again, with no training:",
+        "",
+        "```bash",
+        f"poslens zoo-measure --zoo {STORED} --out docs/zoo_data --work results/zoo_measure "
+        + _measure_flags(json.loads((data / "measure.json").read_text())),
+        ".venv/bin/python docs/make_zoo.py",
+        "```",
+        "",
+        "The folder was written from the trained family by `poslens.zoo.store.store_family` "
+        f"(`python -c \"from poslens.zoo.store import store_family; store_family('results/zoo_bb', '{STORED}')\"`).",
+        "",
+    ]
+
+
+def _measure_flags(measured: dict) -> str:
+    """The zoo-measure flags that give ``measure.json``'s settings (``--parts`` only when not every part was measured)."""
+    options = measured["options"]
+    flags = f"--n-seqs {options['n_seqs']} --groups {options['groups']} --early {options['early']} --relativize-seqs {options['relativize_seqs']}"
+    if tuple(measured["parts"]) != ZOO_PART_NAMES:
+        flags += f" --parts {','.join(measured['parts'])}"
+    return flags
+
+
+def _first_family_section(data: Path) -> list[str]:
+    """The first family, which the power table was computed from, with its C4 as it came out."""
+    first = data / FIRST
+    if not (first / "measure.json").exists():
+        return []
+    settings = json.loads((first / "measure.json").read_text())["zoo"]["settings"]
+    runs = pd.read_csv(first / "runs.csv")
+    claims = Claims.read(first)
+    return [
+        "## The first family",
+        "",
+        f"Before this family, a smaller one was trained and measured ({len(settings['members'])} members × {len(settings['seeds'])} seeds × "
+        f"{settings['steps']} steps, width {settings['width']}, {settings['depth']} layers × {settings['heads']} head, T = "
+        f"{settings['seq_len']}, peak rate {settings['lr']:g}; its tables are in `docs/zoo_data/{FIRST}`). "
+        + _sinks_sentence(runs, float(settings["tau"])),
+        "Its C4 comparisons, each with the smallest difference its seeds could detect:",
+        "",
+        _c4_table(claims),
         "",
     ]
 

@@ -303,3 +303,6 @@ def test_zoo_warns_once_in_its_flags_when_steps_do_not_pass_the_warmup(tmp_path)
     assert done.returncode == 0, done.stderr
     assert len(lines) == 1 and lines[0].startswith("warning: steps = 2 is not above warmup = 100") and "(--warmup 0)" in lines[0], done.stderr
     assert ".py:" not in done.stderr
+    # the summary it prints fits a narrow terminal: no line of its table is wider than 80 columns
+    table = done.stdout[done.stdout.index("member") :].splitlines()[:3]
+    assert table[0].split() == ["member", "seed", "steps", "held-out", "loss", "sinks", "key-0", "mass"] and max(map(len, table)) <= 80, done.stdout
