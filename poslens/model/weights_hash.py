@@ -60,7 +60,11 @@ def weights_bytes(module: torch.nn.Module) -> int:
         >>> weights_bytes(torch.nn.Linear(2, 3))   # 6 weights and 3 biases, float32
         36
     """
-    return sum(t.numel() * t.element_size() for t in _distinct_tensors(module))
+    return _bytes_of(_distinct_tensors(module))
+
+
+def _bytes_of(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def state_dict_sha256(module: torch.nn.Module) -> str:
@@ -89,7 +93,11 @@ def state_dict_sha256(module: torch.nn.Module) -> str:
         >>> before == state_dict_sha256(layer)
         False
     """
-    tensors = _distinct_tensors(module)
+    return _sha256_of(module, _distinct_tensors(module))
+
+
+def _sha256_of(module: torch.nn.Module, tensors: list[torch.Tensor]) -> str:
+    """:func:`state_dict_sha256` of ``module``, whose distinct tensors ``tensors`` are."""
     checksums = [weights_checksum(tensor) for tensor in tensors]
     last = _LAST_HASH.get(module)
     if last is not None and _same_checksums(last[0], checksums):
@@ -170,7 +178,8 @@ def weights_record(module: torch.nn.Module, max_bytes: int | None = None) -> dic
         >>> weights_record(torch.nn.Linear(2, 3), max_bytes=10)["source_sha256_skipped"]
         'the weights (36 bytes) are above the 10 bytes poslens hashes at each measurement'
     """
-    size = weights_bytes(module)
+    tensors = _distinct_tensors(module)  # once: walking a bridge's modules takes a tenth of the hash
+    size = _bytes_of(tensors)
     max_bytes = MAX_HASHED_BYTES if max_bytes is None else max_bytes
     record: dict[str, Any] = {"state_dict_sha256_at": "measurement", "weights_bytes": size}
     if size > max_bytes:
@@ -179,7 +188,7 @@ def weights_record(module: torch.nn.Module, max_bytes: int | None = None) -> dic
             "source_sha256": None,
             "source_sha256_skipped": f"the weights ({_size(size)}) are above the {_size(max_bytes)} poslens hashes at each measurement",
         }
-    return {**record, "source_sha256": state_dict_sha256(module)}
+    return {**record, "source_sha256": _sha256_of(module, tensors)}
 
 
 def _size(n: int) -> str:
