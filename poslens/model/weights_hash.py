@@ -156,7 +156,8 @@ def weights_checksum(tensor: torch.Tensor) -> tuple[Any, ...]:
 def _same_checksums(before: list[tuple[Any, ...]], now: list[tuple[Any, ...]]) -> bool:
     """Whether two lists of :func:`weights_checksum` are equal, tensor by tensor (see its example)."""
     return len(before) == len(now) and all(
-        a[:2] == b[:2] and a[2].device == b[2].device and torch.equal(a[2], b[2]) and torch.equal(a[3], b[3]) for a, b in zip(before, now, strict=True)
+        a[:2] == b[:2] and a[2].device == b[2].device and torch.equal(a[2], b[2]) and torch.equal(a[3], b[3])
+        for a, b in zip(before, now, strict=True)
     )
 
 
