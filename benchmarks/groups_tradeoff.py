@@ -9,8 +9,8 @@ takes more than the 1.5 × a plain forward that issue 36 set as a goal, and
 ``benchmarks/notebook_phases.py`` that much of the excess on small runs is the
 counterfactual (G² variants of the absolute component per query window) and the
 G + 1 fits of the jackknife. The number of groups G is the one setting that
-moves both; the defaults fix it at 8. This script measures the trade, so that
-a decision on the default can be taken on figures: for each case N × T (random
+moves both; ``measure`` takes 8 from 16 sequences on and min(8, N // 2) below (issue 50,
+on this script's figures). This script measures the trade: for each case N × T (random
 tokens, BOS first, as in ``bench_notebook.py``) and each G, it times
 ``measure(groups=G)`` against the plain forward at the default batch size, in
 rounds as ``bench_notebook.py`` does, and reads from the last result of each G

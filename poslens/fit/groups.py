@@ -35,3 +35,25 @@ def group_of(n_seqs: int, groups: int) -> np.ndarray:
     if n_seqs < groups:
         raise InputError(f"{n_seqs} sequences cannot fill {groups} groups; use at least {groups} sequences or fewer groups")
     return (np.arange(n_seqs) * groups) // n_seqs
+
+
+def default_groups(n_seqs: int, most: int = 8) -> int:
+    """The number of groups ``measure`` takes when none is given: ``min(most, n_seqs // 2)``, and 2 at least.
+
+    Each group then holds two sequences or more whenever N ≥ 4: at small N a group of one sequence
+    makes every replicate leave out a single sequence, and costs a fit and G variants of the
+    counterfactual for an interval no narrower (docs/benchmarks.md, "What the number of groups
+    trades"). From N = 2·``most`` sequences on, ``most`` groups.
+
+    Args:
+        n_seqs: Number of sequences N.
+        most: The number of groups from 2·``most`` sequences on (``DEFAULTS.groups``, 8).
+
+    Returns:
+        G.
+
+    Example:
+        >>> [default_groups(n) for n in (2, 4, 8, 15, 16, 32)]
+        [2, 2, 4, 7, 8, 8]
+    """
+    return max(2, min(most, n_seqs // 2))

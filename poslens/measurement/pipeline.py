@@ -17,7 +17,7 @@ from poslens.capture.second_pass import SecondPass
 from poslens.errors import InputError
 from poslens.fit.binning import Binning
 from poslens.fit.cross_fit import counterfactual_cells, cross_fitted_absolute_components
-from poslens.fit.groups import group_of
+from poslens.fit.groups import default_groups, group_of
 from poslens.fit.metric_intervals import metrics_with_intervals
 from poslens.fit.replicates import Replicates
 from poslens.fit.sums import QUERY_WINDOWS, CellSums
@@ -40,7 +40,7 @@ def collect_sums(
     model: PosModel,
     corpus: Corpus,
     *,
-    groups: int = DEFAULTS.groups,
+    groups: int | None = None,
     early: int = DEFAULTS.early,
     batch_size: int | None = DEFAULTS.batch_size,
     interventions: Sequence[Intervention] = (),
@@ -79,7 +79,9 @@ def collect_sums(
     Args:
         model: A :class:`~poslens.model.loading.PosModel`.
         corpus: The token corpus (:func:`~poslens.model.corpus.make_corpus`).
-        groups: Number of groups of the delete-one-group jackknife, at least 2.
+        groups: Number of groups of the delete-one-group jackknife, at least 2; ``None`` (the default):
+            ``min(8, N // 2)`` and 2 at least (:func:`~poslens.fit.groups.default_groups`), so that every group holds
+            two sequences or more from N = 4 on.
         early: Q, the bound of the early query window 1 ≤ i < Q.
         batch_size: Sequences per forward pass, which may belong to several groups (an upper bound with ``max_memory``).
         interventions: Interventions whose hooks run in the same forward pass.
@@ -105,7 +107,7 @@ def collect_sums(
     Example:
         >>> sums = collect_sums(model, corpus, groups=4)  # doctest: +SKIP
     """
-    interventions, batch_size = _checked_run(model, corpus, "collect_sums()", groups, early, batch_size, interventions, max_memory, row_sums)
+    groups, interventions, batch_size = _checked_run(model, corpus, "collect_sums()", groups, early, batch_size, interventions, max_memory, row_sums)
     return _collect_checked(model, corpus, groups, early, batch_size, interventions, probe, progress, description, row_sums, disk_budget)
 
 
@@ -113,22 +115,25 @@ def _checked_run(
     model: PosModel,
     corpus: Corpus,
     caller: str,
-    groups: int,
+    groups: int | None,
     early: int,
     batch_size: int | None,
     interventions: object,
     max_memory: int | str | None,
     row_sums: str,
-) -> tuple[tuple[Intervention, ...], int]:
+) -> tuple[int, tuple[Intervention, ...], int]:
     """The one validation of :func:`measure` and :func:`collect_sums`: arguments, route, corpus and context; then the
-    process group and the batch size. Returns the interventions as a tuple and the batch size to run."""
+    process group and the batch size. Returns the number of groups (``None``: :func:`~poslens.fit.groups.default_groups`
+    of the corpus's size), the interventions as a tuple and the batch size to run."""
     require_pos_model(model, caller)  # before the planner reads the model
+    if groups is None:
+        groups = default_groups(corpus.n_seqs, DEFAULTS.groups) if isinstance(corpus, Corpus) else DEFAULTS.groups
     checked = check_arguments(corpus, interventions, groups=groups, early=early, batch_size=batch_size)
     check_route(row_sums)
     check_corpus_fits(model, corpus)
     check_seq_len(model, corpus.seq_len)
     distributed.init_from_env()
-    return checked, choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)
+    return groups, checked, choose_batch_size(model, corpus.seq_len, corpus.n_seqs, groups, batch_size, max_memory)
 
 
 def _collect_checked(
@@ -283,7 +288,7 @@ def measure(
     model: PosModel,
     corpus: Corpus,
     *,
-    groups: int = DEFAULTS.groups,
+    groups: int | None = None,
     early: int = DEFAULTS.early,
     batch_size: int | None = DEFAULTS.batch_size,
     interventions: Sequence[Intervention] = (),
@@ -297,20 +302,23 @@ def measure(
 
     Runs ``model`` over ``corpus`` once (:func:`collect_sums`), reducing every
     layer's attention scores to cell sums as the forward goes, then fits methodology §3–§5 with 95%
-    intervals over ``groups`` groups of sequences. ``early`` is Q, the bound of
+    intervals over ``groups`` groups of sequences (by default 8, fewer below 16 sequences so that a group
+    holds two sequences; ``meta["settings"]`` records the number and how it was chosen). ``early`` is Q, the bound of
     the early query window 1 ≤ i < Q. ``interventions`` add hooks to the same
     forward pass and are recorded in the ``intervention`` column. Every option after ``corpus`` is keyword-only.
 
     The corpus runs ``batch_size`` consecutive sequences per forward pass, whatever
     their groups: a batch may hold sequences of several groups, and the capture
-    adds each sequence's sums to its own group's, so the defaults (8 groups,
-    batches of 4) run 2 passes over 8 sequences, not 8. The figures do not depend
+    adds each sequence's sums to its own group's, so 8 groups in batches of 4
+    run 2 passes over 8 sequences, not 8. The figures do not depend
     on the batch size beyond the last bits of a float32 forward.
 
     Args:
         model: A :class:`~poslens.model.loading.PosModel` (:func:`~poslens.model.loading.load_model`).
         corpus: The token corpus (:func:`~poslens.model.corpus.make_corpus`).
-        groups: Number of groups of the delete-one-group jackknife, at least 2.
+        groups: Number of groups of the delete-one-group jackknife, at least 2; ``None`` (the default):
+            ``min(8, N // 2)`` and 2 at least (:func:`~poslens.fit.groups.default_groups`), so that every group holds
+            two sequences or more from N = 4 on.
         early: Q, the bound of the early query window 1 ≤ i < Q.
         batch_size: Sequences per forward pass, which may belong to several groups (an upper bound with ``max_memory``).
         interventions: Interventions whose hooks run in the same forward pass.
@@ -342,7 +350,8 @@ def measure(
         >>> result.select("c_res", "early", head=-1)[["layer", "value", "ci_low", "ci_high"]]  # doctest: +SKIP
     """
     start = time.perf_counter()
-    interventions, batch_size = _checked_run(model, corpus, "measure()", groups, early, batch_size, interventions, max_memory, row_sums)
+    given_groups = groups
+    groups, interventions, batch_size = _checked_run(model, corpus, "measure()", groups, early, batch_size, interventions, max_memory, row_sums)
     sums = _collect_checked(model, corpus, groups, early, batch_size, interventions, probe, progress, "measuring", row_sums, disk_budget)
     forward_seconds = time.perf_counter() - start
     label = "+".join(iv.label for iv in interventions) or "none"
@@ -351,6 +360,7 @@ def measure(
     release_free_heap()  # and the fits' replicate copies
     settings = {
         "groups": groups,
+        "groups_chosen": "given" if given_groups is not None else f"default: min({DEFAULTS.groups}, n_seqs // 2), 2 at least",
         "early": early,
         "batch_size": batch_size,
         "max_memory": None if max_memory is None else str(max_memory),

@@ -23,6 +23,7 @@ import pytest
 import poslens
 from poslens.fit import bounds, metric_intervals
 from poslens.fit.bounds import HARD_BOUNDS, clip_interval
+from poslens.fit.groups import default_groups
 from poslens.fit.metric_glossary import GLOSSARY
 from poslens.fit.paired_figures import Figures
 from poslens.measurement.arguments import SmallGroupsWarning, small_groups_message
@@ -125,6 +126,19 @@ def test_groups_of_one_sequence_warn_with_the_fix(tiny):
         poslens.measure(model, corpus, groups=4, early=8, probe=False, progress=False)  # groups of two: no warning
     assert small_groups_message(12, 8).startswith("12 sequences in 8 groups: 4 of the groups")
     assert small_groups_message(16, 8) is None and small_groups_message(3, 2).endswith("(n_seqs=4)")
+
+
+def test_default_groups_hold_two_sequences_each_and_the_result_says_so(tiny):
+    model, corpus = tiny  # 8 sequences: 4 groups by default, not 8 groups of one
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SmallGroupsWarning)
+        chosen = poslens.measure(model, corpus, early=8, probe=False, progress=False)
+    given = poslens.measure(model, corpus, groups=4, early=8, probe=False, progress=False)
+    assert chosen.meta["settings"]["groups"] == 4 and chosen.meta["settings"]["groups_chosen"].startswith("default: min(8, n_seqs // 2)")
+    assert given.meta["settings"]["groups_chosen"] == "given"
+    assert chosen.sums.n_groups == 4
+    pd.testing.assert_frame_equal(chosen.table, given.table)
+    assert [default_groups(n) for n in (2, 3, 8, 9, 16, 100)] == [2, 2, 4, 4, 8, 8]
 
 
 def test_version_is_a_string_and_the_module_says_where_it_is():
