@@ -215,7 +215,7 @@ def test_the_page_opens_with_a_verdict_summary_one_row_per_claim_and_case(user_r
 def test_summary_groups_c4_by_case_and_c5_by_replacement_with_the_joint_verdict():
     """Hand-made tables with known verdicts: a C4 case's comparison and depth slope form one row, whose verdict is their joint."""
     compare = [
-        figure_row("c_res", v, lo, hi, model=m, variant=var, query_window="early", layer=layer)
+        figure_row("c_res", v, lo, hi, model=m, variant=var, query_window="all", layer=layer)
         for m, var, layer, v, lo, hi in [
             ("smollm2-135m", "base", -1, 0.010, 0.008, 0.012),
             ("smollm2-135m", "ntk:4", -1, 0.002, 0.001, 0.003),
