@@ -189,7 +189,7 @@ def test_defaults_show_values_not_names() -> None:
     assert (shown["early"], shown["batch_size"]) == (repr(DEFAULTS.early), repr(DEFAULTS.batch_size))
     assert shown["groups"] == "None"  # chosen from the corpus's size (poslens.fit.groups.default_groups)
     assert str(pkg["mechanisms.fingerprint.fingerprint"].parameters["groups"].default) == repr(DEFAULTS.groups)
-    assert str(pkg["measurement.result.Result"].members["heads"].parameters["query_window"].default) == "'early'"
+    assert str(pkg["mechanisms.effects.reduction"].parameters["query_window"].default) == "'early'"  # DEFAULT_QUERY_WINDOW
     named = [
         f"{obj.path}({p.name}={p.default})"
         for obj in _objects(pkg)

@@ -166,7 +166,14 @@ def _has_help(default: ast.expr | None, constants: dict[str, ast.expr]) -> bool:
 
         setting = default.args[0].value if default.args and isinstance(default.args[0], ast.Constant) else None
         return bool(setting in OPTIONS and OPTIONS[setting].help)
-    return isinstance(default, ast.Call) and any(k.arg == "help" and isinstance(k.value, ast.Constant) and k.value.value for k in default.keywords)
+    return isinstance(default, ast.Call) and any(
+        k.arg == "help" and ((isinstance(k.value, ast.Constant) and k.value.value) or isinstance(k.value, ast.JoinedStr)) for k in default.keywords
+    )
+
+
+def _is_context(arg: ast.arg) -> bool:
+    """A ``typer.Context`` parameter: click's context, not an option of the command."""
+    return isinstance(arg.annotation, ast.Attribute) and arg.annotation.attr == "Context"
 
 
 def check_command(where: str, fn: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[Problem]:
@@ -177,7 +184,7 @@ def check_command(where: str, fn: ast.FunctionDef, constants: dict[str, ast.expr
     positional = args.posonlyargs + args.args
     defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
     pairs = list(zip(positional, defaults, strict=False)) + list(zip(args.kwonlyargs, args.kw_defaults, strict=False))
-    missing = [a.arg for a, d in pairs if not _has_help(d, constants)]
+    missing = [a.arg for a, d in pairs if not _is_context(a) and not _has_help(d, constants)]
     return [Problem(where, f"CLI parameters without help= text: {', '.join(missing)}")] if missing else []
 
 
