@@ -28,6 +28,9 @@ import pandas as pd
 from poslens.study.rules import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 from poslens.study.zoo_power import seeds_needed
 
+#: The decision of a comparison with no seed to read: no run of a member it compares formed a sink.
+NOT_READ = "could not be read: no sink formed"
+
 #: The columns of :func:`decide_family`'s table.
 DECISION_COLUMNS = [
     "key",
@@ -61,8 +64,9 @@ def decide_family(claims: Any, power: pd.DataFrame) -> pd.DataFrame:
 
     Returns:
         One row per comparison, the columns of :data:`DECISION_COLUMNS`. ``decision`` is ``supported``,
-        ``not supported``, ``equivalent to 0 within ±band`` or ``inconclusive``; ``band`` is NaN where the power table
-        planned no target for the comparison.
+        ``not supported``, ``equivalent to 0 within ±band``, ``inconclusive`` or :data:`NOT_READ`; ``band`` is NaN where the power table
+        planned no target for the comparison. A comparison with no seed left to read (no run of a member it compares
+        formed a sink, :func:`~poslens.study.claims_zoo.claim_c4_zoo`) is :data:`NOT_READ`.
 
     Example:
         >>> from poslens.study.claim_table import Claims
@@ -94,6 +98,8 @@ def decide_family(claims: Any, power: pd.DataFrame) -> pd.DataFrame:
             decision = NOT_SUPPORTED
         elif equivalent:
             decision = f"equivalent to 0 within ±{band:.3g}"
+        elif n == 0:
+            decision = NOT_READ
         else:
             decision = INCONCLUSIVE
         d = float(detectable.iloc[0]) if len(detectable) else np.nan
@@ -133,7 +139,7 @@ def decision_sentence(row: Any) -> str:
         >>> decision_sentence(row)  # doctest: +ELLIPSIS
         'c: inconclusive; the 5 seeds detect a difference of 0.006 or more (...), above the band 0.0002, which needs 3000 seeds at this spread.'
     """
-    if row.decision in (SUPPORTED, NOT_SUPPORTED) or str(row.decision).startswith("equivalent"):
+    if row.decision in (SUPPORTED, NOT_SUPPORTED, NOT_READ) or str(row.decision).startswith("equivalent"):
         return f"{row.comparison}: {row.decision}."
     if not np.isfinite(row.detectable):
         return f"{row.comparison}: inconclusive; with {row.n_seeds} seed(s) there is no interval and no detectable difference."
@@ -148,4 +154,4 @@ def decision_sentence(row: Any) -> str:
     return f"{row.comparison}: inconclusive; {detects}, {band}."
 
 
-__all__ = ["DECISION_COLUMNS", "decide_family", "decision_sentence"]
+__all__ = ["DECISION_COLUMNS", "NOT_READ", "decide_family", "decision_sentence"]

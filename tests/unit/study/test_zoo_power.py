@@ -180,3 +180,16 @@ def test_decisions_read_the_band_planned_before_training_and_say_equivalent_or_g
     # a clear effect is decided by the sign rule, band or not
     clear = decide_family(_zoo_claims({"sliding": [0.02, 0.021, 0.019]}), power).iloc[0]
     assert clear["decision"] == "supported" and not clear["equivalent"]
+
+
+def test_a_comparison_whose_runs_formed_no_sink_is_not_read():
+    from poslens.study.claim_table import Claims
+    from poslens.study.claims_zoo import claim_c4_zoo
+    from poslens.study.zoo_decisions import NOT_READ, decide_family, decision_sentence
+
+    rows = [dict(member=m, seed=s, metric="c_res", value=0.1 + 0.01 * s) for m in ("standard", "sliding") for s in range(3)]
+    claims = Claims.from_rows(claim_c4_zoo(pd.DataFrame(rows), without_sinks=[("sliding", s) for s in range(3)]))
+    power = pd.DataFrame([dict(comparison="c_res (sliding − standard)", planned=True, target=0.01, target_row="r")])
+    row = decide_family(claims, power).iloc[0]
+    assert row["n_seeds"] == 0 and row["decision"] == NOT_READ and not row["equivalent"]
+    assert decision_sentence(row) == "c_res (sliding − standard): could not be read: no sink formed."
