@@ -332,7 +332,8 @@ def inference_time_beside(zoo: Any, inference: Any) -> pd.DataFrame:
     Returns:
         One row per zoo comparison: ``comparison``, ``case``, ``metric``, ``zoo_verdict``, ``zoo_figure``,
         ``inference_rows`` (the variants' rows, each with its own verdict), ``inference_verdicts`` (distinct own verdicts)
-        and ``agreement`` (``agree``, ``differ`` or ``partly``: some of the variants agree).
+        and ``agreement`` (``agree``, ``differ`` or ``partly``: some of the variants agree; ``not read in the zoo`` where
+        the zoo comparison has no figure, its runs having formed no sink).
 
     Example:
         >>> from poslens.study.claim_table import Claims
@@ -361,7 +362,9 @@ def inference_time_beside(zoo: Any, inference: Any) -> pd.DataFrame:
         same = theirs[(theirs["case"] == case) & (theirs["statistic"] == _SAME_QUESTION.get(statistic, "")) & (theirs["metric"] == metric)]
         own = str(r["own_verdict"])
         found = list(dict.fromkeys(same["own_verdict"]))
-        if not len(same):
+        if pd.isna(r["figure"]):
+            agreement = "not read in the zoo"  # no seed to read (no sink formed): nothing to agree or differ
+        elif not len(same):
             agreement = "no inference-time counterpart"
         elif found == [own]:
             agreement = "agree"
