@@ -643,6 +643,7 @@ def build(data: Path, findings: Path) -> str:
         "",
         *_power_section(data),
         *_weights_section(data),
+        *_natural_text_section(data),
         *_first_family_section(data),
         "## What the zoo can and cannot say",
         "",
@@ -803,6 +804,37 @@ def _measure_flags(measured: dict) -> str:
     if tuple(measured["parts"]) != ZOO_PART_NAMES:
         flags += f" --parts {','.join(measured['parts'])}"
     return flags
+
+
+NATURAL = "stdlib_family"
+"""The natural-text family's tables (``--task stdlib``, the same shape), when it has been measured."""
+
+
+def _natural_text_section(data: Path) -> list[str]:
+    """The natural-text family of the same shape: its sinks, its C4 and the decisions against the same bands."""
+    folder = data / NATURAL
+    if not (folder / "measure.json").exists():
+        return []
+    measured = json.loads((folder / "measure.json").read_text())
+    settings = measured["zoo"]["settings"]
+    runs = pd.read_csv(folder / "runs.csv")
+    claims = Claims.read(folder)
+    overall = claims.table.loc[claims.table["claim"] == "C4", "verdict"].iloc[0]
+    return [
+        "## The natural-text family",
+        "",
+        f"The same members and shape trained on the Python standard library's source (`--task stdlib`, byte tokens): "
+        f"{len(settings['members'])} members × {len(settings['seeds'])} seeds × {settings['steps']} steps, width {settings['width']}, "
+        f"{settings['depth']} layers × {settings['heads']} heads, T = {settings['seq_len']}, peak rate {settings['lr']:g}, "
+        f"{measured['zoo'].get('wall_seconds') or float('nan'):.0f} s of wall time; measured by zoo-measure with the parts "
+        f"{', '.join(measured['parts'])} (tables in `docs/zoo_data/{NATURAL}`). " + _sinks_sentence(runs, float(settings["tau"])),
+        "",
+        _c4_table(claims),
+        "",
+        f"**C4 in the natural-text family: {overall}.**",
+        "",
+        *_decision_section(claims, data)[2:],
+    ]
 
 
 def _first_family_section(data: Path) -> list[str]:
