@@ -14,7 +14,7 @@ from poslens.study.cli import app
 
 runner = CliRunner()
 FAMILY = ["--task", "bigram-backcopy", "--steps", "2", "--seq-len", "32", "--width", "16", "--depth", "2", "--heads", "2",
-          "--batch-size", "4", "--eval-every", "2", "--eval-seqs", "4", "--device", "cpu", "--seeds", "0"]  # fmt: skip
+          "--batch-size", "4", "--eval-every", "2", "--eval-seqs", "4", "--device", "cpu", "--seeds", "0,1"]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
