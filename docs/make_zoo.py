@@ -827,7 +827,9 @@ def _natural_text_section(data: Path) -> list[str]:
         f"{len(settings['members'])} members × {len(settings['seeds'])} seeds × {settings['steps']} steps, width {settings['width']}, "
         f"{settings['depth']} layers × {settings['heads']} heads, T = {settings['seq_len']}, peak rate {settings['lr']:g}, "
         f"{measured['zoo'].get('wall_seconds') or float('nan'):.0f} s of wall time; measured by zoo-measure with the parts "
-        f"{', '.join(measured['parts'])} (tables in `docs/zoo_data/{NATURAL}`). " + _sinks_sentence(runs, float(settings["tau"])),
+        f"{', '.join(measured['parts'])} (tables in `docs/zoo_data/{NATURAL}`; float16 weights with their hashes in "
+        f"`{STORED}_stdlib`, measured as `poslens zoo-measure --zoo {STORED}_stdlib --out docs/zoo_data/{NATURAL} …` gives them). "
+        + _sinks_sentence(runs, float(settings["tau"])),
         "",
         _c4_table(claims),
         "",
