@@ -110,7 +110,7 @@ def parse_members(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def member_config(member: Member | str, width: int, depth: int, heads: int, seq_len: int, vocab_size: int = 260) -> Any:
+def member_config(member: Member | str, width: int, depth: int, heads: int, seq_len: int, vocab_size: int = 260, window: int | None = None) -> Any:
     """The ``MistralConfig`` of a member: the family's shared fields, with the member's RoPE base and window.
 
     Args:
@@ -120,6 +120,7 @@ def member_config(member: Member | str, width: int, depth: int, heads: int, seq_
         heads: Attention heads per layer (as many key/value heads); ``width`` must be a multiple.
         seq_len: Tokens per training sequence (the context, and the sliding member's window, T / 8).
         vocab_size: The vocabulary (260: :func:`poslens.testing.byte_tokenizer`).
+        window: The sliding member's window in keys; ``None``: :func:`sliding_window` (T / 8).
 
     Returns:
         The config, with ``architectures = ["MistralForCausalLM"]``.
@@ -131,6 +132,8 @@ def member_config(member: Member | str, width: int, depth: int, heads: int, seq_
         >>> a, b = member_config("standard", 64, 2, 4, 128), member_config("sliding", 64, 2, 4, 128)
         >>> a.sliding_window, b.sliding_window, b.rope_parameters["rope_theta"], a.head_dim
         (None, 16, 10000.0, 16)
+        >>> member_config("sliding", 64, 2, 4, 128, window=32).sliding_window
+        32
     """
     from transformers import MistralConfig
 
@@ -150,7 +153,7 @@ def member_config(member: Member | str, width: int, depth: int, heads: int, seq_
         head_dim=width // heads,
         max_position_embeddings=seq_len,
         rope_theta=float(member.rope_theta),
-        sliding_window=sliding_window(seq_len) if member.windowed else None,
+        sliding_window=(window or sliding_window(seq_len)) if member.windowed else None,
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=3,

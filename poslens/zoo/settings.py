@@ -43,6 +43,7 @@ class ZooSettings:
         seeds: Seeds; each gives the initial weights and the data order, shared by every member.
         steps: Training steps (each run takes the same number).
         seq_len: Tokens per training sequence T, BOS included.
+        window: The sliding member's window in keys, 2 to T; ``None``: T / 8.
         width: Hidden size.
         depth: Layers.
         heads: Attention heads per layer.
@@ -72,6 +73,7 @@ class ZooSettings:
     seeds: tuple[int, ...] = (0, 1)
     steps: int = 3000
     seq_len: int = 512
+    window: int | None = None
     width: int = 256
     depth: int = 4
     heads: int = 4
@@ -106,6 +108,8 @@ class ZooSettings:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.seq_len < 4:
             raise InputError(f"seq_len must be at least 4 (BOS and a few tokens), got {self.seq_len}")
+        if self.window is not None and not 2 <= self.window <= self.seq_len:
+            raise InputError(f"window must lie between 2 keys and seq_len = {self.seq_len}, got {self.window}")
         if self.time_budget is not None and not self.time_budget > 0:
             raise InputError(f"time_budget must be a positive number of seconds per run, or None; got {self.time_budget}")
         if not 0 < self.tau <= 1:
@@ -141,4 +145,7 @@ class ZooSettings:
             >>> ZooSettings().to_dict()["members"]
             ['standard', 'large-base-trained', 'sliding']
         """
-        return json.loads(json.dumps(asdict(self)))
+        record = asdict(self)
+        if record["window"] is None:  # families trained before the window could be set recorded none: they still resume
+            del record["window"]
+        return json.loads(json.dumps(record))

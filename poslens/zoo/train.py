@@ -306,7 +306,9 @@ def train_family(
         if folder.exists() and state is None:
             _remove_ours(folder)  # only what poslens wrote there: a user's file stays
         folder.mkdir(parents=True, exist_ok=True)
-        config = member_config(member, settings.width, settings.depth, settings.heads, settings.seq_len, vocab_size=data.vocab_size)
+        config = member_config(
+            member, settings.width, settings.depth, settings.heads, settings.seq_len, vocab_size=data.vocab_size, window=settings.window
+        )
         model = initial_model(config, seed).to(device).train()
         optimizer = torch.optim.AdamW(
             model.parameters(),
