@@ -374,6 +374,37 @@ def _window_words(settings: dict) -> str:
     return f"T/{t // w} = {w}" if t % w == 0 else f"W = {w}"
 
 
+#: The learning-rate schedule after the warmup, as the page names it.
+SCHEDULE_WORDS = {"cosine": "cosine decay to a tenth", "constant": "then constant"}
+#: How close to a uniform head's sink score a head counts as attending uniformly.
+UNIFORM_WITHIN = 0.002
+
+
+def _uniform_heads_note(runs: pd.DataFrame, settings: dict) -> str:
+    """Where runs formed no sink: how many of their heads ended at a uniform head's sink score (the runs' own logs)."""
+    sinkless = runs[runs["sink_heads"] < 1]
+    if sinkless.empty or not (ROOT / STORED / "hashes.json").exists():
+        return ""
+    said = []
+    for member, rows in sinkless.groupby("member", sort=False):
+        uniform = _uniform(_window(settings)) if MEMBERS[member].windowed else _uniform(int(settings["seq_len"]))
+        near = total = 0
+        for r in rows.itertuples():
+            lines = (ROOT / STORED / f"{r.member}-s{r.seed}" / "log.jsonl").read_text(encoding="utf-8").splitlines()
+            scores = [x for layer in json.loads(lines[-1])["sink_scores"] for x in layer]
+            near += sum(abs(x - uniform) <= UNIFORM_WITHIN for x in scores)
+            total += len(scores)
+        seeds = ", ".join(str(s) for s in rows["seed"])
+        said.append(f"`{member}` (seed{'s' if len(rows) > 1 else ''} {seeds}): {near} of {total} heads")
+    return (
+        "**Where no sink formed, many heads attend uniformly.** At the last checkpoint, the heads whose sink score is within "
+        f"{UNIFORM_WITHIN:g} of a uniform head's, in the runs without a sink: {'; '.join(said)}. Those heads' queries and keys"
+        " no longer tell the keys apart; the others do, and still put little weight on key 0 (the largest sink scores above)."
+        " One reading, not tested here: the MLP after the head that copies can use its output at triggers alone, so the head"
+        " need not be dormant, and under a window that hides BOS from most queries that route is the one learned."
+    )
+
+
 def _uniform(keys: int) -> float:
     """The sink score of a uniform head over queries 1 ≤ i < ``keys`` (weight 1/(i + 1) on key 0)."""
     return sum(1 / (i + 1) for i in range(1, keys)) / (keys - 1)
@@ -540,7 +571,7 @@ def build(data: Path, findings: Path) -> str:
         "",
         f"The same for every member: the task and its data, width {settings['width']}, {settings['depth']} layers of",
         f"{settings['heads']} head{'s' if settings['heads'] > 1 else ''}, T = {settings['seq_len']}, batch {settings['batch_size']},",
-        f"AdamW (peak rate {settings['lr']:g}, {settings['warmup']} warmup steps, {settings['schedule']} decay, weight decay",
+        f"AdamW (peak rate {settings['lr']:g}, {settings['warmup']} warmup steps, {SCHEDULE_WORDS[settings['schedule']]}, weight decay",
         f"{settings['weight_decay']:g}, gradient clipping at {settings['grad_clip']:g}), float32 on the CPU. A seed fixes the initial weights",
         "(the same for every member) and the order of the batches; all runs train in lockstep, each step giving one batch",
         f"per seed to every member of that seed. Seeds: {', '.join(map(str, settings['seeds']))}.",
@@ -555,7 +586,7 @@ def build(data: Path, findings: Path) -> str:
     if record.get("wall_seconds"):
         lines += [
             f"It took {record.get('wall_seconds', float('nan')):.0f} s of wall time for the {len(runs)} runs"
-            f" ({record.get('cpu_threads')} torch thread, under `nice`), on 2 CPU cores shared with other work: the",
+            f" ({record.get('cpu_threads')} torch thread), on 2 CPU cores shared with other work: the",
             f"load average (1, 5, 15 min) was {', '.join(map(str, record.get('load_average_start', [])))} at the start and"
             f" {', '.join(map(str, record.get('load_average_end', [])))} at the end.",
             "",
@@ -583,6 +614,8 @@ def build(data: Path, findings: Path) -> str:
         _sinks_sentence(runs, tau),
         "",
         _no_sink_note(runs, pd.read_csv(data / "emergence.csv"), settings, tau),
+        "",
+        _uniform_heads_note(runs, settings),
         "",
         "## The family measured",
         "",
@@ -762,7 +795,7 @@ def _shape_paragraph(data: Path) -> list[str]:
         f"{settings['width']}, {settings['depth']} layers × {settings['heads']} head, T = {settings['seq_len']}, with a window of "
         f"{_window_words(settings)} keys (the first family's T/8 = {max(2, first['seq_len'] // 8)} formed no sink in `sliding`) "
         f"and a {settings['schedule']} rate of {settings['lr']:g} for {settings['steps']} steps. Before it was chosen, short "
-        "pilots (2 seeds, at most 2000 steps, not kept) were read for their sink count alone; no C4 figure of them was looked at.",
+        "pilots (2 seeds, at most 3000 steps, not kept) were read for their sink count alone; no C4 figure of them was looked at.",
         "",
     ]
 
