@@ -254,10 +254,10 @@ def test_the_family_table_gives_the_spread_over_seeds_and_the_paired_difference(
 
 
 def test_zoo_measure_parts_named_in_the_cli_are_the_parts_it_measures():
-    from poslens.study.settings import ZOO_PART_NAMES
+    from poslens.study.part_registry import zoo_parts
     from poslens.study.zoo_measure import PARTS
 
-    assert tuple(p.name for p in PARTS) == ZOO_PART_NAMES
+    assert tuple(p.name for p in PARTS) == tuple(p.name for p in zoo_parts())
 
 
 def test_zoo_measure_refuses_a_family_that_cannot_decide_c4_before_measuring(tmp_path):
