@@ -42,9 +42,10 @@ def _key0_rows_note(attribution: Any) -> str:
 _REDUCTION_NOTE = "a reduction above 100% means C_res changed sign: the intervention reversed it rather than only removing it; below 0, C_res grew"
 
 
-def leakage_figures(leakage: Result, settings: dict[str, Any], *, ablation: Result | None = None, **inputs: Any) -> list[tuple[str, go.Figure, str]]:
+def leakage_figures(part: Result, settings: dict[str, Any], *, ablation: Result | None = None, **inputs: Any) -> list[tuple[str, go.Figure, str]]:
     """The leakage part's figures: C1's ΔR² heatmap, C2's sources by layer and C3's (after the ablation too, given ``ablation``)."""
     figures: list[tuple[str, go.Figure, str]] = []
+    leakage = part
     note = quantized_note(leakage)
     figures.append(
         (
@@ -278,9 +279,10 @@ def bos_swap_figures(swap: Result, settings: dict[str, Any], **inputs: Any) -> l
     return figures
 
 
-def fingerprint_figures(fingerprint: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
+def fingerprint_figures(part: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
     """The fingerprint part's figure (C6): the dispersion of position 0 by layer."""
     figures: list[tuple[str, go.Figure, str]] = []
+    fingerprint = part
     meta = fingerprint.meta
     figures.append(
         (

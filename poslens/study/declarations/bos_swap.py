@@ -1,4 +1,9 @@
-"""The bos-swap part (methodology §7): C_res with the BOS embedding replaced."""
+"""The bos-swap part (methodology §7): C_res with the BOS embedding replaced.
+
+Example:
+    >>> DECLARES[0].name, DECLARES[0].file, DECLARES[0].method
+    ('bos-swap', 'bos-swap.parquet', 'bos_swap')
+"""
 
 from __future__ import annotations
 

@@ -80,17 +80,17 @@ def compare_inputs(result: Result) -> dict[str, Any]:
         result: The compare part.
 
     Returns:
-        ``{"comparison": result, "c4_comparisons": table or None}``.
+        ``{"comparison": result, "c4_comparisons": table}``.
 
     Example:
         >>> import pandas as pd
         >>> from poslens.measurement.result import Result
-        >>> compare_inputs(Result(pd.DataFrame(), {}))["c4_comparisons"] is None
-        True
+        >>> sorted(compare_inputs(Result(pd.DataFrame(), {})))
+        ['c4_comparisons', 'comparison']
     """
-    from poslens.mechanisms.comparisons import META_KEY, comparison_table
+    from poslens.mechanisms.comparisons import comparison_table
 
-    return {"comparison": result, "c4_comparisons": comparison_table(result) if META_KEY in result.meta else None}
+    return {"comparison": result, "c4_comparisons": comparison_table(result)}  # the comparisons part, when present, replaces it
 
 
 def comparisons_inputs(result: Result) -> dict[str, Any]:

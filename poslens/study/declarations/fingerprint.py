@@ -1,4 +1,9 @@
-"""The fingerprint part (methodology §8): what position 0's residual stream holds, with and without BOS."""
+"""The fingerprint part (methodology §8): what position 0's residual stream holds, with and without BOS.
+
+Example:
+    >>> DECLARES[0].name, DECLARES[0].file, DECLARES[0].method
+    ('fingerprint', 'fingerprint.parquet', 'fingerprint')
+"""
 
 from __future__ import annotations
 

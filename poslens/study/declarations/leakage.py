@@ -1,4 +1,9 @@
-"""The leakage part (methodology §3–§5): the baseline measurement every other measured part reads."""
+"""The leakage part (methodology §3–§5): the baseline measurement every other measured part reads.
+
+Example:
+    >>> DECLARES[0].name, DECLARES[0].file, DECLARES[0].method
+    ('leakage', 'leakage.parquet', 'leakage')
+"""
 
 from __future__ import annotations
 

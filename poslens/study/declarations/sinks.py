@@ -1,4 +1,9 @@
-"""The sinks part (methodology §6): the sink score of every head, from the leakage part."""
+"""The sinks part (methodology §6): the sink score of every head, from the leakage part.
+
+Example:
+    >>> DECLARES[0].name, DECLARES[0].file, DECLARES[0].method
+    ('sinks', 'sinks.parquet', 'sinks')
+"""
 
 from __future__ import annotations
 
