@@ -14,8 +14,8 @@ The options are declared once too, in :data:`OPTIONS`: a setting's flag, default
 help and how its value is spelled on a command line; a part may spell a setting
 its own way (``compare --n-seqs`` is ``compare_seqs``) or give it another default.
 
-Adding a part is one :class:`Part` here and its compute method on ``Study``
-(CONTRIBUTING.md shows a worked example). Longer than 400 lines because it
+Adding a part is one module of :mod:`poslens.study.declarations` whose ``DECLARES`` holds its :class:`Part`
+(CONTRIBUTING.md shows the worked example, :mod:`poslens.study.declarations.sink_split`). Longer than 400 lines because it
 declares every part and option of the study in one place, which is its point.
 """
 
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from poslens.measurement.result import Result
-    from poslens.study.parts import Study
     from poslens.study.settings import Settings
 
 MEASURE_KEYS = ("model", "variant", "corpus", "text_field", "n_seqs", "seq_len", "groups", "early", "seed", "batch_size", "position0", "dtype")
@@ -354,14 +353,14 @@ class Part:
     check: Callable[[Mapping[str, Any]], None] = lambda settings: None
     made_by: str = ""
     order: float = 0.0
-    compute: Callable[[Study], Result] | None = None
+    compute: Callable[[Any], Result] | None = None  # of a Study (not imported: parts.py imports this module)
     provides: tuple[str, ...] = ()
     claim_inputs: Callable[[Result], Mapping[str, Any]] | None = None
     figures: Callable[..., Iterable[tuple[str, Any, str]]] | None = None
     figure_order: float | None = None
     warnings: Callable[[Settings, Result], list[str]] = lambda settings, result: []
     new_options: Mapping[str, Option] = field(default_factory=dict)
-    zoo: Callable[[Study], Any] | None = None
+    zoo: Callable[[Any], Any] | None = None
     load_old: Callable[[Path], Result | None] | None = None
     zoo_order: int = 0
 

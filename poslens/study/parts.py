@@ -136,6 +136,9 @@ class Study:
         Returns:
             The part's tidy result, reused from the folder when it matches.
 
+        Raises:
+            InputError: When the part declares no compute function.
+
         Example:
             >>> study.part(name).summary("early")  # doctest: +SKIP
         """

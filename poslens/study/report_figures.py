@@ -43,7 +43,20 @@ _REDUCTION_NOTE = "a reduction above 100% means C_res changed sign: the interven
 
 
 def leakage_figures(part: Result, settings: dict[str, Any], *, ablation: Result | None = None, **inputs: Any) -> list[tuple[str, go.Figure, str]]:
-    """The leakage part's figures: C1's ΔR² heatmap, C2's sources by layer and C3's (after the ablation too, given ``ablation``)."""
+    """The leakage part's figures: C1's ΔR² heatmap, C2's sources by layer and C3's (after the ablation too, given ``ablation``).
+
+    Args:
+        part: The part.
+        settings: The study's settings (quoted in the captions).
+        ablation: The ablate-sinks part's claim input (``None``: not measured, or no sink-reading head).
+        **inputs: The claim inputs of every part present (:func:`poslens.study.part_registry.claim_inputs`).
+
+    Returns:
+        ``[(claim, figure, caption)]``.
+
+    Example:
+        >>> figures = leakage_figures(part, {})  # doctest: +SKIP
+    """
     figures: list[tuple[str, go.Figure, str]] = []
     leakage = part
     note = quantized_note(leakage)
@@ -102,7 +115,19 @@ def leakage_figures(part: Result, settings: dict[str, Any], *, ablation: Result 
 
 
 def path_test_figures(path: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
-    """The path-specific tests' figures (C3): the residual probe, the split of the sink path, the dose-responses."""
+    """The path-specific tests' figures (C3): the residual probe, the split of the sink path, the dose-responses.
+
+    Args:
+        path: The part.
+        settings: The study's settings (quoted in the captions).
+        **inputs: The claim inputs of every part present (:func:`poslens.study.part_registry.claim_inputs`).
+
+    Returns:
+        ``[(claim, figure, caption)]``.
+
+    Example:
+        >>> figures = path_test_figures(part, {})  # doctest: +SKIP
+    """
     figures: list[tuple[str, go.Figure, str]] = []
     table, note = path.table, quantized_note(path)
     offsets = sorted({str(iv).split("=")[1] for iv in table["intervention"] if str(iv).startswith("key0-phase:D=")}, key=int)
@@ -150,7 +175,19 @@ def path_test_figures(path: Result, settings: dict[str, Any], **inputs: Any) -> 
 
 
 def sink_figures(sinks: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
-    """The sinks part's figure (C3): sink scores and sink-reading heads per layer."""
+    """The sinks part's figure (C3): sink scores and sink-reading heads per layer.
+
+    Args:
+        sinks: The part.
+        settings: The study's settings (quoted in the captions).
+        **inputs: The claim inputs of every part present (:func:`poslens.study.part_registry.claim_inputs`).
+
+    Returns:
+        ``[(claim, figure, caption)]``.
+
+    Example:
+        >>> figures = sink_figures(part, {})  # doctest: +SKIP
+    """
     figures: list[tuple[str, go.Figure, str]] = []
     tau = settings.get("tau", 0.3)
     sink_figure = plots.sink_scores(sinks.table, tau)
@@ -173,7 +210,19 @@ def sink_figures(sinks: Result, settings: dict[str, Any], **inputs: Any) -> list
 
 
 def compare_figures(c: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
-    """The compare part's figure (C4): C_res and C_mask by layer per case (and a table format 1 part's comparisons, from its meta)."""
+    """The compare part's figure (C4): C_res and C_mask by layer per case (and a table format 1 part's comparisons, from its meta).
+
+    Args:
+        c: The part.
+        settings: The study's settings (quoted in the captions).
+        **inputs: The claim inputs of every part present (:func:`poslens.study.part_registry.claim_inputs`).
+
+    Returns:
+        ``[(claim, figure, caption)]``.
+
+    Example:
+        >>> figures = compare_figures(part, {})  # doctest: +SKIP
+    """
     figures: list[tuple[str, go.Figure, str]] = []
     compare_figure = plots.sources_by_layer(c.table, "all", "C_res and C_mask by layer across architectures (all queries)")
     compare_figure.update_annotations(font_size=11)  # one panel title per case, side by side in the claim's column
@@ -202,7 +251,16 @@ def compare_figures(c: Result, settings: dict[str, Any], **inputs: Any) -> list[
 def comparison_figures(compared: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
     """The comparisons' figure (C4): each variant's C_res minus its base model's, with the slopes per doubling.
 
-    ``compared`` is the comparisons part, or a compare part of table format 1, whose meta held them.
+    Args:
+        compared: The comparisons part, or a compare part of table format 1, whose meta held them.
+        settings: The study's settings.
+        **inputs: The claim inputs of every part present (not read).
+
+    Returns:
+        ``[("C4", figure, caption)]``, or ``[]`` where no variant has a dose.
+
+    Example:
+        >>> figures = comparison_figures(part, {})  # doctest: +SKIP
     """
     figures: list[tuple[str, go.Figure, str]] = []
     comparisons = comparison_table(compared)
@@ -225,7 +283,19 @@ def comparison_figures(compared: Result, settings: dict[str, Any], **inputs: Any
 
 
 def relativize_figures(attribution: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
-    """The relativize part's figures (C7): L(log a) by layer unedited and relativized, and the change in loss."""
+    """The relativize part's figures (C7): L(log a) by layer unedited and relativized, and the change in loss.
+
+    Args:
+        attribution: The part.
+        settings: The study's settings (quoted in the captions).
+        **inputs: The claim inputs of every part present (:func:`poslens.study.part_registry.claim_inputs`).
+
+    Returns:
+        ``[(claim, figure, caption)]``.
+
+    Example:
+        >>> figures = relativize_figures(part, {})  # doctest: +SKIP
+    """
     figures: list[tuple[str, go.Figure, str]] = []
     record = settings.get("relativize_seqs"), settings.get("relativize_len")
     figures.append(
@@ -262,7 +332,19 @@ def relativize_figures(attribution: Result, settings: dict[str, Any], **inputs: 
 
 
 def bos_swap_figures(swap: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
-    """The bos-swap part's figure (C5): the reduction of C_res per replacement."""
+    """The bos-swap part's figure (C5): the reduction of C_res per replacement.
+
+    Args:
+        swap: The part.
+        settings: The study's settings (quoted in the captions).
+        **inputs: The claim inputs of every part present (:func:`poslens.study.part_registry.claim_inputs`).
+
+    Returns:
+        ``[(claim, figure, caption)]``.
+
+    Example:
+        >>> figures = bos_swap_figures(part, {})  # doctest: +SKIP
+    """
     figures: list[tuple[str, go.Figure, str]] = []
     figures.append(
         (
@@ -280,7 +362,19 @@ def bos_swap_figures(swap: Result, settings: dict[str, Any], **inputs: Any) -> l
 
 
 def fingerprint_figures(part: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
-    """The fingerprint part's figure (C6): the dispersion of position 0 by layer."""
+    """The fingerprint part's figure (C6): the dispersion of position 0 by layer.
+
+    Args:
+        part: The part.
+        settings: The study's settings (quoted in the captions).
+        **inputs: The claim inputs of every part present (:func:`poslens.study.part_registry.claim_inputs`).
+
+    Returns:
+        ``[(claim, figure, caption)]``.
+
+    Example:
+        >>> figures = fingerprint_figures(part, {})  # doctest: +SKIP
+    """
     figures: list[tuple[str, go.Figure, str]] = []
     fingerprint = part
     meta = fingerprint.meta

@@ -65,6 +65,9 @@ def compute(study: Study) -> Result:
     asks to measure it again (the old files poslens wrote are removed once the new part is written in full, so a
     failure on the way keeps them).
 
+    Args:
+        study: The study.
+
     Returns:
         The part's tidy result, reused from the folder when it matches.
 
