@@ -127,7 +127,8 @@ class Claim:
         name: ``"C1"`` … ``"C7"``.
         statement: The claim as the methodology page states it (the ``statement`` column).
         parts: The arguments of :func:`poslens.study.claims.evaluate` it reads; all must be given, else it is not measured.
-        measured_by: The ``poslens`` commands whose parts it reads (named when it was not measured).
+        measured_by: The ``poslens`` commands whose parts it reads (named when it was not measured); empty (the
+            claims' own): the commands of the parts that provide its ``parts`` (:func:`poslens.study.part_registry.providers`).
         rules: Its rule(s) at the default settings (:class:`~poslens.study.rules.Rule`); a rule with settings
             (C5's target, C6's tolerance) is rebuilt by its factory with the settings given to ``evaluate``.
         headline: The name of the estimate a one-line summary of each row quotes (role ``headline``); empty when each

@@ -62,7 +62,7 @@ from poslens.study.claims_position0 import C5, C6, claim_c5, claim_c6
 from poslens.study.claims_relativize import C7, claim_c7
 from poslens.study.claims_split import C8, claim_c8
 from poslens.study.lookup import figure_row  # noqa: F401 (the examples build tables with it)
-from poslens.study.part_registry import command_line
+from poslens.study.part_registry import command_line, providers
 from poslens.study.rules import NOT_MEASURED
 
 CLAIMS: dict[str, Claim] = {claim.name: claim for claim in (C1, C2, C3, C4, C5, C6, C7, C8)}
@@ -71,7 +71,7 @@ CLAIMS: dict[str, Claim] = {claim.name: claim for claim in (C1, C2, C3, C4, C5, 
 STATEMENTS = {name: claim.statement for name, claim in CLAIMS.items()}
 """The statement of each claim, C1–C8 (:attr:`~poslens.study.claim_table.Claim.statement`)."""
 
-MEASURED_BY = {name: claim.measured_by for name, claim in CLAIMS.items()}
+MEASURED_BY = {name: claim.measured_by or providers(claim.parts) for name, claim in CLAIMS.items()}
 """The ``poslens`` commands (and parts) whose tables each claim reads (C3 also reports the leakage, ablate-sinks and
 relativize parts when they were run)."""
 
@@ -235,7 +235,7 @@ def rules_table() -> str:
     """
     lines = ["| claim | reads | rule |", "|---|---|---|"]
     for name, claim in CLAIMS.items():
-        reads = ", ".join(claim.measured_by)
+        reads = ", ".join(MEASURED_BY[name])
         rules = list(claim.rules)
         if name == "C4":
             rules = [c4_sign_rule(f"{metric} ({case}, {kind})", direction) for (case, kind, metric), direction in C4_DIRECTIONS.items()] + rules

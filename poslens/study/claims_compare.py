@@ -509,7 +509,7 @@ C4 = Claim(
     "C4",
     "NTK suppresses, sliding window accumulates, standard in between",
     parts=("comparison",),
-    measured_by=("compare",),
+    measured_by=(),
     rules=(C4_RULES["ntk"], C4_RULES["sliding"], C4_SLOPE_RULE),
 )
 """C4: the architecture cases compared (:func:`c4_rows`). Its rules here are those of an older compare part; by

@@ -179,13 +179,11 @@ C1 = Claim(
     "C1",
     "attention patterns carry absolute position",
     parts=("leakage",),
-    measured_by=("leakage",),
+    measured_by=(),
     rules=(C1_RULE,),
     headline="leakage_pattern_heldout",
 )
 """C1: held-out leakage and probe R² at the model aggregate over all queries (:func:`claim_c1`)."""
 
-C2 = Claim(
-    "C2", "the mask source exists by construction", parts=("leakage",), measured_by=("leakage",), rules=(C2_RULE,), headline="c_mask (layer 0)"
-)
+C2 = Claim("C2", "the mask source exists by construction", parts=("leakage",), measured_by=(), rules=(C2_RULE,), headline="c_mask (layer 0)")
 """C2: C_mask at layer 0 and over layers ≥ 1, and ρ_mask at layer 0 (:func:`claim_c2`)."""

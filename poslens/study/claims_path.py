@@ -244,7 +244,7 @@ C3 = Claim(
     "C3",
     "the residual source runs through position 0 and sink-reading heads",
     parts=("path",),
-    measured_by=("path-tests",),
+    measured_by=(),
     rules=(C3_RULE,),
     headline="fall",
 )

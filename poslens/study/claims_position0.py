@@ -260,7 +260,7 @@ C5 = Claim(
     "C5",
     "BOS replacement removes ~40% of C_res at early queries",
     parts=("bos_swap",),
-    measured_by=("bos-swap",),
+    measured_by=(),
     rules=(c5_rule(),),
     headline="reduction",
 )
@@ -270,7 +270,7 @@ C6 = Claim(
     "C6",
     "the fingerprint is constant with auto-BOS, varies otherwise",
     parts=("fingerprint",),
-    measured_by=("fingerprint",),
+    measured_by=(),
     rules=(c6_rule(),),
     headline="dispersion (none)",
 )

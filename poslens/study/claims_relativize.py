@@ -218,7 +218,7 @@ C7 = Claim(
     "C7",
     "later layers' absolute position depends on earlier layers' absolute logits",
     parts=("attribution",),
-    measured_by=("relativize",),
+    measured_by=(),
     rules=(C7_RULE,),
     headline="r (all)",
 )

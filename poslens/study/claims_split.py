@@ -151,7 +151,7 @@ C8 = Claim(
     "C8",
     "the sink path's position runs mostly through the mask's count, not key 0's RoPE phase",
     parts=("split",),
-    measured_by=("sink-split",),
+    measured_by=(),
     rules=(C8_RULE,),
     headline="r1",
 )

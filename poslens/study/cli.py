@@ -27,8 +27,8 @@ from poslens.study import cli_options, cli_warnings, heads_command
 from poslens.study.cli_folders import folders_to_create, install_models, remove_empty_manifest_lock
 from poslens.study.output_lock import OutputLock
 from poslens.study.part_commands import part_command, setting_option
-from poslens.study.part_registry import OPTION_NAMES, OPTIONS, PARTS, OptionConflictError, Part, report_plan
-from poslens.study.settings import ZOO_PART_NAMES, Settings, ZooMeasureOptions
+from poslens.study.part_registry import OPTION_NAMES, OPTIONS, PARTS, OptionConflictError, Part, report_plan, zoo_parts
+from poslens.study.settings import Settings, ZooMeasureOptions
 from poslens.version import __version__
 from poslens.zoo.family import MEMBERS as ZOO_MEMBERS
 from poslens.zoo.settings import ZooSettings
@@ -293,9 +293,30 @@ def _run_part(part: Part, typed: dict[str, Any], overwrite: bool, out: Path) -> 
     _say_written(study)
 
 
-for _part in PARTS.values():
-    if not _part.made_by:  # a part made with another (the comparisons, with compare) has no command of its own
-        app.command(_part.name)(part_command(_part, _run_part))
+_PART_COMMANDS: dict[str, Any] = {}  # the commands command_app added, by part
+
+
+def command_app() -> typer.Typer:
+    """The ``poslens`` app with a command for every registered part (one registered since this module loaded too).
+
+    Returns:
+        The app.
+
+    Example:
+        >>> "leakage" in {command.name for command in command_app().registered_commands}
+        True
+    """
+    wanted = [part for part in PARTS.values() if not part.made_by]  # a part made with another (the comparisons) has none
+    for name in set(_PART_COMMANDS) - {part.name for part in wanted}:  # a part unregistered since
+        app.registered_commands.remove(_PART_COMMANDS.pop(name))
+    for part in wanted:
+        if part.name not in _PART_COMMANDS:
+            app.command(part.name)(part_command(part, _run_part))
+            _PART_COMMANDS[part.name] = app.registered_commands[-1]
+    return app
+
+
+command_app()
 app.registered_commands += heads_command.commands.registered_commands  # poslens heads: reads a folder's tables
 
 
@@ -376,7 +397,7 @@ def zoo(
         raise typer.BadParameter(str(error)) from error
     with _output_folder(out):
         table = train_family(out, settings, log=lambda message: console.print(escape(message), soft_wrap=True), overwrite=overwrite)
-    short = {"member": "member", "seed": "seed", "steps": "steps", "held_out_loss": "held-out loss", "sink_heads": "sinks", "key0_mass": "key-0 mass"}
+    short = {"member": "member", "seed": "seed", "steps": "steps", "held_out_loss": "held-out loss", "sink_heads": "sink heads", "key0_mass": "key-0 mass"}
     console.print(escape(table[list(short)].rename(columns=short).round(3).to_string(index=False)), soft_wrap=True)  # ~60 columns: no wrap
     console.print(escape(f"wrote {Path(out) / 'summary.csv'}, {Path(out) / 'log.csv'} and one model folder per run in {out}"), soft_wrap=True)
 
@@ -407,7 +428,9 @@ def zoo_measure(
         "C4 comparison needs and the family that fits 3 h of CPU; write --out/power.csv.",
     ),
     findings: Path = typer.Option(Path("docs/findings_data"), help="With --power: the findings run's claims (the inference-time targets)."),
-    parts: str = typer.Option(",".join(ZOO_PART_NAMES), help="The parts measured, a comma list in this order (leakage is needed: C4 reads it)."),
+    parts: str = typer.Option(
+        ",".join(p.name for p in zoo_parts()), help="The parts measured, a comma list in this order (the first is needed: C4 reads it)."
+    ),
 ) -> None:
     """Measure every run of a trained zoo family with poslens's parts, seeds as replicates, and decide C4 inside it.
 
@@ -472,10 +495,8 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
         for part in PARTS.values():
             if (Path(out) / part.file).exists():
                 parts[part.name] = Result.load(Path(out) / part.file)
-        if "relativize" not in parts and (Path(out) / "attribution.json").exists():
-            from poslens.mechanisms.attribution_table import read_old_layout
-
-            parts["relativize"] = read_old_layout(out)  # the four files of table format 1
+            elif part.load_old is not None and (older := part.load_old(Path(out))) is not None:
+                parts[part.name] = older  # the part in an older layout of the folder
         if not parts:
             raise typer.BadParameter(
                 f"{out} holds none of the parts' tables ({', '.join(part.file for part in PARTS.values())}); run their commands first"
@@ -620,7 +641,7 @@ def run() -> None:
     """
     signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a run as Ctrl-C does: files whole, lock released, one line
     try:
-        app()  # click handles usage errors and Ctrl-C itself
+        command_app()()  # click handles usage errors and Ctrl-C itself
     except PoslensError as error:
         console.print(f"[bold red]error:[/] {escape(str(error))}")
         raise SystemExit(1) from None

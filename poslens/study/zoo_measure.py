@@ -42,6 +42,7 @@ from poslens.files import atomic_write, atomic_write_text
 from poslens.mechanisms.comparisons import compare_results
 from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE, Claims
 from poslens.study.claims_zoo import ZOO_COMPARISONS, claim_c4_zoo, seed_estimate
+from poslens.study.part_registry import zoo_parts
 from poslens.study.parts import Study
 from poslens.study.settings import ZooMeasureOptions  # noqa: F401 (re-exported: it was defined here)
 from poslens.version import __version__
@@ -237,16 +238,13 @@ class ZooPart:
     figures: Callable[[Study], pd.DataFrame]
 
 
-PARTS: tuple[ZooPart, ...] = (
-    ZooPart("leakage", leakage_figures),
-    ZooPart("sinks", sinks_figures),
-    ZooPart("bos-swap", bos_swap_figures),
-    ZooPart("ablate-sinks", ablation_figures),
-    ZooPart("relativize", relativize_figures),
-    ZooPart("path-tests", path_edit_figures),
-)
-"""The parts measured on every run, in order. A part's figures go into every table; C4's zoo case reads ``c_res``
+PARTS: tuple[ZooPart, ...] = tuple(ZooPart(part.name, part.zoo) for part in zoo_parts() if part.zoo is not None)
+"""The parts measured on every run, in order: those that declare figures for it (:attr:`poslens.study.part_registry.Part.zoo`,
+in the order of :func:`~poslens.study.part_registry.zoo_parts`). A part's figures go into every table; C4's zoo case reads ``c_res``
 and ``c_res_depth_slope`` of the leakage part."""
+
+BASELINE = PARTS[0].name
+"""The part every run must measure (the first of :data:`PARTS`, the leakage): C4's zoo case reads it."""
 
 
 def _family(zoo: Path) -> tuple[dict, pd.DataFrame]:
@@ -369,8 +367,8 @@ def measure_family(
     record, summary = _family(zoo)
     check_decidable(summary, zoo)
     verify_family(zoo)  # a stored family (docs/zoo_family): every file as its hashes.json records
-    if "leakage" not in [p.name for p in parts]:
-        raise InputError(f"the parts must include leakage: C4's zoo case reads it (given: {', '.join(p.name for p in parts) or 'none'})")
+    if BASELINE not in [p.name for p in parts]:
+        raise InputError(f"the parts must include {BASELINE}: C4's zoo case reads it (given: {', '.join(p.name for p in parts) or 'none'})")
     seq_len = options.seq_len or int(record["settings"]["seq_len"])
     corpus = str((zoo / "held_out.jsonl").resolve())
     out.mkdir(parents=True, exist_ok=True)
@@ -448,8 +446,8 @@ def choose_parts(names: str) -> tuple[ZooPart, ...]:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise InputError(f"unknown part {name!r}{hint}; parts: {', '.join(known)}")
-    if "leakage" not in wanted:
-        raise InputError(f"the parts must include leakage: C4's zoo case reads it (given: {', '.join(wanted) or 'none'})")
+    if BASELINE not in wanted:
+        raise InputError(f"the parts must include {BASELINE}: C4's zoo case reads it (given: {', '.join(wanted) or 'none'})")
     return tuple(p for p in PARTS if p.name in wanted)
 
 
