@@ -397,7 +397,14 @@ def zoo(
         raise typer.BadParameter(str(error)) from error
     with _output_folder(out):
         table = train_family(out, settings, log=lambda message: console.print(escape(message), soft_wrap=True), overwrite=overwrite)
-    short = {"member": "member", "seed": "seed", "steps": "steps", "held_out_loss": "held-out loss", "sink_heads": "sink heads", "key0_mass": "key-0 mass"}
+    short = {
+        "member": "member",
+        "seed": "seed",
+        "steps": "steps",
+        "held_out_loss": "held-out loss",
+        "sink_heads": "sink heads",
+        "key0_mass": "key-0 mass",
+    }
     console.print(escape(table[list(short)].rename(columns=short).round(3).to_string(index=False)), soft_wrap=True)  # ~60 columns: no wrap
     console.print(escape(f"wrote {Path(out) / 'summary.csv'}, {Path(out) / 'log.csv'} and one model folder per run in {out}"), soft_wrap=True)
 

@@ -587,6 +587,41 @@ def claim_inputs(parts: Mapping[str, Result]) -> dict[str, Any]:
     return merged
 
 
+def baseline() -> Part:
+    """The baseline part: the first the report runs, whose table the others read (the leakage, with every head's sink score).
+
+    Returns:
+        The part.
+
+    Example:
+        >>> baseline().file
+        'leakage.parquet'
+    """
+    return next(iter(PARTS.values()))
+
+
+def drawing(metric: str) -> Part:
+    """The first part (in the report's order) whose figures draw ``metric`` (:attr:`Part.figure_metrics`).
+
+    Args:
+        metric: A metric of the parts' tables (``"sink_heads"``).
+
+    Returns:
+        The part.
+
+    Raises:
+        KeyError: When no part draws it.
+
+    Example:
+        >>> drawing("sink_heads").name, drawing("dispersion").name
+        ('sinks', 'fingerprint')
+    """
+    for part in PARTS.values():
+        if metric in part.figure_metrics:
+            return part
+    raise KeyError(f"no part draws {metric!r}")
+
+
 def zoo_parts() -> list[Part]:
     """The parts ``poslens zoo-measure`` measures on every run of a family, in its order (:attr:`Part.zoo_order`).
 

@@ -50,7 +50,7 @@ from poslens.study.part_registry import PARTS
 from poslens.study.settings import Settings
 
 if TYPE_CHECKING:
-    from poslens.study.claim_table import Claims
+    from poslens.study.claims.table import Claims
 
 
 class Study:
@@ -230,7 +230,7 @@ class Study:
             parts: The study parts, by name.
 
         Returns:
-            The claims (:class:`~poslens.study.claim_table.Claims`: the claims table and the inputs table).
+            The claims (:class:`~poslens.study.claims.table.Claims`: the claims table and the inputs table).
 
         Raises:
             MixedSettingsError: When two parts disagree on a setting they share.
@@ -240,8 +240,8 @@ class Study:
             >>> dict(zip(table.table["claim"], table.table["verdict"]))  # doctest: +SKIP
             {'C1': 'supported', 'C2': 'supported', 'C3': 'supported', 'C4': 'not measured', 'C5': 'not measured', 'C6': 'not measured'}
         """
-        from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE
         from poslens.study.claims import evaluate
+        from poslens.study.claims.table import CLAIMS_FILE, INPUTS_FILE
         from poslens.study.part_registry import claim_inputs
 
         check_same_settings(parts)

@@ -15,8 +15,8 @@ Written into ``out`` (small CSV tables, meant to be committed):
 - ``figures.csv``: every figure of every part for every run (model level and per layer);
 - ``family.csv``: per member and model-level figure, the mean, spread and range over seeds; for the members
   other than ``standard``, the difference from ``standard`` paired by seed with its t interval over the seeds
-  and the smallest difference the seeds could detect (:func:`poslens.study.claims_zoo.seed_estimate`);
-- ``claims.csv`` / ``claim_inputs.csv``: C4 decided inside the family (:func:`poslens.study.claims_zoo.claim_c4_zoo`);
+  and the smallest difference the seeds could detect (:func:`poslens.study.claims.c4_zoo.seed_estimate`);
+- ``claims.csv`` / ``claim_inputs.csv``: C4 decided inside the family (:func:`poslens.study.claims.c4_zoo.claim_c4_zoo`);
 - ``parts.csv``: run, part, status and seconds; ``measure.json``: the settings, the family's record and the timings.
 
 Longer than 400 lines because it is one job, the family's measurement: each
@@ -40,9 +40,9 @@ import pandas as pd
 from poslens.errors import InputError, NotFoundError
 from poslens.files import atomic_write, atomic_write_text
 from poslens.mechanisms.comparisons import compare_results
-from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE, Claims
-from poslens.study.claims_zoo import ZOO_COMPARISONS, claim_c4_zoo, seed_estimate
-from poslens.study.part_registry import zoo_parts
+from poslens.study.claims.c4_zoo import ZOO_COMPARISONS, claim_c4_zoo, seed_estimate
+from poslens.study.claims.table import CLAIMS_FILE, INPUTS_FILE, Claims
+from poslens.study.part_registry import drawing, zoo_parts
 from poslens.study.parts import Study
 from poslens.study.settings import ZooMeasureOptions  # noqa: F401 (re-exported: it was defined here)
 from poslens.version import __version__
@@ -318,7 +318,7 @@ def c4_figures(figures: pd.DataFrame) -> pd.DataFrame:
         [['standard', 0, 'c_res', 0.1]]
     """
     keep = figures[
-        (figures["part"] == "leakage")
+        (figures["part"] == BASELINE)
         & (figures["layer"] == -1)
         & (figures["query_window"] == "all")
         & (figures["intervention"] == "none")
@@ -529,7 +529,7 @@ def runs_without_sinks(figures: pd.DataFrame, summary: pd.DataFrame) -> list[tup
         ...                    pd.DataFrame(dict(member=["standard"] * 3, seed=[0, 1, 2], sink_heads=[2, 0, 1])))
         [('standard', 1)]
     """
-    counts = figures[(figures["part"] == "sinks") & (figures["metric"] == "sink_heads") & (figures["layer"] == -1)]
+    counts = figures[(figures["part"] == drawing("sink_heads").name) & (figures["metric"] == "sink_heads") & (figures["layer"] == -1)]
     measured = {(str(r.member), int(r.seed)): float(r.value) for r in counts.itertuples()}
     found = []
     for r in summary.itertuples():

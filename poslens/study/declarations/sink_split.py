@@ -3,7 +3,7 @@
 Everything about the ``sink-split`` part is here: how it is computed from the study (:func:`compute`), the
 setting only it takes (``--split-offset``, :data:`SPLIT_OFFSET_OPTION`), what its command prints (:func:`show`),
 its figures in the report (:func:`figures`), its warnings (:func:`warnings`), the claim input it provides
-(``split``, which decides C8 in :mod:`poslens.study.claims_split`) and its cost. The registry
+(``split``, which decides C8 in :mod:`poslens.study.claims.c8_split`) and its cost. The registry
 (:mod:`poslens.study.part_registry`) finds it by this module's ``DECLARES``; the command, the report's plan,
 ``run.json``, the reuse key and the estimate follow from it.
 """

@@ -91,25 +91,18 @@ def _strings(path: Path) -> list[tuple[int, str]]:
     ]
 
 
-# Strings that are a part's name but name something else there: the claim inputs that share a part's name
-# (evaluate's keywords leakage and fingerprint, which the claims read by name), the public function
-# poslens.compare, and the meta key a compare part of table format 1 kept its comparisons under.
+# Strings that are a part's name but name something else there, each with its reason:
 OTHER_MEANINGS = {
+    # the public function poslens.compare (the top-level API's lazy table of names)
     "poslens/__init__.py": {"compare"},
+    # the meta key under which a compare part of table format 1 kept its comparisons (read back from old files)
     "poslens/mechanisms/comparisons.py": {"comparisons"},
-}
-CLAIM_INPUTS = {"leakage", "fingerprint"}
-
-# Left from before the registry (issue 51), each to be read from the registry in turn; the test fails on any other.
-# The measurement layer's plot kinds cannot import the study (layers); the zoo modules are being changed elsewhere.
-KNOWN_LEFT = {
+    # Result.plot's kinds (the measurement layer, below the study: it cannot read the registry), named as the
+    # figures they draw, some of which share a part's name
     "poslens/measurement/plot_kinds.py": {"leakage", "sinks", "sink-split"},
-    "poslens/study/claims_path.py": {"path-tests"},
-    "poslens/study/claims_split.py": {"sink-split"},
-    "poslens/study/heads_command.py": {"leakage"},
-    "poslens/study/zoo_measure.py": {"leakage", "sinks"},
-    "poslens/study/zoo_power.py": {"leakage"},
 }
+# The claim inputs that share a part's name (evaluate's keywords leakage and fingerprint), which the claims read by name.
+CLAIM_INPUTS = {"leakage", "fingerprint"}
 
 
 def test_no_module_outside_the_registry_and_the_declarations_names_a_part():
@@ -119,8 +112,6 @@ def test_no_module_outside_the_registry_and_the_declarations_names_a_part():
         rel = path.relative_to(ROOT).as_posix()
         if rel == "poslens/study/part_registry.py" or rel.startswith("poslens/study/declarations/"):
             continue
-        allowed = (
-            OTHER_MEANINGS.get(rel, set()) | KNOWN_LEFT.get(rel, set()) | (CLAIM_INPUTS if "/claims" in rel or rel.endswith("lookup.py") else set())
-        )
+        allowed = OTHER_MEANINGS.get(rel, set()) | (CLAIM_INPUTS if rel.startswith("poslens/study/claims/") else set())
         bad += [f"{rel}:{line}: {value!r}" for line, value in _strings(path) if value in names and value not in allowed]
     assert not bad, "parts named by string outside the registry:\n" + "\n".join(bad)

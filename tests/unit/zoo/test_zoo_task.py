@@ -21,11 +21,11 @@ import torch
 from scipy import stats
 
 from poslens.errors import InputError
-from poslens.study.claim_table import Claims
-from poslens.study.claims_compare import C4_DIRECTIONS
-from poslens.study.claims_zoo import ZOO_COMPARISONS, claim_c4_zoo, inference_time_beside, seed_estimate
-from poslens.study.rules import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
-from poslens.study.verdict_summary import summary_rows
+from poslens.study.claims.c4_compare import C4_DIRECTIONS
+from poslens.study.claims.c4_zoo import ZOO_COMPARISONS, claim_c4_zoo, inference_time_beside, seed_estimate
+from poslens.study.claims.rules import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
+from poslens.study.claims.table import Claims
+from poslens.study.claims.text import summary_rows
 from poslens.study.zoo_measure import family_table
 from poslens.zoo.backcopy import BOS_ID, BackcopySpec, backcopy_tokenizer, bigram_table, chains, load_backcopy, text_of
 
@@ -305,4 +305,6 @@ def test_zoo_warns_once_in_its_flags_when_steps_do_not_pass_the_warmup(tmp_path)
     assert ".py:" not in done.stderr
     # the summary it prints fits a narrow terminal: no line of its table is wider than 80 columns
     table = done.stdout[done.stdout.index("member") :].splitlines()[:3]
-    assert table[0].split() == ["member", "seed", "steps", "held-out", "loss", "sink", "heads", "key-0", "mass"] and max(map(len, table)) <= 80, done.stdout
+    assert table[0].split() == ["member", "seed", "steps", "held-out", "loss", "sink", "heads", "key-0", "mass"] and max(map(len, table)) <= 80, (
+        done.stdout
+    )

@@ -1,7 +1,7 @@
 """Claim C4, read from the architecture comparison: the cases compare recorded, its rules, :data:`C4` and its rows.
 
 C4 is decided per comparison with the standard case and the comparisons'
-verdicts are combined by :func:`~poslens.study.rules.joint`. A compare part
+verdicts are combined by :func:`~poslens.study.claims.rules.joint`. A compare part
 with a comparison table (methodology §9.1) is read by
 :func:`claim_c4_differences`: one sign rule (:func:`c4_sign_rule`) per
 difference, trend or depth slope whose direction :data:`C4_DIRECTIONS` fixes.
@@ -11,7 +11,7 @@ cases' depth slopes (:data:`C4_SLOPE_RULE`). Every row's case is the one
 :func:`poslens.mechanisms.architectures.compare` recorded (its result's
 ``meta["cases"]``, see :func:`recorded_cases`); nothing is read from a
 variant's name. A rule's words are only ever
-:meth:`~poslens.study.rules.Rule.text` of its object. Longer than 400
+:meth:`~poslens.study.claims.rules.Rule.text` of its object. Longer than 400
 lines because it is one claim, read from both forms of the compare part: the
 comparison table and, for older parts, the cases' own intervals.
 
@@ -30,9 +30,9 @@ import pandas as pd
 
 from poslens.errors import InputError
 from poslens.fit.stats import depth_slope
-from poslens.study.claim_table import REPORTED, Claim, Input, claim_row, keyed, model_label, with_roles
-from poslens.study.lookup import MODEL_AGGREGATE, figure_row, pick, select, tidy_table, where_text  # noqa: F401 (figure_row: examples)
-from poslens.study.rules import JOINT, ZERO, Bound, Condition, Estimate, Rule, joint, verdict
+from poslens.study.claims.lookup import MODEL_AGGREGATE, figure_row, pick, select, tidy_table, where_text  # noqa: F401 (figure_row: examples)
+from poslens.study.claims.rules import JOINT, ZERO, Bound, Condition, Estimate, Rule, joint, verdict
+from poslens.study.claims.table import REPORTED, Claim, Input, claim_row, keyed, model_label, with_roles
 
 CONFIDENCE = 0.95
 """Level of the interval computed here (the C4 slope); the tables carry their own 95% intervals."""
@@ -132,7 +132,7 @@ C4_RULES = {
     ),
 }
 """C4's rule for one comparison with the standard case, per case (its words: ``C4_RULES[case].text()``).
-The comparisons' verdicts are combined by :func:`~poslens.study.rules.joint`."""
+The comparisons' verdicts are combined by :func:`~poslens.study.claims.rules.joint`."""
 
 C4_SLOPE_RULE = Rule(
     supported_if=(Condition("c_res slope per layer", "ci_low", ">", ZERO),),
@@ -159,7 +159,7 @@ def claim_c4(comparison: Any, query_window: str = C4_QUERY_WINDOW) -> list[dict[
     aggregate (layer −1, head −1) in ``query_window`` (default :data:`C4_QUERY_WINDOW`, ``all``),
     against the standard's. Each comparison gets the verdict of its case's rule
     (:data:`C4_RULES`). Every comparison row carries the joint verdict
-    (:func:`~poslens.study.rules.joint`); its ``own_verdict`` says how its own
+    (:func:`~poslens.study.claims.rules.joint`); its ``own_verdict`` says how its own
     comparison came out. A case's comparison and depth rows share its ``group``
     (the compared model label) and carry its ``case``.
 
@@ -175,7 +175,7 @@ def claim_c4(comparison: Any, query_window: str = C4_QUERY_WINDOW) -> list[dict[
         query_window: The window the figures are read in.
 
     Returns:
-        The claims rows, ``{column: value}`` with the columns of :data:`~poslens.study.claim_table.CLAIM_COLUMNS`.
+        The claims rows, ``{column: value}`` with the columns of :data:`~poslens.study.claims.table.CLAIM_COLUMNS`.
 
     Raises:
         ValueError: When a (model, variant) has more than one case, there is not exactly one standard,
@@ -362,7 +362,7 @@ def claim_c4_differences(comparisons: pd.DataFrame, cases: Iterable[Any], query_
     the depth slope over W; a natively windowed model against the standard
     model (independent samples). Each comparison is decided by its sign rule
     (:func:`c4_sign_rule`; ``own_verdict``). Every row carries the claim's joint verdict
-    (:func:`~poslens.study.rules.joint`) and reports how large a difference the data could have
+    (:func:`~poslens.study.claims.rules.joint`) and reports how large a difference the data could have
     detected (``detectable``: two-sided 5%, 80% power) beside its figure.
 
     Args:
@@ -371,7 +371,7 @@ def claim_c4_differences(comparisons: pd.DataFrame, cases: Iterable[Any], query_
         query_window: The window read (C4 reads ``all``: a window of W changes nothing for queries i < W).
 
     Returns:
-        The claims rows, ``{column: value}`` with the columns of :data:`~poslens.study.claim_table.CLAIM_COLUMNS` and their ``inputs``.
+        The claims rows, ``{column: value}`` with the columns of :data:`~poslens.study.claims.table.CLAIM_COLUMNS` and their ``inputs``.
 
     Raises:
         ValueError: When the table holds no NTK comparison or no sliding-window comparison.
@@ -511,7 +511,14 @@ C4 = Claim(
     parts=("comparison",),
     measured_by=(),
     rules=(C4_RULES["ntk"], C4_RULES["sliding"], C4_SLOPE_RULE),
+    reads=("c4_comparisons",),  # the comparison table compare recorded: C4 is decided by differences when it holds rows
+    settings=("c4_query_window",),
+    decide=lambda comparison, c4_comparisons=None, c4_query_window=C4_QUERY_WINDOW: c4_rows(comparison, c4_query_window, c4_comparisons),
+    shown_rules=tuple(c4_sign_rule(f"{metric} ({case}, {kind})", direction) for (case, kind, metric), direction in C4_DIRECTIONS.items()),
 )
 """C4: the architecture cases compared (:func:`c4_rows`). Its rules here are those of an older compare part; by
 differences, each comparison's rule is :func:`c4_sign_rule` in the direction :data:`C4_DIRECTIONS` fixes. Each row's
 headline is its own comparison."""
+
+DECLARES = (C4,)
+"""The claim, for :mod:`poslens.study.claims`."""

@@ -26,10 +26,11 @@ import pandas as pd  # noqa: F401 (the examples build tables with it)
 from poslens.fit.stats import t_quantile
 from poslens.mechanisms.attribution_table import edit_label
 from poslens.mechanisms.comparison_stats import detectable_difference
-from poslens.study.claim_table import REPORTED, Claim, Input, claim_row, keyed, model_label, with_roles
-from poslens.study.claims_relativize import attribution_estimate, attribution_tables
-from poslens.study.lookup import MODEL_AGGREGATE, pick, rows_where, runs, tidy_table, where_text
-from poslens.study.rules import ZERO, AllOf, Condition, Estimate, Rule, verdict
+from poslens.study.claims.c7_relativize import attribution_estimate, attribution_tables
+from poslens.study.claims.lookup import MODEL_AGGREGATE, pick, rows_where, runs, tidy_table, where_text
+from poslens.study.claims.rules import ZERO, AllOf, Condition, Estimate, Rule, verdict
+from poslens.study.claims.table import REPORTED, Claim, Input, claim_row, keyed, model_label, with_roles
+from poslens.study.part_registry import providers
 
 PRIMARY_OFFSET = 64
 """The offset D at which C3 reads the key-0 phase freeze and its sham; fixed before the full run."""
@@ -194,11 +195,12 @@ def claim_c3(path: Any, leakage: Any = None, ablation: Any = None, attribution: 
         >>> [(r["figure_name"], r["verdict"]) for r in claim_c3(t)]
         [('fall', 'supported'), ('fall beyond sham', 'supported')]
     """
-    table = tidy_table(path, "path-tests", extra=PATH_COLUMNS)
+    source = ", ".join(providers(C3.parts))  # the part that provides the tests, in messages
+    table = tidy_table(path, source, extra=PATH_COLUMNS)
     key0, key1 = f"key0-phase:D={PRIMARY_OFFSET}", f"key1-phase:D={PRIMARY_OFFSET}"
     present = rows_where(table, kind="difference", intervention=key0, reference="none", metric=READOUT)
     rows = []
-    for model, variant in runs(present, "path-tests", f"a difference of {READOUT!r} for {key0!r} against 'none'"):
+    for model, variant in runs(present, source, f"a difference of {READOUT!r} for {key0!r} against 'none'"):
         frozen = _difference(table, model, variant, key0, "none")
         sham = _difference(table, model, variant, key0, key1)
         if frozen is None or sham is None:
@@ -247,5 +249,10 @@ C3 = Claim(
     measured_by=(),
     rules=(C3_RULE,),
     headline="fall",
+    reads=("leakage", "ablation", "attribution"),  # reported beside the verdict when they were measured
+    decide=claim_c3,
 )
 """C3: the fall of the residual stream's position content under the key-0 phase freeze, and beyond the sham (:func:`claim_c3`)."""
+
+DECLARES = (C3,)
+"""The claim, for :mod:`poslens.study.claims`."""

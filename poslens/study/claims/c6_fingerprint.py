@@ -1,13 +1,11 @@
-"""Claims C5 and C6, read from the BOS-replacement and fingerprint parts: their rules, :data:`C5`, :data:`C6` and rows.
+"""Claim C6, read from the fingerprint part: its rule, :data:`C6` and its rows.
 
-C5's and C6's rules carry settings (C5's target and band, C6's tolerance and
-the level of its permutation test), so each is built by a factory
-(:func:`c5_rule`, :func:`c6_rule`) from the settings :func:`poslens.study.claims.evaluate`
-is given; the claim objects hold the rules at the default settings. A
-rule's words are only ever :meth:`~poslens.study.rules.Rule.text` of its object.
+C6's rule carries settings (the tolerance on the BOS dispersion and the level of its readout's permutation test), so
+it is built by a factory (:func:`c6_rule`) from the settings :func:`poslens.study.claims.evaluate` is given; the claim
+object holds the rule at the default settings.
 
 Example:
-    >>> C5.rules[0].text() == c5_rule(0.4, 0.1).text()
+    >>> C6.rules[0].text() == c6_rule(1e-5, 0.05).text()
     True
 """
 
@@ -19,88 +17,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from poslens.study.claim_table import DECIDES, Claim, Input, claim_row, keyed, model_label, with_roles
-from poslens.study.lookup import MODEL_AGGREGATE, figure_row, pick, rows_where, runs, select, tidy_table, where_text  # noqa: F401 (figure_row: examples)
-from poslens.study.rules import ZERO, Bound, Condition, Estimate, Rule, as_point, threshold, verdict
-
-# --------------------------------------------------------------------------- C5
-
-
-def c5_rule(target: float = 0.4, band: float = 0.1) -> Rule:
-    """C5's rule on one reduction: its interval holds ``target`` and lies above zero, or lies outside target ± band.
-
-    Args:
-        target: The reduction C5 expects.
-        band: Half-width of the band around ``target`` outside which C5 is not supported.
-
-    Returns:
-        The rule.
-
-    Raises:
-        ValueError: When ``band`` is negative.
-
-    Example:
-        >>> c5_rule().text()  # doctest: +NORMALIZE_WHITESPACE
-        'supported if reduction ci_low <= 0.4 and reduction ci_high >= 0.4 and reduction ci_low > 0;
-         not supported if reduction ci_high < 0.3 (target 0.4 - band 0.1) or reduction ci_low > 0.5
-         (target 0.4 + band 0.1); inconclusive otherwise'
-    """
-    if not band >= 0:
-        raise ValueError(f"band must be >= 0, got {band}")
-    return Rule(
-        supported_if=(
-            Condition("reduction", "ci_low", "<=", target),
-            Condition("reduction", "ci_high", ">=", target),
-            Condition("reduction", "ci_low", ">", ZERO),
-        ),
-        not_supported_if=(
-            Condition("reduction", "ci_high", "<", target - band, note=f"target {target:g} - band {band:g}"),
-            Condition("reduction", "ci_low", ">", target + band, note=f"target {target:g} + band {band:g}"),
-        ),
-    )
-
-
-def claim_c5(bos_swap: Any, target: float = 0.4, band: float = 0.1, query_window: str = "early") -> list[dict[str, Any]]:
-    """C5, BOS replacement removes about 40% of C_res at early queries.
-
-    Figures, per (model, variant) and per replacement kind (intervention
-    starting with ``bos:``, e.g. ``bos:mean``, ``bos:zero``, ``bos:noise``,
-    ``bos:token:…``): ``reduction`` = 1 − C_res(after)/C_res(before) at the
-    model aggregate (layer −1, head −1), query window ``early``. One row per kind,
-    each with its own verdict.
-
-    Rule: ``c5_rule(target, band)`` (:func:`c5_rule`), headline ``reduction`` (:data:`C5`).
-
-    Args:
-        bos_swap: The BOS-replacement part.
-        target: The reduction C5 expects.
-        band: Half-width of the band around ``target``.
-        query_window: The window the figures are read in.
-
-    Returns:
-        The claims rows, ``{column: value}`` with the columns of :data:`~poslens.study.claim_table.CLAIM_COLUMNS`.
-
-    Example:
-        >>> t = pd.DataFrame([figure_row("reduction", v, lo, hi, intervention=k, query_window="early")
-        ...                   for k, v, lo, hi in [("bos:mean", 0.4, 0.35, 0.45), ("bos:zero", 0.1, 0.05, 0.15),
-        ...                                        ("bos:noise", 0.6, 0.45, 0.75)]])
-        >>> [(r["model"], r["verdict"]) for r in claim_c5(t)]
-        [('m, bos:mean', 'supported'), ('m, bos:noise', 'inconclusive'), ('m, bos:zero', 'not supported')]
-    """
-    rule = c5_rule(target, band)
-    target_fig = threshold("target", target, "the reduction C5 expects")
-    band_fig = threshold("band", band, "half-width of the band around the target outside which C5 is not supported")
-    t = tidy_table(bos_swap, "bos_swap")
-    swaps = t[t["intervention"].astype(str).str.startswith("bos:")]
-    rows = []
-    for model, variant in runs(swaps, "bos_swap", "an intervention starting with 'bos:'"):
-        kinds = sorted(rows_where(swaps, model=model, variant=variant)["intervention"].astype(str).unique())
-        for kind in kinds:
-            f = pick(t, "bos_swap", metric="reduction", query_window=query_window, intervention=kind, model=model, variant=variant, **MODEL_AGGREGATE)
-            inputs = with_roles(rule, (f,), C5.headline, extra=(Input(target_fig, DECIDES), Input(band_fig, DECIDES)))
-            rows.append(claim_row(C5, f"{model_label(model, variant)}, {kind}", f, rule.text(), verdict(rule, (f,)), inputs))
-    return keyed(rows)
-
+from poslens.study.claims.lookup import (
+    figure_row,  # noqa: F401 (the examples build tables with it)
+    pick,
+    runs,
+    select,
+    tidy_table,
+    where_text,
+)
+from poslens.study.claims.rules import ZERO, Bound, Condition, Estimate, Rule, as_point, verdict
+from poslens.study.claims.table import Claim, claim_row, keyed, model_label, with_roles
 
 # --------------------------------------------------------------------------- C6
 
@@ -118,7 +44,14 @@ def _readout_chance(t: pd.DataFrame, model: str, variant: str) -> tuple[Estimate
     return chance, k
 
 
-def c6_rule(tolerance: float = 1e-5, alpha: float = 0.05) -> Rule:
+C6_TOLERANCE = 1e-5
+"""The largest BOS dispersion C6 counts as constant: ``evaluate``'s ``c6_tolerance`` by default."""
+
+C6_ALPHA = 0.05
+"""The level of C6's permutation test of the readout: ``evaluate``'s ``c6_alpha`` by default."""
+
+
+def c6_rule(tolerance: float = C6_TOLERANCE, alpha: float = C6_ALPHA) -> Rule:
     """C6's rule on the fingerprint: BOS dispersion within ``tolerance``, no-BOS dispersion above zero, readout above chance.
 
     ``readout_chance`` is 1/K for K position-0 tokens; ``readout_p_value`` is
@@ -158,7 +91,7 @@ def c6_rule(tolerance: float = 1e-5, alpha: float = 0.05) -> Rule:
     )
 
 
-def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> list[dict[str, Any]]:
+def claim_c6(fingerprint: Any, tolerance: float = C6_TOLERANCE, alpha: float = C6_ALPHA) -> list[dict[str, Any]]:
     """C6, the position-0 fingerprint is constant with auto-BOS and varies otherwise.
 
     Figures, per (model, variant), from rows with head −1 (any query window,
@@ -190,7 +123,7 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> 
         alpha: The level of the readout's permutation test.
 
     Returns:
-        The claims rows, ``{column: value}`` with the columns of :data:`~poslens.study.claim_table.CLAIM_COLUMNS`.
+        The claims rows, ``{column: value}`` with the columns of :data:`~poslens.study.claims.table.CLAIM_COLUMNS`.
 
     Raises:
         ValueError: When a model's fingerprint has no per-layer rows, or several rows per layer.
@@ -256,16 +189,6 @@ def claim_c6(fingerprint: Any, tolerance: float = 1e-5, alpha: float = 0.05) -> 
     return keyed(rows)
 
 
-C5 = Claim(
-    "C5",
-    "BOS replacement removes ~40% of C_res at early queries",
-    parts=("bos_swap",),
-    measured_by=(),
-    rules=(c5_rule(),),
-    headline="reduction",
-)
-"""C5: the reduction of C_res at early queries per BOS replacement kind (:func:`claim_c5`), one verdict per kind."""
-
 C6 = Claim(
     "C6",
     "the fingerprint is constant with auto-BOS, varies otherwise",
@@ -273,5 +196,10 @@ C6 = Claim(
     measured_by=(),
     rules=(c6_rule(),),
     headline="dispersion (none)",
+    settings=("c6_tolerance", "c6_alpha"),
+    decide=lambda fingerprint, c6_tolerance=C6_TOLERANCE, c6_alpha=C6_ALPHA: claim_c6(fingerprint, c6_tolerance, c6_alpha),
 )
 """C6: the position-0 residual's dispersion with and without BOS and its readout (:func:`claim_c6`)."""
+
+DECLARES = (C6,)
+"""The claim, for :mod:`poslens.study.claims`."""

@@ -1,6 +1,6 @@
 """The report's verdict summary: one row per claim and case, with its joint verdict, headline figure and one sentence that reads it.
 
-Every figure comes from the inputs table of :class:`poslens.study.claim_table.Claims`
+Every figure comes from the inputs table of :class:`poslens.study.claims.table.Claims`
 (each row's inputs with name, value, interval and role), never from a rule's
 words, so rewording a rule changes no sentence. The sentences say what the
 unusual values mean: a reduction above 1 is a change of sign of C_res (the
@@ -17,13 +17,13 @@ from typing import Any
 
 import pandas as pd
 
-from poslens.study.claim_table import Claims
 from poslens.study.claims import not_measured_summary
-from poslens.study.claims_compare import C4_RULES
-from poslens.study.claims_leakage import RHO_HALF
-from poslens.study.claims_path import EQUIVALENCE, PRIMARY_OFFSET
-from poslens.study.claims_relativize import C7_MARGIN
-from poslens.study.rules import NOT_MEASURED, NOT_SUPPORTED, SUPPORTED, joint
+from poslens.study.claims.c2_mask import RHO_HALF
+from poslens.study.claims.c3_path import EQUIVALENCE, PRIMARY_OFFSET
+from poslens.study.claims.c4_compare import C4_RULES
+from poslens.study.claims.c7_relativize import C7_MARGIN
+from poslens.study.claims.rules import NOT_MEASURED, NOT_SUPPORTED, SUPPORTED, joint
+from poslens.study.claims.table import Claims
 
 
 def inputs_text(inputs: pd.DataFrame) -> str:
@@ -364,7 +364,7 @@ def _reading(claim: str, f: dict[str, _Quoted], inputs: pd.DataFrame, records: l
             if "loss_change (placebo:all)" in f:
                 text += f" ({f['loss_change (placebo:all)'].text()} under the placebo)"
         return text
-    raise NotImplementedError(f"the verdict summary has no reading for claim {claim!r}; add its branch to poslens.study.verdict_summary._reading")
+    raise NotImplementedError(f"the verdict summary has no reading for claim {claim!r}; add its branch to poslens.study.claims.text._reading")
 
 
 def _sentence(
@@ -408,10 +408,10 @@ def _own(record: dict[str, Any]) -> str:
 def summary_rows(claims: Claims, out: Any = "DIR", present: Any = (), settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The verdict summary: one row per claim and group, with joint verdict, headline figure, a sentence and the rules.
 
-    Rows of ``claims.table`` (columns :data:`poslens.study.claim_table.CLAIM_COLUMNS`)
+    Rows of ``claims.table`` (columns :data:`poslens.study.claims.table.CLAIM_COLUMNS`)
     are grouped by claim and ``group`` (for C4 a case's comparison with the
     standard and its depth slope form one group); a group's verdict is
-    :func:`poslens.study.rules.joint` of its rows' verdicts (for C4 the claim's
+    :func:`poslens.study.claims.rules.joint` of its rows' verdicts (for C4 the claim's
     verdict, decided by all its comparisons together), and its ``own_verdict``
     the joint of its rows' own verdicts: what this group's comparisons say
     alone. The badge and the sentence lead with ``own_verdict``; where the
@@ -429,7 +429,7 @@ def summary_rows(claims: Claims, out: Any = "DIR", present: Any = (), settings: 
     (parts in ``present`` are not suggested again).
 
     Args:
-        claims: The claims (:class:`poslens.study.claim_table.Claims`).
+        claims: The claims (:class:`poslens.study.claims.table.Claims`).
         out: The study folder the suggested commands write to.
         present: The parts already in ``out``.
         settings: The study's settings, for the suggested commands.
@@ -439,7 +439,7 @@ def summary_rows(claims: Claims, out: Any = "DIR", present: Any = (), settings: 
 
     Example:
         >>> from poslens.study.claims import evaluate
-        >>> from poslens.study.lookup import figure_row
+        >>> from poslens.study.claims.lookup import figure_row
         >>> leakage = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06), figure_row("probe_r2", 0.6, 0.5, 0.7)])
         >>> rows = summary_rows(evaluate(leakage=leakage, claims=["C1", "C5"]), "results", present=["leakage"])
         >>> [(r["claim"], r["case"], r["verdict"], r["figure"]) for r in rows]

@@ -1,6 +1,6 @@
 """Claim C7, read from the relativize part, and the relativize estimates C3 reports: :data:`C7_RULE`, :data:`C7` and rows.
 
-A rule's words are only ever :meth:`~poslens.study.rules.Rule.text` of its object.
+A rule's words are only ever :meth:`~poslens.study.claims.rules.Rule.text` of its object.
 
 Example:
     >>> C7.rules[0].text().split("; ")[1]
@@ -14,9 +14,9 @@ from typing import Any
 import pandas as pd
 
 from poslens.mechanisms.attribution_table import LOSS_METRIC, R_METRIC, edit_label
-from poslens.study.claim_table import Claim, claim_row, keyed, model_label, with_roles
-from poslens.study.lookup import rows_where, runs, where_text
-from poslens.study.rules import AnyOf, Condition, Estimate, Rule, verdict
+from poslens.study.claims.lookup import rows_where, runs, where_text
+from poslens.study.claims.rules import AnyOf, Condition, Estimate, Rule, verdict
+from poslens.study.claims.table import Claim, claim_row, keyed, model_label, with_roles
 
 # --------------------------------------------------------------------------- C7
 
@@ -181,7 +181,7 @@ def claim_c7(attribution: Any) -> list[dict[str, Any]]:
         attribution: The relativize part (a :class:`~poslens.measurement.result.Result`), or its table.
 
     Returns:
-        The claims rows, ``{column: value}`` with the columns of :data:`~poslens.study.claim_table.CLAIM_COLUMNS` and their ``inputs``.
+        The claims rows, ``{column: value}`` with the columns of :data:`~poslens.study.claims.table.CLAIM_COLUMNS` and their ``inputs``.
 
     Raises:
         ValueError: When the part has no ``relativize:all`` row of r for a model, or several.
@@ -221,5 +221,9 @@ C7 = Claim(
     measured_by=(),
     rules=(C7_RULE,),
     headline="r (all)",
+    decide=claim_c7,
 )
 """C7: r of the cumulative every-column relativization at the largest calibration size (:func:`claim_c7`)."""
+
+DECLARES = (C7,)
+"""The claim, for :mod:`poslens.study.claims`."""

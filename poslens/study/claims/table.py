@@ -3,7 +3,7 @@
 A claim is data (:class:`Claim`): its name, statement, the parts it reads,
 its rule(s) and the name of its headline estimate. Evaluating it gives claims
 rows, dicts with the keys of :data:`CLAIM_COLUMNS` and one more, ``inputs``:
-the :class:`Input` objects (an :class:`~poslens.study.rules.Estimate` and its
+the :class:`Input` objects (an :class:`~poslens.study.claims.rules.Estimate` and its
 role) the row's verdict rests on. Of the columns:
 
 - ``key``: the row's key, ``"C1.1"``, ``"C1.2"``, … (claim and row number),
@@ -19,11 +19,11 @@ role) the row's verdict rests on. Of the columns:
   :func:`poslens.mechanisms.architectures.compare` recorded it; empty for the other claims;
 - ``figure_name``, ``figure``, ``ci_low``, ``ci_high``: which of the row's
   inputs this row shows, its number and interval;
-- ``rule``: the rule's words (:meth:`~poslens.study.rules.Rule.text`), the words of the rule alone;
+- ``rule``: the rule's words (:meth:`~poslens.study.claims.rules.Rule.text`), the words of the rule alone;
 - ``own_verdict``: the verdict of the row's own rule on its own inputs (for a
   C4 comparison, that comparison alone);
 - ``verdict``: the claim's verdict for the row (for C4 comparisons,
-  :func:`~poslens.study.rules.joint` of all of them).
+  :func:`~poslens.study.claims.rules.joint` of all of them).
 
 The inputs of every row form a second, long table (:data:`INPUT_COLUMNS`), one
 row per (claim row ``key``, input): its ``name``, ``value`` and interval
@@ -41,7 +41,7 @@ here together with what builds their rows and what reads them back from a
 study's folder, so that one place owns the columns.
 
 Example:
-    >>> from poslens.study.rules import Condition, Estimate, Rule
+    >>> from poslens.study.claims.rules import Condition, Estimate, Rule
     >>> rule = Rule((Condition("r", "ci_low", ">", 0.0),), (Condition("r", "ci_high", "<=", 0.0),))
     >>> claim = Claim("C9", "r is positive", parts=("leakage",), measured_by=("leakage",), rules=(rule,), headline="r")
     >>> r = Estimate("r", 0.3, 0.1, 0.5)
@@ -53,7 +53,7 @@ Example:
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,7 @@ import numpy as np
 import pandas as pd
 
 from poslens.errors import InputError, NotFoundError
-from poslens.study.rules import NOT_MEASURED, Estimate, Rule
+from poslens.study.claims.rules import NOT_MEASURED, Estimate, Rule
 
 #: The columns of the claims table, in order.
 CLAIM_COLUMNS = [
@@ -121,21 +121,30 @@ INPUTS_FILE = "claim_inputs.csv"
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim as data: what it states, which parts it reads, the rule(s) that decide it and its headline.
+    """One claim as data: what it states, which inputs it reads, how it is decided, its rule(s) and its headline.
+
+    A claim is declared once, in its own module of :mod:`poslens.study.claims` (the module's ``DECLARES``);
+    :func:`poslens.study.claims.evaluate` calls its :attr:`decide` with the inputs it declares and nothing else.
+    The inputs are named as the parts provide them (:attr:`poslens.study.part_registry.Part.provides`).
 
     Attributes:
-        name: ``"C1"`` … ``"C7"``.
+        name: ``"C1"`` … ``"C8"``.
         statement: The claim as the methodology page states it (the ``statement`` column).
-        parts: The arguments of :func:`poslens.study.claims.evaluate` it reads; all must be given, else it is not measured.
+        parts: The claim inputs it needs; all must be given, else it is not measured.
         measured_by: The ``poslens`` commands whose parts it reads (named when it was not measured); empty (the
             claims' own): the commands of the parts that provide its ``parts`` (:func:`poslens.study.part_registry.providers`).
-        rules: Its rule(s) at the default settings (:class:`~poslens.study.rules.Rule`); a rule with settings
+        rules: Its rule(s) at the default settings (:class:`~poslens.study.claims.rules.Rule`); a rule with settings
             (C5's target, C6's tolerance) is rebuilt by its factory with the settings given to ``evaluate``.
         headline: The name of the estimate a one-line summary of each row quotes (role ``headline``); empty when each
             row's headline is its own comparison (C4).
+        reads: Claim inputs it reads when they are given, beside its ``parts`` (C3 reports the leakage part).
+        settings: The keywords of :func:`~poslens.study.claims.evaluate` it takes (``c5_target``).
+        decide: ``decide(**inputs, **settings)``: its rows, given its ``parts``, those of its ``reads`` that were
+            given, and those of its ``settings`` that were given, each by name.
+        shown_rules: Rules the rules table shows before :attr:`rules` (C4's sign rule per comparison).
 
     Example:
-        >>> from poslens.study.rules import Condition, Rule
+        >>> from poslens.study.claims.rules import Condition, Rule
         >>> rule = Rule((Condition("r", "ci_low", ">", 0.0),), (Condition("r", "ci_high", "<=", 0.0),))
         >>> Claim("C9", "r is positive", ("leakage",), ("leakage",), (rule,), "r").rules[0].estimates()
         ('r',)
@@ -147,11 +156,25 @@ class Claim:
     measured_by: tuple[str, ...]
     rules: tuple[Rule, ...]
     headline: str = ""
+    reads: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()
+    decide: Callable[..., list[dict[str, Any]]] | None = None
+    shown_rules: tuple[Rule, ...] = ()
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Every claim input it reads: its ``parts``, then its ``reads``.
+
+        Example:
+            >>> Claim("C9", "s", ("path",), (), (), reads=("leakage",)).inputs
+            ('path', 'leakage')
+        """
+        return (*self.parts, *self.reads)
 
 
 @dataclass(frozen=True)
 class Input:
-    """One input of a claims row: an :class:`~poslens.study.rules.Estimate` and its role (:data:`ROLES`).
+    """One input of a claims row: an :class:`~poslens.study.claims.rules.Estimate` and its role (:data:`ROLES`).
 
     Attributes:
         estimate: The estimate.
@@ -245,7 +268,7 @@ def with_roles(rule: Rule, estimates: Iterable[Estimate], headline: str, extra: 
         ValueError: When the rule does not read the headline.
 
     Example:
-        >>> from poslens.study.rules import Condition
+        >>> from poslens.study.claims.rules import Condition
         >>> rule = Rule((Condition("r", "ci_low", ">", 0.0),), (Condition("r", "ci_high", "<=", 0.0),))
         >>> [i.role for i in with_roles(rule, (Estimate("r", 0.3, 0.1, 0.5), Estimate("s", 1.0, 0.0, 2.0)), "r")]
         ['headline', 'reported']
@@ -289,7 +312,7 @@ def claim_row(
         ValueError: When two inputs share a name, ``shown`` is not among them, or there is not exactly one headline.
 
     Example:
-        >>> from poslens.study.rules import Condition
+        >>> from poslens.study.claims.rules import Condition
         >>> rule = Rule((Condition("r", "ci_low", ">", 0.0),), (Condition("r", "ci_high", "<=", 0.0),))
         >>> claim = Claim("C9", "r is positive", ("leakage",), ("leakage",), (rule,), "r")
         >>> r = Estimate("r", 0.3, 0.1, 0.5)
@@ -393,7 +416,7 @@ class Claims:
 
     Example:
         >>> from poslens.study.claims import evaluate
-        >>> from poslens.study.lookup import figure_row
+        >>> from poslens.study.claims.lookup import figure_row
         >>> leakage = pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06), figure_row("probe_r2", 0.6, 0.5, 0.7)])
         >>> claims = evaluate(leakage=leakage, claims=["C1"])
         >>> claims.inputs_of("C1.2")[["name", "role"]].values.tolist()
@@ -429,7 +452,7 @@ class Claims:
 
         Example:
             >>> from poslens.study.claims import claim_c1
-            >>> from poslens.study.lookup import figure_row
+            >>> from poslens.study.claims.lookup import figure_row
             >>> Claims.from_rows(claim_c1(pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
             ...                                         figure_row("probe_r2", 0.6, 0.5, 0.7)]))).inputs.shape
             (4, 18)
@@ -459,7 +482,7 @@ class Claims:
         Example:
             >>> import tempfile
             >>> from poslens.study.claims import evaluate
-            >>> from poslens.study.lookup import figure_row
+            >>> from poslens.study.claims.lookup import figure_row
             >>> folder = Path(tempfile.mkdtemp())
             >>> written = evaluate(leakage=pd.DataFrame([figure_row("leakage_pattern_heldout", 0.05, 0.04, 0.06),
             ...                                          figure_row("probe_r2", 0.6, 0.5, 0.7)]), claims=["C1", "C5"])

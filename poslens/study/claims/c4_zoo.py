@@ -17,9 +17,9 @@ value, with a t interval over the seeds (n − 1 degrees of freedom) and the
 smallest difference the family could detect, (t₀.₉₇₅ + t₀.₈₀) · se. The seeds
 are the replicates: the spread is the one of training runs, not only of
 the measured sequences. The rule is the one of today's C4 by differences:
-:func:`~poslens.study.claims_compare.c4_sign_rule` in the direction
-:data:`~poslens.study.claims_compare.C4_DIRECTIONS` fixes for the (case, kind,
-metric), and the comparisons are combined by :func:`~poslens.study.rules.joint`.
+:func:`~poslens.study.claims.c4_compare.c4_sign_rule` in the direction
+:data:`~poslens.study.claims.c4_compare.C4_DIRECTIONS` fixes for the (case, kind,
+metric), and the comparisons are combined by :func:`~poslens.study.claims.rules.joint`.
 
 :func:`inference_time_beside` sets each zoo comparison beside the rows of the
 same case, kind and metric that the inference-time variants (``ntk:α``,
@@ -39,9 +39,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from poslens.study.claim_table import REPORTED, Input, claim_row, keyed, with_roles
-from poslens.study.claims_compare import C4, C4_DIRECTIONS, DEPTH_METRIC, c4_sign_rule
-from poslens.study.rules import JOINT, Estimate, joint, verdict
+from poslens.study.claims.c4_compare import C4, C4_DIRECTIONS, DEPTH_METRIC, c4_sign_rule
+from poslens.study.claims.rules import JOINT, Estimate, joint, verdict
+from poslens.study.claims.table import REPORTED, Input, claim_row, keyed, with_roles
 
 #: The figure table's columns :func:`claim_c4_zoo` reads: one row per run (member, seed) and metric.
 FIGURE_COLUMNS = ("member", "seed", "metric", "value")
@@ -73,7 +73,7 @@ class ZooComparison:
 
     @property
     def direction(self) -> int:
-        """The sign the claim predicts, from :data:`~poslens.study.claims_compare.C4_DIRECTIONS`.
+        """The sign the claim predicts, from :data:`~poslens.study.claims.c4_compare.C4_DIRECTIONS`.
 
         Example:
             >>> ZOO_COMPARISONS[0].direction
@@ -182,7 +182,7 @@ def claim_c4_zoo(figures: pd.DataFrame, family: str = "zoo", without_sinks: Any 
     ``c_res`` at the model level (layers ≥ 1, all queries) and
     ``c_res_depth_slope``, as :mod:`poslens.study.zoo_measure` writes them. Each
     comparison's estimate is :func:`seed_estimate` of its per-seed values;
-    it is decided by :func:`~poslens.study.claims_compare.c4_sign_rule` in the
+    it is decided by :func:`~poslens.study.claims.c4_compare.c4_sign_rule` in the
     direction C4 predicts (``own_verdict``), and every row carries the
     claim's joint verdict. The per-seed values and the detectable difference
     are reported beside it (role ``reported``). A comparison whose members
@@ -199,7 +199,7 @@ def claim_c4_zoo(figures: pd.DataFrame, family: str = "zoo", without_sinks: Any 
         without_sinks: ``(member, seed)`` pairs of the runs in which no sink formed.
 
     Returns:
-        The claims rows (columns of :data:`~poslens.study.claim_table.CLAIM_COLUMNS`, with ``inputs``).
+        The claims rows (columns of :data:`~poslens.study.claims.table.CLAIM_COLUMNS`, with ``inputs``).
 
     Raises:
         ValueError: When ``figures`` lacks a column of :data:`FIGURE_COLUMNS`, or no comparison can be made.
@@ -316,7 +316,7 @@ _SAME_QUESTION = {"paired difference": "paired difference", "depth slope": "dept
 def inference_time_beside(zoo: Any, inference: Any) -> pd.DataFrame:
     """Each zoo comparison beside the inference-time variants' rows of C4 with the same case, kind and metric.
 
-    ``zoo`` and ``inference`` are :class:`~poslens.study.claim_table.Claims`
+    ``zoo`` and ``inference`` are :class:`~poslens.study.claims.table.Claims`
     (``inference`` as ``poslens report --full`` wrote it: its C4 rows by
     differences). A zoo comparison of case ``ntk`` and kind ``paired``
     (``large-base-trained − standard``) stands beside the ``ntk:α − base``
@@ -336,11 +336,11 @@ def inference_time_beside(zoo: Any, inference: Any) -> pd.DataFrame:
         the zoo comparison has no figure, its runs having formed no sink).
 
     Example:
-        >>> from poslens.study.claim_table import Claims
+        >>> from poslens.study.claims.table import Claims
         >>> rows = [dict(member=m, seed=s, metric="c_res", value=v) for m, base in
         ...         [("standard", 0.02), ("large-base-trained", 0.01), ("sliding", 0.03)] for s, v in enumerate([base, base + 0.001, base - 0.001])]
         >>> zoo = Claims.from_rows(claim_c4_zoo(pd.DataFrame(rows)))
-        >>> from poslens.study.claims_compare import claim_c4_differences
+        >>> from poslens.study.claims.c4_compare import claim_c4_differences
         >>> base = dict(intervention="none", query_window="all", layer=-1, head=-1, parameter="", se=0.001, df=7.0, detectable=0.003,
         ...             kind="paired", reference_model="s", reference_variant="base", metric="c_res")
         >>> table = pd.DataFrame([dict(base, model="s", variant="ntk:4", value=-0.002, ci_low=-0.003, ci_high=-0.001, comparison="ntk:4 − base"),
@@ -396,7 +396,7 @@ def variant_rows(claims: Any) -> pd.DataFrame:
     """The inference-time variants' C4 rows (``ntk:α``, ``window:W``) of ``claims`` with their headline's statistic and metric.
 
     Args:
-        claims: A run's claims (:class:`~poslens.study.claim_table.Claims`).
+        claims: A run's claims (:class:`~poslens.study.claims.table.Claims`).
 
     Returns:
         ``model`` (the row's model column), ``case``, ``statistic``, ``metric``, ``own_verdict`` and ``rows`` (the headline

@@ -24,9 +24,10 @@ import numpy as np
 import pandas as pd
 
 from poslens.fit import split_figures as fig
-from poslens.study.claim_table import REPORTED, Claim, Input, claim_row, keyed, model_label, with_roles
-from poslens.study.lookup import runs, tidy_table
-from poslens.study.rules import ZERO, AllOf, Condition, Estimate, Rule, verdict
+from poslens.study.claims.lookup import runs, tidy_table
+from poslens.study.claims.rules import ZERO, AllOf, Condition, Estimate, Rule, verdict
+from poslens.study.claims.table import REPORTED, Claim, Input, claim_row, keyed, model_label, with_roles
+from poslens.study.part_registry import providers
 
 SPLIT_COLUMNS = ("readout", "kind")
 """The columns of the split's table that the lookups need beyond the tidy ones."""
@@ -123,10 +124,11 @@ def claim_c8(split: Any) -> list[dict[str, Any]]:
         >>> [(r["figure_name"], r["verdict"]) for r in claim_c8(pd.DataFrame(rows))]
         [('r1', 'supported')]
     """
-    table = tidy_table(split, "sink-split", extra=SPLIT_COLUMNS)
+    source = ", ".join(providers(C8.parts))  # the part that provides the split, in messages
+    table = tidy_table(split, source, extra=SPLIT_COLUMNS)
     present = table[(table["kind"] == "derived") & (table["metric"] == "r1") & (table["readout"] == "V")]
     out = []
-    for model, variant in runs(present, "sink-split", "a derived row 'r1' on readout 'V'"):
+    for model, variant in runs(present, source, "a derived row 'r1' on readout 'V'"):
         mine = table[(table["model"] == model) & (table["variant"] == variant) & (table["layer"] == -1)]
         derived = mine[mine["kind"] == "derived"]
 
@@ -154,5 +156,9 @@ C8 = Claim(
     measured_by=(),
     rules=(C8_RULE,),
     headline="r1",
+    decide=claim_c8,
 )
 """C8: the split of the sink path's share of the residual stream's position (:func:`claim_c8`)."""
+
+DECLARES = (C8,)
+"""The claim, for :mod:`poslens.study.claims`."""

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from poslens.measurement.result import COLUMNS, Result
-from poslens.study.rules import Estimate
+from poslens.study.claims.rules import Estimate
 
 MODEL_AGGREGATE = dict(layer=-1, head=-1)
 """The model aggregate of a tidy table: layer −1, head −1 (defined once: :data:`poslens.measurement.table.COLUMNS`)."""
@@ -197,7 +197,7 @@ def pick(
     head: int | None = None,
     **run: Any,
 ) -> Estimate:
-    """The single row of one run and one (metric, query window, layer, head), as an :class:`~poslens.study.rules.Estimate`.
+    """The single row of one run and one (metric, query window, layer, head), as an :class:`~poslens.study.claims.rules.Estimate`.
 
     Args:
         table: A tidy table.
