@@ -10,13 +10,13 @@ Everything else about it is derived from its :class:`Part` in :data:`PARTS`:
 - the report's plan, the metrics its figures draw, the files ``run.json`` names (:attr:`Part.file`);
 - the full run's time estimate (:func:`estimated_tokens`).
 
-The options are declared once too, in :data:`OPTIONS`: a setting's flag, default,
-help and how its value is spelled on a command line; a part may spell a setting
-its own way (``compare --n-seqs`` is ``compare_seqs``) or give it another default.
+The options are declared once too, in :data:`OPTIONS` (the shared ones in :mod:`poslens.study.part_options`, a
+part's own with its declaration): a setting's flag, default, help and how its value is spelled on a command line; a
+part may spell a setting its own way (``compare --n-seqs`` is ``compare_seqs``) or give it another default.
 
 Adding a part is one module of :mod:`poslens.study.declarations` whose ``DECLARES`` holds its :class:`Part`
-(CONTRIBUTING.md shows the worked example, :mod:`poslens.study.declarations.sink_split`). Longer than 400 lines because it
-declares every part and option of the study in one place, which is its point.
+(CONTRIBUTING.md shows the worked example, :mod:`poslens.study.declarations.sink_split`). Longer than 400 lines because
+:class:`Part` documents every field a declaration may give, and the functions that read the registry sit beside it.
 """
 
 from __future__ import annotations
@@ -26,9 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from poslens.errors import InputError
-from poslens.options import DEFAULTS, PATH_OFFSETS_SHOWN
-from poslens.study import cli_options
+from poslens.study.part_options import BASE_OPTIONS, Option, OptionConflictError  # noqa: F401 (re-exported: declared here before)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -41,218 +39,6 @@ MEASURE_KEYS = ("model", "variant", "corpus", "text_field", "n_seqs", "seq_len",
 
 RUNTIME = ("max_memory", "row_sums", "disk_budget")
 """Settings that choose how a part is computed, never its figures: a command takes them, its part does not record them."""
-
-
-def _tuple_of(kind: type) -> Callable[[Any], tuple]:
-    """A comma list (``"8,64"``) or ``None`` as the tuple of ``kind`` a setting holds."""
-
-    def parse(value: Any) -> tuple:
-        return tuple(kind(v) for v in value.split(",")) if value else ()
-
-    return parse
-
-
-@dataclass(frozen=True)
-class Option:
-    """The command-line option of one setting.
-
-    Attributes:
-        flag: How the option is spelled (``--n-seqs``).
-        default: The option's default, as typed (``None`` where the setting's default is derived, e.g. ``--early``).
-        help: Its ``--help`` text.
-        annotation: The Python type the command receives.
-        spelling: How a value is written back on a command line (:func:`command_line`): ``"value"``
-            (``--seed 3``), ``"comma"`` (``--doses 0.5,1``), ``"repeat"`` (``--replacement mean --replacement zero``),
-            ``"unset-flag"`` (``--full``: the setting is the flag's negation), or ``"none"`` (not an option at all).
-        to_setting: The setting's value from the option's (``None``: the same).
-        checks: Keyword arguments of ``typer.Option`` (``min``, ``show_default``) and ``callback``: the name of a
-            check in :mod:`poslens.study.cli_options`.
-
-    Example:
-        >>> OPTIONS["path_doses"].setting_value("0.5,1")
-        (0.5, 1.0)
-        >>> OPTIONS["compare_quick"].setting_value(True)   # --full
-        False
-    """
-
-    flag: str
-    default: Any
-    help: str
-    annotation: Any = str
-    spelling: str = "value"
-    to_setting: Callable[[Any], Any] | None = None
-    checks: Mapping[str, Any] = field(default_factory=dict)
-
-    def setting_value(self, value: Any) -> Any:
-        """The setting's value for the option's ``value``.
-
-        Args:
-            value: What the command received.
-
-        Returns:
-            The value the setting holds.
-
-        Example:
-            >>> OPTIONS["relativize_loss"].setting_value(True)   # --no-loss
-            False
-        """
-        return value if self.to_setting is None else self.to_setting(value)
-
-
-_BASE_OPTIONS: dict[str, Option] = {
-    "model": Option("--model", "smollm2-135m", "Registry name, local model folder, or a model id in the local HF cache."),
-    "variant": Option(
-        "--variant",
-        "base",
-        "Inference-time variant: ntk:<a>, window:<W>, rope-base:<θ>, joined by '+'.",
-        checks={"callback": cli_options.check_variant},
-    ),
-    "position0": Option("--bos", "bos", "Position 0: bos, none, or token:<id or string>.", checks={"callback": cli_options.check_bos}),
-    "corpus": Option("--corpus", "docs", "docs, random, repeat, or a path to .txt/.jsonl/folder."),
-    "text_field": Option("--text-field", "text", "Field (JSONL) or column (Parquet, saved dataset) that holds the text of a --corpus file."),
-    "n_seqs": Option("--n-seqs", 16, "Number of sequences N.", int, checks={"min": 1}),
-    "seq_len": Option("--seq-len", 128, "Tokens per sequence T (position 0 included).", int, checks={"min": 2}),
-    "seed": Option("--seed", 0, "Seed of the corpus sampling.", int),
-    "groups": Option("--groups", DEFAULTS.groups, "Groups of sequences for the intervals.", int, checks={"min": 2}),
-    "early": Option(
-        "--early",
-        None,
-        "Q: the early window is 1 ≤ i < Q (below --seq-len).",
-        int | None,
-        to_setting=lambda value: DEFAULTS.early if value is None else value,
-        checks={"min": 2, "show_default": str(DEFAULTS.early)},
-    ),
-    "batch_size": Option(
-        "--batch-size",
-        DEFAULTS.batch_size,
-        "Largest number of sequences per forward pass, whatever their groups (a setting of the part); --max-memory may lower it.",
-        int,
-        checks={"min": 1},
-    ),
-    "max_memory": Option(
-        "--max-memory",
-        "free",
-        "Memory budget for the whole process, e.g. 8GB or 512MiB; 'free' (default): 80% of the memory free now, "
-        "for the forward pass. Lowers the batch size to what fits, or stops with the numbers and the longest --seq-len that fits.",
-        checks={"callback": cli_options.check_max_memory},
-    ),
-    "row_sums": Option(
-        "--row-sums",
-        "auto",
-        "How the per-sequence counterfactual gets each sequence's row sums: 'store' keeps them on temporary disk (TMPDIR, "
-        "8·L·H·T·(1 + bins) bytes per sequence), 'second-pass' runs the model a second time and keeps nothing, 'auto' (default) "
-        "keeps the store when it fits --disk-budget. The figures are the same.",
-        checks={"callback": cli_options.check_route},
-    ),
-    "disk_budget": Option(
-        "--disk-budget",
-        None,
-        "Most temporary disk the store may take under --row-sums auto, e.g. 2GB; default the smaller of 4 GB and half the free space.",
-        str | None,
-        checks={"callback": cli_options.check_disk_budget},
-    ),
-    "dtype": Option("--dtype", "float32", "Weights' dtype: float32, bfloat16 or float16 (sums stay float64)."),
-    "device_map": Option("--device-map", None, "transformers device map, e.g. 'auto' to spread a large model over GPUs.", str | None),
-    "tau": Option("--tau", DEFAULTS.tau, "Sink-reading threshold τ, in (0, 1].", float, checks={"callback": cli_options.check_tau}),
-    "replacements": Option(
-        "--replacement",
-        list(("mean", "zero", "noise", "token:eos")),
-        "BOS replacements: mean, zero, noise, token:eos or token:<id or string>; repeat for several.",
-        list[str],
-        spelling="repeat",
-        to_setting=tuple,
-        checks={"callback": cli_options.check_replacements},
-    ),
-    "fingerprint_seqs": Option("--fingerprint-seqs", 16, "Sequences per position-0 setting.", int, checks={"min": 1}),
-    "fingerprint_len": Option("--fingerprint-len", 48, "Tokens per fingerprint sequence.", int, checks={"min": 2}),
-    "compare_seqs": Option("--compare-seqs", 8, "Sequences per case.", int, checks={"min": 1}),
-    "compare_len": Option("--compare-len", 640, "Tokens per sequence (beyond gemma3's 512 window by default).", int, checks={"min": 2}),
-    "compare_quick": Option(
-        "--full",
-        False,
-        "All NTK α ∈ {2,4,8} and windows {64,128}, not one of each.",
-        bool,
-        spelling="unset-flag",
-        to_setting=lambda full: not full,
-    ),
-    "cases": Option("cases", (), "The comparison's cases (from Python only).", spelling="none"),
-    "relativize_seqs": Option("--relativize-seqs", 16, "Sequences of the measured corpus.", int, checks={"min": 1}),
-    "relativize_len": Option("--relativize-len", 64, "Tokens per sequence (measured and calibration).", int, checks={"min": 2}),
-    "relativize_modes": Option(
-        "--modes",
-        "all,key0,all-but-key0",
-        "Relativization modes, a comma list of all (every column), key0 (key 0 only), all-but-key0 (every column but key 0).",
-        spelling="comma",
-        to_setting=_tuple_of(str),
-        checks={"callback": cli_options.check_modes},
-    ),
-    "calibration_seqs": Option(
-        "--calibration-seqs",
-        None,
-        "Sequences of the calibration corpus the edit is fitted on.",
-        int | None,
-        checks={"min": 2, "show_default": "--n-seqs"},
-    ),
-    "calibration_seed": Option(
-        "--calibration-seed",
-        None,
-        "Seed of the calibration corpus (same --corpus and --seq-len); it must differ from --seed, so that the corpora are disjoint.",
-        int | None,
-        checks={"show_default": "--seed + 1"},
-    ),
-    "calibration_sizes": Option(
-        "--calibration-sizes",
-        None,
-        "Calibration sizes to fit the edit on, a comma list (the spread between them is the calibration's own noise).",
-        str | None,
-        spelling="comma",
-        to_setting=_tuple_of(int),
-        checks={"callback": cli_options.check_calibration_sizes, "show_default": "half and all of --calibration-seqs"},
-    ),
-    "relativize_loss": Option(
-        "--no-loss",
-        False,
-        "Skip the change in next-token loss (it runs the full forward per edit).",
-        bool,
-        spelling="unset-flag",
-        to_setting=lambda no_loss: not no_loss,
-    ),
-    "path_offsets": Option(
-        "--offsets",
-        None,
-        "Offsets D of the key-0 phase freeze, a comma list.",
-        str | None,
-        spelling="comma",
-        to_setting=_tuple_of(int),
-        checks={"callback": cli_options.check_offsets, "show_default": PATH_OFFSETS_SHOWN},
-    ),
-    "path_doses": Option(
-        "--doses",
-        "1",
-        "Doses λ of the mask-only sink profile, a comma list in (0, 1].",
-        spelling="comma",
-        to_setting=_tuple_of(float),
-        checks={"callback": cli_options.check_doses},
-    ),
-}
-
-
-class OptionConflictError(InputError):
-    """Two options of a command that cannot hold together; ``flag`` names the one to change.
-
-    Args:
-        flag: The option to change (``--calibration-sizes``).
-        message: What is wrong and what to type instead.
-
-    Example:
-        >>> raise OptionConflictError("--calibration-sizes", "12 is more than the 8 sequences")
-        Traceback (most recent call last):
-        poslens.study.part_registry.OptionConflictError: 12 is more than the 8 sequences
-    """
-
-    def __init__(self, flag: str, message: str) -> None:
-        super().__init__(message)
-        self.flag = flag
 
 
 def lazy(where: str) -> Callable[..., Any]:
@@ -450,7 +236,7 @@ DECLARATIONS = "poslens.study.declarations"
 """The package whose modules declare the parts: each module's ``DECLARES``, a tuple of :class:`Part`."""
 
 _PARTS: dict[str, Part] = {}
-_OPTIONS: dict[str, Option] = dict(_BASE_OPTIONS)
+_OPTIONS: dict[str, Option] = dict(BASE_OPTIONS)
 _loaded: list[bool] = []
 
 

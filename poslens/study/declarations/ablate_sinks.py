@@ -82,7 +82,7 @@ DECLARES = (
         compute=compute,
         provides=("ablation",),
         claim_inputs=claim_inputs,
-        zoo=lazy("poslens.study.zoo_measure:ablation_figures"),
+        zoo=lazy("poslens.study.zoo_figures:ablation_figures"),
         zoo_order=4,
     ),
 )

@@ -69,7 +69,7 @@ DECLARES = (
         compute=compute,
         provides=("bos_swap",),
         figures=lazy("poslens.study.report_figures:bos_swap_figures"),
-        zoo=lazy("poslens.study.zoo_measure:bos_swap_figures"),
+        zoo=lazy("poslens.study.zoo_figures:bos_swap_figures"),
         zoo_order=3,
     ),
 )

@@ -49,7 +49,7 @@ DECLARES = (
         compute=compute,
         provides=("leakage",),
         figures=lazy("poslens.study.report_figures:leakage_figures"),
-        zoo=lazy("poslens.study.zoo_measure:leakage_figures"),
+        zoo=lazy("poslens.study.zoo_figures:leakage_figures"),
         zoo_order=1,
     ),
 )

@@ -105,7 +105,7 @@ DECLARES = (
         figures=lazy("poslens.study.report_figures:path_test_figures"),
         figure_order=5,
         warnings=warnings,
-        zoo=lazy("poslens.study.zoo_measure:path_edit_figures"),
+        zoo=lazy("poslens.study.zoo_figures:path_edit_figures"),
         zoo_order=6,
     ),
 )

@@ -251,7 +251,7 @@ DECLARES = (
         compute=compute,
         provides=("attribution",),
         figures=lazy("poslens.study.report_figures:relativize_figures"),
-        zoo=lazy("poslens.study.zoo_measure:relativize_figures"),
+        zoo=lazy("poslens.study.zoo_figures:relativize_figures"),
         zoo_order=5,
         load_old=load_old,
     ),

@@ -49,7 +49,7 @@ DECLARES = (
         order=20,
         compute=compute,
         figures=lazy("poslens.study.report_figures:sink_figures"),
-        zoo=lazy("poslens.study.zoo_measure:sinks_figures"),
+        zoo=lazy("poslens.study.zoo_figures:sinks_figures"),
         zoo_order=2,
     ),
 )
