@@ -67,7 +67,7 @@ EXTRA_COLUMNS = ["kind", "reference", "query_bin", "query_low", "query_high"]
 
 
 def default_offsets(seq_len: int) -> tuple[int, ...]:
-    """The offsets D the tests report by default: 8, 64 and T/2 (each once; :func:`poslens.options.default_path_offsets`).
+    """The offsets D the tests report by default (each once): :func:`poslens.options.default_path_offsets`, where the default is written.
 
     Args:
         seq_len: T.
@@ -197,7 +197,7 @@ def path_specific_tests(
     Args:
         model: The loaded model.
         corpus: The corpus (with BOS at position 0 for the sink to mean anything).
-        offsets: The frozen offsets D (default :func:`default_offsets`: 8, 64 and T/2).
+        offsets: The frozen offsets D (default :func:`default_offsets`, from :func:`poslens.options.default_path_offsets`).
         doses: The mask-only profile's doses λ in (0, 1] (1 is the split's).
         sham: Whether to run the key-1 sham at each D.
         ablation: Whether to run the sink-path ablation.

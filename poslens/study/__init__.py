@@ -1,6 +1,6 @@
 """study: the parts (declared in :mod:`poslens.study.declarations`), the claims (:mod:`poslens.study.claims`), the report and the CLI.
 
-The claims' modules moved into the :mod:`poslens.study.claims` subpackage; their old paths (:data:`MOVED`) still
+The claims' modules moved into the :mod:`poslens.study.claims` subpackage; their old paths (``MOVED``) still
 import, as the same module objects, with a ``DeprecationWarning`` that names the new path.
 
 Example:
@@ -43,7 +43,7 @@ re-export them)."""
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports an old path of :data:`MOVED` as the module at its new path (one module object, under both names)."""
+    """Imports an old path of ``MOVED`` as the module at its new path (one module object, under both names)."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         return importlib.util.spec_from_loader(fullname, self) if fullname in MOVED else None

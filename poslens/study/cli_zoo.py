@@ -1,7 +1,7 @@
 """The ``poslens zoo`` and ``poslens zoo-measure`` commands: train a family of small models, and measure it with the parts.
 
-Wiring only, as :mod:`poslens.study.cli`, which adds these commands to ``poslens``: the training is
-:func:`poslens.zoo.family.train_family`, the measurement :func:`poslens.study.zoo_measure.measure_family`, and the parts
+Wiring only, as ``poslens.study.cli``, which adds these commands to ``poslens``: the training is
+:func:`poslens.zoo.train.train_family`, the measurement :func:`poslens.study.zoo_measure.measure_family`, and the parts
 ``zoo-measure`` measures are those that declare figures for it (:func:`poslens.study.part_registry.zoo_parts`).
 
 Example:
@@ -27,7 +27,7 @@ from poslens.zoo.family import MEMBERS as ZOO_MEMBERS
 from poslens.zoo.settings import ZooSettings
 
 commands = typer.Typer()
-"""The two commands, added to ``poslens`` by :mod:`poslens.study.cli`."""
+"""The two commands, added to ``poslens`` by ``poslens.study.cli``."""
 
 console = Console()
 

@@ -4,7 +4,9 @@ A setting's option is declared once: its flag, default, ``--help`` text, type, c
 back on a command line. :data:`BASE_OPTIONS` holds those of the settings that several parts take (or that only a
 part declared before the registry takes); a part declares an option only it takes with its declaration
 (:attr:`poslens.study.part_registry.Part.new_options`). :data:`poslens.study.part_registry.OPTIONS` holds both.
-Defaults that the measurement shares are read from :mod:`poslens.options`, never written here again.
+An option's default is the setting's (:class:`poslens.study.settings.Settings`, whose measurement defaults are
+:mod:`poslens.options`'s), never written here again: ``--help``, the printed command lines and the settings agree by
+construction.
 
 Example:
     >>> BASE_OPTIONS["groups"].flag, BASE_OPTIONS["path_offsets"].checks["show_default"]
@@ -20,6 +22,7 @@ from typing import Any
 from poslens.errors import InputError
 from poslens.options import DEFAULTS, PATH_OFFSETS_SHOWN
 from poslens.study import cli_options
+from poslens.study.settings import Settings
 
 
 def _tuple_of(kind: type) -> Callable[[Any], tuple]:
@@ -40,7 +43,7 @@ class Option:
         default: The option's default, as typed (``None`` where the setting's default is derived, e.g. ``--early``).
         help: Its ``--help`` text.
         annotation: The Python type the command receives.
-        spelling: How a value is written back on a command line (:func:`command_line`): ``"value"``
+        spelling: How a value is written back on a command line (:func:`~poslens.study.part_registry.command_line`): ``"value"``
             (``--seed 3``), ``"comma"`` (``--doses 0.5,1``), ``"repeat"`` (``--replacement mean --replacement zero``),
             ``"unset-flag"`` (``--full``: the setting is the flag's negation), or ``"none"`` (not an option at all).
         to_setting: The setting's value from the option's (``None``: the same).
@@ -79,20 +82,22 @@ class Option:
 
 
 BASE_OPTIONS: dict[str, Option] = {
-    "model": Option("--model", "smollm2-135m", "Registry name, local model folder, or a model id in the local HF cache."),
+    "model": Option("--model", Settings.model, "Registry name, local model folder, or a model id in the local HF cache."),
     "variant": Option(
         "--variant",
-        "base",
+        Settings.variant,
         "Inference-time variant: ntk:<a>, window:<W>, rope-base:<θ>, joined by '+'.",
         checks={"callback": cli_options.check_variant},
     ),
-    "position0": Option("--bos", "bos", "Position 0: bos, none, or token:<id or string>.", checks={"callback": cli_options.check_bos}),
-    "corpus": Option("--corpus", "docs", "docs, random, repeat, or a path to .txt/.jsonl/folder."),
-    "text_field": Option("--text-field", "text", "Field (JSONL) or column (Parquet, saved dataset) that holds the text of a --corpus file."),
-    "n_seqs": Option("--n-seqs", 16, "Number of sequences N.", int, checks={"min": 1}),
-    "seq_len": Option("--seq-len", 128, "Tokens per sequence T (position 0 included).", int, checks={"min": 2}),
-    "seed": Option("--seed", 0, "Seed of the corpus sampling.", int),
-    "groups": Option("--groups", DEFAULTS.groups, "Groups of sequences for the intervals.", int, checks={"min": 2}),
+    "position0": Option("--bos", Settings.position0, "Position 0: bos, none, or token:<id or string>.", checks={"callback": cli_options.check_bos}),
+    "corpus": Option("--corpus", Settings.corpus, "docs, random, repeat, or a path to .txt/.jsonl/folder."),
+    "text_field": Option(
+        "--text-field", Settings.text_field, "Field (JSONL) or column (Parquet, saved dataset) that holds the text of a --corpus file."
+    ),
+    "n_seqs": Option("--n-seqs", Settings.n_seqs, "Number of sequences N.", int, checks={"min": 1}),
+    "seq_len": Option("--seq-len", Settings.seq_len, "Tokens per sequence T (position 0 included).", int, checks={"min": 2}),
+    "seed": Option("--seed", Settings.seed, "Seed of the corpus sampling.", int),
+    "groups": Option("--groups", Settings.groups, "Groups of sequences for the intervals.", int, checks={"min": 2}),
     "early": Option(
         "--early",
         None,
@@ -103,21 +108,21 @@ BASE_OPTIONS: dict[str, Option] = {
     ),
     "batch_size": Option(
         "--batch-size",
-        DEFAULTS.batch_size,
+        Settings.batch_size,
         "Largest number of sequences per forward pass, whatever their groups (a setting of the part); --max-memory may lower it.",
         int,
         checks={"min": 1},
     ),
     "max_memory": Option(
         "--max-memory",
-        "free",
+        Settings.max_memory,
         "Memory budget for the whole process, e.g. 8GB or 512MiB; 'free' (default): 80% of the memory free now, "
         "for the forward pass. Lowers the batch size to what fits, or stops with the numbers and the longest --seq-len that fits.",
         checks={"callback": cli_options.check_max_memory},
     ),
     "row_sums": Option(
         "--row-sums",
-        "auto",
+        Settings.row_sums,
         "How the per-sequence counterfactual gets each sequence's row sums: 'store' keeps them on temporary disk (TMPDIR, "
         "8·L·H·T·(1 + bins) bytes per sequence), 'second-pass' runs the model a second time and keeps nothing, 'auto' (default) "
         "keeps the store when it fits --disk-budget. The figures are the same.",
@@ -125,41 +130,43 @@ BASE_OPTIONS: dict[str, Option] = {
     ),
     "disk_budget": Option(
         "--disk-budget",
-        None,
+        Settings.disk_budget,
         "Most temporary disk the store may take under --row-sums auto, e.g. 2GB; default the smaller of 4 GB and half the free space.",
         str | None,
         checks={"callback": cli_options.check_disk_budget},
     ),
-    "dtype": Option("--dtype", "float32", "Weights' dtype: float32, bfloat16 or float16 (sums stay float64)."),
-    "device_map": Option("--device-map", None, "transformers device map, e.g. 'auto' to spread a large model over GPUs.", str | None),
-    "tau": Option("--tau", DEFAULTS.tau, "Sink-reading threshold τ, in (0, 1].", float, checks={"callback": cli_options.check_tau}),
+    "dtype": Option("--dtype", Settings.dtype, "Weights' dtype: float32, bfloat16 or float16 (sums stay float64)."),
+    "device_map": Option("--device-map", Settings.device_map, "transformers device map, e.g. 'auto' to spread a large model over GPUs.", str | None),
+    "tau": Option("--tau", Settings.tau, "Sink-reading threshold τ, in (0, 1].", float, checks={"callback": cli_options.check_tau}),
     "replacements": Option(
         "--replacement",
-        list(("mean", "zero", "noise", "token:eos")),
+        list(Settings.replacements),
         "BOS replacements: mean, zero, noise, token:eos or token:<id or string>; repeat for several.",
         list[str],
         spelling="repeat",
         to_setting=tuple,
         checks={"callback": cli_options.check_replacements},
     ),
-    "fingerprint_seqs": Option("--fingerprint-seqs", 16, "Sequences per position-0 setting.", int, checks={"min": 1}),
-    "fingerprint_len": Option("--fingerprint-len", 48, "Tokens per fingerprint sequence.", int, checks={"min": 2}),
-    "compare_seqs": Option("--compare-seqs", 8, "Sequences per case.", int, checks={"min": 1}),
-    "compare_len": Option("--compare-len", 640, "Tokens per sequence (beyond gemma3's 512 window by default).", int, checks={"min": 2}),
+    "fingerprint_seqs": Option("--fingerprint-seqs", Settings.fingerprint_seqs, "Sequences per position-0 setting.", int, checks={"min": 1}),
+    "fingerprint_len": Option("--fingerprint-len", Settings.fingerprint_len, "Tokens per fingerprint sequence.", int, checks={"min": 2}),
+    "compare_seqs": Option("--compare-seqs", Settings.compare_seqs, "Sequences per case.", int, checks={"min": 1}),
+    "compare_len": Option(
+        "--compare-len", Settings.compare_len, "Tokens per sequence (beyond gemma3's 512 window by default).", int, checks={"min": 2}
+    ),
     "compare_quick": Option(
         "--full",
-        False,
+        not Settings.compare_quick,
         "All NTK α ∈ {2,4,8} and windows {64,128}, not one of each.",
         bool,
         spelling="unset-flag",
         to_setting=lambda full: not full,
     ),
-    "cases": Option("cases", (), "The comparison's cases (from Python only).", spelling="none"),
-    "relativize_seqs": Option("--relativize-seqs", 16, "Sequences of the measured corpus.", int, checks={"min": 1}),
-    "relativize_len": Option("--relativize-len", 64, "Tokens per sequence (measured and calibration).", int, checks={"min": 2}),
+    "cases": Option("cases", Settings.cases, "The comparison's cases (from Python only).", spelling="none"),
+    "relativize_seqs": Option("--relativize-seqs", Settings.relativize_seqs, "Sequences of the measured corpus.", int, checks={"min": 1}),
+    "relativize_len": Option("--relativize-len", Settings.relativize_len, "Tokens per sequence (measured and calibration).", int, checks={"min": 2}),
     "relativize_modes": Option(
         "--modes",
-        "all,key0,all-but-key0",
+        ",".join(Settings.relativize_modes),
         "Relativization modes, a comma list of all (every column), key0 (key 0 only), all-but-key0 (every column but key 0).",
         spelling="comma",
         to_setting=_tuple_of(str),
@@ -167,7 +174,7 @@ BASE_OPTIONS: dict[str, Option] = {
     ),
     "calibration_seqs": Option(
         "--calibration-seqs",
-        None,
+        Settings.calibration_seqs,
         "Sequences of the calibration corpus the edit is fitted on.",
         int | None,
         checks={"min": 2, "show_default": "--n-seqs"},
@@ -190,7 +197,7 @@ BASE_OPTIONS: dict[str, Option] = {
     ),
     "relativize_loss": Option(
         "--no-loss",
-        False,
+        not Settings.relativize_loss,
         "Skip the change in next-token loss (it runs the full forward per edit).",
         bool,
         spelling="unset-flag",
@@ -207,13 +214,14 @@ BASE_OPTIONS: dict[str, Option] = {
     ),
     "path_doses": Option(
         "--doses",
-        "1",
+        ",".join(f"{dose:g}" for dose in Settings.path_doses),
         "Doses λ of the mask-only sink profile, a comma list in (0, 1].",
         spelling="comma",
         to_setting=_tuple_of(float),
         checks={"callback": cli_options.check_doses},
     ),
 }
+"""The options of the settings the parts share, by setting name; a part declares its own with it (``Part.new_options``)."""
 
 
 class OptionConflictError(InputError):

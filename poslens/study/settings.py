@@ -55,7 +55,7 @@ class Settings:
         calibration_seed: Seed of its calibration corpus (``None``: ``seed + 1``; it must differ from ``seed``).
         calibration_sizes: Its calibration sizes (empty: half and all of the calibration corpus).
         relativize_loss: Whether it measures the change in next-token loss.
-        path_offsets: The offsets D of the path-specific tests' key-phase freeze (empty: :func:`poslens.options.default_path_offsets`, 8, 64 and T/2).
+        path_offsets: The offsets D of the path-specific tests' key-phase freeze (empty: :func:`poslens.options.default_path_offsets`).
         path_doses: The doses λ of their mask-only sink profile (1 is the split's).
         split_offset: D of the sink-path split's phase edit (``None``: :data:`poslens.options.SPLIT_OFFSET`, or half the narrowest sliding window).
 

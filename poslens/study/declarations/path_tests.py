@@ -21,7 +21,7 @@ def compute(study: Study) -> Result:
     Runs on the leakage part's corpus and groups, with the leakage part as the
     unedited baseline (its sink-reading heads at τ and its cross-fitted absolute
     component), one full forward pass per edit: offsets D = ``path_offsets``
-    (default :func:`poslens.options.default_path_offsets`: 8, 64 and T/2), the sham at each, the mask-only profile at
+    (default :func:`poslens.options.default_path_offsets`), the sham at each, the mask-only profile at
     each dose of ``path_doses``, and the sink-path ablation.
 
     Args:

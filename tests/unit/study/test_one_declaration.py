@@ -28,6 +28,16 @@ def _compute(study: Study) -> Result:
     return study.cached("token-mean", lambda: Result(table, {"settings": {}}))
 
 
+CAPTION = "The corpus's token mean, drawn by the part's own figure hook."
+
+
+def _figures(part: Result, settings: dict, **inputs) -> list:
+    """One figure, shown under C1 in the report."""
+    import plotly.graph_objects as go
+
+    return [("C1", go.Figure(go.Bar(x=["token_mean"], y=part.table["value"].tolist())), CAPTION)]
+
+
 @pytest.fixture
 def token_mean():
     """One declaration, and nothing else: the part every test below sees."""
@@ -40,6 +50,8 @@ def token_mean():
         show=lambda result, console: shown.append(result),
         order=65,  # after the sink split
         compute=_compute,
+        figures=_figures,
+        figure_metrics=("token_mean",),
     )
     register(part)
     yield part, shown
@@ -71,6 +83,18 @@ def test_a_registered_part_is_in_the_report_plan_and_run_json(token_mean, tmp_pa
     record = run_record({"leakage": made, "token-mean": made}, {}, quick=True, timings={}, argv=["report"])
     assert json.loads(json.dumps(record, default=str))["parts"]["token-mean"] == "token-mean.parquet"
     assert part_registry.estimated_tokens(Settings(), ["token-mean"]) == 0.0
+
+
+def test_a_registered_part_draws_its_figures_in_the_report(token_mean, tmp_path):
+    from poslens.study.claims import evaluate
+    from poslens.study.report import build_report
+
+    made = Study(Settings(n_seqs=2, corpus="random", model="no/such/model"), tmp_path).token_mean()
+    page = build_report({"token-mean": made}, evaluate(), {"n_seqs": 2}, tmp_path / "report.html").read_text()
+    assert CAPTION.replace("'", "&#39;") in page or CAPTION in page
+    unregister("token-mean")
+    page = build_report({"token-mean": made}, evaluate(), {"n_seqs": 2}, tmp_path / "again.html").read_text()
+    assert CAPTION.replace("'", "&#39;") not in page and CAPTION not in page  # the hook, not the test, drew it
 
 
 def _strings(path: Path) -> list[tuple[int, str]]:
