@@ -76,21 +76,29 @@ def _compare_parts(study: Study) -> tuple[Result, Result]:
 def compare_inputs(result: Result) -> dict[str, Any]:
     """C4's inputs from the compare part: the cases, and the comparisons a compare part of table format 1 kept in its meta.
 
+    A compare part of table format 2 keeps its comparisons in a part of their own (:data:`COMPARISONS`), which
+    provides ``c4_comparisons`` itself.
+
     Args:
         result: The compare part.
 
     Returns:
-        ``{"comparison": result, "c4_comparisons": table}``.
+        ``{"comparison": result}``, with ``"c4_comparisons"`` for a part of table format 1.
 
     Example:
         >>> import pandas as pd
         >>> from poslens.measurement.result import Result
-        >>> sorted(compare_inputs(Result(pd.DataFrame(), {})))
+        >>> from poslens.mechanisms.comparisons import META_KEY
+        >>> sorted(compare_inputs(Result(pd.DataFrame(), {"cases": []})))
+        ['comparison']
+        >>> sorted(compare_inputs(Result(pd.DataFrame(), {"cases": [], META_KEY: {}})))
         ['c4_comparisons', 'comparison']
     """
-    from poslens.mechanisms.comparisons import comparison_table
+    from poslens.mechanisms.comparisons import META_KEY, comparison_table
 
-    return {"comparison": result, "c4_comparisons": comparison_table(result)}  # the comparisons part, when present, replaces it
+    if META_KEY in result.meta:  # table format 1: the comparisons in the cases' meta
+        return {"comparison": result, "c4_comparisons": comparison_table(result)}
+    return {"comparison": result}
 
 
 def comparisons_inputs(result: Result) -> dict[str, Any]:

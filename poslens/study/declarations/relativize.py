@@ -30,7 +30,7 @@ def check_options(settings: Mapping[str, Any]) -> None:
     Example:
         >>> check_options({"seed": 0, "calibration_seed": 0, "relativize_seqs": 8, "calibration_seqs": None, "calibration_sizes": ()})
         Traceback (most recent call last):
-        poslens.study.part_registry.OptionConflictError: --calibration-seed 0 is the measured corpus's --seed: ...
+        poslens.study.part_options.OptionConflictError: --calibration-seed 0 is the measured corpus's --seed: ...
     """
     seed, calibration_seed = settings["seed"], settings["calibration_seed"]
     if calibration_seed is not None and calibration_seed == seed:
