@@ -139,3 +139,15 @@ def test_no_module_outside_the_registry_and_the_declarations_names_a_part():
         allowed = OTHER_MEANINGS.get(rel, set()) | (CLAIM_INPUTS if rel.startswith("poslens/study/claims/") else set())
         bad += [f"{rel}:{line}: {value!r}" for line, value in _strings(path) if value in names and value not in allowed]
     assert not bad, "parts named by string outside the registry:\n" + "\n".join(bad)
+
+
+def test_the_compare_parts_give_c4_its_comparisons_from_the_comparisons_part():
+    from poslens.mechanisms.comparisons import COMPARISON_COLUMNS
+    from poslens.study.part_registry import claim_inputs
+
+    cases = Result(pd.DataFrame({"metric": ["c_res"]}), {"cases": []})  # a compare part of table format 2
+    row = dict.fromkeys(COMPARISON_COLUMNS, "x") | dict(layer=-1, head=-1, value=0.1, ci_low=0.0, ci_high=0.2, se=0.05, df=3.0, detectable=0.1)
+    comparisons = Result(pd.DataFrame([row]), {})
+    inputs = claim_inputs({"compare": cases, "comparisons": comparisons})
+    assert inputs["comparison"] is cases and inputs["c4_comparisons"]["value"].tolist() == [0.1]
+    assert "c4_comparisons" not in claim_inputs({"compare": cases})  # C4 then reads the cases alone
