@@ -62,6 +62,7 @@ def lazy(where: str) -> Callable[..., Any]:
         return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
     call.__qualname__ = call.__name__ = name
+    call.where = where  # type: ignore[attr-defined]  # what it imports, for a reader (and a test) to resolve
     return call
 
 
@@ -109,8 +110,9 @@ class Part:
             claim that reads one of them is measured by this part's command.
         claim_inputs: ``claim_inputs(result)``: those inputs from its result (``None`` for one it did not measure;
             default: ``result`` under each name of ``provides``).
-        figures: ``figures(result, settings, **inputs)``: its figures in the report, as ``(claim, figure, caption)``;
-            ``inputs`` are every present part's claim inputs, by name.
+        figures: ``figures(result, settings, /, **inputs)``: its figures in the report, as ``(claim, figure, caption)``;
+            ``inputs`` are every present part's claim inputs, by name (``result`` and ``settings`` positional-only, so
+            that a claim input of the same name, ``path`` or ``split``, goes into ``inputs``).
         figure_order: Where its figures go among a claim's (default: :attr:`order`).
         warnings: ``warnings(settings, result)``: sentences on a part just computed (an option that measures nothing).
         new_options: The options of settings no other part takes, declared with the part (merged into :data:`OPTIONS`).

@@ -42,7 +42,7 @@ def _key0_rows_note(attribution: Any) -> str:
 _REDUCTION_NOTE = "a reduction above 100% means C_res changed sign: the intervention reversed it rather than only removing it; below 0, C_res grew"
 
 
-def leakage_figures(part: Result, settings: dict[str, Any], *, ablation: Result | None = None, **inputs: Any) -> list[tuple[str, go.Figure, str]]:
+def leakage_figures(part: Result, settings: dict[str, Any], /, *, ablation: Result | None = None, **inputs: Any) -> list[tuple[str, go.Figure, str]]:
     """The leakage part's figures: C1's ΔR² heatmap, C2's sources by layer and C3's (after the ablation too, given ``ablation``).
 
     Args:
@@ -114,7 +114,7 @@ def leakage_figures(part: Result, settings: dict[str, Any], *, ablation: Result 
     return figures
 
 
-def path_test_figures(path: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
+def path_test_figures(path: Result, settings: dict[str, Any], /, **inputs: Any) -> list[tuple[str, go.Figure, str]]:
     """The path-specific tests' figures (C3): the residual probe, the split of the sink path, the dose-responses.
 
     Args:
@@ -174,7 +174,7 @@ def path_test_figures(path: Result, settings: dict[str, Any], **inputs: Any) -> 
     return figures
 
 
-def sink_figures(sinks: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
+def sink_figures(sinks: Result, settings: dict[str, Any], /, **inputs: Any) -> list[tuple[str, go.Figure, str]]:
     """The sinks part's figure (C3): sink scores and sink-reading heads per layer.
 
     Args:
@@ -209,7 +209,7 @@ def sink_figures(sinks: Result, settings: dict[str, Any], **inputs: Any) -> list
     return figures
 
 
-def compare_figures(c: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
+def compare_figures(c: Result, settings: dict[str, Any], /, **inputs: Any) -> list[tuple[str, go.Figure, str]]:
     """The compare part's figure (C4): C_res and C_mask by layer per case (and a table format 1 part's comparisons, from its meta).
 
     Args:
@@ -248,7 +248,7 @@ def compare_figures(c: Result, settings: dict[str, Any], **inputs: Any) -> list[
     return figures
 
 
-def comparison_figures(compared: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
+def comparison_figures(compared: Result, settings: dict[str, Any], /, **inputs: Any) -> list[tuple[str, go.Figure, str]]:
     """The comparisons' figure (C4): each variant's C_res minus its base model's, with the slopes per doubling.
 
     Args:
@@ -282,7 +282,7 @@ def comparison_figures(compared: Result, settings: dict[str, Any], **inputs: Any
     return figures
 
 
-def relativize_figures(attribution: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
+def relativize_figures(attribution: Result, settings: dict[str, Any], /, **inputs: Any) -> list[tuple[str, go.Figure, str]]:
     """The relativize part's figures (C7): L(log a) by layer unedited and relativized, and the change in loss.
 
     Args:
@@ -331,7 +331,7 @@ def relativize_figures(attribution: Result, settings: dict[str, Any], **inputs: 
     return figures
 
 
-def bos_swap_figures(swap: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
+def bos_swap_figures(swap: Result, settings: dict[str, Any], /, **inputs: Any) -> list[tuple[str, go.Figure, str]]:
     """The bos-swap part's figure (C5): the reduction of C_res per replacement.
 
     Args:
@@ -361,7 +361,7 @@ def bos_swap_figures(swap: Result, settings: dict[str, Any], **inputs: Any) -> l
     return figures
 
 
-def fingerprint_figures(part: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, go.Figure, str]]:
+def fingerprint_figures(part: Result, settings: dict[str, Any], /, **inputs: Any) -> list[tuple[str, go.Figure, str]]:
     """The fingerprint part's figure (C6): the dispersion of position 0 by layer.
 
     Args:
@@ -415,8 +415,8 @@ def claim_figures(parts: dict[str, Result], settings: dict[str, Any]) -> dict[st
 
     inputs = claim_inputs(parts)
     figures: dict[str, list[tuple[go.Figure, str]]] = {claim: [] for claim in STATEMENTS}
-    present = [part for name, part in PARTS.items() if name in parts and part.figures is not None]
-    for part in sorted(present, key=lambda part: part.figure_order if part.figure_order is not None else part.order):
-        for claim, figure, caption in part.figures(parts[part.name], settings, **inputs):
-            figures[claim].append((figure, caption))
+    present = [(part, part.figures) for name, part in PARTS.items() if name in parts and part.figures is not None]
+    for part, draw in sorted(present, key=lambda pair: pair[0].figure_order if pair[0].figure_order is not None else pair[0].order):
+        for claim, figure, caption in draw(parts[part.name], settings, **inputs):
+            figures.setdefault(claim, []).append((figure, caption))
     return figures

@@ -229,9 +229,9 @@ def evaluate(*inputs: Any, claims: Iterable[str] | None = None, **given: Any) ->
         if claim.decide is None or any(given.get(part) is None for part in claim.parts):
             rows.append(not_measured_row(claim))
             continue
-        inputs = {key: given[key] for key in claim.inputs if given.get(key) is not None}
+        read = {key: given[key] for key in claim.inputs if given.get(key) is not None}
         settings = {key: given[key] for key in claim.settings if given.get(key) is not None}
-        rows.extend(claim.decide(**inputs, **settings))
+        rows.extend(claim.decide(**read, **settings))
     return Claims.from_rows(rows)
 
 

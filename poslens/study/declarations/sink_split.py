@@ -126,7 +126,7 @@ def show(result: Result, console: Console) -> None:
     part_printing.print_notes(result, out)
 
 
-def figures(split: Result, settings: dict[str, Any], **inputs: Any) -> list[tuple[str, Any, str]]:
+def figures(split: Result, settings: dict[str, Any], /, **inputs: Any) -> list[tuple[str, Any, str]]:
     """C8's figure: the sink path's total and its two-factor Shapley parts, on both readouts (none where nothing was split).
 
     Args:

@@ -151,3 +151,26 @@ def test_the_compare_parts_give_c4_its_comparisons_from_the_comparisons_part():
     inputs = claim_inputs({"compare": cases, "comparisons": comparisons})
     assert inputs["comparison"] is cases and inputs["c4_comparisons"]["value"].tolist() == [0.1]
     assert "c4_comparisons" not in claim_inputs({"compare": cases})  # C4 then reads the cases alone
+
+
+def _hook(function):
+    """A figure hook, resolved when the declaration names it lazily (``part_registry.lazy``)."""
+    import importlib
+
+    where = getattr(function, "where", None)
+    if where is None:
+        return function
+    module, _, name = where.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def test_every_figure_hook_takes_its_result_and_settings_by_position_only():
+    # the report calls hook(result, settings, **claim_inputs): a hook whose first parameter is named as a claim input
+    # (path, split, attribution) would get it twice
+    import inspect
+
+    for part in PARTS.values():
+        if part.figures is None:
+            continue
+        first = list(inspect.signature(_hook(part.figures)).parameters.values())[:2]
+        assert [p.kind for p in first] == [inspect.Parameter.POSITIONAL_ONLY] * 2, part.name
