@@ -235,7 +235,7 @@ app.registered_commands += cli_zoo.commands.registered_commands  # poslens zoo a
 
 @app.command()
 def claims(out: Path = typer.Option(..., help="Folder holding the parts written by the other commands.")) -> None:
-    """Compute the verdicts C1–C7 from the tables in a folder; writes claims.csv and claim_inputs.csv.
+    """Compute the verdicts of every claim (C1–C8) from the tables in a folder; writes claims.csv and claim_inputs.csv.
 
     Refuses tables made with different settings (claims would mix them); names the commands of claims not measured.
 
