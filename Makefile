@@ -14,7 +14,7 @@ TL3_TESTS := tests/unit/model/test_hooked_transformer.py tests/unit/model/test_h
 	tests/integration/test_leakage_reference.py tests/integration/test_decomposition_reference.py tests/notebooks/test_notebooks.py
 OUT ?= results/quick
 
-.PHONY: setup report test test-integration test-fast docs clean
+.PHONY: setup report test test-integration test-fast docs clean same-tables
 
 setup: $(STAMP)
 
@@ -64,6 +64,10 @@ test-fast: $(STAMP)
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs serve
+
+# Every table of a small report equal within 1e-10 to BASE's (a refactoring's proof that it changed no figure)
+same-tables: $(STAMP)
+	PY=$(PY) benchmarks/same_tables.sh $(or $(BASE),main)
 
 clean:
 	rm -rf $(VENV) site results

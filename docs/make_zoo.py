@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from poslens.study.claim_table import Claims
-from poslens.study.claims_zoo import ZOO_COMPARISONS, inference_time_beside
-from poslens.study.settings import ZOO_PART_NAMES
-from poslens.study.verdict_summary import summary_rows
+from poslens.study.claims.c4_zoo import ZOO_COMPARISONS, inference_time_beside
+from poslens.study.claims.table import Claims
+from poslens.study.claims.text import summary_rows
+from poslens.study.part_registry import zoo_parts
 from poslens.study.zoo_decisions import decide_family, decision_sentence
 from poslens.study.zoo_plan import RECORDED_SECONDS, plan_family
 from poslens.study.zoo_power import POWER_FILE, TARGET_RULE, power_markdown
@@ -656,7 +656,7 @@ def build(data: Path, findings: Path) -> str:
         "",
         "## C4 inside the family",
         "",
-        "C4's zoo case (`poslens.study.claims_zoo`, fixed before the family was measured) compares the members with the",
+        "C4's zoo case (`poslens.study.claims.c4_zoo`, fixed before the family was measured) compares the members with the",
         "rules of C4 by differences: each comparison is decided by its sign rule in the direction C4 predicts, and the",
         "comparisons together by the joint rule. The larger trained base speaks for C4's `ntk` case (the claim is about a",
         "larger base); the seeds are the replicates. Comparisons: "
@@ -869,7 +869,7 @@ def _measure_flags(measured: dict) -> str:
     """The zoo-measure flags that give ``measure.json``'s settings (``--parts`` only when not every part was measured)."""
     options = measured["options"]
     flags = f"--n-seqs {options['n_seqs']} --groups {options['groups']} --early {options['early']} --relativize-seqs {options['relativize_seqs']}"
-    if tuple(measured["parts"]) != ZOO_PART_NAMES:
+    if list(measured["parts"]) != [part.name for part in zoo_parts()]:  # zoo-measure's default --parts
         flags += f" --parts {','.join(measured['parts'])}"
     return flags
 

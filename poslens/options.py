@@ -104,3 +104,34 @@ def check_integers(**integers: object) -> None:
 
 #: The defaults, as one object: ``DEFAULTS.groups``, ``DEFAULTS.early``, ``DEFAULTS.tau``, …
 DEFAULTS = MeasureOptions()
+
+
+PATH_OFFSETS = (8, 64)
+"""The fixed offsets D of the path-specific tests' key-0 phase freeze; :func:`default_path_offsets` adds T/2."""
+
+PATH_OFFSETS_SHOWN = ",".join(map(str, PATH_OFFSETS)) + ",T/2"
+"""How ``--offsets``' default is shown in ``--help`` and the docs (from :data:`PATH_OFFSETS`)."""
+
+
+def default_path_offsets(seq_len: int) -> tuple[int, ...]:
+    """The offsets D the path-specific tests use by default: :data:`PATH_OFFSETS` and T/2 (each once), sorted.
+
+    The one place the default is written: the tests (:func:`poslens.mechanisms.path_tests.default_offsets`), the
+    option's help (:data:`PATH_OFFSETS_SHOWN`) and the full run's estimate read it from here.
+
+    Args:
+        seq_len: T.
+
+    Returns:
+        The sorted offsets.
+
+    Example:
+        >>> default_path_offsets(128), default_path_offsets(256)
+        ((8, 64), (8, 64, 128))
+    """
+    return tuple(sorted({*PATH_OFFSETS, seq_len // 2}))
+
+
+SPLIT_OFFSET = 64
+"""D of the sink-path split's phase edit by default, where no sliding window is narrower than twice it
+(:func:`poslens.mechanisms.sink_split.default_split_offset`); ``--split-offset``'s help reads it from here."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from poslens.study.lookup import figure_row
+from poslens.study.claims.lookup import figure_row
 
 
 def split_table(r1=(0.9, 0.85, 0.95), r2=(0.92, 0.88, 0.96), model: str = "m") -> pd.DataFrame:

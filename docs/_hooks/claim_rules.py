@@ -2,7 +2,7 @@
 
 ``docs/methodology.md`` holds the marker :data:`MARKER` where the table goes;
 this hook replaces it with :func:`poslens.study.claims.rules_table`, the words
-each :class:`poslens.study.rules.Rule` writes of itself, so that no page
+each :class:`poslens.study.claims.rules.Rule` writes of itself, so that no page
 restates a rule by hand and none can drift from the decision.
 """
 

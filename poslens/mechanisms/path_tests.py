@@ -54,7 +54,7 @@ from poslens.mechanisms.path_doses import dose_responses
 from poslens.model.context import check_seq_len
 from poslens.model.corpus import Corpus
 from poslens.model.pos_model import PosModel
-from poslens.options import DEFAULTS, check_integers
+from poslens.options import DEFAULTS, check_integers, default_path_offsets
 from poslens.progress import progress_bar
 from poslens.runtime import distributed
 
@@ -67,7 +67,7 @@ EXTRA_COLUMNS = ["kind", "reference", "query_bin", "query_low", "query_high"]
 
 
 def default_offsets(seq_len: int) -> tuple[int, ...]:
-    """The offsets D the tests report by default: 8, 64 and T/2 (each once).
+    """The offsets D the tests report by default (each once): :func:`poslens.options.default_path_offsets`, where the default is written.
 
     Args:
         seq_len: T.
@@ -79,7 +79,7 @@ def default_offsets(seq_len: int) -> tuple[int, ...]:
         >>> default_offsets(128), default_offsets(256)
         ((8, 64), (8, 64, 128))
     """
-    return tuple(sorted({8, 64, seq_len // 2}))
+    return default_path_offsets(seq_len)
 
 
 def _nll(logits: torch.Tensor, tokens: torch.Tensor) -> np.ndarray:
@@ -197,7 +197,7 @@ def path_specific_tests(
     Args:
         model: The loaded model.
         corpus: The corpus (with BOS at position 0 for the sink to mean anything).
-        offsets: The frozen offsets D (default :func:`default_offsets`: 8, 64 and T/2).
+        offsets: The frozen offsets D (default :func:`default_offsets`, from :func:`poslens.options.default_path_offsets`).
         doses: The mask-only profile's doses λ in (0, 1] (1 is the split's).
         sham: Whether to run the key-1 sham at each D.
         ablation: Whether to run the sink-path ablation.

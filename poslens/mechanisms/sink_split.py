@@ -52,7 +52,7 @@ from poslens.mechanisms.sink_split_edits import SinkPathEdit, SinkRowStats, Spli
 from poslens.model.context import check_seq_len
 from poslens.model.corpus import Corpus
 from poslens.model.pos_model import PosModel
-from poslens.options import DEFAULTS, check_integers
+from poslens.options import DEFAULTS, SPLIT_OFFSET, check_integers
 from poslens.progress import progress_bar
 from poslens.runtime import distributed
 
@@ -71,7 +71,7 @@ R2_BAND = 0.01
 
 
 def default_split_offset(windows: Sequence[int | None]) -> int:
-    """D of the phase edit by default: 64, or half the narrowest sliding window where that is smaller (D must be seen).
+    """D of the phase edit by default: :data:`poslens.options.SPLIT_OFFSET` (64), or half the narrowest sliding window if smaller.
 
     Args:
         windows: Each layer's sliding window (``None``: full causal).
@@ -84,7 +84,7 @@ def default_split_offset(windows: Sequence[int | None]) -> int:
         (64, 16, 64)
     """
     widths = [w for w in windows if w is not None]
-    return min([64] + [w // 2 for w in widths])
+    return min([SPLIT_OFFSET] + [w // 2 for w in widths])
 
 
 def split_offset_of(result: Result) -> int:

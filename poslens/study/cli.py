@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,19 +18,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from poslens.errors import PoslensError
-from poslens.files import remove_stale_temporaries
 from poslens.model.cache import folder_size, size_text
 from poslens.model.registry import REGISTRY, registry_entry
 from poslens.options import DEFAULTS
-from poslens.study import cli_options, cli_warnings, heads_command
-from poslens.study.cli_folders import folders_to_create, install_models, remove_empty_manifest_lock
-from poslens.study.output_lock import OutputLock
+from poslens.study import cli_options, cli_warnings, cli_zoo, heads_command
+from poslens.study.cli_folders import Terminated, install_models, is_main, output_folder, terminate
 from poslens.study.part_commands import part_command, setting_option
 from poslens.study.part_registry import OPTION_NAMES, OPTIONS, PARTS, OptionConflictError, Part, report_plan
-from poslens.study.settings import ZOO_PART_NAMES, Settings, ZooMeasureOptions
+from poslens.study.settings import Settings
 from poslens.version import __version__
-from poslens.zoo.family import MEMBERS as ZOO_MEMBERS
-from poslens.zoo.settings import ZooSettings
 
 if TYPE_CHECKING:
     from poslens.measurement.result import Result
@@ -48,13 +43,6 @@ app = typer.Typer(
     help="Where does absolute position come from in RoPE transformers?",
 )
 console = Console()
-
-
-def _is_main() -> bool:
-    """Whether this process prints and writes: always, except on the ranks other than 0 under torchrun."""
-    from poslens.runtime import distributed
-
-    return distributed.is_main()
 
 
 def _version(value: bool) -> None:
@@ -127,67 +115,6 @@ def models(
         console.print(escape(f"{model_name}: dequantized float32 cache entry {folder}"), soft_wrap=True)
 
 
-def _writable_dir(path: Path) -> Path:
-    """The output folder, created and checked for writing before any model is loaded."""
-    from poslens.measurement.result_files import OutputNotWritableError, ensure_writable_dir
-
-    try:
-        return ensure_writable_dir(path)
-    except OutputNotWritableError as error:
-        raise typer.BadParameter(str(error), param_hint="'--out'") from error
-
-
-@contextmanager
-def _output_folder(out: Path):
-    """``--out``, created, checked and locked before any model is loaded; if the command fails, the folders it created go, when still empty.
-
-    The run holds the folder's lock (:class:`poslens.study.output_lock.OutputLock`)
-    until it ends: a second run into the same folder stops at once. Under
-    torchrun the ranks join their process group first; rank 0 alone creates,
-    checks and locks the folder, and tells the other ranks whether it could, so
-    that they stop with it rather than take the lock themselves. Temporary files
-    that a killed run left are removed. A folder that existed before, or that
-    holds anything, is never removed. An interrupt (Ctrl-C, or SIGTERM, which
-    the ``poslens`` entry point turns into one) prints one ``interrupted:`` line.
-    """
-    from poslens.runtime import distributed
-
-    distributed.init_from_env()  # under torchrun: the ranks join their group before anything touches --out
-    main = _is_main()
-    lock = OutputLock(out)
-
-    def open_folder() -> list[Path]:
-        created = folders_to_create(out)
-        _writable_dir(out)
-        lock.acquire()
-        return created
-
-    created = distributed.decided_by_main(open_folder)  # the other ranks stop with rank 0 if it cannot
-    if main:
-        for stale in remove_stale_temporaries(out):
-            console.print(escape(f"removed {stale}, a temporary file left by an interrupted run"))
-    try:
-        yield Path(out)
-    except BaseException as error:
-        if created and main:
-            lock.remove_files()
-            remove_empty_manifest_lock(Path(out))
-        for folder in created if main else []:
-            try:
-                folder.rmdir()  # only an empty folder can be removed
-            except OSError:
-                break
-        if isinstance(error, KeyboardInterrupt):
-            signal_name = "SIGTERM" if isinstance(error, Terminated) else "Ctrl-C"
-            console.print(
-                escape(f"interrupted ({signal_name}): no half-written file is left in {out}; run the same command again to resume"), soft_wrap=True
-            )
-            raise typer.Exit(error.exit_code if isinstance(error, Terminated) else 130) from None
-        raise
-    finally:
-        lock.release()
-
-
 def _check_out_apart(out: Path, settings: Settings) -> None:
     """Refuse, as a bad ``--out``, a folder that is, lies inside or holds the model's or the corpus's folder."""
     from poslens.errors import OutputConflictError
@@ -200,21 +127,6 @@ def _check_out_apart(out: Path, settings: Settings) -> None:
         check_out_apart(out, inputs)
     except OutputConflictError as error:
         raise typer.BadParameter(str(error), param_hint="'--out'") from None
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the run is, so that it ends as an interrupt does: files whole, lock released, one ``interrupted:`` line.
-
-    Example:
-        >>> Terminated().exit_code   # 128 + SIGTERM, what a shell reports for a run ended by SIGTERM
-        143
-    """
-
-    exit_code = 128 + 15
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated
 
 
 def _early(early: int | None, lengths: dict[str, int]) -> int:
@@ -234,7 +146,7 @@ def _early(early: int | None, lengths: dict[str, int]) -> int:
                 f"so 'early' would repeat 'all'; use --early {max(2, length // 4)} or another value below {length}",
                 param_hint="'--early'",
             )
-        if not _is_main():  # under torchrun, rank 0 prints
+        if not is_main():  # under torchrun, rank 0 prints
             continue
         console.print(
             escape(
@@ -257,14 +169,14 @@ def _check_fill(groups: int, counts: dict[str, int]) -> None:
 
 def _log(message: str) -> None:
     """A study's progress line; under torchrun only rank 0's (the ranks run the same parts)."""
-    if _is_main():
+    if is_main():
         console.print(escape(message), soft_wrap=True)
 
 
 def _say_written(study: Study) -> None:
     """Name every file the command wrote, or say that it wrote none (every part was reused)."""
 
-    if not _is_main():
+    if not is_main():
         return
     if study.written:
         console.print(escape("wrote " + ", ".join(str(path) for path in study.written)), soft_wrap=True)
@@ -284,178 +196,46 @@ def _run_part(part: Part, typed: dict[str, Any], overwrite: bool, out: Path) -> 
     except OptionConflictError as error:
         raise typer.BadParameter(str(error), param_hint=f"'{error.flag}'") from None
     _check_out_apart(out, Settings(**settings))
-    with _output_folder(out):
+    with output_folder(out, console):
         study = Study(Settings(**settings), out, log=_log, overwrite=overwrite)
         result = getattr(study, part.method)()
-    if not _is_main():
+    if not is_main():
         return  # under torchrun, rank 0 prints and writes
     part.show(result, console)
     _say_written(study)
 
 
-for _part in PARTS.values():
-    if not _part.made_by:  # a part made with another (the comparisons, with compare) has no command of its own
-        app.command(_part.name)(part_command(_part, _run_part))
+_PART_COMMANDS: dict[str, Any] = {}  # the commands command_app added, by part
+
+
+def command_app() -> typer.Typer:
+    """The ``poslens`` app with a command for every registered part (one registered since this module loaded too).
+
+    Returns:
+        The app.
+
+    Example:
+        >>> "leakage" in {command.name for command in command_app().registered_commands}
+        True
+    """
+    wanted = [part for part in PARTS.values() if not part.made_by]  # a part made with another (the comparisons) has none
+    for name in set(_PART_COMMANDS) - {part.name for part in wanted}:  # a part unregistered since
+        app.registered_commands.remove(_PART_COMMANDS.pop(name))
+    for part in wanted:
+        if part.name not in _PART_COMMANDS:
+            app.command(part.name)(part_command(part, _run_part))
+            _PART_COMMANDS[part.name] = app.registered_commands[-1]
+    return app
+
+
+command_app()
 app.registered_commands += heads_command.commands.registered_commands  # poslens heads: reads a folder's tables
-
-
-@app.command()
-def zoo(
-    out: Path = typer.Option(..., help="Output folder: one Hugging Face model folder per member and seed, log.csv, summary.csv/.md."),
-    task: str = typer.Option(
-        ZooSettings.task,
-        help="stdlib (the Python standard library's source, byte tokens) or bigram-backcopy (a synthetic task, sized for the CPU; "
-        "see docs/zoo.md, in the sources and the sdist).",
-    ),
-    steps: int = typer.Option(ZooSettings.steps, min=1, help="Training steps (every run takes the same number)."),
-    seq_len: int = typer.Option(ZooSettings.seq_len, min=4, help="Tokens per training sequence T, BOS included."),
-    window: int | None = typer.Option(None, min=2, help="The sliding member's window in keys (at most --seq-len). Default: T/8."),
-    width: int = typer.Option(ZooSettings.width, min=2, help="Hidden size."),
-    depth: int = typer.Option(ZooSettings.depth, min=1, help="Layers."),
-    heads: int = typer.Option(ZooSettings.heads, min=1, help="Attention heads per layer (width must be a multiple, with an even head size)."),
-    batch_size: int = typer.Option(ZooSettings.batch_size, min=1, help="Sequences per training step."),
-    lr: float = typer.Option(ZooSettings.lr, min=0.0, help="Peak learning rate (AdamW)."),
-    warmup: int = typer.Option(ZooSettings.warmup, min=0, help="Linear warmup steps."),
-    schedule: str = typer.Option(ZooSettings.schedule, help="cosine (to a tenth of --lr) or constant, after the warmup."),
-    seeds: str = typer.Option(
-        "0,1", callback=cli_options.check_seeds, help="Seeds, a comma list: each gives the initial weights and data order of every member."
-    ),
-    members: str = typer.Option(
-        ",".join(ZOO_MEMBERS),
-        callback=cli_options.check_members,
-        show_default=False,  # one unbreakable word, which rich cuts in a narrow terminal: the help says it
-        help=f"Members, a comma list of {', '.join(ZOO_MEMBERS)} (NoPE is left out). \\[default: all {len(ZOO_MEMBERS)}]",
-    ),
-    eval_every: int = typer.Option(ZooSettings.eval_every, min=1, help="Steps between checkpoints (held-out loss, sink count)."),
-    eval_seqs: int = typer.Option(ZooSettings.eval_seqs, min=1, help="Held-out sequences per checkpoint."),
-    tau: float = setting_option("tau"),
-    weight_decay: float = typer.Option(ZooSettings.weight_decay, min=0.0, help="AdamW's weight decay."),
-    time_budget: float | None = typer.Option(
-        None, min=0.001, help="Seconds of training per run (member × seed); the family stops at this times the number of runs. Default: --steps only."
-    ),
-    device: str = typer.Option("auto", help="auto (CUDA when available), cpu or cuda[:i]."),
-    save_checkpoints: bool = typer.Option(False, "--save-checkpoints", help="Also save each checkpoint's weights under <run>/checkpoints/."),
-    max_documents: int | None = typer.Option(None, min=2, help="Train on the first this many documents only (tiny test families)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Train again a family that --out holds with other settings."),
-) -> None:
-    """Train a controlled family of small models that differ only in their position scheme (the model zoo).
-
-    Every member and seed is a Mistral model trained in lockstep on the task: the Python standard library's source (byte
-    tokens, --task stdlib, the default) or Bigram-Backcopy (--task bigram-backcopy); each is saved as a Hugging Face folder
-    that --model of the measuring commands accepts, with held_out.jsonl for their --corpus.
-
-    Example: poslens zoo --task bigram-backcopy --steps 1500 --seq-len 128 --width 64 --depth 3 --heads 1 --seeds 0,1,2 --out results/zoo_bb
-    """
-    from poslens.zoo.train import train_family
-
-    try:
-        settings = ZooSettings(
-            task=task,
-            members=tuple(members.split(",")),
-            seeds=tuple(int(s) for s in seeds.split(",")),
-            steps=steps,
-            seq_len=seq_len,
-            window=window,
-            width=width,
-            depth=depth,
-            heads=heads,
-            batch_size=batch_size,
-            lr=lr,
-            warmup=warmup,
-            schedule=schedule,
-            eval_every=eval_every,
-            eval_seqs=eval_seqs,
-            tau=tau,
-            weight_decay=weight_decay,
-            time_budget=time_budget,
-            device=device,
-            save_checkpoints=save_checkpoints,
-            max_documents=max_documents,
-        )
-    except PoslensError as error:
-        raise typer.BadParameter(str(error)) from error
-    with _output_folder(out):
-        table = train_family(out, settings, log=lambda message: console.print(escape(message), soft_wrap=True), overwrite=overwrite)
-    short = {"member": "member", "seed": "seed", "steps": "steps", "held_out_loss": "held-out loss", "sink_heads": "sinks", "key0_mass": "key-0 mass"}
-    console.print(escape(table[list(short)].rename(columns=short).round(3).to_string(index=False)), soft_wrap=True)  # ~60 columns: no wrap
-    console.print(escape(f"wrote {Path(out) / 'summary.csv'}, {Path(out) / 'log.csv'} and one model folder per run in {out}"), soft_wrap=True)
-
-
-@app.command("zoo-measure")
-def zoo_measure(
-    zoo: Path | None = typer.Option(
-        None, help="The family's folder, as poslens zoo wrote it (zoo.json, summary.csv, held_out.jsonl, one folder per run)."
-    ),
-    out: Path = typer.Option(..., help="Where the small tables go (runs, emergence, figures, family, claims .csv; e.g. docs/zoo_data)."),
-    work: Path | None = typer.Option(None, help="Where each run's Study folder goes (the parts as parquet; large, not for committing)."),
-    n_seqs: int = typer.Option(ZooMeasureOptions.n_seqs, min=1, help="Held-out sequences measured per run."),
-    seq_len: int | None = typer.Option(None, min=2, help="Tokens per sequence (default: the family's training T)."),
-    groups: int = typer.Option(ZooMeasureOptions.groups, min=2, help="Groups of sequences for the intervals."),
-    early: int = typer.Option(ZooMeasureOptions.early, min=2, help="Q: the early window is 1 ≤ i < Q."),
-    batch_size: int = typer.Option(ZooMeasureOptions.batch_size, min=1, help="Sequences per forward pass."),
-    tau: float = setting_option("tau"),
-    relativize_seqs: int = typer.Option(ZooMeasureOptions.relativize_seqs, min=2, help="Sequences of the relativization (and of its calibration)."),
-    replacement: list[str] = typer.Option(
-        list(ZooMeasureOptions.replacements),
-        callback=cli_options.check_replacements,
-        help="BOS replacements: mean, zero, noise, token:eos or token:<id or string>; repeat for several.",
-    ),
-    power: bool = typer.Option(
-        False,
-        "--power",
-        help="Measure nothing: from --out's figures.csv (a family already measured) and --findings' C4, print how many seeds each "
-        "C4 comparison needs and the family that fits 3 h of CPU; write --out/power.csv.",
-    ),
-    findings: Path = typer.Option(Path("docs/findings_data"), help="With --power: the findings run's claims (the inference-time targets)."),
-    parts: str = typer.Option(",".join(ZOO_PART_NAMES), help="The parts measured, a comma list in this order (leakage is needed: C4 reads it)."),
-) -> None:
-    """Measure every run of a trained zoo family with poslens's parts, seeds as replicates, and decide C4 inside it.
-
-    Leakage and its decomposition, sinks, BOS replacement, sink-path ablation, relativization and the path-specific
-    tests, each run measured on the family's held-out text as the measuring commands would; writes
-    runs/emergence/figures/family/claims .csv into --out.
-
-    With --power, nothing is measured: the seeds each comparison needs (methodology §9.1) come from the family in --out.
-
-    Example: poslens zoo-measure --zoo results/zoo_bb --out docs/zoo_data --work results/zoo_bb_measure
-    """
-    from poslens.study.zoo_measure import c4_lines, choose_parts, measure_family
-
-    if power:
-        from poslens.study.zoo_power import power_markdown, write_power
-
-        try:
-            table, plan = write_power(out, findings)
-        except PoslensError as error:
-            raise typer.BadParameter(str(error), param_hint="'--out' / '--findings'") from None
-        for line in power_markdown(table, plan):
-            console.print(escape(line), soft_wrap=True)
-        console.print(escape(f"wrote {out / 'power.csv'}"), soft_wrap=True)
-        return
-    if zoo is None or work is None:
-        raise typer.BadParameter("give --zoo (the trained family) and --work (its Study folders), or --power", param_hint="'--zoo'")
-
-    options = ZooMeasureOptions(
-        n_seqs=n_seqs,
-        seq_len=seq_len,
-        groups=groups,
-        early=early,
-        batch_size=batch_size,
-        tau=tau,
-        relativize_seqs=relativize_seqs,
-        replacements=tuple(replacement),
-    )
-    chosen = choose_parts(parts)
-    with _output_folder(out):
-        claims = measure_family(zoo, out, work, options, chosen, log=lambda message: console.print(escape(message), soft_wrap=True))
-    for line in c4_lines(claims):  # a block per comparison: no table to wrap in a narrow terminal
-        console.print(escape(line), soft_wrap=True)
-    console.print(escape(f"wrote the family's tables in {out}"), soft_wrap=True)
+app.registered_commands += cli_zoo.commands.registered_commands  # poslens zoo and zoo-measure: train and measure a family
 
 
 @app.command()
 def claims(out: Path = typer.Option(..., help="Folder holding the parts written by the other commands.")) -> None:
-    """Compute the verdicts C1–C7 from the tables in a folder; writes claims.csv and claim_inputs.csv.
+    """Compute the verdicts of every claim (C1–C8) from the tables in a folder; writes claims.csv and claim_inputs.csv.
 
     Refuses tables made with different settings (claims would mix them); names the commands of claims not measured.
 
@@ -467,15 +247,13 @@ def claims(out: Path = typer.Option(..., help="Folder holding the parts written 
 
     if not Path(out).is_dir():
         raise typer.BadParameter(f"{out} is not a folder; give the --out folder of the other commands", param_hint="'--out'")
-    with _output_folder(out):
+    with output_folder(out, console):
         parts = {}
         for part in PARTS.values():
             if (Path(out) / part.file).exists():
                 parts[part.name] = Result.load(Path(out) / part.file)
-        if "relativize" not in parts and (Path(out) / "attribution.json").exists():
-            from poslens.mechanisms.attribution_table import read_old_layout
-
-            parts["relativize"] = read_old_layout(out)  # the four files of table format 1
+            elif part.load_old is not None and (older := part.load_old(Path(out))) is not None:
+                parts[part.name] = older  # the part in an older layout of the folder
         if not parts:
             raise typer.BadParameter(
                 f"{out} holds none of the parts' tables ({', '.join(part.file for part in PARTS.values())}); run their commands first"
@@ -552,7 +330,7 @@ def report(
     _early(None, {OPTION_NAMES[name]: getattr(settings, name) for name in lengths})
     _check_out_apart(out, settings)
     study = Study(settings, out, log=_log, overwrite=overwrite)
-    with _output_folder(out):
+    with output_folder(out, console):
         try:
             _run_report(study, quick, model, plan)
         except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (Terminated)
@@ -579,13 +357,13 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
         console.print(estimate_line(settings, seconds_per_token(model), plan))
     parts, timings = {}, {}
     for number, name in enumerate(plan, start=1):
-        if _is_main():
+        if is_main():
             console.rule(escape(f"part {number}/{len(plan)}: {name}"))
         start = _time.perf_counter()
         parts[name] = getattr(study, PARTS[name].method)()
         timings[name] = parts[name].meta.get("part_seconds", _time.perf_counter() - start)  # compute time, also when reused
     claims_table = study.claims(parts)
-    if not _is_main():
+    if not is_main():
         return  # under torchrun, rank 0 writes the page and run.json, and prints
     settings_dict = {k: v for k, v in settings.__dict__.items() if k != "cases"}
     page = build_report(parts, claims_table, settings_dict, Path(out) / "report.html")
@@ -618,9 +396,9 @@ def run() -> None:
             InsufficientMemoryError and the other poslens errors, which all derive from it), or running out of
             memory all the same (``MemoryError``, torch's ``OutOfMemoryError``): a resource, not a bug.
     """
-    signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a run as Ctrl-C does: files whole, lock released, one line
+    signal.signal(signal.SIGTERM, terminate)  # SIGTERM ends a run as Ctrl-C does: files whole, lock released, one line
     try:
-        app()  # click handles usage errors and Ctrl-C itself
+        command_app()()  # click handles usage errors and Ctrl-C itself
     except PoslensError as error:
         console.print(f"[bold red]error:[/] {escape(str(error))}")
         raise SystemExit(1) from None

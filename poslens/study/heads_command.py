@@ -174,12 +174,14 @@ def _sink_reading(folder: Path, loaded: dict[str, Result], tau: float) -> list[t
     from poslens.errors import InputError
     from poslens.measurement.result import Result
     from poslens.mechanisms.sinks import sink_reading_heads
+    from poslens.study.part_registry import baseline
 
-    leakage = loaded.get("leakage")
+    base = baseline()  # the part whose table holds every head's sink score
+    leakage = loaded.get(base.name)
     if leakage is None:
-        path = folder / "leakage.parquet"
+        path = folder / base.file
         if not path.is_file():
-            raise InputError(f"--sink-reading reads the sink scores of {path}, which is not there; run poslens leakage --out {folder} first")
+            raise InputError(f"--sink-reading reads the sink scores of {path}, which is not there; run poslens {base.command} --out {folder} first")
         leakage = Result.load(path, sums=False)
     return sink_reading_heads(leakage, tau)
 

@@ -37,8 +37,6 @@ def setting_option(setting: str, default: Any = None, flag: str | None = None) -
     """
     option = OPTIONS[setting]
     checks = dict(option.checks)
-    if "callback" in checks:
-        checks["callback"] = getattr(cli_options, checks["callback"])
     return typer.Option(option.default if default is None else default, flag or option.flag, help=_help_with_default(option.help, checks), **checks)
 
 

@@ -16,8 +16,21 @@ if TYPE_CHECKING:
     from poslens.measurement.result import Result
 
 
-def _wide(console: Console, width: int = 130) -> Console:
-    """A console at least ``width`` columns wide: the tables are wider than a default terminal."""
+def wide(console: Console, width: int = 130) -> Console:
+    """A console at least ``width`` columns wide: the tables are wider than a default terminal.
+
+    Args:
+        console: The console printed to.
+        width: The least width.
+
+    Returns:
+        A console as wide as ``console``, or ``width``.
+
+    Example:
+        >>> from rich.console import Console
+        >>> wide(Console(width=80)).width
+        130
+    """
     from rich.console import Console
 
     return Console(width=max(console.width, width))
@@ -33,7 +46,7 @@ def _print_frame(frame: pd.DataFrame, title: str, console: Console) -> None:
         table.add_column(str(column))
     for index, row in frame.iterrows():
         table.add_row("all ≥1" if index == -1 else str(index), *[str(v) for v in row])
-    _wide(console, 150).print(table)
+    wide(console, 150).print(table)
 
 
 def _show_reduction(result: Result, title: str, console: Console, metric: str = "reduction") -> None:
@@ -42,12 +55,12 @@ def _show_reduction(result: Result, title: str, console: Console, metric: str = 
     from poslens.measurement.display import reading_notes
 
     rows = result.table[(result.table["metric"] == metric) & (result.table["head"] == -1)]
-    wide = _wide(console)
-    wide.print(escape(title), rows[["intervention", "layer", "query_window", "value", "ci_low", "ci_high"]].to_string(index=False))
+    out = wide(console)
+    out.print(escape(title), rows[["intervention", "layer", "query_window", "value", "ci_low", "ci_high"]].to_string(index=False))
     # the same words as the notebook display: a reduction above 1 is a change of sign, not a removal of more than all
     for query_window in sorted(set(rows["query_window"])):
         for note in reading_notes(rows, query_window=query_window, metrics=(metric,)):
-            wide.print(escape(f"{query_window} queries: {note}"))
+            out.print(escape(f"{query_window} queries: {note}"))
 
 
 def show_leakage(result: Result, console: Console) -> None:
@@ -97,19 +110,19 @@ def show_sinks(result: Result, console: Console) -> None:
 
     counts = result.table[result.table["metric"] == "sink_heads"]
     tau = (result.meta.get("settings") or {}).get("tau")
-    wide = _wide(console)
+    out = wide(console)
     title = (
         f"sink-reading heads (sink score ≥ τ{'' if tau is None else f' = {tau:g}'}) per layer; 'all' (layer −1): every layer's "
         "heads together, the sum of the rows above. 95% interval: low = heads whose whole score interval is ≥ τ, "
         "high = heads whose interval reaches τ"
     )
-    wide.print(escape(title), soft_wrap=True)
+    out.print(escape(title), soft_wrap=True)
     table = Table()
     for column in ("layer", "sink-reading heads", "95% CI low", "95% CI high"):
         table.add_column(column, justify="right")
     for row in counts.itertuples():  # the layers in order, then layer −1 (sink_table's order)
         table.add_row("all" if row.layer == -1 else str(row.layer), f"{row.value:g}", f"{row.ci_low:g}", f"{row.ci_high:g}")
-    wide.print(table)
+    out.print(table)
 
 
 def show_bos_swap(result: Result, console: Console) -> None:
@@ -153,7 +166,7 @@ def show_path_tests(result: Result, console: Console) -> None:
 
     t = result.table
     picked = t[(t["kind"] == "difference") & (t["layer"] == -1) & (t["query_bin"] == -1) & (t["query_window"] == "all")]
-    wide = _wide(console)
+    out = wide(console)
     table = Table(title="edited − reference on the same tokens, 95% CI (probes: folds; the rest: paired jackknife)")
     for column in ("edit", "reference", "Δ residual probe R², layers ≥ 2", "Δ L(log a), layers ≥ 2", "Δ loss (nats)"):
         table.add_column(column)
@@ -163,67 +176,24 @@ def show_path_tests(result: Result, console: Console) -> None:
             row = rows[rows["metric"] == metric]
             cells.append("" if row.empty else f"{row['value'].iloc[0]:+.3g} [{row['ci_low'].iloc[0]:+.3g}, {row['ci_high'].iloc[0]:+.3g}]")
         table.add_row(escape(str(edit)), escape(str(reference)), *cells)
-    wide.print(table)
+    out.print(table)
     for dose in result.meta.get("dose_responses", []):
         if dose["direction"] == "not monotone":
             said = f"dose-response of {dose['edit']} ({dose['metric']}) over {dose['dose_name']} = {dose['doses']}: not monotone, {dose['where_not']}"
-            wide.print(escape(said))
-    _print_notes(result, wide)
+            out.print(escape(said))
+    print_notes(result, out)
 
 
-def show_sink_split(result: Result, console: Console) -> None:
-    """Print the sink-split part: each run's f on both readouts, the split's figures, C8 and where the readouts disagree.
+def print_notes(result: Result, console: Console) -> None:
+    """Print the notes a part's metadata carries: a sliding window's rows, quantized weights.
 
     Args:
         result: The part.
         console: Where to print.
 
     Example:
-        >>> show_sink_split(result, Console())  # doctest: +SKIP
+        >>> print_notes(result, Console())  # doctest: +SKIP
     """
-    from rich.markup import escape
-    from rich.table import Table
-
-    t = result.table
-    wide = _wide(console)
-
-    def cell(rows: pd.DataFrame) -> str:
-        if rows.empty:
-            return ""
-        row = rows.iloc[0]
-        return f"{row['value']:.4g} [{row['ci_low']:.4g}, {row['ci_high']:.4g}]"
-
-    runs = Table(title="position in the residual stream, layers ≥ 2: each run's f and its change from the unedited run, 95% CI")
-    for column in ("run", "V (unedited code)", "ΔV", "R² (content)", "ΔR²", "Δ loss (nats)"):
-        runs.add_column(column)
-    levels = t[(t["layer"] == -1) & (t["kind"].isin(["level", "difference", "loss"]))]
-    for run in levels["intervention"].drop_duplicates():
-        r = levels[levels["intervention"] == run]
-        wanted = [("f", "V"), ("f_change", "V"), ("f", "R2"), ("f_change", "R2"), ("loss_change", "loss")]
-        runs.add_row(escape(str(run)), *(cell(r[(r["metric"] == metric) & (r["readout"] == readout)]) for metric, readout in wanted))
-    wide.print(runs)
-    derived = t[t["kind"] == "derived"]
-    if not derived.empty:
-        split = Table(title="the split, per readout (paired group jackknife, 95% CI)")
-        split.add_column("figure")
-        for readout in ("V", "R2"):
-            split.add_column(readout)
-        for metric in derived["metric"].drop_duplicates():
-            m = derived[derived["metric"] == metric]
-            split.add_row(metric, cell(m[m["readout"] == "V"]), cell(m[m["readout"] == "R2"]))
-        wide.print(split)
-    for readout, said in result.meta.get("split", {}).items():
-        if readout in ("V", "R2") and said.get("no_share"):
-            wide.print(escape(f"no share on {readout}: {said['no_share']}"), soft_wrap=True)
-    for edit, flag in result.meta.get("split", {}).get("flags", {}).items():
-        wide.print(escape(f"{edit}: {flag}"), soft_wrap=True)
-    c8 = result.meta.get("c8", {})
-    wide.print(escape(f"C8 (read on V): {c8.get('verdict')}: {c8.get('reason')}"), soft_wrap=True)
-    _print_notes(result, wide)
-
-
-def _print_notes(result: Result, console: Console) -> None:
-    """The notes a part's metadata carries: a sliding window's rows, quantized weights."""
     from rich.markup import escape
 
     if result.meta.get("key0_rows"):  # a sliding window limits the key-0 edits to the rows that see key 0
@@ -277,7 +247,7 @@ def show_relativize(result: Result, console: Console) -> None:
 
     from poslens.mechanisms.attribution_table import LOSS_METRIC, R_METRIC
 
-    wide = _wide(console)
+    out = wide(console)
     table = Table(title="r = 1 − mean over layers ≥ 2 of L(log a) relativized / unedited, 95% CI (paired jackknife)")
     for column in ("edit", "calibration size", "queries", "r", "95% CI"):
         table.add_column(column)
@@ -286,9 +256,9 @@ def show_relativize(result: Result, console: Console) -> None:
     for row in summary.itertuples():
         interval = f"[{row.ci_low:.3g}, {row.ci_high:.3g}]"
         table.add_row(escape(str(row.intervention)), str(row.calibration_size), str(row.query_window), f"{row.value:.3g}", interval)
-    wide.print(table)
+    out.print(table)
     if result.meta.get("key0_rows"):  # a sliding window limits the key-0 modes to the rows that see key 0
-        wide.print(escape(f"note: {result.meta['key0_rows']['note']}"), soft_wrap=True)
+        out.print(escape(f"note: {result.meta['key0_rows']['note']}"), soft_wrap=True)
     loss = rows[(rows["metric"] == LOSS_METRIC) & (rows["query_bin"] == -1)]
     if len(loss):
         table = Table(title="change in next-token loss over all positions ≥ 1 (edited − unedited, nats per token), 95% CI")
@@ -296,4 +266,4 @@ def show_relativize(result: Result, console: Console) -> None:
             table.add_column(column)
         for row in loss.itertuples():
             table.add_row(escape(str(row.intervention)), f"{row.value:+.3g}", f"[{row.ci_low:+.3g}, {row.ci_high:+.3g}]")
-        wide.print(table)
+        out.print(table)

@@ -47,21 +47,9 @@ def part_warnings(name: str, settings: Settings, result: Result) -> list[str]:
         >>> print(*part_warnings("path-tests", Settings(seq_len=32, path_offsets=(8, 64)), part))  # doctest: +ELLIPSIS
         --offsets 64 is not below --seq-len 32: the freeze puts each query 64 tokens from key 0, an offset ...
     """
-    notes = []
-    if name == "path-tests":
-        beyond = [d for d in settings.path_offsets if d >= settings.seq_len]
-        if beyond:
-            listed = ",".join(map(str, beyond))
-            notes.append(
-                f"--offsets {listed} {'is' if len(beyond) == 1 else 'are'} not below --seq-len {settings.seq_len}: the freeze "
-                f"puts each query {listed} tokens from key 0, an offset these sequences never show the model, so the edit "
-                f"moves key 0's logit outside what the corpus exercises; give offsets below {settings.seq_len}"
-            )
-    if name == "sink-split" and settings.split_offset is not None and settings.split_offset >= settings.seq_len:
-        notes.append(
-            f"--split-offset {settings.split_offset} is not below --seq-len {settings.seq_len}: the phase edit puts each query "
-            f"{settings.split_offset} tokens from key 0, an offset these sequences never show the model; give one below {settings.seq_len}"
-        )
+    from poslens.study.part_registry import PARTS
+
+    notes = list(PARTS[name].warnings(settings, result)) if name in PARTS else []
     bad = nonfinite_figures(result)
     if bad:
         count = sum(bad.values())

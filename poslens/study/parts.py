@@ -31,22 +31,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from poslens.errors import InputError, OldLayoutError
+from poslens.errors import InputError
 from poslens.files import atomic_write
 from poslens.measurement.pipeline import measure
 from poslens.measurement.result import Result
-from poslens.mechanisms import sinks
-from poslens.mechanisms.architectures import default_cases
-from poslens.mechanisms.effects import reduction
-from poslens.mechanisms.interventions import BosReplacement, SinkAblation
 from poslens.model.corpus import Corpus, make_corpus
-from poslens.model.guards import check_seq_len
 from poslens.model.loading import load_model
 from poslens.model.pos_model import PosModel
 from poslens.model.reads import recording_reads
-from poslens.ownership import record_written, remove_ours, replacing
+from poslens.ownership import record_written, replacing
 from poslens.runtime import distributed
 from poslens.study.inputs import corpus_inputs, model_inputs
 from poslens.study.part_cache import (
@@ -57,7 +50,7 @@ from poslens.study.part_registry import PARTS
 from poslens.study.settings import Settings
 
 if TYPE_CHECKING:
-    from poslens.study.claim_table import Claims
+    from poslens.study.claims.table import Claims
 
 
 class Study:
@@ -103,8 +96,22 @@ class Study:
             self._inputs = {**model_inputs(s.model), **corpus_inputs(s.corpus, s.text_field)}
         return {**self._inputs, **self._reads}
 
-    def _part(self, name: str, compute: Callable[[], Result], inputs: dict[str, str] | None = None) -> Result:
-        """Part ``name`` reused from the folder when its settings (declared in :data:`PARTS`) and inputs match, else computed and saved."""
+    def cached(self, name: str, compute: Callable[[], Result], inputs: dict[str, str] | None = None) -> Result:
+        """Part ``name`` reused from the folder when its settings (declared in :data:`PARTS`) and inputs match, else computed and saved.
+
+        What a part's declaration calls to make its table (:attr:`poslens.study.part_registry.Part.compute`).
+
+        Args:
+            name: The part's name.
+            compute: Makes the part's table.
+            inputs: The hashes of its input files (default: :meth:`inputs`).
+
+        Returns:
+            The part.
+
+        Example:
+            >>> study.cached(name, lambda: Result(table, {}))  # doctest: +SKIP
+        """
         return cached_part(
             self.out,
             name,
@@ -116,6 +123,36 @@ class Study:
             overwrite=self.overwrite,
             written=self.written,
         )
+
+    def part(self, name: str) -> Result:
+        """The part ``name``, made by its declaration (:attr:`poslens.study.part_registry.Part.compute`).
+
+        ``study.<name with _ for ->()`` is the same: every declared part is a method of the study
+        (``study.leakage()``, ``study.sink_split()``).
+
+        Args:
+            name: The part's name (its command).
+
+        Returns:
+            The part's tidy result, reused from the folder when it matches.
+
+        Raises:
+            InputError: When the part declares no compute function.
+
+        Example:
+            >>> study.part(name).summary("early")  # doctest: +SKIP
+        """
+        compute = PARTS[name].compute
+        if compute is None:
+            raise InputError(f"part {name!r} declares no compute function")
+        return compute(self)
+
+    def __getattr__(self, attribute: str) -> Callable[[], Result]:
+        """``study.sink_split`` for a part registered after this module loaded (a test's or a plugin's)."""
+        name = attribute.replace("_", "-")
+        if attribute.startswith("_") or name not in PARTS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {attribute!r}")
+        return lambda: self.part(name)
 
     def model(self) -> PosModel:
         """The model of ``settings.model`` and ``settings.variant``, loaded on first use.
@@ -153,7 +190,19 @@ class Study:
             self._reads.update(reads)
         return self._corpus
 
-    def _measure(self, interventions=(), probe: bool = True) -> Result:
+    def measured(self, interventions=(), probe: bool = True) -> Result:
+        """The study's corpus measured on its model with ``interventions`` (:func:`poslens.measure`, the settings' options).
+
+        Args:
+            interventions: The interventions of the measurement.
+            probe: Whether the position probe is fitted.
+
+        Returns:
+            The measurement (not saved: a part saves it through :meth:`cached`).
+
+        Example:
+            >>> study.measured().value("c_res", "early")  # doctest: +SKIP
+        """
         s = self.settings
         result = measure(
             self.model(),
@@ -171,382 +220,6 @@ class Study:
         self.log(f"row sums: {route['route']} ({route['reason']})")
         return result
 
-    def leakage(self) -> Result:
-        """Baseline leakage, decomposition and probe (methodology §3–§5).
-
-        Returns:
-            The part's tidy result, reused from the folder when it matches.
-
-        Example:
-            >>> result = study.leakage()  # doctest: +SKIP
-            >>> round(result.value("c_res", "early"), 4), round(result.value("c_mask", "early"), 4)  # doctest: +SKIP
-            (0.0436, 0.0158)
-        """
-        return self._part("leakage", self._measure)
-
-    def sinks(self) -> Result:
-        """Sink scores and sink-reading head counts (methodology §6).
-
-        Returns:
-            The part's tidy result, reused from the folder when it matches.
-
-        Example:
-            >>> study.sinks().value("sink_heads")  # sink-reading heads over all layers  # doctest: +SKIP
-            164.0
-        """
-        base = self.leakage()
-
-        def compute() -> Result:
-            return Result(sinks.sink_table(base, self.settings.tau), dict(base.meta))
-
-        return self._part("sinks", compute)
-
-    def bos_swap(self) -> Result:
-        """Reduction of C_res for each BOS-embedding replacement (methodology §7).
-
-        Returns:
-            The part's tidy result, reused from the folder when it matches.
-
-        Example:
-            >>> rows = study.bos_swap().select("reduction", "early", layer=-1)  # doctest: +SKIP
-            >>> dict(zip(rows["intervention"], rows["value"].round(3).tolist()))  # doctest: +SKIP
-            {'bos:mean': -0.012, 'bos:zero': 0.226, 'bos:noise': 0.06, 'bos:token:2': -0.036}
-        """
-        base = self.leakage()  # first: a leakage part that cannot be used stops the command before any swap runs
-
-        def compute() -> Result:
-            tables, described = [], []
-            for kind in self.settings.replacements:
-                if kind == "token:eos":
-                    kind = f"token:{self.model().tokenizer.eos_token_id}"
-                swap = BosReplacement(kind, seed=self.settings.seed)
-                after = self._measure([swap], probe=False)
-                described.append(swap.describe())
-                tables += [reduction(base, after, "c_res", w) for w in ("early", "all")]
-                tables.append(after.table[after.table["metric"].isin(["c_res", "c_mask"]) & (after.table["head"] == -1)])
-            return Result(pd.concat(tables, ignore_index=True), {**base.meta, "replacements": described})
-
-        return self._part("bos-swap", compute)
-
-    def ablate_sinks(self) -> Result:
-        """Sink-path ablation of the sink-reading heads and the reduction of C_res (methodology §7).
-
-        Returns:
-            The part's tidy result, reused from the folder when it matches.
-
-        Example:
-            >>> result = study.ablate_sinks()  # doctest: +SKIP
-            >>> len(result.meta["ablation"]["heads"]), round(result.value("reduction", "early"), 3)  # doctest: +SKIP
-            (164, 0.433)
-        """
-        base = self.leakage()  # first, as in bos_swap
-
-        def compute() -> Result:
-            heads = sinks.sink_reading_heads(base, self.settings.tau)
-            if not heads:
-                self.log(f"[ablate-sinks] no head has sink score ≥ τ = {self.settings.tau}: nothing to ablate")
-                return Result(base.table.iloc[0:0], {**base.meta, "ablation": {"heads": [], "note": "no sink-reading head"}})
-            ablation = SinkAblation(sinks.key0_means(base, heads))
-            after = self._measure([ablation], probe=False)
-            tables = [reduction(base, after, "c_res", w) for w in ("early", "all")]
-            tables.append(after.table[after.table["metric"].isin(["c_res", "c_mask"]) & (after.table["head"] == -1)])
-            return Result(pd.concat(tables, ignore_index=True), {**base.meta, "ablation": ablation.describe()})
-
-        return self._part("ablate-sinks", compute)
-
-    def path_tests(self) -> Result:
-        """The path-specific causal tests: the key-0 phase freeze, its key-1 sham, the mask-only sink profile (methodology §12).
-
-        Runs on the leakage part's corpus and groups, with the leakage part as the
-        unedited baseline (its sink-reading heads at τ and its cross-fitted absolute
-        component), one full forward pass per edit: offsets D = ``path_offsets``
-        (default 8, 64 and T/2), the sham at each, the mask-only profile at each dose
-        of ``path_doses``, and the sink-path ablation.
-
-        Returns:
-            The part's tidy result (:func:`~poslens.mechanisms.path_tests.path_specific_tests`), reused from the folder
-            when it matches.
-
-        Example:
-            >>> fall = study.path_tests().table.query("metric == 'resid_probe_r2_ge2' and kind == 'difference'")  # doctest: +SKIP
-        """
-        from poslens.mechanisms.path_tests import path_specific_tests
-
-        base = self.leakage()  # first: the baseline, reused when saved
-
-        def compute() -> Result:
-            s = self.settings
-            return path_specific_tests(
-                self.model(),
-                self.corpus(),
-                offsets=s.path_offsets or None,
-                doses=s.path_doses,
-                groups=s.groups,
-                early=s.early,
-                batch_size=int(base.meta.get("settings", {}).get("batch_size") or s.batch_size),  # the leakage part's batches
-                tau=s.tau,
-                baseline=base,
-                progress=True,
-            )
-
-        return self._part("path-tests", compute)
-
-    def sink_split(self) -> Result:
-        """The sink path's split (methodology §13): its share of the residual stream's position, mask count versus key-0 phase.
-
-        Runs on the leakage part's corpus and groups, in its sink-reading heads at τ, one full forward pass per edit
-        (:func:`~poslens.mechanisms.sink_split.sink_path_split`): m, p at D = ``split_offset``, mp, s, each factor's sham,
-        and the key-0 phase frozen in every head.
-
-        Returns:
-            The part's tidy result, reused from the folder when it matches; ``meta["c8"]`` holds C8's verdict.
-
-        Example:
-            >>> study.sink_split().meta["c8"]["verdict"]  # doctest: +SKIP
-            'undecided'
-        """
-        from poslens.mechanisms.sink_split import sink_path_split
-
-        base = self.leakage()  # first: its sink-reading heads, reused when saved
-
-        def compute() -> Result:
-            s = self.settings
-            return sink_path_split(
-                self.model(),
-                self.corpus(),
-                offset=s.split_offset,
-                groups=s.groups,
-                early=s.early,
-                batch_size=int(base.meta.get("settings", {}).get("batch_size") or s.batch_size),  # the leakage part's batches
-                tau=s.tau,
-                baseline=base,
-                progress=True,
-            )
-
-        return self._part("sink-split", compute)
-
-    def fingerprint(self) -> Result:
-        """Position-0 fingerprint: dispersion, trajectory similarity, readout (methodology §8).
-
-        Returns:
-            The part's tidy result, reused from the folder when it matches.
-
-        Example:
-            >>> rows = study.fingerprint().select("dispersion", layer=-1)  # doctest: +SKIP
-            >>> dict(zip(rows["intervention"], rows["value"].round(3).tolist()))  # doctest: +SKIP
-            {'position0:bos': 0.0, 'position0:none': 0.138}
-        """
-        from poslens.mechanisms.fingerprint import fingerprint
-
-        s = self.settings
-        check_seq_len(
-            self.model(),
-            s.fingerprint_len,
-            option="--fingerprint-len",  # before the leakage part is measured
-            parameter="fingerprint_len= of Settings or Study.with_settings",
-        )
-        return self._part(
-            "fingerprint",
-            lambda: fingerprint(
-                self.model(),
-                n_seqs=s.fingerprint_seqs,
-                seq_len=s.fingerprint_len,
-                groups=s.groups,
-                seed=s.seed,
-                tau=s.tau,
-                sink_result=self.leakage(),
-            ),
-        )
-
-    def compare(self) -> Result:
-        """C_res and C_mask by layer across standard, NTK and sliding-window cases (C4).
-
-        Also makes the comparisons part (:meth:`comparisons`): the comparisons among the cases need the cases'
-        cell sums, which are at hand only while they are measured.
-
-        Returns:
-            The part's tidy result, reused from the folder when it matches.
-
-        Example:
-            >>> rows = study.compare().select("c_res", "all", layer=-1, head=-1)  # doctest: +SKIP
-            >>> list(zip(rows["model"], rows["variant"], rows["value"].round(4).tolist()))  # doctest: +SKIP
-            [('smollm2-135m', 'base', 0.0098), ('smollm2-135m', 'ntk:4', 0.0094),
-             ('smollm2-135m', 'window:64', 0.0137), ('gemma3-270m', 'base', 0.0043)]
-        """
-        return self._compare_parts()[0]
-
-    def comparisons(self) -> Result:
-        """The comparisons among compare's cases by the interval of their difference (C4, methodology §9.1).
-
-        Paired differences of each variant against its model's base, trends over ``ntk:α`` and ``window:W``, depth
-        slopes and independent differences between models (:func:`~poslens.mechanisms.comparisons.compare_figures`):
-        the part ``comparisons.parquet``, made with the compare part. Beside a compare part of table format 1, which
-        kept them in its metadata, they are read from there; beside one of table format 2 saved without them, the
-        cases are measured again.
-
-        Returns:
-            The part's tidy result (:data:`~poslens.mechanisms.comparison_rows.COMPARISON_COLUMNS`), reused from the
-            folder when it matches.
-
-        Example:
-            >>> study.comparisons().table.query("kind == 'paired' and metric == 'c_res' and layer == -1")  # doctest: +SKIP
-        """
-        return self._compare_parts()[1]
-
-    def _compare_parts(self) -> tuple[Result, Result]:
-        """The compare part and its comparisons part, each reused from the folder or made (the two together)."""
-        from poslens.mechanisms.architectures import compare_cases
-        from poslens.mechanisms.comparisons import META_KEY, comparison_table
-
-        s = self.settings
-        cases = list(s.cases) or default_cases(quick=s.compare_quick)
-        inputs = corpus_inputs(s.corpus, s.text_field)
-        for case in cases:
-            inputs.update(model_inputs(case.model))
-
-        def measured() -> tuple[Result, Result]:
-            return compare_cases(
-                cases,
-                n_seqs=s.compare_seqs,
-                seq_len=s.compare_len,
-                groups=s.groups,
-                early=s.early,
-                seed=s.seed,
-                source=s.corpus,
-                batch_size=s.batch_size,
-                max_memory=s.max_memory,
-                text_field=s.text_field,
-                row_sums=s.row_sums,
-                disk_budget=s.disk_budget,
-            )
-
-        made: list[Result] = []
-
-        def compute_cases() -> Result:
-            result, comparisons = measured()
-            made.append(comparisons)
-            return result
-
-        result = self._part("compare", compute_cases, inputs)
-
-        def compute_comparisons() -> Result:
-            if made:  # measured just now
-                return made[0]
-            if META_KEY in result.meta:  # a compare part of table format 1: its comparisons were kept in its meta
-                meta = {k: v for k, v in result.meta.items() if k != META_KEY}
-                return Result(comparison_table(result), meta)
-            self.log("[comparisons] the compare part was saved without its comparisons: measuring the cases again")
-            return measured()[1]
-
-        return result, self._part("comparisons", compute_comparisons, inputs)
-
-    def relativize(self) -> Result:
-        """Cumulative attribution: every layer relativized in each mode, each measured before its own edit (methodology §11).
-
-        The edit is fitted on a calibration corpus of the same source and length
-        and another seed (``calibration_seed``, default ``seed + 1``), disjoint
-        from the measured corpus by construction: N_cal + N windows are drawn
-        and every one the measured corpus also holds is dropped
-        (:meth:`~poslens.model.corpus.Corpus.excluding`; two seeds' draws of a
-        small source share windows often). The part is ``relativize.parquet``, one
-        tidy result (:func:`~poslens.mechanisms.attribution.cumulative_attribution`),
-        reused, refused or measured again (``overwrite``) like the other parts. A folder
-        holding the part in its old layout of table format 1 (``attribution.json`` and
-        three ``attribution*.parquet``) is refused naming both layouts, unless ``overwrite``
-        asks to measure it again (the old files poslens wrote are removed once the new part is written in full, so a
-        failure on the way keeps them).
-
-        Returns:
-            The part's tidy result, reused from the folder when it matches.
-
-        Raises:
-            InputError: When the calibration seed is the measured corpus's seed (the corpora would not be disjoint),
-                or the corpus holds fewer windows than the two disjoint corpora need (N + N_cal).
-            OldLayoutError: When the folder holds the part in its old layout (and not ``overwrite``).
-            SettingsMismatchError: When the saved part was made with other settings (and not ``overwrite``).
-            InputsChangedError: When the saved part's input files changed since (and not ``overwrite``).
-
-        Example:
-            >>> from poslens.mechanisms.attribution import attribution_figure  # doctest: +SKIP
-            >>> attribution_figure(study.relativize(), "all")[["value", "ci_low", "ci_high"]]  # doctest: +SKIP
-        """
-        s = self.settings
-        calibration_seed = s.seed + 1 if s.calibration_seed is None else s.calibration_seed
-        if calibration_seed == s.seed:
-            raise InputError(
-                f"--calibration-seed {calibration_seed} is the measured corpus's --seed: the calibration corpus "
-                f"must be disjoint from the measured one; pass another seed (default --seed + 1 = {s.seed + 1})"
-            )
-        replaces_old = self._old_attribution_layout()
-        result = self._part("relativize", lambda: self._attribution(calibration_seed))
-        if replaces_old and distributed.is_main():  # only once the new part is written in full
-            from poslens.mechanisms.attribution_table import OLD_FILES
-
-            remove_ours([self.out / name for name in OLD_FILES])
-        return result
-
-    def _old_attribution_layout(self) -> bool:
-        """Refuse the relativize part's old layout in the folder; under ``overwrite``, True: its old files go once the new part is written."""
-        from poslens.mechanisms.attribution_table import OLD_FILES, old_layout_message
-
-        record = self.out / OLD_FILES[0]
-        if distributed.decided_by_main(lambda: "old" if record.exists() else "none") == "none":
-            return False
-        if not self.overwrite:
-            raise OldLayoutError(
-                f"{old_layout_message(self.out)}. poslens does not reuse or replace the old files: pass --overwrite to "
-                "measure the part again (removing the old files poslens wrote), or choose another --out; "
-                "`poslens claims` still reads the old layout"
-            )
-        self.log(
-            f"[relativize] {record} is the old layout of the part; measuring it again as relativize.parquet (--overwrite), "
-            "and removing the old files once it is written"
-        )
-        return True
-
-    def _attribution(self, calibration_seed: int) -> Result:
-        """The cumulative attribution of :meth:`relativize`, computed (its corpora drawn, every mode measured)."""
-        from poslens.mechanisms.attribution import cumulative_attribution
-
-        s = self.settings
-        model = self.model()
-        measured = make_corpus(
-            model, s.corpus, n_seqs=s.relativize_seqs, seq_len=s.relativize_len, position0=s.position0, seed=s.seed, text_field=s.text_field
-        )
-        # draw enough with the other seed to drop every window the measured corpus also holds: disjoint by construction
-        n_calibration = s.calibration_seqs or s.relativize_seqs
-        try:
-            drawn = make_corpus(
-                model,
-                s.corpus,
-                n_seqs=n_calibration + measured.n_seqs,
-                seq_len=s.relativize_len,
-                position0=s.position0,
-                seed=calibration_seed,
-                text_field=s.text_field,
-            )
-        except InputError as error:
-            raise InputError(
-                f"the calibration corpus must be disjoint from the measured one, so the corpus must hold "
-                f"{measured.n_seqs} + {n_calibration} = {measured.n_seqs + n_calibration} windows of "
-                f"{s.relativize_len} tokens (--n-seqs + --calibration-seqs); {error}"
-            ) from error
-        calibration = drawn.excluding(measured, n_calibration)
-        return cumulative_attribution(
-            model,
-            measured,
-            calibration,
-            modes=s.relativize_modes,
-            groups=s.groups,
-            early=s.early,
-            batch_size=s.batch_size,
-            calibration_sizes=s.calibration_sizes or None,
-            loss=s.relativize_loss,
-            row_sums=s.row_sums,
-            disk_budget=s.disk_budget,
-            max_memory=s.max_memory,  # the loss passes keep every position's logits: planned against the memory
-        )
-
     def claims(self, parts: dict[str, Result]) -> Claims:
         """Verdicts C1–C8 from whichever parts were run; writes ``claims.csv`` and ``claim_inputs.csv``.
 
@@ -557,42 +230,22 @@ class Study:
             parts: The study parts, by name.
 
         Returns:
-            The claims (:class:`~poslens.study.claim_table.Claims`: the claims table and the inputs table).
+            The claims (:class:`~poslens.study.claims.table.Claims`: the claims table and the inputs table).
 
         Raises:
             MixedSettingsError: When two parts disagree on a setting they share.
 
         Example:
-            >>> table = study.claims({"leakage": study.leakage(), "path-tests": study.path_tests()})  # doctest: +SKIP
+            >>> table = study.claims({name: study.part(name) for name in names})  # doctest: +SKIP
             >>> dict(zip(table.table["claim"], table.table["verdict"]))  # doctest: +SKIP
             {'C1': 'supported', 'C2': 'supported', 'C3': 'supported', 'C4': 'not measured', 'C5': 'not measured', 'C6': 'not measured'}
         """
-        from poslens.mechanisms.comparisons import comparison_table
-        from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE
         from poslens.study.claims import evaluate
+        from poslens.study.claims.table import CLAIMS_FILE, INPUTS_FILE
+        from poslens.study.part_registry import claim_inputs
 
         check_same_settings(parts)
-        comparison = parts.get("compare")
-        # C4's paired table: the comparisons part, or in a compare part of table format 1 its meta
-        compared = parts.get("comparisons", comparison)
-        ablation = parts.get("ablate-sinks")
-        if ablation is not None and ablation.table.empty:
-            ablation = None  # no sink-reading head: C3's ablation was not measured
-        split = parts.get("sink-split")
-        if split is not None and not (split.table.get("kind", pd.Series(dtype=str)) == "derived").any():
-            split = None  # no sink-reading head: nothing was split, so C8 was not measured
-        table = evaluate(
-            leakage=parts.get("leakage"),
-            ablation=ablation,
-            bos_swap=parts.get("bos-swap"),
-            comparison=comparison,  # C4 reads the cases compare recorded in its meta
-            fingerprint=parts.get("fingerprint"),
-            attribution=parts.get("relativize"),  # C7, and C3's causal figure (reported)
-            path=parts.get("path-tests"),  # C3, decided by the key-0 phase freeze (methodology §12)
-            split=split,  # C8, the sink path's split (methodology §13)
-            # C4 by paired/independent differences and trends (methodology §9.1) when compare recorded them
-            c4_comparisons=comparison_table(compared) if compared is not None else None,
-        )
+        table = evaluate(**claim_inputs(parts))  # each part gives the inputs it declares (Part.provides)
         self.out.mkdir(parents=True, exist_ok=True)
         self.write(self.out / CLAIMS_FILE, lambda tmp: table.table.to_csv(tmp, index=False))
         self.write(self.out / INPUTS_FILE, lambda tmp: table.inputs.to_csv(tmp, index=False))
@@ -643,3 +296,17 @@ class Study:
             (256, True, 128)
         """
         return Study(replace(self.settings, **changes), self.out, self.log, self.overwrite)
+
+
+def _method(name: str) -> Callable[[Study], Result]:
+    def method(self: Study) -> Result:
+        return self.part(name)
+
+    compute = PARTS[name].compute
+    method.__name__ = method.__qualname__ = PARTS[name].method
+    method.__doc__ = compute.__doc__ if compute is not None else PARTS[name].summary
+    return method
+
+
+for _name, _declared in PARTS.items():  # study.leakage(), study.sink_split(), …: one method per declared part
+    setattr(Study, _declared.method, _method(_name))

@@ -37,12 +37,12 @@ from poslens.measurement.display import quantized_note
 from poslens.measurement.result import Result
 from poslens.measurement.templating import page_templates
 from poslens.ownership import record_written, replacing
-from poslens.study.claim_table import Claims
 from poslens.study.claims import STATEMENTS, not_measured_summary
+from poslens.study.claims.rules import NOT_MEASURED
+from poslens.study.claims.table import Claims
+from poslens.study.claims.text import inputs_text, summary_rows, verdict_css
 from poslens.study.part_registry import PARTS
 from poslens.study.report_figures import claim_figures
-from poslens.study.rules import NOT_MEASURED
-from poslens.study.verdict_summary import inputs_text, summary_rows, verdict_css
 
 _TEMPLATES = page_templates()
 
@@ -90,7 +90,7 @@ def metric_names(claims: Claims, present: Any = ()) -> list[dict[str, str]]:
     extremes mean) and ``section`` (the methodology section).
 
     Args:
-        claims: The claims (:class:`poslens.study.claim_table.Claims`).
+        claims: The claims (:class:`poslens.study.claims.table.Claims`).
         present: The parts the study has.
 
     Returns:
@@ -98,7 +98,7 @@ def metric_names(claims: Claims, present: Any = ()) -> list[dict[str, str]]:
 
     Example:
         >>> from poslens.study.claims import evaluate
-        >>> from poslens.study.lookup import figure_row
+        >>> from poslens.study.claims.lookup import figure_row
         >>> swaps = pd.DataFrame([figure_row("reduction", 3.34, 2.5, 4.2, intervention="bos:zero", query_window="early")])
         >>> rows = metric_names(evaluate(bos_swap=swaps, claims=["C5"]))
         >>> [r["name"] for r in rows], "changed sign" in rows[0]["sign"]
@@ -121,7 +121,7 @@ def _figure_div(fig: go.Figure, first: bool) -> Markup:
 def build_report(parts: dict[str, Result], claims: Claims, settings: dict[str, Any], path: str | Path) -> Path:
     """Write the report page for whichever study parts are present (never over a file poslens did not write).
 
-    The page opens on the verdict summary (:func:`poslens.study.verdict_summary.summary_rows`): a badge per
+    The page opens on the verdict summary (:func:`poslens.study.claims.text.summary_rows`): a badge per
     claim and case, the headline figure, a sentence, and the rule in a
     disclosure. Then one section per claim puts its statement and verdicts
     beside its figures; the full claims table closes the page, folded. A
@@ -134,7 +134,7 @@ def build_report(parts: dict[str, Result], claims: Claims, settings: dict[str, A
 
     Args:
         parts: The study parts present, by name.
-        claims: The claims (:class:`poslens.study.claim_table.Claims`: the claims table and its inputs).
+        claims: The claims (:class:`poslens.study.claims.table.Claims`: the claims table and its inputs).
         settings: The study's settings.
         path: The HTML file to write.
 

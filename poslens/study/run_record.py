@@ -55,7 +55,7 @@ def described_models(parts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 def run_record(
     parts: Mapping[str, Any], settings: dict[str, Any], *, quick: bool, timings: dict[str, float], argv: Sequence[str], cuda: bool = False
 ) -> dict[str, Any]:
-    """The contents of ``run.json`` for a report whose parts are ``parts`` (``parts["leakage"]`` gives the corpus and versions).
+    """The contents of ``run.json`` for a report whose parts are ``parts`` (the first, the baseline, gives the corpus and versions).
 
     Args:
         parts: The report's parts by name.
@@ -76,7 +76,7 @@ def run_record(
         >>> record["preset"], record["command"], record["corpus"], record["versions"]
         ('full', 'poslens report --full', 'random', {'torch': '2'})
     """
-    leakage_meta = parts["leakage"].meta
+    leakage_meta = next(iter(parts.values())).meta  # the plan starts with the baseline, which read the corpus
     return {
         "poslens_version": __version__,
         "preset": "quick" if quick else "full",

@@ -55,9 +55,9 @@ class Settings:
         calibration_seed: Seed of its calibration corpus (``None``: ``seed + 1``; it must differ from ``seed``).
         calibration_sizes: Its calibration sizes (empty: half and all of the calibration corpus).
         relativize_loss: Whether it measures the change in next-token loss.
-        path_offsets: The offsets D of the path-specific tests' key-phase freeze (empty: 8, 64 and T/2).
+        path_offsets: The offsets D of the path-specific tests' key-phase freeze (empty: :func:`poslens.options.default_path_offsets`).
         path_doses: The doses λ of their mask-only sink profile (1 is the split's).
-        split_offset: D of the sink-path split's phase edit (``None``: 64, or half the narrowest sliding window).
+        split_offset: D of the sink-path split's phase edit (``None``: :data:`poslens.options.SPLIT_OFFSET`, or half the narrowest sliding window).
 
     Example:
         >>> Settings.quick().n_seqs, Settings.full().seq_len
@@ -215,10 +215,6 @@ def settings_values(settings: Settings, names: tuple[str, ...]) -> dict[str, Any
     """
     values = asdict(settings)
     return {name: json.loads(json.dumps(values[name], default=str)) for name in names}
-
-
-#: The parts ``poslens zoo-measure`` measures, in order (:data:`poslens.study.zoo_measure.PARTS` defines them).
-ZOO_PART_NAMES = ("leakage", "sinks", "bos-swap", "ablate-sinks", "relativize", "path-tests")
 
 
 @dataclass(frozen=True)

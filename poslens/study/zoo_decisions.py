@@ -1,6 +1,6 @@
 """C4's zoo comparisons decided with a band stated before training: supported, not supported, equivalent, or a power statement.
 
-The sign rule of each comparison (:mod:`poslens.study.claims_zoo`) says supported or not supported when the
+The sign rule of each comparison (:mod:`poslens.study.claims.c4_zoo`) says supported or not supported when the
 interval over seeds excludes 0, and inconclusive otherwise. An inconclusive comparison is not left bare here:
 
 - **equivalent within ±band** when its 95% interval lies inside (−band, band), where the band is the comparison's
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from poslens.study.rules import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
+from poslens.study.claims.rules import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 from poslens.study.zoo_power import seeds_needed
 
 #: The decision of a comparison with no seed to read: no run of a member it compares formed a sink.
@@ -59,18 +59,18 @@ def decide_family(claims: Any, power: pd.DataFrame) -> pd.DataFrame:
     """Each C4 zoo comparison with its band, whether the data show it equivalent to 0 within it, and the decision.
 
     Args:
-        claims: The family's claims (:class:`~poslens.study.claim_table.Claims` of ``zoo-measure``: ``table`` and ``inputs``).
+        claims: The family's claims (:class:`~poslens.study.claims.table.Claims` of ``zoo-measure``: ``table`` and ``inputs``).
         power: The power table written before training (``power.csv``; its ``planned`` rows give each comparison's band).
 
     Returns:
         One row per comparison, the columns of :data:`DECISION_COLUMNS`. ``decision`` is ``supported``,
         ``not supported``, ``equivalent to 0 within ±band``, ``inconclusive`` or :data:`NOT_READ`; ``band`` is NaN where the power table
         planned no target for the comparison. A comparison with no seed left to read (no run of a member it compares
-        formed a sink, :func:`~poslens.study.claims_zoo.claim_c4_zoo`) is :data:`NOT_READ`.
+        formed a sink, :func:`~poslens.study.claims.c4_zoo.claim_c4_zoo`) is :data:`NOT_READ`.
 
     Example:
-        >>> from poslens.study.claim_table import Claims
-        >>> from poslens.study.claims_zoo import claim_c4_zoo
+        >>> from poslens.study.claims.table import Claims
+        >>> from poslens.study.claims.c4_zoo import claim_c4_zoo
         >>> rows = [dict(member=m, seed=s, metric="c_res", value=b + d) for m, b, ds in [("standard", 0.02, [0, 2, -2, 1, -1]),
         ...         ("sliding", 0.02, [1, 0, -1, 2, -2])] for s, d in enumerate(1e-4 * np.array(ds))]
         >>> power = pd.DataFrame([dict(comparison="c_res (sliding − standard)", planned=True, target=0.00217, target_row="r")])

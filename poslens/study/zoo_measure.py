@@ -5,8 +5,8 @@ through :class:`poslens.study.parts.Study` on the family's held-out text
 (``held_out.jsonl``), exactly as ``poslens leakage / sinks / bos-swap /
 ablate-sinks / relativize / path-tests --model <run folder> --corpus held_out.jsonl`` would,
 one Study folder per run under ``work``. Each part of :data:`PARTS` turns its
-Study result into figures (rows of :data:`FIGURE_COLUMNS`); adding a part to
-the family's measurement is one more :class:`ZooPart` in :data:`PARTS`.
+Study result into figures (rows of :data:`FIGURE_COLUMNS`, :mod:`poslens.study.zoo_figures`); a part is measured
+in the family when its declaration gives its figures (:attr:`poslens.study.part_registry.Part.zoo`).
 
 Written into ``out`` (small CSV tables, meant to be committed):
 
@@ -15,12 +15,12 @@ Written into ``out`` (small CSV tables, meant to be committed):
 - ``figures.csv``: every figure of every part for every run (model level and per layer);
 - ``family.csv``: per member and model-level figure, the mean, spread and range over seeds; for the members
   other than ``standard``, the difference from ``standard`` paired by seed with its t interval over the seeds
-  and the smallest difference the seeds could detect (:func:`poslens.study.claims_zoo.seed_estimate`);
-- ``claims.csv`` / ``claim_inputs.csv``: C4 decided inside the family (:func:`poslens.study.claims_zoo.claim_c4_zoo`);
+  and the smallest difference the seeds could detect (:func:`poslens.study.claims.c4_zoo.seed_estimate`);
+- ``claims.csv`` / ``claim_inputs.csv``: C4 decided inside the family (:func:`poslens.study.claims.c4_zoo.claim_c4_zoo`);
 - ``parts.csv``: run, part, status and seconds; ``measure.json``: the settings, the family's record and the timings.
 
-Longer than 400 lines because it is one job, the family's measurement: each
-part's figures, the registry of parts, and the tables they go into.
+Longer than 400 lines because it is one job, the family's measurement: the runs, the checks that C4 can be
+decided in the family, and the tables the figures go into.
 """
 
 from __future__ import annotations
@@ -39,185 +39,28 @@ import pandas as pd
 
 from poslens.errors import InputError, NotFoundError
 from poslens.files import atomic_write, atomic_write_text
-from poslens.mechanisms.comparisons import compare_results
-from poslens.study.claim_table import CLAIMS_FILE, INPUTS_FILE, Claims
-from poslens.study.claims_zoo import ZOO_COMPARISONS, claim_c4_zoo, seed_estimate
+from poslens.study.claims.c4_zoo import ZOO_COMPARISONS, claim_c4_zoo, seed_estimate
+from poslens.study.claims.table import CLAIMS_FILE, INPUTS_FILE, Claims
+from poslens.study.part_registry import drawing, zoo_parts
 from poslens.study.parts import Study
 from poslens.study.settings import ZooMeasureOptions  # noqa: F401 (re-exported: it was defined here)
+from poslens.study.zoo_figures import (  # noqa: F401 (re-exported: defined here before)
+    FIGURE_COLUMNS,
+    LEAKAGE_METRICS,
+    PATH_READOUTS,
+    _tidy,
+    ablation_figures,
+    bos_swap_figures,
+    leakage_figures,
+    path_edit_figures,
+    relativize_figures,
+    sinks_figures,
+)
 from poslens.version import __version__
 from poslens.zoo.store import verify_family
 
-#: The columns of a part's figures (and, with member, seed and part in front, of ``figures.csv``).
-FIGURE_COLUMNS = ["metric", "layer", "query_window", "intervention", "value", "ci_low", "ci_high"]
-#: The leakage part's figures: C_res, C_mask and their sum, the held-out ΔR², the probe and C_mask's share.
-LEAKAGE_METRICS = ("c_res", "c_mask", "leakage_pattern", "leakage_pattern_heldout", "probe_r2", "rho_mask")
 #: The member every other member is compared with, seed by seed.
 REFERENCE = "standard"
-
-
-def _tidy(table: pd.DataFrame, intervention: str | None = None) -> pd.DataFrame:
-    """Rows of a part's tidy table as figures (:data:`FIGURE_COLUMNS`), mean over heads (head −1)."""
-    rows = table[table["head"] == -1] if "head" in table.columns else table
-    out = rows.reindex(columns=FIGURE_COLUMNS).copy()
-    if intervention is not None:
-        out["intervention"] = intervention
-    out["intervention"] = out["intervention"].fillna("none")
-    return out.reset_index(drop=True)
-
-
-def leakage_figures(study: Study) -> pd.DataFrame:
-    """C_res, C_mask, L(log a) and the probe per layer and for the model; the depth slopes of C_res and C_mask.
-
-    Args:
-        study: The run's study.
-
-    Returns:
-        Figures (:data:`FIGURE_COLUMNS`): the leakage part's rows of :data:`LEAKAGE_METRICS`, and ``c_res_depth_slope`` /
-        ``c_mask_depth_slope`` (layer −1: the slope over the fraction of depth, layers ≥ 1, as ``poslens compare`` takes it).
-
-    Example:
-        >>> leakage_figures(study).query("metric == 'c_res' and layer == -1")  # doctest: +SKIP
-    """
-    result = study.leakage()
-    figures = _tidy(result.table[result.table["metric"].isin(LEAKAGE_METRICS)])
-    slopes = compare_results([result])
-    slopes = slopes[slopes["kind"] == "depth-slope"]
-    return pd.concat([figures, _tidy(slopes)], ignore_index=True)
-
-
-def sinks_figures(study: Study) -> pd.DataFrame:
-    """The sink-reading heads at τ (per layer and for the model), the key-0 mass over all heads and the largest sink score.
-
-    Args:
-        study: The run's study.
-
-    Returns:
-        Figures: ``sink_heads`` (its interval: the heads wholly above τ / reaching τ), ``key0_mass`` (mean sink score
-        over every head, layer −1) and ``max_sink_score`` (layer −1).
-
-    Example:
-        >>> sinks_figures(study).query("metric == 'sink_heads' and layer == -1")["value"]  # doctest: +SKIP
-    """
-    table = study.sinks().table
-    counts = _tidy(table[table["metric"] == "sink_heads"])
-    scores = table[table["metric"] == "sink_score"]["value"].astype(float)
-    extra = pd.DataFrame(
-        [
-            dict(metric="key0_mass", layer=-1, query_window="all", intervention="none", value=float(scores.mean()), ci_low=np.nan, ci_high=np.nan),
-            dict(
-                metric="max_sink_score", layer=-1, query_window="all", intervention="none", value=float(scores.max()), ci_low=np.nan, ci_high=np.nan
-            ),
-        ]
-    )
-    return pd.concat([counts, extra], ignore_index=True)
-
-
-def bos_swap_figures(study: Study) -> pd.DataFrame:
-    """The reduction of C_res under each BOS replacement, per layer and for the model, early and all queries.
-
-    Args:
-        study: The run's study.
-
-    Returns:
-        Figures: metric ``reduction``, intervention ``bos:<kind>``.
-
-    Example:
-        >>> bos_swap_figures(study).query("layer == -1")  # doctest: +SKIP
-    """
-    table = study.bos_swap().table
-    return _tidy(table[table["metric"] == "reduction"])
-
-
-def ablation_figures(study: Study) -> pd.DataFrame:
-    """The reduction of C_res when the sink path of the sink-reading heads is ablated (none when no head reads a sink).
-
-    Args:
-        study: The run's study.
-
-    Returns:
-        Figures: metric ``reduction``, intervention as the part records it; no rows for a run without sink-reading heads.
-
-    Example:
-        >>> ablation_figures(study).query("layer == -1")  # doctest: +SKIP
-    """
-    table = study.ablate_sinks().table
-    return _tidy(table[table["metric"] == "reduction"])
-
-
-def relativize_figures(study: Study) -> pd.DataFrame:
-    """r = 1 − L(edited)/L(unedited) over layers ≥ 2 per relativization mode, and the change in next-token loss.
-
-    Args:
-        study: The run's study.
-
-    Returns:
-        Figures: ``reduction_ge2`` (intervention ``relativize:<mode>`` at the largest calibration size, layer −1)
-        and ``loss_change`` (intervention: the edit, all positions).
-
-    Example:
-        >>> relativize_figures(study).query("metric == 'reduction_ge2'")  # doctest: +SKIP
-    """
-    table = study.relativize().table
-    s = table[table["metric"] == "reduction_ge2"]
-    rows = []
-    for edit, part in s.groupby("intervention", sort=False):
-        largest = part[part["calibration_size"] == part["calibration_size"].max()]
-        mode = str(edit).removeprefix("relativize:")  # the family's tables name the placebo relativize:placebo:all
-        for _, r in largest.iterrows():
-            rows.append(
-                dict(
-                    metric=str(r["metric"]),
-                    layer=-1,
-                    query_window=r["query_window"],
-                    intervention=f"relativize:{mode}",
-                    value=r["value"],
-                    ci_low=r["ci_low"],
-                    ci_high=r["ci_high"],
-                )
-            )
-    loss = table[(table["metric"] == "loss_change") & (table["query_bin"] == -1)]
-    for _, r in loss.iterrows():
-        rows.append(
-            dict(
-                metric="loss_change",
-                layer=-1,
-                query_window="all",
-                intervention=str(r["intervention"]),
-                value=r["value"],
-                ci_low=r["ci_low"],
-                ci_high=r["ci_high"],
-            )
-        )
-    return pd.DataFrame(rows, columns=FIGURE_COLUMNS)
-
-
-#: The path-specific tests' readouts the family's tables keep: (metric, query bin).
-PATH_READOUTS = (("resid_probe_r2_ge2", -1), ("attn_out_probe_r2_ge2", -1), ("leakage_pattern_ge2", -1), ("next_token_loss", -1))
-
-
-def path_edit_figures(study: Study) -> pd.DataFrame:
-    """The path-specific tests' changes (methodology §12): each edit against the unedited run, and key 0's freeze against the sham.
-
-    Args:
-        study: The run's study.
-
-    Returns:
-        Figures: the readouts of :data:`PATH_READOUTS` at layer −1, all queries; ``intervention`` is ``<edit>`` for a
-        change against the unedited run and ``<edit> − <reference>`` against another reference (the key-1 sham at the
-        same D, or the mask-only profile for the ablation). A run without sink-reading heads has no mask-only or
-        ablation rows.
-
-    Example:
-        >>> path_edit_figures(study).query("intervention == 'key0-phase:D=64'")  # doctest: +SKIP
-    """
-    table = study.path_tests().table
-    rows = table[(table["kind"] == "difference") & (table["layer"] == -1) & (table["query_window"] == "all")]
-    picked = []
-    for metric, qbin in PATH_READOUTS:
-        part = rows[(rows["metric"] == metric) & (rows["query_bin"] == qbin)].copy()
-        part["intervention"] = [iv if ref == "none" else f"{iv} − {ref}" for iv, ref in zip(part["intervention"], part["reference"], strict=True)]
-        picked.append(part)
-    return _tidy(pd.concat(picked, ignore_index=True))
 
 
 @dataclass(frozen=True)
@@ -237,16 +80,13 @@ class ZooPart:
     figures: Callable[[Study], pd.DataFrame]
 
 
-PARTS: tuple[ZooPart, ...] = (
-    ZooPart("leakage", leakage_figures),
-    ZooPart("sinks", sinks_figures),
-    ZooPart("bos-swap", bos_swap_figures),
-    ZooPart("ablate-sinks", ablation_figures),
-    ZooPart("relativize", relativize_figures),
-    ZooPart("path-tests", path_edit_figures),
-)
-"""The parts measured on every run, in order. A part's figures go into every table; C4's zoo case reads ``c_res``
+PARTS: tuple[ZooPart, ...] = tuple(ZooPart(part.name, part.zoo) for part in zoo_parts() if part.zoo is not None)
+"""The parts measured on every run, in order: those that declare figures for it (:attr:`poslens.study.part_registry.Part.zoo`,
+in the order of :func:`~poslens.study.part_registry.zoo_parts`). A part's figures go into every table; C4's zoo case reads ``c_res``
 and ``c_res_depth_slope`` of the leakage part."""
+
+BASELINE = PARTS[0].name
+"""The part every run must measure (the first of :data:`PARTS`, the leakage): C4's zoo case reads it."""
 
 
 def _family(zoo: Path) -> tuple[dict, pd.DataFrame]:
@@ -320,7 +160,7 @@ def c4_figures(figures: pd.DataFrame) -> pd.DataFrame:
         [['standard', 0, 'c_res', 0.1]]
     """
     keep = figures[
-        (figures["part"] == "leakage")
+        (figures["part"] == BASELINE)
         & (figures["layer"] == -1)
         & (figures["query_window"] == "all")
         & (figures["intervention"] == "none")
@@ -369,8 +209,8 @@ def measure_family(
     record, summary = _family(zoo)
     check_decidable(summary, zoo)
     verify_family(zoo)  # a stored family (docs/zoo_family): every file as its hashes.json records
-    if "leakage" not in [p.name for p in parts]:
-        raise InputError(f"the parts must include leakage: C4's zoo case reads it (given: {', '.join(p.name for p in parts) or 'none'})")
+    if BASELINE not in [p.name for p in parts]:
+        raise InputError(f"the parts must include {BASELINE}: C4's zoo case reads it (given: {', '.join(p.name for p in parts) or 'none'})")
     seq_len = options.seq_len or int(record["settings"]["seq_len"])
     corpus = str((zoo / "held_out.jsonl").resolve())
     out.mkdir(parents=True, exist_ok=True)
@@ -448,8 +288,8 @@ def choose_parts(names: str) -> tuple[ZooPart, ...]:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise InputError(f"unknown part {name!r}{hint}; parts: {', '.join(known)}")
-    if "leakage" not in wanted:
-        raise InputError(f"the parts must include leakage: C4's zoo case reads it (given: {', '.join(wanted) or 'none'})")
+    if BASELINE not in wanted:
+        raise InputError(f"the parts must include {BASELINE}: C4's zoo case reads it (given: {', '.join(wanted) or 'none'})")
     return tuple(p for p in PARTS if p.name in wanted)
 
 
@@ -531,7 +371,7 @@ def runs_without_sinks(figures: pd.DataFrame, summary: pd.DataFrame) -> list[tup
         ...                    pd.DataFrame(dict(member=["standard"] * 3, seed=[0, 1, 2], sink_heads=[2, 0, 1])))
         [('standard', 1)]
     """
-    counts = figures[(figures["part"] == "sinks") & (figures["metric"] == "sink_heads") & (figures["layer"] == -1)]
+    counts = figures[(figures["part"] == drawing("sink_heads").name) & (figures["metric"] == "sink_heads") & (figures["layer"] == -1)]
     measured = {(str(r.member), int(r.seed)): float(r.value) for r in counts.itertuples()}
     found = []
     for r in summary.itertuples():

@@ -5,7 +5,7 @@ size that matters (methodology §9.1: state per comparison how large a differenc
 the data could have detected). This module answers that *before* a family is
 trained, from a family already measured (``docs/zoo_data``):
 
-- the **spread** of each comparison of :data:`~poslens.study.claims_zoo.ZOO_COMPARISONS` is the standard
+- the **spread** of each comparison of :data:`~poslens.study.claims.c4_zoo.ZOO_COMPARISONS` is the standard
   deviation over seeds of its per-seed values (member − ``standard`` of the same seed, or the member's own value);
 - the **target** difference is stated in advance, from the inference-time variants of the findings run
   (``docs/findings_data``): for each zoo comparison, the rows of C4 with the same case, statistic and metric
@@ -35,8 +35,9 @@ from scipy import stats
 from poslens.errors import NotFoundError
 from poslens.files import atomic_write
 from poslens.mechanisms.comparison_stats import LEVEL, POWER, detectable_difference
-from poslens.study.claim_table import Claims
-from poslens.study.claims_zoo import ZOO_COMPARISONS, ZooComparison, variant_rows
+from poslens.study.claims.c4_zoo import ZOO_COMPARISONS, ZooComparison, variant_rows
+from poslens.study.claims.table import Claims
+from poslens.study.part_registry import baseline
 from poslens.study.zoo_plan import MAX_SEEDS, FamilyPlan, plan_family
 
 #: How the planned target of each comparison is chosen, stated before any new family is trained.
@@ -96,7 +97,7 @@ def per_seed_values(figures: pd.DataFrame, comparison: ZooComparison) -> pd.Seri
 
     Args:
         figures: ``figures.csv``'s rows (member, seed, part, metric, layer, query_window, intervention, value).
-        comparison: One comparison of :data:`~poslens.study.claims_zoo.ZOO_COMPARISONS`.
+        comparison: One comparison of :data:`~poslens.study.claims.c4_zoo.ZOO_COMPARISONS`.
 
     Returns:
         The values, indexed by seed (empty when the member is absent).
@@ -108,7 +109,7 @@ def per_seed_values(figures: pd.DataFrame, comparison: ZooComparison) -> pd.Seri
         [2.0, 2.0]
     """
     t = figures[
-        (figures["part"] == "leakage")
+        (figures["part"] == baseline().name)  # C4's zoo case reads the baseline part (zoo-measure measures it first)
         & (figures["layer"] == -1)
         & (figures["query_window"] == "all")
         & (figures["intervention"] == "none")

@@ -21,7 +21,7 @@ import pytest
 from suite_kinds import require_browser
 from typer.testing import CliRunner
 
-from poslens.study.claim_table import CLAIM_COLUMNS, INPUT_COLUMNS
+from poslens.study.claims.table import CLAIM_COLUMNS, INPUT_COLUMNS
 from poslens.study.cli import app
 
 pytestmark = pytest.mark.embedded

@@ -279,7 +279,7 @@ def test_zoo_measure_writes_the_tables_with_every_part_as_the_commands_measure_t
         inputs = pd.read_csv(tables / "claim_inputs.csv")
         assert "could not be read" in inputs[(inputs["key"] == sliding["key"]) & (inputs["role"] != "reported")]["where"].iloc[0]
     # the comparison's arithmetic itself, read without the sink check: the mean over seeds of the paired differences
-    from poslens.study.claims_zoo import claim_c4_zoo
+    from poslens.study.claims.c4_zoo import claim_c4_zoo
     from poslens.study.zoo_measure import c4_figures
 
     unchecked = [r for r in claim_c4_zoo(c4_figures(figures)) if "sliding − standard: c_res, paired" in r["model"]][0]

@@ -15,28 +15,31 @@ import pandas as pd
 import pytest
 from split_tables import split_table
 
-import poslens.study.claim_table as claim_table
 import poslens.study.claims as claims
-import poslens.study.claims_compare as claims_compare
-import poslens.study.claims_leakage as claims_leakage
-import poslens.study.claims_path as claims_path
-import poslens.study.claims_position0 as claims_position0
-import poslens.study.claims_relativize as claims_relativize
-import poslens.study.claims_split as claims_split
-import poslens.study.lookup as lookup
-import poslens.study.rules as rules
+import poslens.study.claims.c1_leakage as claims_leakage
+import poslens.study.claims.c2_mask as claims_mask
+import poslens.study.claims.c3_path as claims_path
+import poslens.study.claims.c4_compare as claims_compare
+import poslens.study.claims.c5_bos_swap as claims_position0
+import poslens.study.claims.c6_fingerprint as claims_fingerprint
+import poslens.study.claims.c7_relativize as claims_relativize
+import poslens.study.claims.c8_split as claims_split
+import poslens.study.claims.lookup as lookup
+import poslens.study.claims.rules as rules
+import poslens.study.claims.table as claim_table
 from poslens.fit.stats import depth_slope
 from poslens.measurement.result import COLUMNS, Result
-from poslens.study.claim_table import CLAIM_COLUMNS, INPUT_COLUMNS
 from poslens.study.claims import CLAIMS, STATEMENTS, evaluate, not_measured_summary
-from poslens.study.claims_compare import C4_RULES, C4_SLOPE_RULE, claim_c4, label_cases
-from poslens.study.claims_leakage import C1_RULE, C2_RULE, claim_c1, claim_c2
-from poslens.study.claims_path import C3_RULE, claim_c3
-from poslens.study.claims_position0 import c5_rule, c6_rule, claim_c5, claim_c6
-from poslens.study.claims_relativize import C7_RULE, claim_c7
-from poslens.study.claims_split import C8_RULE
-from poslens.study.lookup import figure_row
-from poslens.study.rules import (
+from poslens.study.claims.c1_leakage import C1_RULE, claim_c1
+from poslens.study.claims.c2_mask import C2_RULE, claim_c2
+from poslens.study.claims.c3_path import C3_RULE, claim_c3
+from poslens.study.claims.c4_compare import C4_RULES, C4_SLOPE_RULE, claim_c4, label_cases
+from poslens.study.claims.c5_bos_swap import c5_rule, claim_c5
+from poslens.study.claims.c6_fingerprint import c6_rule, claim_c6
+from poslens.study.claims.c7_relativize import C7_RULE, claim_c7
+from poslens.study.claims.c8_split import C8_RULE
+from poslens.study.claims.lookup import figure_row
+from poslens.study.claims.rules import (
     INCONCLUSIVE,
     JOINT,
     NOT_MEASURED,
@@ -49,6 +52,7 @@ from poslens.study.rules import (
     joint,
     verdict,
 )
+from poslens.study.claims.table import CLAIM_COLUMNS, INPUT_COLUMNS
 
 row = figure_row
 
@@ -750,11 +754,11 @@ def test_joint():
 def test_every_rule_text_in_the_table_is_its_rule_objects_text():
     leakage = pd.concat([c1_table((0.05, 0.04, 0.06), (0.6, 0.5, 0.7)), c2_table(), c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[0]])
     out = evaluate(
-        leakage,
-        c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[1],
-        frame(row("reduction", 0.4, 0.35, 0.45, intervention="bos:mean", query_window="early")),
-        c4_table((0.002, 0.001, 0.003), (0.03, 0.02, 0.04)),
-        c6_table(),
+        leakage=leakage,
+        ablation=c3_tables((0.01, 0.005, 0.015), (0.3, 0.1, 0.5))[1],
+        bos_swap=frame(row("reduction", 0.4, 0.35, 0.45, intervention="bos:mean", query_window="early")),
+        comparison=c4_table((0.002, 0.001, 0.003), (0.03, 0.02, 0.04)),
+        fingerprint=c6_table(),
         path=path_table(),
         c5_target=0.5,
         c6_alpha=0.01,
@@ -1109,7 +1113,21 @@ def test_evaluate_propagates_missing_rows_and_rejects_unknown_claims():
 
 
 @pytest.mark.parametrize(
-    "module", [rules, claim_table, lookup, claims, claims_leakage, claims_path, claims_compare, claims_position0, claims_relativize, claims_split]
+    "module",
+    [
+        rules,
+        claim_table,
+        lookup,
+        claims,
+        claims_leakage,
+        claims_mask,
+        claims_path,
+        claims_compare,
+        claims_position0,
+        claims_fingerprint,
+        claims_relativize,
+        claims_split,
+    ],
 )
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)

@@ -685,7 +685,7 @@ def test_the_other_printed_commands_paste_as_one_command_each(tmp_path, monkeypa
     import json
 
     from poslens.model.corpus_texts import read_texts
-    from poslens.study.claim_table import Claims
+    from poslens.study.claims.table import Claims
     from poslens.study.output_lock import OWNER, OutputLock
 
     text = tmp_path / f"l {NASTY}.txt"

@@ -17,14 +17,15 @@ import poslens
 from poslens.measurement.display import quantized_note
 from poslens.measurement.result import Result, concat
 from poslens.model.registry import REGISTRY
-from poslens.study.claim_table import Claims
 from poslens.study.claims import STATEMENTS, evaluate
-from poslens.study.claims_compare import label_cases
-from poslens.study.claims_leakage import claim_c1, claim_c2
-from poslens.study.lookup import figure_row
+from poslens.study.claims.c1_leakage import claim_c1
+from poslens.study.claims.c2_mask import claim_c2
+from poslens.study.claims.c4_compare import label_cases
+from poslens.study.claims.lookup import figure_row
+from poslens.study.claims.rules import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED
+from poslens.study.claims.table import Claims
+from poslens.study.claims.text import summary_rows
 from poslens.study.report import build_report
-from poslens.study.rules import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED
-from poslens.study.verdict_summary import summary_rows
 from poslens.testing import save_tiny_model
 
 NOTE = "4-bit quantized"

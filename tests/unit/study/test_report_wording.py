@@ -17,11 +17,11 @@ from split_tables import split_table
 
 from poslens.fit.metric_glossary import GLOSSARY
 from poslens.measurement.result import Result
-from poslens.study.claim_table import Claims
 from poslens.study.claims import evaluate
-from poslens.study.lookup import figure_row
+from poslens.study.claims.lookup import figure_row
+from poslens.study.claims.table import Claims
+from poslens.study.claims.text import summary_rows
 from poslens.study.report import _code, build_report, metric_names
-from poslens.study.verdict_summary import summary_rows
 
 SETTINGS = dict(n_seqs=8, seq_len=24, corpus="random", groups=4, early=8, seed=0)
 
@@ -209,7 +209,7 @@ def _all_claims() -> Claims:
             figure_row("readout_p_value", 0.005, 0.005, 0.005, intervention="position0:varied"),
         ]
     )
-    from poslens.study.claims_compare import label_cases
+    from poslens.study.claims.c4_compare import label_cases
 
     attribution = pd.DataFrame(
         [
@@ -338,7 +338,7 @@ def test_c4_by_differences_in_words():
     sys.path.insert(0, str(Path(__file__).parents[2]))
     from test_claims import RECORDED, comparison_rows, frame, row
 
-    from poslens.study.claims_compare import label_cases
+    from poslens.study.claims.c4_compare import label_cases
 
     every = frame(*[row("c_res", 0.01, 0.0, 0.02, model=c["model"], variant=c["variant"]) for c in RECORDED])
     labelled = label_cases(Result(every, {"cases": RECORDED}))
@@ -399,7 +399,7 @@ def test_a_claim_without_a_reading_is_an_error_not_a_silent_headline():
 
 def test_every_claim_has_a_reading_and_a_missing_input_still_falls_back_to_the_headline():
     from poslens.study.claims import STATEMENTS
-    from poslens.study.verdict_summary import _reading
+    from poslens.study.claims.text import _reading
 
     for claim in STATEMENTS:  # a branch exists: with no inputs it fails on the first input it quotes, a KeyError
         with pytest.raises(KeyError):

@@ -13,9 +13,9 @@ from scipy import stats
 from typer.testing import CliRunner
 
 from poslens.errors import NotFoundError
-from poslens.study.claim_table import Claims
-from poslens.study.claims_compare import claim_c4_differences
-from poslens.study.claims_zoo import ZOO_COMPARISONS
+from poslens.study.claims.c4_compare import claim_c4_differences
+from poslens.study.claims.c4_zoo import ZOO_COMPARISONS
+from poslens.study.claims.table import Claims
 from poslens.study.cli import app
 from poslens.study.zoo_plan import PLANNED_SHAPE, RECORDED, RECORDED_SECONDS, estimate_cpu_seconds, plan_family
 from poslens.study.zoo_power import per_seed_values, power_table, read_power_table, seeds_needed
@@ -143,8 +143,8 @@ def test_cli_without_power_needs_zoo_and_work(tmp_path):
 
 def _zoo_claims(per_seed: dict[str, list[float]]):
     """A family whose paired differences (member − standard) are the given per-seed numbers."""
-    from poslens.study.claim_table import Claims
-    from poslens.study.claims_zoo import claim_c4_zoo
+    from poslens.study.claims.c4_zoo import claim_c4_zoo
+    from poslens.study.claims.table import Claims
 
     rows = []
     for member, diffs in per_seed.items():
@@ -183,8 +183,8 @@ def test_decisions_read_the_band_planned_before_training_and_say_equivalent_or_g
 
 
 def test_a_comparison_whose_runs_formed_no_sink_is_not_read():
-    from poslens.study.claim_table import Claims
-    from poslens.study.claims_zoo import claim_c4_zoo
+    from poslens.study.claims.c4_zoo import claim_c4_zoo
+    from poslens.study.claims.table import Claims
     from poslens.study.zoo_decisions import NOT_READ, decide_family, decision_sentence
 
     rows = [dict(member=m, seed=s, metric="c_res", value=0.1 + 0.01 * s) for m in ("standard", "sliding") for s in range(3)]

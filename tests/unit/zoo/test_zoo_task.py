@@ -21,11 +21,11 @@ import torch
 from scipy import stats
 
 from poslens.errors import InputError
-from poslens.study.claim_table import Claims
-from poslens.study.claims_compare import C4_DIRECTIONS
-from poslens.study.claims_zoo import ZOO_COMPARISONS, claim_c4_zoo, inference_time_beside, seed_estimate
-from poslens.study.rules import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
-from poslens.study.verdict_summary import summary_rows
+from poslens.study.claims.c4_compare import C4_DIRECTIONS
+from poslens.study.claims.c4_zoo import ZOO_COMPARISONS, claim_c4_zoo, inference_time_beside, seed_estimate
+from poslens.study.claims.rules import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
+from poslens.study.claims.table import Claims
+from poslens.study.claims.text import summary_rows
 from poslens.study.zoo_measure import family_table
 from poslens.zoo.backcopy import BOS_ID, BackcopySpec, backcopy_tokenizer, bigram_table, chains, load_backcopy, text_of
 
@@ -254,10 +254,10 @@ def test_the_family_table_gives_the_spread_over_seeds_and_the_paired_difference(
 
 
 def test_zoo_measure_parts_named_in_the_cli_are_the_parts_it_measures():
-    from poslens.study.settings import ZOO_PART_NAMES
+    from poslens.study.part_registry import zoo_parts
     from poslens.study.zoo_measure import PARTS
 
-    assert tuple(p.name for p in PARTS) == ZOO_PART_NAMES
+    assert tuple(p.name for p in PARTS) == tuple(p.name for p in zoo_parts())
 
 
 def test_zoo_measure_refuses_a_family_that_cannot_decide_c4_before_measuring(tmp_path):
@@ -305,4 +305,6 @@ def test_zoo_warns_once_in_its_flags_when_steps_do_not_pass_the_warmup(tmp_path)
     assert ".py:" not in done.stderr
     # the summary it prints fits a narrow terminal: no line of its table is wider than 80 columns
     table = done.stdout[done.stdout.index("member") :].splitlines()[:3]
-    assert table[0].split() == ["member", "seed", "steps", "held-out", "loss", "sinks", "key-0", "mass"] and max(map(len, table)) <= 80, done.stdout
+    assert table[0].split() == ["member", "seed", "steps", "held-out", "loss", "sink", "heads", "key-0", "mass"] and max(map(len, table)) <= 80, (
+        done.stdout
+    )
