@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from poslens.study.part_options import BASE_OPTIONS, Option, OptionConflictError  # noqa: F401 (re-exported: declared here before)
+from poslens.study.settings import FIELDS
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -278,7 +279,7 @@ def register(*parts: Part) -> None:
     for part in parts:
         if part.name in _PARTS:
             raise ValueError(f"a part named {part.name!r} is registered already")
-        taken = set(part.new_options) & set(_OPTIONS)
+        taken = set(part.new_options) & (set(_OPTIONS) | FIELDS)
         if taken:
             raise ValueError(f"part {part.name!r} declares options of settings that have one already: {sorted(taken)}")
         _OPTIONS.update(part.new_options)
@@ -301,6 +302,23 @@ def unregister(name: str) -> None:
     part = _PARTS.pop(name, None)
     for setting in part.new_options if part is not None else ():
         _OPTIONS.pop(setting, None)
+
+
+def declared_options() -> dict[str, Option]:
+    """The options of the settings the registered parts declare for themselves (:attr:`Part.new_options`), in order.
+
+    :class:`~poslens.study.settings.Settings` takes these settings as keywords and holds them in its ``part_settings``;
+    each one's default is its option's (:meth:`Option.setting_value` of :attr:`Option.default`).
+
+    Returns:
+        ``{setting: option}``.
+
+    Example:
+        >>> declared_options()["split_offset"].flag
+        '--split-offset'
+    """
+    _load()
+    return {name: option for part in _PARTS.values() for name, option in part.new_options.items()}
 
 
 class _Live(Mapping):
