@@ -116,7 +116,9 @@ class Part:
             that a claim input of the same name, ``path`` or ``split``, goes into ``inputs``).
         figure_order: Where its figures go among a claim's (default: :attr:`order`).
         warnings: ``warnings(settings, result)``: sentences on a part just computed (an option that measures nothing).
-        new_options: The options of settings no other part takes, declared with the part (merged into :data:`OPTIONS`).
+        new_options: The settings no other part takes, declared with the part by their options (merged into
+            :data:`OPTIONS`): :class:`~poslens.study.settings.Settings` takes each as a keyword and reads it as an
+            attribute, its default the option's, with no field of its own (:func:`declared_options`).
         zoo: ``zoo(study)``: its figures for one run of ``poslens zoo-measure`` (``None``: not measured there).
         zoo_order: Its place in ``poslens zoo-measure``.
         load_old: ``load_old(folder)``: the part from an older layout of the folder, or ``None`` (``poslens claims``).
