@@ -129,9 +129,9 @@ class Settings:
         (16, 256)
         >>> Settings(split_offset=8).split_offset, Settings().split_offset   # a setting the sink-split part declares
         (8, None)
-        >>> Settings(split_ofset=8)
+        >>> Settings(split_ofset=8)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
-        poslens.errors.InputError: Settings has no setting 'split_ofset' (nor does any part declare one); did you mean split_offset?
+        poslens.errors.InputError: Settings has no setting 'split_ofset', nor does a registered part declare one ...; did you mean split_offset?
     """
 
     model: str = "smollm2-135m"
@@ -322,7 +322,7 @@ _dataclass_init = Settings.__init__
 def _init(self: Settings, *args: Any, **values: Any) -> None:
     """The dataclass's ``__init__``, with a part's declared setting taken as a keyword into ``part_settings``."""
     declared = {name: values.pop(name) for name in [n for n in values if n not in FIELDS]}
-    if declared or values.get("part_settings"):
+    if declared or "part_settings" in values:  # a dict given as part_settings becomes a PartSettings too
         defaults = declared_defaults()
         merged = {**dict(values.get("part_settings") or {}), **declared}  # dataclasses.replace passes both
         unknown = [name for name in merged if name not in defaults]
@@ -331,7 +331,9 @@ def _init(self: Settings, *args: Any, **values: Any) -> None:
 
             close = difflib.get_close_matches(unknown[0], [*sorted(FIELDS - {"part_settings"}), *defaults], n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
-            raise InputError(f"Settings has no setting {unknown[0]!r} (nor does any part declare one){hint}")
+            raise InputError(
+                f"Settings has no setting {unknown[0]!r}, nor does a registered part declare one (theirs: {', '.join(defaults) or 'none'}){hint}"
+            )
         for name, value in merged.items():
             _check_declared(name, value)
         values["part_settings"] = PartSettings({name: value for name, value in merged.items() if value != defaults[name]})
