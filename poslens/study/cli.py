@@ -322,7 +322,7 @@ def report(
     }
     overrides.update(max_memory=max_memory, row_sums=row_sums, disk_budget=disk_budget)
     settings = Settings.quick(model=model, **overrides) if quick else Settings.full(model=model, **overrides)
-    cli_warnings.resolved_values(vars(settings))  # a warning's advice names the option whose (preset) value it found
+    cli_warnings.resolved_values(settings.as_dict())  # a warning's advice names the option whose (preset) value it found
     plan = report_plan(skip_compare)
     fills = dict.fromkeys(name for p in plan for name in PARTS[p].fills)  # in the plan's order, once each
     lengths = dict.fromkeys(name for p in plan for name in PARTS[p].lengths)
@@ -350,7 +350,7 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
     from poslens.study.claims import not_measured_summary
     from poslens.study.report import build_report
     from poslens.study.run_cost import estimate_line, seconds_per_token
-    from poslens.study.run_record import run_record
+    from poslens.study.run_record import recorded_settings, run_record
 
     settings, out = study.settings, study.out
     if not quick:
@@ -365,7 +365,7 @@ def _run_report(study: Study, quick: bool, model: str, plan: list[str]) -> None:
     claims_table = study.claims(parts)
     if not is_main():
         return  # under torchrun, rank 0 writes the page and run.json, and prints
-    settings_dict = {k: v for k, v in settings.__dict__.items() if k != "cases"}
+    settings_dict = recorded_settings(settings)
     page = build_report(parts, claims_table, settings_dict, Path(out) / "report.html")
     study.written.append(page)
     run = run_record(parts, settings_dict, quick=quick, timings=timings, argv=sys.argv[1:], cuda=torch.cuda.is_available())

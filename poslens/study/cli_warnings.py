@@ -112,7 +112,7 @@ def resolved_values(values: Mapping[str, Any]) -> None:
     """Tell the warnings the values the running command resolved (a preset's, where an option was left out).
 
     Args:
-        values: ``{parameter: value}`` (``vars(settings)``).
+        values: ``{parameter: value}`` (``settings.as_dict()``).
 
     Example:
         >>> resolved_values({"n_seqs": 16})   # outside a command: nothing to tell

@@ -4,8 +4,9 @@ A setting's option is declared once: its flag, default, ``--help`` text, type, c
 back on a command line. :data:`BASE_OPTIONS` holds those of the settings that several parts take (or that only a
 part declared before the registry takes); a part declares an option only it takes with its declaration
 (:attr:`poslens.study.part_registry.Part.new_options`). :data:`poslens.study.part_registry.OPTIONS` holds both.
-An option's default is the setting's (:class:`poslens.study.settings.Settings`, whose measurement defaults are
-:mod:`poslens.options`'s), never written here again: ``--help``, the printed command lines and the settings agree by
+A shared option's default is the setting's (:class:`poslens.study.settings.Settings`, whose measurement defaults are
+:mod:`poslens.options`'s), never written here again; a part's own option declares its setting, whose default is the
+option's (``Settings`` holds it in ``part_settings``): ``--help``, the printed command lines and the settings agree by
 construction.
 
 Example:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from poslens.study.part_options import BASE_OPTIONS, Option, OptionConflictError  # noqa: F401 (re-exported: declared here before)
+from poslens.study.settings import FIELDS
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -115,7 +116,9 @@ class Part:
             that a claim input of the same name, ``path`` or ``split``, goes into ``inputs``).
         figure_order: Where its figures go among a claim's (default: :attr:`order`).
         warnings: ``warnings(settings, result)``: sentences on a part just computed (an option that measures nothing).
-        new_options: The options of settings no other part takes, declared with the part (merged into :data:`OPTIONS`).
+        new_options: The settings no other part takes, declared with the part by their options (merged into
+            :data:`OPTIONS`): :class:`~poslens.study.settings.Settings` takes each as a keyword and reads it as an
+            attribute, its default the option's, with no field of its own (:func:`declared_options`).
         zoo: ``zoo(study)``: its figures for one run of ``poslens zoo-measure`` (``None``: not measured there).
         zoo_order: Its place in ``poslens zoo-measure``.
         load_old: ``load_old(folder)``: the part from an older layout of the folder, or ``None`` (``poslens claims``).
@@ -278,7 +281,7 @@ def register(*parts: Part) -> None:
     for part in parts:
         if part.name in _PARTS:
             raise ValueError(f"a part named {part.name!r} is registered already")
-        taken = set(part.new_options) & set(_OPTIONS)
+        taken = set(part.new_options) & (set(_OPTIONS) | FIELDS)
         if taken:
             raise ValueError(f"part {part.name!r} declares options of settings that have one already: {sorted(taken)}")
         _OPTIONS.update(part.new_options)
@@ -301,6 +304,23 @@ def unregister(name: str) -> None:
     part = _PARTS.pop(name, None)
     for setting in part.new_options if part is not None else ():
         _OPTIONS.pop(setting, None)
+
+
+def declared_options() -> dict[str, Option]:
+    """The options of the settings the registered parts declare for themselves (:attr:`Part.new_options`), in order.
+
+    :class:`~poslens.study.settings.Settings` takes these settings as keywords and holds them in its ``part_settings``;
+    each one's default is its option's (:meth:`Option.setting_value` of :attr:`Option.default`).
+
+    Returns:
+        ``{setting: option}``.
+
+    Example:
+        >>> declared_options()["split_offset"].flag
+        '--split-offset'
+    """
+    _load()
+    return {name: option for part in _PARTS.values() for name, option in part.new_options.items()}
 
 
 class _Live(Mapping):

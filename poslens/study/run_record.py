@@ -18,10 +18,13 @@ import platform
 import shlex
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from poslens.study.part_registry import PARTS
 from poslens.version import __version__
+
+if TYPE_CHECKING:
+    from poslens.study.settings import Settings
 
 
 def described_models(parts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -50,6 +53,24 @@ def described_models(parts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                     "quantized": described.get("quantized"),
                 }
     return models
+
+
+def recorded_settings(settings: Settings) -> dict[str, Any]:
+    """The settings as ``run.json`` and ``report.html`` record them: flat, every part's own settings beside the rest, no ``cases``.
+
+    Args:
+        settings: The report's settings.
+
+    Returns:
+        ``{setting: value}`` (:meth:`~poslens.study.settings.Settings.as_dict` less ``cases``, which only Python gives).
+
+    Example:
+        >>> from poslens.study.settings import Settings
+        >>> recorded = recorded_settings(Settings(split_offset=8))
+        >>> recorded["split_offset"], "cases" in recorded, "part_settings" in recorded
+        (8, False, False)
+    """
+    return {name: value for name, value in settings.as_dict().items() if name != "cases"}
 
 
 def run_record(

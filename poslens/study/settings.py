@@ -3,20 +3,83 @@
 :class:`Settings` holds everything a study part depends on (:class:`ZooMeasureOptions`: those shared by a
 zoo family's runs). Which settings each part depends on, and the command-line option of each, are declared
 with the parts in :mod:`poslens.study.part_registry`.
+
+A setting only one part takes is declared with that part, not here: its name, default and option are the part's
+``new_options`` (``split_offset``, in :mod:`poslens.study.declarations.sink_split`). :class:`Settings` keeps such
+settings in one field, :attr:`Settings.part_settings` (:class:`PartSettings`, a frozen mapping), and reads them as
+ordinary attributes (``settings.split_offset``); the constructor, the presets and :func:`dataclasses.replace` take
+them as keywords, and :meth:`Settings.as_dict` (``run.json``, the reuse keys) lists them flat beside the others.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from poslens.errors import InputError
 from poslens.fit.relativize import MODES
 from poslens.options import DEFAULTS, MeasureOptions
 
 if TYPE_CHECKING:  # the settings load without torch, for the command line's --help
     from poslens.mechanisms.architectures import Case
+
+
+class PartSettings(Mapping):
+    """The settings the parts declare for themselves (``split_offset``), frozen and hashable: only values off their default.
+
+    Args:
+        values: ``{setting: value}``.
+
+    Example:
+        >>> PartSettings({"split_offset": 8}) == PartSettings({"split_offset": 8}), dict(PartSettings())
+        (True, {})
+    """
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self._items = tuple(sorted((values or {}).items()))
+
+    def __getitem__(self, name: str) -> Any:
+        for key, value in self._items:
+            if key == name:
+                return value
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self) == dict(other)
+
+    def __repr__(self) -> str:
+        return f"PartSettings({dict(self)!r})"
+
+
+def declared_defaults() -> dict[str, Any]:
+    """The settings the registered parts declare for themselves (:attr:`~poslens.study.part_registry.Part.new_options`), with their defaults.
+
+    A declared setting's default is its option's default as the setting holds it
+    (:meth:`~poslens.study.part_options.Option.setting_value`).
+
+    Returns:
+        ``{setting: default}``, in the registry's order.
+
+    Example:
+        >>> declared_defaults()["split_offset"] is None
+        True
+    """
+    from poslens.study.part_registry import declared_options  # the registry imports this module
+
+    return {name: option.setting_value(option.default) for name, option in declared_options().items()}
 
 
 @dataclass(frozen=True)
@@ -57,11 +120,18 @@ class Settings:
         relativize_loss: Whether it measures the change in next-token loss.
         path_offsets: The offsets D of the path-specific tests' key-phase freeze (empty: :func:`poslens.options.default_path_offsets`).
         path_doses: The doses λ of their mask-only sink profile (1 is the split's).
-        split_offset: D of the sink-path split's phase edit (``None``: :data:`poslens.options.SPLIT_OFFSET`, or half the narrowest sliding window).
+        part_settings: The settings a part declares for itself, read as attributes (``settings.split_offset``: D of the
+            sink-path split's phase edit, declared in :mod:`poslens.study.declarations.sink_split`) and given as keywords
+            (``Settings(split_offset=8)``); it holds only values off their declared default.
 
     Example:
         >>> Settings.quick().n_seqs, Settings.full().seq_len
         (16, 256)
+        >>> Settings(split_offset=8).split_offset, Settings().split_offset   # a setting the sink-split part declares
+        (8, None)
+        >>> Settings(split_ofset=8)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        poslens.errors.InputError: Settings has no setting 'split_ofset', nor does a registered part declare one ...; did you mean split_offset?
     """
 
     model: str = "smollm2-135m"
@@ -97,10 +167,36 @@ class Settings:
     relativize_loss: bool = True
     path_offsets: tuple[int, ...] = ()
     path_doses: tuple[float, ...] = (1.0,)
-    split_offset: int | None = None
+    part_settings: PartSettings = field(default_factory=PartSettings)
 
     def __post_init__(self) -> None:
         self.measure_options()  # refuse a bad groups, early, batch size or τ when the settings are made
+
+    def __getattr__(self, name: str) -> Any:
+        """A setting a part declares (``split_offset``): its value here, else its declared default."""
+        stored = self.__dict__.get("part_settings")
+        if name.startswith("_") or stored is None:  # copy and pickle look up dunders before the fields are set
+            raise AttributeError(name)
+        if name in stored:
+            return stored[name]
+        defaults = declared_defaults()
+        if name in defaults:
+            return defaults[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every setting by name, flat: the fields, then the settings the parts declare (as ``run.json`` records them).
+
+        Returns:
+            ``{setting: value}``, dataclasses within (``cases``) as dicts, the parts' settings in place of ``part_settings``.
+
+        Example:
+            >>> list(Settings(split_offset=8).as_dict().items())[-2:]
+            [('path_doses', (1.0,)), ('split_offset', 8)]
+        """
+        values = asdict(self)
+        values.pop("part_settings")
+        return {**values, **declared_defaults(), **self.part_settings}
 
     def measure_options(self) -> MeasureOptions:
         """The measurement's options these settings hold, validated (:meth:`poslens.options.MeasureOptions.validate`).
@@ -194,7 +290,7 @@ class Settings:
             >>> Settings(tau=0.5).key(*MEASURE_KEYS) == Settings().key(*MEASURE_KEYS)  # τ is not a measuring setting
             True
         """
-        values = asdict(self)
+        values = self.as_dict()
         chosen = {n: values[n] for n in (names or sorted(values))}
         return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -213,8 +309,51 @@ def settings_values(settings: Settings, names: tuple[str, ...]) -> dict[str, Any
         >>> settings_values(Settings(), ("n_seqs", "replacements"))
         {'n_seqs': 16, 'replacements': ['mean', 'zero', 'noise', 'token:eos']}
     """
-    values = asdict(settings)
+    values = settings.as_dict()
     return {name: json.loads(json.dumps(values[name], default=str)) for name in names}
+
+
+FIELDS = frozenset(f.name for f in fields(Settings))
+"""The fields of :class:`Settings` (``part_settings`` among them)."""
+
+_dataclass_init = Settings.__init__
+
+
+def _init(self: Settings, *args: Any, **values: Any) -> None:
+    """The dataclass's ``__init__``, with a part's declared setting taken as a keyword into ``part_settings``."""
+    declared = {name: values.pop(name) for name in [n for n in values if n not in FIELDS]}
+    if declared or "part_settings" in values:  # a dict given as part_settings becomes a PartSettings too
+        defaults = declared_defaults()
+        merged = {**dict(values.get("part_settings") or {}), **declared}  # dataclasses.replace passes both
+        unknown = [name for name in merged if name not in defaults]
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], [*sorted(FIELDS - {"part_settings"}), *defaults], n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise InputError(
+                f"Settings has no setting {unknown[0]!r}, nor does a registered part declare one (theirs: {', '.join(defaults) or 'none'}){hint}"
+            )
+        for name, value in merged.items():
+            _check_declared(name, value)
+        values["part_settings"] = PartSettings({name: value for name, value in merged.items() if value != defaults[name]})
+    _dataclass_init(self, *args, **values)
+
+
+def _check_declared(name: str, value: Any) -> None:
+    """Refuse a declared setting's number out of its option's bounds (``checks`` ``min``/``max``), as its command would."""
+    from poslens.study.part_registry import declared_options
+
+    checks = declared_options()[name].checks
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if "min" in checks and value < checks["min"]:
+            raise InputError(f"{name} must be at least {checks['min']}, got {value}")
+        if "max" in checks and value > checks["max"]:
+            raise InputError(f"{name} must be at most {checks['max']}, got {value}")
+
+
+_init.__signature__ = inspect.signature(_dataclass_init)  # type: ignore[attr-defined]
+Settings.__init__ = _init  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True)

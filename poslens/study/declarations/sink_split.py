@@ -34,7 +34,8 @@ SPLIT_OFFSET_OPTION = Option(
     int | None,
     checks={"min": 0, "show_default": f"{SPLIT_OFFSET}, or half the narrowest sliding window"},
 )
-"""``--split-offset``: the setting ``split_offset`` (its default: :data:`poslens.options.SPLIT_OFFSET`)."""
+"""``--split-offset``: the setting ``split_offset``, declared here and nowhere else (default ``None``: :data:`poslens.options.SPLIT_OFFSET`,
+or half the narrowest sliding window); :class:`~poslens.study.settings.Settings` takes it as a keyword and reads it as an attribute."""
 
 
 def compute(study: Study) -> Result:
