@@ -217,7 +217,8 @@ def sink_path_split(
         groups: Number of groups G (intervals: t with G − 1 degrees of freedom).
         early: Q of the baseline's early query window (when the baseline is measured here).
         batch_size: Sequences per forward pass.
-        tau: The sink-reading threshold (when ``heads`` is not given).
+        tau: The sink-reading threshold (when ``heads`` is not given): a head is edited when its mean a_i0 reaches it, over
+            the rows i ≥ 1 that see key 0 (under a sliding window shorter than the sequences, rows i < W; methodology §13.1).
         penalty: The residual probe's ridge penalty.
         baseline: An unedited ``poslens.measure`` of ``corpus`` to take the sink-reading heads from (measured when needed).
         heads: The edited heads ``[(layer, head)]``, in place of the sink-reading heads at ``tau``.
@@ -263,7 +264,7 @@ def sink_path_split(
     if heads is None:
         if baseline is None:
             baseline = measure(model, corpus, groups=groups, early=early, batch_size=batch_size, interventions=others, probe=False, progress=progress)
-        heads = sinks.sink_reading_heads(baseline, tau)
+        heads = sinks.sink_reading_heads(baseline, tau, rows="visible")  # under a window, the rows that see key 0 (§13.1)
     heads = sorted((int(layer), int(head)) for layer, head in heads)
     timings: dict[str, float] = {}
 

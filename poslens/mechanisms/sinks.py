@@ -69,23 +69,42 @@ def _count_row(part: pd.DataFrame, layer: int, tau: float) -> dict:
     }
 
 
-def sink_reading_heads(result: Result, tau: float = DEFAULT_TAU) -> list[tuple[int, int]]:
+def sink_reading_heads(result: Result, tau: float = DEFAULT_TAU, rows: str = "all") -> list[tuple[int, int]]:
     """(layer, head) of every head whose sink score is ≥ τ, in layer order.
 
+    ``rows`` says which queries the score averages: ``"all"``, every query i ≥ 1 (the sink score of
+    :func:`sink_table`, where a query that a sliding window keeps from key 0 counts 0), or ``"visible"``,
+    on a layer whose sliding window is shorter than the sequences only the queries 1 ≤ i < W that see key 0
+    (:func:`key0_means`; the sink path's split reads its heads so, methodology §13.1). On a layer without
+    such a window the two are the same score.
+
     Args:
-        result: A measured result.
+        result: A measured result (``rows="visible"`` needs its sums where a layer has a window).
         tau: The sink-score threshold τ.
+        rows: ``"all"`` or ``"visible"``.
 
     Returns:
         ``[(layer, head)]``.
+
+    Raises:
+        InputError: When ``rows`` is neither.
 
     Example:
         >>> sink_reading_heads(result, tau=0.3)[:3]  # doctest: +SKIP
         [(1, 0), (1, 4), (2, 7)]
     """
+    if rows not in ("all", "visible"):
+        raise InputError(f"rows must be 'all' or 'visible', got {rows!r}")
     table = sink_table(result, tau)
-    heads = table[(table["metric"] == "sink_score") & (table["value"] >= tau)]
-    return sorted((int(layer), int(head)) for layer, head in zip(heads["layer"], heads["head"], strict=False))
+    scores = table[table["metric"] == "sink_score"]
+    score = {(int(layer), int(head)): float(value) for layer, head, value in zip(scores["layer"], scores["head"], scores["value"], strict=True)}
+    if rows == "visible":
+        windows = result.meta.get("model", {}).get("window") or []
+        t = result.meta.get("corpus", {}).get("seq_len") or (result.sums.row_count.shape[-1] if result.sums is not None else None)
+        hidden = [key for key in score if key[0] < len(windows) and windows[key[0]] and t and windows[key[0]] < t]
+        if hidden:
+            score.update(key0_means(result, hidden))
+    return sorted(key for key, value in score.items() if value >= tau)
 
 
 def key0_means(result: Result, heads: list[tuple[int, int]]) -> dict[tuple[int, int], float]:

@@ -241,3 +241,31 @@ def test_the_path_tests_warn_and_record_an_offset_the_sequences_never_show(llama
     with pytest.warns(UserWarning, match="never show the model"):
         result = path_specific_tests(llama, corpus, offsets=[4, 40], groups=2, early=4, tau=0.05, sham=False, ablation=False, progress=False)
     assert result.meta["offset_notes"] and "D = 40" in result.meta["offset_notes"][0]
+
+
+def test_under_a_window_the_heads_are_read_by_the_rows_that_see_key0(tmp_path):
+    """Methodology §13.1: the split's sink score under a window of W averages a_i0 over the rows 1 ≤ i < W only.
+
+    The reference is computed here from the patterns themselves; τ sits between the head's two scores, so the
+    head is edited by the visible rows' mean and would not be by the mean over every row.
+    """
+    from poslens.mechanisms import sinks
+
+    model = poslens.load_model(save_tiny_model(tmp_path, "mistral"), dtype=torch.float64)
+    window = model.sliding_windows[1]
+    corpus = poslens.make_corpus(model, "random", n_seqs=8, seq_len=T, seed=0)
+    baseline = poslens.measure(model, corpus, groups=4, early=6, progress=False)
+    record = Record()
+    intervened_forward(model, corpus.tokens, [record], [])
+    a0 = record.patterns[1][:, 0, :, 0]  # [N, T]: a_i0 of layer 1, head 0 (the model's float32 softmax: compared to 1e-6)
+    visible = float(a0[:, 1:window].mean())
+    every_row = float(a0[:, 1:].mean())  # the rows the window keeps from key 0 hold 0
+    assert every_row == pytest.approx(visible * (window - 1) / (T - 1), rel=1e-9)
+    tau = (visible + every_row) / 2
+    assert (1, 0) in sinks.sink_reading_heads(baseline, tau, rows="visible")
+    assert (1, 0) not in sinks.sink_reading_heads(baseline, tau)
+    assert sinks.key0_means(baseline, [(1, 0)])[(1, 0)] == pytest.approx(visible, rel=1e-6)
+    split = sink_path_split(model, corpus, tau=tau, baseline=baseline, groups=4, offset=2, shams=False, every_head_phase=False, progress=False)
+    assert [1, 0] in split.meta["sink_heads"]
+    with pytest.raises(InputError, match="rows must be"):
+        sinks.sink_reading_heads(baseline, tau, rows="some")
