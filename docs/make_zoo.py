@@ -380,7 +380,7 @@ SCHEDULE_WORDS = {"cosine": "cosine decay to a tenth", "constant": "then constan
 UNIFORM_WITHIN = 0.002
 
 
-def _uniform_heads_note(runs: pd.DataFrame, settings: dict) -> str:
+def _uniform_heads_note(runs: pd.DataFrame, settings: dict, emergence: pd.DataFrame) -> str:
     """Where runs formed no sink: how many of their heads ended at a uniform head's sink score (the runs' own logs)."""
     sinkless = runs[runs["sink_heads"] < 1]
     if sinkless.empty or not (ROOT / STORED / "hashes.json").exists():
@@ -396,6 +396,9 @@ def _uniform_heads_note(runs: pd.DataFrame, settings: dict) -> str:
             total += len(scores)
         seeds = ", ".join(str(s) for s in rows["seed"])
         said.append(f"`{member}` (seed{'s' if len(rows) > 1 else ''} {seeds}): {near} of {total} heads")
+    formed = runs[runs["sink_heads"] >= 1]
+    if len(formed) and sinkless["held_out_loss"].min() > formed["held_out_loss"].max():
+        return _plateau_note(sinkless, formed, said, emergence)
     return (
         "**Where no sink formed, many heads attend uniformly.** At the last checkpoint, the heads whose sink score is within "
         f"{UNIFORM_WITHIN:g} of a uniform head's, in the runs without a sink: {'; '.join(said)}. Those heads' queries and keys"
@@ -405,12 +408,27 @@ def _uniform_heads_note(runs: pd.DataFrame, settings: dict) -> str:
     )
 
 
+def _plateau_note(sinkless: pd.DataFrame, formed: pd.DataFrame, said: list[str], emergence: pd.DataFrame) -> str:
+    """Where every run without a sink also ended at a higher held-out loss than every run with one: they did not learn the task."""
+    early = emergence[emergence["step"] == sorted(emergence["step"].unique())[1]]
+    return (
+        "**Where no sink formed, the run did not learn the task.** The runs without a sink ended at a held-out loss of "
+        f"{_num(sinkless['held_out_loss'].min(), 4)}–{_num(sinkless['held_out_loss'].max(), 4)}, every run with one at "
+        f"{_num(formed['held_out_loss'].min(), 4)}–{_num(formed['held_out_loss'].max(), 4)}; at step {int(early['step'].iloc[0])} the "
+        f"family's runs stood at {_num(early['held_out_loss'].min(), 4)}–{_num(early['held_out_loss'].max(), 4)}, and the runs without a "
+        "sink never went much below that. In them, the heads within "
+        f"{UNIFORM_WITHIN:g} of a uniform head's sink score: {'; '.join(said)}: their queries and keys tell no key apart. These are "
+        "runs that stayed on the early plateau (held-out loss, emergence figure above) to the last step, not runs that learned the"
+        " task without a sink; C4 leaves their seeds out, as it leaves out every run without a sink."
+    )
+
+
 def _uniform(keys: int) -> float:
     """The sink score of a uniform head over queries 1 ≤ i < ``keys`` (weight 1/(i + 1) on key 0)."""
     return sum(1 / (i + 1) for i in range(1, keys)) / (keys - 1)
 
 
-def _window_note(settings: dict, family: pd.DataFrame, runs: pd.DataFrame) -> str:
+def _window_note(settings: dict, family: pd.DataFrame, runs: pd.DataFrame, figures: pd.DataFrame) -> str:
     """Why the sliding member's key-0 mass differs between the training log and the measured family."""
     t = int(settings["seq_len"])
     w = _window(settings)
@@ -422,8 +440,24 @@ def _window_note(settings: dict, family: pd.DataFrame, runs: pd.DataFrame) -> st
         f"**The sliding member's key-0 mass, two ways.** The training log scores a head over the queries that can see key 0"
         f" (i < W = {w}): {_num(float(logged.mean()))} on average for `sliding`, against {_num(_uniform(w))} for a uniform head. The measured"
         " family uses poslens's sink score, the mean over every query i ≥ 1, where a query that cannot see key 0 counts 0:"
-        f" {_num(float(measured['mean'].iloc[0]))}, that is (W − 1)/(T − 1) = {w - 1}/{t - 1} of it. Either way no head of"
-        " `sliding` reaches τ."
+        f" {_num(float(measured['mean'].iloc[0]))}, that is (W − 1)/(T − 1) = {w - 1}/{t - 1} of it. "
+        + _sliding_sinks_two_ways(runs, figures)
+    )
+
+
+def _sliding_sinks_two_ways(runs: pd.DataFrame, figures: pd.DataFrame) -> str:
+    """How many runs of `sliding` have a head at τ by the training log's score and by poslens's sink score."""
+    logged = runs[runs["member"] == "sliding"]
+    counts = figures[
+        (figures["member"] == "sliding") & (figures["part"] == "sinks") & (figures["metric"] == "sink_heads") & (figures["layer"] == -1)
+    ]
+    by_log, by_sinks = int((logged["sink_heads"] >= 1).sum()), int((counts["value"] >= 1).sum())
+    if by_log == 0 and by_sinks == 0:
+        return "Either way no head of `sliding` reaches τ."
+    return (
+        f"By the training log's score {by_log} of the {len(logged)} runs of `sliding` have a head at τ "
+        f"({int(logged['sink_heads'].sum())} heads in all), by poslens's sink score {by_sinks} ({int(counts['value'].sum())} heads): "
+        "C4's zoo case reads the training log's count, the one that does not count the queries the window keeps from key 0."
     )
 
 
@@ -615,7 +649,7 @@ def build(data: Path, findings: Path) -> str:
         "",
         _no_sink_note(runs, pd.read_csv(data / "emergence.csv"), settings, tau),
         "",
-        _uniform_heads_note(runs, settings),
+        _uniform_heads_note(runs, settings, pd.read_csv(data / "emergence.csv")),
         "",
         "## The family measured",
         "",
@@ -652,7 +686,7 @@ def build(data: Path, findings: Path) -> str:
         "",
         "Every figure of every run, per layer included, is in `docs/zoo_data/figures.csv`; `family.csv` holds the two tables above for every figure.",
         "",
-        _window_note(settings, family, runs),
+        _window_note(settings, family, runs, pd.read_csv(data / "figures.csv")),
         "",
         "## C4 inside the family",
         "",
@@ -688,6 +722,7 @@ def build(data: Path, findings: Path) -> str:
         "",
         *_power_section(data),
         *_weights_section(data),
+        *_one_head_family_section(data),
         *_planned_family_section(data),
         *_natural_text_section(data),
         *_first_family_section(data),
@@ -781,22 +816,128 @@ def _power_section(data: Path) -> list[str]:
     ]
 
 
+ONE_HEAD = "one_head_family"
+"""The family trained before this one in the first family's shape, one head per layer and a window of T/2 (no sink in `sliding`)."""
+PILOTS_FILE = "pilots.csv"
+"""The short pilots read for their sink counts before this family's shape was chosen (``benchmarks/zoo_pilots.py``)."""
+
+
+def _pilots_table(pilots: pd.DataFrame) -> str:
+    """One row per pilot: what it changed, the step read, and per member the runs with a sink."""
+    rows = []
+    for pilot, part in pilots.groupby("pilot", sort=True):
+        first = part.iloc[0]
+        formed = {r.member: f"{r.runs_with_sink}/{r.runs}" for r in part.itertuples()}
+        rows.append(
+            [
+                str(pilot),
+                f"T = {first.seq_len}, W = {first.window}",
+                f"{first.depth} × {first.heads}, width {first.width}",
+                f"{first.lr:g} {first.schedule}" + (f", decay {first.weight_decay:g}" if first.weight_decay != 0.1 else ""),
+                f"{first.step_read} of {first.steps}",
+                *[formed.get(m, "—") for m in MEMBERS],
+                _num(part["largest_sink_score"].max()),
+                _num(part["highest_held_out_loss"].max()),
+            ]
+        )
+    return markdown_table(
+        ["pilot", "length, window", "layers × heads", "rate", "step read", *[f"`{m}`: runs with a sink" for m in MEMBERS], "largest sink score", "highest held-out loss"],
+        rows,
+    )
+
+
 def _shape_paragraph(data: Path) -> list[str]:
-    """Why the family on this page has the shape it has, when the planned family (kept below) formed no sink."""
-    if not (data / PLANNED / "measure.json").exists():
+    """Why the family on this page has the shape it has: the families before it, and the pilots read for their sinks."""
+    if not (data / PLANNED / "measure.json").exists() or not (data / ONE_HEAD / "measure.json").exists():
         return []
     planned = json.loads((data / PLANNED / "measure.json").read_text())["zoo"]["settings"]
+    one_head = json.loads((data / ONE_HEAD / "measure.json").read_text())["zoo"]["settings"]
     settings = json.loads((data / "measure.json").read_text())["zoo"]["settings"]
-    first = json.loads((data / FIRST / "measure.json").read_text())["zoo"]["settings"]
-    return [
+    one_head_runs = pd.read_csv(data / ONE_HEAD / "runs.csv")
+    lines = [
         f"**The planned shape formed no sink** in any of its {len(planned['members']) * len(planned['seeds'])} runs, nor did its "
-        "natural-text twin (both below). The family on this page keeps the planned members and seeds "
-        f"({len(settings['seeds'])}) and returns to the first family's shape, the one the spread was measured in: width "
-        f"{settings['width']}, {settings['depth']} layers × {settings['heads']} head, T = {settings['seq_len']}, with a window of "
-        f"{_window_words(settings)} keys (the first family's T/8 = {max(2, first['seq_len'] // 8)} formed no sink in `sliding`) "
-        f"and a {settings['schedule']} rate of {settings['lr']:g} for {settings['steps']} steps. Before it was chosen, short "
-        "pilots (2 seeds, at most 3000 steps, not kept) were read for their sink count alone; no C4 figure of them was looked at.",
+        "natural-text twin (both below). Back in the first family's shape (width "
+        f"{one_head['width']}, {one_head['depth']} layers × {one_head['heads']} head, T = {one_head['seq_len']}) with a window of "
+        f"{_window_words(one_head)} and a constant rate, the one-head family (below) formed sinks in "
+        + ", ".join(
+            f"{int((part['sink_heads'] >= 1).sum())} of {len(part)} runs of `{member}`" for member, part in one_head_runs.groupby("member", sort=False)
+        )
+        + ".",
         "",
+    ]
+    if (data / PILOTS_FILE).exists():
+        pilots = pd.read_csv(data / PILOTS_FILE)
+        lines += [
+            "Short pilots (not kept) were read for their sink counts alone, no C4 figure of them looked at. Pilots 1–5 came"
+            " before the one-head family's shape was chosen, 6–7 after it was trained; for this family (8–13) the shape taken"
+            " was the first in which every run of `standard` and `sliding` had a sink at the step read (the training log's"
+            " count, τ = 0.3). A pilot read before its last step was stopped there (2–5 in the earlier search; 12 after a"
+            " `standard` run without a sink at the lower rate; 13 once pilot 11 had met the rule).",
+            "",
+            _pilots_table(pilots),
+            "",
+            "*`benchmarks/zoo_pilots.py` wrote `docs/zoo_data/pilots.csv` from the pilots' training logs; each pilot is `poslens zoo"
+            " --task bigram-backcopy` with the flags in its row, batch 16, warmup 100, seeds 0, 1 (pilots 1–6), 0–4 (pilot 7) or 0, 1,"
+            " 2 (pilots 8–13).*",
+            "",
+        ]
+    lines += [
+        f"The family on this page keeps the planned members and seeds ({len(settings['seeds'])}) in the shape of pilot 11: width "
+        f"{settings['width']}, {settings['depth']} layers × {settings['heads']} heads, T = {settings['seq_len']}, a window of "
+        f"{_window_words(settings)} keys and a {settings['schedule']} rate of {settings['lr']:g}, for {settings['steps']} steps. "
+        f"The window hides BOS from the queries i ≥ {_window(settings)} only, {settings['seq_len'] - _window(settings)} of the "
+        f"{settings['seq_len'] - 1} queries i ≥ 1. {_narrow_window_sentence(data)} At this size a windowed member forms BOS sinks"
+        " only where most queries see BOS, and C4's sliding comparisons are read on such a member, nearer to `standard` than a"
+        " long-context sliding-window model is.",
+        "",
+    ]
+    return lines
+
+
+def _narrow_window_sentence(data: Path) -> str:
+    """How many `sliding` runs with a window of T/2 or less formed a sink, over the earlier families and the pilots."""
+    runs, formed = 0, 0
+    for folder in (FIRST, PLANNED, NATURAL, ONE_HEAD):
+        if not (data / folder / "measure.json").exists():
+            continue
+        settings = json.loads((data / folder / "measure.json").read_text())["zoo"]["settings"]
+        if _window(settings) * 2 <= settings["seq_len"]:
+            sliding = pd.read_csv(data / folder / "runs.csv").query("member == 'sliding'")
+            runs, formed = runs + len(sliding), formed + int((sliding["sink_heads"] >= 1).sum())
+    if (data / PILOTS_FILE).exists():
+        pilots = pd.read_csv(data / PILOTS_FILE).query("member == 'sliding' and 2 * window <= seq_len")
+        runs, formed = runs + int(pilots["runs"].sum()), formed + int(pilots["runs_with_sink"].sum())
+    return (
+        f"Of the {runs} runs of `sliding` with a window of T/2 or less (the earlier families' and the pilots'), {formed} formed a sink;"
+        " with W = 48 of 64 and one head, 1 of 5 (pilot 7)."
+    )
+
+
+def _one_head_family_section(data: Path) -> list[str]:
+    """The family of the previous shape (one head per layer, a window of T/2): its sinks and its C4, as it came out."""
+    folder = data / ONE_HEAD
+    if not (folder / "measure.json").exists():
+        return []
+    measured = json.loads((folder / "measure.json").read_text())
+    settings = measured["zoo"]["settings"]
+    runs = pd.read_csv(folder / "runs.csv")
+    claims = Claims.read(folder)
+    overall = claims.table.loc[claims.table["claim"] == "C4", "verdict"].iloc[0]
+    return [
+        "## The one-head family",
+        "",
+        f"The family this page showed before: {len(settings['members'])} members × {len(settings['seeds'])} seeds × {settings['steps']} steps "
+        f"of Bigram-Backcopy, width {settings['width']}, {settings['depth']} layers × {settings['heads']} head, T = {settings['seq_len']}, "
+        f"window {_window_words(settings)}, {settings['schedule']} rate {settings['lr']:g}, "
+        f"{measured['zoo'].get('wall_seconds') or float('nan'):.0f} s of wall time; measured by zoo-measure with the parts "
+        f"{', '.join(measured['parts'])} (tables in `docs/zoo_data/{ONE_HEAD}`, float16 weights with their hashes in "
+        f"`{STORED}_one_head`). " + _sinks_sentence(runs, float(settings["tau"])),
+        "",
+        _c4_table(claims),
+        "",
+        f"**C4 in the one-head family: {overall}.**",
+        "",
+        *_decision_section(claims, data)[2:],
     ]
 
 
