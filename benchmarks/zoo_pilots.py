@@ -27,6 +27,7 @@ COLUMNS = [
     "depth",
     "heads",
     "lr",
+    "warmup",
     "schedule",
     "weight_decay",
     "steps",
@@ -54,7 +55,7 @@ def pilot_rows(folder: Path) -> list[dict]:
             {
                 "pilot": folder.name,
                 "member": member,
-                **{key: settings[key] for key in ("seq_len", "width", "depth", "heads", "lr", "schedule", "weight_decay", "steps")},
+                **{key: settings[key] for key in ("seq_len", "width", "depth", "heads", "lr", "warmup", "schedule", "weight_decay", "steps")},
                 "window": settings.get("window") or max(2, settings["seq_len"] // 8),
                 "step_read": min(row["step"] for row in last),
                 "runs": len(last),

@@ -833,7 +833,9 @@ def _pilots_table(pilots: pd.DataFrame) -> str:
                 str(pilot),
                 f"T = {first.seq_len}, W = {first.window}",
                 f"{first.depth} × {first.heads}, width {first.width}",
-                f"{first.lr:g} {first.schedule}" + (f", decay {first.weight_decay:g}" if first.weight_decay != 0.1 else ""),
+                f"{first.lr:g} {first.schedule}"
+                + (f", warmup {first.warmup}" if first.warmup != 100 else "")
+                + (f", decay {first.weight_decay:g}" if first.weight_decay != 0.1 else ""),
                 f"{first.step_read} of {first.steps}",
                 *[formed.get(m, "—") for m in MEMBERS],
                 _num(part["largest_sink_score"].max()),
@@ -872,13 +874,16 @@ def _shape_paragraph(data: Path) -> list[str]:
             " before the one-head family's shape was chosen, 6–7 after it was trained; for this family (8–13) the shape taken"
             " was the first in which every run of `standard` and `sliding` had a sink at the step read (the training log's"
             " count, τ = 0.3). A pilot read before its last step was stopped there (2–5 in the earlier search; 12 after a"
-            " `standard` run without a sink at the lower rate; 13 once pilot 11 had met the rule).",
+            " `standard` run without a sink at the lower rate; 13 once pilot 11 had met the rule; 15 once 14 was read)."
+            " Pilots 14–15 came after this family was trained: they retrained the seeds of its runs that stayed on the early"
+            " plateau (below) with 500 warmup steps or a rate of 0.007, under the same rule; neither met it, so the family"
+            " stays as it was trained.",
             "",
             _pilots_table(pilots),
             "",
             "*`benchmarks/zoo_pilots.py` wrote `docs/zoo_data/pilots.csv` from the pilots' training logs; each pilot is `poslens zoo"
-            " --task bigram-backcopy` with the flags in its row, batch 16, warmup 100, seeds 0, 1 (pilots 1–6), 0–4 (pilot 7) or 0, 1,"
-            " 2 (pilots 8–13).*",
+            " --task bigram-backcopy` with the flags in its row, batch 16, warmup 100 unless the row says otherwise, seeds 0, 1"
+            " (pilots 1–6), 0–4 (pilot 7), 0, 1, 2 (pilots 8–13) or 0, 3, 4 (pilots 14–15).*",
             "",
         ]
     lines += [
@@ -913,9 +918,9 @@ def _narrow_window_sentence(data: Path) -> str:
     )
 
 
-def _one_head_family_section(data: Path) -> list[str]:
-    """The family of the previous shape (one head per layer, a window of T/2): its sinks and its C4, as it came out."""
-    folder = data / ONE_HEAD
+def _earlier_family_section(data: Path, folder_name: str, title: str, what: str) -> list[str]:
+    """A family this page showed before, kept beside it: its shape, its sinks and its C4, as it came out."""
+    folder = data / folder_name
     if not (folder / "measure.json").exists():
         return []
     measured = json.loads((folder / "measure.json").read_text())
@@ -923,22 +928,29 @@ def _one_head_family_section(data: Path) -> list[str]:
     runs = pd.read_csv(folder / "runs.csv")
     claims = Claims.read(folder)
     overall = claims.table.loc[claims.table["claim"] == "C4", "verdict"].iloc[0]
+    suffix = folder_name.removesuffix("_family")
+    heads = f"{settings['heads']} head{'s' if settings['heads'] > 1 else ''}"
     return [
-        "## The one-head family",
+        f"## {title}",
         "",
-        f"The family this page showed before: {len(settings['members'])} members × {len(settings['seeds'])} seeds × {settings['steps']} steps "
-        f"of Bigram-Backcopy, width {settings['width']}, {settings['depth']} layers × {settings['heads']} head, T = {settings['seq_len']}, "
-        f"window {_window_words(settings)}, {settings['schedule']} rate {settings['lr']:g}, "
+        f"{what}: {len(settings['members'])} members × {len(settings['seeds'])} seeds × {settings['steps']} steps "
+        f"of Bigram-Backcopy, width {settings['width']}, {settings['depth']} layers × {heads}, T = {settings['seq_len']}, "
+        f"window {_window_words(settings)}, {settings['schedule']} rate {settings['lr']:g} after {settings['warmup']} warmup steps, "
         f"{measured['zoo'].get('wall_seconds') or float('nan'):.0f} s of wall time; measured by zoo-measure with the parts "
-        f"{', '.join(measured['parts'])} (tables in `docs/zoo_data/{ONE_HEAD}`, float16 weights with their hashes in "
-        f"`{STORED}_one_head`). " + _sinks_sentence(runs, float(settings["tau"])),
+        f"{', '.join(measured['parts'])} (tables in `docs/zoo_data/{folder_name}`, float16 weights with their hashes in "
+        f"`{STORED}_{suffix}`). " + _sinks_sentence(runs, float(settings["tau"])),
         "",
         _c4_table(claims),
         "",
-        f"**C4 in the one-head family: {overall}.**",
+        f"**C4 in the {title.removeprefix('The ')}: {overall}.**",
         "",
         *_decision_section(claims, data)[2:],
     ]
+
+
+def _one_head_family_section(data: Path) -> list[str]:
+    """The family of the previous shape (one head per layer, a window of T/2): its sinks and its C4, as it came out."""
+    return _earlier_family_section(data, ONE_HEAD, "The one-head family", "The family this page showed before the four-head shape")
 
 
 def _decision_section(claims: Claims, data: Path) -> list[str]:
