@@ -440,17 +440,14 @@ def _window_note(settings: dict, family: pd.DataFrame, runs: pd.DataFrame, figur
         f"**The sliding member's key-0 mass, two ways.** The training log scores a head over the queries that can see key 0"
         f" (i < W = {w}): {_num(float(logged.mean()))} on average for `sliding`, against {_num(_uniform(w))} for a uniform head. The measured"
         " family uses poslens's sink score, the mean over every query i ≥ 1, where a query that cannot see key 0 counts 0:"
-        f" {_num(float(measured['mean'].iloc[0]))}, that is (W − 1)/(T − 1) = {w - 1}/{t - 1} of it. "
-        + _sliding_sinks_two_ways(runs, figures)
+        f" {_num(float(measured['mean'].iloc[0]))}, that is (W − 1)/(T − 1) = {w - 1}/{t - 1} of it. " + _sliding_sinks_two_ways(runs, figures)
     )
 
 
 def _sliding_sinks_two_ways(runs: pd.DataFrame, figures: pd.DataFrame) -> str:
     """How many runs of `sliding` have a head at τ by the training log's score and by poslens's sink score."""
     logged = runs[runs["member"] == "sliding"]
-    counts = figures[
-        (figures["member"] == "sliding") & (figures["part"] == "sinks") & (figures["metric"] == "sink_heads") & (figures["layer"] == -1)
-    ]
+    counts = figures[(figures["member"] == "sliding") & (figures["part"] == "sinks") & (figures["metric"] == "sink_heads") & (figures["layer"] == -1)]
     by_log, by_sinks = int((logged["sink_heads"] >= 1).sum()), int((counts["value"] >= 1).sum())
     if by_log == 0 and by_sinks == 0:
         return "Either way no head of `sliding` reaches τ."
@@ -843,7 +840,16 @@ def _pilots_table(pilots: pd.DataFrame) -> str:
             ]
         )
     return markdown_table(
-        ["pilot", "length, window", "layers × heads", "rate", "step read", *[f"`{m}`: runs with a sink" for m in MEMBERS], "largest sink score", "highest held-out loss"],
+        [
+            "pilot",
+            "length, window",
+            "layers × heads",
+            "rate",
+            "step read",
+            *[f"`{m}`: runs with a sink" for m in MEMBERS],
+            "largest sink score",
+            "highest held-out loss",
+        ],
         rows,
     )
 
@@ -862,7 +868,8 @@ def _shape_paragraph(data: Path) -> list[str]:
         f"{one_head['width']}, {one_head['depth']} layers × {one_head['heads']} head, T = {one_head['seq_len']}) with a window of "
         f"{_window_words(one_head)} and a constant rate, the one-head family (below) formed sinks in "
         + ", ".join(
-            f"{int((part['sink_heads'] >= 1).sum())} of {len(part)} runs of `{member}`" for member, part in one_head_runs.groupby("member", sort=False)
+            f"{int((part['sink_heads'] >= 1).sum())} of {len(part)} runs of `{member}`"
+            for member, part in one_head_runs.groupby("member", sort=False)
         )
         + ".",
         "",
