@@ -138,13 +138,17 @@ def decision_sentence(row: Any) -> str:
         >>> row = pd.Series(dict(comparison="c", decision="inconclusive", detectable=0.006, band=0.0002, seeds_for_band=3000, n_seeds=5))
         >>> decision_sentence(row)  # doctest: +ELLIPSIS
         'c: inconclusive; the 5 seeds detect a difference of 0.006 or more (...), above the band 0.0002, which needs 3000 seeds at this spread.'
+        >>> decision_sentence(row.replace(3000, 230.0)).endswith("which needs 230 seeds at this spread.")  # a table's float column
+        True
     """
     if row.decision in (SUPPORTED, NOT_SUPPORTED, NOT_READ) or str(row.decision).startswith("equivalent"):
         return f"{row.comparison}: {row.decision}."
     if not np.isfinite(row.detectable):
         return f"{row.comparison}: inconclusive; with {row.n_seeds} seed(s) there is no interval and no detectable difference."
+    needed = row.seeds_for_band
+    needed = f"{int(needed)}" if needed is not None and np.isfinite(needed) else "more than 100000"
     band = (
-        f"above the band {row.band:.3g}, which needs {row.seeds_for_band or 'more than 100000'} seeds at this spread"
+        f"above the band {row.band:.3g}, which needs {needed} seeds at this spread"
         if np.isfinite(row.band) and row.detectable > row.band
         else f"within the band {row.band:.3g}, yet the interval reaches past it"
         if np.isfinite(row.band)
