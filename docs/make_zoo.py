@@ -925,16 +925,20 @@ def _narrow_window_sentence(data: Path) -> str:
     )
 
 
+def _family_record(folder: Path) -> tuple[dict, dict, pd.DataFrame, Claims, str]:
+    """A measured family's ``measure.json``, its training settings, ``runs.csv``, claims and C4's verdict."""
+    measured = json.loads((folder / "measure.json").read_text())
+    claims = Claims.read(folder)
+    overall = claims.table.loc[claims.table["claim"] == "C4", "verdict"].iloc[0]
+    return measured, measured["zoo"]["settings"], pd.read_csv(folder / "runs.csv"), claims, overall
+
+
 def _earlier_family_section(data: Path, folder_name: str, title: str, what: str) -> list[str]:
     """A family this page showed before, kept beside it: its shape, its sinks and its C4, as it came out."""
     folder = data / folder_name
     if not (folder / "measure.json").exists():
         return []
-    measured = json.loads((folder / "measure.json").read_text())
-    settings = measured["zoo"]["settings"]
-    runs = pd.read_csv(folder / "runs.csv")
-    claims = Claims.read(folder)
-    overall = claims.table.loc[claims.table["claim"] == "C4", "verdict"].iloc[0]
+    measured, settings, runs, claims, overall = _family_record(folder)
     suffix = folder_name.removesuffix("_family")
     heads = f"{settings['heads']} head{'s' if settings['heads'] > 1 else ''}"
     return [
@@ -1043,11 +1047,7 @@ def _natural_text_section(data: Path) -> list[str]:
     folder = data / NATURAL
     if not (folder / "measure.json").exists():
         return []
-    measured = json.loads((folder / "measure.json").read_text())
-    settings = measured["zoo"]["settings"]
-    runs = pd.read_csv(folder / "runs.csv")
-    claims = Claims.read(folder)
-    overall = claims.table.loc[claims.table["claim"] == "C4", "verdict"].iloc[0]
+    measured, settings, runs, claims, overall = _family_record(folder)
     return [
         "## The natural-text family",
         "",
