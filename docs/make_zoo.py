@@ -890,8 +890,9 @@ def _shape_paragraph(data: Path) -> list[str]:
             "",
             "*`benchmarks/zoo_pilots.py` wrote `docs/zoo_data/pilots.csv` from the pilots' training logs; each pilot is `poslens zoo"
             " --task bigram-backcopy` with the flags in its row, batch 16, warmup 100 unless the row says otherwise, seeds 0, 1"
-            " (pilots 1–6), 0–4 (pilot 7), 0, 1, 2 (pilots 8–13) or 0, 3, 4 (pilots 14–15).*",
+            " (pilots 1–6), 0–4 (pilot 7), 0, 1, 2 (pilots 8–13), 0, 3, 4 (pilots 14–15) or 0–4 (pilots 16–18).*",
             "",
+            *_full_family_pilots_paragraph(pilots, pd.read_csv(data / "runs.csv")),
         ]
     lines += [
         f"The family on this page keeps the planned members and seeds ({len(settings['seeds'])}) in the shape of pilot 11: width "
@@ -904,6 +905,48 @@ def _shape_paragraph(data: Path) -> list[str]:
         "",
     ]
     return lines
+
+
+FULL_FAMILY_PILOTS = (16, 17, 18)
+"""Whole families (every member, seeds 0–4, the family's steps) trained after this one, each changing one setting."""
+
+
+def _full_family_pilots_paragraph(pilots: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    """What the whole-family pilots 16–18 gave, per member, read by the rule fixed before each was trained.
+
+    ``runs`` is the family's ``runs.csv``: the sentence that sets the pilots beside the family counts its runs.
+    """
+    whole = pilots[pilots["pilot"].isin(FULL_FAMILY_PILOTS)]
+    if whole.empty:
+        return []
+    per_pilot = []
+    for pilot, part in whole.groupby("pilot", sort=True):
+        first = part.iloc[0]
+        change = f"{first.warmup} warmup steps" if first.warmup != 100 else f"a rate of {first.lr:g}"
+        counts = ", ".join(f"`{r.member}` {r.runs_with_sink}/{r.runs}" for r in part.itertuples())
+        per_pilot.append(f"pilot {pilot} ({change}): {counts}")
+    complete = whole["runs_with_sink"] == whole["runs"]
+    full_members = sorted(set(whole.loc[complete, "member"]) - set(whole.loc[~complete, "member"]), key=list(MEMBERS).index)
+    short_members = sorted(set(whole.loc[~complete, "member"]), key=list(MEMBERS).index)
+    family_sinkless = runs[runs["sink_heads"] < 1]
+    family_full = [m for m, part in runs.groupby("member", sort=False) if (part["sink_heads"] >= 1).all()]
+    return [
+        "**Sinks in every run were not reached at this size.** After pilots 14–15, the whole family was trained"
+        f" {len(per_pilot)} more times, each time with one setting changed and all 5 seeds for the family's steps, under a"
+        " rule fixed before each: the first in which every one of the 15 runs had a sink at the last step would replace"
+        " the family. " + "; ".join(per_pilot).capitalize()[:1] + "; ".join(per_pilot)[1:] + ". In these pilots the highest"
+        f" held-out loss of a run was {_num(whole['highest_held_out_loss'].max())}, against"
+        f" {_num(family_sinkless['held_out_loss'].min()) if len(family_sinkless) else '—'} or more for the family's runs on"
+        " the early plateau; every run of "
+        + (", ".join(f"`{m}`" for m in full_members) or "no member")
+        + " formed a sink, and some runs of "
+        + (", ".join(f"`{m}`" for m in short_members) or "no member")
+        + " formed none. In the family on this page every run of "
+        + (", ".join(f"`{m}`" for m in family_full) or "no member")
+        + f" formed one, and {len(family_sinkless)} runs of the others stayed on the plateau. No setting tried gives every"
+        " run a sink, so the family stays as trained, and C4 is read on the runs with a sink (below).",
+        "",
+    ]
 
 
 def _narrow_window_sentence(data: Path) -> str:
