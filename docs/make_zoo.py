@@ -23,7 +23,9 @@ import html
 import json
 import math
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from poslens.study.claims.c4_zoo import ZOO_COMPARISONS, inference_time_beside
@@ -883,19 +885,19 @@ def _shape_paragraph(data: Path) -> list[str]:
             " count, τ = 0.3). A pilot read before its last step was stopped there (2–5 in the earlier search; 12 after a"
             " `standard` run without a sink at the lower rate; 13 once pilot 11 had met the rule; 15 once 14 was read)."
             " Pilots 14–15 came after this family was trained: they retrained the seeds of its runs that stayed on the early"
-            " plateau (below) with 500 warmup steps or a rate of 0.007, under the same rule; neither met it, so the family"
-            " stays as it was trained.",
+            " plateau (below) with 500 warmup steps or a rate of 0.007, under the same rule; neither met it.",
             "",
             _pilots_table(pilots),
             "",
             "*`benchmarks/zoo_pilots.py` wrote `docs/zoo_data/pilots.csv` from the pilots' training logs; each pilot is `poslens zoo"
             " --task bigram-backcopy` with the flags in its row, batch 16, warmup 100 unless the row says otherwise, seeds 0, 1"
-            " (pilots 1–6), 0–4 (pilot 7), 0, 1, 2 (pilots 8–13), 0, 3, 4 (pilots 14–15) or 0–4 (pilots 16–18).*",
+            " (pilots 1–6), 0–4 (pilot 7), 0, 1, 2 (pilots 8–13), 0, 3, 4 (pilots 14–15) or 0–4 (pilots 16–20).*",
             "",
-            *_full_family_pilots_paragraph(pilots, pd.read_csv(data / "runs.csv")),
+            *_full_family_pilots_paragraph(data, pilots),
         ]
     lines += [
-        f"The family on this page keeps the planned members and seeds ({len(settings['seeds'])}) in the shape of pilot 11: width "
+        f"The family on this page keeps the planned members and seeds ({len(settings['seeds'])}) in the shape of pilot"
+        f" {_source_pilot(data, settings)}: width "
         f"{settings['width']}, {settings['depth']} layers × {settings['heads']} heads, T = {settings['seq_len']}, a window of "
         f"{_window_words(settings)} keys and a {settings['schedule']} rate of {settings['lr']:g}, for {settings['steps']} steps. "
         f"The window hides BOS from the queries i ≥ {_window(settings)} only, {settings['seq_len'] - _window(settings)} of the "
@@ -907,46 +909,79 @@ def _shape_paragraph(data: Path) -> list[str]:
     return lines
 
 
-FULL_FAMILY_PILOTS = (16, 17, 18)
-"""Whole families (every member, seeds 0–4, the family's steps) trained after this one, each changing one setting."""
+FULL_FAMILY_PILOTS = (16, 17, 18, 19, 20)
+"""Whole families (every member, seeds 0–4, the family's steps) trained after this one, under one rule fixed before each."""
 
 
-def _full_family_pilots_paragraph(pilots: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
-    """What the whole-family pilots 16–18 gave, per member, read by the rule fixed before each was trained.
+def _changes(row: Any, base: dict) -> str:
+    """What a pilot's row changed against the family ``base`` was trained with, in words."""
+    words = []
+    if row.depth != base["depth"]:
+        words.append(f"{row.depth} layers")
+    if row.heads != base["heads"]:
+        words.append(f"{row.heads} heads")
+    if row.lr != base["lr"]:
+        words.append(f"a rate of {row.lr:g}")
+    if row.warmup != base["warmup"]:
+        words.append(f"{row.warmup} warmup steps")
+    return ", ".join(words) or "nothing"
 
-    ``runs`` is the family's ``runs.csv``: the sentence that sets the pilots beside the family counts its runs.
-    """
+
+def _full_family_pilots_paragraph(data: Path, pilots: pd.DataFrame) -> list[str]:
+    """What the whole-family pilots gave, per member, read by the rule fixed before each was trained."""
     whole = pilots[pilots["pilot"].isin(FULL_FAMILY_PILOTS)]
     if whole.empty:
         return []
-    per_pilot = []
+    base = json.loads((data / "measure.json").read_text())["zoo"]["settings"]
+    runs = pd.read_csv(data / "runs.csv")
+    per_pilot, short, numbers = [], [], []
     for pilot, part in whole.groupby("pilot", sort=True):
-        first = part.iloc[0]
-        change = f"{first.warmup} warmup steps" if first.warmup != 100 else f"a rate of {first.lr:g}"
+        numbers.append(str(pilot))
         counts = ", ".join(f"`{r.member}` {r.runs_with_sink}/{r.runs}" for r in part.itertuples())
-        per_pilot.append(f"pilot {pilot} ({change}): {counts}")
-    complete = whole["runs_with_sink"] == whole["runs"]
-    full_members = sorted(set(whole.loc[complete, "member"]) - set(whole.loc[~complete, "member"]), key=list(MEMBERS).index)
-    short_members = sorted(set(whole.loc[~complete, "member"]), key=list(MEMBERS).index)
-    family_sinkless = runs[runs["sink_heads"] < 1]
-    family_full = [m for m, part in runs.groupby("member", sort=False) if (part["sink_heads"] >= 1).all()]
+        per_pilot.append(f"pilot {pilot} ({_changes(part.iloc[0], base)}): {counts}")
+        short.append(set(part.loc[part["runs_with_sink"] < part["runs"], "member"]))
+    always_short = sorted(set.intersection(*short), key=list(MEMBERS).index)
+    sometimes_short = sorted(set.union(*short) - set(always_short), key=list(MEMBERS).index)
+    also_in = [number for number, members in zip(numbers, short, strict=True) if members - set(always_short)]
+    sinkless = runs[runs["sink_heads"] < 1]
+    complete = [m for m, part in runs.groupby("member", sort=False) if (part["sink_heads"] >= 1).all()]
+    listing = "; ".join(per_pilot)
     return [
         "**Sinks in every run were not reached at this size.** After pilots 14–15, the whole family was trained"
-        f" {len(per_pilot)} more times, each time with one setting changed and all 5 seeds for the family's steps, under a"
-        " rule fixed before each: the first in which every one of the 15 runs had a sink at the last step would replace"
-        " the family. " + "; ".join(per_pilot).capitalize()[:1] + "; ".join(per_pilot)[1:] + ". In these pilots the highest"
-        f" held-out loss of a run was {_num(whole['highest_held_out_loss'].max())}, against"
-        f" {_num(family_sinkless['held_out_loss'].min()) if len(family_sinkless) else '—'} or more for the family's runs on"
-        " the early plateau; every run of "
-        + (", ".join(f"`{m}`" for m in full_members) or "no member")
-        + " formed a sink, and some runs of "
-        + (", ".join(f"`{m}`" for m in short_members) or "no member")
-        + " formed none. In the family on this page every run of "
-        + (", ".join(f"`{m}`" for m in family_full) or "no member")
-        + f" formed one, and {len(family_sinkless)} runs of the others stayed on the plateau. No setting tried gives every"
-        " run a sink, so the family stays as trained, and C4 is read on the runs with a sink (below).",
+        f" {len(per_pilot)} more times, all 5 seeds for the family's steps, under a rule fixed before each: the first in"
+        " which every one of the 15 runs had a sink at the last step would replace the family. "
+        + listing[:1].upper()
+        + listing[1:]
+        + f". No run of these pilots stayed on the early plateau (highest held-out loss {_num(whole['highest_held_out_loss'].max())},"
+        f" against {_num(sinkless['held_out_loss'].min()) if len(sinkless) else '—'} or more for this family's runs on it);"
+        " in every one of them some runs of "
+        + (", ".join(f"`{m}`" for m in always_short) or "no member")
+        + " formed no sink"
+        + (
+            f", and in pilot{'s' if len(also_in) > 1 else ''} {', '.join(also_in)} also runs of {', '.join(f'`{m}`' for m in sometimes_short)}"
+            if sometimes_short
+            else ""
+        )
+        + ". In this family every run of "
+        + (", ".join(f"`{m}`" for m in complete) or "no member")
+        + f" formed one, and {len(sinkless)} runs of the others stayed on the plateau. No setting tried gives every run a"
+        " sink, so the family stays as trained, and C4 is read on the runs with a sink (below).",
         "",
     ]
+
+
+#: The settings that make a pilot's shape the family's (the steps aside: a pilot may be read earlier).
+SHAPE_KEYS = ("seq_len", "window", "width", "depth", "heads", "lr", "warmup", "schedule", "weight_decay")
+
+
+def _source_pilot(data: Path, settings: dict) -> str:
+    """The first pilot of ``pilots.csv`` with the family's shape (:data:`SHAPE_KEYS`), as its number."""
+    pilots = pd.read_csv(data / PILOTS_FILE)
+    wanted = {**{key: settings[key] for key in SHAPE_KEYS if key != "window"}, "window": _window(settings)}
+    same = pilots[np.logical_and.reduce([pilots[key] == value for key, value in wanted.items()])]
+    if same.empty:
+        raise ValueError(f"no pilot in {data / PILOTS_FILE} has the family's shape {wanted}")
+    return str(int(same["pilot"].min()))
 
 
 def _narrow_window_sentence(data: Path) -> str:
