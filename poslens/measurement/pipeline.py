@@ -23,7 +23,7 @@ from poslens.fit.replicates import Replicates
 from poslens.fit.sums import QUERY_WINDOWS, CellSums
 from poslens.measurement.arguments import Intervention, check_arguments
 from poslens.measurement.batching import batches, forward_passes
-from poslens.measurement.provenance import run_metadata
+from poslens.measurement.provenance import run_metadata, weights_record_in_background
 from poslens.measurement.result import Result
 from poslens.measurement.table import tidy
 from poslens.model.corpus import Corpus
@@ -354,6 +354,7 @@ def measure(
     groups, interventions, batch_size = _checked_run(model, corpus, "measure()", groups, early, batch_size, interventions, max_memory, row_sums)
     sums = _collect_checked(model, corpus, groups, early, batch_size, interventions, probe, progress, "measuring", row_sums, disk_budget)
     forward_seconds = time.perf_counter() - start
+    weights = weights_record_in_background(model)  # read as measured, on the core the fits below leave idle
     label = "+".join(iv.label for iv in interventions) or "none"
     fits = Replicates.of(sums)  # fitted once: the intervals here, and every reduction or comparison of this result
     table = tidy(metrics_with_intervals(sums, probe=probe, replicates=fits), model.label, model.variant_name, label)
@@ -370,7 +371,7 @@ def measure(
         "disk_budget": None if disk_budget is None else str(disk_budget),
     }
     settings["world_size"] = distributed.world_size()
-    meta = run_metadata(model, corpus, settings)
+    meta = run_metadata(model, corpus, settings, weights=weights.result())
     meta["row_sums"] = sums.row_sums_route
     meta["timings"] = {"forward_seconds": forward_seconds, "total_seconds": time.perf_counter() - start}
     return Result(table, meta, sums, fits)

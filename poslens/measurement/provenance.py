@@ -6,6 +6,7 @@ import functools
 import hashlib
 import importlib.metadata
 import platform
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
@@ -38,17 +39,13 @@ def tokens_sha256(tokens: torch.Tensor) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _memory_hash(model: PosModel) -> dict[str, Any]:
-    """For a model measured from memory: the sha256 of its weights now, as its source hash (taken at each measurement).
+def _memory_hash(model: PosModel, record: dict[str, Any]) -> dict[str, Any]:
+    """For a model measured from memory: the sha256 of its weights now (``record``), as its source hash (taken at each measurement).
 
     Not above :data:`~poslens.model.weights_hash.MAX_HASHED_BYTES`: then ``source_sha256`` is None and
     ``source_sha256_skipped`` says why.
     """
-    if model.source != "memory":
-        return {}
-    from poslens.model.weights_hash import weights_record
-
-    return weights_record(model.module)
+    return dict(record) if model.source == "memory" else {}
 
 
 #: What ``state_sha256`` covers, as results record it beside the hash.
@@ -58,17 +55,14 @@ STATE_COVERS = (
 )
 
 
-def _forward_state(model: PosModel) -> dict[str, Any]:
-    """What the forward pass reads, as measured: the sha256 of every parameter and buffer, and RoPE edits made in memory.
+def _forward_state(model: PosModel, record: dict[str, Any]) -> dict[str, Any]:
+    """What the forward pass reads, as measured: the sha256 of every parameter and buffer (``record``), and RoPE edits made in memory.
 
     Taken at each measurement for every model (a folder's weights replaced on disk after loading, an in-memory
     edit of a buffer, change it), not above :data:`~poslens.model.weights_hash.MAX_HASHED_BYTES` (then
     ``state_sha256`` is None and ``state_sha256_skipped`` says why). ``rope_in_memory`` lists, where there are
     any, the rotary frequencies that differ from what the recorded config gives.
     """
-    from poslens.model.weights_hash import weights_record
-
-    record = weights_record(model.module)
     state: dict[str, Any] = {"state_sha256": record["source_sha256"], "state_sha256_covers": STATE_COVERS}
     if "source_sha256_skipped" in record:
         state["state_sha256_skipped"] = record["source_sha256_skipped"]
@@ -209,7 +203,36 @@ def _user_hooks(model: PosModel) -> list[dict[str, str]]:
     return use.hooks() if use is not None else []
 
 
-def run_metadata(model: PosModel, corpus: Corpus, settings: dict[str, Any]) -> dict[str, Any]:
+def weights_record_in_background(model: PosModel) -> Future[dict[str, Any]]:
+    """The model's :func:`~poslens.model.weights_hash.weights_record`, taken on a worker thread: for :func:`run_metadata`.
+
+    Reading every weight through the checksum (and sha256 when they changed) takes about a tenth of a
+    forward pass over 8 × 128 tokens of a 135M model on a 2-core CPU; the fits that follow the forward pass run on
+    one core, so :func:`poslens.measure` starts the read when the forward passes end, while nothing changes the
+    weights, and collects it when it writes the metadata. The worker's error, if any, is raised by ``.result()``.
+
+    Args:
+        model: The loaded model, as measured.
+
+    Returns:
+        A future whose ``.result()`` is the record.
+
+    Example:
+        >>> import tempfile, poslens
+        >>> from poslens.testing import save_tiny_model
+        >>> model = poslens.load_model(save_tiny_model(tempfile.mkdtemp(), "llama"), device="cpu")
+        >>> len(weights_record_in_background(model).result()["source_sha256"])
+        64
+    """
+    from poslens.model.weights_hash import weights_record
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="poslens-weights-hash")
+    future = pool.submit(weights_record, model.module)
+    pool.shutdown(wait=False)  # the submitted read still runs; the thread ends with it
+    return future
+
+
+def run_metadata(model: PosModel, corpus: Corpus, settings: dict[str, Any], weights: dict[str, Any] | None = None) -> dict[str, Any]:
     """Provenance of a run: model (with its RoPE type and scaling), corpus, settings and software versions.
 
     The model's record holds its weights' dtype and device (:meth:`~poslens.model.pos_model.PosModel.describe`),
@@ -220,12 +243,16 @@ def run_metadata(model: PosModel, corpus: Corpus, settings: dict[str, Any]) -> d
     :func:`poslens.model.weights_hash.weights_record`). For every model it holds ``state_sha256``, the sha256 of
     every parameter and buffer as measured (a weights file replaced after loading, a buffer edited in memory,
     change it), what that hash covers (``state_sha256_covers``), and ``rope_in_memory`` where the rotary
-    frequencies in memory differ from those of the recorded config (:func:`rope_in_memory_notes`).
+    frequencies in memory differ from those of the recorded config (:func:`rope_in_memory_notes`). Both hashes
+    come from one read of the weights (:func:`poslens.model.weights_hash.weights_record`): ``weights``, when the
+    caller took it at measurement time (:func:`weights_record_in_background`), or taken here.
 
     Args:
         model: The loaded model.
         corpus: The corpus.
         settings: The run's settings.
+        weights: The model's :func:`~poslens.model.weights_hash.weights_record`, taken by the caller as measured
+            (``None``: taken now).
 
     Returns:
         The metadata, JSON-ready.
@@ -237,14 +264,17 @@ def run_metadata(model: PosModel, corpus: Corpus, settings: dict[str, Any]) -> d
     import transformer_lens
     import transformers
 
+    from poslens.model.weights_hash import weights_record
+
+    record = weights_record(model.module) if weights is None else weights
     return {
         "poslens_version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": {
             **model.describe(),
             **model.rope_record(),
-            **_memory_hash(model),
-            **_forward_state(model),
+            **_memory_hash(model, record),
+            **_forward_state(model, record),
             "user_hooks": _user_hooks(model),
             "saes": model.attached_saes(),
         },

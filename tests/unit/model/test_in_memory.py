@@ -76,6 +76,24 @@ def test_an_edit_in_memory_is_measured_as_edited_and_its_hash_recorded(tiny_llam
     want = hashlib.sha256("".join(digests).encode()).hexdigest()
     assert after.meta["model"]["source"] == "memory"
     assert after.meta["model"]["source_sha256"] == want != before.meta["model"]["source_sha256"]
+    assert after.meta["model"]["state_sha256"] == want  # one read of the weights gives both records
+
+
+def test_the_weights_record_read_in_the_background_is_the_inline_one_and_its_error_reaches_the_caller(tiny_llama_dir):
+    from types import SimpleNamespace
+
+    from poslens.measurement.provenance import weights_record_in_background
+    from poslens.model.weights_hash import weights_record
+
+    model = poslens.load_model(tiny_llama_dir)
+    assert weights_record_in_background(model).result() == weights_record(model.module)
+
+    class Unreadable(torch.nn.Module):
+        def state_dict(self, *args, **kwargs):
+            raise RuntimeError("weights unreadable")
+
+    with pytest.raises(RuntimeError, match="weights unreadable"):
+        weights_record_in_background(SimpleNamespace(module=Unreadable())).result()
 
 
 def test_variants_on_a_model_in_memory(tiny_llama_dir):
