@@ -909,13 +909,15 @@ def _shape_paragraph(data: Path) -> list[str]:
     return lines
 
 
-FULL_FAMILY_PILOTS = (16, 17, 18, 19, 20)
+FULL_FAMILY_PILOTS = (16, 17, 18, 19, 20, 21, 22)
 """Whole families (every member, seeds 0–4, the family's steps) trained after this one, under one rule fixed before each."""
 
 
 def _changes(row: Any, base: dict) -> str:
     """What a pilot's row changed against the family ``base`` was trained with, in words."""
     words = []
+    if row.width != base["width"]:
+        words.append(f"width {row.width}")
     if row.depth != base["depth"]:
         words.append(f"{row.depth} layers")
     if row.heads != base["heads"]:
@@ -947,12 +949,14 @@ def _full_family_pilots_paragraph(data: Path, pilots: pd.DataFrame) -> list[str]
     complete = [m for m, part in runs.groupby("member", sort=False) if (part["sink_heads"] >= 1).all()]
     listing = "; ".join(per_pilot)
     return [
-        "**Sinks in every run were not reached at this size.** After pilots 14–15, the whole family was trained"
+        "**Sinks in every run were not reached.** After pilots 14–15, the whole family was trained"
         f" {len(per_pilot)} more times, all 5 seeds for the family's steps, under a rule fixed before each: the first in"
         " which every one of the 15 runs had a sink at the last step would replace the family. "
         + listing[:1].upper()
         + listing[1:]
-        + f". No run of these pilots stayed on the early plateau (highest held-out loss {_num(whole['highest_held_out_loss'].max())},"
+        + ". "
+        + _wider_pilots_sentence(whole, base)
+        + f"No run of these pilots stayed on the early plateau (highest held-out loss {_num(whole['highest_held_out_loss'].max())},"
         f" against {_num(sinkless['held_out_loss'].min()) if len(sinkless) else '—'} or more for this family's runs on it);"
         " in every one of them some runs of "
         + (", ".join(f"`{m}`" for m in always_short) or "no member")
@@ -968,6 +972,21 @@ def _full_family_pilots_paragraph(data: Path, pilots: pd.DataFrame) -> list[str]
         " sink, so the family stays as trained, and C4 is read on the runs with a sink (below).",
         "",
     ]
+
+
+def _wider_pilots_sentence(whole: pd.DataFrame, base: dict) -> str:
+    """How many runs of the whole-family pilots wider than the family formed a sink (empty when none is wider)."""
+    wider = whole[whole["width"] > base["width"]]
+    if wider.empty:
+        return ""
+    numbers = sorted(set(wider["pilot"]))
+    widths = sorted(set(wider["width"]))
+    return (
+        f"At width {', '.join(str(w) for w in widths)} (pilot{'s' if len(numbers) > 1 else ''} {', '.join(str(n) for n in numbers)}) sinks"
+        f" hardly formed: {int(wider['runs_with_sink'].sum())} of {int(wider['runs'].sum())} runs had one at the last step (largest"
+        f" sink score {_num(wider['largest_sink_score'].max())}), against {int(whole.loc[whole['width'] == base['width'], 'runs_with_sink'].sum())}"
+        f" of {int(whole.loc[whole['width'] == base['width'], 'runs'].sum())} at the family's width {base['width']}. "
+    )
 
 
 #: The settings that make a pilot's shape the family's (the steps aside: a pilot may be read earlier).

@@ -154,6 +154,24 @@ def test_zoo_page_is_the_committed_family() -> None:
     assert "GPU" in want and "No NoPE member" in want
 
 
+def test_the_wider_pilots_sentence_counts_only_the_wider_pilots_runs() -> None:
+    import pandas as pd
+
+    zoo = _make_zoo()
+    rows = [  # pilot, width, runs, runs with a sink, largest sink score
+        (16, 32, 5, 2, 0.85),
+        (16, 32, 5, 5, 0.99),
+        (21, 64, 5, 0, 0.27),
+        (21, 64, 5, 1, 0.41),
+        (22, 64, 5, 0, 0.2),
+    ]
+    whole = pd.DataFrame(rows, columns=["pilot", "width", "runs", "runs_with_sink", "largest_sink_score"])
+    sentence = zoo._wider_pilots_sentence(whole, {"width": 32})
+    assert sentence.startswith("At width 64 (pilots 21, 22) sinks hardly formed: 1 of 15 runs had one")
+    assert "(largest sink score 0.41), against 7 of 10 at the family's width 32." in sentence
+    assert zoo._wider_pilots_sentence(whole[whole["width"] == 32], {"width": 32}) == ""
+
+
 def test_findings_linked_from_readme_and_home() -> None:
     assert "](docs/findings.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert "](findings.md)" in (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
