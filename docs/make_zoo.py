@@ -721,6 +721,7 @@ def build(data: Path, findings: Path) -> str:
         "",
         *_power_section(data),
         *_weights_section(data),
+        *_four_head_family_section(data),
         *_one_head_family_section(data),
         *_planned_family_section(data),
         *_natural_text_section(data),
@@ -815,6 +816,8 @@ def _power_section(data: Path) -> list[str]:
     ]
 
 
+FOUR_HEAD = "four_head_family"
+"""The four-head family (3 layers × 4 heads, W = 48 of T = 64), once a whole-family pilot has replaced it on this page."""
 ONE_HEAD = "one_head_family"
 """The family trained before this one in the first family's shape, one head per layer and a window of T/2 (no sink in `sliding`)."""
 PILOTS_FILE = "pilots.csv"
@@ -878,20 +881,24 @@ def _shape_paragraph(data: Path) -> list[str]:
     ]
     if (data / PILOTS_FILE).exists():
         pilots = pd.read_csv(data / PILOTS_FILE)
+        name = _retrained_family(data)[2]
+        whole = [int(p) for p in FULL_FAMILY_PILOTS if p in set(pilots["pilot"])]
         lines += [
             "Short pilots (not kept) were read for their sink counts alone, no C4 figure of them looked at. Pilots 1–5 came"
-            " before the one-head family's shape was chosen, 6–7 after it was trained; for this family (8–13) the shape taken"
+            f" before the one-head family's shape was chosen, 6–7 after it was trained; for {name} (8–13) the shape taken"
             " was the first in which every run of `standard` and `sliding` had a sink at the step read (the training log's"
             " count, τ = 0.3). A pilot read before its last step was stopped there (2–5 in the earlier search; 12 after a"
             " `standard` run without a sink at the lower rate; 13 once pilot 11 had met the rule; 15 once 14 was read)."
-            " Pilots 14–15 came after this family was trained: they retrained the seeds of its runs that stayed on the early"
+            f" Pilots 14–15 came after {name} was trained: they retrained the seeds of its runs that stayed on the early"
             " plateau (below) with 500 warmup steps or a rate of 0.007, under the same rule; neither met it.",
             "",
             _pilots_table(pilots),
             "",
             "*`benchmarks/zoo_pilots.py` wrote `docs/zoo_data/pilots.csv` from the pilots' training logs; each pilot is `poslens zoo"
             " --task bigram-backcopy` with the flags in its row, batch 16, warmup 100 unless the row says otherwise, seeds 0, 1"
-            " (pilots 1–6), 0–4 (pilot 7), 0, 1, 2 (pilots 8–13), 0, 3, 4 (pilots 14–15) or 0–4 (pilots 16–20).*",
+            " (pilots 1–6), 0–4 (pilot 7), 0, 1, 2 (pilots 8–13), 0, 3, 4 (pilots 14–15) or 0–4"
+            + (f" (pilots {whole[0]}–{whole[-1]})" if whole else "")
+            + ".*",
             "",
             *_full_family_pilots_paragraph(data, pilots),
         ]
@@ -899,7 +906,9 @@ def _shape_paragraph(data: Path) -> list[str]:
         f"The family on this page keeps the planned members and seeds ({len(settings['seeds'])}) in the shape of pilot"
         f" {_source_pilot(data, settings)}: width "
         f"{settings['width']}, {settings['depth']} layers × {settings['heads']} heads, T = {settings['seq_len']}, a window of "
-        f"{_window_words(settings)} keys and a {settings['schedule']} rate of {settings['lr']:g}, for {settings['steps']} steps. "
+        f"{_window_words(settings)} keys and a {settings['schedule']} rate of {settings['lr']:g}"
+        + (f" after {settings['warmup']} warmup steps" if settings["warmup"] != 100 else "")
+        + f", for {settings['steps']} steps. "
         f"The window hides BOS from the queries i ≥ {_window(settings)} only, {settings['seq_len'] - _window(settings)} of the "
         f"{settings['seq_len'] - 1} queries i ≥ 1. {_narrow_window_sentence(data)} At this size a windowed member forms BOS sinks"
         " only where most queries see BOS, and C4's sliding comparisons are read on such a member, nearer to `standard` than a"
@@ -929,36 +938,68 @@ def _changes(row: Any, base: dict) -> str:
     return ", ".join(words) or "nothing"
 
 
+def _retrained_family(data: Path) -> tuple[dict, pd.DataFrame, str]:
+    """The family the whole-family pilots retrained (the four-head one): its settings, its runs and how the page names it.
+
+    It is the family on this page until a pilot replaces it; then its tables are in ``docs/zoo_data/four_head_family``.
+    """
+    folder = data / FOUR_HEAD if (data / FOUR_HEAD / "measure.json").exists() else data
+    settings = json.loads((folder / "measure.json").read_text())["zoo"]["settings"]
+    return settings, pd.read_csv(folder / "runs.csv"), ("the four-head family" if folder != data else "this family")
+
+
 def _full_family_pilots_paragraph(data: Path, pilots: pd.DataFrame) -> list[str]:
     """What the whole-family pilots gave, per member, read by the rule fixed before each was trained."""
     whole = pilots[pilots["pilot"].isin(FULL_FAMILY_PILOTS)]
     if whole.empty:
         return []
-    base = json.loads((data / "measure.json").read_text())["zoo"]["settings"]
-    runs = pd.read_csv(data / "runs.csv")
-    per_pilot, short, numbers = [], [], []
+    base, runs, name = _retrained_family(data)
+    per_pilot, short, numbers, met = [], [], [], []
     for pilot, part in whole.groupby("pilot", sort=True):
         numbers.append(str(pilot))
         counts = ", ".join(f"`{r.member}` {r.runs_with_sink}/{r.runs}" for r in part.itertuples())
         per_pilot.append(f"pilot {pilot} ({_changes(part.iloc[0], base)}): {counts}")
         short.append(set(part.loc[part["runs_with_sink"] < part["runs"], "member"]))
-    always_short = sorted(set.intersection(*short), key=list(MEMBERS).index)
-    sometimes_short = sorted(set.union(*short) - set(always_short), key=list(MEMBERS).index)
-    also_in = [number for number, members in zip(numbers, short, strict=True) if members - set(always_short)]
+        if len(part) == len(MEMBERS) and (part["runs_with_sink"] == part["runs"]).all():
+            met.append(str(pilot))
+    missing = [(number, members) for number, members in zip(numbers, short, strict=True) if members]
+    always_short = sorted(set.intersection(*[m for _, m in missing]), key=list(MEMBERS).index) if missing else []
+    sometimes_short = sorted(set.union(*[m for _, m in missing]) - set(always_short), key=list(MEMBERS).index) if missing else []
+    also_in = [number for number, members in missing if members - set(always_short)]
     sinkless = runs[runs["sink_heads"] < 1]
+    plateau = float(sinkless["held_out_loss"].min()) if len(sinkless) else float("inf")
+    stuck = sorted({str(p) for p in whole.loc[whole["highest_held_out_loss"] >= plateau, "pilot"]}, key=int)
     complete = [m for m, part in runs.groupby("member", sort=False) if (part["sink_heads"] >= 1).all()]
     listing = "; ".join(per_pilot)
+    plateau_words = (
+        f"No run of these pilots stayed on the early plateau (highest held-out loss {_num(whole['highest_held_out_loss'].max())},"
+        if not stuck
+        else f"Runs of pilot{'s' if len(stuck) > 1 else ''} {', '.join(stuck)} stayed on the early plateau (held-out loss up to"
+        f" {_num(whole['highest_held_out_loss'].max())},"
+    )
+    outcome = (
+        f" Pilot {met[0]} ({_changes(whole[whole['pilot'] == int(met[0])].iloc[0], base)}) met the rule: every one of its 15 runs"
+        f" formed a sink. It is the family on this page; {name}, which it replaced, is below with its tables and weights, and"
+        " no C4 figure of any pilot was looked at before the rule was read."
+        if met
+        else " No setting tried gives every run a sink, so the family stays as trained, and C4 is read on the runs with a sink (below)."
+    )
     return [
-        "**Sinks in every run were not reached.** After pilots 14–15, the whole family was trained"
-        f" {len(per_pilot)} more times, all 5 seeds for the family's steps, under a rule fixed before each: the first in"
+        ("**Sinks in every run, reached by pilot " + met[0] + ".**" if met else "**Sinks in every run were not reached.**")
+        + f" After pilots 14–15, {name} was trained again"
+        f" {len(per_pilot)} times, all 5 seeds for the family's steps, under a rule fixed before each: the first in"
         " which every one of the 15 runs had a sink at the last step would replace the family. "
         + listing[:1].upper()
         + listing[1:]
         + ". "
         + _wider_pilots_sentence(whole, base)
-        + f"No run of these pilots stayed on the early plateau (highest held-out loss {_num(whole['highest_held_out_loss'].max())},"
-        f" against {_num(sinkless['held_out_loss'].min()) if len(sinkless) else '—'} or more for this family's runs on it);"
-        " in every one of them some runs of "
+        + plateau_words
+        + f" against {_num(plateau) if len(sinkless) else '—'} or more for the runs of {name} on it)"
+        + (
+            "; in every pilot but " + ", ".join(n for n in numbers if n not in dict(missing)) + " some runs of "
+            if len(missing) < len(numbers)
+            else "; in every one of them some runs of "
+        )
         + (", ".join(f"`{m}`" for m in always_short) or "no member")
         + " formed no sink"
         + (
@@ -966,10 +1007,10 @@ def _full_family_pilots_paragraph(data: Path, pilots: pd.DataFrame) -> list[str]
             if sometimes_short
             else ""
         )
-        + ". In this family every run of "
+        + f". In {name} every run of "
         + (", ".join(f"`{m}`" for m in complete) or "no member")
-        + f" formed one, and {len(sinkless)} runs of the others stayed on the plateau. No setting tried gives every run a"
-        " sink, so the family stays as trained, and C4 is read on the runs with a sink (below).",
+        + f" formed one, and {len(sinkless)} runs of the others stayed on the plateau."
+        + outcome,
         "",
     ]
 
@@ -1054,6 +1095,15 @@ def _earlier_family_section(data: Path, folder_name: str, title: str, what: str)
         "",
         *_decision_section(claims, data)[2:],
     ]
+
+
+def _four_head_family_section(data: Path) -> list[str]:
+    """The four-head family, once a whole-family pilot replaced it: its sinks and its C4, as it came out."""
+    if not (data / FOUR_HEAD / "measure.json").exists():
+        return []
+    settings = json.loads((data / "measure.json").read_text())["zoo"]["settings"]
+    what = f"The family this page showed before the shape of pilot {_source_pilot(data, settings)}"
+    return _earlier_family_section(data, FOUR_HEAD, "The four-head family", what)
 
 
 def _one_head_family_section(data: Path) -> list[str]:
