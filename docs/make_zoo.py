@@ -442,7 +442,38 @@ def _window_note(settings: dict, family: pd.DataFrame, runs: pd.DataFrame, figur
         f"**The sliding member's key-0 mass, two ways.** The training log scores a head over the queries that can see key 0"
         f" (i < W = {w}): {_num(float(logged.mean()))} on average for `sliding`, against {_num(_uniform(w))} for a uniform head. The measured"
         " family uses poslens's sink score, the mean over every query i ≥ 1, where a query that cannot see key 0 counts 0:"
-        f" {_num(float(measured['mean'].iloc[0]))}, that is (W − 1)/(T − 1) = {w - 1}/{t - 1} of it. " + _sliding_sinks_two_ways(runs, figures)
+        f" {_num(float(measured['mean'].iloc[0]))}, that is (W − 1)/(T − 1) = {w - 1}/{t - 1} of it. "
+        + _sliding_sinks_two_ways(runs, figures)
+        + _unwindowed_sinks_two_ways(runs, figures)
+    )
+
+
+def _unwindowed_sinks_two_ways(runs: pd.DataFrame, figures: pd.DataFrame) -> str:
+    """The runs of the unwindowed members whose sink count at τ differs between the training log and the measurement.
+
+    Without a window the two scores are the same mean over the queries i ≥ 1, taken on different held-out sequences
+    (the training log's last checkpoint and the sequences zoo-measure reads), so a head near τ can fall either side.
+    """
+    measured = figures[(figures["part"] == "sinks") & (figures["layer"] == -1) & (figures["metric"].isin(["sink_heads", "max_sink_score"]))]
+    measured = measured.pivot_table(index=["member", "seed"], columns="metric", values="value")
+    differ = []
+    for r in runs[runs["member"] != "sliding"].itertuples():
+        if (r.member, r.seed) not in measured.index:
+            continue
+        now = measured.loc[(r.member, r.seed)]
+        if (r.sink_heads >= 1) != (now["sink_heads"] >= 1):
+            differ.append(
+                f"`{r.member}` seed {r.seed} (largest sink score {_num(r.max_sink_score)} in the training log,"
+                f" {_num(now['max_sink_score'])} measured)"
+            )
+    if not differ:
+        return ""
+    return (
+        " Without a window the two scores are one mean over the same queries, on other held-out sequences (the training log's"
+        " last checkpoint against the sequences measured), and a head near τ can fall either side: "
+        + "; ".join(differ)
+        + f". {'It has' if len(differ) == 1 else 'They have'} a sink by the training log's count, which C4's zoo case reads,"
+        " and none by the measured one."
     )
 
 
@@ -918,7 +949,7 @@ def _shape_paragraph(data: Path) -> list[str]:
     return lines
 
 
-FULL_FAMILY_PILOTS = (16, 17, 18, 19, 20, 21, 22)
+FULL_FAMILY_PILOTS = (16, 17, 18, 19, 20, 21, 22, 23, 24)
 """Whole families (every member, seeds 0–4, the family's steps) trained after this one, under one rule fixed before each."""
 
 
