@@ -128,71 +128,105 @@ def head_metrics(
     for w, query_window in enumerate(QUERY_WINDOWS):
         mask = binning.query_windows[query_window]
         meanfield = meanfield_cells(p, binning, layer_windows, query_window)
-        projections = {}  # layer: (projection of s, log Z, log a' and mean-field log a'; projection of the count term)
         for layers in _layers_sharing_counts(mask, p.pair_count):
-            counts = p.pair_count[layers[0]][mask]
-            if counts.sum() == 0:
-                continue
-            # [layers, 4, H, K]; the count term's [layers, 1, K] keeps a heads axis so that its products stay
-            # vector·matrix ones, as they were for one layer
-            run = project(
-                np.stack([x[layers][:, :, mask] for x in (p.logit, p.log_partition, counterfactual[query_window], meanfield)], axis=1), counts
-            )
-            run_c = project(np.ascontiguousarray(p.count_term[layers][:, mask])[:, None], counts)
-            projections.update({layer: (_layer_part(run, k), _layer_part(run_c, (k, 0))) for k, layer in enumerate(layers)})
-        # the rest one layer at a time, on arrays laid out as they always were: numpy sums them in the same
-        # order, so every figure is the same, to the bit, as with one projection per layer
-        for layer in range(n_layers):
-            counts, y_s, y_z, y_c = _query_window_cells(p, layer, mask)
-            total = counts.sum()
-            if total == 0:
-                continue
-            proj, proj_c = projections[layer]
-            n = proj.counts
-            s_tot, z_tot, c_tot = y_s.sum((-2, -1)), y_z.sum((-2, -1)), y_c.sum()
-            s2 = p.logit_sq[layer][:, mask].sum(-1)
-            z2 = p.log_partition_sq[layer][:, mask].sum(-1)
-            sz = p.logit_x_log_partition[layer][:, mask].sum(-1)
-            sst_s = total_sum_of_squares(s2, s_tot, total)
-            sst_a = total_sum_of_squares(s2 - 2 * sz + z2, s_tot - z_tot, total)
-            sst_c = total_sum_of_squares(p.count_term_sq[layer][mask].sum(), c_tot, total)
-            p_s, p_z, p_cf, p_mf = proj.absolute
-            sat_s, sat_z, sat_cf, _ = proj.saturated - proj.relative
-            p_c, sat_c = proj_c.absolute, proj_c.saturated - proj_c.relative
-            p_a, sat_a = p_s - p_z, sat_s - sat_z
-            sq_a = s2 - 2 * sz + z2
-            leak_a = _ratio(weighted_inner(p_a, p_a, n), sst_a, sq_a)
-            leak_sat = _ratio(weighted_inner(sat_a, sat_a, n), sst_a, sq_a)
-            out["leakage_pattern"][w, layer] = leak_a
-            out["leakage_logit"][w, layer] = _ratio(weighted_inner(p_s, p_s, n), sst_s, s2)
-            out["leakage_pattern_saturated"][w, layer] = leak_sat
-            out["leakage_logit_saturated"][w, layer] = _ratio(weighted_inner(sat_s, sat_s, n), sst_s, s2)
-            out["leakage_count"][w, layer] = _ratio(weighted_inner(p_c, p_c, n), sst_c, p.count_term_sq[layer][mask].sum())
-            moments = {  # the names linear_r2_gain reads
-                "i1": p.query_position[layer][mask].sum(),
-                "j1": p.key_position[layer][mask].sum(),
-                "ii": p.query_position_sq[layer][mask].sum(),
-                "jj": p.key_position_sq[layer][mask].sum(),
-                "ij": p.query_x_key_position[layer][mask].sum(),
-            }
-            moments.update(n=total, y1=s_tot, yi=p.logit_x_query_position[layer][:, mask].sum(-1), yj=p.logit_x_key_position[layer][:, mask].sum(-1))
-            out["leakage_linear"][w, layer] = linear_r2_gain(moments, sst_s)
-            for suffix, p_pattern, p_cf_, leak, p_count in (
-                ("", p_a, p_cf, leak_a, p_c),
-                ("_saturated", sat_a, sat_cf, leak_sat, sat_c),
-            ):
-                parts = split(p_pattern, p_cf_, n, leak)
-                out[f"c_res{suffix}"][w, layer], out[f"c_mask{suffix}"][w, layer] = parts.c_res, parts.c_mask
-                out[f"c_count{suffix}"][w, layer] = share(p_pattern, -np.broadcast_to(p_count, p_pattern.shape), n) * leak
-            meanfield_split = split(p_a, p_mf, n, leak_a)
-            out["c_res_meanfield"][w, layer], out["c_mask_meanfield"][w, layer] = meanfield_split.c_res, meanfield_split.c_mask
-            logit_share = share(p_a, p_s, n)
-            out["c_res_logit"][w, layer], out["c_mask_logit"][w, layer] = logit_share * leak_a, (1 - logit_share) * leak_a
-            rows = p.query_row_count[mask].sum()
-            feats = p.features[layer][:, :, mask].sum(-1) / rows  # [H, F]
-            for f, name in enumerate(FEATURES):
-                out[name][w, layer] = feats[:, f]
+            _run_metrics(out, w, layers, p, mask, counterfactual[query_window], meanfield)
     return out
+
+
+#: The pairs' moments :func:`~poslens.fit.stats.linear_r2_gain` reads, by its name and the sums' field.
+PAIR_MOMENTS = (
+    ("i1", "query_position"),
+    ("j1", "key_position"),
+    ("ii", "query_position_sq"),
+    ("jj", "key_position_sq"),
+    ("ij", "query_x_key_position"),
+)
+
+
+def _cells(x: np.ndarray, layers: list[int], mask: Bool[np.ndarray, " qbins"], axis: int) -> np.ndarray:
+    """``x`` of ``layers`` in the query bins of ``mask`` (on ``axis``), C-contiguous.
+
+    Indexing leaves the result strided, and numpy sums a strided row in another order than a contiguous one:
+    contiguous, each layer's sums are those of the layer's own [H, C, B] array, whatever run it is fitted in.
+    """
+    return np.ascontiguousarray(x[layers][(slice(None),) * axis + (mask,)])
+
+
+def _run_metrics(
+    out: dict[str, Float[np.ndarray, "query_windows layers heads"]],
+    w: int,
+    layers: list[int],
+    p: SumFields,
+    mask: Bool[np.ndarray, " qbins"],
+    counterfactual: Float[np.ndarray, "layers heads qbins obins"],
+    meanfield: Float[np.ndarray, "layers heads qbins obins"],
+) -> None:
+    """:func:`head_metrics` of the ``layers`` that share their pair counts in query window ``w``, all at once, into ``out``.
+
+    Every array carries a leading axis over ``layers`` ([L, H, ...]); the cells' counts are the run's. Each
+    figure of a layer is the same, to the bit, as from a run of that layer alone (``test_metrics_layers``).
+    """
+    counts = p.pair_count[layers[0]][mask]
+    total = counts.sum()
+    if total == 0:
+        return
+    # [L, 4, H, K]; the count term's [L, 1, K] keeps a heads axis so that its products stay vector·matrix ones
+    proj = project(np.stack([_cells(x, layers, mask, axis=2) for x in (p.logit, p.log_partition, counterfactual, meanfield)], axis=1), counts)
+    proj_c = project(_cells(p.count_term, layers, mask, axis=1)[:, None], counts)
+    n = proj.counts
+    y_s, y_z, y_c = _cells(p.logit, layers, mask, axis=2), _cells(p.log_partition, layers, mask, axis=2), _cells(p.count_term, layers, mask, axis=1)
+    # each total summed as one flat run per layer and head: numpy's order for one layer's [H, C, B], which it may
+    # not keep for [L, H, C, B] (so that a layer's figures do not depend on the run it is fitted in)
+    s_tot, z_tot = y_s.reshape(*y_s.shape[:2], -1).sum(-1), y_z.reshape(*y_z.shape[:2], -1).sum(-1)  # [L, H]
+    c_tot = y_c.reshape(len(layers), -1).sum(-1)  # [L]
+    s2 = _cells(p.logit_sq, layers, mask, axis=2).sum(-1)
+    z2 = _cells(p.log_partition_sq, layers, mask, axis=2).sum(-1)
+    sz = _cells(p.logit_x_log_partition, layers, mask, axis=2).sum(-1)
+    c2 = _cells(p.count_term_sq, layers, mask, axis=1).sum(-1)  # [L]
+    sst_s = total_sum_of_squares(s2, s_tot, total)
+    sst_a = total_sum_of_squares(s2 - 2 * sz + z2, s_tot - z_tot, total)
+    sst_c = total_sum_of_squares(c2, c_tot, total)
+    # contiguous [L, H, K] slices: products of strided views would keep their strides, and numpy sums a strided
+    # row in another order than a contiguous one
+    absolute, saturated = proj.absolute, proj.saturated - proj.relative  # [L, 4, H, K]
+    p_s, p_z, p_cf, p_mf = (np.ascontiguousarray(absolute[:, k]) for k in range(4))
+    sat_s, sat_z, sat_cf = (np.ascontiguousarray(saturated[:, k]) for k in range(3))
+    p_c, sat_c = proj_c.absolute, proj_c.saturated - proj_c.relative  # [L, 1, K]: one count term per layer
+    p_a, sat_a = p_s - p_z, sat_s - sat_z
+    sq_a = s2 - 2 * sz + z2
+    leak_a = _ratio(weighted_inner(p_a, p_a, n), sst_a, sq_a)
+    leak_sat = _ratio(weighted_inner(sat_a, sat_a, n), sst_a, sq_a)
+    out["leakage_pattern"][w, layers] = leak_a
+    out["leakage_logit"][w, layers] = _ratio(weighted_inner(p_s, p_s, n), sst_s, s2)
+    out["leakage_pattern_saturated"][w, layers] = leak_sat
+    out["leakage_logit_saturated"][w, layers] = _ratio(weighted_inner(sat_s, sat_s, n), sst_s, s2)
+    out["leakage_count"][w, layers] = _ratio(weighted_inner(p_c[:, 0], p_c[:, 0], n), sst_c, c2)[:, None]
+    per_layer = {  # the pairs' moments, one per layer, repeated over its heads
+        name: np.broadcast_to(_cells(getattr(p, field), layers, mask, axis=1).sum(-1)[:, None], s_tot.shape) for name, field in PAIR_MOMENTS
+    }
+    moments = {
+        **per_layer,
+        "n": total,
+        "y1": s_tot,
+        "yi": _cells(p.logit_x_query_position, layers, mask, axis=2).sum(-1),
+        "yj": _cells(p.logit_x_key_position, layers, mask, axis=2).sum(-1),
+    }
+    out["leakage_linear"][w, layers] = linear_r2_gain(moments, sst_s)
+    for suffix, p_pattern, p_cf_, leak, p_count in (
+        ("", p_a, p_cf, leak_a, p_c),
+        ("_saturated", sat_a, sat_cf, leak_sat, sat_c),
+    ):
+        parts = split(p_pattern, p_cf_, n, leak)
+        out[f"c_res{suffix}"][w, layers], out[f"c_mask{suffix}"][w, layers] = parts.c_res, parts.c_mask
+        out[f"c_count{suffix}"][w, layers] = share(p_pattern, -np.broadcast_to(p_count, p_pattern.shape), n) * leak
+    meanfield_split = split(p_a, p_mf, n, leak_a)
+    out["c_res_meanfield"][w, layers], out["c_mask_meanfield"][w, layers] = meanfield_split.c_res, meanfield_split.c_mask
+    logit_share = share(p_a, p_s, n)
+    out["c_res_logit"][w, layers], out["c_mask_logit"][w, layers] = logit_share * leak_a, (1 - logit_share) * leak_a
+    rows = p.query_row_count[mask].sum()
+    feats = _cells(p.features, layers, mask, axis=3).sum(-1) / rows  # [L, H, F]
+    for f, name in enumerate(FEATURES):
+        out[name][w, layers] = feats[:, :, f]
 
 
 def aggregate(per_head: dict[str, Float[np.ndarray, "query_windows layers heads"]]) -> dict[str, Float[np.ndarray, "query_windows layers+1 heads+1"]]:
