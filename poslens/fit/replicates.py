@@ -15,15 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 from jaxtyping import Float
 
-from poslens.fit.metrics import aggregate, head_metrics
+from poslens.fit.metrics import all_metrics
 from poslens.fit.stats import jackknife_interval
 from poslens.fit.sums import CellSums
-from poslens.runtime.threads import map_in_threads
 
 
 @dataclass(frozen=True)
@@ -66,10 +64,11 @@ class Replicates:
         """
         cells = sums.counterfactual_cells
         assert cells is not None, "CellSums.__post_init__ always sets the counterfactual cells"
-        jobs = chain([(sums.pooled(), cells.pooled())], zip(sums.leave_out_each(), cells.leave_out_each(), strict=False))
-        # per-head figures on threads; the means over heads and layers (aggregate) here, as it sets warning filters
-        per_head = map_in_threads(lambda job: head_metrics(job[0], job[1], sums.binning, sums.layer_windows), jobs)
-        estimate, *fits = (aggregate(figures) for figures in per_head)
+        estimate = all_metrics(sums.pooled(), cells.pooled(), sums.binning, sums.layer_windows)
+        fits = [
+            all_metrics(replicate, replicate_cells, sums.binning, sums.layer_windows)
+            for replicate, replicate_cells in zip(sums.leave_out_each(), cells.leave_out_each(), strict=False)
+        ]
         return cls(estimate=estimate, replicates={name: np.stack([fit[name] for fit in fits]) for name in estimate})
 
     @property

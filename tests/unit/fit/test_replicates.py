@@ -62,8 +62,8 @@ def test_measure_keeps_the_fits_it_made_for_the_intervals(runs):
 def test_reductions_differences_and_cases_refit_nothing(runs, monkeypatch):
     before, after = runs
     fitted = []
-    original = replicates_module.head_metrics  # what Replicates.of fits each replicate with
-    monkeypatch.setattr(replicates_module, "head_metrics", lambda *a, **k: fitted.append(1) or original(*a, **k))
+    original = replicates_module.all_metrics
+    monkeypatch.setattr(replicates_module, "all_metrics", lambda *a, **k: fitted.append(1) or original(*a, **k))
     import poslens.mechanisms.comparison_cases as cases
     import poslens.mechanisms.effects as effects
 
