@@ -36,6 +36,10 @@ from poslens.fit.cross_fit import CrossFit
 from poslens.fit.sums import QUERY_WINDOWS
 from poslens.progress import progress_bar
 
+WEIGHTS_BYTES = 64 * 2**20
+"""The most that one group's exp(−A) of every variant and layer may take for :meth:`CounterfactualReplay.replay` to form
+it once for the group rather than once per stored entry (the same numbers either way)."""
+
 PRODUCT_BYTES = 32 * 2**20
 """The most that one product of row bins and weights may take when :meth:`CounterfactualReplay.replay` gives
 :meth:`CounterfactualReplay.add` several variants of A at once; a single variant's product is made whatever its size."""
@@ -84,18 +88,26 @@ class CounterfactualReplay:
         self._device_weights: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
         self._pending: dict[int, dict[str, torch.Tensor]] = {}
 
+    def _cell_weights(self, variants: dict[str, Float[np.ndarray, "variants *layers heads cells"]]) -> dict[str, torch.Tensor]:
+        """exp(−A) of every cell of ``variants`` (:meth:`~poslens.fit.cross_fit.CrossFit.variants`), [variant, (L,) H, C, B] per query window.
+
+        In place on the fresh arrays ``variants`` returns, with torch's exp (several times as fast as numpy's here).
+        """
+        return {w: torch.from_numpy(x).neg_().exp_().unflatten(-1, (self.n_query_bins, self.n_offset_bins)) for w, x in variants.items()}
+
+    def _rows_of(
+        self, cells: dict[str, Float[torch.Tensor, "variants heads qbins bins"]]
+    ) -> dict[str, Float[torch.Tensor, "variants heads rows bins"]]:
+        """Each row's cells (its query bin's) of one layer's exp(−A), per query window: [variant, H, rows, B]."""
+        return {w: x.index_select(2, self._row_query_bin[: self.rows[w]]) for w, x in cells.items()}
+
     def _row_weights(self, group: int, layer: int) -> dict[str, Float[torch.Tensor, "variants heads rows bins"]]:
         """exp(−A) of ``group``'s variants for ``layer``, for each row's cells (its query bin's), per query window.
 
         Formed for the one layer asked for (a few exponentials per cell, next to the batch's rows × bins per variant):
         a batch holds several groups, and the hooks visit the groups of one layer before the next layer.
         """
-        out = {}
-        row_query_bin = self._row_query_bin.numpy()
-        for w, x in self.cross_fit.variants(group, layer).items():
-            cells = np.exp(-x).reshape(*x.shape[:-1], self.n_query_bins, self.n_offset_bins)  # [variant, head, C, B]
-            out[w] = torch.as_tensor(np.take(cells, row_query_bin[: self.rows[w]], axis=2))
-        return out
+        return self._rows_of(self._cell_weights(self.cross_fit.variants(group, layer)))
 
     def add(
         self,
@@ -103,6 +115,7 @@ class CounterfactualReplay:
         layer: int,
         row_bins: Float[np.ndarray, "batch heads seq bins"] | Float[torch.Tensor, "batch heads seq bins"],
         product_bytes: int = 0,
+        weights: dict[str, Float[torch.Tensor, "variants heads window_rows offset_bins"]] | None = None,
     ) -> None:
         """Add Σ over the sequences of ``row_bins`` (all of ``group``) of log Z'_i per row and variant of ``layer`` to ``group``.
 
@@ -117,6 +130,8 @@ class CounterfactualReplay:
                 at once (never fewer than one). 0, the default, takes one variant at a time, as the second pass
                 needs inside the forward, where the product adds to the peak; :meth:`replay`, after the forward,
                 passes :data:`PRODUCT_BYTES`. The sums are the same to the bit.
+            weights: Each row's exp(−A) of ``group``'s variants for ``layer`` (what :meth:`replay` forms once per
+                group); default formed here. The same numbers either way.
 
         Example:
             >>> # see the class example
@@ -126,7 +141,7 @@ class CounterfactualReplay:
             self._add_on_device(group, layer, bins)
             return
         row_max, per_bin = bins[..., 0], bins[..., 1:]
-        for query_window, weights in self._row_weights(group, layer).items():
+        for query_window, row_weights in (weights or self._row_weights(group, layer)).items():
             n = self.rows[query_window]
             # each row's bins weighted by its query bin's exp(−A), summed over bins: elementwise products and a
             # sum, not a matmul (einsum), whose other order of summation changes the rounding, which the
@@ -136,8 +151,8 @@ class CounterfactualReplay:
             target = self.log_partition[query_window][group, :, layer]  # [variant, head, row]
             rows_bins = per_bin[:, :, :n]
             step = max(1, product_bytes // (rows_bins.numel() * rows_bins.element_size()))
-            for start in range(0, weights.shape[0], step):
-                z = (rows_bins[None] * weights[start : start + step, None]).sum(-1)  # [variants, batch, head, row]
+            for start in range(0, row_weights.shape[0], step):
+                z = (rows_bins[None] * row_weights[start : start + step, None]).sum(-1)  # [variants, batch, head, row]
                 target[start : start + step] += (torch.log(z) + row_max[None, :, :, :n]).sum(1).numpy()
 
     def _add_on_device(self, group: int, layer: int, bins: Float[torch.Tensor, "batch heads seq bins"]) -> None:
@@ -151,10 +166,8 @@ class CounterfactualReplay:
         key = (group, str(device))
         if key not in self._device_weights:
             # the per-cell weights [variant, L, H, C, B] (small), and each row's query bin, once per group and batch
-            exp_minus_a = {w: np.exp(-x) for w, x in self.cross_fit.variants(group).items()}
-            self._device_weights[key] = {
-                w: torch.as_tensor(x).unflatten(-1, (self.n_query_bins, self.n_offset_bins)).to(device) for w, x in exp_minus_a.items()
-            }
+            exp_minus_a = self._cell_weights(self.cross_fit.variants(group))
+            self._device_weights[key] = {w: x.to(device) for w, x in exp_minus_a.items()}
             self._device_weights[key]["row_query_bin"] = self._row_query_bin.to(device)
         on_device = self._device_weights[key]
         pending = self._pending.setdefault(group, {})
@@ -191,7 +204,12 @@ class CounterfactualReplay:
         self._pending, self._device_weights = {}, {}
 
     def replay(self, store: RowBinStore, progress: bool = False, description: str = "counterfactual") -> None:
-        """:meth:`add` every entry of ``store``, in the order written.
+        """:meth:`add` every entry of ``store``, group by group (in the order written within a group).
+
+        Each group's exp(−A) is formed once for all its layers when that takes at most :data:`WEIGHTS_BYTES`,
+        else once per entry. Within a group the entries keep the order they were written in, so every
+        (group, layer) sums its batches in the same order as :meth:`add` in write order would: the same
+        numbers, to the bit.
 
         Args:
             store: The row-bin sums kept by the first pass.
@@ -201,7 +219,16 @@ class CounterfactualReplay:
         Example:
             >>> replay.replay(store)  # doctest: +SKIP
         """
+        order = sorted(range(len(store.entries)), key=lambda k: store.entries[k][0])  # stable: write order within a group
+        one_group = sum(x.size for x in self.cross_fit.fits.values()) * 8  # G variants × L × H × cells, float64
+        cells, cells_of = None, -1
         for group, layer, row_bins in progress_bar(
-            store.read(), total=len(store.entries), desc=description, unit="layer", disable=not progress, leave=False
+            store.read(order), total=len(order), desc=description, unit="layer", disable=not progress, leave=False
         ):
-            self.add(group, layer, row_bins, product_bytes=PRODUCT_BYTES)  # after the forward: larger products are fine
+            weights = None
+            if one_group <= WEIGHTS_BYTES:
+                if group != cells_of:
+                    cells, cells_of = self._cell_weights(self.cross_fit.variants(group)), group
+                assert cells is not None
+                weights = self._rows_of({w: x[:, layer] for w, x in cells.items()})
+            self.add(group, layer, row_bins, product_bytes=PRODUCT_BYTES, weights=weights)  # after the forward: larger products are fine

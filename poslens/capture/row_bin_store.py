@@ -23,7 +23,7 @@ import errno
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -148,18 +148,24 @@ class RowBinStore:
         self.entries.append((group, layer, data.shape, self._end))
         self._end += data.nbytes
 
-    def read(self) -> Iterator[tuple[int, int, Float[np.ndarray, "batch heads seq bins"]]]:
-        """Yield (group, layer, array) for every entry, in the order written; each array is a fresh copy.
+    def read(self, order: Sequence[int] | None = None) -> Iterator[tuple[int, int, Float[np.ndarray, "batch heads seq bins"]]]:
+        """Yield (group, layer, array) for every entry, in the order written or in ``order``; each array is a fresh copy.
+
+        Args:
+            order: The indices into :attr:`entries` to read, in the order to read them; default every entry as written.
 
         Yields:
             ``(group, layer, row_bins)`` of every entry.
 
         Example:
-            >>> store = RowBinStore(); store.write(0, 0, np.arange(6.0).reshape(1, 1, 2, 3))
+            >>> store = RowBinStore(); store.write(0, 0, np.arange(6.0).reshape(1, 1, 2, 3)); store.write(1, 0, np.ones((1, 1, 1, 1)))
             >>> next(store.read())[2].ravel().tolist()
             [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+            >>> [group for group, _, _ in store.read(order=[1, 0])]
+            [1, 0]
         """
-        for group, layer, shape, offset in self.entries:
+        for k in range(len(self.entries)) if order is None else order:
+            group, layer, shape, offset = self.entries[k]
             assert self._file is not None
             self._file.seek(offset)
             yield group, layer, np.fromfile(self._file, dtype=np.float64, count=int(np.prod(shape))).reshape(shape)

@@ -115,6 +115,34 @@ def test_replay_weighs_each_row_as_a_per_row_gather_of_exp_minus_a_would(product
         np.testing.assert_array_equal(replay.log_partition[w], want[w], err_msg=w)
 
 
+@pytest.mark.parametrize("weights_bytes", ["each group's at once", "each entry's"])
+def test_replay_of_a_store_equals_adding_its_entries_in_the_order_written(weights_bytes, monkeypatch):
+    """The replay reads the store group by group and forms each group's exp(−A) once (or, over the limit, once per
+    entry); every (group, layer) must still add its batches in the order written, so the sums equal those of ``add``
+    on every entry in write order, to the bit."""
+    from poslens.capture import counterfactual_replay
+
+    if weights_bytes == "each entry's":
+        monkeypatch.setattr(counterfactual_replay, "WEIGHTS_BYTES", 0)
+    binning = Binning(T, early=EARLY)
+    model = SimpleNamespace(n_layers=2, n_heads=HEADS)
+    rng = np.random.default_rng(4)
+    cross = _random_cross_fit(rng, binning.n_query_bins * binning.n_offset_bins)
+    store, in_order = RowBinStore(), CounterfactualReplay(model, binning, cross, GROUPS)
+    # four batches, groups interleaved within and between them; group 1's layers in three batches (the order of
+    # three additions shows in their rounding)
+    for g, layer in [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (1, 0), (2, 1), (1, 1), (1, 0), (1, 1)]:
+        row_bins = np.concatenate([rng.normal(size=(2, HEADS, T, 1)), rng.uniform(0.1, 2.0, size=(2, HEADS, T, binning.n_offset_bins))], -1)
+        store.write(g, layer, row_bins)
+        in_order.add(g, layer, row_bins, product_bytes=counterfactual_replay.PRODUCT_BYTES)
+    replayed = CounterfactualReplay(model, binning, cross, GROUPS)
+    replayed.replay(store)
+    store.close()
+    for w in QUERY_WINDOWS:
+        np.testing.assert_array_equal(replayed.log_partition[w], in_order.log_partition[w], err_msg=w)
+        assert np.all(replayed.log_partition[w][:, :, :, :, 1:] != 0.0), w  # every group, variant and layer was added to
+
+
 def test_store_keeps_what_was_written_in_order():
     store = RowBinStore()
     arrays = [np.random.default_rng(k).normal(size=(k + 1, 2, 3, 4)) for k in range(3)]
