@@ -185,7 +185,7 @@ class CapturePlan:
     def diagonal_tables(self, block: RowBlock, device: torch.device) -> tuple[Float[torch.Tensor, "rows columns"], Int[torch.Tensor, " cells"]]:
         """A block's fold of rows into its query bins and the query windows, and each (column, query bin)'s cell index.
 
-        For :func:`poslens.capture.cell_folding.add_diagonal_sums_at_once`: the matrix
+        For :func:`poslens.capture.cell_folding.add_diagonal_sums`: the matrix
         [R, query bins of the block + 2] is one-hot in the block's query bins, then
         marks the rows of the ``all`` and ``early`` query windows.
 

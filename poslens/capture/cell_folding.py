@@ -2,7 +2,7 @@
 
 A row block's scores are laid out so that a skewed strided view of them walks
 the offset diagonals (:func:`add_diagonal_sums`); summed over the rows of each
-query bin, that gives the sum of s over each (query bin, offset bin) cell, and
+query bin (one matrix product), that gives the sum of s over each (query bin, offset bin) cell, and
 over the rows of each query window, the sum of s_{i,i−Δ} per exact offset Δ.
 :func:`cell_parts` folds the per-row pieces (log Z_i and the row sums of s, s²
 and j·s) into query bins with the plan's one-hot matrix. Every sum over the
@@ -32,7 +32,7 @@ def add_diagonal_sums(
     flat: Float[torch.Tensor, " buffer"],
     shape: tuple[int, int, int, int],
     block: RowBlock,
-    query_window_of_bin: dict[str, list[bool]],
+    plan: CapturePlan,
     logit_cells: Float[torch.Tensor, "runs heads qbins obins"],
     offset_sums: Float[torch.Tensor, "runs 2 heads seq"],
     runs: BatchGroups,
@@ -45,58 +45,14 @@ def add_diagonal_sums(
     the previous row's zeros). Summed over the rows of each query bin c and folded
     into offset bins, that is the bin's share of the ``logit`` cells; over the rows of
     the all / early query windows, it is ``offset_sums`` [runs, 2, H, T] (index 0: rows i ≥ 1,
-    index 1: the early rows 1 ≤ i < Q). The sums over the batch are taken per run of ``runs``.
-
-    Args:
-        flat: The padded block, as laid out above.
-        shape: ``(B, H, R, S)``: sequences, heads, rows and key span of the block.
-        block: The row block.
-        query_window_of_bin: For each query window, whether each query bin is in it.
-        logit_cells: Σ of s per (run, head, query bin, offset bin), added to in place.
-        offset_sums: Σ of s_{i,i−Δ} over the all / early rows per (run, head, Δ), added to in place.
-        runs: The groups of the batch's sequences.
-
-    Example:
-        >>> from poslens.fit.binning import Binning
-        >>> plan = CapturePlan.build(Binning(4), None)
-        >>> block = plan.blocks(1, torch.device("cpu"), 64)[0]   # all 4 rows, keys 0..3
-        >>> s = torch.ones(4, 4).tril()
-        >>> flat = torch.cat([torch.zeros(4), torch.cat([s, torch.zeros(4, 4)], 1).reshape(-1)])
-        >>> cells, offsets = torch.zeros(1, 1, plan.binning.n_query_bins, plan.binning.n_offset_bins), torch.zeros(1, 2, 1, 4)
-        >>> add_diagonal_sums(flat, (1, 1, 4, 4), block, plan.query_window_of_bin, cells, offsets, BatchGroups.of([0]))
-        >>> offsets[0, 0, 0].tolist()   # rows 1..3: three pairs at offset 0, three at 1, two at 2, one at 3
-        [3.0, 3.0, 2.0, 1.0]
-    """
-    span = shape[3]
-    diagonals = _diagonals(flat, shape)
-    for query_bin, first, end in block.query_segments:
-        by_column = runs.sum(diagonals[..., first:end].sum(-1))  # [runs, H, S]
-        logit_cells[:, :, query_bin].index_add_(2, block.offset_bin_of_column, by_column)
-        if query_window_of_bin["all"][query_bin]:
-            by_offset = by_column.flip(-1)
-            offset_sums[:, 0, :, :span] += by_offset
-            if query_window_of_bin["early"][query_bin]:
-                offset_sums[:, 1, :, :span] += by_offset
-
-
-def add_diagonal_sums_at_once(
-    flat: Float[torch.Tensor, " buffer"],
-    shape: tuple[int, int, int, int],
-    block: RowBlock,
-    plan: CapturePlan,
-    logit_cells: Float[torch.Tensor, "runs heads qbins obins"],
-    offset_sums: Float[torch.Tensor, "runs 2 heads seq"],
-    runs: BatchGroups,
-) -> None:
-    """:func:`add_diagonal_sums` without the loop over the block's query bins (the sync-free path).
-
-    The diagonals, summed over the batch per run of ``runs``, are folded over the rows by one matrix
-    [R, query bins of the block + 2] (one-hot query bins, then the all / early query
-    windows; :meth:`CapturePlan.diagonal_tables`) and added to the cells by one
+    index 1: the early rows 1 ≤ i < Q). The rows are folded by one matrix product of
+    the skewed view (no copy of it) with [R, query bins of the block + 2] (one-hot
+    query bins, then the all / early query windows; :meth:`CapturePlan.diagonal_tables`),
+    the result summed over the batch per run of ``runs`` and added to the cells by one
     ``index_add_`` over (query bin, offset bin).
 
     Args:
-        flat: The padded block, as :func:`add_diagonal_sums` takes it.
+        flat: The padded block, as laid out above.
         shape: ``(B, H, R, S)``: sequences, heads, rows and key span of the block.
         block: The row block.
         plan: The layer's plan (for the block's tables).
@@ -107,13 +63,13 @@ def add_diagonal_sums_at_once(
     Example:
         >>> from poslens.fit.binning import Binning
         >>> plan = CapturePlan.build(Binning(4), None)
-        >>> block = plan.blocks(1, torch.device("cpu"), 64)[0]
+        >>> block = plan.blocks(1, torch.device("cpu"), 64)[0]   # all 4 rows, keys 0..3
         >>> s = torch.ones(4, 4, dtype=torch.float64).tril()
         >>> flat = torch.cat([torch.zeros(4, dtype=torch.float64), torch.cat([s, torch.zeros(4, 4)], 1).reshape(-1)])
         >>> cells = torch.zeros(1, 1, plan.binning.n_query_bins, plan.binning.n_offset_bins, dtype=torch.float64)
         >>> offsets = torch.zeros(1, 2, 1, 4, dtype=torch.float64)
-        >>> add_diagonal_sums_at_once(flat, (1, 1, 4, 4), block, plan, cells, offsets, BatchGroups.of([0]))
-        >>> offsets[0, 0, 0].tolist()
+        >>> add_diagonal_sums(flat, (1, 1, 4, 4), block, plan, cells, offsets, BatchGroups.of([0]))
+        >>> offsets[0, 0, 0].tolist()   # rows 1..3: three pairs at offset 0, three at 1, two at 2, one at 3
         [3.0, 3.0, 2.0, 1.0]
     """
     heads, span = shape[1], shape[3]
@@ -121,7 +77,7 @@ def add_diagonal_sums_at_once(
     diagonals = _diagonals(flat, shape)
     rows_to_columns, cell_index = plan.diagonal_tables(block, flat.device)
     n_segments = rows_to_columns.shape[1] - 2
-    folded = runs.sum(diagonals) @ rows_to_columns  # [runs, H, S, segments + 2]
+    folded = runs.sum(diagonals @ rows_to_columns)  # [runs, H, S, segments + 2]
     logit_cells.view(n_runs, heads, -1).index_add_(2, cell_index, folded[..., :n_segments].reshape(n_runs, heads, -1))
     offset_sums[..., :span] += rearrange(folded[..., n_segments:], "run head col query_window -> run query_window head col").flip(-1)
 

@@ -34,11 +34,9 @@ sync-free path when the scores are on CUDA):
 - the sync-free path: :meth:`CellSumCapture.reduce` issues no host
   synchronization (no ``.item()``, ``bool(tensor)``, ``.cpu()``, ``nonzero``, no
   branch on data). Each layer's pieces go into one flat device tensor, the mask
-  and finite checks become device flags in it, the row-bin arrays are copied to
-  pinned host memory without blocking, and the offset diagonals of a row block are
-  folded into cells by one matrix product and one ``index_add_`` instead of a loop
-  over its query bins. :meth:`CellSumCapture.flush`, called after each forward
-  pass, copies all of it to the host in one transfer, adds it to the sums, writes
+  and finite checks become device flags in it, and the row-bin arrays are copied
+  to pinned host memory without blocking. :meth:`CellSumCapture.flush`, called
+  after each forward pass, copies all of it to the host in one transfer, adds it to the sums, writes
   the row-bin store and raises the deferred errors (same messages, naming layer
   and head; :mod:`poslens.capture.deferred_sums`). On CPU the two paths agree to
   rounding (≈1e-15 relative).
@@ -56,7 +54,7 @@ from jaxtyping import Float
 from poslens.capture.attention_layout import AttentionLayout
 from poslens.capture.batch_groups import BatchGroups, GroupedBatches
 from poslens.capture.capture_plan import CapturePlan, lookup_plan
-from poslens.capture.cell_folding import add_diagonal_sums, add_diagonal_sums_at_once, cell_parts
+from poslens.capture.cell_folding import add_diagonal_sums, cell_parts
 from poslens.capture.deferred_sums import PendingLayer, flush_pending, pack_layer
 from poslens.capture.host_sums import add_layer_on_host
 from poslens.capture.probe_sums import probe_parts_on_device
@@ -319,10 +317,7 @@ class CellSumCapture(GroupedBatches):
             self_weight = torch.diagonal(exp_s, offset=r0 - k0, dim1=-2, dim2=-1).clone()
             if k0 == 0:
                 key0_logits[:, :, rows] = runs.sum(visible[..., 0])
-            if deferred:
-                add_diagonal_sums_at_once(flat, (batch, heads, n_rows, span), block, plan, logit_cells, offset_sums, runs)
-            else:
-                add_diagonal_sums(flat, (batch, heads, n_rows, span), block, plan.query_window_of_bin, logit_cells, offset_sums, runs)
+            add_diagonal_sums(flat, (batch, heads, n_rows, span), block, plan, logit_cells, offset_sums, runs)
             if row_bins is not None:
                 # one running sum of exp(s − max) gives the partition function (its last entry) and each
                 # offset bin's sum for the counterfactual replay (differences at the bins' edges)
