@@ -85,30 +85,31 @@ def add_diagonal_sums(
 def cell_parts(
     plan: CapturePlan,
     runs: BatchGroups,
-    log_z: Float[torch.Tensor, "batch heads seq"],
-    row_sum: Float[torch.Tensor, "batch heads seq"],
-    row_js: Float[torch.Tensor, "batch heads seq"],
-    row_sq: Float[torch.Tensor, "batch heads seq"],
-    logit_cells: Float[torch.Tensor, "runs heads qbins obins"],
-    key0_logits: Float[torch.Tensor, "runs heads seq"],
-    offset_sums: Float[torch.Tensor, "runs 2 heads seq"],
+    log_z: Float[torch.Tensor, "batch *layers heads seq"],
+    row_sum: Float[torch.Tensor, "batch *layers heads seq"],
+    row_js: Float[torch.Tensor, "batch *layers heads seq"],
+    row_sq: Float[torch.Tensor, "batch *layers heads seq"],
+    logit_cells: Float[torch.Tensor, "runs *layers heads qbins obins"],
+    key0_logits: Float[torch.Tensor, "runs *layers heads seq"],
+    offset_sums: Float[torch.Tensor, "runs *layers 2 heads seq"],
 ) -> dict[str, torch.Tensor]:
-    """One layer's pieces by :class:`~poslens.fit.sums.SumFields` field, folded into query bins, on the scores' device.
+    """The pieces of one layer, or of several layers of one plan stacked after the batch axis, by
+    :class:`~poslens.fit.sums.SumFields` field, folded into query bins, on the scores' device.
 
     Args:
-        plan: The layer's plan.
+        plan: The layers' plan.
         runs: The groups of the batch's sequences: each piece is summed over the batch per run.
-        log_z: log Z_i per sequence, head and row.
+        log_z: log Z_i per sequence, (layer,) head and row.
         row_sum: Σ_j s_ij over the visible keys.
         row_js: Σ_j j·s_ij over the visible keys.
         row_sq: Σ_j s_ij² over the visible keys.
-        logit_cells: Σ of s per (run, head, query bin, offset bin).
-        key0_logits: Σ of s_i0 per run, head and row.
-        offset_sums: Σ of s_{i,i−Δ} over the all / early rows per (run, head, Δ).
+        logit_cells: Σ of s per (run, (layer,) head, query bin, offset bin).
+        key0_logits: Σ of s_i0 per run, (layer,) head and row.
+        offset_sums: Σ of s_{i,i−Δ} over the all / early rows per (run, (layer,) head, Δ).
 
     Returns:
         ``{field: tensor}`` with a leading axis of runs in place of the batch axis, each run shaped as one
-        (group, layer) slice of the field.
+        (group, layer) slice of the field, or as the stacked layers' slices.
 
     Example:
         >>> from poslens.fit.binning import Binning
@@ -119,13 +120,16 @@ def cell_parts(
         >>> parts = cell_parts(plan, runs, z, z, z, z, cells, z[:2], offsets)
         >>> tuple(parts["logit_by_offset_early"].shape) == (2, 1, plan.early_rows)
         True
+        >>> stacked = cell_parts(plan, runs, z[:, None], z[:, None], z[:, None], z[:, None], cells[:, None], z[:2, None], offsets[:, None])
+        >>> tuple(stacked["log_partition"].shape) == (2, 1, 1, c, b)   # [runs, layers, heads, C, B]
+        True
     """
     tensors = plan.on(log_z.device)
     fold, keys, per_bin, n_visible = tensors.query_fold, tensors.key_positions, tensors.per_bin, tensors.n_visible
-    z_sum = runs.sum(log_z)  # [runs, H, T]
+    z_sum = runs.sum(log_z)  # [runs, (layers,) H, T]
     return {
         "logit": logit_cells,
-        "log_partition": einsum(fold, z_sum, per_bin, "qbin seq, run head seq, seq obin -> run head qbin obin"),
+        "log_partition": einsum(fold, z_sum, per_bin, "qbin seq, run ... seq, seq obin -> run ... qbin obin"),
         "logit_sq": runs.sum(row_sq) @ fold.T,
         "log_partition_sq": (runs.sum(log_z**2) * n_visible) @ fold.T,
         "logit_x_log_partition": runs.sum(log_z * row_sum) @ fold.T,
@@ -133,6 +137,6 @@ def cell_parts(
         "logit_x_key_position": runs.sum(row_js) @ fold.T,
         "logit_by_row": runs.sum(row_sum),
         "key0_logit_by_row": key0_logits,
-        "logit_by_offset_all": offset_sums[:, 0],
-        "logit_by_offset_early": offset_sums[:, 1, :, : plan.early_rows],
+        "logit_by_offset_all": offset_sums.select(-3, 0),
+        "logit_by_offset_early": offset_sums.select(-3, 1)[..., : plan.early_rows],
     }

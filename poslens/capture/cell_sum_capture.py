@@ -27,10 +27,11 @@ per offset bin, for the per-sequence counterfactual
 There are two paths, chosen by ``CellSumCapture(sync_free=...)`` (default: the
 sync-free path when the scores are on CUDA):
 
-- the host path (CPU default): each layer's pieces are copied to the host once
-  per layer and added to the sums there; a mask mismatch or a non-finite score
-  raises from :meth:`CellSumCapture.reduce` itself
-  (:mod:`poslens.capture.score_checks`).
+- the host path (CPU default): a mask mismatch or a non-finite score raises from
+  :meth:`CellSumCapture.reduce` itself (:mod:`poslens.capture.score_checks`); each
+  layer's pieces are held, and the layers of a batch folded into query bins, copied to
+  the host and added to the sums together, when the forward pass ends or the sums are
+  read (:mod:`poslens.capture.host_sums`).
 - the sync-free path: :meth:`CellSumCapture.reduce` issues no host
   synchronization (no ``.item()``, ``bool(tensor)``, ``.cpu()``, ``nonzero``, no
   branch on data). Each layer's pieces go into one flat device tensor, the mask
@@ -56,7 +57,7 @@ from poslens.capture.batch_groups import BatchGroups, GroupedBatches
 from poslens.capture.capture_plan import CapturePlan, lookup_plan
 from poslens.capture.cell_folding import add_diagonal_sums, cell_parts
 from poslens.capture.deferred_sums import PendingLayer, flush_pending, pack_layer
-from poslens.capture.host_sums import add_layer_on_host
+from poslens.capture.host_sums import HELD_BYTES, HostLayer, add_layers_on_host
 from poslens.capture.probe_sums import probe_parts_on_device
 from poslens.capture.row_bin_store import RowBinStore
 from poslens.capture.row_blocks import EXP_FLOOR, LayerRowGeometry
@@ -120,7 +121,33 @@ class CellSumCapture(GroupedBatches):
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
         self.early_rows = min(binning.early, binning.seq_len)  # rows 1 ≤ i < early_rows form the early query window
         sliding_windows = tuple(self.plan(layer).geometry.sliding_window for layer in range(model.n_layers))
-        self.sums = CellSums.zeros(groups, model.n_layers, model.n_heads, binning, sliding_windows)
+        self._sums = CellSums.zeros(groups, model.n_layers, model.n_heads, binning, sliding_windows)
+        self._held: list[HostLayer] = []  # host path: layers reduced but not yet added to the sums
+
+    @property
+    def sums(self) -> CellSums:
+        """The sums so far: every layer reduced on the host path is in them; on the sync-free path, those flushed.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> CellSumCapture(SimpleNamespace(n_layers=1, n_heads=1, sliding_windows=[None]), Binning(8), groups=2).sums.n_groups
+            2
+        """
+        self._add_held()
+        return self._sums
+
+    def _add_held(self) -> None:
+        """Add the layers the host path holds to the sums (:func:`~poslens.capture.host_sums.add_layers_on_host`)."""
+        held, self._held = self._held, []
+        add_layers_on_host(self._sums, held, self.probe)
+
+    def _hold(self, held: HostLayer) -> None:
+        """Keep a layer's pieces for the next fold; first add those held when they are of another batch or hold its layer."""
+        if self._held and (self._held[0].runs != held.runs or any(other.layer == held.layer for other in self._held)):
+            self._add_held()
+        self._held.append(held)
+        if sum(other.nbytes for other in self._held) >= HELD_BYTES:
+            self._add_held()
 
     def _work_buffers(self, size: int, device: torch.device) -> tuple[Float[torch.Tensor, " buffer"], Float[torch.Tensor, " buffer"]]:
         # two reused flat float64 buffers; fresh allocations would cost page faults on every call
@@ -212,7 +239,7 @@ class CellSumCapture(GroupedBatches):
             >>> capture.sums.group_sizes.tolist()
             [1.0, 6.0]
         """
-        a = self.sums.per_group
+        a = self._sums.per_group
         runs = self.batch_groups(batch)
         for g, size in zip(runs.groups, runs.counts, strict=True):
             for layer in range(self.model.n_layers):
@@ -220,8 +247,8 @@ class CellSumCapture(GroupedBatches):
                     getattr(a, name)[g, layer] += size * per_sequence
             a.query_row_count[g] += size * self.plan(0).query_fold.sum(-1).numpy()
             a.sequence_count[g] += size
-            self.sums.group_sizes[g] += size
-        self.sums.row_count += batch
+            self._sums.group_sizes[g] += size
+        self._sums.row_count += batch
 
     def reduce(self, layer: int, scores: Float[torch.Tensor, "batch heads query key"]) -> None:
         """Fold one layer's scores [batch, head, T, T] into the sums of their sequences' groups (:meth:`batch_groups`).
@@ -308,6 +335,7 @@ class CellSumCapture(GroupedBatches):
                 outside = (scores[:1, :, r0:r1, r1:], scores[:1, :, r0:r1, :k0])
                 mask_holds &= bool(s[:1].amin() > threshold) and all(at_most(part, threshold) for part in outside)
                 if not mask_holds:
+                    self._add_held()  # the layers before this one are in the sums, as on the sync-free path
                     explain_mask_failure(layer, self.model.sliding_windows[layer], scores[:1], plan.geometry.valid.to(device))
             row_sum[:, :, rows] = visible.sum(-1)
             row_js[:, :, rows] = visible @ key_positions[k0:r1]  # a matrix-vector product: faster than [1, j] as two columns
@@ -335,8 +363,8 @@ class CellSumCapture(GroupedBatches):
             features[:, :, rows, 2] = self_weight / partition
             features[:, :, rows, 3] = 1.0 / partition  # the row maximum has exp_s = 1
         finite = torch.isfinite(row_sum) & torch.isfinite(log_z)
-        parts = cell_parts(plan, runs, log_z, row_sum, row_js, row_sq, logit_cells, key0_logits, offset_sums)
         if deferred:
+            parts = cell_parts(plan, runs, log_z, row_sum, row_js, row_sq, logit_cells, key0_logits, offset_sums)
             self._checked.add(layer)  # checked in flush()
             flags = [~finite.all(-1)]  # [B, H]: a non-finite row of sequence b, head h
             if mask_ok is not None:  # what explain_mask_failure reads, for flush() to explain a failed check
@@ -347,9 +375,12 @@ class CellSumCapture(GroupedBatches):
             self._defer(layer, plan, runs, checking, parts, features, flags, row_bins)
             return
         if not finite.all():
+            self._add_held()  # the layers before this one are in the sums, as on the sync-free path
             raise non_finite_error(layer, int(torch.nonzero(~finite)[0, 1]))
         self._checked.add(layer)
-        add_layer_on_host(self.sums, runs, layer, plan, parts, features, self.probe)
+        pieces = {"log_z": log_z, "row_sum": row_sum, "row_js": row_js, "row_sq": row_sq, "features": features}
+        pieces.update(logit_cells=logit_cells, key0_logits=key0_logits, offset_sums=offset_sums)
+        self._hold(HostLayer(layer, plan, runs, pieces))
         if row_bins is not None and self.store is not None:  # row_bins exist exactly when a store is kept
             on_host = row_bins.cpu().numpy()
             for g, start, end in runs.runs:
@@ -375,9 +406,10 @@ class CellSumCapture(GroupedBatches):
         self._pending.append(pack_layer(runs, layer, checking, parts, flags, row_bins))
 
     def flush(self) -> None:
-        """Add the pieces the sync-free :meth:`reduce` calls left on the device to the sums, in one device-to-host copy.
+        """Add the pieces the :meth:`reduce` calls left to the sums: those the host path holds, and those the sync-free
+        path left on the device, in one device-to-host copy.
 
-        Call it after each forward pass (and before reading :attr:`sums`). It also
+        Call it after each forward pass (and, on the sync-free path, before reading :attr:`sums`). It also
         writes their row-bin arrays to the store, and raises the checks' errors that
         :meth:`reduce` deferred, for the first call (in order) that failed; the
         calls before it are added, as on the host path. Nothing pending (the host
@@ -403,6 +435,7 @@ class CellSumCapture(GroupedBatches):
             ...
             poslens.capture.score_checks.NonFiniteScoresError: NaN or inf in the attention scores of layer 0, head 0 ...
         """
+        self._add_held()
         pending, self._pending = self._pending, []
         probe_row_counts = self.plan(0).query_window_row_counts if self.probe else None
-        flush_pending(pending, self.sums, self.store, self.model.n_heads, self.model.sliding_windows, probe_row_counts)
+        flush_pending(pending, self._sums, self.store, self.model.n_heads, self.model.sliding_windows, probe_row_counts)

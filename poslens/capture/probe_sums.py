@@ -7,6 +7,7 @@ x̃ x̃ᵀ, x̃ y, Σ y, Σ y² and the row count per (group, layer, query windo
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from einops import rearrange
 from jaxtyping import Float
@@ -17,16 +18,20 @@ from poslens.fit.sums import QUERY_WINDOWS, SumFields
 
 
 def add_probe_on_host(
-    per_group: SumFields, group: int, layer: int, features: Float[torch.Tensor, "batch seq heads features"], plan: CapturePlan
+    per_group: SumFields,
+    group: int,
+    layer: int | slice | np.ndarray,
+    features: Float[torch.Tensor, "batch *layers seq heads features"],
+    plan: CapturePlan,
 ) -> None:
-    """Add the probe's design sums x̃ x̃ᵀ, x̃ y, y, y² and row count of one layer's rows, per query window.
+    """Add the probe's design sums x̃ x̃ᵀ, x̃ y, y, y² and row count of one layer's rows, or of several layers', per query window.
 
     Args:
         per_group: The per-group sums to add to.
         group: The group of the batch.
-        layer: The layer index.
-        features: The row features on the CPU, [batch, T, H, F].
-        plan: The layer's plan (its query windows' rows).
+        layer: The layer index; or the layers (a slice or an index array) of ``features``' layer axis.
+        features: The row features on the CPU, [batch, T, H, F]; with several layers [batch, layers, T, H, F].
+        plan: The layers' plan (their query windows' rows).
 
     Example:
         >>> from poslens.fit.binning import Binning
@@ -36,15 +41,27 @@ def add_probe_on_host(
         >>> add_probe_on_host(sums, 0, 0, torch.zeros(2, 8, 1, len(FEATURES), dtype=torch.float64), plan)
         >>> sums.probe_row_count[0, 0].tolist()   # 2 sequences × (7 early rows, 7 rows i ≥ 1)
         [14.0, 14.0]
+        >>> add_probe_on_host(sums, 0, slice(0, 1), torch.zeros(2, 1, 8, 1, len(FEATURES), dtype=torch.float64), plan)
+        >>> sums.probe_row_count[0, 0].tolist()   # the same layer's rows, once more
+        [28.0, 28.0]
     """
-    batch, t = features.shape[:2]
-    x = torch.cat([torch.ones(batch, t, 1, dtype=torch.float64), rearrange(features, "batch seq head feature -> batch seq (head feature)")], -1)
+    one_layer = isinstance(layer, int)
+    stacked = features[:, None] if one_layer else features  # [batch, layers, T, H, F]
+    batch, n_layers, t = stacked.shape[:3]
+    x = torch.cat(
+        [
+            torch.ones(batch, n_layers, t, 1, dtype=torch.float64),
+            rearrange(stacked, "batch layer seq head feature -> batch layer seq (head feature)"),
+        ],
+        -1,
+    )
     y = torch.log1p(plan.positions)[None, :].expand(batch, t)
     for w_index, query_window in enumerate(QUERY_WINDOWS):
         rows = plan.query_window_rows[query_window]
-        xs, ys = rearrange(x[:, rows], "batch row probe -> (batch row) probe"), y[:, rows].reshape(-1)
-        per_group.probe_gram[group, layer, w_index] += (xs.T @ xs).numpy()
-        per_group.probe_design_x_target[group, layer, w_index] += (xs.T @ ys).numpy()
+        xs, ys = rearrange(x[:, :, rows], "batch layer row probe -> layer (batch row) probe"), y[:, rows].reshape(-1)
+        gram, design_x_target = xs.mT @ xs, xs.mT @ ys  # [layers, P, P], [layers, P]
+        per_group.probe_gram[group, layer, w_index] += (gram[0] if one_layer else gram).numpy()
+        per_group.probe_design_x_target[group, layer, w_index] += (design_x_target[0] if one_layer else design_x_target).numpy()
         per_group.probe_target[group, layer, w_index] += float(ys.sum())
         per_group.probe_target_sq[group, layer, w_index] += float((ys * ys).sum())
         per_group.probe_row_count[group, layer, w_index] += ys.numel()
