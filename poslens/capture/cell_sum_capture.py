@@ -123,6 +123,7 @@ class CellSumCapture(GroupedBatches):
         sliding_windows = tuple(self.plan(layer).geometry.sliding_window for layer in range(model.n_layers))
         self._sums = CellSums.zeros(groups, model.n_layers, model.n_heads, binning, sliding_windows)
         self._held: list[HostLayer] = []  # host path: layers reduced but not yet added to the sums
+        self._held_bytes = 0
 
     @property
     def sums(self) -> CellSums:
@@ -138,7 +139,7 @@ class CellSumCapture(GroupedBatches):
 
     def _add_held(self) -> None:
         """Add the layers the host path holds to the sums (:func:`~poslens.capture.host_sums.add_layers_on_host`)."""
-        held, self._held = self._held, []
+        held, self._held, self._held_bytes = self._held, [], 0
         add_layers_on_host(self._sums, held, self.probe)
 
     def _hold(self, held: HostLayer) -> None:
@@ -146,7 +147,8 @@ class CellSumCapture(GroupedBatches):
         if self._held and (self._held[0].runs != held.runs or any(other.layer == held.layer for other in self._held)):
             self._add_held()
         self._held.append(held)
-        if sum(other.nbytes for other in self._held) >= HELD_BYTES:
+        self._held_bytes += held.nbytes
+        if self._held_bytes >= HELD_BYTES:
             self._add_held()
 
     def _work_buffers(self, size: int, device: torch.device) -> tuple[Float[torch.Tensor, " buffer"], Float[torch.Tensor, " buffer"]]:
