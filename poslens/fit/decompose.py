@@ -39,8 +39,7 @@ def share(
         >>> float(share(np.array([1.0, -1.0]), np.array([0.5, -0.5]), np.ones(2)))
         0.5
     """
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return weighted_inner(p_pattern, p_other, counts) / weighted_inner(p_pattern, p_pattern, counts)
+    return share_of(weighted_inner(p_pattern, p_other, counts), weighted_inner(p_pattern, p_pattern, counts))
 
 
 @dataclass
@@ -90,5 +89,44 @@ def split(
         >>> float(split(same, same, np.ones(2), leakage=0.3).c_res)   # the counterfactual explains everything
         0.0
     """
-    rho_mask = share(p_pattern, p_counterfactual, counts)
+    return split_of(weighted_inner(p_pattern, p_counterfactual, counts), weighted_inner(p_pattern, p_pattern, counts), leakage)
+
+
+def share_of(inner: Float[np.ndarray, "*heads"] | float, norm: Float[np.ndarray, "*heads"] | float) -> Float[np.ndarray, "*heads"] | float:
+    """:func:`share` from its two inner products: ⟨P(log a), P(other)⟩ / ‖P(log a)‖² (NaN where ‖P(log a)‖² = 0).
+
+    Args:
+        inner: ⟨P(log a), P(other)⟩, as :func:`poslens.fit.stats.residual_grams` gives it.
+        norm: ‖P(log a)‖².
+
+    Returns:
+        The share of each head.
+
+    Example:
+        >>> float(share_of(np.array(1.5), np.array(3.0)))
+        0.5
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return inner / norm
+
+
+def split_of(
+    inner: Float[np.ndarray, "*heads"] | float, norm: Float[np.ndarray, "*heads"] | float, leakage: Float[np.ndarray, "*heads"] | float
+) -> Split:
+    """:func:`split` from its two inner products: ⟨P(log a), P(log a')⟩ and ‖P(log a)‖².
+
+    Args:
+        inner: ⟨P(log a), P(log a')⟩ of the pattern and the mask-only counterfactual.
+        norm: ‖P(log a)‖².
+        leakage: L(log a), the leakage of the same projection.
+
+    Returns:
+        The shares and parts of each head.
+
+    Example:
+        >>> parts = split_of(np.array(1.0), np.array(4.0), np.array(0.2))
+        >>> float(parts.rho_mask), float(parts.rho_res), round(float(parts.c_res), 3)
+        (0.25, 0.75, 0.15)
+    """
+    rho_mask = share_of(inner, norm)
     return Split(rho_mask=rho_mask, rho_res=1.0 - rho_mask, c_mask=rho_mask * leakage, c_res=(1.0 - rho_mask) * leakage)

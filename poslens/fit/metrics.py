@@ -18,15 +18,15 @@ from jaxtyping import Bool, Float
 
 from poslens.fit.binning import Binning
 from poslens.fit.counterfactual import meanfield_cells
-from poslens.fit.decompose import share, split
+from poslens.fit.decompose import share_of, split_of
 from poslens.fit.stats import (
     Projection,
     held_out_r2,
     linear_r2_gain,
     project,
+    residual_grams,
     ridge_fits,
     total_sum_of_squares,
-    weighted_inner,
 )
 from poslens.fit.sums import FEATURES, QUERY_WINDOWS, CellSums, SumFields
 
@@ -152,6 +152,10 @@ def _cells(x: np.ndarray, layers: list[int], mask: Bool[np.ndarray, " qbins"], a
     return np.ascontiguousarray(x[layers][(slice(None),) * axis + (mask,)])
 
 
+#: The responses' order in :func:`_run_metrics`'s inner products.
+_LOGIT, _PATTERN, _COUNTERFACTUAL, _MEANFIELD, _COUNT = range(5)
+
+
 def _run_metrics(
     out: dict[str, Float[np.ndarray, "query_windows layers heads"]],
     w: int,
@@ -170,11 +174,21 @@ def _run_metrics(
     total = counts.sum()
     if total == 0:
         return
-    # [L, 4, H, K]; the count term's [L, 1, K] keeps a heads axis so that its products stay vector·matrix ones
-    proj = project(np.stack([_cells(x, layers, mask, axis=2) for x in (p.logit, p.log_partition, counterfactual, meanfield)], axis=1), counts)
-    proj_c = project(_cells(p.count_term, layers, mask, axis=1)[:, None], counts)
-    n = proj.counts
     y_s, y_z, y_c = _cells(p.logit, layers, mask, axis=2), _cells(p.log_partition, layers, mask, axis=2), _cells(p.count_term, layers, mask, axis=1)
+    # the responses of every head side by side, [L, H, 5, C, B]: the logit s, the log pattern log a = s − log Z,
+    # the two counterfactuals' log patterns, and the count term (one per layer, the same for each head); P is
+    # linear, so P(s) − P(log Z) = P(s − log Z)
+    responses = np.stack(
+        [
+            y_s,
+            y_s - y_z,
+            _cells(counterfactual, layers, mask, axis=2),
+            _cells(meanfield, layers, mask, axis=2),
+            np.broadcast_to(y_c[:, None], y_s.shape),
+        ],
+        axis=2,
+    )
+    grams = residual_grams(responses, counts)
     # each total summed as one flat run per layer and head: numpy's order for one layer's [H, C, B], which it may
     # not keep for [L, H, C, B] (so that a layer's figures do not depend on the run it is fitted in)
     s_tot, z_tot = y_s.reshape(*y_s.shape[:2], -1).sum(-1), y_z.reshape(*y_z.shape[:2], -1).sum(-1)  # [L, H]
@@ -186,21 +200,15 @@ def _run_metrics(
     sst_s = total_sum_of_squares(s2, s_tot, total)
     sst_a = total_sum_of_squares(s2 - 2 * sz + z2, s_tot - z_tot, total)
     sst_c = total_sum_of_squares(c2, c_tot, total)
-    # contiguous [L, H, K] slices: products of strided views would keep their strides, and numpy sums a strided
-    # row in another order than a contiguous one
-    absolute, saturated = proj.absolute, proj.saturated - proj.relative  # [L, 4, H, K]
-    p_s, p_z, p_cf, p_mf = (np.ascontiguousarray(absolute[:, k]) for k in range(4))
-    sat_s, sat_z, sat_cf = (np.ascontiguousarray(saturated[:, k]) for k in range(3))
-    p_c, sat_c = proj_c.absolute, proj_c.saturated - proj_c.relative  # [L, 1, K]: one count term per layer
-    p_a, sat_a = p_s - p_z, sat_s - sat_z
     sq_a = s2 - 2 * sz + z2
-    leak_a = _ratio(weighted_inner(p_a, p_a, n), sst_a, sq_a)
-    leak_sat = _ratio(weighted_inner(sat_a, sat_a, n), sst_a, sq_a)
+    absolute, saturated = grams.absolute, grams.saturated  # [L, H, 5, 5]
+    leak_a = _ratio(absolute[..., _PATTERN, _PATTERN], sst_a, sq_a)
+    leak_sat = _ratio(saturated[..., _PATTERN, _PATTERN], sst_a, sq_a)
     out["leakage_pattern"][w, layers] = leak_a
-    out["leakage_logit"][w, layers] = _ratio(weighted_inner(p_s, p_s, n), sst_s, s2)
+    out["leakage_logit"][w, layers] = _ratio(absolute[..., _LOGIT, _LOGIT], sst_s, s2)
     out["leakage_pattern_saturated"][w, layers] = leak_sat
-    out["leakage_logit_saturated"][w, layers] = _ratio(weighted_inner(sat_s, sat_s, n), sst_s, s2)
-    out["leakage_count"][w, layers] = _ratio(weighted_inner(p_c[:, 0], p_c[:, 0], n), sst_c, c2)[:, None]
+    out["leakage_logit_saturated"][w, layers] = _ratio(saturated[..., _LOGIT, _LOGIT], sst_s, s2)
+    out["leakage_count"][w, layers] = _ratio(absolute[:, 0, _COUNT, _COUNT], sst_c, c2)[:, None]
     per_layer = {  # the pairs' moments, one per layer, repeated over its heads
         name: np.broadcast_to(_cells(getattr(p, field), layers, mask, axis=1).sum(-1)[:, None], s_tot.shape) for name, field in PAIR_MOMENTS
     }
@@ -212,16 +220,13 @@ def _run_metrics(
         "yj": _cells(p.logit_x_key_position, layers, mask, axis=2).sum(-1),
     }
     out["leakage_linear"][w, layers] = linear_r2_gain(moments, sst_s)
-    for suffix, p_pattern, p_cf_, leak, p_count in (
-        ("", p_a, p_cf, leak_a, p_c),
-        ("_saturated", sat_a, sat_cf, leak_sat, sat_c),
-    ):
-        parts = split(p_pattern, p_cf_, n, leak)
+    for suffix, gram, leak in (("", absolute, leak_a), ("_saturated", saturated, leak_sat)):
+        parts = split_of(gram[..., _PATTERN, _COUNTERFACTUAL], gram[..., _PATTERN, _PATTERN], leak)
         out[f"c_res{suffix}"][w, layers], out[f"c_mask{suffix}"][w, layers] = parts.c_res, parts.c_mask
-        out[f"c_count{suffix}"][w, layers] = share(p_pattern, -np.broadcast_to(p_count, p_pattern.shape), n) * leak
-    meanfield_split = split(p_a, p_mf, n, leak_a)
+        out[f"c_count{suffix}"][w, layers] = share_of(-gram[..., _PATTERN, _COUNT], gram[..., _PATTERN, _PATTERN]) * leak
+    meanfield_split = split_of(absolute[..., _PATTERN, _MEANFIELD], absolute[..., _PATTERN, _PATTERN], leak_a)
     out["c_res_meanfield"][w, layers], out["c_mask_meanfield"][w, layers] = meanfield_split.c_res, meanfield_split.c_mask
-    logit_share = share(p_a, p_s, n)
+    logit_share = share_of(absolute[..., _PATTERN, _LOGIT], absolute[..., _PATTERN, _PATTERN])
     out["c_res_logit"][w, layers], out["c_mask_logit"][w, layers] = logit_share * leak_a, (1 - logit_share) * leak_a
     rows = p.query_row_count[mask].sum()
     feats = _cells(p.features, layers, mask, axis=3).sum(-1) / rows  # [L, H, F]

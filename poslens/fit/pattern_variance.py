@@ -14,7 +14,7 @@ import numpy as np
 from jaxtyping import Float
 
 from poslens.fit.binning import Binning
-from poslens.fit.stats import project, total_sum_of_squares, weighted_inner
+from poslens.fit.stats import residual_grams, total_sum_of_squares
 from poslens.fit.sums import FEATURES, QUERY_WINDOWS, SumFields
 
 __all__ = ["VARIANCE_PARTS", "key0_mass_by_bin", "pattern_variance"]
@@ -54,12 +54,11 @@ def pattern_variance(p: SumFields, binning: Binning) -> dict[str, Float[np.ndarr
             if total == 0:
                 continue
             y_s, y_z = p.logit[layer][:, mask], p.log_partition[layer][:, mask]
-            proj = project(y_s - y_z, counts)  # log a = s − log Z, cell by cell
             s2 = p.logit_sq[layer][:, mask].sum(-1)
             z2 = p.log_partition_sq[layer][:, mask].sum(-1)
             sz = p.logit_x_log_partition[layer][:, mask].sum(-1)
             sst = total_sum_of_squares(s2 - 2 * sz + z2, (y_s - y_z).sum((-2, -1)), total)
-            numerator = weighted_inner(proj.absolute, proj.absolute, proj.counts)
+            numerator = residual_grams((y_s - y_z)[:, None], counts).absolute[:, 0, 0]  # log a = s − log Z, cell by cell
             constant = sst <= 1e-12 * np.maximum(s2 - 2 * sz + z2, 1e-300)
             with np.errstate(divide="ignore", invalid="ignore"):
                 out["leakage_pattern"][w, layer] = np.where(constant, np.nan, numerator / sst)

@@ -119,6 +119,74 @@ def project(sums: Float[np.ndarray, "*batch qbins obins"], counts: Float[np.ndar
     return Projection(counts=n, relative=relative, additive=additive, saturated=y / n)
 
 
+@dataclass
+class ResidualGrams:
+    """Weighted inner products between several responses' absolute components and saturated residuals.
+
+    For responses y_1 … y_F over the same cells (cell means ȳ, counts n), with f_R, f_F
+    the fits of models R and F (:func:`project`):
+
+    - ``absolute[..., u, v]`` = ⟨P(y_u), P(y_v)⟩ = Σ_k n_k P_k(y_u) P_k(y_v), P = f_F − f_R;
+    - ``saturated[..., u, v]`` = ⟨ȳ_u − f_R(y_u), ȳ_v − f_R(y_v)⟩, the same for the saturated model's gain.
+
+    Every share and ΔR² numerator of a head is one of these entries or a ratio of two.
+
+    Attributes:
+        absolute: [..., F, F].
+        saturated: [..., F, F].
+
+    Example:
+        >>> counts = np.array([[2.0, 1.0], [1.0, 2.0]])
+        >>> grams = residual_grams(np.array([[[2.0, 3.0], [1.0, 4.0]]]), counts)   # one response
+        >>> p = project(np.array([[2.0, 3.0], [1.0, 4.0]]), counts)
+        >>> bool(np.isclose(grams.absolute[0, 0], weighted_inner(p.absolute, p.absolute, p.counts)))
+        True
+    """
+
+    absolute: Float[np.ndarray, "*batch fields fields"]
+    saturated: Float[np.ndarray, "*batch fields fields"]
+
+
+def residual_grams(sums: Float[np.ndarray, "*batch fields qbins obins"], counts: Float[np.ndarray, "qbins obins"]) -> ResidualGrams:
+    """The inner products of :class:`ResidualGrams` for the F responses of ``sums`` [..., F, C, B], counts [C, B].
+
+    The same quantities as :func:`project` followed by :func:`weighted_inner` of its fitted values, without forming
+    f_F over the cells: with r = ȳ − f_R(y) (the saturated residual, orthogonal to every offset bin), P(y) is the
+    projection of r on model F's columns A, so ⟨P(y_u), P(y_v)⟩ = c_uᵀ Aᵀ diag(n) r_v with c_u = (Aᵀ diag(n) A)⁻¹ Aᵀ diag(n) r_u.
+    Working from r rather than ȳ keeps the large offset-bin means out of the products, so nothing cancels.
+
+    Args:
+        sums: Cell sums of F responses, [..., F, C, B].
+        counts: Number of pairs in each cell, [C, B].
+
+    Returns:
+        The [..., F, F] inner products.
+
+    Example:
+        >>> counts = np.array([[2.0, 1.0], [1.0, 2.0]])
+        >>> y = np.array([[2.0, 3.0], [1.0, 4.0]])
+        >>> grams = residual_grams(np.stack([y, 2 * y]), counts)
+        >>> np.round(grams.absolute, 4).tolist()   # ‖P(y)‖² = 1/3 (see Projection.absolute); the second response is 2y
+        [[0.3333, 0.6667], [0.6667, 1.3333]]
+    """
+    mask, a = design(counts)
+    n = counts[mask]
+    y = sums[..., mask]  # [..., F, K] over the K cells that hold pairs
+    _, b_idx = np.nonzero(mask)
+    offset_onehot = a[:, : counts.shape[1]]  # [K, B]
+    bin_n = n @ offset_onehot
+    bin_mean = (y @ offset_onehot) / np.where(bin_n > 0, bin_n, 1.0)  # f_R per offset bin; a bin with no cell has none
+    residual = y / n
+    residual -= bin_mean[..., b_idx]  # ȳ − f_R
+    weighted = residual * n
+    saturated = weighted @ np.swapaxes(residual, -1, -2)
+    a = a[:, a.any(axis=0)]  # bins with no cell in this query window carry no parameter
+    # Aᵀ diag(n) r: its offset-bin entries are 0 but for rounding, which the projection takes out
+    rhs = weighted @ a  # [..., F, p]
+    absolute = (rhs @ _gram_inverse(a, n)) @ np.swapaxes(rhs, -1, -2)
+    return ResidualGrams(absolute=absolute, saturated=saturated)
+
+
 def _gram_inverse(a: Float[np.ndarray, "cells params"], n: Float[np.ndarray, " cells"]) -> Float[np.ndarray, "params params"]:
     """(Aᵀ diag(n) A)⁻¹, cached: counts differ between layers, query windows and jackknife
     replicates only through the query window and a common scale, so few distinct ones occur."""

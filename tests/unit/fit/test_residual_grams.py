@@ -1,0 +1,73 @@
+"""The heads' inner products of absolute components, from the saturated residuals (:func:`poslens.fit.stats.residual_grams`).
+
+Checked against the explicit route (fitted values of models R and F over the cells, then weighted inner
+products) on an easy case, and against that route in extended precision (benchmarks/grams_precision.py's
+``explicit_grams``) on a hard one: large offset-bin
+means with a small absolute component, as real logits have, where the explicit route in float64 loses
+digits that the residual route keeps.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from poslens.fit.binning import Binning
+from poslens.fit.stats import project, residual_grams, weighted_inner
+
+_SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "grams_precision.py"
+_spec = importlib.util.spec_from_file_location("grams_precision", _SCRIPT)
+grams_precision = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(grams_precision)
+
+
+def causal_counts(seq_len: int, n_seqs: int, query_window: str = "all") -> np.ndarray:
+    """Pair counts per (query bin, offset bin) of a causal layer, in the query bins of ``query_window``."""
+    binning = Binning(seq_len)
+    i, j = np.arange(seq_len)[:, None], np.arange(seq_len)[None, :]
+    visible = np.broadcast_to(j <= i, (seq_len, seq_len))
+    query_bin = np.broadcast_to(np.asarray(binning.query_bin)[:seq_len, None], visible.shape)
+    offset_bin = np.asarray(binning.offset_bin)[np.clip(i - j, 0, None)]
+    counts = np.zeros((binning.n_query_bins, binning.n_offset_bins))
+    np.add.at(counts, (query_bin[visible], offset_bin[visible]), float(n_seqs))
+    return counts[binning.query_windows[query_window]]
+
+
+def scaled_error(got: np.ndarray, want: np.ndarray) -> float:
+    """max |got − want| / sqrt(want_uu · want_vv): the error against the entries' own scale."""
+    diagonal = np.einsum("...uu->...u", want)
+    return float((np.abs(got - want) / np.sqrt(diagonal[..., :, None] * diagonal[..., None, :])).max())
+
+
+@pytest.mark.parametrize("query_window", ["all", "early"])
+def test_the_inner_products_are_those_of_the_fitted_values(query_window: str):
+    counts = causal_counts(64, 3, query_window)
+    rng = np.random.default_rng(1)
+    sums = rng.normal(size=(2, 3, *counts.shape)) * counts  # [heads, responses, C, B]; empty cells hold 0
+    grams = residual_grams(sums, counts)
+    fit = project(sums, counts)
+    for u in range(3):
+        for v in range(3):
+            want_absolute = weighted_inner(fit.absolute[:, u], fit.absolute[:, v], fit.counts)
+            want_saturated = weighted_inner(fit.saturated[:, u] - fit.relative[:, u], fit.saturated[:, v] - fit.relative[:, v], fit.counts)
+            np.testing.assert_allclose(grams.absolute[:, u, v], want_absolute, rtol=1e-10, atol=1e-10)
+            np.testing.assert_allclose(grams.saturated[:, u, v], want_saturated, rtol=1e-10, atol=1e-10)
+
+
+def test_large_offset_means_keep_their_digits():
+    # logits near −30 that vary by offset bin, an absolute component of 1e-3 · log(1 + c) and noise of 1e-2
+    counts = causal_counts(128, 8)
+    rng = np.random.default_rng(0)
+    c, b = np.arange(counts.shape[0])[:, None], np.arange(counts.shape[1])[None, :]
+    drift = 1e-3 * np.log1p(c) * np.array([1.0, 2.0, -1.0])[:, None, None]
+    means = -30.0 + 5 * np.sin(b) + drift + rng.normal(0, 1e-2, size=(4, 3, *counts.shape))
+    sums = means * counts
+    want_absolute, want_saturated = grams_precision.explicit_grams(sums, counts, grams_precision.EXTENDED)
+    grams = residual_grams(sums, counts)
+    assert scaled_error(grams.absolute, want_absolute) < 1e-10
+    assert scaled_error(grams.saturated, want_saturated) < 1e-10
+    # the case is hard: the explicit route in float64 misses by far more than that bound
+    assert scaled_error(grams_precision.explicit_grams(sums, counts)[0], want_absolute) > 1e-9
