@@ -74,7 +74,7 @@ def _layers_sharing_counts(mask: Bool[np.ndarray, " qbins"], pair_count: Float[n
 
 def _layer_part(run: Projection, index: int | tuple[int, ...]) -> Projection:
     """One layer's :class:`Projection` out of ``run``, the projection of a run of layers' cells (layers first)."""
-    return Projection(run.counts, run.relative[index], run.additive[index], run.saturated[index])
+    return Projection(run.counts, run.relative[index], run.additive[index], run.saturated[index], run.absolute[index])
 
 
 def _query_window_cells(
@@ -324,37 +324,36 @@ def held_out_metrics(
         test = sums.group(g)
         for w, query_window in enumerate(QUERY_WINDOWS):
             mask = binning.query_windows[query_window]
-            projections = {}  # layer: (projection of s, of log Z), fitted on train; a run of layers at once, as in head_metrics
+            projections = {}  # layer: projection of s and of log a = s − log Z, fitted on train; a run of layers at once
             for layers in _layers_sharing_counts(mask, train.pair_count):
                 counts = train.pair_count[layers[0]][mask]
                 if counts.sum() > 0:
-                    run_s, run_z = (project(x[layers][:, :, mask], counts) for x in (train.logit, train.log_partition))
-                    projections.update({layer: (_layer_part(run_s, k), _layer_part(run_z, k)) for k, layer in enumerate(layers)})
+                    y_s = train.logit[layers][:, :, mask]
+                    run = project(np.stack([y_s, y_s - train.log_partition[layers][:, :, mask]], axis=2), counts)  # [L, H, 2, K]
+                    projections.update({layer: _layer_part(run, k) for k, layer in enumerate(layers)})
             for layer in range(n_layers):
                 counts = train.pair_count[layer][mask]
                 t_counts, t_s, t_z, _ = _query_window_cells(test, layer, mask)
                 if counts.sum() == 0 or t_counts.sum() == 0:
                     continue
                 cells = counts > 0
-                proj_s, proj_z = projections[layer]
+                fit = projections[layer]  # [H, 2, K]
                 n_test = t_counts[cells]
                 total = t_counts.sum()
                 s2 = test.logit_sq[layer][:, mask].sum(-1)
                 z2 = test.log_partition_sq[layer][:, mask].sum(-1)
                 sz = test.logit_x_log_partition[layer][:, mask].sum(-1)
-                for key, rel, add, y_test, sq, tot in (
-                    ("leakage_logit_heldout", proj_s.relative, proj_s.additive, t_s[:, cells], s2, t_s.sum((-2, -1))),
+                y_test = np.stack([t_s[:, cells], t_s[:, cells] - t_z[:, cells]], axis=1)  # [H, 2, K]: the test group's cell sums
+                # SSE_R − SSE_F = Σ n [(ȳ − f_R)² − (ȳ − f_F)²] = Σ P · (2 (Y − n f_R) − n P), P = f_F − f_R: the
+                # fitted values enter only through P and Y − n f_R, so no large squares are subtracted
+                sse_gap = (fit.absolute * (2 * (y_test - n_test * fit.relative) - n_test * fit.absolute)).sum(-1)  # [H, 2]
+                for k, (key, sq, tot) in enumerate(
                     (
-                        "leakage_pattern_heldout",
-                        proj_s.relative - proj_z.relative,
-                        proj_s.additive - proj_z.additive,
-                        t_s[:, cells] - t_z[:, cells],
-                        s2 - 2 * sz + z2,
-                        (t_s - t_z).sum((-2, -1)),
-                    ),
+                        ("leakage_logit_heldout", s2, t_s.sum((-2, -1))),
+                        ("leakage_pattern_heldout", s2 - 2 * sz + z2, (t_s - t_z).sum((-2, -1))),
+                    )
                 ):
-                    sse_gap = -2 * ((rel - add) * y_test).sum(-1) + (n_test * (rel**2 - add**2)).sum(-1)
-                    gain[key][g, w, layer] = sse_gap
+                    gain[key][g, w, layer] = sse_gap[:, k]
                     sst[key][g, w, layer] = total_sum_of_squares(sq, tot, total)
     pooled, folds = {}, {}
     for key in HELD_OUT:

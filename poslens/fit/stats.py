@@ -32,31 +32,29 @@ class Projection:
 
     Attributes:
         counts: Number of pairs in each non-empty cell, [K].
-        relative: Fitted values of model R (offset bins only), [..., K].
-        additive: Fitted values of model F (offset plus query bins), [..., K].
+        relative: Fitted values f_R of model R (offset bins only), [..., K].
+        additive: Fitted values f_F of model F (offset plus query bins), [..., K].
         saturated: Cell means (the saturated model), [..., K].
+        absolute: P(y) = f_F − f_R per cell, [..., K]. :func:`project` forms it from the saturated residual, which
+            keeps more digits than the difference of the two fits; when not given, it is that difference.
 
     Example:
         >>> p = project(np.array([[2.0, 3.0], [1.0, 4.0]]), np.array([[2.0, 1.0], [1.0, 2.0]]))
         >>> p.counts.tolist(), p.saturated.tolist()   # cells in row-major order, saturated = cell means
         ([2.0, 1.0, 1.0, 2.0], [1.0, 3.0, 1.0, 2.0])
+        >>> np.round(p.absolute, 3).tolist(), np.round(p.additive, 3).tolist()
+        ([0.167, 0.333, -0.333, -0.167], [1.167, 2.667, 0.667, 2.167])
     """
 
     counts: Float[np.ndarray, " cells"]
     relative: Float[np.ndarray, "*batch cells"]
     additive: Float[np.ndarray, "*batch cells"]
     saturated: Float[np.ndarray, "*batch cells"]
+    absolute: Float[np.ndarray, "*batch cells"] = None  # type: ignore[assignment]  # set in __post_init__ when not given
 
-    @property
-    def absolute(self) -> Float[np.ndarray, "*batch cells"]:
-        """P(y) = f_F − f_R per cell.
-
-        Example:
-            >>> p = project(np.array([[2.0, 3.0], [1.0, 4.0]]), np.array([[2.0, 1.0], [1.0, 2.0]]))
-            >>> np.round(p.absolute, 3).tolist()
-            [0.167, 0.333, -0.333, -0.167]
-        """
-        return self.additive - self.relative
+    def __post_init__(self) -> None:
+        if self.absolute is None:
+            self.absolute = self.additive - self.relative
 
 
 def design(counts: Float[np.ndarray, "qbins obins"]) -> tuple[Bool[np.ndarray, "qbins obins"], Float[np.ndarray, "cells params"]]:
@@ -111,12 +109,13 @@ def project(sums: Float[np.ndarray, "*batch qbins obins"], counts: Float[np.ndar
     bin_sum = y @ offset_onehot
     bin_n = n @ offset_onehot
     relative = bin_sum[..., b_idx] / bin_n[b_idx]
-    used = a.any(axis=0)  # bins with no cell in this query window carry no parameter
-    a = a[:, used]
-    rhs = y @ a  # [..., p]: Aᵀ Y with Y cell sums (= Aᵀ W ȳ)
-    coef = rhs @ _gram_inverse(a, n)
-    additive = coef @ a.T
-    return Projection(counts=n, relative=relative, additive=additive, saturated=y / n)
+    saturated = y / n
+    a = a[:, a.any(axis=0)]  # bins with no cell in this query window carry no parameter
+    # P(y) as the projection of the saturated residual ȳ − f_R on model F's columns (as residual_grams forms it),
+    # not as f_F − f_R: the offset-bin means would otherwise enter a difference and cost digits
+    rhs = ((saturated - relative) * n) @ a  # [..., p]
+    absolute = (rhs @ _gram_inverse(a, n)) @ a.T
+    return Projection(counts=n, relative=relative, additive=relative + absolute, saturated=saturated, absolute=absolute)
 
 
 @dataclass

@@ -1,10 +1,9 @@
-"""The heads' inner products of absolute components, from the saturated residuals (:func:`poslens.fit.stats.residual_grams`).
+"""The heads' inner products from the saturated residuals (:func:`poslens.fit.stats.residual_grams`), and the held-out figures.
 
 Checked against the explicit route (fitted values of models R and F over the cells, then weighted inner
 products) on an easy case, and against that route in extended precision (benchmarks/grams_precision.py's
-``explicit_grams``) on a hard one: large offset-bin
-means with a small absolute component, as real logits have, where the explicit route in float64 loses
-digits that the residual route keeps.
+``explicit_grams`` and ``held_out_ratios``) on hard ones: large offset-bin means with a small absolute
+component, as real logits have, where the explicit route in float64 loses digits that the package keeps.
 """
 
 from __future__ import annotations
@@ -14,14 +13,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from poslens.fit.binning import Binning
-from poslens.fit.stats import project, residual_grams, weighted_inner
+from poslens.fit.metrics import held_out_metrics
+from poslens.fit.stats import residual_grams
+from poslens.measurement.pipeline import measure_scores
 
 _SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "grams_precision.py"
 _spec = importlib.util.spec_from_file_location("grams_precision", _SCRIPT)
 grams_precision = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(grams_precision)
+
+extended = pytest.mark.skipif(
+    np.finfo(np.longdouble).nmant < 63, reason="needs numpy's 80-bit long double (x86) for the extended-precision reference"
+)
 
 
 def causal_counts(seq_len: int, n_seqs: int, query_window: str = "all") -> np.ndarray:
@@ -48,15 +54,12 @@ def test_the_inner_products_are_those_of_the_fitted_values(query_window: str):
     rng = np.random.default_rng(1)
     sums = rng.normal(size=(2, 3, *counts.shape)) * counts  # [heads, responses, C, B]; empty cells hold 0
     grams = residual_grams(sums, counts)
-    fit = project(sums, counts)
-    for u in range(3):
-        for v in range(3):
-            want_absolute = weighted_inner(fit.absolute[:, u], fit.absolute[:, v], fit.counts)
-            want_saturated = weighted_inner(fit.saturated[:, u] - fit.relative[:, u], fit.saturated[:, v] - fit.relative[:, v], fit.counts)
-            np.testing.assert_allclose(grams.absolute[:, u, v], want_absolute, rtol=1e-10, atol=1e-10)
-            np.testing.assert_allclose(grams.saturated[:, u, v], want_saturated, rtol=1e-10, atol=1e-10)
+    want_absolute, want_saturated = grams_precision.explicit_grams(sums, counts)
+    np.testing.assert_allclose(grams.absolute, want_absolute, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(grams.saturated, want_saturated, rtol=1e-10, atol=1e-10)
 
 
+@extended
 def test_large_offset_means_keep_their_digits():
     # logits near −30 that vary by offset bin, an absolute component of 1e-3 · log(1 + c) and noise of 1e-2
     counts = causal_counts(128, 8)
@@ -71,3 +74,24 @@ def test_large_offset_means_keep_their_digits():
     assert scaled_error(grams.saturated, want_saturated) < 1e-10
     # the case is hard: the explicit route in float64 misses by far more than that bound
     assert scaled_error(grams_precision.explicit_grams(sums, counts)[0], want_absolute) > 1e-9
+
+
+def large_mean_scores(n: int, heads: int, t: int, seed: int) -> torch.Tensor:
+    """Logits near −30 that vary with the offset, a sink at key 0 and noise of 1e-2: no absolute term."""
+    g = torch.Generator().manual_seed(seed)
+    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+    x = -30.0 + 5 * torch.sin(0.7 * (i - j).double()) + 3.0 * (j == 0)
+    x = x[None, None] + 1e-2 * torch.randn(n, heads, t, t, generator=g, dtype=torch.float64)
+    return x.float().masked_fill(j > i, torch.finfo(torch.float32).min)
+
+
+@extended
+def test_the_held_out_figures_keep_their_digits():
+    sums = measure_scores([large_mean_scores(16, 2, 64, seed) for seed in range(3)], groups=4, early=16).sums
+    _, folds = held_out_metrics(sums)
+    want = grams_precision.held_out_ratios(sums, grams_precision.EXTENDED)
+    former = grams_precision.held_out_ratios(sums)
+    for name, reference in want.items():
+        assert grams_precision.largest_relative_error(folds[name][:, :, :-1, :-1], reference) < 1e-13, name
+    # the case is hard: SSE_R − SSE_F as a difference of large squares misses the logit's figure by more than the bound
+    assert grams_precision.largest_relative_error(former["leakage_logit_heldout"], want["leakage_logit_heldout"]) > 1e-13
