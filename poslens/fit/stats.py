@@ -281,11 +281,10 @@ def linear_r2_gain(
     c_dd = c_ii - 2 * c_ij + c_jj
     c_di = c_ii - c_ij
     c_dy = c_iy - c_jy
+    # the gain of adding i to [Δ] is the added variable's: (c_iy − c_iΔ c_Δy / c_ΔΔ)² / (c_ii − c_iΔ² / c_ΔΔ),
+    # the same number as the full model's explained sum of squares less the relative one's, without that difference
     with np.errstate(divide="ignore", invalid="ignore"):
-        explained_rel = c_dy**2 / c_dd
-        det = c_dd * c_ii - c_di**2
-        explained_full = (c_ii * c_dy**2 - 2 * c_di * c_dy * c_iy + c_dd * c_iy**2) / det
-        return (explained_full - explained_rel) / sst
+        return (c_iy - c_di * c_dy / c_dd) ** 2 / (c_ii - c_di**2 / c_dd) / sst
 
 
 def ridge_fit(
