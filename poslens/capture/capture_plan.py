@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from jaxtyping import Bool, Float, Int
 
+from poslens.capture.fused_rows import RowTables
 from poslens.capture.row_blocks import LayerRowGeometry, RowBlock, default_block_elements, effective_sliding_window
 from poslens.fit.binning import Binning
 from poslens.fit.sums import QUERY_WINDOWS
@@ -88,6 +89,7 @@ class CapturePlan:
     _on_device: dict[str, PlanOnDevice] = field(default_factory=dict, repr=False)
     _blocks: dict[tuple[int, str], list[RowBlock]] = field(default_factory=dict, repr=False)
     _diagonal_tables: dict[tuple[int, int, int, str], tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False)
+    _row_tables: RowTables | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, binning: Binning, sliding_window: int | None) -> CapturePlan:
@@ -160,6 +162,20 @@ class CapturePlan:
                 query_window_rows={w: torch.nonzero(rows)[:, 0].to(device) for w, rows in self.query_window_rows.items()},
             )
         return self._on_device[key]
+
+    def row_tables(self) -> RowTables:
+        """The layer's :class:`~poslens.capture.fused_rows.RowTables` for the compiled capture loop, made once.
+
+        Returns:
+            The tables.
+
+        Example:
+            >>> CapturePlan.build(Binning(8), 3).row_tables().first_key.tolist()
+            [0, 0, 0, 1, 2, 3, 4, 5]
+        """
+        if self._row_tables is None:
+            self._row_tables = RowTables.of(self)
+        return self._row_tables
 
     def blocks(self, rows_per_query: int, device: torch.device, block_elements: int | None = None) -> list[RowBlock]:
         """The row blocks of this layer when ``rows_per_query`` (batch × heads) blocks share one work buffer.

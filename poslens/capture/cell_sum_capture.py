@@ -57,6 +57,7 @@ from poslens.capture.batch_groups import BatchGroups, GroupedBatches
 from poslens.capture.capture_plan import CapturePlan, lookup_plan
 from poslens.capture.cell_folding import add_diagonal_sums, cell_parts
 from poslens.capture.deferred_sums import PendingLayer, flush_pending, pack_layer
+from poslens.capture.fused_rows import fused_available, row_pieces
 from poslens.capture.host_sums import HELD_BYTES, HostLayer, add_layers_on_host
 from poslens.capture.probe_sums import probe_parts_on_device
 from poslens.capture.row_bin_store import RowBinStore
@@ -86,6 +87,9 @@ class CellSumCapture(GroupedBatches):
         store: Where to keep each sequence's row-bin sums for the counterfactual replay; ``None``: not kept.
         sync_free: Whether :meth:`reduce` defers every host synchronization to :meth:`flush` (see the module
             docstring); ``None``: when the scores are on CUDA. Call :meth:`flush` after each forward pass.
+        fused: Whether the host path reduces CPU scores with the compiled loop of :mod:`poslens.capture.fused_rows`
+            (the same figures to rounding, in one pass over each row) rather than with torch operations;
+            ``None``: where :func:`~poslens.capture.fused_rows.fused_available`.
 
     Example:
         >>> capture = CellSumCapture(model, Binning(64), groups=4)  # doctest: +SKIP
@@ -104,8 +108,10 @@ class CellSumCapture(GroupedBatches):
         block_elements: int | None = None,
         store: RowBinStore | None = None,
         sync_free: bool | None = None,
+        fused: bool | None = None,
     ) -> None:
         self.model = model
+        self.fused = fused  # None: the compiled loop where fused_available()
         self.sync_free = sync_free  # None: on when the scores are on CUDA
         self._pending: list[PendingLayer] = []  # sync-free reduce() calls not yet flushed
         self.store = store  # where each sequence's row-bin sums go for the counterfactual replay (None: not kept)
@@ -292,6 +298,9 @@ class CellSumCapture(GroupedBatches):
         deferred = self.sync_free if self.sync_free is not None else device.type == "cuda"
         checking = self.check_mask and layer not in self._checked  # the first sequence of the layer's first batch
         threshold = MASKED_BELOW * torch.finfo(scores.dtype).min
+        if not deferred and device.type == "cpu" and (self.fused if self.fused is not None else fused_available()):
+            self._reduce_fused(layer, scores, plan, runs, checking, threshold)
+            return
         f64 = torch.float64
         mask_ok = torch.ones((), dtype=torch.bool, device=device) if deferred and checking else None  # the device flag
         log_z, row_sum, row_js, row_sq = (torch.empty(batch, heads, t, dtype=f64, device=device) for _ in range(4))
@@ -385,6 +394,30 @@ class CellSumCapture(GroupedBatches):
         self._hold(HostLayer(layer, plan, runs, pieces))
         if row_bins is not None and self.store is not None:  # row_bins exist exactly when a store is kept
             on_host = row_bins.cpu().numpy()
+            for g, start, end in runs.runs:
+                self.store.write(g, layer, on_host[start:end])
+
+    def _reduce_fused(
+        self, layer: int, scores: Float[torch.Tensor, "batch heads query key"], plan: CapturePlan, runs: BatchGroups, checking: bool, threshold: float
+    ) -> None:
+        """The host path of :meth:`reduce` by the compiled loop (:func:`~poslens.capture.fused_rows.row_pieces`): the same pieces, checks and errors."""
+        if checking:  # the first sequence: its invisible keys masked, its visible keys not
+            first, valid = scores[:1], plan.geometry.valid
+            # above the threshold exactly where visible, and no NaN (a NaN is never above, visible or not)
+            if not torch.equal(first[0] > threshold, valid.expand(first.shape[1], -1, -1)) or bool(first.isnan().any()):
+                self._add_held()  # the layers before this one are in the sums, as on the sync-free path
+                explain_mask_failure(layer, self.model.sliding_windows[layer], first, valid)
+        pieces = row_pieces(scores, plan.row_tables(), row_bins=self.store is not None)
+        finite = torch.isfinite(pieces.row_sum) & torch.isfinite(pieces.log_z)
+        if not finite.all():
+            self._add_held()
+            raise non_finite_error(layer, int(torch.nonzero(~finite)[0, 1]))
+        self._checked.add(layer)
+        held = {"log_z": pieces.log_z, "row_sum": pieces.row_sum, "row_js": pieces.row_js, "row_sq": pieces.row_sq, "features": pieces.features}
+        held.update(logit_cells=runs.sum(pieces.logit_cells), key0_logits=runs.sum(pieces.key0_logits), offset_sums=runs.sum(pieces.offset_sums))
+        self._hold(HostLayer(layer, plan, runs, held))
+        if pieces.row_bins is not None and self.store is not None:
+            on_host = pieces.row_bins.numpy()
             for g, start, end in runs.runs:
                 self.store.write(g, layer, on_host[start:end])
 

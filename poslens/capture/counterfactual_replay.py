@@ -30,6 +30,7 @@ import torch
 from jaxtyping import Float
 
 from poslens.capture.attention_layout import HeadCounts
+from poslens.capture.fused_rows import fused_available, replay_log_partition
 from poslens.capture.row_bin_store import RowBinStore
 from poslens.fit.binning import Binning
 from poslens.fit.cross_fit import CrossFit
@@ -61,6 +62,9 @@ class CounterfactualReplay:
         binning: The query and offset bins of the measurement.
         cross_fit: Each group's fit of the absolute component A.
         groups: Number of groups G.
+        fused: Whether :meth:`add` sums CPU row bins with the compiled loop of :mod:`poslens.capture.fused_rows`
+            (the same sums to rounding) rather than with torch operations; ``None``: where
+            :func:`~poslens.capture.fused_rows.fused_available`.
 
     Example:
         >>> from types import SimpleNamespace
@@ -75,7 +79,8 @@ class CounterfactualReplay:
         [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
     """
 
-    def __init__(self, model: HeadCounts, binning: Binning, cross_fit: CrossFit, groups: int) -> None:
+    def __init__(self, model: HeadCounts, binning: Binning, cross_fit: CrossFit, groups: int, fused: bool | None = None) -> None:
+        self.fused = fused_available() if fused is None else fused
         self.binning = binning
         self.cross_fit = cross_fit
         t = binning.seq_len
@@ -83,6 +88,7 @@ class CounterfactualReplay:
         self.log_partition = {w: np.zeros((groups, groups, model.n_layers, model.n_heads, self.rows[w])) for w in QUERY_WINDOWS}
         self.n_query_bins, self.n_offset_bins = binning.n_query_bins, binning.n_offset_bins
         self._row_query_bin = torch.as_tensor(binning.query_bin[:t], dtype=torch.long)  # c(i)
+        self._row_query_bin_np = self._row_query_bin.numpy()  # the same, for the compiled loop
         # on an accelerator: exp(−A) cells of each group of the batch [variant, L, H, C, B] per query window, and the
         # rows' query bins, copied once per group and batch; Σ log Z' of the batch per group [variant, L, H, rows]
         self._device_weights: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
@@ -91,9 +97,9 @@ class CounterfactualReplay:
     def _cell_weights(self, variants: dict[str, Float[np.ndarray, "variants *layers heads cells"]]) -> dict[str, torch.Tensor]:
         """exp(−A) of every cell of ``variants`` (:meth:`~poslens.fit.cross_fit.CrossFit.variants`), [variant, (L,) H, C, B] per query window.
 
-        In place on the fresh arrays ``variants`` returns, with torch's exp (several times as fast as numpy's here).
+        With torch's exp (several times as fast as numpy's here); ``variants`` may be read-only (kept by the cross fit).
         """
-        return {w: torch.from_numpy(x).neg_().exp_().unflatten(-1, (self.n_query_bins, self.n_offset_bins)) for w, x in variants.items()}
+        return {w: torch.from_numpy(np.negative(x)).exp_().unflatten(-1, (self.n_query_bins, self.n_offset_bins)) for w, x in variants.items()}
 
     def _rows_of(
         self, cells: dict[str, Float[torch.Tensor, "variants heads qbins bins"]]
@@ -101,21 +107,13 @@ class CounterfactualReplay:
         """Each row's cells (its query bin's) of one layer's exp(−A), per query window: [variant, H, rows, B]."""
         return {w: x.index_select(2, self._row_query_bin[: self.rows[w]]) for w, x in cells.items()}
 
-    def _row_weights(self, group: int, layer: int) -> dict[str, Float[torch.Tensor, "variants heads rows bins"]]:
-        """exp(−A) of ``group``'s variants for ``layer``, for each row's cells (its query bin's), per query window.
-
-        Formed for the one layer asked for (a few exponentials per cell, next to the batch's rows × bins per variant):
-        a batch holds several groups, and the hooks visit the groups of one layer before the next layer.
-        """
-        return self._rows_of(self._cell_weights(self.cross_fit.variants(group, layer)))
-
     def add(
         self,
         group: int,
         layer: int,
         row_bins: Float[np.ndarray, "batch heads seq bins"] | Float[torch.Tensor, "batch heads seq bins"],
         product_bytes: int = 0,
-        weights: dict[str, Float[torch.Tensor, "variants heads window_rows offset_bins"]] | None = None,
+        cells: dict[str, Float[torch.Tensor, "variants heads qbins offset_bins"]] | None = None,
     ) -> None:
         """Add Σ over the sequences of ``row_bins`` (all of ``group``) of log Z'_i per row and variant of ``layer`` to ``group``.
 
@@ -130,8 +128,8 @@ class CounterfactualReplay:
                 at once (never fewer than one). 0, the default, takes one variant at a time, as the second pass
                 needs inside the forward, where the product adds to the peak; :meth:`replay`, after the forward,
                 passes :data:`PRODUCT_BYTES`. The sums are the same to the bit.
-            weights: Each row's exp(−A) of ``group``'s variants for ``layer`` (what :meth:`replay` forms once per
-                group); default formed here. The same numbers either way.
+            cells: exp(−A) of ``group``'s variants for ``layer`` per query bin and offset bin, [V, H, C, B] per query
+                window (what :meth:`replay` forms once per group); default formed here. The same numbers either way.
 
         Example:
             >>> # see the class example
@@ -140,8 +138,16 @@ class CounterfactualReplay:
         if bins.device.type != "cpu":
             self._add_on_device(group, layer, bins)
             return
+        if cells is None:
+            cells = self._cell_weights(self.cross_fit.variants(group, layer))
+        if self.fused and bins.dtype == torch.float64:
+            on_host = np.ascontiguousarray(bins.numpy())
+            for query_window, weights in cells.items():
+                sums = replay_log_partition(on_host, np.ascontiguousarray(weights.numpy()), self._row_query_bin_np, self.rows[query_window])
+                self.log_partition[query_window][group, :, layer] += sums
+            return
         row_max, per_bin = bins[..., 0], bins[..., 1:]
-        for query_window, row_weights in (weights or self._row_weights(group, layer)).items():
+        for query_window, row_weights in self._rows_of(cells).items():
             n = self.rows[query_window]
             # each row's bins weighted by its query bin's exp(−A), summed over bins: elementwise products and a
             # sum, not a matmul (einsum), whose other order of summation changes the rounding, which the
@@ -225,10 +231,10 @@ class CounterfactualReplay:
         for group, layer, row_bins in progress_bar(
             store.read(order), total=len(order), desc=description, unit="layer", disable=not progress, leave=False
         ):
-            weights = None
+            layer_cells = None
             if one_group <= WEIGHTS_BYTES:
                 if group != cells_of:
                     cells, cells_of = self._cell_weights(self.cross_fit.variants(group)), group
                 assert cells is not None
-                weights = self._rows_of({w: x[:, layer] for w, x in cells.items()})
-            self.add(group, layer, row_bins, product_bytes=PRODUCT_BYTES, weights=weights)  # after the forward: larger products are fine
+                layer_cells = {w: x[:, layer] for w, x in cells.items()}
+            self.add(group, layer, row_bins, product_bytes=PRODUCT_BYTES, cells=layer_cells)  # after the forward: larger products are fine

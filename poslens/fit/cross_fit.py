@@ -12,7 +12,7 @@ All arrays are float64 numpy; nothing here touches torch or a model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from einops import rearrange
@@ -100,6 +100,11 @@ def absolute_component(
     return out
 
 
+KEPT_VARIANTS_BYTES = 64 * 2**20
+"""The most that :meth:`CrossFit.variants` keeps of the groups' variants (all layers), so that the replay and the
+counterfactual's cells, which both ask for every group's, form each once; above it they are formed at each call."""
+
+
 @dataclass(frozen=True, eq=False)
 class CrossFit:
     """Each group's fit of the absolute component, from which every cross-fitted A of the per-sequence counterfactual follows.
@@ -110,8 +115,9 @@ class CrossFit:
     variant v ≠ g is A^(−g,−v), fitted without groups g and v (the jackknife
     replicate that deletes v refits A too). With two groups nothing is left to
     refit on, so the replicate keeps A^(−g). :meth:`variants` forms a group's G
-    variants from these arrays (sums only, no fitting); they are not all kept at
-    once, since G² of them would take G times the memory.
+    variants from these arrays (sums only, no fitting); a group's variants of every
+    layer are kept (read-only) while all groups' together take at most
+    :data:`KEPT_VARIANTS_BYTES`, since G² of them would take G times the memory of the fits.
 
     Attributes:
         fits: ``{query_window: [G, L, H, C·B]}``: group g's N_g·A_g, fitted on its own sums.
@@ -128,6 +134,7 @@ class CrossFit:
     fits: dict[str, Float[np.ndarray, "groups layers heads cells"]]
     total: dict[str, Float[np.ndarray, "layers heads cells"]]
     sequence_count: Float[np.ndarray, " groups"]
+    _kept: dict[int, dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
 
     @property
     def n_groups(self) -> int:
@@ -149,6 +156,7 @@ class CrossFit:
 
         Returns:
             Per query window, variant v = g: A^(−g); variant v ≠ g: A^(−g,−v) (A^(−g) again with two groups).
+            Every layer's arrays may be the kept, read-only ones (see :class:`CrossFit`).
 
         Example:
             >>> cross = CrossFit({"all": np.ones((2, 1, 1, 1))}, {"all": 2 * np.ones((1, 1, 1))}, np.ones(2))
@@ -157,6 +165,8 @@ class CrossFit:
             >>> cross.variants(1, layer=0)["all"].shape
             (2, 1, 1)
         """
+        if layer is None and group in self._kept:
+            return dict(self._kept[group])
         n_groups, n_seqs = self.n_groups, self.sequence_count
         at = slice(None) if layer is None else layer
         # what each variant drops: groups g and v (g alone for v = g, and always with two groups), as sums
@@ -171,6 +181,10 @@ class CrossFit:
             buffer[group] = own  # dropped
             np.subtract(self.total[query_window][at][None], buffer, out=buffer)  # kept
             out[query_window] = np.divide(buffer, (n_seqs.sum() - dropped_count).reshape(-1, *[1] * own.ndim), out=buffer)
+        if layer is None and (len(self._kept) + 1) * sum(x.nbytes for x in out.values()) <= KEPT_VARIANTS_BYTES:
+            for x in out.values():
+                x.setflags(write=False)  # shared by every caller from now on
+            self._kept[group] = dict(out)
         return out
 
 

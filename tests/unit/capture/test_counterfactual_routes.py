@@ -60,9 +60,9 @@ def test_the_second_pass_weighs_one_variant_at_a_time_and_the_store_replay_sever
     add = CounterfactualReplay.add
     for route in seen:
 
-        def recording(self, group, layer, row_bins, product_bytes=0, weights=None, _route=route):
+        def recording(self, group, layer, row_bins, product_bytes=0, cells=None, _route=route):
             seen[_route].add(product_bytes)
-            return add(self, group, layer, row_bins, product_bytes, weights)
+            return add(self, group, layer, row_bins, product_bytes, cells)
 
         monkeypatch.setattr(CounterfactualReplay, "add", recording)
         measure_scores([_masked_scores(4, 2, 24, None, 0)], groups=2, early=8, row_sums=route)

@@ -90,7 +90,8 @@ def test_replay_weighs_each_row_as_a_per_row_gather_of_exp_minus_a_would(product
     """The replay weighs each row's bins by exp(−A) of its query bin's cells; written here variant by variant,
     from the flat cell index of each row, it must give the same Σ log Z', to the bit, for every query window,
     variant, batch and layer, whether ``add`` takes the variants one at a time (its default, the second pass's),
-    two at a time (the last chunk holding one; the early window's, all at once) or all at once."""
+    two at a time (the last chunk holding one; the early window's, all at once) or all at once. This is the torch
+    route's chunking (``fused=False``); ``tests/unit/capture/test_fused_rows.py`` holds the compiled route to the same reference."""
     one_variant = 3 * HEADS * T * Binning(T, early=EARLY).n_offset_bins * 8  # the product of one variant over T rows, float64
     limit = {"default: one variant": None, "one variant": 1, "two variants": 2 * one_variant, "every variant": 2**40}[product_bytes]
     chunked = {} if limit is None else {"product_bytes": limit}
@@ -100,7 +101,7 @@ def test_replay_weighs_each_row_as_a_per_row_gather_of_exp_minus_a_would(product
     cells = binning.n_query_bins * binning.n_offset_bins
     cross = _random_cross_fit(rng, cells)
     residuals = {g: cross.variants(g) for g in range(GROUPS)}
-    replay = CounterfactualReplay(model, binning, cross, GROUPS)
+    replay = CounterfactualReplay(model, binning, cross, GROUPS, fused=False)
     want = {w: np.zeros_like(replay.log_partition[w]) for w in QUERY_WINDOWS}
     row_cells = torch.as_tensor(binning.query_bin)[:, None] * binning.n_offset_bins + torch.arange(binning.n_offset_bins)[None, :]
     for g, layer in [(0, 0), (0, 1), (2, 0), (2, 1), (2, 0), (1, 1)]:  # group 2's layer 0 twice: two batches
