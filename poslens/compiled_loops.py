@@ -1,9 +1,9 @@
-"""The compiled loops behind :mod:`poslens.capture.fused_rows`, one per job; importing this module imports numba.
+"""poslens's compiled CPU loops, one per job; importing this module imports numba (get it from :func:`poslens.compiled.compiled_loops`).
 
-They live outside the capture package so that nothing wraps them before numba compiles them
-(the test suite's shape checks wrap every function of that package). Call them through
-:func:`poslens.capture.fused_rows.row_pieces` and :func:`poslens.capture.fused_rows.replay_log_partition`,
-which allocate their outputs and document the arithmetic.
+They live outside the packages that use them so that nothing wraps them before numba compiles them
+(the test suite's shape checks wrap every function of ``poslens.fit`` and ``poslens.capture``). Call them through
+:func:`poslens.capture.fused_rows.row_pieces`, :func:`poslens.capture.fused_rows.replay_log_partition` and
+:func:`poslens.model.weights_hash.weights_checksum`, which allocate their outputs and document the arithmetic.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numba
 import numpy as np
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def capture_rows(scores, first_key, query_bin, bin_in_all, bin_in_early, offset_bin, want_bins, log_z, row_sum, row_js, row_sq, features, row_bins, cells, offsets, key0):
     """Per row of every (sequence, head) of ``scores`` [B, H, T, T], over its visible keys: write the row's sums and add to its cells.
 
@@ -108,7 +108,7 @@ def capture_rows(scores, first_key, query_bin, bin_in_all, bin_in_early, offset_
                     offsets[b, 1, h, d] += along[d]
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def replay_rows(row_bins, weights, query_bin, out):
     """out[v, h, i] = Σ_b (m_bhi + log Σ_k S_bhik · weights[v, h, query_bin[i], k]) for the rows i < out.shape[2].
 
@@ -137,3 +137,98 @@ def replay_rows(row_bins, weights, query_bin, out):
                     z += row_bins[b, h, i, 1 + k] * weights[v, h, c, k]
                 total += math.log(z) + row_bins[b, h, i, 0]
             out[v, h, i] = total
+
+
+@numba.njit(cache=True, nogil=True)
+def run_checksums(words, out):
+    """out[r] = Σ_k (2k + 1) · words[r, k] modulo 2⁶⁴, for every run r of ``words`` [runs, K] (one thread).
+
+    The unsigned arithmetic wraps modulo 2⁶⁴, as torch's int64 product does, so the checksums are the same
+    numbers (read as int64) whatever the order of summation.
+
+    Args:
+        words: The 64-bit words, [runs, K] (uint64).
+        out: Written, [runs] (uint64).
+
+    Example:
+        >>> out = np.zeros(1, dtype=np.uint64)
+        >>> run_checksums(np.array([[1, 1]], dtype=np.uint64), out)
+        >>> int(out[0])   # 1·1 + 3·1
+        4
+    """
+    runs, width = words.shape
+    for r in range(runs):
+        total = np.uint64(0)
+        for k in range(width):
+            total += np.uint64(2 * k + 1) * words[r, k]
+        out[r] = total
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def residual_gram_rows(sums, cell, counts, offset_bin, bin_column, query_column, inverse_bin_count, gram_inverse, absolute, saturated):
+    """For every row z of ``sums`` [Z, F, cells]: the inner products of the responses' saturated residuals and absolute components.
+
+    Over the K cells ``cell`` (flat indices into the last axis) with counts n_k: r_f = ȳ_f − f_R(y_f) (the
+    cell mean less its offset bin's mean), ``saturated[z, f, g]`` = Σ_k n_k r_fk r_gk, and, with
+    c_f = Aᵀ diag(n) r_f (each cell adds n_k r_fk to its offset bin's column and its query bin's column,
+    -1 for none), ``absolute[z, f, g]`` = c_fᵀ G c_g, G = (Aᵀ diag(n) A)⁻¹ given.
+
+    Args:
+        sums: Cell sums of F responses, [Z, F, C·B].
+        cell: The K cells that hold pairs (int64 indices into C·B).
+        counts: n_k of those cells, [K].
+        offset_bin: Offset bin of each of those cells, [K] (int64).
+        bin_column: Column of each offset bin in A, -1 where it has none, [B] (int64).
+        query_column: Column of each cell's query bin in A, -1 for none, [K] (int64).
+        inverse_bin_count: 1 / (pairs in each offset bin), 1 where none, [B].
+        gram_inverse: G, [p, p].
+        absolute: Out, [Z, F, F].
+        saturated: Out, [Z, F, F].
+
+    Example:
+        >>> sums, counts = np.array([[[2.0, 3.0, 1.0, 4.0]]]), np.array([2.0, 1.0, 1.0, 2.0])   # the 2 × 2 table of stats.residual_grams
+        >>> cell, offset_bin = np.arange(4), np.array([0, 1, 0, 1])
+        >>> out = np.zeros((1, 1, 1)), np.zeros((1, 1, 1))
+        >>> g = np.linalg.inv(np.array([[3.0, 0.0, 1.0], [0.0, 3.0, 2.0], [1.0, 2.0, 3.0]]))
+        >>> residual_gram_rows(sums, cell, counts, offset_bin, np.array([0, 1]), np.array([-1, -1, 2, 2]), 1.0 / np.array([3.0, 3.0]), g, *out)
+        >>> round(float(out[0][0, 0, 0]), 4)   # ‖P(y)‖² = 1/3
+        0.3333
+    """
+    z_rows, fields = sums.shape[0], sums.shape[1]
+    k_cells, n_bins, p = cell.shape[0], bin_column.shape[0], gram_inverse.shape[0]
+    for z in numba.prange(z_rows):
+        bin_mean = np.zeros((fields, n_bins))
+        residual = np.empty((fields, k_cells))
+        column = np.zeros((fields, p))
+        for f in range(fields):
+            for k in range(k_cells):
+                bin_mean[f, offset_bin[k]] += sums[z, f, cell[k]]
+            for b in range(n_bins):
+                bin_mean[f, b] *= inverse_bin_count[b]
+            for k in range(k_cells):
+                r = sums[z, f, cell[k]] / counts[k] - bin_mean[f, offset_bin[k]]
+                residual[f, k] = r
+                weighted = r * counts[k]
+                if bin_column[offset_bin[k]] >= 0:
+                    column[f, bin_column[offset_bin[k]]] += weighted
+                if query_column[k] >= 0:
+                    column[f, query_column[k]] += weighted
+        solved = np.zeros((fields, p))  # G c_g
+        for g in range(fields):
+            for i in range(p):
+                row = 0.0
+                for j in range(p):
+                    row += gram_inverse[i, j] * column[g, j]
+                solved[g, i] = row
+        for f in range(fields):
+            for g in range(f, fields):
+                total = 0.0
+                for k in range(k_cells):
+                    total += residual[f, k] * counts[k] * residual[g, k]
+                saturated[z, f, g] = total
+                saturated[z, g, f] = total
+                projected = 0.0
+                for i in range(p):
+                    projected += column[f, i] * solved[g, i]
+                absolute[z, f, g] = projected
+                absolute[z, g, f] = projected

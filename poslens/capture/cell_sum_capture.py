@@ -57,7 +57,8 @@ from poslens.capture.batch_groups import BatchGroups, GroupedBatches
 from poslens.capture.capture_plan import CapturePlan, lookup_plan
 from poslens.capture.cell_folding import add_diagonal_sums, cell_parts
 from poslens.capture.deferred_sums import PendingLayer, flush_pending, pack_layer
-from poslens.capture.fused_rows import fused_available, row_pieces
+from poslens.capture.fused_rows import row_pieces
+from poslens.compiled import fused_available
 from poslens.capture.host_sums import HELD_BYTES, HostLayer, add_layers_on_host
 from poslens.capture.probe_sums import probe_parts_on_device
 from poslens.capture.row_bin_store import RowBinStore
@@ -89,7 +90,7 @@ class CellSumCapture(GroupedBatches):
             docstring); ``None``: when the scores are on CUDA. Call :meth:`flush` after each forward pass.
         fused: Whether the host path reduces CPU scores with the compiled loop of :mod:`poslens.capture.fused_rows`
             (the same figures to rounding, in one pass over each row) rather than with torch operations;
-            ``None``: where :func:`~poslens.capture.fused_rows.fused_available`.
+            ``None``: where :func:`~poslens.compiled.fused_available`.
 
     Example:
         >>> capture = CellSumCapture(model, Binning(64), groups=4)  # doctest: +SKIP

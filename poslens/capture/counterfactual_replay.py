@@ -30,7 +30,8 @@ import torch
 from jaxtyping import Float
 
 from poslens.capture.attention_layout import HeadCounts
-from poslens.capture.fused_rows import fused_available, replay_log_partition
+from poslens.capture.fused_rows import replay_log_partition
+from poslens.compiled import fused_available
 from poslens.capture.row_bin_store import RowBinStore
 from poslens.fit.binning import Binning
 from poslens.fit.cross_fit import CrossFit
@@ -64,7 +65,7 @@ class CounterfactualReplay:
         groups: Number of groups G.
         fused: Whether :meth:`add` sums CPU row bins with the compiled loop of :mod:`poslens.capture.fused_rows`
             (the same sums to rounding) rather than with torch operations; ``None``: where
-            :func:`~poslens.capture.fused_rows.fused_available`.
+            :func:`~poslens.compiled.fused_available`.
 
     Example:
         >>> from types import SimpleNamespace

@@ -12,11 +12,9 @@ scores, in another order of summation: they agree to rounding (≈ 1e-15
 relative on a row's sums), which ``tests/unit/capture/test_fused_rows.py``
 checks against the torch route and against a naive full-tensor computation.
 
-The loops are compiled on first use and cached on disk (numba's ``cache=True``:
-beside this module, or in the user's cache folder where that is read-only), so
-a process pays about a second once per machine, not once per run. Where numba
-is not installed, or ``POSLENS_FUSED=0`` is set, the torch route runs instead
-(:func:`fused_available`); on an accelerator it always does.
+The loops are compiled on first use and cached on disk (:mod:`poslens.compiled`).
+Where numba is not installed, or ``POSLENS_FUSED=0`` is set, the torch route runs
+instead (:func:`~poslens.compiled.fused_available`); on an accelerator it always does.
 
 Per row i of one (sequence, head), over its visible keys j (from the row's first
 visible key to i), the capture loop gives, in float64:
@@ -32,36 +30,14 @@ visible key to i), the capture loop gives, in float64:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from functools import cache
-from typing import Any
-
 import numpy as np
 import torch
 from jaxtyping import Bool, Float, Int
 
+from poslens.compiled import compiled_loops
 from poslens.fit.sums import FEATURES
 
-
-@cache
-def fused_available() -> bool:
-    """Whether the compiled loops can run here: numba imports, and ``POSLENS_FUSED`` is not ``0``.
-
-    Returns:
-        ``True`` when the CPU captures and the replay use the compiled loops by default.
-
-    Example:
-        >>> isinstance(fused_available(), bool)
-        True
-    """
-    if os.environ.get("POSLENS_FUSED", "1") == "0":
-        return False
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -165,18 +141,6 @@ class RowPieces:
     row_bins: Float[torch.Tensor, "batch heads seq bins"] | None
 
 
-def _use_torch_threads(numba: Any) -> None:
-    """Run the loops on as many threads as torch uses (numba's own default is every core)."""
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
-
-
-def _kernels() -> tuple[Any, Any]:
-    """The two compiled loops of :mod:`poslens.compiled_loops` (compiled, or read from numba's cache, on first call)."""
-    from poslens.compiled_loops import capture_rows, replay_rows
-
-    return capture_rows, replay_rows
-
-
 def row_pieces(scores: Float[torch.Tensor, "batch heads query key"], tables: RowTables, row_bins: bool) -> RowPieces:
     """One layer's per-row sums, features and per-sequence cells from its scores [B, H, T, T] on the CPU.
 
@@ -199,8 +163,6 @@ def row_pieces(scores: Float[torch.Tensor, "batch heads query key"], tables: Row
         >>> pieces.row_sum[0, 0].tolist(), pieces.row_bins[0, 0, 1].tolist()   # row 1: max 2, exp(0) at Δ 0, exp(−1) at Δ 1
         ([0.0, 3.0], [2.0, 1.0, 0.36787944117144233])
     """
-    import numba
-
     if scores.dtype not in (torch.float32, torch.float64):
         scores = scores.float()
     batch, heads, t, _ = scores.shape
@@ -211,9 +173,7 @@ def row_pieces(scores: Float[torch.Tensor, "batch heads query key"], tables: Row
     bins = np.zeros((batch, heads, t, 1 + n_b)) if row_bins else np.zeros((1, 1, 1, 1))
     cells = np.zeros((batch, heads, n_c, n_b))
     offsets = np.zeros((batch, 2, heads, t))
-    capture_rows, _ = _kernels()
-    _use_torch_threads(numba)
-    capture_rows(
+    compiled_loops(torch.get_num_threads()).capture_rows(
         scores.detach().contiguous().numpy(), tables.first_key, tables.query_bin, tables.bin_in_all, tables.bin_in_early,
         tables.offset_bin, row_bins, log_z, row_sum, row_js, row_sq, features, bins, cells, offsets, key0,
     )  # fmt: skip
@@ -255,10 +215,6 @@ def replay_log_partition(
         >>> round(float(out[0, 0, 0]), 6)   # 0.5 + log(1 + 2)
         1.598612
     """
-    import numba
-
     out = np.empty((weights.shape[0], weights.shape[1], n_rows))
-    _, replay_rows = _kernels()
-    _use_torch_threads(numba)
-    replay_rows(row_bins, weights, query_bin, out)
+    compiled_loops(torch.get_num_threads()).replay_rows(row_bins, weights, query_bin, out)
     return out

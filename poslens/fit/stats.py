@@ -16,12 +16,15 @@ L(y) = ‖P(y)‖² / SST(y) needs only Σy² over the query window for SST.
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 from jaxtyping import Bool, Float
 from scipy import stats as scipy_stats
+
+from poslens.compiled import compiled_loops, fused_available
 
 
 @dataclass
@@ -170,6 +173,8 @@ def residual_grams(sums: Float[np.ndarray, "*batch fields qbins obins"], counts:
     """
     mask, a = design(counts)
     n = counts[mask]
+    if fused_available() and sums.ndim >= 3 and sums.size:
+        return _residual_grams_compiled(sums, counts, mask, a)
     y = sums[..., mask]  # [..., F, K] over the K cells that hold pairs
     _, b_idx = np.nonzero(mask)
     offset_onehot = a[:, : counts.shape[1]]  # [K, B]
@@ -184,6 +189,30 @@ def residual_grams(sums: Float[np.ndarray, "*batch fields qbins obins"], counts:
     rhs = weighted @ a  # [..., F, p]
     absolute = (rhs @ _gram_inverse(a, n)) @ np.swapaxes(rhs, -1, -2)
     return ResidualGrams(absolute=absolute, saturated=saturated)
+
+
+def _residual_grams_compiled(
+    sums: Float[np.ndarray, "*batch fields qbins obins"], counts: Float[np.ndarray, "qbins obins"], mask: Bool[np.ndarray, "qbins obins"],
+    a: Float[np.ndarray, "cells params"],
+) -> ResidualGrams:
+    """:func:`residual_grams` by the compiled loop (:func:`poslens.compiled_loops.residual_gram_rows`): the same
+    quantities in the same float64 arithmetic, summed in another order, one head per task on every core."""
+    n_c, n_b = counts.shape
+    c_idx, b_idx = np.nonzero(mask)
+    n = counts[mask]
+    used = a.any(axis=0)  # the columns of A kept (as residual_grams keeps them), and where each old one went
+    column_of = np.where(used, np.cumsum(used) - 1, -1)
+    query_column = np.where(c_idx > 0, column_of[n_b + np.maximum(c_idx, 1) - 1], -1)
+    bin_n = np.bincount(b_idx, weights=n, minlength=n_b)
+    fields = sums.shape[-3]
+    flat = np.ascontiguousarray(sums.reshape(-1, fields, n_c * n_b), dtype=np.float64)
+    absolute, saturated = np.empty((flat.shape[0], fields, fields)), np.empty((flat.shape[0], fields, fields))
+    compiled_loops(os.cpu_count() or 1).residual_gram_rows(
+        flat, (c_idx * n_b + b_idx).astype(np.int64), n, b_idx.astype(np.int64), column_of[:n_b].astype(np.int64),
+        query_column.astype(np.int64), 1.0 / np.where(bin_n > 0, bin_n, 1.0), _gram_inverse(a[:, used], n), absolute, saturated,
+    )  # fmt: skip
+    shape = (*sums.shape[:-3], fields, fields)
+    return ResidualGrams(absolute=absolute.reshape(shape), saturated=saturated.reshape(shape))
 
 
 def _gram_inverse(a: Float[np.ndarray, "cells params"], n: Float[np.ndarray, " cells"]) -> Float[np.ndarray, "params params"]:

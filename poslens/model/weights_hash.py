@@ -17,7 +17,10 @@ import hashlib
 import weakref
 from typing import Any
 
+import numpy as np
 import torch
+
+from poslens.compiled import compiled_loops, fused_available
 
 #: Weights larger than this (bytes) are not hashed at each measurement: reading them all would cost
 #: tens of seconds per ``measure`` call on a CPU. 8 GB: a 2B-parameter float32 model, or 4B in bf16.
@@ -147,6 +150,10 @@ def weights_checksum(tensor: torch.Tensor) -> tuple[Any, ...]:
     if body.storage_offset() % 8:  # a view into a shared storage that does not start on a word
         body = body.clone()
     words = body.view(torch.int64).view(-1, CHECKSUM_WORDS)
+    if words.device.type == "cpu" and fused_available():  # the compiled loop: about twice torch's speed
+        sums = torch.empty(words.shape[0], dtype=torch.int64)
+        compiled_loops(1).run_checksums(words.numpy().view(np.uint64), sums.numpy().view(np.uint64))
+        return (tensor.dtype, tuple(tensor.shape), sums, data[whole:].clone())
     odd = 2 * torch.arange(CHECKSUM_WORDS, dtype=torch.int64, device=words.device) + 1
     # integer arithmetic wraps modulo 2⁶⁴ and does not depend on the order of summation
     sums = torch.mv(words, odd) if words.device.type == "cpu" else (words * odd).sum(-1)

@@ -2,10 +2,11 @@
 
 Layers, lowest first (docs/architecture.md draws the same picture):
 
-    poslens.errors, .files, .options, .ownership, .version   exceptions, atomic writes, the options, which files poslens wrote, the version
+    poslens.errors, .files, .options, .ownership, .version   exceptions, atomic writes, the options, which files poslens wrote, the version;
+                         .compiled, .compiled_loops: the numba loops of the CPU routes (outside the packages the tests' shape checks wrap)
     poslens.fit          statistics, binning, cell sums, fits, metrics: numpy only
     poslens.model        registry, loading, variants, cache, hook names, corpus; and poslens.testing, tiny test models
-    poslens.capture      the hooks that turn a forward pass into cell sums; and poslens.compiled_loops, their numba loops
+    poslens.capture      the hooks that turn a forward pass into cell sums
     poslens.runtime      memory planning, torchrun
     poslens.measurement  collect sums -> fit -> tidy table (Result)
     poslens.zoo          trainer of controlled model families (same data and seed, position scheme varied)
@@ -54,10 +55,9 @@ def _graph() -> dict[str, set[str]]:
     return {name: {m for m in _imports(path, name) if m in modules and m != name} for name, path in modules.items()}
 
 
-BASE = ("errors", "files", "options", "ownership", "progress", "version")
-#: Top-level modules that sit in a subpackage's layer (poslens.testing builds transformers models, as the model layer does;
-#: poslens.compiled_loops holds the capture's loops outside poslens.capture, where the tests' shape checks would wrap them).
-TOP_LEVEL_IN_LAYER = {"testing": "model", "compiled_loops": "capture"}
+BASE = ("compiled", "compiled_loops", "errors", "files", "options", "ownership", "progress", "version")
+#: Top-level modules that sit in a subpackage's layer (poslens.testing builds transformers models, as the model layer does).
+TOP_LEVEL_IN_LAYER = {"testing": "model"}
 
 
 def _layer(module: str) -> int | None:

@@ -15,11 +15,13 @@ import pandas as pd
 import pytest
 import torch
 
-from poslens.capture import cell_sum_capture, counterfactual_replay, fused_rows
+from poslens import compiled
+from poslens.capture import cell_sum_capture, counterfactual_replay
 from poslens.capture.capture_plan import CapturePlan
 from poslens.capture.cell_sum_capture import CellSumCapture
 from poslens.capture.counterfactual_replay import CounterfactualReplay
-from poslens.capture.fused_rows import RowTables, fused_available, row_pieces
+from poslens.capture.fused_rows import RowTables, row_pieces
+from poslens.compiled import fused_available
 from poslens.capture.row_bin_store import RowBinStore
 from poslens.capture.score_checks import MaskMismatchError, NonFiniteScoresError
 from poslens.fit.binning import Binning
@@ -203,10 +205,10 @@ def test_row_tables_refuse_visible_keys_with_a_gap():
 
 def test_poslens_fused_0_turns_the_compiled_loops_off(monkeypatch):
     monkeypatch.setenv("POSLENS_FUSED", "0")
-    fused_rows.fused_available.cache_clear()
+    compiled.fused_available.cache_clear()
     try:
-        assert fused_rows.fused_available() is False
+        assert compiled.fused_available() is False
     finally:
         monkeypatch.delenv("POSLENS_FUSED")
-        fused_rows.fused_available.cache_clear()
-    assert fused_rows.fused_available() is True
+        compiled.fused_available.cache_clear()
+    assert compiled.fused_available() is True

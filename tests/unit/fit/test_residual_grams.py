@@ -95,3 +95,31 @@ def test_the_held_out_figures_keep_their_digits():
         assert grams_precision.largest_relative_error(folds[name][:, :, :-1, :-1], reference) < 1e-13, name
     # the case is hard: SSE_R − SSE_F as a difference of large squares misses the logit's figure by more than the bound
     assert grams_precision.largest_relative_error(former["leakage_logit_heldout"], want["leakage_logit_heldout"]) > 1e-13
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["compiled", "numpy"])
+def test_both_routes_give_the_explicit_inner_products(fused, monkeypatch):
+    """The compiled loop and the numpy route each equal ⟨P(y_u), P(y_v)⟩ and the saturated products formed from
+    project()'s fitted values, on a table with an empty cell, an offset bin with no cell and a query bin with none."""
+    from poslens import compiled
+    from poslens.fit import stats
+    from poslens.fit.stats import project, weighted_inner
+
+    if fused and not compiled.fused_available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(stats, "fused_available", lambda: fused)
+    rng = np.random.default_rng(7)
+    counts = rng.integers(1, 9, size=(6, 7)).astype(float)
+    counts[2, 3] = 0.0
+    counts[:, 5] = 0.0  # an offset bin without cells
+    counts[4, :] = 0.0  # a query bin without cells
+    sums = rng.normal(size=(2, 3, 4, 6, 7)) * counts + 5.0 * counts * np.arange(7)  # offset-bin means to remove
+    grams = residual_grams(sums, counts)
+    fits = project(sums, counts)
+    p, r = fits.absolute, fits.saturated - fits.relative
+    want_absolute = np.einsum("...uk,...vk,k->...uv", p, p, fits.counts)  # Σ_k n_k P_k(y_u) P_k(y_v)
+    want_saturated = np.einsum("...uk,...vk,k->...uv", r, r, fits.counts)
+    assert np.isclose(want_absolute[0, 0, 1, 2], weighted_inner(p[0, 0, 1], p[0, 0, 2], fits.counts))
+    np.testing.assert_allclose(grams.absolute, want_absolute, rtol=1e-10, atol=1e-10 * np.abs(want_absolute).max())
+    np.testing.assert_allclose(grams.saturated, want_saturated, rtol=1e-10, atol=1e-10 * np.abs(want_saturated).max())
+    assert grams.absolute.shape == (2, 3, 4, 4) and np.abs(want_absolute).max() > 0

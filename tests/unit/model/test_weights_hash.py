@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
 import torch
 
-from poslens.model.weights_hash import state_dict_sha256
+from poslens.compiled import fused_available
+from poslens.model import weights_hash
+from poslens.model.weights_hash import CHECKSUM_WORDS, state_dict_sha256, weights_checksum
 
 
 def _sha256_by_hand(module: torch.nn.Module) -> str:
@@ -53,3 +56,20 @@ def test_every_edit_gives_the_hash_of_the_weights_as_they_are_now():
     assert hashes[1] == first and len(set(hashes)) == len(hashes) - 1  # every edit but the no-op moved it
     module.load_state_dict(torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.Linear(48, 3)).state_dict(), strict=False)
     assert state_dict_sha256(module) == _sha256_by_hand(module) != hashes[-1]
+
+
+@pytest.mark.skipif(not fused_available(), reason="numba is not installed")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=["float32", "bfloat16", "int64"])
+def test_the_compiled_checksum_equals_the_modular_sum_written_out(dtype, monkeypatch):
+    """Each run's Σ (2k + 1)·w_k mod 2⁶⁴, from the compiled loop and from torch's integer product (``POSLENS_FUSED=0``),
+    equals the same sum written out in Python integers, on words of every sign and a tail shorter than a run."""
+    g = torch.Generator().manual_seed(5)
+    tensor = (torch.randn(3 * 8 * CHECKSUM_WORDS // torch.tensor([], dtype=dtype).element_size() + 7, generator=g) * 1e6).to(dtype)
+    words = tensor.reshape(-1).view(torch.uint8)[: 3 * 8 * CHECKSUM_WORDS].view(torch.int64).view(3, CHECKSUM_WORDS).tolist()
+    want = [sum((2 * k + 1) * w for k, w in enumerate(run)) % 2**64 for run in words]
+    want = [w - 2**64 if w >= 2**63 else w for w in want]  # as int64
+    compiled_route = weights_checksum(tensor)
+    monkeypatch.setattr(weights_hash, "fused_available", lambda: False)
+    torch_route = weights_checksum(tensor)
+    assert compiled_route[2].tolist() == torch_route[2].tolist() == want
+    assert torch.equal(compiled_route[3], torch_route[3]) and compiled_route[3].numel() > 0
