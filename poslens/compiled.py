@@ -45,7 +45,7 @@ def compiled_loops(threads: int) -> ModuleType:
         The module.
 
     Example:
-        >>> compiled_loops(1).__name__   # doctest: +SKIP
+        >>> compiled_loops(1).__name__
         'poslens.compiled_loops'
     """
     import numba

@@ -15,7 +15,24 @@ import numpy as np
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def capture_rows(scores, first_key, query_bin, bin_in_all, bin_in_early, offset_bin, want_bins, log_z, row_sum, row_js, row_sq, features, row_bins, cells, offsets, key0):
+def capture_rows(
+    scores,
+    first_key,
+    query_bin,
+    bin_in_all,
+    bin_in_early,
+    offset_bin,
+    want_bins,
+    log_z,
+    row_sum,
+    row_js,
+    row_sq,
+    features,
+    row_bins,
+    cells,
+    offsets,
+    key0,
+):
     """Per row of every (sequence, head) of ``scores`` [B, H, T, T], over its visible keys: write the row's sums and add to its cells.
 
     In float64, with j running from ``first_key[i]`` to i: m_i; log Z_i = m_i + log1p(Σ_{j ≠ argmax} exp(s − m_i)); Σ s, Σ j s, Σ s² (to ``log_z``,
@@ -46,7 +63,8 @@ def capture_rows(scores, first_key, query_bin, bin_in_all, bin_in_early, offset_
     Example:
         >>> t = 2
         >>> out = [np.zeros((1, 1, t)) for _ in range(4)]
-        >>> features, bins, cells, offsets, key0 = np.zeros((1, 1, t, 4)), np.zeros((1, 1, t, 3)), np.zeros((1, 1, 1, 2)), np.zeros((1, 2, 1, t)), np.zeros((1, 1, t))
+        >>> features, bins, cells = np.zeros((1, 1, t, 4)), np.zeros((1, 1, t, 3)), np.zeros((1, 1, 1, 2))
+        >>> offsets, key0 = np.zeros((1, 2, 1, t)), np.zeros((1, 1, t))
         >>> rows, one_bin = np.zeros(t, dtype=np.int64), np.ones(1, bool)
         >>> capture_rows(np.zeros((1, 1, t, t)), rows, rows, one_bin, one_bin, np.arange(t), True, *out, features, bins, cells, offsets, key0)
         >>> features[0, 0, :, 0].tolist()   # a_i0 of uniform attention

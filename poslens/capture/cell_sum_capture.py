@@ -58,12 +58,12 @@ from poslens.capture.capture_plan import CapturePlan, lookup_plan
 from poslens.capture.cell_folding import add_diagonal_sums, cell_parts
 from poslens.capture.deferred_sums import PendingLayer, flush_pending, pack_layer
 from poslens.capture.fused_rows import row_pieces
-from poslens.compiled import fused_available
 from poslens.capture.host_sums import HELD_BYTES, HostLayer, add_layers_on_host
 from poslens.capture.probe_sums import probe_parts_on_device
 from poslens.capture.row_bin_store import RowBinStore
 from poslens.capture.row_blocks import EXP_FLOOR, LayerRowGeometry
 from poslens.capture.score_checks import MASKED_BELOW, at_most, explain_mask_failure, non_finite_error
+from poslens.compiled import fused_available
 from poslens.fit.binning import Binning
 from poslens.fit.sums import FEATURES, CellSums
 from poslens.model import hooks as hook_names
@@ -401,7 +401,10 @@ class CellSumCapture(GroupedBatches):
     def _reduce_fused(
         self, layer: int, scores: Float[torch.Tensor, "batch heads query key"], plan: CapturePlan, runs: BatchGroups, checking: bool, threshold: float
     ) -> None:
-        """The host path of :meth:`reduce` by the compiled loop (:func:`~poslens.capture.fused_rows.row_pieces`): the same pieces, checks and errors."""
+        """The host path of :meth:`reduce` by the compiled loop (:func:`~poslens.capture.fused_rows.row_pieces`).
+
+        The same pieces, checks and errors as the torch route.
+        """
         if checking:  # the first sequence: its invisible keys masked, its visible keys not
             first, valid = scores[:1], plan.geometry.valid
             # above the threshold exactly where visible, and no NaN (a NaN is never above, visible or not)

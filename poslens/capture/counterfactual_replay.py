@@ -31,8 +31,8 @@ from jaxtyping import Float
 
 from poslens.capture.attention_layout import HeadCounts
 from poslens.capture.fused_rows import replay_log_partition
-from poslens.compiled import fused_available
 from poslens.capture.row_bin_store import RowBinStore
+from poslens.compiled import fused_available
 from poslens.fit.binning import Binning
 from poslens.fit.cross_fit import CrossFit
 from poslens.fit.sums import QUERY_WINDOWS

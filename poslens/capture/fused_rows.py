@@ -31,13 +31,14 @@ visible key to i), the capture loop gives, in float64:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import torch
 from jaxtyping import Bool, Float, Int
 
 from poslens.compiled import compiled_loops
 from poslens.fit.sums import FEATURES
-
 
 
 @dataclass(frozen=True)

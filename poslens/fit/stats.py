@@ -192,7 +192,9 @@ def residual_grams(sums: Float[np.ndarray, "*batch fields qbins obins"], counts:
 
 
 def _residual_grams_compiled(
-    sums: Float[np.ndarray, "*batch fields qbins obins"], counts: Float[np.ndarray, "qbins obins"], mask: Bool[np.ndarray, "qbins obins"],
+    sums: Float[np.ndarray, "*batch fields qbins obins"],
+    counts: Float[np.ndarray, "qbins obins"],
+    mask: Bool[np.ndarray, "qbins obins"],
     a: Float[np.ndarray, "cells params"],
 ) -> ResidualGrams:
     """:func:`residual_grams` by the compiled loop (:func:`poslens.compiled_loops.residual_gram_rows`): the same

@@ -21,9 +21,9 @@ from poslens.capture.capture_plan import CapturePlan
 from poslens.capture.cell_sum_capture import CellSumCapture
 from poslens.capture.counterfactual_replay import CounterfactualReplay
 from poslens.capture.fused_rows import RowTables, row_pieces
-from poslens.compiled import fused_available
 from poslens.capture.row_bin_store import RowBinStore
 from poslens.capture.score_checks import MaskMismatchError, NonFiniteScoresError
+from poslens.compiled import fused_available
 from poslens.fit.binning import Binning
 from poslens.fit.cross_fit import CrossFit
 from poslens.fit.sums import QUERY_WINDOWS

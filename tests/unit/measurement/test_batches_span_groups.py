@@ -135,7 +135,9 @@ def _scores(n: int, heads: int, t: int, sliding_window: int | None, seed: int) -
     return s.masked_fill(hidden, torch.finfo(torch.float32).min)
 
 
-@pytest.mark.parametrize(("sync_free", "fused"), [(False, True), (False, False), (True, False)], ids=["host-path-compiled", "host-path-torch", "sync-free-path"])
+@pytest.mark.parametrize(
+    ("sync_free", "fused"), [(False, True), (False, False), (True, False)], ids=["host-path-compiled", "host-path-torch", "sync-free-path"]
+)
 def test_capture_of_a_batch_across_groups_equals_one_group_at_a_time(sync_free, fused):
     windows, heads, t = [None, 5], 2, 24
     layout = SimpleNamespace(n_layers=len(windows), n_heads=heads, sliding_windows=windows)
@@ -143,7 +145,9 @@ def test_capture_of_a_batch_across_groups_equals_one_group_at_a_time(sync_free, 
     scores = [_scores(len(labels), heads, t, w, seed=layer) for layer, w in enumerate(windows)]
 
     def capture() -> CellSumCapture:
-        return CellSumCapture(layout, Binning(t, early=10), groups=3, probe=True, store=RowBinStore(), sync_free=sync_free, block_elements=700, fused=fused)
+        return CellSumCapture(
+            layout, Binning(t, early=10), groups=3, probe=True, store=RowBinStore(), sync_free=sync_free, block_elements=700, fused=fused
+        )
 
     across, alone = capture(), capture()  # the reference: the same arithmetic (torch's for the sync-free path)
     across.sequence_groups = labels
