@@ -35,6 +35,8 @@ class PlanOnDevice:
         n_visible: Visible keys of each row, [T].
         valid: The visible (query, key) pairs, [T, T].
         query_window_rows: The rows of each query window as indices (a boolean index would synchronize).
+        query_bin_rows: Each query bin's rows as a slice, where every row is in one bin and the bins are runs of
+            consecutive rows (as :class:`~poslens.fit.binning.Binning` makes them); ``None`` otherwise.
 
     Example:
         >>> CapturePlan.build(Binning(8), None).on(torch.device("cpu")).query_window_rows["early"].tolist()
@@ -47,6 +49,32 @@ class PlanOnDevice:
     n_visible: Float[torch.Tensor, " seq"]
     valid: Bool[torch.Tensor, "seq seq"]
     query_window_rows: dict[str, Int[torch.Tensor, " rows"]]
+    query_bin_rows: tuple[slice, ...] | None = None
+
+
+def query_bin_slices(query_fold: Float[torch.Tensor, "qbins seq"]) -> tuple[slice, ...] | None:
+    """Each query bin's rows as a slice, or ``None`` where a row is in no bin or several, or a bin's rows are not consecutive.
+
+    Args:
+        query_fold: One-hot query bins, [C, T].
+
+    Returns:
+        One slice per query bin, or ``None``.
+
+    Example:
+        >>> query_bin_slices(torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]))
+        (slice(0, 2, None), slice(2, 3, None))
+        >>> query_bin_slices(torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])) is None   # bin 0's rows are not a run
+        True
+    """
+    fold = query_fold.cpu()
+    if not bool((fold.sum(0) == 1).all()):
+        return None
+    row_bin = fold.argmax(0)
+    if not bool((row_bin.diff() >= 0).all()):
+        return None
+    bounds = torch.searchsorted(row_bin, torch.arange(fold.shape[0] + 1)).tolist()
+    return tuple(slice(start, end) for start, end in zip(bounds[:-1], bounds[1:], strict=True))
 
 
 @dataclass
@@ -160,6 +188,7 @@ class CapturePlan:
                 n_visible=geometry.n_visible.to(device),
                 valid=geometry.valid.to(device),
                 query_window_rows={w: torch.nonzero(rows)[:, 0].to(device) for w, rows in self.query_window_rows.items()},
+                query_bin_rows=query_bin_slices(self.query_fold),
             )
         return self._on_device[key]
 
