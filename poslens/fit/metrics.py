@@ -20,7 +20,6 @@ from poslens.fit.binning import Binning
 from poslens.fit.counterfactual import meanfield_cells
 from poslens.fit.decompose import share_of, split_of
 from poslens.fit.stats import (
-    Projection,
     held_out_r2,
     linear_r2_gain,
     project,
@@ -61,30 +60,16 @@ RATIOS = {
 HELD_OUT = ("leakage_pattern_heldout", "leakage_logit_heldout")
 
 
-def _layers_sharing_counts(mask: Bool[np.ndarray, " qbins"], pair_count: Float[np.ndarray, "layers qbins obins"]) -> list[list[int]]:
+def _layers_sharing_counts(mask: Bool[np.ndarray, " qbins"], *pair_counts: Float[np.ndarray, "layers qbins obins"]) -> list[list[int]]:
     """The layers in runs whose pair counts agree over the query bins of ``mask``: every causal layer, or those of one sliding window.
 
-    A projection depends on nothing else, so each run is projected at once.
+    A projection depends on nothing else, so each run is projected at once. With several tables of pair
+    counts (a fit's and a held-out group's), the layers of a run agree in each.
     """
     runs: dict[bytes, list[int]] = {}
-    for layer in range(pair_count.shape[0]):
-        runs.setdefault(pair_count[layer][mask].tobytes(), []).append(layer)
+    for layer in range(pair_counts[0].shape[0]):
+        runs.setdefault(b"".join(counts[layer][mask].tobytes() for counts in pair_counts), []).append(layer)
     return list(runs.values())
-
-
-def _layer_part(run: Projection, index: int | tuple[int, ...]) -> Projection:
-    """One layer's :class:`Projection` out of ``run``, the projection of a run of layers' cells (layers first)."""
-    return Projection(run.counts, run.relative[index], run.additive[index], run.saturated[index], run.absolute[index])
-
-
-def _query_window_cells(
-    p: SumFields, layer: int, mask: Bool[np.ndarray, " qbins"]
-) -> tuple[
-    Float[np.ndarray, "kept obins"], Float[np.ndarray, "heads kept obins"], Float[np.ndarray, "heads kept obins"], Float[np.ndarray, "kept obins"]
-]:
-    """Pair counts, Σ s, Σ log Z and Σ c of one layer's cells in the ``kept`` query bins of ``mask``."""
-    counts = p.pair_count[layer][mask]
-    return counts, p.logit[layer][:, mask], p.log_partition[layer][:, mask], p.count_term[layer][mask]
 
 
 def _ratio(
@@ -324,37 +309,34 @@ def held_out_metrics(
         test = sums.group(g)
         for w, query_window in enumerate(QUERY_WINDOWS):
             mask = binning.query_windows[query_window]
-            projections = {}  # layer: projection of s and of log a = s − log Z, fitted on train; a run of layers at once
-            for layers in _layers_sharing_counts(mask, train.pair_count):
-                counts = train.pair_count[layers[0]][mask]
-                if counts.sum() > 0:
-                    y_s = train.logit[layers][:, :, mask]
-                    run = project(np.stack([y_s, y_s - train.log_partition[layers][:, :, mask]], axis=2), counts)  # [L, H, 2, K]
-                    projections.update({layer: _layer_part(run, k) for k, layer in enumerate(layers)})
-            for layer in range(n_layers):
-                counts = train.pair_count[layer][mask]
-                t_counts, t_s, t_z, _ = _query_window_cells(test, layer, mask)
+            # a run of layers at once (every causal layer, or those of one window): the same cells on both sides
+            for layers in _layers_sharing_counts(mask, train.pair_count, test.pair_count):
+                counts, t_counts = train.pair_count[layers[0]][mask], test.pair_count[layers[0]][mask]
                 if counts.sum() == 0 or t_counts.sum() == 0:
                     continue
+                y_s = train.logit[layers][:, :, mask]
+                # the projection of s and of log a = s − log Z, fitted on train
+                fit = project(np.stack([y_s, y_s - train.log_partition[layers][:, :, mask]], axis=2), counts)  # [L, H, 2, K]
                 cells = counts > 0
-                fit = projections[layer]  # [H, 2, K]
                 n_test = t_counts[cells]
                 total = t_counts.sum()
-                s2 = test.logit_sq[layer][:, mask].sum(-1)
-                z2 = test.log_partition_sq[layer][:, mask].sum(-1)
-                sz = test.logit_x_log_partition[layer][:, mask].sum(-1)
-                y_test = np.stack([t_s[:, cells], t_s[:, cells] - t_z[:, cells]], axis=1)  # [H, 2, K]: the test group's cell sums
+                # a boolean index lays its axis out outermost, and a sum over an axis so laid out is formed in
+                # another order for a run of several layers than for one: contiguous copies, summed as one layer is
+                t_s, t_z = (
+                    np.ascontiguousarray(test.logit[layers][:, :, mask]),
+                    np.ascontiguousarray(test.log_partition[layers][:, :, mask]),
+                )  # [L, H, C', B]
+                s2 = np.ascontiguousarray(test.logit_sq[layers][:, :, mask]).sum(-1)
+                z2 = np.ascontiguousarray(test.log_partition_sq[layers][:, :, mask]).sum(-1)
+                sz = np.ascontiguousarray(test.logit_x_log_partition[layers][:, :, mask]).sum(-1)
+                y_test = np.stack([t_s[:, :, cells], t_s[:, :, cells] - t_z[:, :, cells]], axis=2)  # [L, H, 2, K]: the test group's cell sums
                 # SSE_R − SSE_F = Σ n [(ȳ − f_R)² − (ȳ − f_F)²] = Σ P · (2 (Y − n f_R) − n P), P = f_F − f_R: the
                 # fitted values enter only through P and Y − n f_R, so no large squares are subtracted
-                sse_gap = (fit.absolute * (2 * (y_test - n_test * fit.relative) - n_test * fit.absolute)).sum(-1)  # [H, 2]
-                for k, (key, sq, tot) in enumerate(
-                    (
-                        ("leakage_logit_heldout", s2, t_s.sum((-2, -1))),
-                        ("leakage_pattern_heldout", s2 - 2 * sz + z2, (t_s - t_z).sum((-2, -1))),
-                    )
-                ):
-                    gain[key][g, w, layer] = sse_gap[:, k]
-                    sst[key][g, w, layer] = total_sum_of_squares(sq, tot, total)
+                sse_gap = (fit.absolute * (2 * (y_test - n_test * fit.relative) - n_test * fit.absolute)).sum(-1)  # [L, H, 2]
+                tot_s, tot_a = t_s.sum((-2, -1)), (t_s - t_z).sum((-2, -1))
+                for k, (key, sq, tot) in enumerate((("leakage_logit_heldout", s2, tot_s), ("leakage_pattern_heldout", s2 - 2 * sz + z2, tot_a))):
+                    gain[key][g, w, layers] = sse_gap[..., k]
+                    sst[key][g, w, layers] = total_sum_of_squares(sq, tot, total)
     pooled, folds = {}, {}
     for key in HELD_OUT:
         with np.errstate(divide="ignore", invalid="ignore"):

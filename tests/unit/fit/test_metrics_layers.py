@@ -35,7 +35,7 @@ def test_layers_projected_together_give_the_figures_of_one_layer_at_a_time(heads
     runs = metrics._layers_sharing_counts(sums.binning.query_windows["all"], sums.pooled().pair_count)
     assert sorted(map(sorted, runs)) == [[0, 2, 4], [1, 3]]
     together = metric_intervals.metrics_with_intervals(sums, probe=True)
-    monkeypatch.setattr(metrics, "_layers_sharing_counts", lambda mask, counts: [[layer] for layer in range(counts.shape[0])])
+    monkeypatch.setattr(metrics, "_layers_sharing_counts", lambda mask, *counts: [[layer] for layer in range(counts[0].shape[0])])
     alone = metric_intervals.metrics_with_intervals(sums, probe=True)
     assert together.keys() == alone.keys()
     for name, arrays in together.items():
