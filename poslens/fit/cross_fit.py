@@ -13,6 +13,7 @@ All arrays are float64 numpy; nothing here touches torch or a model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from einops import rearrange
@@ -217,22 +218,24 @@ def group_counterfactual_cells(
     binning: Binning,
     layer_windows: tuple[int | None, ...],
     query_window: str,
-    absolute: Float[np.ndarray, "layers heads cells"],
-    log_partition: Float[np.ndarray, "layers heads rows"],
-) -> Float[np.ndarray, "layers heads qbins obins"]:
-    """Cell sums of the per-sequence log a'(n) of one group, [L, H, C, B], from its first-pass sums,
-    the absolute component A it removed ([L, H, C·B]) and its Σ_n log Z'_i(n) from the replay ([L, H, rows]).
+    absolute: Float[np.ndarray, "*variants layers heads cells"],
+    log_partition: Float[np.ndarray, "*variants layers heads rows"],
+) -> Float[np.ndarray, "*variants layers heads qbins obins"]:
+    """Cell sums of the per-sequence log a'(n) of one group, [..., L, H, C, B], from its first-pass sums,
+    the absolute component A it removed ([..., L, H, C·B]) and its Σ_n log Z'_i(n) from the replay ([..., L, H, rows]).
+
+    Leading axes (several variants of A at once) give the same numbers as one call per variant.
 
     Args:
         group_sums: The group's first-pass sums (no group axis).
         binning: The query and offset bins of the measurement.
         layer_windows: Each layer's sliding window (``None``: full causal).
         query_window: ``"early"`` or ``"all"``.
-        absolute: The cross-fitted absolute component A removed from the group, [L, H, C·B].
-        log_partition: The group's Σ_n log Z'_i(n) from the replay, [L, H, rows].
+        absolute: The cross-fitted absolute component A removed from the group, [..., L, H, C·B].
+        log_partition: The group's Σ_n log Z'_i(n) from the replay, [..., L, H, rows].
 
     Returns:
-        The cell sums of the group's per-sequence log a'(n), [L, H, C, B].
+        The cell sums of the group's per-sequence log a'(n), [..., L, H, C, B].
 
     Example:
         >>> group_counterfactual_cells(sums.group(0), sums.binning, sums.layer_windows, "all", a[0], log_z[0])  # doctest: +SKIP
@@ -240,12 +243,21 @@ def group_counterfactual_cells(
     n_layers, n_heads = group_sums.logit_by_row.shape[:2]
     n_seqs = float(np.sum(group_sums.sequence_count))
     logit_cells = rearrange(group_sums.logit, "layer head qbin obin -> layer head (qbin obin)")
-    out = np.zeros((n_layers, n_heads, binning.n_query_bins * binning.n_offset_bins))
+    lead = absolute.shape[:-3]
+    out = np.zeros((*lead, n_layers, n_heads, binning.n_query_bins * binning.n_offset_bins))
     for st, layers in layers_by_structure(binning, layer_windows, query_window):
         held = np.flatnonzero(st.pair_cells > 0)  # only the cells that hold pairs: the others are 0
-        cells = per_sequence_cells(st, logit_cells[layers][..., held], absolute[layers][..., held], n_seqs, log_partition[layers], cells=held)
-        out[np.ix_(np.asarray(layers), np.arange(n_heads), held)] = cells
-    return rearrange(out, "layer head (qbin obin) -> layer head qbin obin", qbin=binning.n_query_bins)
+        at = np.asarray(layers)
+        picked = absolute[..., at, :, :][..., held]
+        logits = np.broadcast_to(logit_cells[at][..., held], picked.shape)  # the same for every variant
+        cells = per_sequence_cells(st, logits, picked, n_seqs, log_partition[..., at, :, :], cells=held)
+        where: tuple[Any, ...] = (Ellipsis, *np.ix_(at, np.arange(n_heads), held))
+        out[where] = cells
+    return out.reshape(*lead, n_layers, n_heads, binning.n_query_bins, binning.n_offset_bins)
+
+
+#: At most this many bytes of one group's counterfactual cells are formed at once (several variants together).
+CELLS_CHUNK_BYTES = 32 * 2**20
 
 
 def counterfactual_cells(
@@ -268,16 +280,18 @@ def counterfactual_cells(
         >>> sums.counterfactual_cells = counterfactual_cells(sums, cross_fit, replay.log_partition)  # doctest: +SKIP
     """
     cells = CounterfactualCells.zeros(QUERY_WINDOWS, sums.n_groups, sums.per_group.logit.shape[1:])
+    # several variants per call (as many as CELLS_CHUNK_BYTES allows): the same numbers as one call per variant
+    step = max(1, CELLS_CHUNK_BYTES // (8 * int(np.prod(sums.per_group.logit.shape[1:]))))
     for group in range(sums.n_groups):
         absolute = cross_fit.variants(group)
         own = sums.group(group)
         for w in QUERY_WINDOWS:
-            for variant in range(sums.n_groups):
-                group_cells = group_counterfactual_cells(
-                    own, sums.binning, sums.layer_windows, w, absolute[w][variant], log_partition[w][group, variant]
-                )
-                if variant == group:
-                    cells.per_group[w][group] = group_cells
-                else:
-                    cells.replicates[w][variant] += group_cells
+            for start in range(0, sums.n_groups, step):
+                chunk = slice(start, min(start + step, sums.n_groups))
+                formed = group_counterfactual_cells(own, sums.binning, sums.layer_windows, w, absolute[w][chunk], log_partition[w][group, chunk])
+                for variant, group_cells in zip(range(chunk.start, chunk.stop), formed, strict=True):
+                    if variant == group:
+                        cells.per_group[w][group] = group_cells
+                    else:
+                        cells.replicates[w][variant] += group_cells
     return cells

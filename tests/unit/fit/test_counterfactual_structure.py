@@ -16,7 +16,7 @@ from poslens.fit.binning import Binning
 from poslens.fit.counterfactual import layers_by_structure
 from poslens.fit.cross_fit import group_counterfactual_cells
 from poslens.fit.mask_structure import structure
-from poslens.fit.sums import CellSums, SumFields
+from poslens.fit.sums import QUERY_WINDOWS, CellSums, SumFields
 
 CASES = [  # seq_len, early, rows, sliding_window
     (1, 2, 1, None),
@@ -119,6 +119,47 @@ def test_counterfactual_cells_of_all_layers_match_each_layer_alone():
                 one_layer(sums, layer), binning, (sliding_window,), query_window, residual[layer : layer + 1], log_partition[layer : layer + 1]
             )
             np.testing.assert_array_equal(together[layer], alone[0], err_msg=f"{query_window} layer {layer}")
+
+
+def test_several_variants_at_once_give_each_variants_cells_to_the_bit():
+    sliding_windows = (None, 6, None)
+    binning = Binning(30, early=10)
+    sums = CellSums.zeros(groups=2, layers=3, heads=2, binning=binning, layer_windows=sliding_windows)
+    rng = np.random.default_rng(3)
+    for array in sums.per_group.as_dict().values():
+        array[...] = rng.normal(size=array.shape)
+    cells = binning.n_query_bins * binning.n_offset_bins
+    for query_window, rows in (("early", 10), ("all", 30)):
+        absolute, log_partition = rng.normal(size=(4, 3, 2, cells)), rng.normal(size=(4, 3, 2, rows))
+        together = group_counterfactual_cells(sums.group(1), binning, sliding_windows, query_window, absolute, log_partition)
+        assert together.shape == (4, 3, 2, binning.n_query_bins, binning.n_offset_bins)
+        for variant in range(4):
+            alone = group_counterfactual_cells(sums.group(1), binning, sliding_windows, query_window, absolute[variant], log_partition[variant])
+            np.testing.assert_array_equal(together[variant], alone, err_msg=f"{query_window} variant {variant}")
+
+
+def test_counterfactual_cells_are_the_same_whatever_the_chunk_of_variants(monkeypatch):
+    from poslens.fit import cross_fit
+
+    binning = Binning(30, early=10)
+    sums = CellSums.zeros(groups=4, layers=2, heads=2, binning=binning, layer_windows=(None, 6))
+    rng = np.random.default_rng(5)
+    for array in sums.per_group.as_dict().values():
+        array[...] = rng.normal(size=array.shape)
+    cells = binning.n_query_bins * binning.n_offset_bins
+    fits = {w: rng.normal(size=(4, 2, 2, cells)) for w in QUERY_WINDOWS}
+    cross = cross_fit.CrossFit(fits, {w: x.sum(axis=0) for w, x in fits.items()}, np.array([2.0, 1.0, 3.0, 2.0]))
+    log_partition = {w: rng.normal(size=(4, 4, 2, 2, rows)) for w, rows in (("early", 10), ("all", 30))}
+    formed = {}
+    for chunk_bytes in (1, 2 * 8 * 2 * 2 * cells, 2**30):  # one variant per call, two (the last chunk of four: two), all
+        monkeypatch.setattr(cross_fit, "CELLS_CHUNK_BYTES", chunk_bytes)
+        formed[chunk_bytes] = cross_fit.counterfactual_cells(sums, cross, log_partition)
+    one = formed[1]
+    for chunk_bytes, got in formed.items():
+        for w in QUERY_WINDOWS:
+            np.testing.assert_array_equal(got.per_group[w], one.per_group[w], err_msg=f"{chunk_bytes} {w}")
+            np.testing.assert_array_equal(got.replicates[w], one.replicates[w], err_msg=f"{chunk_bytes} {w}")
+    assert np.abs(one.replicates["all"]).sum() > 0 and np.abs(one.per_group["early"]).sum() > 0
 
 
 def dense_normal(rows: int, d: int) -> np.ndarray:
