@@ -174,11 +174,11 @@ def named_hooks(named: Iterable[tuple[str, torch.nn.Module]]) -> list[dict[str, 
         if id(sub) in seen:
             continue
         seen.add(id(sub))
+        hooks = [(kind, f) for attribute, kind in FORWARD_HOOKS.items() for f in getattr(sub, attribute, {}).values() if not is_internal(f)]
+        if not hooks:  # most modules: no name to form
+            continue
         shown = sub.name if type(sub).__name__ == "HookPoint" and isinstance(getattr(sub, "name", None), str) else display_name(name)
-        for attribute, kind in FORWARD_HOOKS.items():
-            for function in getattr(sub, attribute, {}).values():
-                if not is_internal(function):
-                    found.append({"module": shown, "kind": kind, "function": function_name(function)})
+        found.extend({"module": shown, "kind": kind, "function": function_name(function)} for kind, function in hooks)
     return found
 
 
