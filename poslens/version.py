@@ -28,7 +28,7 @@ from __future__ import annotations
 import sys
 import types
 
-__version__ = "0.7.7"
+__version__ = "0.7.8"
 
 #: Format of the saved cell sums. 1: poslens 0.1.0, the per-sequence counterfactual's cells stored among the sums
 #: (``a_counterfactual_*``), no format number in the file. 2: poslens 0.2.0, the cells stored apart (``cf_*``).
@@ -60,7 +60,7 @@ def newer_format_message(kind: str, found: int, written_by: str | None = None) -
         >>> newer_format_message("sums", 1) is None
         True
         >>> newer_format_message("sums", 9, written_by="0.9.0")  # doctest: +ELLIPSIS
-        'sums format 9 (written by poslens 0.9.0) is newer than this poslens 0.7.7 reads (sums format 2): ...'
+        'sums format 9 (written by poslens 0.9.0) is newer than this poslens 0.7.8 reads (sums format 2): ...'
     """
     current = {"sums": SUMS_FORMAT, "table": TABLE_FORMAT}
     if kind not in current:

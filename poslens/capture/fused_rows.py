@@ -24,6 +24,7 @@ visible key to i), the capture loop gives, in float64:
 - the row features: a_i0, the entropy log Z_i − Σ_j a_ij s_ij (formed as log1p(Σ_{j ≠ argmax} exp(s_ij − m_i)) + Σ_j a_ij (m_i − s_ij),
   two non-negative terms, so that a strong sink's entropy keeps its digits), a_ii and the largest weight 1 / Σ_j exp(s_ij − m_i);
 - Σ_j exp(s_ij − m_i) per offset bin (for the row-bin store), and s_i0;
+- the exponentials by :func:`poslens.compiled_loops.exp_nonpositive`, within 1 ulp of libm's ``exp``, formed in a loop of their own that vectorizes;
 - added to the sequence's cells: s_ij to its (query bin of i, offset bin of i − j) cell, and to the
   per-offset sums of the ``all`` and ``early`` query windows at Δ = i − j when row i is in them (both through
   one sum per query bin and offset, folded when the (sequence, head) is done).
