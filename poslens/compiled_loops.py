@@ -59,19 +59,8 @@ def exp_nonpositive(x):
     k = math.floor(clamped * _LOG2_E + 0.5)
     r = (clamped - k * _LN2_HIGH) - k * _LN2_LOW
     p = _TAYLOR[0]
-    p = p * r + _TAYLOR[1]
-    p = p * r + _TAYLOR[2]
-    p = p * r + _TAYLOR[3]
-    p = p * r + _TAYLOR[4]
-    p = p * r + _TAYLOR[5]
-    p = p * r + _TAYLOR[6]
-    p = p * r + _TAYLOR[7]
-    p = p * r + _TAYLOR[8]
-    p = p * r + _TAYLOR[9]
-    p = p * r + _TAYLOR[10]
-    p = p * r + _TAYLOR[11]
-    p = p * r + _TAYLOR[12]
-    p = p * r + _TAYLOR[13]
+    for coefficient in _TAYLOR[1:]:  # Horner; the loop over a constant tuple unrolls
+        p = p * r + coefficient
     return p * _float64_from_bits(np.int64(k + 1023) << 52) if x >= _EXP_FLOOR else 0.0
 
 
